@@ -1,0 +1,101 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Answers requests on the admin listener, which never shares a port with public traffic.
+final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOHTTPServerRequestFull
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let router: AdminRouter
+    private let logger: Logger
+
+    init(router: AdminRouter, logger: Logger) {
+        self.router = router
+        self.logger = logger
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let full = unwrapInboundIn(data)
+        let keepAlive = full.head.isKeepAlive
+        let response: EventLoopFuture<AdminResponse>
+        if let request = Self.adminRequest(from: full) {
+            response = router.respond(to: request, on: context.eventLoop)
+        } else {
+            response = context.eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.badRequest, "the request target must be a path starting with /"))
+            )
+        }
+        let logger = self.logger
+        response.hop(to: context.eventLoop).assumeIsolated().whenComplete { result in
+            let answer: AdminResponse
+            switch result {
+            case .success(let value): answer = value
+            case .failure(let error):
+                logger.error("admin endpoint failed", metadata: ["path": "\(full.head.uri)", "error": "\(error)"])
+                answer = AdminResponse(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
+            }
+            let body = context.channel.allocator.buffer(string: answer.json)
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: "application/json")
+            headers.add(name: "Content-Length", value: String(body.readableBytes))
+            headers.add(name: "Cache-Control", value: "no-store")
+            if !keepAlive { headers.add(name: "Connection", value: "close") }
+            context.write(
+                self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers))),
+                promise: nil
+            )
+            if full.head.method != .HEAD { context.write(self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
+            let written = context.writeAndFlush(self.wrapOutboundOut(.end(nil)))
+            if !keepAlive { written.assumeIsolated().whenComplete { _ in context.close(promise: nil) } }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("admin connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    private static func adminRequest(from full: NIOHTTPServerRequestFull) -> AdminRequest? {
+        let uri = full.head.uri
+        guard uri.hasPrefix("/") else { return nil }
+        let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        var query: [String: String] = [:]
+        if parts.count == 2 {
+            for pair in parts[1].split(separator: "&") {
+                let nameValue = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                guard let name = percentDecoded(nameValue[0]) else { return nil }
+                let value = nameValue.count == 2 ? percentDecoded(nameValue[1]) : ""
+                guard let value else { return nil }
+                if query[name] == nil { query[name] = value }
+            }
+        }
+        return AdminRequest(
+            method: full.head.method,
+            path: String(parts[0]),
+            query: query,
+            headers: full.head.headers,
+            body: full.body
+        )
+    }
+
+    /// Decodes `%XX` and `+` (as a space); nil for a malformed escape or invalid UTF-8.
+    static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next(), let low = iterator.next(),
+                    let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+                else { return nil }
+                bytes.append(value)
+            } else if byte == UInt8(ascii: "+") {
+                bytes.append(UInt8(ascii: " "))
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+}

@@ -1,0 +1,57 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// A request to the admin listener, read whole.
+public struct AdminRequest: Sendable {
+    public var method: HTTPMethod
+    public var path: String
+    /// Query parameters, percent-decoded; a name that repeats keeps its first value.
+    public var query: [String: String]
+    public var headers: HTTPHeaders
+    public var body: ByteBuffer?
+}
+
+/// A response from an admin endpoint: a status and a JSON body.
+public struct AdminResponse: Sendable {
+    public var status: HTTPResponseStatus
+    public var json: String
+
+    public init(status: HTTPResponseStatus = .ok, json: String) {
+        self.status = status
+        self.json = json
+    }
+
+    public init(_ error: ProxyError) {
+        self.init(status: error.status, json: error.jsonBody())
+    }
+}
+
+/// The admin endpoints, by method and exact path.
+public struct AdminRouter: Sendable {
+    public typealias Endpoint = @Sendable (AdminRequest, any EventLoop) -> EventLoopFuture<AdminResponse>
+
+    private var endpoints: [String: [String: Endpoint]] = [:]
+
+    public init() {}
+
+    /// Adds an endpoint; a later one for the same method and path replaces the earlier.
+    public mutating func register(_ method: HTTPMethod, _ path: String, _ endpoint: @escaping Endpoint) {
+        endpoints[path, default: [:]][method.rawValue] = endpoint
+    }
+
+    /// Answers `request`: its endpoint's response, 404 for an unknown path, 405 for a known path with
+    /// another method.
+    func respond(to request: AdminRequest, on eventLoop: any EventLoop) -> EventLoopFuture<AdminResponse> {
+        guard let byMethod = endpoints[request.path] else {
+            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.notFound, "no admin endpoint \(request.path)")))
+        }
+        guard let endpoint = byMethod[request.method.rawValue] ?? (request.method == .HEAD ? byMethod["GET"] : nil) else {
+            let allowed = byMethod.keys.sorted().joined(separator: ", ")
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.methodNotAllowed, "\(request.path) takes \(allowed)"))
+            )
+        }
+        return endpoint(request, eventLoop)
+    }
+}

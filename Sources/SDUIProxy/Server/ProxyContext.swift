@@ -1,0 +1,64 @@
+import Logging
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Everything a connection handler needs to answer requests, shared by all connections.
+public struct ProxyContext: Sendable {
+    public let configuration: ProxyConfiguration
+    public let cache: ResponseCache
+    public let fetcher: ComponentFetcher
+    public let client: any NetworkClient
+    public let requestBuilder: UpstreamRequestBuilder
+    public let logger: Logger
+    /// The platform header, lower-cased.
+    let platformHeader: String
+
+    public init(
+        configuration: ProxyConfiguration,
+        cache: ResponseCache,
+        fetcher: ComponentFetcher,
+        client: any NetworkClient,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.cache = cache
+        self.fetcher = fetcher
+        self.client = client
+        self.logger = logger
+        self.platformHeader = configuration.platform.header.lowercased()
+        self.requestBuilder = UpstreamRequestBuilder(
+            platformHeader: configuration.platform.header,
+            configuredHeaders: configuration.headers
+        )
+    }
+
+    /// The platform a request is for: its platform header, upper-cased, or the configured default.
+    func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
+        let values = headers[canonicalForm: platformHeader]
+        guard let first = values.first else { return configuration.platform.defaultValue }
+        guard values.count == 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
+        let platform = first.trimmingWhitespace().uppercased()
+        guard PlatformValue.isValid(platform) else {
+            throw ProxyError(.badRequest, "\(platformHeader) must be a platform name like IOS, ANDROID or WEB")
+        }
+        let allowed = configuration.platform.allowed
+        guard allowed.isEmpty || allowed.contains(platform) else {
+            throw ProxyError(.badRequest, "unknown platform \(platform); allowed: \(allowed.joined(separator: ", "))")
+        }
+        return platform
+    }
+
+    /// The cache key of a component request.
+    func cacheKey(
+        target: RequestTarget,
+        platform: String,
+        headers: HTTPHeaders,
+        policy: ProxyConfiguration.RoutePolicy
+    ) -> CacheKey {
+        let varyValues = policy.vary.compactMap { name -> String? in
+            guard name != platformHeader else { return nil }
+            return headers[canonicalForm: name].joined(separator: ",")
+        }
+        return CacheKey(target: target.description, platform: platform, varyValues: varyValues)
+    }
+}

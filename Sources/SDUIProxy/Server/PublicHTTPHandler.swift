@@ -1,0 +1,323 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Answers the requests of one client connection on the public listener.
+///
+/// GET and HEAD take the cache path: a fresh entry is written straight from memory on this event loop; a
+/// miss goes through the ``ComponentFetcher``. Every other method is forwarded to the backend with both bodies
+/// streamed. Requests on one connection are answered in order (the pipelining handler in front of this one
+/// holds later requests until the current response has ended).
+final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Where the current request is in its life.
+    private enum State {
+        /// Waiting for a request head.
+        case idle
+        /// A cache-path request whose head has arrived; it is answered when its end arrives.
+        case readingCacheRequest(CacheRequest)
+        /// A request that is answered with an error once its body has been read and dropped.
+        case rejecting(ProxyError, keepAlive: Bool, isHead: Bool)
+        /// A request being forwarded; its body parts go into the stream.
+        case forwarding(RequestBodyStream?)
+        /// The request has been read; its response is being produced.
+        case responding
+    }
+
+    private struct CacheRequest {
+        var head: HTTPRequestHead
+        var key: CacheKey
+        var target: RequestTarget
+        var platform: String
+        var policy: ProxyConfiguration.RoutePolicy
+    }
+
+    private let proxy: ProxyContext
+    private var state = State.idle
+    /// Reads are held while a forwarded body waits for the backend to take it.
+    private var readsPaused = false
+    private var readRequestedWhilePaused = false
+
+    init(proxy: ProxyContext) {
+        self.proxy = proxy
+    }
+
+    // MARK: Inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            receiveHead(head, context: context)
+        case .body(let part):
+            if case .forwarding(let stream?) = state, !stream.append(part) {
+                readsPaused = true
+            }
+        case .end:
+            receiveEnd(context: context)
+        }
+    }
+
+    private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        guard case .idle = state else {
+            // The pipelining handler delivers one request at a time; anything else is a bug upstream of us.
+            state = .rejecting(ProxyError(.badRequest, "unexpected request head"), keepAlive: false, isHead: false)
+            return
+        }
+        let isHead = head.method == .HEAD
+        let target: RequestTarget
+        do {
+            target = try RequestTarget(parsing: head.uri)
+        } catch {
+            state = .rejecting(ProxyError(.url, error.reason), keepAlive: head.isKeepAlive, isHead: isHead)
+            return
+        }
+        let platform: String
+        do {
+            platform = try proxy.platform(of: head.headers)
+        } catch {
+            state = .rejecting(error, keepAlive: head.isKeepAlive, isHead: isHead)
+            return
+        }
+
+        guard head.method == .GET || head.method == .HEAD else {
+            startForwarding(head, target: target, platform: platform, cacheStatus: nil, context: context)
+            return
+        }
+        let policy = proxy.configuration.cache.policy(forPath: target.path)
+        if policy.bypass {
+            startForwarding(head, target: target, platform: platform, cacheStatus: .bypass, context: context)
+            return
+        }
+        let key = proxy.cacheKey(target: target, platform: platform, headers: head.headers, policy: policy)
+        state = .readingCacheRequest(
+            CacheRequest(head: head, key: key, target: target, platform: platform, policy: policy)
+        )
+    }
+
+    private func receiveEnd(context: ChannelHandlerContext) {
+        switch state {
+        case .readingCacheRequest(let request):
+            state = .responding
+            answerFromCache(request, context: context)
+        case .rejecting(let error, let keepAlive, let isHead):
+            state = .responding
+            let writer = ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead)
+            writer.write(error).assumeIsolated().whenComplete { _ in self.responseFinished() }
+        case .forwarding(let stream):
+            stream?.finish()
+            state = .responding
+        case .idle, .responding:
+            break
+        }
+    }
+
+    // MARK: The cache path
+
+    private func answerFromCache(_ request: CacheRequest, context: ChannelHandlerContext) {
+        let writer = ResponseWriter(
+            context: context,
+            keepAlive: request.head.isKeepAlive,
+            isHead: request.head.method == .HEAD
+        )
+        let hasAuthorization = request.head.headers.contains(name: "authorization")
+        if !hasAuthorization {
+            let now = NIODeadline.now()
+            if case .fresh(let entry) = proxy.cache.lookup(request.key, now: now) {
+                proxy.logger.debug("hit", metadata: ["key": "\(request.key)"])
+                writer.write(entry, cacheStatus: .hit, age: entry.ageSeconds(at: now))
+                    .assumeIsolated().whenComplete { _ in self.responseFinished() }
+                return
+            }
+        }
+
+        let upstream = UpstreamRequest(
+            method: .GET,
+            target: request.target.description,
+            headers: proxy.requestBuilder.headers(
+                from: request.head.headers,
+                platform: request.platform,
+                clientAddress: context.channel.remoteAddress?.ipAddress,
+                purpose: .cacheFill
+            )
+        )
+        let fetch = ComponentFetcher.Request(
+            key: request.key,
+            upstream: upstream,
+            policy: request.policy,
+            clientHeaders: request.head.headers,
+            mayCoalesce: !hasAuthorization
+        )
+        let logger = proxy.logger
+        proxy.fetcher.fetch(fetch, on: context.eventLoop).hop(to: context.eventLoop).assumeIsolated()
+            .whenComplete { result in
+                let written: EventLoopFuture<Void>
+                switch result {
+                case .success(.stored(let entry)):
+                    logger.debug("miss, stored", metadata: ["key": "\(request.key)"])
+                    written = writer.write(entry, cacheStatus: .miss, age: nil)
+                case .success(.notStored(let response, let reason)):
+                    logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+                    written = writer.write(response, cacheStatus: .bypass)
+                case .failure(let error):
+                    let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
+                    logger.log(
+                        level: proxyError.kind == .decoding ? .warning : .info,
+                        "miss, upstream failed",
+                        metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
+                    )
+                    written = writer.write(proxyError, cacheStatus: .miss)
+                }
+                written.assumeIsolated().whenComplete { _ in self.responseFinished() }
+            }
+    }
+
+    // MARK: Pass-through
+
+    private func startForwarding(
+        _ head: HTTPRequestHead,
+        target: RequestTarget,
+        platform: String,
+        cacheStatus: ResponseWriter.CacheStatus?,
+        context: ChannelHandlerContext
+    ) {
+        let contentLength = head.headers.first(name: "content-length").flatMap { Int($0) }
+        let isChunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
+        var stream: RequestBodyStream?
+        if isChunked || (contentLength ?? 0) > 0 {
+            let bodyStream = RequestBodyStream(eventLoop: context.eventLoop, contentLength: isChunked ? nil : contentLength)
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            bodyStream.setDemandHandler {
+                let (handler, context) = loopBound.value
+                handler.resumeReading(context: context)
+            }
+            stream = bodyStream
+        }
+        state = .forwarding(stream)
+
+        let upstream = UpstreamRequest(
+            method: head.method,
+            target: target.description,
+            headers: proxy.requestBuilder.headers(
+                from: head.headers,
+                platform: platform,
+                clientAddress: context.channel.remoteAddress?.ipAddress,
+                purpose: .passThrough
+            )
+        )
+        let sink = ChannelResponseSink(
+            context: context,
+            keepAlive: head.isKeepAlive,
+            isHead: head.method == .HEAD,
+            cacheStatus: cacheStatus
+        )
+        let logger = proxy.logger
+        proxy.client.forward(upstream, body: stream, on: context.eventLoop, to: sink).hop(to: context.eventLoop)
+            .assumeIsolated().whenComplete { result in
+                switch result {
+                case .success:
+                    sink.finished.assumeIsolated().whenComplete { _ in self.responseFinished() }
+                case .failure(let error):
+                    let proxyError = error as? ProxyError ?? ProxyError(.network, "\(error)")
+                    logger.info(
+                        "forwarding failed",
+                        metadata: ["method": "\(head.method)", "target": "\(target)", "error": "\(proxyError)"]
+                    )
+                    stream?.fail(proxyError)
+                    if sink.headWasSent {
+                        // Part of the backend's response is out; the only honest signal left is to cut it short.
+                        context.close(promise: nil)
+                    } else {
+                        ResponseWriter(context: context, keepAlive: false, isHead: head.method == .HEAD)
+                            .write(proxyError, cacheStatus: cacheStatus)
+                            .assumeIsolated().whenComplete { _ in self.responseFinished() }
+                    }
+                }
+            }
+    }
+
+    private func resumeReading(context: ChannelHandlerContext) {
+        guard readsPaused else { return }
+        readsPaused = false
+        if readRequestedWhilePaused {
+            readRequestedWhilePaused = false
+            context.read()
+        }
+    }
+
+    private func responseFinished() {
+        if case .responding = state { state = .idle }
+    }
+
+    // MARK: Outbound
+
+    func read(context: ChannelHandlerContext) {
+        if readsPaused {
+            readRequestedWhilePaused = true
+        } else {
+            context.read()
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if case .forwarding(let stream?) = state {
+            stream.fail(ProxyError(.network, "the client closed the connection"))
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        proxy.logger.debug("connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+}
+
+/// Writes a forwarded response to the client connection as it streams in from the backend.
+private final class ChannelResponseSink: ForwardedResponseSink {
+    private let context: NIOLoopBound<ChannelHandlerContext>
+    private let keepAlive: Bool
+    private let isHead: Bool
+    private let cacheStatus: ResponseWriter.CacheStatus?
+    private let headSent: NIOLoopBoundBox<Bool>
+    private let finishedPromise: EventLoopPromise<Void>
+
+    init(context: ChannelHandlerContext, keepAlive: Bool, isHead: Bool, cacheStatus: ResponseWriter.CacheStatus?) {
+        self.context = NIOLoopBound(context, eventLoop: context.eventLoop)
+        self.keepAlive = keepAlive
+        self.isHead = isHead
+        self.cacheStatus = cacheStatus
+        self.headSent = NIOLoopBoundBox(false, eventLoop: context.eventLoop)
+        self.finishedPromise = context.eventLoop.makePromise()
+    }
+
+    /// Completes when the response's end has been written.
+    var finished: EventLoopFuture<Void> { finishedPromise.futureResult }
+
+    var headWasSent: Bool { headSent.value }
+
+    func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
+        if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
+        if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
+        headSent.value = true
+        let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
+        context.value.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+    }
+
+    func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        guard !isHead else { return context.value.eventLoop.makeSucceededVoidFuture() }
+        return context.value.writeAndFlush(NIOAny(HTTPServerResponsePart.body(.byteBuffer(buffer))))
+    }
+
+    func receiveEnd() {
+        let context = self.context.value
+        let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
+        if !keepAlive {
+            written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        }
+        written.cascade(to: finishedPromise)
+    }
+}

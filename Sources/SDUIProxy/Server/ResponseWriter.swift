@@ -1,0 +1,64 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Writes the responses the proxy composes itself: cached entries, fetched responses and errors.
+///
+/// Flushes once per response, after the end part, so a response costs one system call in the common case.
+struct ResponseWriter {
+    /// The `X-Cache` value of a response on the cache path.
+    enum CacheStatus: String {
+        case hit = "HIT"
+        case miss = "MISS"
+        case bypass = "BYPASS"
+    }
+
+    let context: ChannelHandlerContext
+    let keepAlive: Bool
+    let isHead: Bool
+
+    /// Writes a stored entry; `age` is given on hits.
+    func write(_ entry: CachedResponse, cacheStatus: CacheStatus, age: Int64?) -> EventLoopFuture<Void> {
+        var headers = entry.headers
+        headers.reserveCapacity(headers.count + 4)
+        headers.add(name: "Content-Length", value: String(entry.body.readableBytes))
+        if let age { headers.add(name: "Age", value: String(age)) }
+        headers.add(name: "X-Cache", value: cacheStatus.rawValue)
+        return write(status: entry.status, headers: headers, body: entry.body)
+    }
+
+    /// Writes a backend response that was not stored.
+    func write(_ response: UpstreamResponse, cacheStatus: CacheStatus) -> EventLoopFuture<Void> {
+        var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
+        headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
+        headers.add(name: "X-Cache", value: cacheStatus.rawValue)
+        return write(status: response.status, headers: headers, body: response.body)
+    }
+
+    /// Writes the JSON body of the error model.
+    func write(_ error: ProxyError, cacheStatus: CacheStatus? = nil) -> EventLoopFuture<Void> {
+        let body = context.channel.allocator.buffer(string: error.jsonBody())
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "Content-Length", value: String(body.readableBytes))
+        headers.add(name: "Cache-Control", value: "no-store")
+        if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
+        return write(status: error.status, headers: headers, body: body)
+    }
+
+    private func write(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer) -> EventLoopFuture<Void> {
+        var headers = headers
+        if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
+        let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
+        context.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+        if !isHead, body.readableBytes > 0 {
+            context.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil)
+        }
+        let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
+        if !keepAlive {
+            let context = self.context
+            written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        }
+        return written
+    }
+}

@@ -1,0 +1,194 @@
+import Logging
+import NIOCore
+import NIOExtras
+import NIOHTTP1
+import NIOPosix
+import SDUIProxyCore
+
+/// The running proxy: the public and admin listeners, the cache, and the upstream client, on one event loop
+/// group with a loop per core.
+///
+/// ``start(configuration:logger:eventLoopGroup:)`` binds both listeners and returns once they accept
+/// connections; ``shutdown(drainTimeout:)`` stops accepting, lets in-flight requests finish up to a
+/// deadline, then closes what is left and releases the upstream client.
+public final class ProxyServer: Sendable {
+    public let context: ProxyContext
+    /// The port the public listener is bound to (useful when the configuration asked for port 0).
+    public let publicPort: Int
+    /// The port the admin listener is bound to.
+    public let adminPort: Int
+
+    private let eventLoopGroup: any EventLoopGroup
+    private let ownsEventLoopGroup: Bool
+    private let threadPool: NIOThreadPool
+    private let quiescing: ServerQuiescingHelper
+    private let channels: [any Channel]
+
+    private init(
+        context: ProxyContext,
+        publicChannel: any Channel,
+        adminChannel: any Channel,
+        eventLoopGroup: any EventLoopGroup,
+        ownsEventLoopGroup: Bool,
+        threadPool: NIOThreadPool,
+        quiescing: ServerQuiescingHelper
+    ) {
+        self.context = context
+        self.publicPort = publicChannel.localAddress?.port ?? 0
+        self.adminPort = adminChannel.localAddress?.port ?? 0
+        self.channels = [publicChannel, adminChannel]
+        self.eventLoopGroup = eventLoopGroup
+        self.ownsEventLoopGroup = ownsEventLoopGroup
+        self.threadPool = threadPool
+        self.quiescing = quiescing
+    }
+
+    /// Builds the proxy from `configuration` and binds its listeners.
+    ///
+    /// - Parameter eventLoopGroup: the group to run on; by default a new one with a loop per core, which the
+    ///   server shuts down with itself.
+    public static func start(
+        configuration: ProxyConfiguration,
+        logger: Logger,
+        eventLoopGroup: (any EventLoopGroup)? = nil
+    ) async throws -> ProxyServer {
+        let group = eventLoopGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
+        let threadPool = NIOThreadPool(numberOfThreads: 2)
+        threadPool.start()
+
+        let client: any NetworkClient
+        switch try UpstreamOrigin(parsing: configuration.upstream.url) {
+        case .http(let origin):
+            client = HTTPNetworkClient(origin: origin, configuration: configuration.upstream, eventLoopGroup: group)
+        case .directory(let path):
+            client = try FileNetworkClient(directory: path, threadPool: threadPool)
+        }
+        let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
+        var keyedHeaders = Set(configuration.cache.policy.vary)
+        for route in configuration.cache.routes { keyedHeaders.formUnion(route.policy.vary) }
+        keyedHeaders.insert(configuration.platform.header.lowercased())
+        let fetcher = ComponentFetcher(
+            cache: cache,
+            client: client,
+            maxResponseBytes: configuration.upstream.maxResponseBytes,
+            keyedHeaders: keyedHeaders,
+            coalescingWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1),
+            logger: logger
+        )
+        let context = ProxyContext(
+            configuration: configuration,
+            cache: cache,
+            fetcher: fetcher,
+            client: client,
+            logger: logger
+        )
+        let quiescing = ServerQuiescingHelper(group: group)
+
+        do {
+            let publicChannel = try await bind(
+                configuration.listen,
+                group: group,
+                quiescing: quiescing
+            ) { channel in
+                channel.pipeline.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    try sync.addHandler(PublicHTTPHandler(proxy: context))
+                }
+            }
+            let router = AdminEndpoints.router(for: context)
+            let adminChannel = try await bind(configuration.admin, group: group, quiescing: quiescing) { channel in
+                channel.pipeline.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    try sync.addHandler(NIOHTTPServerRequestAggregator(maxContentLength: 1 << 20))
+                    try sync.addHandler(AdminHTTPHandler(router: router, logger: logger))
+                }
+            }
+            let server = ProxyServer(
+                context: context,
+                publicChannel: publicChannel,
+                adminChannel: adminChannel,
+                eventLoopGroup: group,
+                ownsEventLoopGroup: eventLoopGroup == nil,
+                threadPool: threadPool,
+                quiescing: quiescing
+            )
+            logger.info(
+                "listening",
+                metadata: [
+                    "public": "\(configuration.listen.host):\(server.publicPort)",
+                    "admin": "\(configuration.admin.host):\(server.adminPort)",
+                    "upstream": "\(configuration.upstream.url)",
+                ]
+            )
+            return server
+        } catch {
+            try? await client.shutdown()
+            try? await threadPool.shutdownGracefully()
+            if eventLoopGroup == nil { try? await group.shutdownGracefully() }
+            throw error
+        }
+    }
+
+    private static func bind(
+        _ address: ProxyConfiguration.ListenAddress,
+        group: any EventLoopGroup,
+        quiescing: ServerQuiescingHelper,
+        childInitializer: @escaping @Sendable (any Channel) -> EventLoopFuture<Void>
+    ) async throws -> any Channel {
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(quiescing.makeServerChannelHandler(channel: channel))
+                }
+            }
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelInitializer(childInitializer)
+        do {
+            return try await bootstrap.bind(host: address.host, port: address.port).get()
+        } catch {
+            throw ProxyStartupError(message: "cannot listen on \(address.host):\(address.port): \(error)")
+        }
+    }
+
+    /// Stops accepting connections, lets in-flight requests finish for up to `drainTimeout`, closes any
+    /// connection still open after that, and releases the upstream client and threads.
+    public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
+        let logger = context.logger
+        logger.info("draining connections")
+        let drained = eventLoopGroup.any().makePromise(of: Void.self)
+        quiescing.initiateShutdown(promise: drained)
+        let deadline = eventLoopGroup.any().scheduleTask(in: drainTimeout) {
+            logger.warning("drain deadline reached, closing the remaining connections")
+        }
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await drained.futureResult.get() }
+                group.addTask {
+                    try await deadline.futureResult.get()
+                    throw CancellationError()
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+            deadline.cancel()
+        } catch {
+            for channel in channels { try? await channel.close() }
+        }
+        try? await context.client.shutdown()
+        try? await threadPool.shutdownGracefully()
+        if ownsEventLoopGroup { try? await eventLoopGroup.shutdownGracefully() }
+        logger.info("stopped")
+    }
+}
+
+/// The proxy could not start (a port in use, a missing directory, ...).
+public struct ProxyStartupError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
+}

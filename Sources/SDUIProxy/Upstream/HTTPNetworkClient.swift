@@ -1,0 +1,147 @@
+import AsyncHTTPClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import SDUIProxyCore
+
+/// The ``NetworkClient`` for a backend reached over HTTP(S), built on AsyncHTTPClient: pooled keep-alive
+/// connections on the caller's event loop, connect and read timeouts, an overall deadline, no redirects
+/// followed (they are passed to the client) and no decompression (bodies pass as the backend encoded them).
+public final class HTTPNetworkClient: NetworkClient {
+    private let client: HTTPClient
+    private let origin: UpstreamOrigin.HTTPOrigin
+    private let timeout: TimeAmount
+
+    public init(origin: UpstreamOrigin.HTTPOrigin, configuration: ProxyConfiguration.Upstream, eventLoopGroup: any EventLoopGroup) {
+        self.origin = origin
+        self.timeout = .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
+        var clientConfiguration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(
+                connect: .nanoseconds(Int64(configuration.connectTimeout.secondsValue * 1e9)),
+                read: self.timeout
+            ),
+            decompression: .disabled
+        )
+        clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = configuration.maxConnections
+        clientConfiguration.httpVersion = .http1Only
+        self.client = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: clientConfiguration)
+    }
+
+    private func makeRequest(_ request: UpstreamRequest, body: HTTPClient.Body?) throws(ProxyError) -> HTTPClient.Request {
+        let url = origin.origin + origin.basePath + request.target
+        do {
+            return try HTTPClient.Request(url: url, method: request.method, headers: request.headers, body: body)
+        } catch {
+            throw ProxyError(.url, "cannot build an upstream URL from \(request.target)")
+        }
+    }
+
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<UpstreamResponse> {
+        let clientRequest: HTTPClient.Request
+        do {
+            clientRequest = try makeRequest(request, body: nil)
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
+        let accumulator = ResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes)
+        return client.execute(
+            request: clientRequest,
+            delegate: accumulator,
+            eventLoop: .delegateAndChannel(on: eventLoop),
+            deadline: .now() + timeout
+        ).futureResult.flatMapErrorThrowing { error in
+            throw Self.proxyError(for: error, maxBodyBytes: maxBodyBytes)
+        }.map { response in
+            UpstreamResponse(
+                status: response.status,
+                headers: response.headers,
+                body: response.body ?? ByteBuffer()
+            )
+        }
+    }
+
+    public func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink
+    ) -> EventLoopFuture<Void> {
+        let clientBody = body.map { stream in
+            HTTPClient.Body.stream(contentLength: stream.contentLength.map(Int64.init)) { writer in
+                stream.drain { part in writer.write(.byteBuffer(part)) }
+            }
+        }
+        let clientRequest: HTTPClient.Request
+        do {
+            clientRequest = try makeRequest(request, body: clientBody)
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
+        return client.execute(
+            request: clientRequest,
+            delegate: ForwardingDelegate(sink: sink),
+            eventLoop: .delegateAndChannel(on: eventLoop),
+            deadline: .now() + timeout
+        ).futureResult.flatMapErrorThrowing { error in
+            throw Self.proxyError(for: error, maxBodyBytes: nil)
+        }
+    }
+
+    public func shutdown() async throws {
+        try await client.shutdown()
+    }
+
+    /// Maps AsyncHTTPClient and NIO failures onto the error model.
+    static func proxyError(for error: any Error, maxBodyBytes: Int?) -> ProxyError {
+        if let error = error as? ProxyError { return error }
+        if error is ResponseAccumulator.ResponseTooBigError {
+            return ProxyError(.upstreamTooLarge, "the backend's response is larger than \(maxBodyBytes ?? 0) bytes")
+        }
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .readTimeout, .writeTimeout, .deadlineExceeded:
+                return ProxyError(.timeout, "the backend did not answer in time")
+            case .connectTimeout, .getConnectionFromPoolTimeout:
+                return ProxyError(.timeout, "connecting to the backend timed out")
+            case .invalidURL, .emptyHost, .emptyScheme:
+                return ProxyError(.url, "cannot build an upstream URL: \(error)")
+            default:
+                return ProxyError(.network, "the backend connection failed: \(error)")
+            }
+        }
+        if error is NIOConnectionError || error is ChannelError || error is IOError {
+            return ProxyError(.network, "cannot reach the backend: \(error)")
+        }
+        return ProxyError(.network, "the backend exchange failed: \(error)")
+    }
+}
+
+/// Streams an AsyncHTTPClient response into a ``ForwardedResponseSink``, one part at a time.
+private final class ForwardingDelegate: HTTPClientResponseDelegate {
+    typealias Response = Void
+
+    private let sink: any ForwardedResponseSink
+
+    init(sink: any ForwardedResponseSink) {
+        self.sink = sink
+    }
+
+    func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        sink.receiveHead(status: head.status, headers: head.headers)
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        sink.receiveBodyPart(buffer)
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<Void>) throws {
+        sink.receiveEnd()
+    }
+}

@@ -1,0 +1,65 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// A request to the backend, as the proxy built it.
+public struct UpstreamRequest: Sendable {
+    public var method: HTTPMethod
+    /// The request target relative to the backend's base (`/screens/home?x=1`), already normalised.
+    public var target: String
+    public var headers: HTTPHeaders
+
+    public init(method: HTTPMethod, target: String, headers: HTTPHeaders) {
+        self.method = method
+        self.target = target
+        self.headers = headers
+    }
+}
+
+/// A whole backend response, read into memory.
+public struct UpstreamResponse: Sendable {
+    public var status: HTTPResponseStatus
+    public var headers: HTTPHeaders
+    public var body: ByteBuffer
+
+    public init(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// Receives a forwarded response as it streams in from the backend.
+///
+/// Every call happens on the event loop given to ``NetworkClient/forward(_:body:on:to:)``.
+public protocol ForwardedResponseSink: Sendable {
+    /// The response head; body parts follow.
+    func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders)
+    /// A part of the body; the returned future completes when the client can take more (backpressure).
+    func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void>
+    /// The response is complete.
+    func receiveEnd()
+}
+
+/// How the proxy talks to the component backend (the seed's `NetworkClient`).
+///
+/// Implementations map their failures to ``ProxyError`` with kind `network`, `timeout` or `url`, so the
+/// rest of the proxy deals in one error model.
+public protocol NetworkClient: Sendable {
+    /// Sends `request` and reads the whole response, up to `maxBodyBytes` of body.
+    func fetch(_ request: UpstreamRequest, maxBodyBytes: Int, on eventLoop: any EventLoop)
+        -> EventLoopFuture<UpstreamResponse>
+
+    /// Sends `request` with a body streamed from `body` (nil for none), and streams the response into `sink`.
+    /// The future completes after ``ForwardedResponseSink/receiveEnd()``, or fails with a ``ProxyError``;
+    /// when it fails after the head was delivered, the client's response is cut short.
+    func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink
+    ) -> EventLoopFuture<Void>
+
+    /// Releases connections and pending work.
+    func shutdown() async throws
+}

@@ -1,0 +1,50 @@
+/// What a stored response is found by: the normalised request target plus the variant the request asks for
+/// (its platform and the values of the configured vary headers).
+///
+/// The hash is computed once, when the key is built, because a key is hashed twice on every lookup (to pick
+/// the cache shard, then inside the shard's table).
+public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
+    /// `path?query`, normalised.
+    public let target: String
+    /// The platform, then each vary header's value, separated by a byte no header can carry.
+    public let variant: String
+    /// Precomputed, stable for this process.
+    public let hashCode: Int
+
+    public init(target: String, platform: String, varyValues: [String] = []) {
+        self.target = target
+        var variant = platform
+        for value in varyValues {
+            variant.append("\u{0}")
+            variant.append(value)
+        }
+        self.variant = variant
+        var hasher = Hasher()
+        hasher.combine(target)
+        hasher.combine(variant)
+        self.hashCode = hasher.finalize()
+    }
+
+    public static func == (lhs: CacheKey, rhs: CacheKey) -> Bool {
+        lhs.hashCode == rhs.hashCode && lhs.target == rhs.target && lhs.variant == rhs.variant
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(hashCode)
+    }
+
+    /// The platform part of the variant.
+    public var platform: Substring {
+        variant.prefix { $0 != "\u{0}" }
+    }
+
+    public var description: String {
+        "\(target) [\(variant.replacingOccurrences(of: "\u{0}", with: "|"))]"
+    }
+}
+
+extension String {
+    fileprivate func replacingOccurrences(of target: String, with replacement: String) -> String {
+        split(separator: Character(target), omittingEmptySubsequences: false).joined(separator: replacement)
+    }
+}

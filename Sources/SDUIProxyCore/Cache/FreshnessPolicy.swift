@@ -1,0 +1,74 @@
+import NIOHTTP1
+
+/// Whether a response may be stored by a shared cache, and for how long it stays fresh (RFC 9111 sections 3
+/// and 4.2), with the route's configured default lifetime as the opt-in fallback for backends that send no
+/// freshness information.
+public enum FreshnessPolicy {
+    /// Statuses a cache may store when the response carries explicit freshness (RFC 9110 section 15.1
+    /// "heuristically cacheable" statuses, plus 200).
+    public static let cacheableStatuses: Set<UInt> = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501]
+
+    /// What to do with a response.
+    public enum Decision: Equatable, Sendable {
+        /// Store it, fresh for `lifetime` seconds.
+        case store(lifetime: Int64)
+        /// Do not store it; `reason` is for logs.
+        case doNotStore(reason: String)
+    }
+
+    /// Decides for a response to a GET.
+    ///
+    /// - Parameters:
+    ///   - requestHeaders: the client's request headers (`Authorization` restricts what may be stored).
+    ///   - status: the response status.
+    ///   - responseHeaders: the response headers.
+    ///   - defaultTTL: lifetime in seconds for responses without explicit freshness; 0 leaves them unstored.
+    public static func decide(
+        requestHeaders: HTTPHeaders,
+        status: HTTPResponseStatus,
+        responseHeaders: HTTPHeaders,
+        defaultTTL: Int64
+    ) -> Decision {
+        let cacheControl = CacheControl(headers: responseHeaders)
+        if cacheControl.noStore { return .doNotStore(reason: "no-store") }
+        if cacheControl.isPrivate { return .doNotStore(reason: "private") }
+        if CacheControl(headers: requestHeaders).noStore { return .doNotStore(reason: "request no-store") }
+        if requestHeaders.contains(name: "authorization"),
+            !(cacheControl.isPublic || cacheControl.sharedMaxAge != nil || cacheControl.mustRevalidate)
+        {
+            return .doNotStore(reason: "authorization")
+        }
+        if responseHeaders.contains(name: "set-cookie") { return .doNotStore(reason: "set-cookie") }
+        if responseHeaders[canonicalForm: "vary"].contains("*") { return .doNotStore(reason: "vary *") }
+        if cacheControl.noCache { return .doNotStore(reason: "no-cache") }
+        guard cacheableStatuses.contains(status.code) else { return .doNotStore(reason: "status \(status.code)") }
+
+        if let lifetime = explicitLifetime(cacheControl: cacheControl, headers: responseHeaders) {
+            return lifetime > 0 ? .store(lifetime: lifetime) : .doNotStore(reason: "already stale")
+        }
+        if defaultTTL > 0, status == .ok { return .store(lifetime: defaultTTL) }
+        return .doNotStore(reason: "no freshness information")
+    }
+
+    /// The freshness lifetime the response states (RFC 9111 section 4.2.1): `s-maxage`, else `max-age`, else
+    /// `Expires` minus `Date`. An `Expires` that is invalid or appears twice means "already expired".
+    public static func explicitLifetime(cacheControl: CacheControl, headers: HTTPHeaders) -> Int64? {
+        if let shared = cacheControl.sharedMaxAge { return shared }
+        if let maxAge = cacheControl.maxAge { return maxAge }
+        let expiresLines = headers[canonicalForm: "expires"]
+        guard !expiresLines.isEmpty else { return nil }
+        guard expiresLines.count == 1, let expires = HTTPDate.parse(expiresLines[0]) else { return 0 }
+        let date = headers.first(name: "date").flatMap { HTTPDate.parse($0) } ?? HTTPDate.now()
+        return max(0, expires - date)
+    }
+
+    /// The corrected initial age of a response (RFC 9111 section 4.2.3), in seconds: the larger of the age
+    /// implied by its `Date` and the `Age` it carries plus the time the exchange took.
+    public static func initialAge(headers: HTTPHeaders, requestTime: Int64, responseTime: Int64) -> Int64 {
+        let ageValue = headers.first(name: "age").flatMap { Int64($0.trimmingWhitespace()) }.map { max(0, $0) } ?? 0
+        let dateValue = headers.first(name: "date").flatMap { HTTPDate.parse($0) } ?? responseTime
+        let apparentAge = max(0, responseTime - dateValue)
+        let responseDelay = max(0, responseTime - requestTime)
+        return max(apparentAge, min(ageValue, CacheControl.maximumDeltaSeconds) + responseDelay)
+    }
+}

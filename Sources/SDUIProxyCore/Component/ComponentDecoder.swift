@@ -1,0 +1,56 @@
+import Foundation
+import NIOCore
+
+/// Decodes and validates backend responses as Beagle components (the seed's `Coder`).
+///
+/// A component is a JSON document whose root is an object with a non-empty string `_beagleComponent_`.
+/// What the component type means is the client's business: the proxy checks that it is a component at all,
+/// so a broken or truncated backend answer is never cached and never reaches clients as a screen.
+public struct ComponentDecoder: Sendable {
+    /// The key that names a component's type.
+    public static let componentTypeKey = "_beagleComponent_"
+
+    public struct Failure: Error, Equatable, Sendable, CustomStringConvertible {
+        public var reason: String
+        public var description: String { reason }
+    }
+
+    public init() {}
+
+    /// Whether a response with this `Content-Type` is JSON (`application/json` or any `+json` type).
+    public static func isJSON(contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingWhitespace() } ?? ""
+        let lowered = mediaType.lowercased()
+        return lowered == "application/json" || (lowered.hasPrefix("application/") && lowered.hasSuffix("+json"))
+    }
+
+    /// Parses `body` as JSON, whatever its shape.
+    public func decodeJSON(_ body: ByteBuffer) throws(Failure) -> JSONValue {
+        do {
+            return try body.withUnsafeReadableBytes { bytes in
+                try JSONDecoder().decode(
+                    JSONValue.self,
+                    from: Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!), count: bytes.count, deallocator: .none)
+                )
+            }
+        } catch {
+            throw Failure(reason: "the backend's response is not valid JSON")
+        }
+    }
+
+    /// Parses `body` and checks that it is a component; returns the decoded tree.
+    public func decodeComponent(_ body: ByteBuffer) throws(Failure) -> JSONValue {
+        let document = try decodeJSON(body)
+        guard case .object(let root) = document else {
+            throw Failure(reason: "the backend's JSON is not an object, so it is not a component")
+        }
+        guard let type = root[Self.componentTypeKey] else {
+            throw Failure(reason: "the backend's JSON has no \(Self.componentTypeKey) at its root")
+        }
+        guard case .string(let name) = type, !name.isEmpty else {
+            throw Failure(reason: "\(Self.componentTypeKey) must be a non-empty string")
+        }
+        return document
+    }
+}

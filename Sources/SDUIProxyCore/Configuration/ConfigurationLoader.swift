@@ -1,0 +1,243 @@
+import Yams
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Values given on the command line; they win over the file and the environment.
+public struct CommandLineOverrides: Sendable, Equatable {
+    public var port: Int?
+    public var adminPort: Int?
+    public var upstream: String?
+
+    public init(port: Int? = nil, adminPort: Int? = nil, upstream: String? = nil) {
+        self.port = port
+        self.adminPort = adminPort
+        self.upstream = upstream
+    }
+}
+
+/// Builds a ``ProxyConfiguration`` from YAML text, the environment and command-line overrides, and rejects
+/// anything it does not understand with a ``ConfigurationError`` that names the key.
+public struct ConfigurationLoader: Sendable {
+    /// Environment variables that start with the prefix but are not config keys.
+    public static let nonConfigurationVariables: Set<String> = ["SDUI_PROXY_ADMIN_TOKEN"]
+
+    public var environment: [String: String]
+
+    public init(environment: [String: String] = [:]) {
+        self.environment = environment
+    }
+
+    /// Reads and validates the file at `path`.
+    public func load(
+        path: String,
+        overrides: CommandLineOverrides = .init()
+    ) throws(ConfigurationError) -> ProxyConfiguration {
+        guard let text = Self.readFile(path) else {
+            throw ConfigurationError(key: path, problem: "cannot read the config file (missing or unreadable)")
+        }
+        return try load(yaml: text, overrides: overrides)
+    }
+
+    /// Validates `yaml` with the environment and `overrides` laid over it.
+    public func load(
+        yaml: String,
+        overrides: CommandLineOverrides = .init()
+    ) throws(ConfigurationError) -> ProxyConfiguration {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch {
+            throw ConfigurationError(key: "(file)", problem: "not valid YAML: \(error)")
+        }
+        let log = ConfigurationSection.VariableLog()
+        let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
+        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log"])
+
+        var config = ProxyConfiguration()
+        config.listen = try Self.address(top.section("listen"), default: config.listen)
+        config.admin = try Self.address(top.section("admin"), default: config.admin)
+        config.upstream = try Self.upstream(top.section("upstream"))
+        config.platform = try Self.platform(top.section("platform"))
+        if let pairs = try top.orderedPairs("headers") {
+            config.headers = try pairs.map { (name, value) throws(ConfigurationError) in
+                guard HTTPSyntax.isToken(name) else { throw top.fail("headers", "\"\(name)\" is not a header name") }
+                guard HTTPSyntax.isFieldValue(value) else {
+                    throw top.fail("headers", "the value of \(name) has characters a header cannot carry")
+                }
+                return (name: name, value: value)
+            }
+        }
+        config.cache = try Self.cache(top.section("cache"))
+        config.prefetch = try Self.prefetch(top.section("prefetch"), allowedPlatforms: config.platform.allowed)
+        config.log = try Self.log(top.section("log"))
+
+        if let port = overrides.port { config.listen.port = try Self.checkedPort(port, key: "--port") }
+        if let port = overrides.adminPort { config.admin.port = try Self.checkedPort(port, key: "--admin-port") }
+        if let upstream = overrides.upstream {
+            try Self.checkUpstreamURL(upstream, key: "--upstream")
+            config.upstream.url = upstream
+        }
+        if config.listen.port != 0, config.listen == config.admin {
+            throw ConfigurationError(key: "admin.port", problem: "the admin listener cannot share the public address")
+        }
+
+        let unknownVariables = environment.keys.filter {
+            $0.hasPrefix("SDUI_PROXY_") && !log.names.contains($0) && !Self.nonConfigurationVariables.contains($0)
+        }
+        if let unknown = unknownVariables.sorted().first {
+            throw ConfigurationError(key: unknown, problem: "unknown environment variable (no config key has that name)")
+        }
+        return config
+    }
+
+    // MARK: Sections
+
+    private static func address(
+        _ section: ConfigurationSection,
+        default fallback: ProxyConfiguration.ListenAddress
+    ) throws(ConfigurationError) -> ProxyConfiguration.ListenAddress {
+        try section.rejectUnknownKeys(["host", "port"])
+        let host = try section.string("host", default: fallback.host)
+        guard !host.isEmpty else { throw section.fail("host", "must not be empty") }
+        return .init(host: host, port: try section.int("port", default: fallback.port, in: 0...65535))
+    }
+
+    private static func upstream(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
+        try section.rejectUnknownKeys(["url", "timeout", "connectTimeout", "maxConnections", "maxResponseBytes"])
+        var upstream = ProxyConfiguration.Upstream()
+        upstream.url = try section.string("url", default: upstream.url)
+        try checkUpstreamURL(upstream.url, key: section.keyPath("url"))
+        upstream.timeout = try section.duration("timeout", default: upstream.timeout)
+        guard upstream.timeout > .zero else { throw section.fail("timeout", "must be more than 0") }
+        upstream.connectTimeout = try section.duration("connectTimeout", default: upstream.connectTimeout)
+        guard upstream.connectTimeout > .zero else { throw section.fail("connectTimeout", "must be more than 0") }
+        upstream.maxConnections = try section.int("maxConnections", default: upstream.maxConnections, in: 1...100_000)
+        upstream.maxResponseBytes = try section.byteSize(
+            "maxResponseBytes",
+            default: upstream.maxResponseBytes,
+            minimum: 1
+        )
+        return upstream
+    }
+
+    private static func platform(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Platform {
+        try section.rejectUnknownKeys(["header", "default", "allowed"])
+        var platform = ProxyConfiguration.Platform()
+        platform.header = try section.string("header", default: platform.header)
+        guard HTTPSyntax.isToken(platform.header) else { throw section.fail("header", "is not a header name") }
+        platform.allowed = try section.stringList("allowed", default: platform.allowed).map { $0.uppercased() }
+        for value in platform.allowed where !PlatformValue.isValid(value) {
+            throw section.fail("allowed", "\"\(value)\" is not a platform name (letters, digits, - and _)")
+        }
+        let defaultValue = try section.string("default", default: platform.defaultValue).uppercased()
+        guard PlatformValue.isValid(defaultValue) else {
+            throw section.fail("default", "\"\(defaultValue)\" is not a platform name (letters, digits, - and _)")
+        }
+        guard platform.allowed.isEmpty || platform.allowed.contains(defaultValue) else {
+            throw section.fail("default", "\(defaultValue) is not one of platform.allowed")
+        }
+        platform.defaultValue = defaultValue
+        return platform
+    }
+
+    private static func cache(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Cache {
+        try section.rejectUnknownKeys(["maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes"])
+        var cache = ProxyConfiguration.Cache()
+        cache.maxBytes = try section.byteSize("maxBytes", default: cache.maxBytes, minimum: 1024)
+        cache.maxEntries = try section.int("maxEntries", default: cache.maxEntries, in: 1...100_000_000)
+        cache.policy = try routePolicy(section, inheriting: cache.policy)
+        for routeSection in try section.sectionList("routes") {
+            try routeSection.rejectUnknownKeys(["prefix", "defaultTTL", "validateComponents", "vary", "bypass"])
+            let prefix = try routeSection.string("prefix", default: "")
+            guard prefix.hasPrefix("/") else { throw routeSection.fail("prefix", "must be a path starting with /") }
+            var policy = try routePolicy(routeSection, inheriting: cache.policy)
+            policy.bypass = try routeSection.bool("bypass", default: false)
+            cache.routes.append(.init(prefix: prefix, policy: policy))
+        }
+        return cache
+    }
+
+    private static func routePolicy(
+        _ section: ConfigurationSection,
+        inheriting base: ProxyConfiguration.RoutePolicy
+    ) throws(ConfigurationError) -> ProxyConfiguration.RoutePolicy {
+        var policy = base
+        policy.defaultTTL = try section.duration("defaultTTL", default: base.defaultTTL)
+        policy.validateComponents = try section.bool("validateComponents", default: base.validateComponents)
+        policy.vary = try section.stringList("vary", default: base.vary).map { $0.lowercased() }
+        for name in policy.vary where !HTTPSyntax.isToken(name) {
+            throw section.fail("vary", "\"\(name)\" is not a header name")
+        }
+        return policy
+    }
+
+    private static func prefetch(
+        _ section: ConfigurationSection,
+        allowedPlatforms: [String]
+    ) throws(ConfigurationError) -> ProxyConfiguration.Prefetch {
+        try section.rejectUnknownKeys(["urls", "platforms", "followActions"])
+        var prefetch = ProxyConfiguration.Prefetch()
+        prefetch.urls = try section.stringList("urls", default: prefetch.urls)
+        for url in prefetch.urls where url.isEmpty {
+            throw section.fail("urls", "an entry is empty")
+        }
+        prefetch.platforms = try section.stringList("platforms", default: prefetch.platforms).map { $0.uppercased() }
+        for platform in prefetch.platforms
+        where !PlatformValue.isValid(platform) || !(allowedPlatforms.isEmpty || allowedPlatforms.contains(platform)) {
+            throw section.fail("platforms", "\(platform) is not an allowed platform")
+        }
+        prefetch.followActions = try section.int("followActions", default: prefetch.followActions, in: 0...10)
+        return prefetch
+    }
+
+    private static func log(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Log {
+        try section.rejectUnknownKeys(["level"])
+        var log = ProxyConfiguration.Log()
+        log.level = try section.string("level", default: log.level).lowercased()
+        let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+        guard levels.contains(log.level) else {
+            throw section.fail("level", "must be one of \(levels.joined(separator: ", "))")
+        }
+        return log
+    }
+
+    // MARK: Checks
+
+    private static func checkedPort(_ port: Int, key: String) throws(ConfigurationError) -> Int {
+        guard (0...65535).contains(port) else {
+            throw ConfigurationError(key: key, problem: "\(port) is out of range 0...65535")
+        }
+        return port
+    }
+
+    private static func checkUpstreamURL(_ url: String, key: String) throws(ConfigurationError) {
+        do {
+            _ = try UpstreamOrigin(parsing: url)
+        } catch {
+            throw ConfigurationError(key: key, problem: error.message)
+        }
+    }
+
+    private static func readFile(_ path: String) -> String? {
+        guard let file = fopen(path, "rb") else { return nil }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = fread(&chunk, 1, chunk.count, file)
+            if count > 0 { bytes.append(contentsOf: chunk[0..<count]) }
+            if count < chunk.count {
+                if ferror(file) != 0 { return nil }
+                break
+            }
+            if bytes.count > 16 << 20 { return nil }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

@@ -1,0 +1,129 @@
+/// The whole configuration of a proxy, as read from the config file, the environment and flags.
+///
+/// Every value has a default, so an empty file is a valid configuration (it proxies to `upstream.url`).
+public struct ProxyConfiguration: Sendable, Equatable {
+    public var listen = ListenAddress(host: "0.0.0.0", port: 8080)
+    public var admin = ListenAddress(host: "127.0.0.1", port: 9090)
+    public var upstream = Upstream()
+    public var platform = Platform()
+    /// Headers added to every upstream request, after the client's end-to-end headers.
+    public var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+    public var cache = Cache()
+    public var prefetch = Prefetch()
+    public var log = Log()
+
+    public init() {}
+
+    public static func == (lhs: ProxyConfiguration, rhs: ProxyConfiguration) -> Bool {
+        lhs.listen == rhs.listen && lhs.admin == rhs.admin && lhs.upstream == rhs.upstream
+            && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
+            && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
+            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log
+    }
+
+    /// A host and port to listen on.
+    public struct ListenAddress: Sendable, Equatable {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+    }
+
+    /// The component backend.
+    public struct Upstream: Sendable, Equatable {
+        /// `http://host:port/base` for a real backend, or `file:DIRECTORY` for the file-backed one.
+        public var url = "file:config/samples"
+        /// How long connecting may take.
+        public var connectTimeout: Duration = .seconds(2)
+        /// How long a whole upstream exchange may take before the client gets a 504.
+        public var timeout: Duration = .seconds(5)
+        /// Connections kept per event loop to the backend.
+        public var maxConnections = 64
+        /// The largest response body read into memory for a component request.
+        public var maxResponseBytes = 8 << 20
+
+        public init() {}
+    }
+
+    /// How the client's platform is read and passed on.
+    public struct Platform: Sendable, Equatable {
+        /// The request header that carries the platform, both from clients and to the backend.
+        public var header = "beagle-platform"
+        /// The platform assumed when a client sends none.
+        public var defaultValue = "WEB"
+        /// The values clients may send (compared without regard to case); empty allows any token.
+        public var allowed = ["IOS", "ANDROID", "WEB"]
+
+        public init() {}
+    }
+
+    /// The response cache.
+    public struct Cache: Sendable, Equatable {
+        /// The byte budget of all stored entries (headers and bodies).
+        public var maxBytes = 256 << 20
+        /// The most entries kept, whatever their size.
+        public var maxEntries = 1_000_000
+        /// The policy for paths no route matches.
+        public var policy = RoutePolicy()
+        /// Per path prefix overrides of ``policy``; the longest matching prefix wins.
+        public var routes: [Route] = []
+
+        public init() {}
+
+        /// The policy that applies to `path`.
+        public func policy(forPath path: String) -> RoutePolicy {
+            var best: Route?
+            for route in routes where path.hasPrefix(route.prefix) {
+                if best == nil || route.prefix.count > best!.prefix.count { best = route }
+            }
+            return best?.policy ?? policy
+        }
+    }
+
+    /// How the responses under one path prefix are cached.
+    public struct RoutePolicy: Sendable, Equatable {
+        /// Freshness given to responses that carry no freshness information; zero means they are not stored.
+        public var defaultTTL: Duration = .zero
+        /// Whether JSON responses must be Beagle components (`_beagleComponent_` at the root).
+        public var validateComponents = true
+        /// Request headers, besides the platform, whose values select separate entries.
+        public var vary: [String] = []
+        /// Never cache under this prefix; requests are forwarded and marked `BYPASS`.
+        public var bypass = false
+
+        public init() {}
+    }
+
+    /// A path prefix and the policy for it.
+    public struct Route: Sendable, Equatable {
+        public var prefix: String
+        public var policy: RoutePolicy
+
+        public init(prefix: String, policy: RoutePolicy) {
+            self.prefix = prefix
+            self.policy = policy
+        }
+    }
+
+    /// Warm-up and action-driven prefetching.
+    public struct Prefetch: Sendable, Equatable {
+        /// Paths or absolute URLs fetched at start-up.
+        public var urls: [String] = []
+        /// The platforms each URL is fetched for.
+        public var platforms: [String] = ["IOS", "ANDROID", "WEB"]
+        /// How many hops of `shouldPrefetch` navigation actions are followed; 0 turns following off.
+        public var followActions = 1
+
+        public init() {}
+    }
+
+    /// Logging.
+    public struct Log: Sendable, Equatable {
+        public var level = "info"
+
+        public init() {}
+    }
+}

@@ -1,0 +1,120 @@
+import NIOCore
+import NIOHTTP1
+
+/// An error the proxy itself produces, as opposed to an error status the backend sent (which is passed through).
+///
+/// Every `ProxyError` becomes exactly one HTTP response: ``status`` and the JSON body from ``jsonBody()``,
+/// `{"error": {"kind": "...", "message": "...", "retryable": true|false}}`. This is the one place where
+/// errors are mapped to HTTP.
+public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What went wrong, in the vocabulary clients see in the `kind` field.
+    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+        fileprivate enum Code: String, Hashable, Sendable {
+            case network
+            case timeout
+            case decoding
+            case url
+            case badRequest
+            case tooLarge
+            case unavailable
+            case notFound
+            case methodNotAllowed
+            case unauthorized
+            case internalError
+            case upstreamTooLarge
+        }
+
+        fileprivate let code: Code
+
+        /// The backend could not be reached, or the connection broke.
+        public static let network = Kind(code: .network)
+        /// The backend did not answer in time.
+        public static let timeout = Kind(code: .timeout)
+        /// The backend's answer is not a valid component.
+        public static let decoding = Kind(code: .decoding)
+        /// No upstream URL can be built from the request target.
+        public static let url = Kind(code: .url)
+        /// The client's request is malformed or not allowed.
+        public static let badRequest = Kind(code: .badRequest)
+        /// A request or response exceeds a configured size limit.
+        public static let tooLarge = Kind(code: .tooLarge)
+        /// The proxy is shutting down or overloaded.
+        public static let unavailable = Kind(code: .unavailable)
+        /// No such route (admin listener).
+        public static let notFound = Kind(code: .notFound)
+        /// The route exists but not for this method (admin listener).
+        public static let methodNotAllowed = Kind(code: .methodNotAllowed)
+        /// Missing or wrong credentials (admin listener).
+        public static let unauthorized = Kind(code: .unauthorized)
+        /// The backend's response is larger than the proxy reads into memory (`upstream.maxResponseBytes`).
+        public static let upstreamTooLarge = Kind(code: .upstreamTooLarge)
+        /// A bug or an unexpected condition inside the proxy.
+        public static let internalError = Kind(code: .internalError)
+
+        public var description: String { code.rawValue }
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    /// The status the client receives for this error.
+    public var status: HTTPResponseStatus {
+        switch kind.code {
+        case .network, .decoding, .upstreamTooLarge: .badGateway
+        case .timeout: .gatewayTimeout
+        case .url, .badRequest: .badRequest
+        case .tooLarge: .payloadTooLarge
+        case .unavailable: .serviceUnavailable
+        case .notFound: .notFound
+        case .methodNotAllowed: .methodNotAllowed
+        case .unauthorized: .unauthorized
+        case .internalError: .internalServerError
+        }
+    }
+
+    /// Whether the same request has a chance of succeeding if the client tries again later.
+    public var isRetryable: Bool {
+        switch kind.code {
+        case .network, .timeout, .unavailable: true
+        case .decoding, .url, .badRequest, .tooLarge, .notFound, .methodNotAllowed, .unauthorized, .internalError,
+            .upstreamTooLarge:
+            false
+        }
+    }
+
+    /// The JSON error body of the error model.
+    public func jsonBody() -> String {
+        #"{"error":{"kind":"\#(kind)","message":\#(JSONText.quoted(message)),"retryable":\#(isRetryable)}}"#
+    }
+
+    public var description: String { "\(kind): \(message)" }
+}
+
+/// Small helpers to write JSON text without an encoder, for bodies the proxy builds itself.
+public enum JSONText {
+    /// `value` as a JSON string literal, quotes included.
+    public static func quoted(_ value: String) -> String {
+        var result = "\""
+        result.reserveCapacity(value.utf8.count + 2)
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": result += "\\\""
+            case "\\": result += "\\\\"
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        result += "\""
+        return result
+    }
+}

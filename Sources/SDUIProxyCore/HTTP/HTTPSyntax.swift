@@ -1,0 +1,50 @@
+/// Character classes of HTTP (RFC 9110 section 5.6), for validating names and values the proxy accepts.
+public enum HTTPSyntax {
+    /// Whether `text` is a non-empty `token` (header names, directive names, methods).
+    public static func isToken(_ text: some StringProtocol) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy(isTokenByte)
+    }
+
+    /// Whether `text` can be a header field value: visible characters, spaces and tabs, no CR or LF.
+    public static func isFieldValue(_ text: some StringProtocol) -> Bool {
+        text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }
+    }
+
+    @inline(__always)
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"),
+            UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."),
+            UInt8(ascii: "^"), UInt8(ascii: "_"), UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            true
+        default:
+            false
+        }
+    }
+
+    /// Hop-by-hop headers (RFC 9110 section 7.6.1): they describe one connection and are never forwarded.
+    public static let hopByHopHeaders: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
+        "trailer", "transfer-encoding", "upgrade",
+    ]
+}
+
+/// A platform name as clients send it in the platform header (`IOS`, `ANDROID`, `WEB`).
+public enum PlatformValue {
+    /// Whether `value` is 1 to 32 letters, digits, `-` or `_`: short, so hostile values cannot bloat cache keys.
+    public static func isValid(_ value: some StringProtocol) -> Bool {
+        let bytes = value.utf8
+        return !bytes.isEmpty && bytes.count <= 32
+            && bytes.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                    true
+                default: false
+                }
+            }
+    }
+}

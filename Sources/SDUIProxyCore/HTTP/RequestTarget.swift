@@ -1,0 +1,125 @@
+/// A request target in origin form (`/path?query`), normalised so that equivalent spellings share one cache
+/// entry and the backend receives exactly what the key describes.
+///
+/// Normalisation (RFC 3986 section 6.2.2): percent-encoded unreserved characters are decoded, other
+/// percent-encodings get upper-case hex digits, and `.`/`..` segments are removed (so a target can never
+/// climb above `/`). An empty query (`/a?`) is dropped. Repeated slashes and the order of query parameters
+/// are kept, because backends may give them meaning.
+public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
+    /// The normalised path, starting with `/`.
+    public let path: String
+    /// The normalised query without `?`, or nil when there is none.
+    public let query: String?
+
+    /// `path?query`, as sent upstream and used in cache keys.
+    public var description: String {
+        guard let query else { return path }
+        return path + "?" + query
+    }
+
+    public struct InvalidTarget: Error, Equatable, Sendable {
+        public var reason: String
+    }
+
+    /// Parses and normalises a target in origin form; fails for anything else or for bytes a URI cannot hold.
+    public init(parsing text: String) throws(InvalidTarget) {
+        let utf8 = Array(text.utf8)
+        guard utf8.first == UInt8(ascii: "/") else {
+            throw InvalidTarget(reason: "the request target must be a path starting with /")
+        }
+        var end = utf8.count
+        if let hash = utf8.firstIndex(of: UInt8(ascii: "#")) { end = hash }
+        let questionMark = utf8[..<end].firstIndex(of: UInt8(ascii: "?"))
+        let rawPath = utf8[..<(questionMark ?? end)]
+        let rawQuery = questionMark.map { utf8[($0 + 1)..<end] }
+
+        let decodedPath = try Self.normalisePercentEncoding(rawPath)
+        self.path = Self.removeDotSegments(decodedPath)
+        if let rawQuery, !rawQuery.isEmpty {
+            self.query = String(decoding: try Self.normalisePercentEncoding(rawQuery), as: UTF8.self)
+        } else {
+            self.query = nil
+        }
+    }
+
+    private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {
+        var result: [UInt8] = []
+        result.reserveCapacity(bytes.count)
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            let byte = bytes[index]
+            guard byte > 0x20, byte < 0x7F else {
+                throw InvalidTarget(reason: "the request target has a space, a control character or a non-ASCII byte")
+            }
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < bytes.endIndex,
+                    let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2])
+                else {
+                    throw InvalidTarget(reason: "the request target has a malformed percent-encoding")
+                }
+                let decoded = high << 4 | low
+                if isUnreserved(decoded) {
+                    result.append(decoded)
+                } else {
+                    result.append(UInt8(ascii: "%"))
+                    result.append(upperHex(high))
+                    result.append(upperHex(low))
+                }
+                index += 3
+            } else {
+                result.append(byte)
+                index += 1
+            }
+        }
+        return result
+    }
+
+    /// RFC 3986 section 5.2.4, on a path that starts with `/`.
+    static func removeDotSegments(_ path: [UInt8]) -> String {
+        var output: [ArraySlice<UInt8>] = []
+        let segments = path.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        var trailingSlash = false
+        for (position, segment) in segments.enumerated() {
+            let isLast = position == segments.count - 1
+            if segment.elementsEqual([UInt8(ascii: ".")]) {
+                trailingSlash = isLast
+            } else if segment.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
+                if !output.isEmpty { output.removeLast() }
+                trailingSlash = isLast
+            } else {
+                output.append(segment)
+                trailingSlash = false
+            }
+        }
+        var result: [UInt8] = [UInt8(ascii: "/")]
+        for (position, segment) in output.enumerated() {
+            if position > 0 { result.append(UInt8(ascii: "/")) }
+            result.append(contentsOf: segment)
+        }
+        if trailingSlash, !output.isEmpty { result.append(UInt8(ascii: "/")) }
+        return String(decoding: result, as: UTF8.self)
+    }
+
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+            UInt8(ascii: "~"):
+            true
+        default: false
+        }
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    private static func upperHex(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "A") + nibble - 10
+    }
+}

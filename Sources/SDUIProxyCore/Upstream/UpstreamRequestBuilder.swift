@@ -1,0 +1,84 @@
+import NIOHTTP1
+
+/// Builds the URL and headers of an upstream request from the client's request, the way Beagle's
+/// `HttpRequestBuilder` does on the device: the platform header and the configured headers are added, and the
+/// client's end-to-end headers travel with it.
+public struct UpstreamRequestBuilder: Sendable {
+    /// What the builder adds to every request.
+    public let platformHeader: String
+    public let configuredHeaders: [(name: String, value: String)]
+
+    public init(platformHeader: String, configuredHeaders: [(name: String, value: String)]) {
+        self.platformHeader = platformHeader
+        self.configuredHeaders = configuredHeaders
+    }
+
+    /// Which request the headers are for.
+    public enum Purpose: Sendable {
+        /// A component fetch whose answer may be stored: the proxy asks for the whole, unencoded
+        /// representation, so the client's conditional, range and encoding headers are left out.
+        case cacheFill
+        /// A request forwarded as the client sent it.
+        case passThrough
+    }
+
+    /// Headers the proxy never forwards for a cache fill.
+    static let cacheFillExcludedHeaders: Set<String> = [
+        "if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range", "range",
+        "accept-encoding", "beagle-hash", "content-length",
+    ]
+
+    /// The upstream headers for a client request.
+    ///
+    /// - Hop-by-hop headers, and those the client's `Connection` header names, are dropped; so are `Host`
+    ///   (the client library sets the backend's) and the client's platform header (replaced by `platform`).
+    /// - Configured headers replace the client's values, except `Content-Type` when the client sent one:
+    ///   its body is encoded the way it says.
+    /// - `Via` and `X-Forwarded-For` record the hop.
+    public func headers(
+        from clientHeaders: HTTPHeaders,
+        platform: String,
+        clientAddress: String?,
+        purpose: Purpose
+    ) -> HTTPHeaders {
+        var excluded = HTTPSyntax.hopByHopHeaders
+        for line in clientHeaders[canonicalForm: "connection"] { excluded.insert(line.lowercased()) }
+        excluded.insert("host")
+        excluded.insert(platformHeader.lowercased())
+        if purpose == .cacheFill { excluded.formUnion(Self.cacheFillExcludedHeaders) }
+
+        var headers = HTTPHeaders()
+        headers.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
+        for (name, value) in clientHeaders where !excluded.contains(name.lowercased()) {
+            headers.add(name: name, value: value)
+        }
+        for (name, value) in configuredHeaders {
+            if name.lowercased() == "content-type", headers.contains(name: "content-type") { continue }
+            headers.replaceOrAdd(name: name, value: value)
+        }
+        headers.replaceOrAdd(name: platformHeader, value: platform)
+        if purpose == .cacheFill { headers.replaceOrAdd(name: "Accept-Encoding", value: "identity") }
+        headers.add(name: "Via", value: "1.1 sdui-proxy")
+        if let clientAddress {
+            if let existing = headers.first(name: "x-forwarded-for") {
+                headers.replaceOrAdd(name: "X-Forwarded-For", value: existing + ", " + clientAddress)
+            } else {
+                headers.add(name: "X-Forwarded-For", value: clientAddress)
+            }
+        }
+        return headers
+    }
+
+    /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
+    /// its `Connection` header names. Framing (`Content-Length`, `Transfer-Encoding`) is set by the proxy.
+    public static func endToEndResponseHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
+        var excluded = HTTPSyntax.hopByHopHeaders
+        for line in headers[canonicalForm: "connection"] { excluded.insert(line.lowercased()) }
+        var result = HTTPHeaders()
+        result.reserveCapacity(headers.count)
+        for (name, value) in headers where !excluded.contains(name.lowercased()) {
+            result.add(name: name, value: value)
+        }
+        return result
+    }
+}
