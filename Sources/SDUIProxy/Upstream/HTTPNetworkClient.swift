@@ -45,7 +45,7 @@ public final class HTTPNetworkClient: NetworkClient {
     ) -> EventLoopFuture<UpstreamResponse> {
         let clientRequest: HTTPClient.Request
         do {
-            clientRequest = try makeRequest(request, body: nil)
+            clientRequest = try makeRequest(request, body: request.body.map { .byteBuffer($0) })
         } catch {
             return eventLoop.makeFailedFuture(error)
         }

@@ -8,11 +8,14 @@ public struct UpstreamRequest: Sendable {
     /// The request target relative to the backend's base (`/screens/home?x=1`), already normalised.
     public var target: String
     public var headers: HTTPHeaders
+    /// A body held in memory (replayed deliveries); streamed bodies go through ``NetworkClient/forward(_:body:on:to:)``.
+    public var body: ByteBuffer?
 
-    public init(method: HTTPMethod, target: String, headers: HTTPHeaders) {
+    public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
         self.method = method
         self.target = target
         self.headers = headers
+        self.body = body
     }
 }
 
