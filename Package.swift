@@ -58,7 +58,11 @@ let package = Package(
         ),
         .testTarget(
             name: "SDUIProxyCoreTests",
-            dependencies: ["SDUIProxyCore"]
+            dependencies: [
+                "SDUIProxyCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "SDUIProxyTests",
@@ -68,7 +72,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
     ],

@@ -19,9 +19,9 @@ public final class ProxyServer: Sendable {
     public let adminPort: Int
 
     private let eventLoopGroup: any EventLoopGroup
-    private let ownsEventLoopGroup: Bool
     private let threadPool: NIOThreadPool
-    private let quiescing: ServerQuiescingHelper
+    /// One per listener: a helper tracks the connections of a single server channel.
+    private let quiescing: [ServerQuiescingHelper]
     private let channels: [any Channel]
 
     private init(
@@ -29,30 +29,27 @@ public final class ProxyServer: Sendable {
         publicChannel: any Channel,
         adminChannel: any Channel,
         eventLoopGroup: any EventLoopGroup,
-        ownsEventLoopGroup: Bool,
         threadPool: NIOThreadPool,
-        quiescing: ServerQuiescingHelper
+        quiescing: [ServerQuiescingHelper]
     ) {
         self.context = context
         self.publicPort = publicChannel.localAddress?.port ?? 0
         self.adminPort = adminChannel.localAddress?.port ?? 0
         self.channels = [publicChannel, adminChannel]
         self.eventLoopGroup = eventLoopGroup
-        self.ownsEventLoopGroup = ownsEventLoopGroup
         self.threadPool = threadPool
         self.quiescing = quiescing
     }
 
     /// Builds the proxy from `configuration` and binds its listeners.
     ///
-    /// - Parameter eventLoopGroup: the group to run on; by default a new one with a loop per core, which the
-    ///   server shuts down with itself.
+    /// - Parameter eventLoopGroup: the group to run on; by default NIO's process-wide group, a loop per core.
     public static func start(
         configuration: ProxyConfiguration,
         logger: Logger,
         eventLoopGroup: (any EventLoopGroup)? = nil
     ) async throws -> ProxyServer {
-        let group = eventLoopGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
+        let group = eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton
         let threadPool = NIOThreadPool(numberOfThreads: 2)
         threadPool.start()
 
@@ -82,14 +79,11 @@ public final class ProxyServer: Sendable {
             client: client,
             logger: logger
         )
-        let quiescing = ServerQuiescingHelper(group: group)
 
         do {
-            let publicChannel = try await bind(
-                configuration.listen,
-                group: group,
-                quiescing: quiescing
-            ) { channel in
+            let publicQuiescing = ServerQuiescingHelper(group: group)
+            let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
+                channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
@@ -97,7 +91,9 @@ public final class ProxyServer: Sendable {
                 }
             }
             let router = AdminEndpoints.router(for: context)
-            let adminChannel = try await bind(configuration.admin, group: group, quiescing: quiescing) { channel in
+            let adminQuiescing = ServerQuiescingHelper(group: group)
+            let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
+                channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
@@ -110,9 +106,8 @@ public final class ProxyServer: Sendable {
                 publicChannel: publicChannel,
                 adminChannel: adminChannel,
                 eventLoopGroup: group,
-                ownsEventLoopGroup: eventLoopGroup == nil,
                 threadPool: threadPool,
-                quiescing: quiescing
+                quiescing: [publicQuiescing, adminQuiescing]
             )
             logger.info(
                 "listening",
@@ -126,7 +121,6 @@ public final class ProxyServer: Sendable {
         } catch {
             try? await client.shutdown()
             try? await threadPool.shutdownGracefully()
-            if eventLoopGroup == nil { try? await group.shutdownGracefully() }
             throw error
         }
     }
@@ -161,28 +155,24 @@ public final class ProxyServer: Sendable {
     public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
         let logger = context.logger
         logger.info("draining connections")
-        let drained = eventLoopGroup.any().makePromise(of: Void.self)
-        quiescing.initiateShutdown(promise: drained)
-        let deadline = eventLoopGroup.any().scheduleTask(in: drainTimeout) {
-            logger.warning("drain deadline reached, closing the remaining connections")
+        let drainedListeners = quiescing.map { helper in
+            let promise = eventLoopGroup.any().makePromise(of: Void.self)
+            helper.initiateShutdown(promise: promise)
+            return promise.futureResult
         }
-        do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await drained.futureResult.get() }
-                group.addTask {
-                    try await deadline.futureResult.get()
-                    throw CancellationError()
-                }
-                try await group.next()
-                group.cancelAll()
-            }
+        let drained = EventLoopFuture.andAllComplete(drainedListeners, on: eventLoopGroup.any())
+        // Whichever comes first: every connection closed, or the deadline.
+        let outcome = drained.eventLoop.makePromise(of: Bool.self)
+        drained.whenComplete { _ in outcome.succeed(true) }
+        let deadline = drained.eventLoop.scheduleTask(in: drainTimeout) { outcome.succeed(false) }
+        if try! await outcome.futureResult.get() {
             deadline.cancel()
-        } catch {
+        } else {
+            logger.warning("drain deadline reached, closing the remaining connections")
             for channel in channels { try? await channel.close() }
         }
         try? await context.client.shutdown()
         try? await threadPool.shutdownGracefully()
-        if ownsEventLoopGroup { try? await eventLoopGroup.shutdownGracefully() }
         logger.info("stopped")
     }
 }

@@ -1,0 +1,102 @@
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+@Suite("Connections: keep-alive, pipelining, the admin listener, shutdown")
+struct ConnectionTests {
+    @Test("many requests on one keep-alive connection")
+    func keepAlive() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            for index in 0..<50 {
+                try await connection.send("GET /screens/\(index % 5) HTTP/1.1\r\nHost: x\r\n\r\n")
+                let response = try #require(try await connection.readResponse())
+                #expect(response.head.hasPrefix("HTTP/1.1 200"))
+                #expect(response.head.contains(index < 5 ? "X-Cache: MISS" : "X-Cache: HIT"))
+            }
+            #expect(!connection.isClosed)
+            await connection.close()
+            #expect(proxy.origin.requestCount == 5)
+        }
+    }
+
+    @Test("pipelined requests are answered in order")
+    func pipelining() async throws {
+        try await ProxyHarness.run(origin: { request in
+            // Later requests answer sooner, so order can only come from the proxy.
+            var response = TestOrigin.Response.component(extra: #","uri":"\#(request.uri)""#)
+            response.delay = .milliseconds(request.uri.hasSuffix("0") ? 200 : 0)
+            return response
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            let batch = (0..<8).map { "GET /p/\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined()
+                + "HEAD /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            try await connection.send(batch)
+            for index in 0..<8 {
+                let response = try #require(try await connection.readResponse())
+                #expect(response.body.contains(#""uri":"/p/\#(index)""#))
+            }
+            let head = try #require(try await connection.readResponse(bodyless: true))
+            #expect(head.head.contains("X-Cache: HIT"))
+            let last = try #require(try await connection.readResponse())
+            #expect(last.head.contains("Connection: close"))
+            #expect(last.body.contains(#""uri":"/p/0""#))
+            _ = try await connection.readUntilClosed()
+        }
+    }
+
+    @Test("malformed HTTP gets a 400 and the connection is closed")
+    func malformed() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("THIS IS NOT HTTP\r\n\r\n")
+            let rest = try await connection.readUntilClosed()
+            #expect(rest.hasPrefix("HTTP/1.1 400"))
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
+    @Test("the admin listener answers /health, and admin paths are not served on the public listener")
+    func adminHealth() async throws {
+        try await ProxyHarness.run(origin: { _ in TestOrigin.Response(status: .notFound, body: "origin 404") }) { proxy async throws in
+            let health = try await proxy.admin("/health")
+            #expect(health.status == .ok)
+            #expect(health.body == #"{"status":"ok"}"#)
+            #expect(try await proxy.admin("/nope").status == .notFound)
+            #expect(try await proxy.admin("/health", method: .DELETE).status == .methodNotAllowed)
+
+            let publicHealth = try await proxy.get("/health")
+            #expect(publicHealth.body == "origin 404")
+        }
+    }
+
+    @Test("shutdown stops accepting, finishes requests in flight, then closes")
+    func gracefulShutdown() async throws {
+        let origin = try await TestOrigin { _ in
+            var response = TestOrigin.Response.component()
+            response.delay = .milliseconds(600)
+            return response
+        }
+        let server = try await ProxyServer.start(
+            configuration: ProxyHarness.testConfiguration(upstream: origin.url),
+            logger: ProxyHarness.logger
+        )
+        let connection = try await RawConnection(port: server.publicPort)
+        try await connection.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await Task.sleep(for: .milliseconds(150))
+        let shutdown = Task { await server.shutdown(drainTimeout: .seconds(5)) }
+        try await Task.sleep(for: .milliseconds(100))
+
+        await #expect(throws: (any Error).self) { _ = try await RawConnection(port: server.publicPort) }
+        let response = try #require(try await connection.readResponse())
+        #expect(response.head.hasPrefix("HTTP/1.1 200"))
+        #expect(response.body.contains("beagle:screenComponent"))
+        _ = try await connection.readUntilClosed()
+        await shutdown.value
+        try await origin.stop()
+    }
+}

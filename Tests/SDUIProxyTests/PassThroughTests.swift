@@ -1,0 +1,90 @@
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+@Suite("Methods other than GET and HEAD are forwarded untouched")
+struct PassThroughTests {
+    @Test("POST reaches the backend with its method, body and headers, and is never cached", arguments: [HTTPMethod.POST, .PUT, .PATCH, .DELETE, .OPTIONS])
+    func forwarded(method: HTTPMethod) async throws {
+        try await ProxyHarness.run(origin: { request in
+            TestOrigin.Response(
+                status: .created,
+                headers: [("Content-Type", "text/plain"), ("Cache-Control", "max-age=600"), ("X-Backend", "yes")],
+                body: "got \(request.method) \(request.body.readableBytes) bytes"
+            )
+        }) { proxy async throws in
+            let body = #"{"productId":2,"quantity":1}"#
+            for _ in 0..<2 {
+                let reply = try await proxy.get(
+                    "/api/orders?source=app",
+                    headers: [("Content-Type", "application/vnd.orders+json"), ("X-Request-Id", "abc"), ("beagle-platform", "IOS")],
+                    method: method,
+                    body: body
+                )
+                #expect(reply.status == .created)
+                #expect(reply.body == "got \(method) \(body.utf8.count) bytes")
+                #expect(reply["X-Backend"] == "yes")
+                #expect(reply["X-Cache"] == nil)
+            }
+            let seen = proxy.origin.requests
+            #expect(seen.count == 2)
+            let first = try #require(seen.first)
+            #expect(first.method == method)
+            #expect(first.uri == "/api/orders?source=app")
+            #expect(String(buffer: first.body) == body)
+            #expect(first.headers.first(name: "content-type") == "application/vnd.orders+json")
+            #expect(first.headers.first(name: "x-request-id") == "abc")
+            #expect(first.headers.first(name: "beagle-platform") == "IOS")
+        }
+    }
+
+    @Test("large bodies stream through in both directions")
+    func largeBodies() async throws {
+        let size = 6 << 20
+        try await ProxyHarness.run(origin: { request in
+            TestOrigin.Response(
+                status: .ok,
+                headers: [("Content-Type", "application/octet-stream")],
+                body: String(repeating: "r", count: request.body.readableBytes)
+            )
+        }) { proxy async throws in
+            let reply = try await proxy.get("/upload", method: .PUT, body: String(repeating: "q", count: size))
+            #expect(reply.status == .ok)
+            #expect(reply.body.utf8.count == size)
+            #expect(proxy.origin.requests.first?.body.readableBytes == size)
+        }
+    }
+
+    @Test("hop-by-hop headers are not forwarded")
+    func hopByHop() async throws {
+        try await ProxyHarness.run(origin: { _ in TestOrigin.Response(status: .noContent, headers: [], body: "") }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send(
+                "POST /submit HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\n"
+                    + "Keep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\n{}"
+            )
+            let response = try #require(try await connection.readResponse())
+            #expect(response.head.hasPrefix("HTTP/1.1 204"))
+            await connection.close()
+            let headers = try #require(proxy.origin.requests.first?.headers)
+            #expect(!headers.contains(name: "x-secret"))
+            #expect(!headers.contains(name: "keep-alive"))
+            #expect(headers.first(name: "x-forwarded-for") == "127.0.0.1")
+        }
+    }
+
+    @Test("an unreachable backend answers a forwarded request with a 502 error body")
+    func unreachable() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            try await proxy.origin.stop()
+            let reply = try await proxy.get("/api/orders", method: .POST, body: "{}")
+            #expect(reply.status == .badGateway)
+            #expect(reply.body.contains(#""kind":"network""#))
+            try await proxy.origin.restart()
+        }
+    }
+}

@@ -1,0 +1,173 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import SDUIProxy
+import SDUIProxyCore
+
+/// A real proxy on 127.0.0.1 ephemeral ports in front of a ``TestOrigin``, with an HTTP client to talk to it.
+struct ProxyHarness {
+    let origin: TestOrigin
+    let server: ProxyServer
+    let client: HTTPClient
+
+    var baseURL: String { "http://127.0.0.1:\(server.publicPort)" }
+    var adminURL: String { "http://127.0.0.1:\(server.adminPort)" }
+
+    static func testConfiguration(upstream: String) -> ProxyConfiguration {
+        var configuration = ProxyConfiguration()
+        configuration.listen = .init(host: "127.0.0.1", port: 0)
+        configuration.admin = .init(host: "127.0.0.1", port: 0)
+        configuration.upstream.url = upstream
+        configuration.upstream.timeout = .seconds(2)
+        return configuration
+    }
+
+    static var logger: Logger {
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        return logger
+    }
+
+    /// Runs `body` with a proxy in front of a new origin; everything is shut down afterwards.
+    static func run(
+        origin responder: @escaping TestOrigin.Responder = { _ in .component() },
+        configure: ((inout ProxyConfiguration) -> Void)? = nil,
+        _ body: (ProxyHarness) async throws -> Void
+    ) async throws {
+        let origin = try await TestOrigin(responder: responder)
+        var configuration = testConfiguration(upstream: origin.url)
+        configure?(&configuration)
+        let server = try await ProxyServer.start(configuration: configuration, logger: logger)
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+        let harness = ProxyHarness(origin: origin, server: server, client: client)
+        do {
+            try await body(harness)
+        } catch {
+            try? await client.shutdown()
+            await server.shutdown(drainTimeout: .seconds(2))
+            try? await origin.stop()
+            throw error
+        }
+        try await client.shutdown()
+        await server.shutdown(drainTimeout: .seconds(2))
+        try await origin.stop()
+    }
+
+    struct Reply {
+        var status: HTTPResponseStatus
+        var headers: HTTPHeaders
+        var body: String
+
+        subscript(header: String) -> String? { headers.first(name: header) }
+    }
+
+    func get(_ path: String, headers: [(String, String)] = [], method: HTTPMethod = .GET, body: String? = nil) async throws -> Reply {
+        try await send(baseURL + path, headers: headers, method: method, body: body)
+    }
+
+    func admin(_ path: String, method: HTTPMethod = .GET, headers: [(String, String)] = [], body: String? = nil) async throws -> Reply {
+        try await send(adminURL + path, headers: headers, method: method, body: body)
+    }
+
+    func send(_ url: String, headers: [(String, String)], method: HTTPMethod, body: String?) async throws -> Reply {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(ByteBuffer(string: body)) }
+        let response = try await client.execute(request, timeout: .seconds(10))
+        let bytes = try await response.body.collect(upTo: 64 << 20)
+        return Reply(status: response.status, headers: response.headers, body: String(buffer: bytes))
+    }
+}
+
+/// A raw TCP connection for tests that need exact bytes on the wire (pipelining, keep-alive, malformed input).
+final class RawConnection: Sendable {
+    private let channel: any Channel
+    private let collector: ByteCollector
+
+    init(port: Int) async throws {
+        let collector = ByteCollector()
+        self.collector = collector
+        channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(collector) }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+    }
+
+    func send(_ text: String) async throws {
+        try await channel.writeAndFlush(ByteBuffer(string: text))
+    }
+
+    /// Reads one response with a Content-Length body (or none); nil when the server closed the connection first.
+    /// `bodyless` is for responses to HEAD.
+    func readResponse(bodyless: Bool = false, timeout: Duration = .seconds(10)) async throws -> (head: String, body: String)? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let parsed = collector.takeResponse(bodyless: bodyless) { return parsed }
+            if collector.isClosed { return collector.takeResponse(bodyless: bodyless) }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw CancellationError()
+    }
+
+    /// Waits until the server closes the connection; returns whatever arrived that was not read yet.
+    func readUntilClosed(timeout: Duration = .seconds(10)) async throws -> String {
+        let deadline = ContinuousClock.now + timeout
+        while !collector.isClosed {
+            guard ContinuousClock.now < deadline else { throw CancellationError() }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return collector.remainder
+    }
+
+    var isClosed: Bool { collector.isClosed }
+
+    func close() async {
+        try? await channel.close()
+    }
+}
+
+private final class ByteCollector: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+
+    private let state = NIOLockedValueBox<(buffer: ByteBuffer, closed: Bool)>((ByteBuffer(), false))
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var part = unwrapInboundIn(data)
+        _ = state.withLockedValue { $0.buffer.writeBuffer(&part) }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        state.withLockedValue { $0.closed = true }
+    }
+
+    var isClosed: Bool { state.withLockedValue { $0.closed } }
+    var remainder: String { state.withLockedValue { String(buffer: $0.buffer) } }
+
+    func takeResponse(bodyless: Bool) -> (head: String, body: String)? {
+        state.withLockedValue { state in
+            let text = String(buffer: state.buffer)
+            guard let headEnd = text.range(of: "\r\n\r\n") else { return nil }
+            let head = String(text[..<headEnd.lowerBound])
+            var length = 0
+            for line in head.split(separator: "\r\n") {
+                let parts = line.split(separator: ":", maxSplits: 1)
+                if parts.count == 2, parts[0].lowercased() == "content-length" {
+                    length = Int(parts[1].trimmingCharacters(in: .whitespaces)) ?? 0
+                }
+            }
+            let headBytes = head.utf8.count + 4
+            let bodyLength = bodyless ? 0 : length
+            guard state.buffer.readableBytes >= headBytes + bodyLength else { return nil }
+            state.buffer.moveReaderIndex(forwardBy: headBytes)
+            let body = state.buffer.readString(length: bodyLength) ?? ""
+            state.buffer.discardReadBytes()
+            return (head, body)
+        }
+    }
+}

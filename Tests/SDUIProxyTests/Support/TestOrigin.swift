@@ -1,0 +1,144 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A real HTTP origin on 127.0.0.1 for end-to-end tests: it records every request and answers with what the
+/// test's responder returns.
+final class TestOrigin: Sendable {
+    struct Request: Sendable {
+        var method: HTTPMethod
+        var uri: String
+        var headers: HTTPHeaders
+        var body: ByteBuffer
+    }
+
+    struct Response: Sendable {
+        var status: HTTPResponseStatus = .ok
+        var headers: [(String, String)] = [("Content-Type", "application/json")]
+        var body: String = ""
+        /// How long to wait before answering.
+        var delay: TimeAmount = .zero
+        /// Send the body with chunked encoding instead of a Content-Length.
+        var chunked = false
+
+        static func component(_ type: String = "beagle:screenComponent", maxAge: Int? = 60, extra: String = "")
+            -> Response
+        {
+            var response = Response()
+            if let maxAge { response.headers.append(("Cache-Control", "max-age=\(maxAge)")) }
+            response.body = #"{"_beagleComponent_":"\#(type)","id":"x"\#(extra)}"#
+            return response
+        }
+    }
+
+    typealias Responder = @Sendable (Request) -> Response
+
+    private let channel: NIOLockedValueBox<(any Channel)?>
+    private let recorded = NIOLockedValueBox<[Request]>([])
+    private let responder: NIOLockedValueBox<Responder>
+    private let group: any EventLoopGroup
+    private let boundPort = NIOLockedValueBox(0)
+
+    var port: Int { boundPort.withLockedValue { $0 } }
+
+    init(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, port: Int = 0, responder: @escaping Responder) async throws {
+        self.group = group
+        self.responder = NIOLockedValueBox(responder)
+        self.channel = NIOLockedValueBox(nil)
+        let bound = try await Self.bind(group: group, port: port, origin: self)
+        self.channel.withLockedValue { $0 = bound }
+        self.boundPort.withLockedValue { $0 = bound.localAddress!.port! }
+    }
+
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    var requests: [Request] { recorded.withLockedValue { $0 } }
+    var requestCount: Int { recorded.withLockedValue { $0.count } }
+
+    func requests(to path: String) -> [Request] {
+        requests.filter { $0.uri == path }
+    }
+
+    func setResponder(_ responder: @escaping Responder) {
+        self.responder.withLockedValue { $0 = responder }
+    }
+
+    /// Stops listening (existing connections are closed too).
+    func stop() async throws {
+        let channel = self.channel.withLockedValue { current -> (any Channel)? in
+            defer { current = nil }
+            return current
+        }
+        try await channel?.close()
+    }
+
+    /// Listens again on the same port.
+    func restart() async throws {
+        let bound = try await Self.bind(group: group, port: port, origin: self)
+        channel.withLockedValue { $0 = bound }
+    }
+
+    fileprivate func handle(_ request: Request) -> Response {
+        recorded.withLockedValue { $0.append(request) }
+        return responder.withLockedValue { $0 }(request)
+    }
+
+    private static func bind(group: any EventLoopGroup, port: Int, origin: TestOrigin) async throws -> any Channel {
+        try await ServerBootstrap(group: group)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(OriginHandler(origin: origin))
+                }
+            }
+            .bind(host: "127.0.0.1", port: port).get()
+    }
+}
+
+private final class OriginHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let origin: TestOrigin
+    private var head: HTTPRequestHead?
+    private var body = ByteBuffer()
+
+    init(origin: TestOrigin) {
+        self.origin = origin
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            body.clear()
+        case .body(var part):
+            body.writeBuffer(&part)
+        case .end:
+            guard let head else { return }
+            let response = origin.handle(TestOrigin.Request(method: head.method, uri: head.uri, headers: head.headers, body: body))
+            let keepAlive = head.isKeepAlive
+            let isHead = head.method == .HEAD
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(in: response.delay) {
+                let (handler, context) = loopBound.value
+                handler.write(response, keepAlive: keepAlive, isHead: isHead, context: context)
+            }
+        }
+    }
+
+    private func write(_ response: TestOrigin.Response, keepAlive: Bool, isHead: Bool, context: ChannelHandlerContext) {
+        var headers = HTTPHeaders(response.headers)
+        if !response.chunked { headers.replaceOrAdd(name: "Content-Length", value: String(response.body.utf8.count)) }
+        if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))), promise: nil)
+        if !isHead, !response.body.isEmpty {
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: response.body)))), promise: nil)
+        }
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
+            if !keepAlive { context.close(promise: nil) }
+        }
+    }
+}
