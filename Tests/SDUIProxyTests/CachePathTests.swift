@@ -20,7 +20,7 @@ struct CachePathTests {
             let second = try await proxy.get("/screens/home")
             #expect(second.status == .ok)
             #expect(second["X-Cache"] == "HIT")
-            #expect(second["Age"] == "0")
+            #expect((0...1).contains(Int(second["Age"] ?? "") ?? -1))
             #expect(second["ETag"] == etag)
             #expect(second.body == first.body)
             #expect(proxy.origin.requestCount == 1)

@@ -104,9 +104,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             state = .responding
             answerFromCache(request, context: context)
         case .rejecting(let error, let keepAlive, let isHead):
-            state = .responding
-            let writer = ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead)
-            writer.write(error).assumeIsolated().whenComplete { _ in self.responseFinished() }
+            // The next pipelined request may arrive as soon as this response's end is written.
+            state = .idle
+            ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead).write(error)
         case .forwarding(let stream):
             stream?.finish()
             state = .responding
@@ -128,8 +128,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let now = NIODeadline.now()
             if case .fresh(let entry) = proxy.cache.lookup(request.key, now: now) {
                 proxy.logger.debug("hit", metadata: ["key": "\(request.key)"])
+                state = .idle
                 writer.write(entry, cacheStatus: .hit, age: entry.ageSeconds(at: now))
-                    .assumeIsolated().whenComplete { _ in self.responseFinished() }
                 return
             }
         }
@@ -154,14 +154,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let logger = proxy.logger
         proxy.fetcher.fetch(fetch, on: context.eventLoop).hop(to: context.eventLoop).assumeIsolated()
             .whenComplete { result in
-                let written: EventLoopFuture<Void>
+                self.state = .idle
                 switch result {
                 case .success(.stored(let entry)):
                     logger.debug("miss, stored", metadata: ["key": "\(request.key)"])
-                    written = writer.write(entry, cacheStatus: .miss, age: nil)
+                    writer.write(entry, cacheStatus: .miss, age: nil)
                 case .success(.notStored(let response, let reason)):
                     logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
-                    written = writer.write(response, cacheStatus: .bypass)
+                    writer.write(response, cacheStatus: .bypass)
                 case .failure(let error):
                     let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
                     logger.log(
@@ -169,9 +169,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                         "miss, upstream failed",
                         metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
                     )
-                    written = writer.write(proxyError, cacheStatus: .miss)
+                    writer.write(proxyError, cacheStatus: .miss)
                 }
-                written.assumeIsolated().whenComplete { _ in self.responseFinished() }
             }
     }
 
@@ -208,18 +207,20 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 purpose: .passThrough
             )
         )
+        let loopBoundHandler = NIOLoopBound(self, eventLoop: context.eventLoop)
         let sink = ChannelResponseSink(
             context: context,
             keepAlive: head.isKeepAlive,
             isHead: head.method == .HEAD,
-            cacheStatus: cacheStatus
+            cacheStatus: cacheStatus,
+            beforeEnd: { loopBoundHandler.value.state = .idle }
         )
         let logger = proxy.logger
         proxy.client.forward(upstream, body: stream, on: context.eventLoop, to: sink).hop(to: context.eventLoop)
             .assumeIsolated().whenComplete { result in
                 switch result {
                 case .success:
-                    sink.finished.assumeIsolated().whenComplete { _ in self.responseFinished() }
+                    break
                 case .failure(let error):
                     let proxyError = error as? ProxyError ?? ProxyError(.network, "\(error)")
                     logger.info(
@@ -231,9 +232,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                         // Part of the backend's response is out; the only honest signal left is to cut it short.
                         context.close(promise: nil)
                     } else {
+                        self.state = .idle
                         ResponseWriter(context: context, keepAlive: false, isHead: head.method == .HEAD)
                             .write(proxyError, cacheStatus: cacheStatus)
-                            .assumeIsolated().whenComplete { _ in self.responseFinished() }
                     }
                 }
             }
@@ -246,10 +247,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             readRequestedWhilePaused = false
             context.read()
         }
-    }
-
-    private func responseFinished() {
-        if case .responding = state { state = .idle }
     }
 
     // MARK: Outbound
@@ -282,19 +279,24 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     private let isHead: Bool
     private let cacheStatus: ResponseWriter.CacheStatus?
     private let headSent: NIOLoopBoundBox<Bool>
-    private let finishedPromise: EventLoopPromise<Void>
+    private let beforeEnd: NIOLoopBound<() -> Void>
 
-    init(context: ChannelHandlerContext, keepAlive: Bool, isHead: Bool, cacheStatus: ResponseWriter.CacheStatus?) {
+    /// - Parameter beforeEnd: called just before the end is written, when the connection may take the next
+    ///   pipelined request.
+    init(
+        context: ChannelHandlerContext,
+        keepAlive: Bool,
+        isHead: Bool,
+        cacheStatus: ResponseWriter.CacheStatus?,
+        beforeEnd: @escaping () -> Void
+    ) {
         self.context = NIOLoopBound(context, eventLoop: context.eventLoop)
         self.keepAlive = keepAlive
         self.isHead = isHead
         self.cacheStatus = cacheStatus
         self.headSent = NIOLoopBoundBox(false, eventLoop: context.eventLoop)
-        self.finishedPromise = context.eventLoop.makePromise()
+        self.beforeEnd = NIOLoopBound(beforeEnd, eventLoop: context.eventLoop)
     }
-
-    /// Completes when the response's end has been written.
-    var finished: EventLoopFuture<Void> { finishedPromise.futureResult }
 
     var headWasSent: Bool { headSent.value }
 
@@ -313,11 +315,11 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     }
 
     func receiveEnd() {
+        beforeEnd.value()
         let context = self.context.value
         let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
         if !keepAlive {
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
         }
-        written.cascade(to: finishedPromise)
     }
 }

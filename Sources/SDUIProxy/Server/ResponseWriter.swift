@@ -18,6 +18,7 @@ struct ResponseWriter {
     let isHead: Bool
 
     /// Writes a stored entry; `age` is given on hits.
+    @discardableResult
     func write(_ entry: CachedResponse, cacheStatus: CacheStatus, age: Int64?) -> EventLoopFuture<Void> {
         var headers = entry.headers
         headers.reserveCapacity(headers.count + 4)
@@ -28,6 +29,7 @@ struct ResponseWriter {
     }
 
     /// Writes a backend response that was not stored.
+    @discardableResult
     func write(_ response: UpstreamResponse, cacheStatus: CacheStatus) -> EventLoopFuture<Void> {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
@@ -36,6 +38,7 @@ struct ResponseWriter {
     }
 
     /// Writes the JSON body of the error model.
+    @discardableResult
     func write(_ error: ProxyError, cacheStatus: CacheStatus? = nil) -> EventLoopFuture<Void> {
         let body = context.channel.allocator.buffer(string: error.jsonBody())
         var headers = HTTPHeaders()
@@ -46,6 +49,7 @@ struct ResponseWriter {
         return write(status: error.status, headers: headers, body: body)
     }
 
+    @discardableResult
     private func write(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer) -> EventLoopFuture<Void> {
         var headers = headers
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }

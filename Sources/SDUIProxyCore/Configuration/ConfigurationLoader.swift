@@ -53,7 +53,8 @@ public struct ConfigurationLoader: Sendable {
         do {
             root = try Yams.compose(yaml: yaml)
         } catch {
-            throw ConfigurationError(key: "(file)", problem: "not valid YAML: \(error)")
+            let oneLine = "\(error)".split(whereSeparator: \.isNewline).joined(separator: " ")
+            throw ConfigurationError(key: "(file)", problem: "not valid YAML: \(oneLine)")
         }
         let log = ConfigurationSection.VariableLog()
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
@@ -83,7 +84,9 @@ public struct ConfigurationLoader: Sendable {
             try Self.checkUpstreamURL(upstream, key: "--upstream")
             config.upstream.url = upstream
         }
-        if config.listen.port != 0, config.listen == config.admin {
+        if config.listen.port != 0, config.listen.port == config.admin.port,
+            config.listen.host == config.admin.host || [config.listen.host, config.admin.host].contains(where: Self.isWildcard)
+        {
             throw ConfigurationError(key: "admin.port", problem: "the admin listener cannot share the public address")
         }
 
@@ -208,6 +211,10 @@ public struct ConfigurationLoader: Sendable {
     }
 
     // MARK: Checks
+
+    private static func isWildcard(_ host: String) -> Bool {
+        host == "0.0.0.0" || host == "::" || host == "[::]"
+    }
 
     private static func checkedPort(_ port: Int, key: String) throws(ConfigurationError) -> Int {
         guard (0...65535).contains(port) else {

@@ -1,0 +1,130 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@Suite("The LRU store and the sharded response cache")
+struct CacheStoreTests {
+    @Test("least recently used entries go first when the cost limit is reached")
+    func costLimit() {
+        var store = LRUStore<String, Int>(costLimit: 100, countLimit: 10)
+        store.insert(1, forKey: "a", cost: 40)
+        store.insert(2, forKey: "b", cost: 40)
+        _ = store.value(forKey: "a")
+        var evicted: [String] = []
+        store.insert(3, forKey: "c", cost: 40) { key, _ in evicted.append(key) }
+        #expect(evicted == ["b"])
+        #expect(store.keysByRecency == ["c", "a"])
+        #expect(store.totalCost == 80)
+    }
+
+    @Test("the count limit holds too")
+    func countLimit() {
+        var store = LRUStore<Int, Int>(costLimit: 1_000_000, countLimit: 3)
+        for key in 0..<10 { store.insert(key, forKey: key, cost: 1) }
+        #expect(store.count == 3)
+        #expect(store.keysByRecency == [9, 8, 7])
+    }
+
+    @Test("replacing a value updates its cost, and an oversized entry is refused")
+    func replaceAndOversize() {
+        var store = LRUStore<String, Int>(costLimit: 100, countLimit: 10)
+        store.insert(1, forKey: "a", cost: 10)
+        store.insert(2, forKey: "a", cost: 30)
+        #expect(store.totalCost == 30)
+        #expect(store.peek("a") == 2)
+        let storedBig = store.insert(3, forKey: "big", cost: 101)
+        #expect(!storedBig)
+        #expect(store.peek("big") == nil)
+        let storedHuge = store.insert(4, forKey: "a", cost: 500)
+        #expect(!storedHuge)
+        #expect(store.peek("a") == nil)
+        #expect(store.totalCost == 0)
+    }
+
+    @Test("removal and slot reuse keep the list consistent")
+    func removal() {
+        var store = LRUStore<Int, Int>(costLimit: 1000, countLimit: 100)
+        for key in 0..<20 { store.insert(key, forKey: key, cost: 5) }
+        let removedOne = store.removeValue(forKey: 5)
+        let removedEven = store.removeAll { key, _ in key % 2 == 0 }
+        #expect(removedOne == 5)
+        #expect(removedEven == 10)
+        for key in 100..<105 { store.insert(key, forKey: key, cost: 5) }
+        #expect(store.count == 14)
+        #expect(store.keysByRecency.first == 104)
+        #expect(store.totalCost == 70)
+        #expect(Set(store.keysByRecency).count == store.count)
+    }
+
+    private static func entry(_ body: String, lifetime: Int64 = 60, initialAge: Int64 = 0, storedAt: NIODeadline = .now())
+        -> CachedResponse
+    {
+        CachedResponse(
+            status: .ok,
+            headers: ["Content-Type": "application/json"],
+            body: ByteBuffer(string: body),
+            etag: "\"x\"",
+            storedAt: storedAt,
+            initialAge: initialAge,
+            freshnessLifetime: lifetime
+        )
+    }
+
+    @Test("lookups report fresh, stale and missing entries, and count hits and misses")
+    func lookups() {
+        let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
+        let key = CacheKey(target: "/a", platform: "WEB")
+        if case .miss = cache.lookup(key, now: .now()) {} else { Issue.record("expected a miss") }
+        cache.store(Self.entry("{}", lifetime: 10), for: key)
+        if case .fresh = cache.lookup(key, now: .now()) {} else { Issue.record("expected a fresh entry") }
+        if case .stale = cache.lookup(key, now: .now() + .seconds(11)) {} else { Issue.record("expected stale") }
+        let statistics = cache.statistics
+        #expect(statistics.hits == 1)
+        #expect(statistics.misses == 1)
+        #expect(statistics.entries == 1)
+    }
+
+    @Test("age counts the initial age and the time resident")
+    func age() {
+        let stored = NIODeadline.now()
+        let response = Self.entry("{}", lifetime: 100, initialAge: 30, storedAt: stored)
+        #expect(response.ageSeconds(at: stored + .seconds(5)) == 35)
+        #expect(response.isFresh(at: stored + .seconds(69)))
+        #expect(!response.isFresh(at: stored + .seconds(70)))
+    }
+
+    @Test("keys differ by platform and vary values, and equal keys hash alike")
+    func keys() {
+        let web = CacheKey(target: "/a", platform: "WEB")
+        #expect(web == CacheKey(target: "/a", platform: "WEB"))
+        #expect(web.hashCode == CacheKey(target: "/a", platform: "WEB").hashCode)
+        #expect(web != CacheKey(target: "/a", platform: "IOS"))
+        #expect(CacheKey(target: "/a", platform: "WEB", varyValues: ["en"]) != CacheKey(target: "/a", platform: "WEB", varyValues: ["pt"]))
+        #expect(web.platform == "WEB")
+    }
+
+    @Test("many threads at once keep the budget and lose nothing")
+    func concurrentUse() async {
+        let cache = ResponseCache(maxBytes: 64 << 20, maxEntries: 1000, shardCount: 8)
+        await withTaskGroup(of: Void.self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    for index in 0..<2000 {
+                        let key = CacheKey(target: "/\((index * 7 + worker) % 1500)", platform: "WEB")
+                        if case .miss = cache.lookup(key, now: .now()) {
+                            cache.store(Self.entry(String(repeating: "x", count: 100)), for: key)
+                        }
+                    }
+                }
+            }
+        }
+        let statistics = cache.statistics
+        #expect(statistics.entries <= 1000)
+        #expect(statistics.hits + statistics.misses == 16000)
+        #expect(statistics.bytes <= 64 << 20)
+        // Two workers may both miss and store the same key; the second store replaces the first.
+        #expect(statistics.stores - statistics.evictions >= statistics.entries)
+        #expect(statistics.entries == 1000)
+    }
+}

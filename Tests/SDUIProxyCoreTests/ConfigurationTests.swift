@@ -1,0 +1,157 @@
+import SDUIProxyCore
+import Testing
+
+@Suite("Configuration: file, environment and flags")
+struct ConfigurationTests {
+    private func load(_ yaml: String, environment: [String: String] = [:], overrides: CommandLineOverrides = .init())
+        throws(ConfigurationError) -> ProxyConfiguration
+    {
+        try ConfigurationLoader(environment: environment).load(yaml: yaml, overrides: overrides)
+    }
+
+    private func error(_ yaml: String, environment: [String: String] = [:]) -> ConfigurationError? {
+        do {
+            _ = try load(yaml, environment: environment)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("an empty file is the defaults")
+    func defaults() throws {
+        let configuration = try load("")
+        #expect(configuration == ProxyConfiguration())
+        #expect(configuration.listen.port == 8080)
+        #expect(configuration.admin.host == "127.0.0.1")
+        #expect(configuration.cache.maxBytes == 256 << 20)
+        #expect(configuration.cache.policy.defaultTTL == .zero)
+        #expect(configuration.prefetch.urls.isEmpty)
+    }
+
+    @Test("the bundled config file is valid and serves the samples")
+    func bundledFile() throws {
+        let root = String(#filePath).split(separator: "/").dropLast(3).joined(separator: "/")
+        let configuration = try ConfigurationLoader().load(path: "/" + root + "/config/sdui-proxy.yaml")
+        #expect(configuration.upstream.url == "file:config/samples")
+        #expect(configuration.cache.routes.map(\.prefix) == ["/assets/", "/api/session"])
+        #expect(configuration.cache.policy(forPath: "/api/session/x").bypass)
+        #expect(configuration.prefetch.urls == ["/screens/home"])
+    }
+
+    @Test("sizes, durations and sections are read")
+    func values() throws {
+        let configuration = try load(
+            """
+            listen: { host: 127.0.0.1, port: 8081 }
+            upstream: { url: "http://backend:8081/bff", timeout: 250ms, maxConnections: 8 }
+            platform: { header: x-platform, default: ios }
+            headers: { X-Api-Key: secret, Content-Type: application/json }
+            cache:
+              maxBytes: 64MiB
+              defaultTTL: 5m
+              vary: [Accept-Language]
+              routes:
+                - { prefix: /assets/, defaultTTL: 1d, validateComponents: false }
+                - { prefix: /assets/private/, bypass: true }
+            log: { level: debug }
+            """
+        )
+        #expect(configuration.listen == .init(host: "127.0.0.1", port: 8081))
+        #expect(configuration.upstream.timeout == .milliseconds(250))
+        #expect(configuration.platform.defaultValue == "IOS")
+        #expect(configuration.headers.map(\.name) == ["X-Api-Key", "Content-Type"])
+        #expect(configuration.cache.maxBytes == 64 << 20)
+        #expect(configuration.cache.policy.defaultTTL == .seconds(300))
+        #expect(configuration.cache.policy.vary == ["accept-language"])
+        let assets = configuration.cache.policy(forPath: "/assets/logo.png")
+        #expect(assets.defaultTTL == .seconds(86400))
+        #expect(!assets.validateComponents)
+        #expect(assets.vary == ["accept-language"])
+        #expect(configuration.cache.policy(forPath: "/assets/private/a").bypass)
+        #expect(!configuration.cache.policy(forPath: "/screens/home").bypass)
+        #expect(configuration.log.level == "debug")
+    }
+
+    @Test("environment variables override the file, flags override both")
+    func precedence() throws {
+        let yaml = "listen: { port: 8081 }\nupstream: { url: \"http://a:1\" }\ncache: { maxBytes: 1MiB }"
+        let environment = [
+            "SDUI_PROXY_LISTEN_PORT": "8082",
+            "SDUI_PROXY_UPSTREAM_URL": "http://b:2",
+            "SDUI_PROXY_CACHE_MAX_BYTES": "2MiB",
+            "SDUI_PROXY_PREFETCH_URLS": "[/a, /b]",
+            "SDUI_PROXY_ADMIN_TOKEN": "not a config key, and allowed",
+        ]
+        let fromEnvironment = try load(yaml, environment: environment)
+        #expect(fromEnvironment.listen.port == 8082)
+        #expect(fromEnvironment.upstream.url == "http://b:2")
+        #expect(fromEnvironment.cache.maxBytes == 2 << 20)
+        #expect(fromEnvironment.prefetch.urls == ["/a", "/b"])
+
+        let fromFlags = try load(
+            yaml,
+            environment: environment,
+            overrides: .init(port: 9000, adminPort: 9001, upstream: "http://c:3")
+        )
+        #expect(fromFlags.listen.port == 9000)
+        #expect(fromFlags.admin.port == 9001)
+        #expect(fromFlags.upstream.url == "http://c:3")
+    }
+
+    @Test(
+        "bad values stop start-up with a message that names the key",
+        arguments: [
+            ("cache: { maxBytes: lots }", "cache.maxBytes", "expected a size"),
+            ("listen: { port: 70000 }", "listen.port", "out of range"),
+            ("listen: { port: eighty }", "listen.port", "expected a whole number"),
+            ("upstream: { timeout: 5 }", "upstream.timeout", "expected a duration"),
+            ("upstream: { url: ftp://x }", "upstream.url", "not an http://"),
+            ("cache: { colour: blue }", "cache.colour", "unknown key"),
+            ("lisen: { port: 1 }", "lisen", "unknown key"),
+            ("cache: { routes: [ { prefix: assets } ] }", "cache.routes[0].prefix", "must be a path"),
+            ("cache: { validateComponents: maybe }", "cache.validateComponents", "true or false"),
+            ("platform: { default: TV }", "platform.default", "not one of platform.allowed"),
+            ("log: { level: loud }", "log.level", "must be one of"),
+            ("headers: { \"Bad Name\": x }", "headers", "not a header name"),
+            ("prefetch: { followActions: -1 }", "prefetch.followActions", "out of range"),
+            ("admin: { port: 8080 }", "admin.port", "cannot share"),
+            ("- just\n- a list", "(top level)", "expected a mapping"),
+            ("cache: [1", "(file)", "not valid YAML"),
+        ]
+    )
+    func badValues(yaml: String, key: String, problem: String) {
+        let failure = error(yaml)
+        #expect(failure?.key == key, "\(yaml)")
+        #expect(failure?.problem.contains(problem) == true, "\(String(describing: failure))")
+        #expect(failure?.description.contains("\n") == false)
+    }
+
+    @Test("a bad environment value names the variable, and unknown variables are refused")
+    func badEnvironment() {
+        let failure = error("", environment: ["SDUI_PROXY_LISTEN_PORT": "x"])
+        #expect(failure?.key == "listen.port")
+        #expect(failure?.problem.contains("SDUI_PROXY_LISTEN_PORT") == true)
+        let unknown = error("", environment: ["SDUI_PROXY_LISTEN_PROT": "1"])
+        #expect(unknown?.key == "SDUI_PROXY_LISTEN_PROT")
+    }
+
+    @Test("a missing file is an error that names the file")
+    func missingFile() {
+        #expect(throws: ConfigurationError.self) { try ConfigurationLoader().load(path: "/nonexistent/sdui.yaml") }
+    }
+
+    @Test("size and duration parsing")
+    func parsing() {
+        #expect(ConfigValueParsing.byteSize("256MiB") == 256 << 20)
+        #expect(ConfigValueParsing.byteSize("1 KB") == 1000)
+        #expect(ConfigValueParsing.byteSize("12") == 12)
+        #expect(ConfigValueParsing.byteSize("-1MiB") == nil)
+        #expect(ConfigValueParsing.byteSize("99999999999999GiB") == nil)
+        #expect(ConfigValueParsing.duration("250ms") == .milliseconds(250))
+        #expect(ConfigValueParsing.duration("1d") == .seconds(86400))
+        #expect(ConfigValueParsing.duration("0") == .zero)
+        #expect(ConfigValueParsing.duration("5") == nil)
+        #expect(ConfigValueParsing.duration("1y") == nil)
+    }
+}
