@@ -1,0 +1,100 @@
+/// Builds URLs from a base URL and a path the way every Beagle client's `UrlBuilder` does (the seed's `URLBuilder`).
+///
+/// The rules, as the shared Beagle test data (`UrlBuilderTestSpec.json`) states them:
+/// - an empty path builds nothing (`nil`);
+/// - a path that contains no `%` is percent-encoded first: every character except ASCII letters and digits and
+///   `-._~:/?#[]@!$&'()*+,;=` is written as `%XX` of its UTF-8 bytes (`/user/Name Of User` becomes
+///   `/user/Name%20Of%20User`, `é` becomes `%C3%A9`); a path that already contains a `%` is taken as encoded
+///   and left alone (`/myService%2520` stays as it is);
+/// - a path that starts with `/` (including `//`) is relative: it is appended to the base, whose own path is
+///   kept and whose one trailing `/` is dropped (`http://base.url/withPath` + `/a` is
+///   `http://base.url/withPath/a`); without a base it is returned as it is;
+/// - any other path is absolute and the base is not used (`absolutePath` stays `absolutePath`, which is not a
+///   URL the proxy can fetch; callers decide what to do with it).
+///
+/// Where the clients hand the result to `URL(string:)`, this builder checks the same thing: a result with a
+/// character a URI cannot hold (a space or non-ASCII byte left in an already-encoded path, a `%` that does not
+/// start a `%XX` escape) builds nothing. A base that is not a valid URI reference builds nothing either.
+public enum BeagleURLBuilder {
+    /// The URL for `path` relative to `base`, or nil when none can be built.
+    ///
+    /// - Parameters:
+    ///   - base: the base URL, like `http://backend:8081/bff`; nil or empty when there is none.
+    ///   - path: the path or URL from a component, like `/screens/home` or `https://host/screen`.
+    public static func build(base: String?, path: String) -> String? {
+        guard !path.isEmpty else { return nil }
+        let encoded = path.utf8.contains(UInt8(ascii: "%")) ? path : percentEncode(path)
+        guard isValidURIReference(encoded) else { return nil }
+        guard path.utf8.first == UInt8(ascii: "/"), var base, !base.isEmpty else { return encoded }
+        guard isValidURIReference(base) else { return nil }
+        if base.utf8.last == UInt8(ascii: "/") { base.removeLast() }
+        return base + encoded
+    }
+
+    /// Percent-encodes every UTF-8 byte outside the characters Beagle leaves as they are.
+    static func percentEncode(_ text: String) -> String {
+        var result: [UInt8] = []
+        result.reserveCapacity(text.utf8.count)
+        for byte in text.utf8 {
+            if isAllowed(byte) {
+                result.append(byte)
+            } else {
+                result.append(UInt8(ascii: "%"))
+                result.append(upperHex(byte >> 4))
+                result.append(upperHex(byte & 0x0F))
+            }
+        }
+        return String(decoding: result, as: UTF8.self)
+    }
+
+    /// Whether every character of `text` is one Beagle allows, or part of a well-formed `%XX` escape.
+    static func isValidURIReference(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < bytes.count, isHexDigit(bytes[index + 1]), isHexDigit(bytes[index + 2]) else {
+                    return false
+                }
+                index += 3
+            } else if isAllowed(byte) {
+                index += 1
+            } else {
+                return false
+            }
+        }
+        return true
+    }
+
+    /// ASCII letters and digits plus RFC 3986's unreserved and reserved punctuation: `-._~:/?#[]@!$&'()*+,;=`.
+    private static func isAllowed(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: ":"),
+            UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"),
+            UInt8(ascii: "@"), UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+            UInt8(ascii: "("), UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","),
+            UInt8(ascii: ";"), UInt8(ascii: "="):
+            true
+        default:
+            false
+        }
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
+            UInt8(ascii: "A")...UInt8(ascii: "F"):
+            true
+        default:
+            false
+        }
+    }
+
+    private static func upperHex(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "A") + nibble - 10
+    }
+}

@@ -1,0 +1,313 @@
+/// Finds the screens a user will open next: the `shouldPrefetch` navigation actions of a component, resolved
+/// to request targets on this proxy (the seed's ViewClient `prefetch`, driven by the component itself).
+///
+/// A navigation action is an object whose `_beagleAction_` is `beagle:pushView`, `beagle:pushStack`,
+/// `beagle:resetStack` or `beagle:resetApplication` (in any letter case) and whose `route` has
+/// `"shouldPrefetch": true` and a string `url`. Actions without that flag are not collected at all.
+///
+/// Each URL is built the way Beagle clients build it (``BeagleURLBuilder``) and must name a screen that this
+/// proxy serves; the proxy is never steered to fetch from other hosts:
+/// - a URL that starts with `/` is relative to the upstream base: its target is that path and query;
+/// - an absolute `http(s)` URL on the upstream's own origin (scheme, host and port) must lie under the
+///   upstream's base path; its target is the rest (upstream `http://b:8081/bff`, URL
+///   `http://b:8081/bff/screens/x`, target `/screens/x`);
+/// - an absolute `http(s)` URL whose host is one of `allowedHosts` (other public names of this proxy or
+///   backend) has its path and query as target;
+/// - anything else is skipped with a ``Reason``: URLs with an expression `@{...}` (the device resolves
+///   them), routes that ask for a request other than a plain GET, other hosts, other schemes, paths without
+///   a leading `/`, and targets ``RequestTarget`` rejects.
+///
+/// Targets are normalised with ``RequestTarget``, so they are the proxy's cache-key paths.
+///
+/// A hostile document cannot make the planner do unbounded work: the walk visits each value once, does not
+/// descend below ``maximumDepth`` levels, stops once ``maximumTargets`` distinct targets are found and
+/// records at most ``maximumSkipped`` skipped URLs; ``Plan/truncated`` says when a limit cut something off.
+public struct PrefetchPlanner: Sendable {
+    /// The deepest nesting level the walk visits; the root is level 0, its members and elements level 1.
+    public static let maximumDepth = 64
+    /// The most distinct targets one component yields; the walk stops when another one is found.
+    public static let maximumTargets = 64
+    /// The most distinct skipped URLs one plan records.
+    public static let maximumSkipped = 64
+
+    /// The `_beagleAction_` values, lower-cased, of the actions that open a screen from a `route`.
+    public static let navigationActions: Set<String> = [
+        "beagle:pushview", "beagle:pushstack", "beagle:resetstack", "beagle:resetapplication",
+    ]
+
+    /// What a component's prefetchable navigation actions resolve to.
+    public struct Plan: Equatable, Sendable {
+        /// Normalised request targets (`/path?query`), without duplicates, in walk order: array elements in
+        /// their order, object members by key (a decoded object does not keep its members' order).
+        public var targets: [String]
+        /// The prefetchable actions whose URL cannot be prefetched, without duplicates, in walk order.
+        public var skipped: [Skipped]
+        /// Whether a limit (depth, targets or skipped URLs) left part of the component unplanned.
+        public var truncated: Bool
+
+        public init(targets: [String] = [], skipped: [Skipped] = [], truncated: Bool = false) {
+            self.targets = targets
+            self.skipped = skipped
+            self.truncated = truncated
+        }
+    }
+
+    /// A prefetchable action's URL that the planner will not fetch, and why.
+    public struct Skipped: Hashable, Sendable {
+        /// The URL as the component states it.
+        public var url: String
+        public var reason: Reason
+
+        public init(url: String, reason: Reason) {
+            self.url = url
+            self.reason = reason
+        }
+    }
+
+    /// Why a URL is not prefetched.
+    public enum Reason: Error, Hashable, Sendable, CustomStringConvertible {
+        /// The URL holds an expression `@{...}`, which only the device can resolve.
+        case expression
+        /// The route's `httpAdditionalData` asks for a method other than GET or sends a body; the proxy only
+        /// prefetches (and caches) plain GETs.
+        case notPlainGET
+        /// An absolute URL on a host that is neither the upstream's origin nor an allowed host; the associated
+        /// value is its host (with the port when that is not the scheme's default).
+        case foreignHost(String)
+        /// An absolute URL on the upstream's origin outside the upstream's base path.
+        case outsideBasePath
+        /// Not a path starting with `/` and not an absolute `http` or `https` URL (an empty string, a bare name
+        /// like `absolutePath`, a `beagle://` or other scheme, a URL with user information).
+        case unsupportedURL
+        /// A path that does not build into a valid request target.
+        case invalidTarget
+
+        public var description: String {
+            switch self {
+            case .expression: "the URL holds an expression the device resolves"
+            case .notPlainGET: "the route asks for a request other than a plain GET"
+            case .foreignHost(let host): "\(host) is neither the upstream nor an allowed host"
+            case .outsideBasePath: "the URL is outside the upstream's base path"
+            case .unsupportedURL: "the URL is neither a path starting with / nor an http(s) URL"
+            case .invalidTarget: "the URL is not a valid request target"
+            }
+        }
+    }
+
+    /// The backend the proxy fronts.
+    public let upstream: UpstreamOrigin
+    /// The upstream's base path normalised like a request target (`/bff`), or nil for a directory upstream or
+    /// an upstream at the root.
+    private let basePath: String?
+    private let allowedHosts: [HostPattern]
+
+    /// - Parameters:
+    ///   - upstream: the backend; relative URLs and URLs on its origin resolve against it.
+    ///   - allowedHosts: other public names of this proxy or its backend, as `host` (any port) or `host:port`
+    ///     (`[v6address]:port` for IPv6), compared without regard to case. Entries of another shape (a URL
+    ///     with a scheme, an empty string) never match.
+    public init(upstream: UpstreamOrigin, allowedHosts: [String]) {
+        self.upstream = upstream
+        if case .http(let origin) = upstream, !origin.basePath.isEmpty {
+            let normalised = (try? RequestTarget(parsing: origin.basePath).path) ?? origin.basePath
+            self.basePath = normalised == "/" ? nil : normalised
+        } else {
+            self.basePath = nil
+        }
+        self.allowedHosts = allowedHosts.compactMap(HostPattern.init(parsing:))
+    }
+
+    /// The prefetch plan for a decoded component: one walk over the whole tree, at any depth (up to
+    /// ``maximumDepth``), arrays included.
+    public func plan(for component: JSONValue) -> Plan {
+        var walk = Walk()
+        visit(component, level: 0, walk: &walk)
+        return walk.plan
+    }
+
+    /// Resolves a URL from a component or from the prefetch endpoint to a normalised request target on this
+    /// proxy, or says why it cannot be prefetched.
+    public func resolve(_ url: String) -> Result<String, Reason> {
+        if Self.containsExpression(url) { return .failure(.expression) }
+        let startsWithSlash = url.utf8.first == UInt8(ascii: "/")
+        guard let built = BeagleURLBuilder.build(base: nil, path: url) else {
+            return .failure(startsWithSlash ? .invalidTarget : .unsupportedURL)
+        }
+        if startsWithSlash { return Self.target(built) }
+
+        guard let absolute = AbsoluteURL(parsing: built) else { return .failure(.unsupportedURL) }
+        let pathAndQuery = absolute.path + (absolute.query.map { "?" + $0 } ?? "")
+        if case .http(let origin) = upstream, origin.scheme == absolute.scheme,
+            origin.host.lowercased() == absolute.host, origin.port == absolute.port
+        {
+            return targetUnderBasePath(pathAndQuery)
+        }
+        if allowedHosts.contains(where: { $0.matches(host: absolute.host, port: absolute.port) }) {
+            return Self.target(pathAndQuery)
+        }
+        return .failure(.foreignHost(Self.hostDescription(absolute)))
+    }
+
+    // MARK: - The walk
+
+    /// What the walk has found so far.
+    private struct Walk {
+        var plan = Plan()
+        var seenTargets: Set<String> = []
+        var seenSkipped: Set<Skipped> = []
+        /// Set when the target limit is reached and another target appears: nothing more is visited.
+        var finished = false
+    }
+
+    private func visit(_ value: JSONValue, level: Int, walk: inout Walk) {
+        guard !walk.finished else { return }
+        switch value {
+        case .object(let members):
+            guard level <= Self.maximumDepth else {
+                walk.plan.truncated = true
+                return
+            }
+            if let url = Self.prefetchableURL(members) {
+                record(url: url, route: members["route"], walk: &walk)
+            }
+            for key in members.keys.sorted() {
+                guard let member = members[key] else { continue }
+                visit(member, level: level + 1, walk: &walk)
+            }
+        case .array(let elements):
+            guard level <= Self.maximumDepth else {
+                walk.plan.truncated = true
+                return
+            }
+            for element in elements {
+                visit(element, level: level + 1, walk: &walk)
+            }
+        case .null, .bool, .number, .string:
+            return
+        }
+    }
+
+    private func record(url: String, route: JSONValue?, walk: inout Walk) {
+        let outcome = Self.isPlainGET(route) ? resolve(url) : .failure(.notPlainGET)
+        switch outcome {
+        case .success(let target):
+            guard !walk.seenTargets.contains(target) else { return }
+            guard walk.plan.targets.count < Self.maximumTargets else {
+                walk.plan.truncated = true
+                walk.finished = true
+                return
+            }
+            walk.seenTargets.insert(target)
+            walk.plan.targets.append(target)
+        case .failure(let reason):
+            let skipped = Skipped(url: url, reason: reason)
+            guard !walk.seenSkipped.contains(skipped) else { return }
+            guard walk.plan.skipped.count < Self.maximumSkipped else {
+                walk.plan.truncated = true
+                return
+            }
+            walk.seenSkipped.insert(skipped)
+            walk.plan.skipped.append(skipped)
+        }
+    }
+
+    /// The `route.url` of a navigation action with `route.shouldPrefetch == true`, or nil for anything else.
+    private static func prefetchableURL(_ members: [String: JSONValue]) -> String? {
+        guard let action = members["_beagleAction_"]?.stringValue,
+            navigationActions.contains(action.lowercased()),
+            let route = members["route"],
+            route["shouldPrefetch"]?.boolValue == true
+        else { return nil }
+        return route["url"]?.stringValue
+    }
+
+    /// Whether the route's `httpAdditionalData` (if any) leaves the request a GET without a body.
+    private static func isPlainGET(_ route: JSONValue?) -> Bool {
+        guard let additional = route?["httpAdditionalData"] else { return true }
+        if let method = additional["method"], method != .null {
+            guard method.stringValue?.uppercased() == "GET" else { return false }
+        }
+        if let body = additional["body"], body != .null { return false }
+        return true
+    }
+
+    // MARK: - Resolving
+
+    private static func containsExpression(_ url: String) -> Bool {
+        var previous: UInt8 = 0
+        for byte in url.utf8 {
+            if previous == UInt8(ascii: "@"), byte == UInt8(ascii: "{") { return true }
+            previous = byte
+        }
+        return false
+    }
+
+    private static func target(_ text: String) -> Result<String, Reason> {
+        guard let target = try? RequestTarget(parsing: text) else { return .failure(.invalidTarget) }
+        return .success(target.description)
+    }
+
+    /// The target for a URL path on the upstream's origin: the part after the base path.
+    private func targetUnderBasePath(_ pathAndQuery: String) -> Result<String, Reason> {
+        guard let target = try? RequestTarget(parsing: pathAndQuery) else { return .failure(.invalidTarget) }
+        guard let basePath else { return .success(target.description) }
+        let remainder: Substring
+        if target.path == basePath {
+            remainder = "/"
+        } else if target.path.hasPrefix(basePath), target.path.dropFirst(basePath.count).hasPrefix("/") {
+            remainder = target.path.dropFirst(basePath.count)
+        } else {
+            return .failure(.outsideBasePath)
+        }
+        return .success(String(remainder) + (target.query.map { "?" + $0 } ?? ""))
+    }
+
+    private static func hostDescription(_ url: AbsoluteURL) -> String {
+        let host = url.host.contains(":") ? "[\(url.host)]" : url.host
+        let defaultPort = url.scheme == "https" ? 443 : 80
+        return url.port == defaultPort ? host : "\(host):\(url.port)"
+    }
+}
+
+/// An `allowedHosts` entry: a lower-cased host and, when the entry names one, a port.
+private struct HostPattern: Sendable {
+    var host: String
+    var port: Int?
+
+    init?(parsing entry: String) {
+        let text = entry.lowercased()
+        guard !text.isEmpty, !text.contains("/"), !text.contains("@") else { return nil }
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            let after = text[text.index(after: close)...]
+            host = String(text[text.index(after: text.startIndex)..<close])
+            if after.isEmpty {
+                port = nil
+            } else if after.hasPrefix(":"), let parsed = Int(after.dropFirst()), (1...65535).contains(parsed) {
+                port = parsed
+            } else {
+                return nil
+            }
+        } else if let colon = text.firstIndex(of: ":") {
+            if text[text.index(after: colon)...].contains(":") {
+                // A bare IPv6 address.
+                host = text
+                port = nil
+            } else {
+                guard let parsed = Int(text[text.index(after: colon)...]), (1...65535).contains(parsed) else {
+                    return nil
+                }
+                host = String(text[..<colon])
+                port = parsed
+            }
+        } else {
+            host = text
+            port = nil
+        }
+        guard !host.isEmpty else { return nil }
+    }
+
+    func matches(host: String, port: Int) -> Bool {
+        self.host == host && (self.port == nil || self.port == port)
+    }
+}

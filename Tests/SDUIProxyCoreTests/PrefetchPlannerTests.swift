@@ -1,0 +1,531 @@
+import Foundation
+import SDUIProxyCore
+import Testing
+
+private typealias Skipped = PrefetchPlanner.Skipped
+
+private func json(_ text: String) throws -> JSONValue {
+    try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+}
+
+private func makePlanner(_ upstream: String, allowedHosts: [String] = []) throws -> PrefetchPlanner {
+    PrefetchPlanner(upstream: try UpstreamOrigin(parsing: upstream), allowedHosts: allowedHosts)
+}
+
+/// A navigation action as a JSON value.
+private func action(
+    _ name: String = "beagle:pushView",
+    url: JSONValue,
+    shouldPrefetch: JSONValue? = .bool(true)
+) -> JSONValue {
+    var route: [String: JSONValue] = ["url": url]
+    if let shouldPrefetch { route["shouldPrefetch"] = shouldPrefetch }
+    return .object(["_beagleAction_": .string(name), "route": .object(route)])
+}
+
+private func action(_ name: String = "beagle:pushView", url: String) -> JSONValue {
+    action(name, url: .string(url))
+}
+
+/// `value` with every `route.shouldPrefetch` it contains set to true: what the fixtures would say if their
+/// authors had asked for prefetching.
+private func askingForPrefetch(_ value: JSONValue) -> JSONValue {
+    switch value {
+    case .object(var members):
+        for (key, member) in members { members[key] = askingForPrefetch(member) }
+        if case .object(var route)? = members["route"], route["shouldPrefetch"] != nil {
+            route["shouldPrefetch"] = .bool(true)
+            members["route"] = .object(route)
+        }
+        return .object(members)
+    case .array(let elements):
+        return .array(elements.map(askingForPrefetch))
+    default:
+        return value
+    }
+}
+
+/// `value` wrapped in `levels` arrays, so that it sits at nesting level `levels`.
+private func nested(_ value: JSONValue, levels: Int) -> JSONValue {
+    var result = value
+    for _ in 0..<levels { result = .array([result]) }
+    return result
+}
+
+// MARK: - The Beagle iOS fixtures
+
+@Suite("PrefetchPlanner on the Beagle iOS fixtures")
+struct PrefetchPlannerFixtureTests {
+    /// The fixtures' own URLs point at `http://localhost:8080`, so that is the upstream here.
+    let localBackend: PrefetchPlanner
+
+    init() throws {
+        localBackend = try makePlanner("http://localhost:8080")
+    }
+
+    @Test("pushview.json asks to prefetch schema://path, which is not an http(s) URL: skipped")
+    func pushView() throws {
+        let plan = localBackend.plan(for: try Fixtures.json("pushview.json"))
+        #expect(plan.targets.isEmpty)
+        #expect(plan.skipped == [Skipped(url: "schema://path", reason: .unsupportedURL)])
+        #expect(!plan.truncated)
+    }
+
+    @Test(
+        "no other fixture has a prefetchable navigation action, so its plan is empty",
+        arguments: try Fixtures.beagleFixtureNames().filter { $0 != "pushview.json" && $0 != "UrlBuilderTestSpec.json" }
+    )
+    func fixturesWithoutPrefetch(_ name: String) throws {
+        let plan = localBackend.plan(for: try Fixtures.json(name))
+        #expect(plan == PrefetchPlanner.Plan())
+    }
+
+    @Test(
+        "navigation actions with shouldPrefetch false are not collected, not even as skipped",
+        arguments: ["PushStack-1.json", "PushStack-2.json", "pushViewWithAdditionalData.json", "screen.json"]
+    )
+    func shouldPrefetchFalse(_ name: String) throws {
+        let text = try String(decoding: Fixtures.data(name), as: UTF8.self)
+        #expect(text.contains("\"shouldPrefetch\": false"))
+        #expect(localBackend.plan(for: try Fixtures.json(name)) == PrefetchPlanner.Plan())
+    }
+
+    @Test(
+        "PushStack fixtures asking for prefetch: their URL is the expression @{context.remoteRoute}",
+        arguments: ["PushStack-1.json", "PushStack-2.json"]
+    )
+    func pushStackExpression(_ name: String) throws {
+        let plan = localBackend.plan(for: askingForPrefetch(try Fixtures.json(name)))
+        #expect(plan.targets.isEmpty)
+        #expect(plan.skipped == [Skipped(url: "@{context.remoteRoute}", reason: .expression)])
+    }
+
+    @Test("pushViewWithAdditionalData asking for prefetch: its route is a POST with a body, not a plain GET")
+    func additionalDataPOST() throws {
+        let plan = localBackend.plan(for: askingForPrefetch(try Fixtures.json("pushViewWithAdditionalData.json")))
+        #expect(plan.targets.isEmpty)
+        #expect(plan.skipped == [Skipped(url: "http://localhost:8080/test/example", reason: .notPlainGET)])
+    }
+
+    @Test("screen.json asking for prefetch: its navigation-bar item's pushView resolves against the upstream")
+    func screenNavigationBarItem() throws {
+        let screen = askingForPrefetch(try Fixtures.json("screen.json"))
+        let url = "http://localhost:8080/test/example"
+
+        #expect(localBackend.plan(for: screen).targets == ["/test/example"])
+        #expect(try makePlanner("http://localhost:8080/test").plan(for: screen).targets == ["/example"])
+        #expect(
+            try makePlanner("http://localhost:8080/bff").plan(for: screen).skipped
+                == [Skipped(url: url, reason: .outsideBasePath)]
+        )
+        #expect(
+            try makePlanner("http://backend:8081").plan(for: screen).skipped
+                == [Skipped(url: url, reason: .foreignHost("localhost:8080"))]
+        )
+        #expect(
+            try makePlanner("http://backend:8081", allowedHosts: ["LocalHost:8080"]).plan(for: screen).targets
+                == ["/test/example"]
+        )
+        #expect(
+            try makePlanner("http://backend:8081", allowedHosts: ["localhost:9999"]).plan(for: screen).skipped
+                == [Skipped(url: url, reason: .foreignHost("localhost:8080"))]
+        )
+        #expect(
+            try makePlanner("file:config/samples", allowedHosts: ["localhost"]).plan(for: screen).targets
+                == ["/test/example"]
+        )
+    }
+
+    @Test("openNativeRoute is not a navigation to a screen: never collected, whatever its route says")
+    func openNativeRoute() throws {
+        for name in ["opennativeroute.json", "OpenNativeRoute-1.json"] {
+            guard case .object(var members) = try Fixtures.json(name) else {
+                Issue.record("\(name) is not an object")
+                continue
+            }
+            members["route"] = .object(["url": .string("/screens/native"), "shouldPrefetch": .bool(true)])
+            #expect(localBackend.plan(for: .object(members)) == PrefetchPlanner.Plan())
+        }
+    }
+}
+
+// MARK: - The bundled sample screens
+
+@Suite("PrefetchPlanner on the sample screens")
+struct PrefetchPlannerSampleTests {
+    let demo: PrefetchPlanner
+
+    init() throws {
+        demo = try makePlanner("file:config/samples")
+    }
+
+    @Test("home.json: two prefetchable routes, and the orders route is skipped for its expression")
+    func home() throws {
+        let plan = demo.plan(for: try Fixtures.sampleScreen("home.json"))
+        #expect(plan.targets == ["/screens/products", "/screens/products/2"])
+        #expect(plan.skipped == [Skipped(url: "/screens/orders/@{user.id}", reason: .expression)])
+        #expect(!plan.truncated)
+    }
+
+    @Test("products.json: its only route has shouldPrefetch false (and an expression)")
+    func products() throws {
+        #expect(demo.plan(for: try Fixtures.sampleScreen("products.json")) == PrefetchPlanner.Plan())
+    }
+
+    @Test("each product screen's resetStack leads back home", arguments: [1, 2, 3])
+    func product(_ number: Int) throws {
+        let plan = demo.plan(for: try Fixtures.sampleScreen("products/\(number).json"))
+        #expect(plan.targets == ["/screens/home"])
+        #expect(plan.skipped.isEmpty)
+    }
+
+    @Test("relative routes resolve the same against an HTTP backend with a base path")
+    func httpBackend() throws {
+        let plan = try makePlanner("http://backend:8081/bff").plan(for: try Fixtures.sampleScreen("home.json"))
+        #expect(plan.targets == ["/screens/products", "/screens/products/2"])
+    }
+
+    @Test("every target the samples plan is a screen the sample directory holds")
+    func targetsExist() throws {
+        var targets: Set<String> = []
+        for name in ["home.json", "products.json", "products/1.json", "products/2.json", "products/3.json"] {
+            targets.formUnion(demo.plan(for: try Fixtures.sampleScreen(name)).targets)
+        }
+        #expect(targets == ["/screens/home", "/screens/products", "/screens/products/2"])
+        let samples = Fixtures.repositoryRoot.appendingPathComponent("config/samples")
+        for target in targets {
+            let file = samples.appendingPathComponent(String(target.dropFirst()) + ".json")
+            #expect(FileManager.default.fileExists(atPath: file.path), "\(target) has no sample file")
+        }
+    }
+}
+
+// MARK: - Collecting actions
+
+@Suite("PrefetchPlanner: which actions count")
+struct PrefetchPlannerCollectionTests {
+    let planner: PrefetchPlanner
+
+    init() throws {
+        planner = try makePlanner("http://backend:8081")
+    }
+
+    @Test("the four navigation actions count, in any letter case")
+    func navigationActionNames() {
+        let component = JSONValue.array([
+            action("BEAGLE:PUSHVIEW", url: "/a"),
+            action("beagle:PushStack", url: "/b"),
+            action("Beagle:resetstack", url: "/c"),
+            action("beagle:resetApplication", url: "/d"),
+        ])
+        #expect(planner.plan(for: component).targets == ["/a", "/b", "/c", "/d"])
+    }
+
+    @Test("other actions with a prefetchable route do not count, nor names without the beagle: namespace")
+    func otherActions() {
+        let component = JSONValue.array([
+            action("beagle:popView", url: "/a"),
+            action("beagle:popToView", url: "/b"),
+            action("beagle:openNativeRoute", url: "/c"),
+            action("beagle:sendRequest", url: "/d"),
+            action("pushView", url: "/e"),
+            action("custom:pushView", url: "/f"),
+            .object(["_beagleComponent_": .string("beagle:pushView"), "route": action(url: "/g")["route"]!]),
+        ])
+        #expect(planner.plan(for: component) == PrefetchPlanner.Plan())
+    }
+
+    @Test(
+        "shouldPrefetch must be the boolean true",
+        arguments: [nil, .bool(false), .string("true"), .number(1), .null] as [JSONValue?]
+    )
+    func shouldPrefetchMustBeTrue(_ flag: JSONValue?) {
+        #expect(planner.plan(for: action(url: .string("/a"), shouldPrefetch: flag)) == PrefetchPlanner.Plan())
+    }
+
+    @Test(
+        "the URL must be a string literal",
+        arguments: [.null, .number(1), .bool(true), .array([]), .object([:])] as [JSONValue]
+    )
+    func urlMustBeAString(_ url: JSONValue) {
+        #expect(planner.plan(for: action(url: url)) == PrefetchPlanner.Plan())
+    }
+
+    @Test("a route that is not an object, or no route, does not count")
+    func routeShapes() {
+        let component = JSONValue.array([
+            .object(["_beagleAction_": .string("beagle:pushView"), "route": .string("/a")]),
+            .object(["_beagleAction_": .string("beagle:pushView")]),
+            .object(["_beagleAction_": .number(1), "route": action(url: "/b")["route"]!]),
+        ])
+        #expect(planner.plan(for: component) == PrefetchPlanner.Plan())
+    }
+
+    @Test("actions are found at any depth, inside arrays, and inside other actions and their routes")
+    func nesting() throws {
+        let component = try json(
+            """
+            {
+              "_beagleComponent_": "beagle:screenComponent",
+              "child": {
+                "_beagleComponent_": "beagle:container",
+                "children": [
+                  [[{ "_beagleComponent_": "beagle:button",
+                      "onPress": [{ "_beagleAction_": "beagle:sendRequest", "url": "/api/x",
+                                    "onSuccess": [{ "_beagleAction_": "beagle:pushView",
+                                                    "route": { "url": "/deep", "shouldPrefetch": true } }] }] }]],
+                  { "_beagleComponent_": "beagle:button",
+                    "onPress": [{ "_beagleAction_": "beagle:pushStack",
+                                  "route": { "url": "/outer", "shouldPrefetch": true,
+                                             "fallback": { "_beagleComponent_": "beagle:screenComponent",
+                                                           "child": { "onPress": [{
+                                                             "_beagleAction_": "beagle:resetStack",
+                                                             "route": { "url": "/fallback", "shouldPrefetch": true }
+                                                           }] } } } }] }
+                ]
+              }
+            }
+            """
+        )
+        #expect(planner.plan(for: component).targets == ["/deep", "/outer", "/fallback"])
+    }
+
+    @Test("array elements keep their order; object members are walked by key")
+    func order() {
+        let component = JSONValue.object([
+            "zeta": .array([action(url: "/z1"), action(url: "/z2")]),
+            "alpha": action(url: "/a"),
+            "mid": .array([action(url: "/m2"), action(url: "/m1")]),
+        ])
+        #expect(planner.plan(for: component).targets == ["/a", "/m2", "/m1", "/z1", "/z2"])
+    }
+
+    @Test("httpAdditionalData: a GET (any case, with headers) is prefetched; another method or a body is not")
+    func httpAdditionalData() throws {
+        let component = try json(
+            """
+            [
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/get", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": "get", "headers": { "x": "y" } } } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/null-method", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": null, "body": null } } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/post", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": "POST" } } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/get-body", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": "GET", "body": { "a": 1 } } } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/method-number", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": 1 } } }
+            ]
+            """
+        )
+        let plan = planner.plan(for: component)
+        #expect(plan.targets == ["/get", "/null-method"])
+        #expect(
+            plan.skipped == [
+                Skipped(url: "/post", reason: .notPlainGET),
+                Skipped(url: "/get-body", reason: .notPlainGET),
+                Skipped(url: "/method-number", reason: .notPlainGET),
+            ]
+        )
+    }
+
+    @Test("targets and skipped URLs are deduplicated, also across spellings of one target")
+    func deduplication() throws {
+        let planner = try makePlanner("http://backend:8081/bff", allowedHosts: ["proxy.example"])
+        let component = JSONValue.array([
+            action(url: "/screens/a"),
+            action("beagle:pushStack", url: "/screens/./x/../a"),
+            action(url: "http://backend:8081/bff/screens/a"),
+            action(url: "https://PROXY.example/screens/%61"),
+            action(url: "/screens/@{id}"),
+            action(url: "/screens/@{id}"),
+            action(url: "/screens/b"),
+        ])
+        let plan = planner.plan(for: component)
+        #expect(plan.targets == ["/screens/a", "/screens/b"])
+        #expect(plan.skipped == [Skipped(url: "/screens/@{id}", reason: .expression)])
+    }
+}
+
+// MARK: - Resolving URLs
+
+@Suite("PrefetchPlanner: resolving URLs")
+struct PrefetchPlannerResolveTests {
+    @Test("paths starting with / are relative to the upstream base and normalised like request targets")
+    func relativePaths() throws {
+        let planner = try makePlanner("http://backend:8081/bff")
+        #expect(planner.resolve("/screens/home") == .success("/screens/home"))
+        #expect(planner.resolve("/screens/./a/../b") == .success("/screens/b"))
+        #expect(planner.resolve("/screens/%7Euser") == .success("/screens/~user"))
+        #expect(planner.resolve("/user/Name Of User") == .success("/user/Name%20Of%20User"))
+        #expect(planner.resolve("/imagens/Itacaré") == .success("/imagens/Itacar%C3%A9"))
+        #expect(planner.resolve("/a?x=1&y=2#top") == .success("/a?x=1&y=2"))
+        #expect(planner.resolve("/a?") == .success("/a"))
+        #expect(planner.resolve("/") == .success("/"))
+        #expect(planner.resolve("//weirdPath") == .success("//weirdPath"))
+        #expect(planner.resolve("/../../etc/passwd") == .success("/etc/passwd"))
+    }
+
+    @Test("paths that do not build into a request target are invalid")
+    func invalidTargets() throws {
+        let planner = try makePlanner("http://backend:8081")
+        #expect(planner.resolve("/100%") == .failure(.invalidTarget))
+        #expect(planner.resolve("/a%20b c") == .failure(.invalidTarget))
+        #expect(planner.resolve("/a%zz") == .failure(.invalidTarget))
+    }
+
+    @Test(
+        "empty strings, bare names, other schemes and URLs with user information are unsupported",
+        arguments: [
+            "", "absolutePath", "screens/home", "schema://path", "beagle://screen", "ftp://backend:8081/x",
+            "mailto:a@b", "http://user@backend:8081/x", "http:///x", "https://",
+        ]
+    )
+    func unsupported(_ url: String) throws {
+        #expect(try makePlanner("http://backend:8081").resolve(url) == .failure(.unsupportedURL))
+    }
+
+    @Test(
+        "an expression anywhere in the URL means the device resolves it",
+        arguments: [
+            "@{url}", "/screens/@{id}", "/screens?q=@{context.query}", "https://backend:8081/@{x}", "@{",
+        ]
+    )
+    func expressions(_ url: String) throws {
+        #expect(try makePlanner("http://backend:8081").resolve(url) == .failure(.expression))
+    }
+
+    @Test("an @ that does not open an expression is just a character")
+    func atSign() throws {
+        #expect(try makePlanner("http://backend:8081").resolve("/users/@me") == .success("/users/@me"))
+    }
+
+    @Test("absolute URLs on the upstream origin: the base path is removed, and required")
+    func upstreamOriginWithBasePath() throws {
+        let planner = try makePlanner("http://Backend:8081/bff/")
+        #expect(planner.resolve("http://backend:8081/bff/screens/x") == .success("/screens/x"))
+        #expect(planner.resolve("HTTP://BACKEND:8081/bff/screens/x?a=1") == .success("/screens/x?a=1"))
+        #expect(planner.resolve("http://backend:8081/bff") == .success("/"))
+        #expect(planner.resolve("http://backend:8081/bff/") == .success("/"))
+        #expect(planner.resolve("http://backend:8081/bff?a=1") == .success("/?a=1"))
+        #expect(planner.resolve("http://backend:8081/bffx/screens") == .failure(.outsideBasePath))
+        #expect(planner.resolve("http://backend:8081/BFF/screens") == .failure(.outsideBasePath))
+        #expect(planner.resolve("http://backend:8081/screens/x") == .failure(.outsideBasePath))
+        #expect(planner.resolve("http://backend:8081/bff/../admin") == .failure(.outsideBasePath))
+        #expect(planner.resolve("http://backend:8081/bff/%2E%2E/admin") == .failure(.outsideBasePath))
+    }
+
+    @Test("absolute URLs on the upstream origin without a base path keep their whole path")
+    func upstreamOriginAtRoot() throws {
+        let planner = try makePlanner("https://api.example.com")
+        #expect(planner.resolve("https://api.example.com/screens/x") == .success("/screens/x"))
+        #expect(planner.resolve("https://api.example.com:443/screens/x") == .success("/screens/x"))
+        #expect(planner.resolve("https://api.example.com") == .success("/"))
+    }
+
+    @Test("the upstream origin means scheme, host and port")
+    func originMustMatchExactly() throws {
+        let planner = try makePlanner("http://backend:8081")
+        #expect(planner.resolve("https://backend:8081/x") == .failure(.foreignHost("backend:8081")))
+        #expect(planner.resolve("http://backend/x") == .failure(.foreignHost("backend")))
+        #expect(planner.resolve("http://backend:8082/x") == .failure(.foreignHost("backend:8082")))
+        #expect(planner.resolve("http://backend.evil.com:8081/x") == .failure(.foreignHost("backend.evil.com:8081")))
+        #expect(planner.resolve("https://www.google.com/search?q=x") == .failure(.foreignHost("www.google.com")))
+    }
+
+    @Test("allowed hosts: host alone matches any port, host:port only that port, letter case never matters")
+    func allowedHosts() throws {
+        let planner = try makePlanner(
+            "http://backend:8081/bff",
+            allowedHosts: ["Proxy.Example.com", "edge.example.com:8443", "[::1]:8080", "", "https://bad.example"]
+        )
+        #expect(planner.resolve("https://proxy.example.com/screens/x") == .success("/screens/x"))
+        #expect(planner.resolve("http://PROXY.EXAMPLE.COM:9000/screens/x?y=1") == .success("/screens/x?y=1"))
+        #expect(planner.resolve("https://edge.example.com:8443/a") == .success("/a"))
+        #expect(planner.resolve("https://edge.example.com/a") == .failure(.foreignHost("edge.example.com")))
+        #expect(planner.resolve("http://[::1]:8080/a") == .success("/a"))
+        #expect(planner.resolve("http://[::1]:8081/a") == .failure(.foreignHost("[::1]:8081")))
+        #expect(planner.resolve("https://bad.example/a") == .failure(.foreignHost("bad.example")))
+        #expect(planner.resolve("https://proxy.example.com.evil/a") == .failure(.foreignHost("proxy.example.com.evil")))
+    }
+
+    @Test("URLs on an allowed host keep their path: it is a path of this proxy, not of the backend")
+    func allowedHostPathsAreNotStripped() throws {
+        let planner = try makePlanner("http://backend:8081/bff", allowedHosts: ["proxy.example.com"])
+        #expect(planner.resolve("https://proxy.example.com/bff/screens/x") == .success("/bff/screens/x"))
+        #expect(planner.resolve("https://proxy.example.com/../x") == .success("/x"))
+    }
+
+    @Test("a directory upstream: paths and URLs on allowed hosts only")
+    func directoryUpstream() throws {
+        let planner = try makePlanner("file:config/samples", allowedHosts: ["localhost:8080"])
+        #expect(planner.resolve("/screens/home") == .success("/screens/home"))
+        #expect(planner.resolve("http://localhost:8080/screens/home") == .success("/screens/home"))
+        #expect(planner.resolve("http://localhost:9090/screens/home") == .failure(.foreignHost("localhost:9090")))
+        #expect(planner.resolve("file:config/samples/screens/home") == .failure(.unsupportedURL))
+    }
+}
+
+// MARK: - Limits
+
+@Suite("PrefetchPlanner: limits")
+struct PrefetchPlannerLimitTests {
+    let planner: PrefetchPlanner
+
+    init() throws {
+        planner = try makePlanner("http://backend:8081")
+    }
+
+    @Test("actions down to the depth limit are found; deeper containers are not visited")
+    func depth() {
+        let limit = PrefetchPlanner.maximumDepth
+        #expect(limit == 64)
+
+        let withinLimit = planner.plan(for: nested(action(url: "/a"), levels: limit - 1))
+        #expect(withinLimit.targets == ["/a"])
+        #expect(!withinLimit.truncated)
+
+        // At the limit the action is seen, but its route object one level down is not walked.
+        let atLimit = planner.plan(for: nested(action(url: "/a"), levels: limit))
+        #expect(atLimit.targets == ["/a"])
+        #expect(atLimit.truncated)
+
+        let beyondLimit = planner.plan(for: nested(action(url: "/a"), levels: limit + 1))
+        #expect(beyondLimit.targets.isEmpty)
+        #expect(beyondLimit.truncated)
+    }
+
+    @Test("a very deep document is walked without trouble")
+    func veryDeep() {
+        let plan = planner.plan(for: .array([action(url: "/top"), nested(action(url: "/deep"), levels: 10_000)]))
+        #expect(plan.targets == ["/top"])
+        #expect(plan.truncated)
+    }
+
+    @Test("at most maximumTargets distinct targets; duplicates do not count against the limit")
+    func targetLimit() {
+        let limit = PrefetchPlanner.maximumTargets
+        #expect(limit == 64)
+
+        let exactly = planner.plan(
+            for: .array((0..<limit).flatMap { [action(url: "/s/\($0)"), action(url: "/s/\($0)")] })
+        )
+        #expect(exactly.targets.count == limit)
+        #expect(!exactly.truncated)
+
+        let tooMany = planner.plan(for: .array((0..<1000).map { action(url: "/s/\($0)") }))
+        #expect(tooMany.targets == (0..<limit).map { "/s/\($0)" })
+        #expect(tooMany.truncated)
+    }
+
+    @Test("at most maximumSkipped skipped URLs are recorded, and targets after them are still found")
+    func skippedLimit() {
+        let limit = PrefetchPlanner.maximumSkipped
+        let foreign = (0..<1000).map { action(url: "https://host\($0).example/x") }
+        let plan = planner.plan(for: .array(foreign + [action(url: "/after")]))
+        #expect(plan.skipped.count == limit)
+        #expect(plan.skipped.first == Skipped(url: "https://host0.example/x", reason: .foreignHost("host0.example")))
+        #expect(plan.targets == ["/after"])
+        #expect(plan.truncated)
+    }
+}
