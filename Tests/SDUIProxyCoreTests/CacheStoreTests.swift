@@ -64,10 +64,7 @@ struct CacheStoreTests {
             status: .ok,
             headers: ["Content-Type": "application/json"],
             body: ByteBuffer(string: body),
-            etag: "\"x\"",
-            storedAt: storedAt,
-            initialAge: initialAge,
-            freshnessLifetime: lifetime
+            metadata: .init(storedAt: storedAt, initialAge: initialAge, freshnessLifetime: lifetime)
         )
     }
 
@@ -75,10 +72,10 @@ struct CacheStoreTests {
     func lookups() {
         let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
         let key = CacheKey(target: "/a", platform: "WEB")
-        if case .miss = cache.lookup(key, now: .now()) {} else { Issue.record("expected a miss") }
+        if case .miss = cache.lookup(key, requestHeaders: [:], now: .now()) {} else { Issue.record("expected a miss") }
         cache.store(Self.entry("{}", lifetime: 10), for: key)
-        if case .fresh = cache.lookup(key, now: .now()) {} else { Issue.record("expected a fresh entry") }
-        if case .stale = cache.lookup(key, now: .now() + .seconds(11)) {} else { Issue.record("expected stale") }
+        if case .fresh = cache.lookup(key, requestHeaders: [:], now: .now()) {} else { Issue.record("expected a fresh entry") }
+        if case .stale = cache.lookup(key, requestHeaders: [:], now: .now() + .seconds(11)) {} else { Issue.record("expected stale") }
         let statistics = cache.statistics
         #expect(statistics.hits == 1)
         #expect(statistics.misses == 1)
@@ -112,7 +109,7 @@ struct CacheStoreTests {
                 group.addTask {
                     for index in 0..<2000 {
                         let key = CacheKey(target: "/\((index * 7 + worker) % 1500)", platform: "WEB")
-                        if case .miss = cache.lookup(key, now: .now()) {
+                        if case .miss = cache.lookup(key, requestHeaders: [:], now: .now()) {
                             cache.store(Self.entry(String(repeating: "x", count: 100)), for: key)
                         }
                     }

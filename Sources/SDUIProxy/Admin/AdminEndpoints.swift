@@ -8,6 +8,53 @@ enum AdminEndpoints {
         router.register(.GET, "/health") { _, eventLoop in
             eventLoop.makeSucceededFuture(AdminResponse(json: #"{"status":"ok"}"#))
         }
+        router.register(.GET, "/cache/stats") { _, eventLoop in
+            eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(proxy)))
+        }
+        router.register(.DELETE, "/cache") { request, eventLoop in
+            eventLoop.makeSucceededFuture(purge(request, cache: proxy.cache))
+        }
         return router
+    }
+
+    /// `DELETE /cache?url=PATH`, `?prefix=PATH`, `?tag=TAG`, or with no parameter, everything.
+    static func purge(_ request: AdminRequest, cache: ResponseCache) -> AdminResponse {
+        let known: Set<String> = ["url", "prefix", "tag"]
+        let given = request.query.keys.filter(known.contains)
+        guard given.count <= 1, request.query.keys.allSatisfy(known.contains) else {
+            return AdminResponse(ProxyError(.badRequest, "use one of url=, prefix= or tag=, or none to purge everything"))
+        }
+        let removed: Int
+        let scope: String
+        if let url = request.query["url"] {
+            guard let target = try? RequestTarget(parsing: url) else {
+                return AdminResponse(ProxyError(.badRequest, "url must be a path starting with /"))
+            }
+            removed = cache.purge(target: target.description)
+            scope = #""url":\#(JSONText.quoted(target.description))"#
+        } else if let prefix = request.query["prefix"] {
+            guard prefix.hasPrefix("/") else { return AdminResponse(ProxyError(.badRequest, "prefix must start with /")) }
+            removed = cache.purge(prefix: prefix)
+            scope = #""prefix":\#(JSONText.quoted(prefix))"#
+        } else if let tag = request.query["tag"] {
+            guard !tag.isEmpty else { return AdminResponse(ProxyError(.badRequest, "tag must not be empty")) }
+            removed = cache.purge(tag: tag)
+            scope = #""tag":\#(JSONText.quoted(tag))"#
+        } else {
+            removed = cache.purgeAll()
+            scope = #""all":true"#
+        }
+        return AdminResponse(json: #"{"purged":\#(removed),\#(scope)}"#)
+    }
+
+    static func statisticsJSON(_ proxy: ProxyContext) -> String {
+        let statistics = proxy.cache.statistics
+        let fields: [(String, Int)] = [
+            ("entries", statistics.entries), ("bytes", statistics.bytes), ("maxBytes", proxy.configuration.cache.maxBytes),
+            ("hits", statistics.hits), ("misses", statistics.misses), ("staleServes", statistics.staleServes),
+            ("revalidations", statistics.revalidations), ("coalescedWaits", proxy.fetcher.coalescer.coalescedWaits),
+            ("evictions", statistics.evictions), ("purged", statistics.purged), ("stores", statistics.stores),
+        ]
+        return "{" + fields.map { #""\#($0.0)":\#($0.1)"# }.joined(separator: ",") + "}"
     }
 }

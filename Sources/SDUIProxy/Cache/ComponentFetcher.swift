@@ -4,12 +4,17 @@ import NIOHTTP1
 import SDUIProxyCore
 
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
-/// and validated, its freshness computed, and the entry stored.
+/// and validated, its freshness computed, and the entry stored. A stale entry is revalidated with the
+/// backend's validators, and served instead of an error when its `stale-if-error` window allows.
 public final class ComponentFetcher: Sendable {
     /// What a fetch produced.
     public enum Outcome: Sendable {
-        /// The response was stored; this is the entry.
+        /// A new response was stored; this is the entry.
         case stored(CachedResponse)
+        /// The backend confirmed the stale entry (304); this is the refreshed entry.
+        case revalidated(CachedResponse)
+        /// The backend failed and the stale entry may stand in for it.
+        case servedStale(CachedResponse, because: String)
         /// The response may not be stored; `reason` says why (for logs).
         case notStored(UpstreamResponse, reason: String)
     }
@@ -19,23 +24,27 @@ public final class ComponentFetcher: Sendable {
         public var key: CacheKey
         public var upstream: UpstreamRequest
         public var policy: ProxyConfiguration.RoutePolicy
-        /// The client's headers, for the rules that depend on them (`Authorization`).
+        /// The client's headers, for the rules that depend on them (`Authorization`, `Vary`).
         public var clientHeaders: HTTPHeaders
         /// Whether this request may share an exchange with identical ones.
         public var mayCoalesce: Bool
+        /// The stale entry this fetch replaces, if any: it is revalidated rather than fetched blind.
+        public var staleEntry: CachedResponse?
 
         public init(
             key: CacheKey,
             upstream: UpstreamRequest,
             policy: ProxyConfiguration.RoutePolicy,
             clientHeaders: HTTPHeaders,
-            mayCoalesce: Bool
+            mayCoalesce: Bool,
+            staleEntry: CachedResponse? = nil
         ) {
             self.key = key
             self.upstream = upstream
             self.policy = policy
             self.clientHeaders = clientHeaders
             self.mayCoalesce = mayCoalesce
+            self.staleEntry = staleEntry
         }
     }
 
@@ -44,8 +53,9 @@ public final class ComponentFetcher: Sendable {
     public let coalescer: RequestCoalescer<CacheKey, Outcome>
     private let decoder = ComponentDecoder()
     private let maxResponseBytes: Int
-    /// Headers the cache key already accounts for; a `Vary` on anything else cannot be served from this key.
+    /// Headers the cache key already accounts for; a `Vary` on them needs no variant of its own.
     private let keyedHeaders: Set<String>
+    private let tagHeader: String
     private let logger: Logger
 
     public init(
@@ -53,6 +63,7 @@ public final class ComponentFetcher: Sendable {
         client: any NetworkClient,
         maxResponseBytes: Int,
         keyedHeaders: Set<String>,
+        tagHeader: String,
         coalescingWait: TimeAmount,
         logger: Logger
     ) {
@@ -60,6 +71,7 @@ public final class ComponentFetcher: Sendable {
         self.client = client
         self.maxResponseBytes = maxResponseBytes
         self.keyedHeaders = keyedHeaders
+        self.tagHeader = tagHeader.lowercased()
         self.coalescer = RequestCoalescer(maximumWait: coalescingWait)
         self.logger = logger
     }
@@ -71,17 +83,9 @@ public final class ComponentFetcher: Sendable {
             exchange(request, on: eventLoop)
         }
         if isLeader { return result }
-        // A waiter receives the leader's answer only when every client could have received it: a stored
-        // entry, or an error status that is not private. Anything else it fetches for itself.
         return result.hop(to: eventLoop).flatMap { outcome in
-            switch outcome {
-            case .stored:
-                return eventLoop.makeSucceededFuture(outcome)
-            case .notStored(let response, _) where response.status.code >= 400 && Self.isShareable(response):
-                return eventLoop.makeSucceededFuture(outcome)
-            case .notStored:
-                return self.exchange(request, on: eventLoop)
-            }
+            if self.mayShare(outcome, with: request) { return eventLoop.makeSucceededFuture(outcome) }
+            return self.exchange(request, on: eventLoop)
         }.flatMapError { error in
             if case RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong = error {
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
@@ -91,23 +95,66 @@ public final class ComponentFetcher: Sendable {
         }
     }
 
-    private static func isShareable(_ response: UpstreamResponse) -> Bool {
-        let cacheControl = CacheControl(headers: response.headers)
-        return !cacheControl.isPrivate && !response.headers.contains(name: "set-cookie")
+    /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
+    public func refreshInBackground(_ request: Request, on eventLoop: any EventLoop) {
+        let logger = self.logger
+        fetch(request, on: eventLoop).whenFailure { error in
+            logger.info("background refresh failed", metadata: ["key": "\(request.key)", "error": "\(error)"])
+        }
     }
 
-    /// One upstream exchange: request, validate, decide, store.
+    /// Whether a waiter may take the leader's outcome: only what every client could have received (a stored
+    /// entry of the waiter's own variant, or an error status that is not private). Anything else the waiter
+    /// fetches for itself.
+    private func mayShare(_ outcome: Outcome, with request: Request) -> Bool {
+        switch outcome {
+        case .stored(let entry), .revalidated(let entry), .servedStale(let entry, _):
+            return entry.varyNames.isEmpty
+                || ResponseCache.variantValue(names: entry.varyNames, requestHeaders: request.clientHeaders)
+                    == entry.variant
+        case .notStored(let response, _):
+            let cacheControl = CacheControl(headers: response.headers)
+            return response.status.code >= 400 && !cacheControl.isPrivate && !response.headers.contains(name: "set-cookie")
+        }
+    }
+
+    /// One upstream exchange: request (conditional when revalidating), validate, decide, store.
     private func exchange(_ request: Request, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
+        var upstream = request.upstream
+        if let stale = request.staleEntry {
+            if let etag = stale.upstreamETag { upstream.headers.replaceOrAdd(name: "If-None-Match", value: etag) }
+            if let lastModified = stale.lastModified {
+                upstream.headers.replaceOrAdd(name: "If-Modified-Since", value: lastModified)
+            }
+        }
         let requestTime = HTTPDate.now()
-        return client.fetch(request.upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).flatMapThrowing {
-            response in
+        return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).flatMapThrowing { response in
             try self.process(response, for: request, requestTime: requestTime)
+        }.flatMapErrorThrowing { error in
+            if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {
+                self.logger.info(
+                    "backend failed, serving stale",
+                    metadata: ["key": "\(request.key)", "error": "\(error)"]
+                )
+                return .servedStale(stale, because: "\(error)")
+            }
+            throw error
         }
     }
 
     private func process(_ response: UpstreamResponse, for request: Request, requestTime: Int64) throws(ProxyError)
         -> Outcome
     {
+        if let stale = request.staleEntry {
+            if response.status == .notModified {
+                return revalidate(stale, with: response.headers, for: request, requestTime: requestTime)
+            }
+            if response.status.code >= 500, stale.mayServeOnError(at: .now()) {
+                logger.info("backend answered \(response.status.code), serving stale", metadata: ["key": "\(request.key)"])
+                return .servedStale(stale, because: "backend status \(response.status.code)")
+            }
+        }
+
         let isSuccess = (200..<300).contains(response.status.code)
         if isSuccess, request.policy.validateComponents,
             ComponentDecoder.isJSON(contentType: response.headers.first(name: "content-type"))
@@ -131,66 +178,91 @@ public final class ComponentFetcher: Sendable {
         )
         guard case .store(let lifetime) = decision else {
             guard case .doNotStore(let reason) = decision else { fatalError("unreachable") }
+            if request.staleEntry != nil { cache.purge(target: request.key.target) }
             return .notStored(response, reason: reason)
         }
-        if let unkeyed = unkeyedVaryHeader(in: response.headers) {
-            return .notStored(response, reason: "varies on \(unkeyed)")
-        }
 
-        let responseTime = HTTPDate.now()
-        let entry = makeEntry(
-            from: response,
-            lifetime: lifetime,
-            initialAge: FreshnessPolicy.initialAge(
-                headers: response.headers,
-                requestTime: requestTime,
-                responseTime: responseTime
-            )
+        let entry = CachedResponse(
+            status: response.status,
+            headers: UpstreamRequestBuilder.endToEndResponseHeaders(response.headers),
+            body: Self.compacted(response.body),
+            metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime)
         )
         guard cache.store(entry, for: request.key) else {
             return .notStored(response, reason: "larger than a cache shard's budget")
         }
-        logger.debug(
-            "stored",
-            metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"]
-        )
+        logger.debug("stored", metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"])
         return .stored(entry)
     }
 
-    private func unkeyedVaryHeader(in headers: HTTPHeaders) -> String? {
-        for line in headers[canonicalForm: "vary"] {
-            let name = line.lowercased()
-            if name != "accept-encoding", !keyedHeaders.contains(name) { return name }
+    /// A 304 for a stale entry: merge the new headers, restart freshness, store (RFC 9111 section 4.3.4).
+    private func revalidate(
+        _ stale: CachedResponse,
+        with headers: HTTPHeaders,
+        for request: Request,
+        requestTime: Int64
+    ) -> Outcome {
+        let provisional = stale.refreshed(
+            with: UpstreamRequestBuilder.endToEndResponseHeaders(headers),
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 0)
+        )
+        let decision = FreshnessPolicy.decide(
+            requestHeaders: request.clientHeaders,
+            status: stale.status,
+            responseHeaders: provisional.headers,
+            defaultTTL: request.policy.defaultTTL.wholeSeconds
+        )
+        guard case .store(let lifetime) = decision else {
+            cache.purge(target: request.key.target)
+            let response = UpstreamResponse(status: stale.status, headers: provisional.headers, body: stale.body)
+            return .notStored(response, reason: "revalidated, no longer storable")
         }
-        return nil
+        let refreshed = stale.refreshed(
+            with: UpstreamRequestBuilder.endToEndResponseHeaders(headers),
+            metadata: metadata(for: provisional.headers, request: request, lifetime: lifetime, requestTime: requestTime)
+        )
+        cache.store(refreshed, for: request.key)
+        cache.recordRevalidation(request.key)
+        logger.debug("revalidated", metadata: ["key": "\(request.key)", "ttl": "\(lifetime)"])
+        return .revalidated(refreshed)
     }
 
-    private func makeEntry(from response: UpstreamResponse, lifetime: Int64, initialAge: Int64) -> CachedResponse {
-        var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
-        headers.remove(name: "content-length")
-        headers.remove(name: "age")
-        let etag: String
-        if let backendTag = headers.first(name: "etag") {
-            etag = backendTag
-        } else {
-            etag = ContentHash.entityTag(for: response.body)
-            headers.add(name: "ETag", value: etag)
-        }
-        // Accumulated bodies can carry spare capacity; an exact copy keeps the byte budget honest.
-        var body = response.body
-        if body.capacity > body.readableBytes + body.readableBytes / 4 + 1024 {
-            var exact = ByteBufferAllocator().buffer(capacity: body.readableBytes)
-            exact.writeImmutableBuffer(body)
-            body = exact
-        }
-        return CachedResponse(
-            status: response.status,
-            headers: headers,
-            body: body,
-            etag: etag,
+    private func metadata(
+        for headers: HTTPHeaders,
+        request: Request,
+        lifetime: Int64,
+        requestTime: Int64
+    ) -> CachedResponse.Metadata {
+        var metadata = CachedResponse.Metadata(
             storedAt: .now(),
-            initialAge: initialAge,
+            initialAge: FreshnessPolicy.initialAge(headers: headers, requestTime: requestTime, responseTime: HTTPDate.now()),
             freshnessLifetime: lifetime
         )
+        metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
+        metadata.tagHeader = tagHeader
+        metadata.varyNames = varyNames(in: headers)
+        metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)
+        return metadata
+    }
+
+    /// The request headers a response varies on that the cache key does not already cover. The proxy always
+    /// fetches unencoded bodies, so `Accept-Encoding` never splits entries.
+    private func varyNames(in headers: HTTPHeaders) -> [String] {
+        var names: [String] = []
+        for line in headers[canonicalForm: "vary"] {
+            let name = line.trimmingWhitespace().lowercased()
+            if !name.isEmpty, name != "accept-encoding", !keyedHeaders.contains(name), !names.contains(name) {
+                names.append(name)
+            }
+        }
+        return names.sorted()
+    }
+
+    /// Accumulated bodies can carry spare capacity; an exact copy keeps the byte budget honest.
+    private static func compacted(_ body: ByteBuffer) -> ByteBuffer {
+        guard body.capacity > body.readableBytes + body.readableBytes / 4 + 1024 else { return body }
+        var exact = ByteBufferAllocator().buffer(capacity: body.readableBytes)
+        exact.writeImmutableBuffer(body)
+        return exact
     }
 }

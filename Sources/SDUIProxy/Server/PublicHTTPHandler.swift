@@ -124,41 +124,47 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             isHead: request.head.method == .HEAD
         )
         let hasAuthorization = request.head.headers.contains(name: "authorization")
+        var staleEntry: CachedResponse?
         if !hasAuthorization {
             let now = NIODeadline.now()
-            if case .fresh(let entry) = proxy.cache.lookup(request.key, now: now) {
-                proxy.logger.debug("hit", metadata: ["key": "\(request.key)"])
+            switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
+            case .fresh(let entry):
                 state = .idle
-                writer.write(entry, cacheStatus: .hit, age: entry.ageSeconds(at: now))
+                writer.write(entry, presentation(of: entry, .hit, request: request, now: now))
                 return
+            case .stale(let entry) where entry.mayServeWhileRevalidating(at: now):
+                proxy.cache.recordStaleServe(request.key)
+                proxy.fetcher.refreshInBackground(
+                    fetchRequest(for: request, staleEntry: entry, context: context),
+                    on: context.eventLoop
+                )
+                state = .idle
+                writer.write(entry, presentation(of: entry, .stale, request: request, now: now))
+                return
+            case .stale(let entry):
+                staleEntry = entry
+            case .miss:
+                break
             }
         }
 
-        let upstream = UpstreamRequest(
-            method: .GET,
-            target: request.target.description,
-            headers: proxy.requestBuilder.headers(
-                from: request.head.headers,
-                platform: request.platform,
-                clientAddress: context.channel.remoteAddress?.ipAddress,
-                purpose: .cacheFill
-            )
-        )
-        let fetch = ComponentFetcher.Request(
-            key: request.key,
-            upstream: upstream,
-            policy: request.policy,
-            clientHeaders: request.head.headers,
-            mayCoalesce: !hasAuthorization
-        )
+        let fetch = fetchRequest(for: request, staleEntry: staleEntry, context: context)
         let logger = proxy.logger
         proxy.fetcher.fetch(fetch, on: context.eventLoop).hop(to: context.eventLoop).assumeIsolated()
             .whenComplete { result in
                 self.state = .idle
+                let now = NIODeadline.now()
                 switch result {
                 case .success(.stored(let entry)):
                     logger.debug("miss, stored", metadata: ["key": "\(request.key)"])
-                    writer.write(entry, cacheStatus: .miss, age: nil)
+                    writer.write(entry, self.presentation(of: entry, .miss, request: request, now: now))
+                case .success(.revalidated(let entry)):
+                    logger.debug("revalidated", metadata: ["key": "\(request.key)"])
+                    writer.write(entry, self.presentation(of: entry, .revalidated, request: request, now: now))
+                case .success(.servedStale(let entry, let reason)):
+                    logger.info("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+                    self.proxy.cache.recordStaleServe(request.key)
+                    writer.write(entry, self.presentation(of: entry, .stale, request: request, now: now))
                 case .success(.notStored(let response, let reason)):
                     logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
                     writer.write(response, cacheStatus: .bypass)
@@ -172,6 +178,56 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     writer.write(proxyError, cacheStatus: .miss)
                 }
             }
+    }
+
+    private func fetchRequest(
+        for request: CacheRequest,
+        staleEntry: CachedResponse?,
+        context: ChannelHandlerContext
+    ) -> ComponentFetcher.Request {
+        let upstream = UpstreamRequest(
+            method: .GET,
+            target: request.target.description,
+            headers: proxy.requestBuilder.headers(
+                from: request.head.headers,
+                platform: request.platform,
+                clientAddress: context.channel.remoteAddress?.ipAddress,
+                purpose: .cacheFill
+            )
+        )
+        return ComponentFetcher.Request(
+            key: request.key,
+            upstream: upstream,
+            policy: request.policy,
+            clientHeaders: request.head.headers,
+            mayCoalesce: !request.head.headers.contains(name: "authorization"),
+            staleEntry: staleEntry
+        )
+    }
+
+    /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
+    private func presentation(
+        of entry: CachedResponse,
+        _ cacheStatus: ResponseWriter.CacheStatus,
+        request: CacheRequest,
+        now: NIODeadline
+    ) -> ResponseWriter.EntryPresentation {
+        var presentation = ResponseWriter.EntryPresentation(cacheStatus: cacheStatus, age: entry.ageSeconds(at: now))
+        let headers = request.head.headers
+        if proxy.configuration.compat.beagleHash {
+            presentation.beagleMaxAge = entry.remainingLifetime(at: now)
+            // Beagle 1.x clients only ever get a 304 for the hash they sent.
+            presentation.notModified = headers.first(name: "beagle-hash") == entry.contentHash
+        } else if entry.status == .ok,
+            headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since")
+        {
+            presentation.notModified = ConditionalRequest.isNotModified(
+                requestHeaders: headers,
+                etag: entry.etag,
+                lastModified: entry.lastModified
+            )
+        }
+        return presentation
     }
 
     // MARK: Pass-through
@@ -208,11 +264,23 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             )
         )
         let loopBoundHandler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let cache = proxy.cache
+        let requestHost = head.headers.first(name: "host")
         let sink = ChannelResponseSink(
             context: context,
             keepAlive: head.isKeepAlive,
             isHead: head.method == .HEAD,
             cacheStatus: cacheStatus,
+            receivedHead: { status, headers in
+                Invalidation.apply(
+                    method: head.method,
+                    target: target,
+                    status: status,
+                    responseHeaders: headers,
+                    requestHost: requestHost,
+                    cache: cache
+                )
+            },
             beforeEnd: { loopBoundHandler.value.state = .idle }
         )
         let logger = proxy.logger
@@ -279,6 +347,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     private let isHead: Bool
     private let cacheStatus: ResponseWriter.CacheStatus?
     private let headSent: NIOLoopBoundBox<Bool>
+    private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     private let beforeEnd: NIOLoopBound<() -> Void>
 
     /// - Parameter beforeEnd: called just before the end is written, when the connection may take the next
@@ -288,8 +357,10 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         keepAlive: Bool,
         isHead: Bool,
         cacheStatus: ResponseWriter.CacheStatus?,
+        receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void,
         beforeEnd: @escaping () -> Void
     ) {
+        self.receivedHead = receivedHead
         self.context = NIOLoopBound(context, eventLoop: context.eventLoop)
         self.keepAlive = keepAlive
         self.isHead = isHead
@@ -301,6 +372,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     var headWasSent: Bool { headSent.value }
 
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        receivedHead(status, headers)
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }

@@ -11,21 +11,51 @@ struct ResponseWriter {
         case hit = "HIT"
         case miss = "MISS"
         case bypass = "BYPASS"
+        case stale = "STALE"
+        case revalidated = "REVALIDATED"
     }
 
     let context: ChannelHandlerContext
     let keepAlive: Bool
     let isHead: Bool
 
-    /// Writes a stored entry; `age` is given on hits.
+    /// How a stored entry is presented to the client.
+    struct EntryPresentation {
+        var cacheStatus: CacheStatus
+        /// The entry's age, sent on every response served from the cache.
+        var age: Int64
+        /// Answer 304 with no body: the client already has this representation.
+        var notModified = false
+        /// Beagle 1.x: `beagle-hash` and a plain `Cache-Control: max-age=N` with the freshness left.
+        var beagleMaxAge: Int64?
+    }
+
+    /// Writes a stored entry.
     @discardableResult
-    func write(_ entry: CachedResponse, cacheStatus: CacheStatus, age: Int64?) -> EventLoopFuture<Void> {
-        var headers = entry.headers
-        headers.reserveCapacity(headers.count + 4)
-        headers.add(name: "Content-Length", value: String(entry.body.readableBytes))
-        if let age { headers.add(name: "Age", value: String(age)) }
-        headers.add(name: "X-Cache", value: cacheStatus.rawValue)
-        return write(status: entry.status, headers: headers, body: entry.body)
+    func write(_ entry: CachedResponse, _ presentation: EntryPresentation) -> EventLoopFuture<Void> {
+        var headers: HTTPHeaders
+        if presentation.notModified {
+            headers = HTTPHeaders()
+            for (name, value) in entry.headers
+            where ConditionalRequest.notModifiedHeaderNames.contains(name.lowercased()) {
+                headers.add(name: name, value: value)
+            }
+        } else {
+            headers = entry.headers
+            headers.reserveCapacity(headers.count + 5)
+            headers.add(name: "Content-Length", value: String(entry.body.readableBytes))
+        }
+        if let maxAge = presentation.beagleMaxAge {
+            headers.replaceOrAdd(name: "Cache-Control", value: "max-age=\(maxAge)")
+            headers.replaceOrAdd(name: "beagle-hash", value: entry.contentHash)
+        }
+        headers.add(name: "Age", value: String(presentation.age))
+        headers.add(name: "X-Cache", value: presentation.cacheStatus.rawValue)
+        return write(
+            status: presentation.notModified ? .notModified : entry.status,
+            headers: headers,
+            body: presentation.notModified ? ByteBuffer() : entry.body
+        )
     }
 
     /// Writes a backend response that was not stored.

@@ -69,6 +69,7 @@ public final class ProxyServer: Sendable {
             client: client,
             maxResponseBytes: configuration.upstream.maxResponseBytes,
             keyedHeaders: keyedHeaders,
+            tagHeader: configuration.cache.tagHeader,
             coalescingWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1),
             logger: logger
         )

@@ -12,17 +12,26 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
     public let hashCode: Int
 
     public init(target: String, platform: String, varyValues: [String] = []) {
-        self.target = target
         var variant = platform
         for value in varyValues {
             variant.append("\u{0}")
             variant.append(value)
         }
+        self.init(target: target, variant: variant)
+    }
+
+    private init(target: String, variant: String) {
+        self.target = target
         self.variant = variant
         var hasher = Hasher()
         hasher.combine(target)
         hasher.combine(variant)
         self.hashCode = hasher.finalize()
+    }
+
+    /// This key extended with the values of the headers a backend's `Vary` names.
+    public func selectingVariant(_ values: String) -> CacheKey {
+        CacheKey(target: target, variant: variant + "\u{1}" + values)
     }
 
     public static func == (lhs: CacheKey, rhs: CacheKey) -> Bool {
@@ -35,11 +44,11 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
 
     /// The platform part of the variant.
     public var platform: Substring {
-        variant.prefix { $0 != "\u{0}" }
+        variant.prefix { $0 != "\u{0}" && $0 != "\u{1}" }
     }
 
     public var description: String {
-        "\(target) [\(variant.replacingOccurrences(of: "\u{0}", with: "|"))]"
+        "\(target) [\(variant.replacingOccurrences(of: "\u{0}", with: "|").replacingOccurrences(of: "\u{1}", with: "|"))]"
     }
 }
 

@@ -1,49 +1,114 @@
 import NIOCore
 import NIOHTTP1
 
-/// A stored response: what a hit writes to the client, as it was encoded, plus what freshness needs.
+/// A stored response: what a hit writes to the client, as it was encoded, plus what freshness, validation
+/// and purging need, all worked out once when the entry is made so a hit parses nothing.
 ///
 /// Immutable and shared: one instance serves every hit and every coalesced waiter, and the body buffer is
 /// written as it is, never copied.
 public final class CachedResponse: Sendable {
     public let status: HTTPResponseStatus
-    /// The headers sent to clients, without `Age`, `X-Cache` and connection-level headers.
+    /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers.
     public let headers: HTTPHeaders
     public let body: ByteBuffer
-    /// The strong validator of the body: the backend's `ETag`, or one computed from the content.
+    /// The strong validator clients see: the backend's `ETag`, or one computed from the content.
     public let etag: String
+    /// The backend's own validators, used to revalidate upstream (nil when it sent none).
+    public let upstreamETag: String?
+    public let lastModified: String?
     /// When the response was stored, on the monotonic clock.
     public let storedAt: NIODeadline
     /// The response's corrected initial age, in seconds.
     public let initialAge: Int64
     /// How long the response is fresh, in seconds, counted from age 0.
     public let freshnessLifetime: Int64
+    /// The response's `Cache-Control`, parsed.
+    public let directives: CacheControl
+    /// How long past expiry the entry may be served while it is refreshed in the background.
+    public let staleWhileRevalidate: Int64
+    /// How long past expiry the entry may be served when the backend fails.
+    public let staleIfError: Int64
+    /// The request headers (lower-cased) named by the response's `Vary`, beyond those in the cache key.
+    public let varyNames: [String]
+    /// The values of ``varyNames`` in the request that produced this entry.
+    public let variant: String
+    /// Purge tags, from the configured tag header.
+    public let tags: [String]
+    /// A content hash for Beagle 1.x clients (`beagle-hash`).
+    public let contentHash: String
     /// What the entry costs against the cache's byte budget.
     public let byteCost: Int
 
-    public init(
-        status: HTTPResponseStatus,
-        headers: HTTPHeaders,
-        body: ByteBuffer,
-        etag: String,
-        storedAt: NIODeadline,
-        initialAge: Int64,
-        freshnessLifetime: Int64
-    ) {
+    /// Everything about an entry that is not the response itself.
+    public struct Metadata: Sendable {
+        public var storedAt: NIODeadline
+        public var initialAge: Int64
+        public var freshnessLifetime: Int64
+        /// Seconds of stale-if-error the route allows, used when the response itself gives none.
+        public var configuredStaleIfError: Int64 = 0
+        public var varyNames: [String] = []
+        public var variant: String = ""
+        /// The response header whose space-separated values are purge tags.
+        public var tagHeader: String = "surrogate-key"
+
+        public init(storedAt: NIODeadline, initialAge: Int64, freshnessLifetime: Int64) {
+            self.storedAt = storedAt
+            self.initialAge = initialAge
+            self.freshnessLifetime = freshnessLifetime
+        }
+    }
+
+    /// Makes an entry from a backend response's status, end-to-end headers and body.
+    public init(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, metadata: Metadata) {
+        var headers = headers
+        headers.remove(name: "content-length")
+        headers.remove(name: "age")
+        self.upstreamETag = headers.first(name: "etag")
+        self.lastModified = headers.first(name: "last-modified")
+        let hash = ContentHash.fnv1a64(body)
+        if let upstreamETag {
+            self.etag = upstreamETag
+        } else {
+            self.etag = ContentHash.entityTag(hash: hash, length: body.readableBytes)
+            headers.add(name: "ETag", value: etag)
+        }
+        self.contentHash = ContentHash.hex(hash)
         self.status = status
         self.headers = headers
         self.body = body
-        self.etag = etag
-        self.storedAt = storedAt
-        self.initialAge = initialAge
-        self.freshnessLifetime = freshnessLifetime
+        self.storedAt = metadata.storedAt
+        self.initialAge = metadata.initialAge
+        self.freshnessLifetime = metadata.freshnessLifetime
+        let directives = CacheControl(headers: headers)
+        self.directives = directives
+        let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
+        self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0
+        self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? metadata.configuredStaleIfError
+        self.varyNames = metadata.varyNames
+        self.variant = metadata.variant
+        self.tags = headers[canonicalForm: metadata.tagHeader].flatMap { $0.split(separator: " ").map(String.init) }
         var headerBytes = 0
         for header in headers { headerBytes += header.name.utf8.count + header.value.utf8.count + 4 }
         // The fixed part approximates the entry's own object, key and table slot.
         self.byteCost = body.readableBytes + headerBytes + 256
     }
 
-    /// The response's current age in nanoseconds (RFC 9111 section 4.2.3).
+    /// A copy of this entry with headers updated by a 304 from the backend and freshness restarted
+    /// (RFC 9111 section 4.3.4).
+    public func refreshed(with notModifiedHeaders: HTTPHeaders, metadata: Metadata) -> CachedResponse {
+        var merged = headers
+        let excluded: Set<String> = ["content-length", "content-encoding", "transfer-encoding", "content-range"]
+        for name in Set(notModifiedHeaders.map { $0.name.lowercased() }) where !excluded.contains(name) {
+            merged.remove(name: name)
+            for value in notModifiedHeaders[canonicalForm: name] { merged.add(name: name, value: String(value)) }
+        }
+        if upstreamETag == nil { merged.remove(name: "etag") }
+        return CachedResponse(status: status, headers: merged, body: body, metadata: metadata)
+    }
+
+    // MARK: Age and freshness (RFC 9111 section 4.2)
+
+    /// The response's current age in nanoseconds.
     @inline(__always)
     public func ageNanoseconds(at now: NIODeadline) -> Int64 {
         initialAge &* 1_000_000_000 &+ max(0, (now - storedAt).nanoseconds)
@@ -60,4 +125,27 @@ public final class CachedResponse: Sendable {
     public func isFresh(at now: NIODeadline) -> Bool {
         ageNanoseconds(at: now) < freshnessLifetime &* 1_000_000_000
     }
+
+    /// Seconds of freshness left (0 when stale).
+    public func remainingLifetime(at now: NIODeadline) -> Int64 {
+        max(0, freshnessLifetime - ageSeconds(at: now))
+    }
+
+    /// How far past its lifetime the entry is, in nanoseconds (0 while fresh).
+    public func stalenessNanoseconds(at now: NIODeadline) -> Int64 {
+        max(0, ageNanoseconds(at: now) - freshnessLifetime &* 1_000_000_000)
+    }
+
+    /// Whether a stale entry may be served while a background refresh runs.
+    public func mayServeWhileRevalidating(at now: NIODeadline) -> Bool {
+        staleWhileRevalidate > 0 && stalenessNanoseconds(at: now) <= staleWhileRevalidate &* 1_000_000_000
+    }
+
+    /// Whether a stale entry may be served because the backend failed.
+    public func mayServeOnError(at now: NIODeadline) -> Bool {
+        staleIfError > 0 && stalenessNanoseconds(at: now) <= staleIfError &* 1_000_000_000
+    }
+
+    /// Whether the backend can answer a conditional request for this entry.
+    public var hasUpstreamValidator: Bool { upstreamETag != nil || lastModified != nil }
 }

@@ -14,10 +14,19 @@ public enum ContentHash {
         }
     }
 
-    /// A strong entity tag for `body`: its hash and length, quoted.
+    /// `hash` as 16 lower-case hex digits.
+    public static func hex(_ hash: UInt64) -> String {
+        let digits = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - digits.count) + digits
+    }
+
+    /// A strong entity tag for a body: its hash and length, quoted.
+    public static func entityTag(hash: UInt64, length: Int) -> String {
+        "\"" + hex(hash) + "-" + String(length, radix: 16) + "\""
+    }
+
+    /// A strong entity tag for `body`.
     public static func entityTag(for body: ByteBuffer) -> String {
-        let hash = String(fnv1a64(body), radix: 16)
-        return "\"" + String(repeating: "0", count: 16 - hash.count) + hash + "-" + String(body.readableBytes, radix: 16)
-            + "\""
+        entityTag(hash: fnv1a64(body), length: body.readableBytes)
     }
 }

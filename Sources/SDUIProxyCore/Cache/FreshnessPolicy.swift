@@ -40,12 +40,18 @@ public enum FreshnessPolicy {
         }
         if responseHeaders.contains(name: "set-cookie") { return .doNotStore(reason: "set-cookie") }
         if responseHeaders[canonicalForm: "vary"].contains("*") { return .doNotStore(reason: "vary *") }
-        if cacheControl.noCache { return .doNotStore(reason: "no-cache") }
         guard cacheableStatuses.contains(status.code) else { return .doNotStore(reason: "status \(status.code)") }
-
-        if let lifetime = explicitLifetime(cacheControl: cacheControl, headers: responseHeaders) {
-            return lifetime > 0 ? .store(lifetime: lifetime) : .doNotStore(reason: "already stale")
+        // A response that must be validated before every use is only worth keeping when it can be validated.
+        let hasValidator = responseHeaders.contains(name: "etag") || responseHeaders.contains(name: "last-modified")
+        if cacheControl.noCache {
+            return hasValidator ? .store(lifetime: 0) : .doNotStore(reason: "no-cache without a validator")
         }
+        if let lifetime = explicitLifetime(cacheControl: cacheControl, headers: responseHeaders) {
+            if lifetime > 0 || hasValidator { return .store(lifetime: lifetime) }
+            return .doNotStore(reason: "already stale")
+        }
+        // No heuristic freshness: RFC 9111 section 4.2.2 allows it but never requires it, and a screen cached
+        // longer than its backend intended is worse than one fetched again.
         if defaultTTL > 0, status == .ok { return .store(lifetime: defaultTTL) }
         return .doNotStore(reason: "no freshness information")
     }
@@ -55,7 +61,8 @@ public enum FreshnessPolicy {
     public static func explicitLifetime(cacheControl: CacheControl, headers: HTTPHeaders) -> Int64? {
         if let shared = cacheControl.sharedMaxAge { return shared }
         if let maxAge = cacheControl.maxAge { return maxAge }
-        let expiresLines = headers[canonicalForm: "expires"]
+        // Dates contain commas, so the raw field lines are read, not the comma-split list.
+        let expiresLines = headers["expires"]
         guard !expiresLines.isEmpty else { return nil }
         guard expiresLines.count == 1, let expires = HTTPDate.parse(expiresLines[0]) else { return 0 }
         let date = headers.first(name: "date").flatMap { HTTPDate.parse($0) } ?? HTTPDate.now()

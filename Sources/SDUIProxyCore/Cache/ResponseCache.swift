@@ -1,4 +1,5 @@
 import NIOCore
+import NIOHTTP1
 import Synchronization
 
 /// The in-memory response cache: LRU under a byte budget and an entry limit, split into shards that each
@@ -6,6 +7,10 @@ import Synchronization
 ///
 /// The budget is divided evenly between shards; a key's shard is chosen by its hash. An entry larger than
 /// one shard's budget is not stored.
+///
+/// Responses with `Vary` live side by side (RFC 9111 section 4.1): the primary key holds the list of
+/// header names the backend varies on, and each variant is stored under the primary key extended with
+/// the request's values for those headers.
 public final class ResponseCache: Sendable {
     /// Counters of what happened to lookups and entries, summed over shards.
     public struct Statistics: Equatable, Sendable {
@@ -13,8 +18,11 @@ public final class ResponseCache: Sendable {
         public var bytes = 0
         public var hits = 0
         public var misses = 0
+        public var staleServes = 0
+        public var revalidations = 0
         public var stores = 0
         public var evictions = 0
+        public var purged = 0
         public var rejectedAsTooLarge = 0
 
         public init() {}
@@ -27,9 +35,16 @@ public final class ResponseCache: Sendable {
         case miss
     }
 
+    /// What is stored under a key.
+    enum Slot: Sendable {
+        case response(CachedResponse)
+        /// The backend varies on these request headers: look again under the variant key.
+        case variants(names: [String])
+    }
+
     private final class Shard: Sendable {
         struct State {
-            var store: LRUStore<CacheKey, CachedResponse>
+            var store: LRUStore<CacheKey, Slot>
             var statistics = Statistics()
         }
 
@@ -70,63 +85,139 @@ public final class ResponseCache: Sendable {
         shards[key.hashCode & shardMask]
     }
 
-    /// Finds the entry for `key` and marks it most recently used. Fresh entries count as hits and absent
-    /// ones as misses; what a stale entry turns into is for the caller to record.
-    public func lookup(_ key: CacheKey, now: NIODeadline) -> Lookup {
-        shard(for: key).state.withLock { state -> Lookup in
-            guard let entry = state.store.value(forKey: key) else {
-                state.statistics.misses += 1
-                return .miss
+    /// The key of the variant `requestHeaders` select, given the header names the backend varies on.
+    public static func variantKey(_ key: CacheKey, names: [String], requestHeaders: HTTPHeaders) -> CacheKey {
+        key.selectingVariant(variantValue(names: names, requestHeaders: requestHeaders))
+    }
+
+    /// The request's values for `names`, as one string (the ``CachedResponse/variant`` it would select).
+    public static func variantValue(names: [String], requestHeaders: HTTPHeaders) -> String {
+        names.map { name in
+            requestHeaders[canonicalForm: name].map { $0.trimmingWhitespace() }.joined(separator: ",")
+        }.joined(separator: "\u{0}")
+    }
+
+    /// Finds the entry for `key` (and, when the backend varies, for the variant `requestHeaders` select) and
+    /// marks it most recently used. Fresh entries count as hits and absent ones as misses; what a stale entry
+    /// turns into is for the caller to record.
+    public func lookup(_ key: CacheKey, requestHeaders: HTTPHeaders, now: NIODeadline) -> Lookup {
+        switch lookupOne(key, now: now) {
+        case .found(let lookup):
+            return lookup
+        case .varies(let names):
+            switch lookupOne(Self.variantKey(key, names: names, requestHeaders: requestHeaders), now: now) {
+            case .found(let lookup): return lookup
+            case .varies: return .miss
             }
-            guard entry.isFresh(at: now) else { return .stale(entry) }
-            state.statistics.hits += 1
-            return .fresh(entry)
         }
     }
 
-    /// Counts a lookup that was answered from a stale entry.
-    public func recordHit(_ key: CacheKey) {
-        shard(for: key).state.withLock { $0.statistics.hits += 1 }
+    private enum SlotLookup {
+        case found(Lookup)
+        case varies(names: [String])
     }
 
-    /// Counts a lookup whose stale entry could not be used.
-    public func recordMiss(_ key: CacheKey) {
+    /// One locked visit to a shard: find, classify and count.
+    @inline(__always)
+    private func lookupOne(_ key: CacheKey, now: NIODeadline) -> SlotLookup {
+        shard(for: key).state.withLock { state -> SlotLookup in
+            switch state.store.value(forKey: key) {
+            case .response(let entry)?:
+                guard entry.isFresh(at: now), !entry.directives.noCache else { return .found(.stale(entry)) }
+                state.statistics.hits += 1
+                return .found(.fresh(entry))
+            case .variants(let names)?:
+                return .varies(names: names)
+            case nil:
+                state.statistics.misses += 1
+                return .found(.miss)
+            }
+        }
+    }
+
+    private func recordMiss(_ key: CacheKey) {
         shard(for: key).state.withLock { $0.statistics.misses += 1 }
     }
 
-    /// The entry for `key` without touching recency or statistics.
-    public func peek(_ key: CacheKey) -> CachedResponse? {
-        shard(for: key).state.withLock { $0.store.peek(key) }
+    /// Counts a request answered from a stale entry.
+    public func recordStaleServe(_ key: CacheKey) {
+        shard(for: key).state.withLock { $0.statistics.staleServes += 1 }
     }
 
-    /// Stores `response` for `key`, evicting least recently used entries of its shard as needed.
+    /// Counts a successful revalidation with the backend.
+    public func recordRevalidation(_ key: CacheKey) {
+        shard(for: key).state.withLock { $0.statistics.revalidations += 1 }
+    }
+
+    /// Counts a stale entry that had to be fetched again.
+    public func recordStaleMiss(_ key: CacheKey) {
+        recordMiss(key)
+    }
+
+    /// Stores `response` for `key`, evicting least recently used entries of its shard as needed. A response
+    /// that varies goes under its variant key, with the list of varying headers under `key`.
     ///
     /// - Returns: whether it was stored (false when it alone exceeds a shard's budget).
     @discardableResult
     public func store(_ response: CachedResponse, for key: CacheKey) -> Bool {
+        guard !response.varyNames.isEmpty else { return insert(.response(response), for: key, cost: response.byteCost) }
+        let marker = response.varyNames.reduce(64) { $0 + $1.utf8.count }
+        guard insert(.variants(names: response.varyNames), for: key, cost: marker) else { return false }
+        return insert(.response(response), for: key.selectingVariant(response.variant), cost: response.byteCost)
+    }
+
+    private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {
         shard(for: key).state.withLock { state in
             var evictions = 0
-            let stored = state.store.insert(response, forKey: key, cost: response.byteCost) { _, _ in evictions += 1 }
+            let stored = state.store.insert(slot, forKey: key, cost: cost) { _, _ in evictions += 1 }
             state.statistics.evictions += evictions
             if stored { state.statistics.stores += 1 } else { state.statistics.rejectedAsTooLarge += 1 }
             return stored
         }
     }
 
-    /// Removes the entry for `key`, if any.
+    /// Removes every stored response (every platform and variant) whose normalised target matches, and
+    /// returns how many went. Visits every shard: for invalidation and admin use, not the hit path.
     @discardableResult
-    public func remove(_ key: CacheKey) -> Bool {
-        shard(for: key).state.withLock { $0.store.removeValue(forKey: key) != nil }
-    }
-
-    /// Removes every entry whose key matches; returns how many went. Visits every shard: for admin use.
-    @discardableResult
-    public func removeAll(where matches: @Sendable (CacheKey) -> Bool) -> Int {
+    public func purge(where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool) -> Int {
         var removed = 0
         for shard in shards {
-            removed += shard.state.withLock { state in state.store.removeAll { key, _ in matches(key) } }
+            removed += shard.state.withLock { state in
+                let count = state.store.removeAll { key, slot in
+                    switch slot {
+                    case .response(let entry): matches(key.target, entry)
+                    case .variants: matches(key.target, nil)
+                    }
+                }
+                state.statistics.purged += count
+                return count
+            }
         }
         return removed
+    }
+
+    /// Removes the responses stored for `target` exactly.
+    @discardableResult
+    public func purge(target: String) -> Int {
+        purge { candidate, _ in candidate == target }
+    }
+
+    /// Removes the responses whose target's path starts with `prefix`.
+    @discardableResult
+    public func purge(prefix: String) -> Int {
+        purge { candidate, _ in candidate.hasPrefix(prefix) }
+    }
+
+    /// Removes the responses that carry `tag`.
+    @discardableResult
+    public func purge(tag: String) -> Int {
+        purge { _, entry in entry?.tags.contains(tag) ?? false }
+    }
+
+    /// Removes everything.
+    @discardableResult
+    public func purgeAll() -> Int {
+        purge { _, _ in true }
     }
 
     /// The counters and sizes, summed over shards.
@@ -138,8 +229,11 @@ public final class ResponseCache: Sendable {
                 total.bytes += state.store.totalCost
                 total.hits += state.statistics.hits
                 total.misses += state.statistics.misses
+                total.staleServes += state.statistics.staleServes
+                total.revalidations += state.statistics.revalidations
                 total.stores += state.statistics.stores
                 total.evictions += state.statistics.evictions
+                total.purged += state.statistics.purged
                 total.rejectedAsTooLarge += state.statistics.rejectedAsTooLarge
             }
         }

@@ -58,7 +58,7 @@ public struct ConfigurationLoader: Sendable {
         }
         let log = ConfigurationSection.VariableLog()
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
-        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log"])
+        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat"])
 
         var config = ProxyConfiguration()
         config.listen = try Self.address(top.section("listen"), default: config.listen)
@@ -77,6 +77,9 @@ public struct ConfigurationLoader: Sendable {
         config.cache = try Self.cache(top.section("cache"))
         config.prefetch = try Self.prefetch(top.section("prefetch"), allowedPlatforms: config.platform.allowed)
         config.log = try Self.log(top.section("log"))
+        let compat = try top.section("compat")
+        try compat.rejectUnknownKeys(["beagleHash"])
+        config.compat.beagleHash = try compat.bool("beagleHash", default: false)
 
         if let port = overrides.port { config.listen.port = try Self.checkedPort(port, key: "--port") }
         if let port = overrides.adminPort { config.admin.port = try Self.checkedPort(port, key: "--admin-port") }
@@ -150,13 +153,17 @@ public struct ConfigurationLoader: Sendable {
     }
 
     private static func cache(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Cache {
-        try section.rejectUnknownKeys(["maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes"])
+        try section.rejectUnknownKeys([
+            "maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes", "staleIfError", "tagHeader",
+        ])
         var cache = ProxyConfiguration.Cache()
         cache.maxBytes = try section.byteSize("maxBytes", default: cache.maxBytes, minimum: 1024)
         cache.maxEntries = try section.int("maxEntries", default: cache.maxEntries, in: 1...100_000_000)
         cache.policy = try routePolicy(section, inheriting: cache.policy)
+        cache.tagHeader = try section.string("tagHeader", default: cache.tagHeader)
+        guard HTTPSyntax.isToken(cache.tagHeader) else { throw section.fail("tagHeader", "is not a header name") }
         for routeSection in try section.sectionList("routes") {
-            try routeSection.rejectUnknownKeys(["prefix", "defaultTTL", "validateComponents", "vary", "bypass"])
+            try routeSection.rejectUnknownKeys(["prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError"])
             let prefix = try routeSection.string("prefix", default: "")
             guard prefix.hasPrefix("/") else { throw routeSection.fail("prefix", "must be a path starting with /") }
             var policy = try routePolicy(routeSection, inheriting: cache.policy)
@@ -173,6 +180,7 @@ public struct ConfigurationLoader: Sendable {
         var policy = base
         policy.defaultTTL = try section.duration("defaultTTL", default: base.defaultTTL)
         policy.validateComponents = try section.bool("validateComponents", default: base.validateComponents)
+        policy.staleIfError = try section.duration("staleIfError", default: base.staleIfError)
         policy.vary = try section.stringList("vary", default: base.vary).map { $0.lowercased() }
         for name in policy.vary where !HTTPSyntax.isToken(name) {
             throw section.fail("vary", "\"\(name)\" is not a header name")

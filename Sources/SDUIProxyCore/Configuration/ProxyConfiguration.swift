@@ -11,6 +11,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var cache = Cache()
     public var prefetch = Prefetch()
     public var log = Log()
+    public var compat = Compatibility()
 
     public init() {}
 
@@ -18,7 +19,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
         lhs.listen == rhs.listen && lhs.admin == rhs.admin && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
-            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log
+            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
     }
 
     /// A host and port to listen on.
@@ -70,6 +71,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var policy = RoutePolicy()
         /// Per path prefix overrides of ``policy``; the longest matching prefix wins.
         public var routes: [Route] = []
+        /// The response header whose space-separated values tag entries for purging.
+        public var tagHeader = "Surrogate-Key"
 
         public init() {}
 
@@ -93,6 +96,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var vary: [String] = []
         /// Never cache under this prefix; requests are forwarded and marked `BYPASS`.
         public var bypass = false
+        /// How long past expiry an entry may be served when the backend is down, times out or answers 5xx,
+        /// for responses that do not say (`stale-if-error`); zero turns it off.
+        public var staleIfError: Duration = .zero
 
         public init() {}
     }
@@ -116,6 +122,15 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var platforms: [String] = ["IOS", "ANDROID", "WEB"]
         /// How many hops of `shouldPrefetch` navigation actions are followed; 0 turns following off.
         public var followActions = 1
+
+        public init() {}
+    }
+
+    /// Behaviour for older clients.
+    public struct Compatibility: Sendable, Equatable {
+        /// Beagle 1.x cache protocol: responses carry `beagle-hash` and a plain `Cache-Control: max-age=N`, and
+        /// a request whose `beagle-hash` matches gets an empty 304.
+        public var beagleHash = false
 
         public init() {}
     }

@@ -42,7 +42,10 @@ struct ProxyHarness {
         var configuration = testConfiguration(upstream: origin.url)
         configure?(&configuration)
         let server = try await ProxyServer.start(configuration: configuration, logger: logger)
-        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+        var clientConfiguration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        // Enough connections that concurrent test requests really are concurrent.
+        clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 512
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
         let harness = ProxyHarness(origin: origin, server: server, client: client)
         do {
             try await body(harness)

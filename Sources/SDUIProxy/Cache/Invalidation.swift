@@ -1,0 +1,43 @@
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Invalidation by unsafe methods (RFC 9111 section 4.4): a successful POST, PUT, DELETE or PATCH makes the
+/// stored responses for its target, and for the same-origin `Location` and `Content-Location` it returns,
+/// unusable, in every variant and platform.
+enum Invalidation {
+    static let unsafeMethods: [HTTPMethod] = [.POST, .PUT, .DELETE, .PATCH]
+
+    static func apply(
+        method: HTTPMethod,
+        target: RequestTarget,
+        status: HTTPResponseStatus,
+        responseHeaders: HTTPHeaders,
+        requestHost: String?,
+        cache: ResponseCache
+    ) {
+        guard unsafeMethods.contains(method), (200..<400).contains(status.code) else { return }
+        var targets = [target.description]
+        for name in ["location", "content-location"] {
+            if let value = responseHeaders.first(name: name), let related = sameOriginTarget(value, requestHost: requestHost) {
+                targets.append(related)
+            }
+        }
+        let doomed = Set(targets)
+        cache.purge { candidate, _ in doomed.contains(candidate) }
+    }
+
+    /// The normalised target of a URI reference on the proxy's own origin: a path, or an absolute URL whose
+    /// authority is the request's `Host`. Anything else is another origin and is left alone.
+    static func sameOriginTarget(_ reference: String, requestHost: String?) -> String? {
+        if reference.hasPrefix("/"), !reference.hasPrefix("//") {
+            return try? RequestTarget(parsing: reference).description
+        }
+        guard let url = AbsoluteURL(parsing: reference), let requestHost else { return nil }
+        let authority = requestHost.lowercased()
+        let defaultPort = url.scheme == "https" ? 443 : 80
+        let sameOrigin = authority == "\(url.host):\(url.port)" || (authority == url.host && url.port == defaultPort)
+        guard sameOrigin else { return nil }
+        let text = url.query.map { url.path + "?" + $0 } ?? url.path
+        return try? RequestTarget(parsing: text).description
+    }
+}

@@ -1,0 +1,384 @@
+import AsyncHTTPClient
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// RFC 9111 behaviour of the proxy as a shared cache, each rule against a real origin over loopback.
+@Suite("RFC 9111 shared-cache semantics")
+struct SharedCacheTests {
+    private static func origin(_ headers: [(String, String)], body: String = #"{"_beagleComponent_":"a"}"#)
+        -> TestOrigin.Responder
+    {
+        { _ in TestOrigin.Response(status: .ok, headers: [("Content-Type", "application/json")] + headers, body: body) }
+    }
+
+    @Test(
+        "directive precedence decides what is stored",
+        arguments: [
+            ([("Cache-Control", "max-age=0, s-maxage=60")], true),
+            ([("Cache-Control", "max-age=60, s-maxage=0")], false),
+            ([("Cache-Control", "max-age=60"), ("Expires", "Thu, 01 Jan 1970 00:00:00 GMT")], true),
+            ([("Expires", HTTPDate.format(HTTPDate.now() + 120)), ("Date", HTTPDate.format(HTTPDate.now()))], true),
+            ([("Expires", "Thu, 01 Jan 1970 00:00:00 GMT")], false),
+            ([("Expires", "not a date")], false),
+            ([("Cache-Control", "max-age=60, max-age=0")], true),
+            ([("Cache-Control", "max-age=abc")], false),
+            ([("Cache-Control", "public, max-age=60, no-store")], false),
+            ([("Cache-Control", "max-age=60, private")], false),
+            ([("Cache-Control", "max-age=60"), ("Vary", "*")], false),
+        ]
+    )
+    func precedence(headers: [(String, String)], stored: Bool) async throws {
+        try await ProxyHarness.run(origin: Self.origin(headers)) { proxy async throws in
+            _ = try await proxy.get("/a")
+            let second = try await proxy.get("/a")
+            #expect((second["X-Cache"] == "HIT") == stored, "\(headers)")
+            #expect(proxy.origin.requestCount == (stored ? 1 : 2))
+        }
+    }
+
+    @Test("statuses other than 200 are stored when they carry explicit freshness, and not otherwise")
+    func cacheableStatuses() async throws {
+        try await ProxyHarness.run(origin: { request in
+            switch request.uri {
+            case "/gone": TestOrigin.Response(status: .notFound, headers: [("Cache-Control", "max-age=60")], body: "no")
+            case "/plain404": TestOrigin.Response(status: .notFound, headers: [], body: "no")
+            default: TestOrigin.Response(status: .internalServerError, headers: [("Cache-Control", "max-age=60")], body: "x")
+            }
+        }) { proxy async throws in
+            for path in ["/gone", "/plain404", "/error"] { _ = try await proxy.get(path) }
+            #expect(try await proxy.get("/gone")["X-Cache"] == "HIT")
+            #expect(try await proxy.get("/gone").status == .notFound)
+            #expect(try await proxy.get("/plain404")["X-Cache"] == "BYPASS")
+            #expect(try await proxy.get("/error")["X-Cache"] == "BYPASS")
+        }
+    }
+
+    @Test("Age counts the Age the backend sent, and an entry older than its lifetime is not served as fresh")
+    func ageArithmetic() async throws {
+        try await ProxyHarness.run(origin: { request in
+            TestOrigin.Response(
+                headers: [
+                    ("Content-Type", "application/json"), ("Cache-Control", "max-age=60"),
+                    ("Age", request.uri == "/old" ? "100" : "50"),
+                ],
+                body: #"{"_beagleComponent_":"a"}"#
+            )
+        }) { proxy async throws in
+            _ = try await proxy.get("/young")
+            let hit = try await proxy.get("/young")
+            #expect(hit["X-Cache"] == "HIT")
+            #expect((50...52).contains(Int(hit["Age"] ?? "") ?? 0))
+            _ = try await proxy.get("/old")
+            #expect(try await proxy.get("/old")["X-Cache"] != "HIT")
+            #expect(proxy.origin.requests(to: "/old").count == 2)
+        }
+    }
+
+    @Test("Vary selects the stored variant, and variants live side by side")
+    func varySelection() async throws {
+        try await ProxyHarness.run(origin: { request in
+            let language = request.headers.first(name: "accept-language") ?? "none"
+            return TestOrigin.Response(
+                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")],
+                body: #"{"_beagleComponent_":"a","lang":"\#(language)"}"#
+            )
+        }) { proxy async throws in
+            let english = try await proxy.get("/v", headers: [("Accept-Language", "en")])
+            let portuguese = try await proxy.get("/v", headers: [("Accept-Language", "pt")])
+            let englishAgain = try await proxy.get("/v", headers: [("Accept-Language", "en")])
+            let portugueseAgain = try await proxy.get("/v", headers: [("Accept-Language", "pt")])
+            #expect(english.body.contains(#""lang":"en""#))
+            #expect(portuguese.body.contains(#""lang":"pt""#))
+            #expect(englishAgain["X-Cache"] == "HIT")
+            #expect(englishAgain.body.contains(#""lang":"en""#))
+            #expect(portugueseAgain["X-Cache"] == "HIT")
+            #expect(portugueseAgain.body.contains(#""lang":"pt""#))
+            #expect(proxy.origin.requestCount == 2)
+        }
+    }
+
+    @Test("conditional requests from clients get a 304 from a fresh entry")
+    func clientConditionals() async throws {
+        let lastModified = HTTPDate.format(HTTPDate.now() - 3600)
+        try await ProxyHarness.run(origin: Self.origin([("Cache-Control", "max-age=60"), ("ETag", "\"v1\""), ("Last-Modified", lastModified)])) {
+            proxy async throws in
+            _ = try await proxy.get("/c")
+            let strong = try await proxy.get("/c", headers: [("If-None-Match", "\"v1\"")])
+            #expect(strong.status == .notModified)
+            #expect(strong.body.isEmpty)
+            #expect(strong["ETag"] == "\"v1\"")
+            #expect(strong["X-Cache"] == "HIT")
+            #expect(try await proxy.get("/c", headers: [("If-None-Match", "\"x\", W/\"v1\"")]).status == .notModified)
+            #expect(try await proxy.get("/c", headers: [("If-None-Match", "\"v2\"")]).status == .ok)
+            #expect(try await proxy.get("/c", headers: [("If-Modified-Since", HTTPDate.format(HTTPDate.now()))]).status == .notModified)
+            #expect(try await proxy.get("/c", headers: [("If-Modified-Since", HTTPDate.format(HTTPDate.now() - 7200))]).status == .ok)
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
+    @Test("a stale entry is revalidated upstream; a 304 refreshes it and updates its headers")
+    func upstreamRevalidation() async throws {
+        try await ProxyHarness.run(origin: { request in
+            if request.headers.first(name: "if-none-match") == "\"v1\"" {
+                return TestOrigin.Response(status: .notModified, headers: [("Cache-Control", "max-age=60"), ("X-Version", "2")], body: "")
+            }
+            return TestOrigin.Response(
+                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=0"), ("ETag", "\"v1\""), ("X-Version", "1")],
+                body: #"{"_beagleComponent_":"a"}"#
+            )
+        }) { proxy async throws in
+            let first = try await proxy.get("/r")
+            #expect(first["X-Cache"] == "MISS")
+            let second = try await proxy.get("/r")
+            #expect(second["X-Cache"] == "REVALIDATED")
+            #expect(second["X-Version"] == "2")
+            #expect(second.body == first.body)
+            #expect(proxy.origin.requests.last?.headers.first(name: "if-none-match") == "\"v1\"")
+            let third = try await proxy.get("/r")
+            #expect(third["X-Cache"] == "HIT")
+            #expect(third["Cache-Control"] == "max-age=60")
+            #expect(proxy.origin.requestCount == 2)
+            let stats = try await proxy.admin("/cache/stats")
+            #expect(stats.body.contains(#""revalidations":1"#))
+        }
+    }
+
+    @Test("a stale entry answered with a new 200 is replaced")
+    func revalidationReplaced() async throws {
+        let version = NIOLockedValueBox(1)
+        try await ProxyHarness.run(origin: { _ in
+            let current = version.withLockedValue { $0 }
+            return TestOrigin.Response(
+                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=0"), ("ETag", "\"v\(current)\"")],
+                body: #"{"_beagleComponent_":"a","v":\#(current)}"#
+            )
+        }) { proxy async throws in
+            _ = try await proxy.get("/r")
+            version.withLockedValue { $0 = 2 }
+            let replaced = try await proxy.get("/r")
+            #expect(replaced["X-Cache"] == "MISS")
+            #expect(replaced.body.contains(#""v":2"#))
+            #expect(replaced["ETag"] == "\"v2\"")
+        }
+    }
+
+    @Test("Beagle 1.x: beagle-hash and a plain max-age, and a 304 only for a matching hash")
+    func beagleHash() async throws {
+        try await ProxyHarness.run(
+            origin: Self.origin([("Cache-Control", "public, max-age=60, stale-while-revalidate=5")]),
+            configure: { $0.compat.beagleHash = true }
+        ) { proxy async throws in
+            let first = try await proxy.get("/screen")
+            let hash = try #require(first["beagle-hash"])
+            #expect(first["Cache-Control"]?.hasPrefix("max-age=") == true)
+            #expect(first["Cache-Control"]?.contains(",") == false)
+            let matching = try await proxy.get("/screen", headers: [("beagle-hash", hash)])
+            #expect(matching.status == .notModified)
+            #expect(matching.body.isEmpty)
+            #expect(matching["beagle-hash"] == hash)
+            #expect(matching["Cache-Control"]?.hasPrefix("max-age=") == true)
+            #expect(try await proxy.get("/screen", headers: [("beagle-hash", "0000")]).status == .ok)
+            let noHash = try await proxy.get("/screen", headers: [("If-None-Match", first["ETag"] ?? "")])
+            #expect(noHash.status == .ok)
+        }
+    }
+
+    @Test("stale-while-revalidate serves the stale entry and refreshes it once in the background")
+    func staleWhileRevalidate() async throws {
+        let version = NIOLockedValueBox(1)
+        try await ProxyHarness.run(origin: { _ in
+            let current = version.withLockedValue { $0 }
+            return TestOrigin.Response(
+                headers: [
+                    ("Content-Type", "application/json"), ("Age", "5"),
+                    ("Cache-Control", current == 1 ? "max-age=1, stale-while-revalidate=60" : "max-age=60"),
+                ],
+                body: #"{"_beagleComponent_":"a","v":\#(current)}"#
+            )
+        }) { proxy async throws in
+            _ = try await proxy.get("/s")
+            version.withLockedValue { $0 = 2 }
+            let stale = try await proxy.get("/s")
+            #expect(stale["X-Cache"] == "STALE")
+            #expect(stale.body.contains(#""v":1"#))
+            try await waitUntil { proxy.origin.requestCount == 2 }
+            try await Task.sleep(for: .milliseconds(50))
+            let refreshed = try await proxy.get("/s")
+            #expect(refreshed["X-Cache"] == "HIT")
+            #expect(refreshed.body.contains(#""v":2"#))
+            #expect(proxy.origin.requestCount == 2)
+        }
+    }
+
+    @Test("stale-if-error serves the stale entry when the backend is down")
+    func staleIfError() async throws {
+        try await ProxyHarness.run(origin: Self.origin([("Age", "5"), ("Cache-Control", "max-age=1, stale-if-error=60")])) {
+            proxy async throws in
+            _ = try await proxy.get("/e")
+            try await proxy.origin.stop()
+            let stale = try await proxy.get("/e")
+            #expect(stale.status == .ok)
+            #expect(stale["X-Cache"] == "STALE")
+            try await proxy.origin.restart()
+        }
+    }
+
+    @Test("the configured staleIfError covers 5xx answers, and must-revalidate forbids serving stale")
+    func configuredStaleIfError() async throws {
+        let failing = NIOLockedValueBox(false)
+        try await ProxyHarness.run(
+            origin: { request in
+                if failing.withLockedValue({ $0 }) { return TestOrigin.Response(status: .serviceUnavailable, body: "down") }
+                let strict = request.uri == "/strict" ? ", must-revalidate" : ""
+                return TestOrigin.Response(
+                    headers: [("Content-Type", "application/json"), ("Age", "5"), ("Cache-Control", "max-age=1\(strict)")],
+                    body: #"{"_beagleComponent_":"a"}"#
+                )
+            },
+            configure: { $0.cache.policy.staleIfError = .seconds(300) }
+        ) { proxy async throws in
+            _ = try await proxy.get("/lenient")
+            _ = try await proxy.get("/strict")
+            failing.withLockedValue { $0 = true }
+            let lenient = try await proxy.get("/lenient")
+            #expect(lenient.status == .ok)
+            #expect(lenient["X-Cache"] == "STALE")
+            let strict = try await proxy.get("/strict")
+            #expect(strict.status == .serviceUnavailable)
+            let stats = try await proxy.admin("/cache/stats")
+            #expect(stats.body.contains(#""staleServes":1"#))
+        }
+    }
+
+    @Test("hundreds of concurrent cold requests send one request upstream")
+    func coalescing() async throws {
+        try await ProxyHarness.run(origin: { _ in
+            var response = TestOrigin.Response.component()
+            response.delay = .milliseconds(400)
+            return response
+        }) { proxy async throws in
+            let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<300 { group.addTask { try await proxy.get("/cold") } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(replies.count == 300)
+            #expect(replies.allSatisfy { $0.status == .ok && $0.body.contains("beagle:screenComponent") })
+            #expect(proxy.origin.requestCount == 1)
+            let stats = try await proxy.admin("/cache/stats")
+            #expect(stats.body.contains(#""coalescedWaits":"#))
+            #expect(!stats.body.contains(#""coalescedWaits":0"#))
+        }
+    }
+
+    @Test("one origin failure is fanned out to every waiter")
+    func coalescedFailure() async throws {
+        try await ProxyHarness.run(origin: { _ in
+            var response = TestOrigin.Response(status: .serviceUnavailable, headers: [("Content-Type", "text/plain")], body: "overloaded")
+            response.delay = .milliseconds(400)
+            return response
+        }) { proxy async throws in
+            let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<200 { group.addTask { try await proxy.get("/failing") } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(replies.allSatisfy { $0.status == .serviceUnavailable && $0.body == "overloaded" })
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
+    @Test("requests with Authorization are stored only when the response allows it")
+    func authorizationAndPublic() async throws {
+        try await ProxyHarness.run(origin: { request in
+            TestOrigin.Response(
+                headers: [("Content-Type", "application/json"), ("Cache-Control", request.uri == "/public" ? "public, max-age=60" : "max-age=60")],
+                body: #"{"_beagleComponent_":"a"}"#
+            )
+        }) { proxy async throws in
+            let credentials = [("Authorization", "Bearer t")]
+            #expect(try await proxy.get("/public", headers: credentials)["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/public")["X-Cache"] == "HIT")
+            #expect(try await proxy.get("/private", headers: credentials)["X-Cache"] == "BYPASS")
+            #expect(try await proxy.get("/private")["X-Cache"] == "MISS")
+        }
+    }
+
+    @Test("a successful unsafe request invalidates its target and its same-origin Location")
+    func unsafeMethodInvalidation() async throws {
+        try await ProxyHarness.run(origin: { request in
+            if request.method == .POST {
+                return TestOrigin.Response(status: .created, headers: [("Location", "/orders/7")], body: "")
+            }
+            if request.method == .DELETE { return TestOrigin.Response(status: .notFound, body: "") }
+            return .component()
+        }) { proxy async throws in
+            for path in ["/orders", "/orders/7", "/orders/8"] { _ = try await proxy.get(path) }
+            _ = try await proxy.get("/orders", method: .POST, body: "{}")
+            #expect(try await proxy.get("/orders")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/orders/7")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/orders/8")["X-Cache"] == "HIT")
+            _ = try await proxy.get("/orders/8", method: .DELETE)
+            #expect(try await proxy.get("/orders/8")["X-Cache"] == "HIT", "a failed DELETE invalidates nothing")
+        }
+    }
+
+    @Test("admin purge by url, prefix, tag and everything")
+    func purge() async throws {
+        try await ProxyHarness.run(origin: { request in
+            var response = TestOrigin.Response.component()
+            response.headers.append(("Surrogate-Key", request.uri.hasPrefix("/screens/") ? "screens all" : "all"))
+            return response
+        }) { proxy async throws in
+            for path in ["/a", "/screens/1", "/screens/2", "/other"] { _ = try await proxy.get(path) }
+            _ = try await proxy.get("/a", headers: [("beagle-platform", "IOS")])
+
+            let byURL = try await proxy.admin("/cache?url=/a", method: .DELETE)
+            #expect(byURL.body == #"{"purged":2,"url":"/a"}"#)
+            #expect(try await proxy.get("/a")["X-Cache"] == "MISS")
+
+            let byTag = try await proxy.admin("/cache?tag=screens", method: .DELETE)
+            #expect(byTag.body.contains(#""purged":2"#))
+            #expect(try await proxy.get("/screens/1")["X-Cache"] == "MISS")
+
+            let byPrefix = try await proxy.admin("/cache?prefix=/screens/", method: .DELETE)
+            #expect(byPrefix.body.contains(#""purged":1"#))
+
+            let everything = try await proxy.admin("/cache", method: .DELETE)
+            #expect(everything.body.contains(#""purged":2"#))
+            #expect(everything.body.contains(#""all":true"#))
+            #expect(try await proxy.get("/other")["X-Cache"] == "MISS")
+
+            #expect(try await proxy.admin("/cache?url=/a&tag=x", method: .DELETE).status == .badRequest)
+            let stats = try await proxy.admin("/cache/stats")
+            for field in ["entries", "bytes", "hits", "misses", "staleServes", "revalidations", "coalescedWaits", "evictions"] {
+                #expect(stats.body.contains(#""\#(field)":"#))
+            }
+        }
+    }
+
+    @Test("methods the proxy does not cache pass through on any path, even a cached one")
+    func passThroughOnCachedPath() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            _ = try await proxy.get("/screens/home")
+            let options = try await proxy.get("/screens/home", method: .OPTIONS)
+            #expect(options["X-Cache"] == nil)
+            #expect(proxy.origin.requests.map(\.method) == [.GET, .OPTIONS])
+        }
+    }
+}
+
+/// Polls `condition` until it holds, for at most `timeout`.
+func waitUntil(timeout: Duration = .seconds(5), _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("condition not met in time")
+            return
+        }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
