@@ -372,9 +372,9 @@ struct SharedCacheTests {
 }
 
 /// Polls `condition` until it holds, for at most `timeout`.
-func waitUntil(timeout: Duration = .seconds(5), _ condition: () -> Bool) async throws {
+func waitUntil(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
-    while !condition() {
+    while try await !condition() {
         guard ContinuousClock.now < deadline else {
             Issue.record("condition not met in time")
             return

@@ -14,6 +14,15 @@ enum AdminEndpoints {
         router.register(.DELETE, "/cache") { request, eventLoop in
             eventLoop.makeSucceededFuture(purge(request, cache: proxy.cache))
         }
+        if let queue = proxy.writeQueue {
+            router.register(.GET, "/queue") { _, eventLoop in
+                eventLoop.makeFutureWithTask { await queue.overview() }
+            }
+            router.register(.GET, prefix: "/queue/") { request, eventLoop in
+                let id = String(request.path.dropFirst("/queue/".count))
+                return eventLoop.makeFutureWithTask { await queue.status(id: id) }
+            }
+        }
         return router
     }
 

@@ -32,8 +32,15 @@ public struct AdminRouter: Sendable {
     public typealias Endpoint = @Sendable (AdminRequest, any EventLoop) -> EventLoopFuture<AdminResponse>
 
     private var endpoints: [String: [String: Endpoint]] = [:]
+    /// Endpoints that take every path under a prefix (`/queue/ID`), tried when no exact path matches.
+    private var prefixEndpoints: [(prefix: String, method: String, endpoint: Endpoint)] = []
 
     public init() {}
+
+    /// Adds an endpoint for every path that starts with `prefix`; the endpoint reads the rest of the path.
+    public mutating func register(_ method: HTTPMethod, prefix: String, _ endpoint: @escaping Endpoint) {
+        prefixEndpoints.append((prefix, method.rawValue, endpoint))
+    }
 
     /// Adds an endpoint; a later one for the same method and path replaces the earlier.
     public mutating func register(_ method: HTTPMethod, _ path: String, _ endpoint: @escaping Endpoint) {
@@ -44,6 +51,14 @@ public struct AdminRouter: Sendable {
     /// another method.
     func respond(to request: AdminRequest, on eventLoop: any EventLoop) -> EventLoopFuture<AdminResponse> {
         guard let byMethod = endpoints[request.path] else {
+            if let match = prefixEndpoints.first(where: { request.path.hasPrefix($0.prefix) && request.path.count > $0.prefix.count }) {
+                guard match.method == request.method.rawValue else {
+                    return eventLoop.makeSucceededFuture(
+                        AdminResponse(ProxyError(.methodNotAllowed, "\(request.path) takes \(match.method)"))
+                    )
+                }
+                return match.endpoint(request, eventLoop)
+            }
             return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.notFound, "no admin endpoint \(request.path)")))
         }
         guard let endpoint = byMethod[request.method.rawValue] ?? (request.method == .HEAD ? byMethod["GET"] : nil) else {

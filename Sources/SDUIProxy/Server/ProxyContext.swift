@@ -9,6 +9,8 @@ public struct ProxyContext: Sendable {
     public let fetcher: ComponentFetcher
     public let client: any NetworkClient
     public let requestBuilder: UpstreamRequestBuilder
+    /// The durable queue for configured write routes, when there is one.
+    public let writeQueue: WriteQueue?
     public let logger: Logger
     /// The platform header, lower-cased.
     let platformHeader: String
@@ -18,8 +20,10 @@ public struct ProxyContext: Sendable {
         cache: ResponseCache,
         fetcher: ComponentFetcher,
         client: any NetworkClient,
+        writeQueue: WriteQueue? = nil,
         logger: Logger
     ) {
+        self.writeQueue = writeQueue
         self.configuration = configuration
         self.cache = cache
         self.fetcher = fetcher

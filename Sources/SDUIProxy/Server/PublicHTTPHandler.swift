@@ -24,8 +24,19 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case rejecting(ProxyError, keepAlive: Bool, isHead: Bool)
         /// A request being forwarded; its body parts go into the stream.
         case forwarding(RequestBodyStream?)
+        /// A request on a queued write route, whose body is held whole so it can be stored if the backend
+        /// cannot take it now.
+        case bufferingWrite(QueuedWrite)
         /// The request has been read; its response is being produced.
         case responding
+    }
+
+    private struct QueuedWrite {
+        var head: HTTPRequestHead
+        var target: RequestTarget
+        var platform: String
+        var body: ByteBuffer
+        var limit: Int
     }
 
     private struct CacheRequest {
@@ -52,9 +63,20 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             receiveHead(head, context: context)
-        case .body(let part):
-            if case .forwarding(let stream?) = state, !stream.append(part) {
-                readsPaused = true
+        case .body(var part):
+            switch state {
+            case .forwarding(let stream?):
+                if !stream.append(part) { readsPaused = true }
+            case .bufferingWrite(var write):
+                guard write.body.readableBytes + part.readableBytes <= write.limit else {
+                    state = .rejecting(Self.queuedBodyTooLarge(proxy.writeQueue), keepAlive: false, isHead: false)
+                    return
+                }
+                state = .responding  // keeps the buffer uniquely referenced while it grows
+                write.body.writeBuffer(&part)
+                state = .bufferingWrite(write)
+            default:
+                break
             }
         case .end:
             receiveEnd(context: context)
@@ -84,6 +106,17 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
 
         guard head.method == .GET || head.method == .HEAD else {
+            if let queue = proxy.writeQueue, queue.route(for: head.method, path: target.path) != nil {
+                let declared = head.headers.first(name: "content-length").flatMap(Int.init) ?? 0
+                guard declared <= queue.maxBodyBytes else {
+                    state = .rejecting(Self.queuedBodyTooLarge(queue), keepAlive: false, isHead: false)
+                    return
+                }
+                state = .bufferingWrite(
+                    QueuedWrite(head: head, target: target, platform: platform, body: ByteBuffer(), limit: queue.maxBodyBytes)
+                )
+                return
+            }
             startForwarding(head, target: target, platform: platform, cacheStatus: nil, context: context)
             return
         }
@@ -110,6 +143,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .forwarding(let stream):
             stream?.finish()
             state = .responding
+        case .bufferingWrite(let write):
+            state = .responding
+            submitQueuedWrite(write, context: context)
         case .idle, .responding:
             break
         }
@@ -306,6 +342,83 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     }
                 }
             }
+    }
+
+    // MARK: Queued writes
+
+    private static func queuedBodyTooLarge(_ queue: WriteQueue?) -> ProxyError {
+        ProxyError(.tooLarge, "the request body exceeds queue.maxBodyBytes (\(queue?.maxBodyBytes ?? 0) bytes)")
+    }
+
+    /// Forwards a write at once; when the backend cannot take it (unreachable, timed out, or a retryable
+    /// status) the request is stored durably and the client gets 202 with where to follow it.
+    private func submitQueuedWrite(_ write: QueuedWrite, context: ChannelHandlerContext) {
+        guard let queue = proxy.writeQueue else { return }
+        let id = WriteQueue.newID()
+        var headers = proxy.requestBuilder.headers(
+            from: write.head.headers,
+            platform: write.platform,
+            clientAddress: context.channel.remoteAddress?.ipAddress,
+            purpose: .passThrough
+        )
+        headers.remove(name: "transfer-encoding")
+        headers.replaceOrAdd(name: "Idempotency-Key", value: id)
+        let upstream = UpstreamRequest(method: write.head.method, target: write.target.description, headers: headers, body: write.body)
+        let writer = ResponseWriter(context: context, keepAlive: write.head.isKeepAlive, isHead: false)
+        let eventLoop = context.eventLoop
+        let cache = proxy.cache
+        let logger = proxy.logger
+
+        proxy.client.fetch(upstream, maxBodyBytes: proxy.configuration.upstream.maxResponseBytes, on: eventLoop)
+            .flatMap { response -> EventLoopFuture<UpstreamResponse> in
+                guard queue.configuration.retryableStatuses.contains(Int(response.status.code)) else {
+                    Invalidation.apply(
+                        method: write.head.method,
+                        target: write.target,
+                        status: response.status,
+                        responseHeaders: response.headers,
+                        requestHost: write.head.headers.first(name: "host"),
+                        cache: cache
+                    )
+                    return eventLoop.makeSucceededFuture(response)
+                }
+                return Self.enqueue(upstream, id: id, failure: "backend answered \(response.status.code)", queue: queue, on: eventLoop)
+            }
+            .flatMapError { error -> EventLoopFuture<UpstreamResponse> in
+                guard let proxyError = error as? ProxyError, proxyError.kind == .network || proxyError.kind == .timeout else {
+                    return eventLoop.makeFailedFuture(error)
+                }
+                return Self.enqueue(upstream, id: id, failure: proxyError.message, queue: queue, on: eventLoop)
+            }
+            .hop(to: eventLoop).assumeIsolated().whenComplete { result in
+                self.state = .idle
+                switch result {
+                case .success(let response):
+                    writer.write(response, cacheStatus: nil)
+                case .failure(let error):
+                    let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
+                    logger.error("queued write failed", metadata: ["target": "\(write.target)", "error": "\(proxyError)"])
+                    writer.write(proxyError)
+                }
+            }
+    }
+
+    /// Stores the request durably; the 202 is only built once the store has it.
+    private static func enqueue(
+        _ request: UpstreamRequest,
+        id: String,
+        failure: String,
+        queue: WriteQueue,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<UpstreamResponse> {
+        eventLoop.makeFutureWithTask {
+            let receipt = try await queue.enqueue(QueuedRequest(request, failure: failure, id: id))
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: "application/json")
+            headers.add(name: "Location", value: receipt.location)
+            headers.add(name: "Cache-Control", value: "no-store")
+            return UpstreamResponse(status: receipt.status, headers: headers, body: ByteBuffer(string: receipt.json))
+        }
     }
 
     private func resumeReading(context: ChannelHandlerContext) {

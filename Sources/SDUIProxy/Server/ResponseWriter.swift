@@ -60,10 +60,10 @@ struct ResponseWriter {
 
     /// Writes a backend response that was not stored.
     @discardableResult
-    func write(_ response: UpstreamResponse, cacheStatus: CacheStatus) -> EventLoopFuture<Void> {
+    func write(_ response: UpstreamResponse, cacheStatus: CacheStatus?) -> EventLoopFuture<Void> {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
-        headers.add(name: "X-Cache", value: cacheStatus.rawValue)
+        if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
         return write(status: response.status, headers: headers, body: response.body)
     }
 

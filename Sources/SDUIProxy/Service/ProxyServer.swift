@@ -23,6 +23,8 @@ public final class ProxyServer: Sendable {
     /// One per listener: a helper tracks the connections of a single server channel.
     private let quiescing: [ServerQuiescingHelper]
     private let channels: [any Channel]
+    /// Delivers queued writes; cancelled after the listeners have drained.
+    private let queueDelivery: Task<Void, Never>?
 
     private init(
         context: ProxyContext,
@@ -30,8 +32,10 @@ public final class ProxyServer: Sendable {
         adminChannel: any Channel,
         eventLoopGroup: any EventLoopGroup,
         threadPool: NIOThreadPool,
-        quiescing: [ServerQuiescingHelper]
+        quiescing: [ServerQuiescingHelper],
+        queueDelivery: Task<Void, Never>?
     ) {
+        self.queueDelivery = queueDelivery
         self.context = context
         self.publicPort = publicChannel.localAddress?.port ?? 0
         self.adminPort = adminChannel.localAddress?.port ?? 0
@@ -73,11 +77,22 @@ public final class ProxyServer: Sendable {
             coalescingWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1),
             logger: logger
         )
+        var writeQueue: WriteQueue?
+        if let queueConfiguration = configuration.queue {
+            do {
+                writeQueue = try await WriteQueue.open(configuration: queueConfiguration, logger: logger)
+            } catch {
+                try? await client.shutdown()
+                try? await threadPool.shutdownGracefully()
+                throw ProxyStartupError(message: "cannot open the write queue in \(queueConfiguration.store): \(error)")
+            }
+        }
         let context = ProxyContext(
             configuration: configuration,
             cache: cache,
             fetcher: fetcher,
             client: client,
+            writeQueue: writeQueue,
             logger: logger
         )
 
@@ -102,13 +117,32 @@ public final class ProxyServer: Sendable {
                     try sync.addHandler(AdminHTTPHandler(router: router, logger: logger))
                 }
             }
+            var queueDelivery: Task<Void, Never>?
+            if let writeQueue {
+                let handlers = QueueResponseHandlers(
+                    handlers: writeQueue.configuration.handlers,
+                    invalidate: QueueResponseHandlers.invalidation(of: cache),
+                    eventLoopGroup: group,
+                    logger: logger
+                )
+                let delivery = QueueDeliveryService(
+                    queue: writeQueue,
+                    client: client,
+                    handlers: handlers,
+                    eventLoopGroup: group,
+                    maxResponseBytes: configuration.upstream.maxResponseBytes,
+                    logger: logger
+                )
+                queueDelivery = Task { try? await delivery.run() }
+            }
             let server = ProxyServer(
                 context: context,
                 publicChannel: publicChannel,
                 adminChannel: adminChannel,
                 eventLoopGroup: group,
                 threadPool: threadPool,
-                quiescing: [publicQuiescing, adminQuiescing]
+                quiescing: [publicQuiescing, adminQuiescing],
+                queueDelivery: queueDelivery
             )
             logger.info(
                 "listening",
@@ -120,6 +154,7 @@ public final class ProxyServer: Sendable {
             )
             return server
         } catch {
+            try? await writeQueue?.close()
             try? await client.shutdown()
             try? await threadPool.shutdownGracefully()
             throw error
@@ -172,6 +207,10 @@ public final class ProxyServer: Sendable {
             logger.warning("drain deadline reached, closing the remaining connections")
             for channel in channels { try? await channel.close() }
         }
+        // Deliveries in flight finish and are recorded; what is still pending stays in the store.
+        queueDelivery?.cancel()
+        await queueDelivery?.value
+        try? await context.writeQueue?.close()
         try? await context.client.shutdown()
         try? await threadPool.shutdownGracefully()
         logger.info("stopped")

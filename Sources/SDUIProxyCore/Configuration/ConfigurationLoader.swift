@@ -58,7 +58,7 @@ public struct ConfigurationLoader: Sendable {
         }
         let log = ConfigurationSection.VariableLog()
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
-        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat"])
+        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue"])
 
         var config = ProxyConfiguration()
         config.listen = try Self.address(top.section("listen"), default: config.listen)
@@ -80,6 +80,9 @@ public struct ConfigurationLoader: Sendable {
         let compat = try top.section("compat")
         try compat.rejectUnknownKeys(["beagleHash"])
         config.compat.beagleHash = try compat.bool("beagleHash", default: false)
+        if top.mapping["queue"] != nil || environment.keys.contains(where: { $0.hasPrefix("SDUI_PROXY_QUEUE_") }) {
+            config.queue = try QueueConfiguration.parse(top.section("queue"))
+        }
 
         if let port = overrides.port { config.listen.port = try Self.checkedPort(port, key: "--port") }
         if let port = overrides.adminPort { config.admin.port = try Self.checkedPort(port, key: "--admin-port") }

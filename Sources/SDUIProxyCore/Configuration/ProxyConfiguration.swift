@@ -12,6 +12,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var prefetch = Prefetch()
     public var log = Log()
     public var compat = Compatibility()
+    /// The durable write queue; nil (no `queue` section) turns it off.
+    public var queue: QueueConfiguration?
 
     public init() {}
 
@@ -19,7 +21,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
         lhs.listen == rhs.listen && lhs.admin == rhs.admin && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
-            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
+            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat && lhs.queue == rhs.queue
     }
 
     /// A host and port to listen on.

@@ -1,0 +1,345 @@
+import Logging
+import NIOCore
+import SDUIProxyCore
+import ServiceLifecycle
+import Synchronization
+
+/// Delivers what the ``WriteQueue`` holds, as a swift-service-lifecycle `Service`.
+///
+/// - A `sequential` route has one worker that sends its requests one at a time in arrival order: a request
+///   is sent only after the one ahead of it was delivered or finally failed (head-of-line, backoff included).
+/// - All `concurrent` routes share one dispatcher that runs up to `queue.concurrency` deliveries at once.
+/// - A worker wakes when something is enqueued on its route, when a backoff ends, and every
+///   `pollInterval` as a safety net.
+/// - Each delivery carries `Idempotency-Key: <queue id>`. 2xx and 3xx deliver; network errors, timeouts and
+///   `queue.retryableStatuses` are retried with the route's backoff (with jitter) until `maxAttempts` or
+///   `maxAge` run out; any other status fails at once. Final outcomes go to the ``QueueResponseHandlers``.
+/// - Pending requests found at start (after a restart or a crash) are delivered first, in order; requests on
+///   routes no longer configured are delivered with the default retry policy, in order.
+/// - On graceful shutdown no new delivery starts; those in flight finish and are recorded (or, if the process
+///   dies first, stay pending and are sent again with the same idempotency key). Nothing is marked delivered
+///   without a 2xx or 3xx answer.
+///
+/// Run one delivery service per store.
+public final class QueueDeliveryService: Service, Sendable {
+    /// The queue whose requests this service delivers.
+    public let queue: WriteQueue
+    private let client: any NetworkClient
+    private let handlers: QueueResponseHandlers?
+    private let eventLoopGroup: any EventLoopGroup
+    private let maxResponseBytes: Int
+    private let pollInterval: Duration
+    private let storeRetryDelay: Duration
+    private let logger: Logger
+
+    /// - Parameters:
+    ///   - client: sends deliveries to the backend (the proxy's upstream client).
+    ///   - handlers: run on final outcomes; this service runs them and finishes them when it stops.
+    ///   - maxResponseBytes: the most of a backend's answer read into memory; a larger answer fails the
+    ///     request (it is not retried, since the backend did answer).
+    ///   - pollInterval: how often the store is looked at without any wake-up.
+    ///   - storeRetryDelay: the wait after the store failed.
+    public init(
+        queue: WriteQueue,
+        client: any NetworkClient,
+        handlers: QueueResponseHandlers? = nil,
+        eventLoopGroup: any EventLoopGroup,
+        maxResponseBytes: Int = 8 << 20,
+        pollInterval: Duration = .seconds(5),
+        storeRetryDelay: Duration = .seconds(1),
+        logger: Logger = Logger(label: "sdui-proxy.queue.delivery")
+    ) {
+        self.queue = queue
+        self.client = client
+        self.handlers = handlers
+        self.eventLoopGroup = eventLoopGroup
+        self.maxResponseBytes = maxResponseBytes
+        self.pollInterval = pollInterval
+        self.storeRetryDelay = storeRetryDelay
+        self.logger = logger
+    }
+
+    /// Delivers until graceful shutdown or cancellation, then waits for deliveries in flight and handlers.
+    public func run() async throws {
+        let run = RunState()
+        await withTaskGroup(of: Void.self) { outer in
+            if let handlers {
+                outer.addTask { await handlers.run() }
+            }
+            await withGracefulShutdownHandler {
+                await self.deliver(until: run)
+            } onGracefulShutdown: {
+                run.stop()
+                self.queue.signalAll()
+            }
+            handlers?.finish()
+            await outer.waitForAll()
+        }
+    }
+
+    // MARK: Workers
+
+    /// What one run shares between its workers.
+    private final class RunState: Sendable {
+        private let stopped = Atomic(false)
+        /// Signals of workers for routes that are not configured any more.
+        let orphanSignals = Mutex<[WakeSignal]>([])
+
+        var isStopping: Bool { stopped.load(ordering: .relaxed) || Task.isCancelled }
+
+        func stop() {
+            stopped.store(true, ordering: .relaxed)
+            for signal in orphanSignals.withLock({ $0 }) { signal.signal() }
+        }
+    }
+
+    /// The ids of deliveries in flight on concurrent routes.
+    private final class InFlightSet: Sendable {
+        let ids = Mutex<Set<String>>([])
+    }
+
+    private func deliver(until run: RunState) async {
+        let configuration = queue.configuration
+        var orphans: [QueueConfiguration.Route] = []
+        do {
+            for depth in try await queue.store.depths()
+            where !configuration.routes.contains(where: { $0.key == depth.route }) {
+                orphans.append(Self.fallbackRoute(key: depth.route))
+            }
+        } catch {
+            logger.error(
+                "cannot read the write queue; delivering configured routes only",
+                metadata: ["error": "\(error)"]
+            )
+        }
+        for orphan in orphans {
+            logger.warning(
+                "delivering requests queued on a route that is not configured any more",
+                metadata: ["route": "\(orphan.key)"]
+            )
+        }
+        await withDiscardingTaskGroup { group in
+            for route in configuration.routes where route.ordering == .sequential {
+                guard let signal = queue.routeSignals[route.key] else { continue }
+                group.addTask { await self.runSequential(route, signal: signal, untilEmpty: false, run: run) }
+            }
+            for route in orphans {
+                let signal = WakeSignal()
+                run.orphanSignals.withLock { $0.append(signal) }
+                group.addTask { await self.runSequential(route, signal: signal, untilEmpty: true, run: run) }
+            }
+            let concurrent = configuration.routes.filter { $0.ordering == .concurrent }
+            if !concurrent.isEmpty {
+                group.addTask { await self.runConcurrent(concurrent, run: run) }
+            }
+            group.addTask { await self.removeFinished(run: run) }
+        }
+    }
+
+    /// Sends the requests of a sequential route one at a time, in arrival order.
+    private func runSequential(
+        _ route: QueueConfiguration.Route,
+        signal: WakeSignal,
+        untilEmpty: Bool,
+        run: RunState
+    ) async {
+        // The head stays the head while it backs off (only this worker finishes entries of the route, new ones
+        // queue behind it), so it is read again only after an attempt, not on every wake-up.
+        var cachedHead: QueueEntry?
+        while !run.isStopping {
+            let head: QueueEntry
+            if let cachedHead {
+                head = cachedHead
+            } else {
+                do {
+                    cachedHead = try await queue.store.firstPending(route: route.key)
+                } catch {
+                    logger.error(
+                        "cannot read the write queue",
+                        metadata: ["route": "\(route.key)", "error": "\(error)"]
+                    )
+                    await signal.wait(upTo: storeRetryDelay)
+                    continue
+                }
+                guard let found = cachedHead else {
+                    if untilEmpty { return }
+                    await signal.wait(upTo: pollInterval)
+                    continue
+                }
+                head = found
+            }
+            let wait = head.nextAttemptAt.duration(since: .now())
+            if wait > .zero {
+                await signal.wait(upTo: wait)
+                continue
+            }
+            if run.isStopping { return }
+            cachedHead = nil
+            if !(await attempt(head, route: route)) {
+                await signal.wait(upTo: storeRetryDelay)
+            }
+        }
+    }
+
+    /// Sends the requests of all concurrent routes, at most `queue.concurrency` at once.
+    private func runConcurrent(_ routes: [QueueConfiguration.Route], run: RunState) async {
+        let byKey = Dictionary(routes.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
+        let keys = routes.map(\.key)
+        let limit = queue.configuration.concurrency
+        let signal = queue.concurrentSignal
+        let inFlight = InFlightSet()
+        await withDiscardingTaskGroup { group in
+            while !run.isStopping {
+                var wait = pollInterval
+                let busy = inFlight.ids.withLock { $0 }
+                do {
+                    let free = limit - busy.count
+                    if free > 0 {
+                        let due = try await queue.store.duePending(
+                            routes: keys,
+                            at: .now(),
+                            excluding: busy,
+                            limit: free
+                        )
+                        var launched = busy
+                        for entry in due {
+                            guard let route = byKey[entry.route], !run.isStopping else { continue }
+                            launched.insert(entry.id)
+                            inFlight.ids.withLock { _ = $0.insert(entry.id) }
+                            group.addTask {
+                                let recorded = await self.attempt(entry, route: route)
+                                if !recorded { try? await Task.sleep(for: self.storeRetryDelay) }
+                                inFlight.ids.withLock { _ = $0.remove(entry.id) }
+                                signal.signal()
+                            }
+                        }
+                        // Below the limit: sleep until the next backoff ends (a finishing delivery wakes us too).
+                        if due.count < free,
+                            let next = try await queue.store.earliestAttempt(routes: keys, excluding: launched)
+                        {
+                            wait = min(wait, next.duration(since: .now()))
+                        }
+                    }
+                } catch {
+                    logger.error("cannot read the write queue", metadata: ["error": "\(error)"])
+                    wait = storeRetryDelay
+                }
+                await signal.wait(upTo: wait)
+            }
+        }
+    }
+
+    /// Forgets finished requests older than `queue.retention`, at start and then every minute or so.
+    private func removeFinished(run: RunState) async {
+        let signal = WakeSignal()
+        run.orphanSignals.withLock { $0.append(signal) }
+        let retention = queue.configuration.retention
+        let interval = min(max(retention / 10, .seconds(1)), .seconds(60))
+        while !run.isStopping {
+            do {
+                let removed = try await queue.store.removeFinished(
+                    before: QueueInstant.now().advanced(by: .zero - retention)
+                )
+                if removed > 0 { logger.debug("forgot finished queued requests", metadata: ["count": "\(removed)"]) }
+            } catch {
+                logger.error("cannot clean up the write queue", metadata: ["error": "\(error)"])
+            }
+            await signal.wait(upTo: interval)
+        }
+    }
+
+    // MARK: One attempt
+
+    /// Makes one attempt of `entry` (or gives it up when too old) and records the result; false when the
+    /// store could not record it (the entry stays pending).
+    private func attempt(_ entry: QueueEntry, route: QueueConfiguration.Route) async -> Bool {
+        let rules = DeliveryRules(retry: route.retry, retryableStatuses: queue.configuration.retryableStatuses)
+        if let decision = rules.beforeAttempt(entry, now: .now()) {
+            return await record(decision, for: entry, attempts: entry.attempts)
+        }
+        let attempts = entry.attempts + 1
+        let result: DeliveryRules.AttemptResult
+        do {
+            let response = try await client.fetch(
+                entry.upstreamRequest,
+                maxBodyBytes: maxResponseBytes,
+                on: eventLoopGroup.next()
+            ).get()
+            result = .response(status: Int(response.status.code))
+        } catch let error as ProxyError {
+            result = .error(error)
+        } catch {
+            result = .error(ProxyError(.network, "the delivery failed: \(error)"))
+        }
+        let decision = rules.afterAttempt(
+            result,
+            attempts: attempts,
+            enqueuedAt: entry.enqueuedAt,
+            now: .now(),
+            unitRandom: .random(in: 0...1)
+        )
+        // The backend has answered: record that even when this task is being cancelled, so a delivered request
+        // is not sent again (an unstructured task does not inherit the cancellation).
+        return await Task { await self.record(decision, for: entry, attempts: attempts) }.value
+    }
+
+    private func record(_ decision: DeliveryRules.Decision, for entry: QueueEntry, attempts: Int) async -> Bool {
+        let metadata: Logger.Metadata = ["id": "\(entry.id)", "route": "\(entry.route)", "attempts": "\(attempts)"]
+        do {
+            switch decision {
+            case .retry(let time, let error, let status):
+                try await queue.store.recordAttempt(
+                    id: entry.id,
+                    attempts: attempts,
+                    nextAttemptAt: time,
+                    lastError: error,
+                    status: status
+                )
+                logger.debug("delivery will be retried", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+            case .delivered(let status):
+                if try await queue.store.markDelivered(id: entry.id, status: status, attempts: attempts, at: .now()) {
+                    queue.didFinish()
+                    logger.info("delivered", metadata: metadata.merging(["status": "\(status)"]) { $1 })
+                    handlers?.submit(
+                        .init(id: entry.id, route: entry.route, outcome: .delivered, status: status, attempts: attempts)
+                    )
+                }
+            case .failed(let error, let status):
+                if try await queue.store.markFailed(
+                    id: entry.id,
+                    lastError: error,
+                    status: status,
+                    attempts: attempts,
+                    at: .now()
+                ) {
+                    queue.didFinish()
+                    logger.warning("delivery failed for good", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+                    handlers?.submit(
+                        .init(
+                            id: entry.id,
+                            route: entry.route,
+                            outcome: .failed,
+                            status: status,
+                            attempts: attempts,
+                            error: error
+                        )
+                    )
+                }
+            }
+            return true
+        } catch {
+            logger.error("cannot record a delivery outcome", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+            return false
+        }
+    }
+
+    /// The route used for requests queued under a route that is no longer configured.
+    static func fallbackRoute(key: String) -> QueueConfiguration.Route {
+        let parts = key.split(separator: " ", maxSplits: 1)
+        return QueueConfiguration.Route(
+            method: parts.first.map(String.init) ?? "POST",
+            pathPrefix: parts.count > 1 ? String(parts[1]) : "/",
+            ordering: .sequential
+        )
+    }
+}

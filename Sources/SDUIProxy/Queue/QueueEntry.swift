@@ -1,0 +1,223 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A wall-clock time in milliseconds since the Unix epoch: queue times outlive the process, so they cannot be
+/// monotonic uptime.
+public struct QueueInstant: Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// Milliseconds since 1970-01-01T00:00:00Z.
+    public var millisecondsSinceEpoch: Int64
+
+    /// The instant `millisecondsSinceEpoch` after the epoch.
+    public init(millisecondsSinceEpoch: Int64) {
+        self.millisecondsSinceEpoch = millisecondsSinceEpoch
+    }
+
+    /// The current wall-clock time.
+    public static func now() -> QueueInstant {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return QueueInstant(millisecondsSinceEpoch: Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000)
+    }
+
+    public static func < (lhs: QueueInstant, rhs: QueueInstant) -> Bool {
+        lhs.millisecondsSinceEpoch < rhs.millisecondsSinceEpoch
+    }
+
+    /// This instant moved by `duration` (rounded down to milliseconds).
+    public func advanced(by duration: Duration) -> QueueInstant {
+        let (seconds, attoseconds) = duration.components
+        return QueueInstant(
+            millisecondsSinceEpoch: millisecondsSinceEpoch + seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        )
+    }
+
+    /// The time from `earlier` to this instant (negative when `earlier` is later).
+    public func duration(since earlier: QueueInstant) -> Duration {
+        .milliseconds(millisecondsSinceEpoch - earlier.millisecondsSinceEpoch)
+    }
+
+    /// RFC 3339 in UTC with milliseconds (`2025-01-31T12:00:00.250Z`).
+    public var description: String {
+        var seconds = time_t(millisecondsSinceEpoch / 1000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        let millis = Int32(millisecondsSinceEpoch % 1000)
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(millis, 3))Z"
+    }
+}
+
+/// A queued request as the store holds it, with its delivery state so far.
+public struct QueueEntry: Sendable {
+    /// The queue id, also the `Idempotency-Key` of each delivery.
+    public var id: String
+    /// The key of the route it was queued under (`POST /api/orders`).
+    public var route: String
+    /// The request method.
+    public var method: HTTPMethod
+    /// The target relative to the backend's base (`/api/orders?x=1`).
+    public var target: String
+    /// The headers as queued (before the delivery adds `Idempotency-Key`).
+    public var headers: HTTPHeaders
+    /// The whole body, nil when there is none.
+    public var body: ByteBuffer?
+    /// When it was queued.
+    public var enqueuedAt: QueueInstant
+    /// Attempts made so far.
+    public var attempts: Int
+    /// The earliest time of the next attempt.
+    public var nextAttemptAt: QueueInstant
+    /// Why the last attempt failed.
+    public var lastError: String?
+    /// The backend's status in the last attempt, when it answered.
+    public var lastStatus: Int?
+
+    /// An entry with the given fields.
+    public init(
+        id: String,
+        route: String,
+        method: HTTPMethod,
+        target: String,
+        headers: HTTPHeaders,
+        body: ByteBuffer?,
+        enqueuedAt: QueueInstant,
+        attempts: Int = 0,
+        nextAttemptAt: QueueInstant,
+        lastError: String? = nil,
+        lastStatus: Int? = nil
+    ) {
+        self.id = id
+        self.route = route
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.enqueuedAt = enqueuedAt
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.lastError = lastError
+        self.lastStatus = lastStatus
+    }
+
+    /// The request sent to the backend for this entry: its headers without framing headers, plus
+    /// `Idempotency-Key: <id>`.
+    var upstreamRequest: UpstreamRequest {
+        var headers = self.headers
+        headers.remove(name: "Content-Length")
+        headers.remove(name: "Transfer-Encoding")
+        headers.replaceOrAdd(name: "Idempotency-Key", value: id)
+        return UpstreamRequest(method: method, target: target, headers: headers, body: body)
+    }
+}
+
+/// Where a queued request stands, as `GET /queue/ID` reports it.
+public struct QueueEntryStatus: Sendable, Equatable {
+    /// Where a request is in its life.
+    public enum State: String, Sendable, Equatable {
+        /// Waiting for its first or next attempt.
+        case pending
+        /// The backend answered 2xx or 3xx.
+        case delivered
+        /// Given up: a status that is not retried, or the attempts or the age ran out.
+        case failed
+    }
+
+    /// The queue id.
+    public var id: String
+    /// The route key (`POST /api/orders`).
+    public var route: String
+    /// The request method.
+    public var method: String
+    /// The request target (`/api/orders?x=1`).
+    public var target: String
+    /// Pending, delivered or failed.
+    public var state: State
+    /// Delivery attempts made.
+    public var attempts: Int
+    /// When it was queued.
+    public var enqueuedAt: QueueInstant
+    /// For a pending request: when it is tried next.
+    public var nextAttemptAt: QueueInstant?
+    /// For a delivered or failed request: when that was decided.
+    public var finishedAt: QueueInstant?
+    /// The backend's status: the delivering answer, or the last one for a failed request (nil if it never
+    /// answered).
+    public var status: Int?
+    /// Why the last attempt failed, or why the request was given up.
+    public var lastError: String?
+
+    /// A status with the given fields.
+    public init(
+        id: String,
+        route: String,
+        method: String,
+        target: String,
+        state: State,
+        attempts: Int,
+        enqueuedAt: QueueInstant,
+        nextAttemptAt: QueueInstant? = nil,
+        finishedAt: QueueInstant? = nil,
+        status: Int? = nil,
+        lastError: String? = nil
+    ) {
+        self.id = id
+        self.route = route
+        self.method = method
+        self.target = target
+        self.state = state
+        self.attempts = attempts
+        self.enqueuedAt = enqueuedAt
+        self.nextAttemptAt = nextAttemptAt
+        self.finishedAt = finishedAt
+        self.status = status
+        self.lastError = lastError
+    }
+
+    /// The JSON body of `GET /queue/ID`.
+    public var json: String {
+        var fields = [
+            #""id":\#(JSONText.quoted(id))"#,
+            #""route":\#(JSONText.quoted(route))"#,
+            #""method":\#(JSONText.quoted(method))"#,
+            #""target":\#(JSONText.quoted(target))"#,
+            #""state":"\#(state.rawValue)""#,
+            #""attempts":\#(attempts)"#,
+            #""enqueuedAt":"\#(enqueuedAt)""#,
+        ]
+        if let nextAttemptAt { fields.append(#""nextAttemptAt":"\#(nextAttemptAt)""#) }
+        if let finishedAt { fields.append(#""finishedAt":"\#(finishedAt)""#) }
+        if let status { fields.append(#""status":\#(status)"#) }
+        if let lastError { fields.append(#""lastError":\#(JSONText.quoted(lastError))"#) }
+        return "{" + fields.joined(separator: ",") + "}"
+    }
+}
+
+/// The pending requests of one route, as `GET /queue` reports them.
+public struct QueueRouteDepth: Sendable, Equatable {
+    /// The route key (`POST /api/orders`).
+    public var route: String
+    /// Requests waiting for delivery.
+    public var depth: Int
+    /// When the oldest of them was queued.
+    public var oldestEnqueuedAt: QueueInstant?
+
+    /// The depth of `route`.
+    public init(route: String, depth: Int, oldestEnqueuedAt: QueueInstant?) {
+        self.route = route
+        self.depth = depth
+        self.oldestEnqueuedAt = oldestEnqueuedAt
+    }
+}

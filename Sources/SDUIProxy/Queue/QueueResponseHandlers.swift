@@ -1,0 +1,240 @@
+import AsyncHTTPClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// A queued request that reached its final outcome, as handlers and webhooks see it.
+public struct QueueOutcomeEvent: Sendable, Equatable {
+    /// The queue id.
+    public var id: String
+    /// The route key (`POST /api/orders`).
+    public var route: String
+    /// Delivered or failed.
+    public var outcome: QueueConfiguration.Outcome
+    /// The backend's status: the delivering answer, or the last one for a failed request (nil if none).
+    public var status: Int?
+    /// Delivery attempts made.
+    public var attempts: Int
+    /// Why it failed (nil when delivered).
+    public var error: String?
+
+    /// An event with the given fields.
+    public init(
+        id: String,
+        route: String,
+        outcome: QueueConfiguration.Outcome,
+        status: Int?,
+        attempts: Int,
+        error: String? = nil
+    ) {
+        self.id = id
+        self.route = route
+        self.outcome = outcome
+        self.status = status
+        self.attempts = attempts
+        self.error = error
+    }
+
+    /// The webhook notification: `{"id", "route", "outcome", "status", "attempts"}`, plus `"error"` when failed.
+    public var json: String {
+        var fields = [
+            #""id":\#(JSONText.quoted(id))"#,
+            #""route":\#(JSONText.quoted(route))"#,
+            #""outcome":"\#(outcome.rawValue)""#,
+            #""status":\#(status.map(String.init) ?? "null")"#,
+            #""attempts":\#(attempts)"#,
+        ]
+        if let error { fields.append(#""error":\#(JSONText.quoted(error))"#) }
+        return "{" + fields.joined(separator: ",") + "}"
+    }
+}
+
+/// Runs the `queue.handlers` (Lucid's response handlers) when queued requests reach their final outcome:
+/// cache invalidations through an injected closure and webhook notifications over their own `HTTPClient`.
+///
+/// ``submit(_:)`` never waits: events go into a bounded buffer that ``run()`` works through, so a slow webhook
+/// never holds up delivery. When the buffer is full an event is dropped and logged as an error. Webhooks are
+/// retried (network errors, 429 and 5xx) with backoff, a few at a time. The ``QueueDeliveryService`` runs this;
+/// ``run()`` may be called once.
+public final class QueueResponseHandlers: Sendable {
+    /// How webhook notifications are sent.
+    public struct WebhookPolicy: Sendable {
+        /// Tries per notification, the first included.
+        public var maxAttempts = 5
+        /// The wait after the first failed try; it doubles after each further one.
+        public var backoff: Duration = .milliseconds(200)
+        /// The longest wait between two tries.
+        public var maxBackoff: Duration = .seconds(5)
+        /// How long one try may take.
+        public var timeout: Duration = .seconds(5)
+        /// Notifications sent at once.
+        public var concurrency = 4
+
+        /// The defaults: 5 tries, 200 ms doubling up to 5 s, 5 s per try, 4 at once.
+        public init() {}
+    }
+
+    /// Removes cache entries for an invalidation; returns how many went.
+    public typealias Invalidate = @Sendable (InvalidationRequest) -> Int
+
+    /// The configured handlers, in file order.
+    public let handlers: [QueueConfiguration.Handler]
+    private let invalidate: Invalidate
+    private let eventLoopGroup: any EventLoopGroup
+    private let webhook: WebhookPolicy
+    private let logger: Logger
+    private let drainTimeout: Duration
+    private let events: AsyncStream<QueueOutcomeEvent>
+    private let input: AsyncStream<QueueOutcomeEvent>.Continuation
+    private let finished = WakeSignal()
+
+    /// - Parameters:
+    ///   - invalidate: removes cache entries; returns how many went.
+    ///   - eventLoopGroup: for the webhook client.
+    ///   - capacity: the most events waiting to be handled.
+    ///   - drainTimeout: how long ``run()`` goes on after ``finish()`` to handle what is left; webhook calls
+    ///     still running then are cancelled.
+    public init(
+        handlers: [QueueConfiguration.Handler],
+        invalidate: @escaping Invalidate,
+        eventLoopGroup: any EventLoopGroup,
+        webhook: WebhookPolicy = .init(),
+        capacity: Int = 10_000,
+        drainTimeout: Duration = .seconds(5),
+        logger: Logger = Logger(label: "sdui-proxy.queue.handlers")
+    ) {
+        self.handlers = handlers
+        self.invalidate = invalidate
+        self.eventLoopGroup = eventLoopGroup
+        self.webhook = webhook
+        self.drainTimeout = drainTimeout
+        self.logger = logger
+        (events, input) = AsyncStream.makeStream(
+            of: QueueOutcomeEvent.self,
+            bufferingPolicy: .bufferingOldest(capacity)
+        )
+    }
+
+    /// Hands over an outcome without waiting.
+    public func submit(_ event: QueueOutcomeEvent) {
+        guard handlers.contains(where: { $0.applies(to: event.outcome, routeKey: event.route) }) else { return }
+        switch input.yield(event) {
+        case .enqueued:
+            break
+        case .dropped:
+            logger.error("queue handlers are behind; an outcome is not handled", metadata: ["id": "\(event.id)"])
+        case .terminated:
+            logger.warning("queue handlers have stopped; an outcome is not handled", metadata: ["id": "\(event.id)"])
+        @unknown default:
+            break
+        }
+    }
+
+    /// No more events come: ``run()`` returns once those submitted are handled, or after the drain timeout.
+    public func finish() {
+        input.finish()
+        finished.signal()
+    }
+
+    /// Handles events until ``finish()`` and the buffer is empty (or the drain timeout passed).
+    public func run() async {
+        let needsClient = handlers.contains { if case .webhook = $0.action { true } else { false } }
+        let client =
+            needsClient ? HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: .init()) : nil
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.process(client: client) }
+            group.addTask {
+                await self.finished.wait()
+                guard !Task.isCancelled else { return }
+                try? await Task.sleep(for: self.drainTimeout)
+                if !Task.isCancelled {
+                    self.logger.warning("queue handlers did not finish in time; the rest is cancelled")
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        try? await client?.shutdown()
+    }
+
+    private func process(client: HTTPClient?) async {
+        await withTaskGroup(of: Void.self) { group in
+            var running = 0
+            for await event in events {
+                for handler in handlers where handler.applies(to: event.outcome, routeKey: event.route) {
+                    switch handler.action {
+                    case .invalidatePrefix(let prefix):
+                        runInvalidation(.prefix(prefix), for: event)
+                    case .invalidateTag(let tag):
+                        runInvalidation(.tag(tag), for: event)
+                    case .webhook(let url):
+                        guard let client else { continue }
+                        if running >= webhook.concurrency {
+                            await group.next()
+                            running -= 1
+                        }
+                        running += 1
+                        group.addTask { await self.notify(url, of: event, using: client) }
+                    }
+                }
+            }
+            await group.waitForAll()
+        }
+    }
+
+    private func runInvalidation(_ request: InvalidationRequest, for event: QueueOutcomeEvent) {
+        let removed = invalidate(request)
+        logger.debug(
+            "invalidated cache entries",
+            metadata: ["id": "\(event.id)", "invalidation": "\(request)", "removed": "\(removed)"]
+        )
+    }
+
+    private func notify(_ url: String, of event: QueueOutcomeEvent, using client: HTTPClient) async {
+        let body = ByteBuffer(string: event.json)
+        var lastProblem = ""
+        for attempt in 1...max(1, webhook.maxAttempts) {
+            if attempt > 1 {
+                let exponent = min(attempt - 2, 30)
+                let wait = min(webhook.backoff * (1 << exponent), webhook.maxBackoff)
+                do { try await Task.sleep(for: wait) } catch { break }
+            }
+            var request = HTTPClientRequest(url: url)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "Idempotency-Key", value: "\(event.id)-\(event.outcome.rawValue)")
+            request.body = .bytes(body)
+            do {
+                let response = try await client.execute(
+                    request,
+                    timeout: .nanoseconds(Int64(webhook.timeout.secondsValue * 1e9))
+                )
+                _ = try? await response.body.collect(upTo: 64 * 1024)
+                let code = Int(response.status.code)
+                if (200..<400).contains(code) { return }
+                lastProblem = "the webhook answered \(code)"
+                guard code == 429 || code >= 500 else { break }
+            } catch {
+                lastProblem = "\(error)"
+            }
+        }
+        logger.error(
+            "a queue webhook notification was not delivered",
+            metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
+        )
+    }
+}
+
+extension QueueResponseHandlers {
+    /// An invalidation closure over `cache`: a prefix removes entries whose target starts with it, a tag the
+    /// entries that carry it.
+    public static func invalidation(of cache: ResponseCache) -> Invalidate {
+        { request in
+            switch request {
+            case .prefix(let prefix): cache.purge(prefix: prefix)
+            case .tag(let tag): cache.purge(tag: tag)
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+/// Where queued requests are kept until they reach a final outcome.
+///
+/// A store must be crash-safe: what ``insert(_:)`` wrote survives a crash as soon as it returns, and every
+/// state change is atomic. Entries keep arrival order per route (the order of ``insert(_:)`` calls).
+/// ``SQLiteQueueStore`` is the local implementation; a shared store (PostgreSQL) can implement the same protocol.
+///
+/// Errors are the store's own; ``WriteQueue`` maps them onto the error model.
+public protocol QueueStore: Sendable {
+    /// Writes a new pending entry; it is durable when this returns.
+    func insert(_ entry: QueueEntry) async throws
+
+    /// The oldest pending entry of `route` in arrival order, whatever its next attempt time; nil when none.
+    func firstPending(route: String) async throws -> QueueEntry?
+
+    /// Pending entries of `routes` whose next attempt is due at `now`, in arrival order, skipping the ids in
+    /// `excluding` (deliveries in flight); at most `limit`.
+    func duePending(
+        routes: [String],
+        at now: QueueInstant,
+        excluding: Set<String>,
+        limit: Int
+    ) async throws -> [QueueEntry]
+
+    /// The earliest next attempt time among pending entries of `routes` outside `excluding`; nil when none.
+    func earliestAttempt(routes: [String], excluding: Set<String>) async throws -> QueueInstant?
+
+    /// Records a failed attempt of a pending entry that will be tried again at `nextAttemptAt`.
+    func recordAttempt(
+        id: String,
+        attempts: Int,
+        nextAttemptAt: QueueInstant,
+        lastError: String,
+        status: Int?
+    ) async throws
+
+    /// Marks a pending entry delivered with the backend's `status`; returns false when it was not pending.
+    func markDelivered(id: String, status: Int, attempts: Int, at time: QueueInstant) async throws -> Bool
+
+    /// Marks a pending entry finally failed; returns false when it was not pending.
+    func markFailed(
+        id: String,
+        lastError: String,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant
+    ) async throws -> Bool
+
+    /// The state of the entry with `id`, pending or finished; nil when the store does not know it.
+    func status(id: String) async throws -> QueueEntryStatus?
+
+    /// Pending entries per route with the oldest's queue time, for routes that have any, sorted by route.
+    func depths() async throws -> [QueueRouteDepth]
+
+    /// How many entries are pending, over all routes.
+    func pendingCount() async throws -> Int
+
+    /// Forgets delivered and failed entries finished before `time`; returns how many.
+    func removeFinished(before time: QueueInstant) async throws -> Int
+
+    /// Releases the store; no call may follow.
+    func close() async throws
+}

@@ -1,0 +1,102 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// A write the backend could not take now, handed to ``WriteQueue/enqueue(_:)`` to be delivered later.
+///
+/// It is what the proxy would have sent upstream: method, normalised target, the headers it built and the
+/// whole body in memory (at most `queue.maxBodyBytes`).
+public struct QueuedRequest: Sendable {
+    /// The request method.
+    public var method: HTTPMethod
+    /// The request target relative to the backend's base (`/api/orders?x=1`), already normalised.
+    public var target: String
+    /// The headers sent upstream; framing headers (`Content-Length`, `Transfer-Encoding`) are recomputed on
+    /// delivery, and `Idempotency-Key` is set to the queue id.
+    public var headers: HTTPHeaders
+    /// The whole body, nil when there is none.
+    public var body: ByteBuffer?
+    /// Why forwarding the request at once failed, when it was tried: it becomes the entry's last error, and
+    /// the first delivery waits one backoff of the route. Nil when the request was not tried yet (the first
+    /// delivery is then immediate). That try is not counted in the route's `maxAttempts`.
+    public var failure: String?
+    /// The queue id to use, or nil for a new one. Pass ``WriteQueue/newID()`` here when the immediate forward
+    /// already carried it as `Idempotency-Key`, so the backend can tell a delivery of the same request; it must
+    /// be a header token of at most 128 characters.
+    public var id: String?
+
+    /// A request to queue, with why forwarding it at once failed (nil when it was not tried).
+    public init(
+        method: HTTPMethod,
+        target: String,
+        headers: HTTPHeaders,
+        body: ByteBuffer? = nil,
+        failure: String? = nil,
+        id: String? = nil
+    ) {
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.failure = failure
+        self.id = id
+    }
+
+    /// The request as built for the backend, with why forwarding it failed and the id it carried.
+    public init(_ request: UpstreamRequest, failure: String? = nil, id: String? = nil) {
+        self.init(
+            method: request.method,
+            target: request.target,
+            headers: request.headers,
+            body: request.body,
+            failure: failure,
+            id: id
+        )
+    }
+
+    /// The target's path, without the query.
+    var path: String {
+        target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? target
+    }
+}
+
+/// What the client is told when its request was queued: `202 Accepted`, ``json`` as the body and ``location``
+/// in the `Location` header.
+public struct QueueReceipt: Sendable, Equatable {
+    /// The queue id; deliveries carry it as `Idempotency-Key`.
+    public var id: String
+    /// The key of the route it was queued under (`POST /api/orders`).
+    public var route: String
+    /// The path of its status (`/queue/ID`).
+    public var location: String
+
+    /// A receipt with the given fields.
+    public init(id: String, route: String, location: String) {
+        self.id = id
+        self.route = route
+        self.location = location
+    }
+
+    /// `{"queued":true,"id":"..."}`.
+    public var json: String {
+        #"{"queued":true,"id":\#(JSONText.quoted(id)),"location":\#(JSONText.quoted(location))}"#
+    }
+
+    /// The status of the response to the client.
+    public var status: HTTPResponseStatus { .accepted }
+}
+
+/// A cache invalidation asked for by a queue handler.
+public enum InvalidationRequest: Sendable, Equatable, CustomStringConvertible {
+    /// Entries whose target (`path?query`) starts with this prefix.
+    case prefix(String)
+    /// Entries carrying this tag.
+    case tag(String)
+
+    public var description: String {
+        switch self {
+        case .prefix(let prefix): "prefix \(prefix)"
+        case .tag(let tag): "tag \(tag)"
+        }
+    }
+}

@@ -1,0 +1,381 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import SQLiteNIO
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A ``QueueStore`` in one SQLite file (`queue.sqlite` in the store directory).
+///
+/// The database runs in WAL mode with `synchronous=FULL`: every statement is its own transaction, and a
+/// commit is fsynced before the statement returns, so an inserted request survives a crash or power loss
+/// from then on. Each call is a single statement, so no state change is ever half done.
+public final class SQLiteQueueStore: QueueStore {
+    /// The database file.
+    public let path: String
+    private let connection: SQLiteConnection
+
+    private init(path: String, connection: SQLiteConnection) {
+        self.path = path
+        self.connection = connection
+    }
+
+    /// The file name inside the store directory.
+    public static let fileName = "queue.sqlite"
+
+    /// Opens (creating it and its directory when missing) the store in `directory`.
+    ///
+    /// - Parameters:
+    ///   - threadPool: where the blocking SQLite calls run.
+    ///   - eventLoop: the loop the connection's futures complete on.
+    public static func open(
+        directory: String,
+        threadPool: NIOThreadPool = .singleton,
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
+        logger: Logger = Logger(label: "sdui-proxy.queue.store")
+    ) async throws -> SQLiteQueueStore {
+        try makeDirectory(directory)
+        let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
+        let connection = try await SQLiteConnection.open(
+            storage: .file(path: path),
+            threadPool: threadPool,
+            logger: logger,
+            on: eventLoop
+        )
+        do {
+            let mode = try await connection.query("PRAGMA journal_mode=WAL").first?.column("journal_mode")?.string
+            guard mode?.lowercased() == "wal" else {
+                throw QueueStoreError("cannot switch \(path) to WAL mode (got \(mode ?? "nothing"))")
+            }
+            for statement in schema {
+                _ = try await connection.query(statement)
+            }
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        return SQLiteQueueStore(path: path, connection: connection)
+    }
+
+    private static let schema = [
+        "PRAGMA synchronous=FULL",
+        """
+        CREATE TABLE IF NOT EXISTS queued_requests (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            route TEXT NOT NULL,
+            method TEXT NOT NULL,
+            target TEXT NOT NULL,
+            headers BLOB,
+            body BLOB,
+            enqueued_at INTEGER NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
+            attempts INTEGER NOT NULL,
+            next_attempt_at INTEGER NOT NULL,
+            last_error TEXT,
+            status INTEGER,
+            finished_at INTEGER
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS queued_requests_pending ON queued_requests (route, seq) WHERE state = 'pending'",
+        """
+        CREATE INDEX IF NOT EXISTS queued_requests_due ON queued_requests (next_attempt_at, seq)
+        WHERE state = 'pending'
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS queued_requests_finished ON queued_requests (finished_at)
+        WHERE state <> 'pending'
+        """,
+    ]
+
+    private static let entryColumns =
+        "id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
+
+    // MARK: QueueStore
+
+    public func insert(_ entry: QueueEntry) async throws {
+        _ = try await connection.query(
+            """
+            INSERT INTO queued_requests
+                (id, route, method, target, headers, body, enqueued_at, state, attempts, next_attempt_at, last_error,
+                 status)
+            VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
+            """,
+            [
+                .text(entry.id), .text(entry.route), .text(entry.method.rawValue), .text(entry.target),
+                .blob(Self.encode(entry.headers)), entry.body.map { .blob($0) } ?? .null,
+                .integer(Int(entry.enqueuedAt.millisecondsSinceEpoch)), .integer(entry.attempts),
+                .integer(Int(entry.nextAttemptAt.millisecondsSinceEpoch)),
+                entry.lastError.map { .text($0) } ?? .null, entry.lastStatus.map { .integer($0) } ?? .null,
+            ]
+        )
+    }
+
+    public func firstPending(route: String) async throws -> QueueEntry? {
+        let rows = try await connection.query(
+            """
+            SELECT \(Self.entryColumns) FROM queued_requests
+            WHERE state = 'pending' AND route = ? ORDER BY seq LIMIT 1
+            """,
+            [.text(route)]
+        )
+        return try rows.first.map(Self.entry)
+    }
+
+    public func duePending(
+        routes: [String],
+        at now: QueueInstant,
+        excluding: Set<String>,
+        limit: Int
+    ) async throws -> [QueueEntry] {
+        guard !routes.isEmpty, limit > 0 else { return [] }
+        let (condition, binds) = Self.routeCondition(routes: routes, excluding: excluding)
+        let rows = try await connection.query(
+            """
+            SELECT \(Self.entryColumns) FROM queued_requests
+            WHERE \(condition) AND next_attempt_at <= ? ORDER BY seq LIMIT ?
+            """,
+            binds + [.integer(Int(now.millisecondsSinceEpoch)), .integer(limit)]
+        )
+        return try rows.map(Self.entry)
+    }
+
+    public func earliestAttempt(routes: [String], excluding: Set<String>) async throws -> QueueInstant? {
+        guard !routes.isEmpty else { return nil }
+        let (condition, binds) = Self.routeCondition(routes: routes, excluding: excluding)
+        let rows = try await connection.query(
+            "SELECT next_attempt_at AS next FROM queued_requests WHERE \(condition) ORDER BY next_attempt_at LIMIT 1",
+            binds
+        )
+        return rows.first?.column("next")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) }
+    }
+
+    public func recordAttempt(
+        id: String,
+        attempts: Int,
+        nextAttemptAt: QueueInstant,
+        lastError: String,
+        status: Int?
+    ) async throws {
+        _ = try await connection.query(
+            """
+            UPDATE queued_requests SET attempts = ?, next_attempt_at = ?, last_error = ?, status = ?
+            WHERE id = ? AND state = 'pending'
+            """,
+            [
+                .integer(attempts), .integer(Int(nextAttemptAt.millisecondsSinceEpoch)), .text(lastError),
+                status.map { .integer($0) } ?? .null, .text(id),
+            ]
+        )
+    }
+
+    public func markDelivered(id: String, status: Int, attempts: Int, at time: QueueInstant) async throws -> Bool {
+        try await finish(id: id, state: "delivered", lastError: nil, status: status, attempts: attempts, at: time)
+    }
+
+    public func markFailed(
+        id: String,
+        lastError: String,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant
+    ) async throws -> Bool {
+        try await finish(id: id, state: "failed", lastError: lastError, status: status, attempts: attempts, at: time)
+    }
+
+    private func finish(
+        id: String,
+        state: String,
+        lastError: String?,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant
+    ) async throws -> Bool {
+        // The body and headers are not needed any more: only the status stays readable.
+        let rows = try await connection.query(
+            """
+            UPDATE queued_requests
+            SET state = ?, last_error = COALESCE(?, last_error), status = ?, attempts = ?, finished_at = ?,
+                body = NULL, headers = NULL
+            WHERE id = ? AND state = 'pending' RETURNING seq
+            """,
+            [
+                .text(state), lastError.map { .text($0) } ?? .null, status.map { .integer($0) } ?? .null,
+                .integer(attempts), .integer(Int(time.millisecondsSinceEpoch)), .text(id),
+            ]
+        )
+        return !rows.isEmpty
+    }
+
+    public func status(id: String) async throws -> QueueEntryStatus? {
+        let rows = try await connection.query(
+            """
+            SELECT id, route, method, target, state, attempts, enqueued_at, next_attempt_at, finished_at, status,
+                last_error
+            FROM queued_requests WHERE id = ?
+            """,
+            [.text(id)]
+        )
+        guard let row = rows.first else { return nil }
+        guard let state = row.column("state")?.string.flatMap(QueueEntryStatus.State.init(rawValue:)) else {
+            throw QueueStoreError("entry \(id) has an unknown state")
+        }
+        return QueueEntryStatus(
+            id: try Self.text(row, "id"),
+            route: try Self.text(row, "route"),
+            method: try Self.text(row, "method"),
+            target: try Self.text(row, "target"),
+            state: state,
+            attempts: try Self.integer(row, "attempts"),
+            enqueuedAt: QueueInstant(millisecondsSinceEpoch: Int64(try Self.integer(row, "enqueued_at"))),
+            nextAttemptAt: state == .pending
+                ? QueueInstant(millisecondsSinceEpoch: Int64(try Self.integer(row, "next_attempt_at"))) : nil,
+            finishedAt: row.column("finished_at")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) },
+            status: row.column("status")?.integer,
+            lastError: row.column("last_error")?.string
+        )
+    }
+
+    public func depths() async throws -> [QueueRouteDepth] {
+        let rows = try await connection.query(
+            """
+            SELECT route, COUNT(*) AS depth, MIN(enqueued_at) AS oldest FROM queued_requests
+            WHERE state = 'pending' GROUP BY route ORDER BY route
+            """
+        )
+        return try rows.map { row in
+            QueueRouteDepth(
+                route: try Self.text(row, "route"),
+                depth: try Self.integer(row, "depth"),
+                oldestEnqueuedAt: row.column("oldest")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) }
+            )
+        }
+    }
+
+    public func pendingCount() async throws -> Int {
+        let rows = try await connection.query("SELECT COUNT(*) AS count FROM queued_requests WHERE state = 'pending'")
+        guard let row = rows.first else { return 0 }
+        return try Self.integer(row, "count")
+    }
+
+    public func removeFinished(before time: QueueInstant) async throws -> Int {
+        let rows = try await connection.query(
+            "DELETE FROM queued_requests WHERE state <> 'pending' AND finished_at < ? RETURNING seq",
+            [.integer(Int(time.millisecondsSinceEpoch))]
+        )
+        return rows.count
+    }
+
+    public func close() async throws {
+        try await connection.close()
+    }
+
+    /// The value of a pragma on this connection (`journal_mode`, `synchronous`), as text.
+    func pragma(_ name: String) async throws -> String? {
+        guard name.utf8.allSatisfy({ $0 == UInt8(ascii: "_") || ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "z")) })
+        else { return nil }
+        let rows = try await connection.query("PRAGMA \(name)")
+        guard let data = rows.first?.columns.first?.data else { return nil }
+        return data.string ?? data.integer.map(String.init)
+    }
+
+    // MARK: Rows
+
+    private static func routeCondition(routes: [String], excluding: Set<String>) -> (String, [SQLiteData]) {
+        var condition =
+            "state = 'pending' AND route IN (\(Array(repeating: "?", count: routes.count).joined(separator: ", ")))"
+        var binds = routes.map { SQLiteData.text($0) }
+        if !excluding.isEmpty {
+            condition += " AND id NOT IN (\(Array(repeating: "?", count: excluding.count).joined(separator: ", ")))"
+            binds += excluding.sorted().map { .text($0) }
+        }
+        return (condition, binds)
+    }
+
+    private static func entry(_ row: SQLiteRow) throws -> QueueEntry {
+        QueueEntry(
+            id: try text(row, "id"),
+            route: try text(row, "route"),
+            method: HTTPMethod(rawValue: try text(row, "method")),
+            target: try text(row, "target"),
+            headers: try decodeHeaders(row.column("headers")?.blob),
+            body: row.column("body")?.blob,
+            enqueuedAt: QueueInstant(millisecondsSinceEpoch: Int64(try integer(row, "enqueued_at"))),
+            attempts: try integer(row, "attempts"),
+            nextAttemptAt: QueueInstant(millisecondsSinceEpoch: Int64(try integer(row, "next_attempt_at"))),
+            lastError: row.column("last_error")?.string,
+            lastStatus: row.column("status")?.integer
+        )
+    }
+
+    private static func text(_ row: SQLiteRow, _ column: String) throws -> String {
+        guard let value = row.column(column)?.string else { throw QueueStoreError("column \(column) is missing") }
+        return value
+    }
+
+    private static func integer(_ row: SQLiteRow, _ column: String) throws -> Int {
+        guard let value = row.column(column)?.integer else { throw QueueStoreError("column \(column) is missing") }
+        return value
+    }
+
+    /// Headers as a blob: for each field, the name's and the value's length (UInt32) and bytes.
+    static func encode(_ headers: HTTPHeaders) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        for (name, value) in headers {
+            buffer.writeInteger(UInt32(name.utf8.count))
+            buffer.writeString(name)
+            buffer.writeInteger(UInt32(value.utf8.count))
+            buffer.writeString(value)
+        }
+        return buffer
+    }
+
+    static func decodeHeaders(_ blob: ByteBuffer?) throws -> HTTPHeaders {
+        guard var buffer = blob else { return HTTPHeaders() }
+        var headers = HTTPHeaders()
+        while buffer.readableBytes > 0 {
+            guard let nameLength = buffer.readInteger(as: UInt32.self),
+                let name = buffer.readString(length: Int(nameLength)),
+                let valueLength = buffer.readInteger(as: UInt32.self),
+                let value = buffer.readString(length: Int(valueLength))
+            else { throw QueueStoreError("stored headers are truncated") }
+            headers.add(name: name, value: value)
+        }
+        return headers
+    }
+
+    /// `mkdir -p`.
+    private static func makeDirectory(_ directory: String) throws {
+        var path = directory.hasPrefix("/") ? "" : "."
+        for component in directory.split(separator: "/") {
+            path += "/" + component
+            if mkdir(path, 0o750) != 0 {
+                let code = errno
+                var info = stat()
+                guard code == EEXIST, stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                    throw QueueStoreError("cannot create the queue directory \(path) (errno \(code))")
+                }
+            }
+        }
+    }
+}
+
+/// A store that cannot do what it was asked.
+public struct QueueStoreError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public var message: String
+
+    /// An error saying `message`.
+    public init(_ message: String) {
+        self.message = message
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,246 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Synchronization
+
+/// The durable write queue as the request handler and the admin listener see it (Lucid's `APIClientQueue`,
+/// server side).
+///
+/// The handler forwards a request on a queued route (``route(for:path:)``) at once; when the backend cannot
+/// take it (unreachable, reset, timeout, or a status in `queue.retryableStatuses`) it calls ``enqueue(_:)``
+/// and answers the client `202 Accepted` with the ``QueueReceipt``. A ``QueueDeliveryService`` delivers what
+/// is queued.
+public final class WriteQueue: Sendable {
+    /// The `queue` section it runs with.
+    public let configuration: QueueConfiguration
+    /// Where the requests are kept.
+    public let store: any QueueStore
+    /// The path a receipt's status location starts with (`/queue/`); the id follows.
+    public let statusPathPrefix: String
+    let logger: Logger
+
+    /// Pending requests, counted here so the depth bound and the metric cost no store query.
+    private let pendingCount: Atomic<Int>
+    /// One per sequential route key, waited on by that route's worker.
+    let routeSignals: [String: WakeSignal]
+    /// Waited on by the dispatcher of all concurrent routes.
+    let concurrentSignal = WakeSignal()
+
+    /// Uses `store`, whose pending entries count towards the depth.
+    public init(
+        configuration: QueueConfiguration,
+        store: any QueueStore,
+        statusPathPrefix: String = "/queue/",
+        logger: Logger = Logger(label: "sdui-proxy.queue")
+    ) async throws {
+        self.configuration = configuration
+        self.store = store
+        self.statusPathPrefix = statusPathPrefix
+        self.logger = logger
+        self.pendingCount = Atomic(try await store.pendingCount())
+        var signals: [String: WakeSignal] = [:]
+        for route in configuration.routes where route.ordering == .sequential {
+            signals[route.key] = WakeSignal()
+        }
+        self.routeSignals = signals
+    }
+
+    /// Opens the SQLite store in `configuration.store` and the queue over it.
+    public static func open(
+        configuration: QueueConfiguration,
+        statusPathPrefix: String = "/queue/",
+        logger: Logger = Logger(label: "sdui-proxy.queue")
+    ) async throws -> WriteQueue {
+        let store = try await SQLiteQueueStore.open(directory: configuration.store, logger: logger)
+        do {
+            return try await WriteQueue(
+                configuration: configuration,
+                store: store,
+                statusPathPrefix: statusPathPrefix,
+                logger: logger
+            )
+        } catch {
+            try? await store.close()
+            throw error
+        }
+    }
+
+    /// Closes the store; call after the ``QueueDeliveryService`` has returned.
+    public func close() async throws {
+        try await store.close()
+    }
+
+    // MARK: Request path
+
+    /// The queued route for a request, or nil when requests like it are forwarded as usual.
+    public func route(for method: HTTPMethod, path: String) -> QueueConfiguration.Route? {
+        configuration.route(method: method.rawValue, path: path)
+    }
+
+    /// The largest body ``enqueue(_:)`` takes: the handler buffers up to this much of a queued route's body.
+    public var maxBodyBytes: Int { configuration.maxBodyBytes }
+
+    /// Requests waiting for delivery, for metrics.
+    public var depth: Int { pendingCount.load(ordering: .relaxed) }
+
+    /// Stores `request` durably for later delivery; when this returns it survives a crash.
+    ///
+    /// - Throws: ``ProxyError`` `tooLarge` (413) when the body exceeds `queue.maxBodyBytes`, `unavailable` (503)
+    ///   when `queue.maxDepth` requests are waiting or the store cannot write (an id already used included),
+    ///   `internalError` when no queued route matches or the given id is not a token. Nothing is dropped silently.
+    public func enqueue(_ request: QueuedRequest) async throws(ProxyError) -> QueueReceipt {
+        guard let route = route(for: request.method, path: request.path) else {
+            throw ProxyError(.internalError, "\(request.method.rawValue) \(request.path) is not on a queued route")
+        }
+        if let id = request.id, id.utf8.count > 128 || !HTTPSyntax.isToken(id) {
+            throw ProxyError(
+                .internalError,
+                "\"\(id)\" cannot be a queue id (a header token of at most 128 characters)"
+            )
+        }
+        let bodyBytes = request.body?.readableBytes ?? 0
+        guard bodyBytes <= configuration.maxBodyBytes else {
+            let limit = configuration.maxBodyBytes
+            throw ProxyError(
+                .tooLarge,
+                "the request body (\(bodyBytes) bytes) is over the queue's limit (\(limit) bytes)"
+            )
+        }
+        guard reserveSlot() else {
+            throw ProxyError(.unavailable, "the write queue is full (\(configuration.maxDepth) requests waiting)")
+        }
+
+        let now = QueueInstant.now()
+        let id = request.id ?? Self.newID()
+        // A request whose immediate forward failed waits one backoff before its first delivery.
+        let firstAttempt =
+            request.failure == nil
+            ? now : now.advanced(by: route.retry.delay(afterAttempts: 1, unitRandom: .random(in: 0...1)))
+        let entry = QueueEntry(
+            id: id,
+            route: route.key,
+            method: request.method,
+            target: request.target,
+            headers: request.headers,
+            body: request.body,
+            enqueuedAt: now,
+            nextAttemptAt: firstAttempt,
+            lastError: request.failure
+        )
+        do {
+            try await store.insert(entry)
+        } catch {
+            releaseSlot()
+            logger.error("cannot store a queued request", metadata: ["route": "\(route.key)", "error": "\(error)"])
+            throw ProxyError(.unavailable, "the write queue cannot store the request: \(error)")
+        }
+        logger.debug("queued", metadata: ["id": "\(id)", "route": "\(route.key)", "target": "\(request.target)"])
+        signal(route: route)
+        return QueueReceipt(id: id, route: route.key, location: statusPathPrefix + id)
+    }
+
+    // MARK: Admin
+
+    /// The body of `GET /queue`: total depth, and per route its ordering, depth and oldest age.
+    public func overview() async -> AdminResponse {
+        let depths: [QueueRouteDepth]
+        do {
+            depths = try await store.depths()
+        } catch {
+            return AdminResponse(ProxyError(.internalError, "cannot read the write queue: \(error)"))
+        }
+        let now = QueueInstant.now()
+        let byRoute = Dictionary(depths.map { ($0.route, $0) }, uniquingKeysWith: { first, _ in first })
+        var keys = configuration.routes.map(\.key)
+        keys += depths.map(\.route).filter { key in !configuration.routes.contains { $0.key == key } }
+        let routes = keys.map { key -> String in
+            let depth = byRoute[key]
+            let ordering = configuration.routes.first { $0.key == key }?.ordering.rawValue
+            var fields = [
+                #""route":\#(JSONText.quoted(key))"#,
+                #""ordering":\#(ordering.map { "\"\($0)\"" } ?? "null")"#,
+                #""depth":\#(depth?.depth ?? 0)"#,
+            ]
+            if let oldest = depth?.oldestEnqueuedAt {
+                let age = max(0, now.millisecondsSinceEpoch - oldest.millisecondsSinceEpoch)
+                fields.append(#""oldestEnqueuedAt":"\#(oldest)""#)
+                fields.append(#""oldestAgeSeconds":\#(Double(age) / 1000)"#)
+            } else {
+                fields.append(#""oldestAgeSeconds":null"#)
+            }
+            return "{" + fields.joined(separator: ",") + "}"
+        }
+        let total = depths.reduce(0) { $0 + $1.depth }
+        let list = routes.joined(separator: ",")
+        return AdminResponse(json: #"{"depth":\#(total),"maxDepth":\#(configuration.maxDepth),"routes":[\#(list)]}"#)
+    }
+
+    /// The body of `GET /queue/ID`: the request's state (`pending`, `delivered` with the backend's status,
+    /// `failed` with the last error and the attempts); 404 with a JSON error for an unknown id.
+    public func status(id: String) async -> AdminResponse {
+        let status: QueueEntryStatus?
+        do {
+            status = try await store.status(id: id)
+        } catch {
+            return AdminResponse(ProxyError(.internalError, "cannot read the write queue: \(error)"))
+        }
+        guard let status else { return AdminResponse(ProxyError(.notFound, "no queued request has the id \(id)")) }
+        return AdminResponse(json: status.json)
+    }
+
+    // MARK: Delivery side
+
+    /// Called by the delivery service when a request reached a final outcome.
+    func didFinish() {
+        pendingCount.subtract(1, ordering: .relaxed)
+    }
+
+    func signal(route: QueueConfiguration.Route) {
+        if route.ordering == .concurrent {
+            concurrentSignal.signal()
+        } else {
+            routeSignals[route.key]?.signal()
+        }
+    }
+
+    func signalAll() {
+        concurrentSignal.signal()
+        for signal in routeSignals.values { signal.signal() }
+    }
+
+    private func reserveSlot() -> Bool {
+        var current = pendingCount.load(ordering: .relaxed)
+        while current < configuration.maxDepth {
+            let (exchanged, original) = pendingCount.compareExchange(
+                expected: current,
+                desired: current + 1,
+                ordering: .relaxed
+            )
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    private func releaseSlot() {
+        pendingCount.subtract(1, ordering: .relaxed)
+    }
+
+    /// A new queue id: 128 random bits as 32 lower-case hex digits. ``enqueue(_:)`` makes one when the request
+    /// brings none; make one beforehand to send it as `Idempotency-Key` with the immediate forward.
+    public static func newID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        for _ in 0..<2 {
+            var value = generator.next() as UInt64
+            for _ in 0..<16 {
+                bytes.append(digits[Int(value & 0xF)])
+                value >>= 4
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

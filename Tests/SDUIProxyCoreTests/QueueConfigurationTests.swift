@@ -1,0 +1,206 @@
+import Testing
+
+@testable import SDUIProxyCore
+
+/// The `queue` section: defaults, the documented example, and errors that name the key path.
+@Suite struct QueueConfigurationTests {
+    private func parse(
+        _ yaml: String,
+        environment: [String: String] = [:]
+    ) throws(ConfigurationError) -> QueueConfiguration? {
+        try QueueConfiguration.parse(yaml: yaml, environment: environment)
+    }
+
+    /// The key of the error that parsing `yaml` throws, or nil when it parses.
+    private func errorKey(_ yaml: String) -> String? {
+        do throws(ConfigurationError) {
+            _ = try parse(yaml)
+            return nil
+        } catch {
+            return error.key
+        }
+    }
+
+    @Test func anAbsentSectionTurnsTheQueueOff() throws {
+        #expect(try parse("listen: { port: 8080 }") == nil)
+        #expect(try parse("") == nil)
+    }
+
+    @Test func anEmptySectionHasTheDefaults() throws {
+        let queue = try #require(try parse("queue: {}"))
+        #expect(queue == QueueConfiguration())
+        #expect(queue.store == "/var/lib/sdui-proxy/queue")
+        #expect(queue.maxDepth == 100_000)
+        #expect(queue.maxBodyBytes == 1 << 20)
+        #expect(queue.retryableStatuses == [502, 503, 504])
+        #expect(queue.concurrency == 16)
+        #expect(queue.routes.isEmpty)
+        #expect(queue.handlers.isEmpty)
+        let retry = QueueConfiguration.RetryPolicy()
+        #expect(retry.maxAttempts == 20)
+        #expect(retry.backoff == .milliseconds(500))
+        #expect(retry.maxBackoff == .seconds(30))
+        #expect(retry.maxAge == .seconds(86400))
+    }
+
+    @Test func theDocumentedExampleParses() throws {
+        let yaml = """
+            queue:
+              store: /var/lib/sdui-proxy/queue
+              maxDepth: 100000
+              maxBodyBytes: 1MiB
+              retryableStatuses: [502, 503, 504]
+              concurrency: 16
+              routes:
+                - match: POST /api/orders
+                  ordering: sequential
+                  retry: { maxAttempts: 20, backoff: 500ms, maxBackoff: 30s, maxAge: 24h }
+                - match: PUT /api/events
+                  ordering: concurrent
+              handlers:
+                - on: [delivered]
+                  invalidatePrefix: /screens/orders
+                - on: [delivered, failed]
+                  webhook: http://hooks.internal/queue
+                - on: [delivered]
+                  invalidateTag: orders
+                  match: POST /api/orders
+            """
+        let queue = try #require(try parse(yaml))
+        #expect(queue.routes.count == 2)
+        let orders = queue.routes[0]
+        #expect(orders.key == "POST /api/orders")
+        #expect(orders.ordering == .sequential)
+        #expect(
+            orders.retry
+                == .init(
+                    maxAttempts: 20,
+                    backoff: .milliseconds(500),
+                    maxBackoff: .seconds(30),
+                    maxAge: .seconds(86400)
+                )
+        )
+        #expect(queue.routes[1].key == "PUT /api/events")
+        #expect(queue.routes[1].ordering == .concurrent)
+        #expect(queue.routes[1].retry == QueueConfiguration.RetryPolicy())
+        #expect(
+            queue.handlers == [
+                .init(outcomes: [.delivered], action: .invalidatePrefix("/screens/orders")),
+                .init(outcomes: [.delivered, .failed], action: .webhook("http://hooks.internal/queue")),
+                .init(outcomes: [.delivered], route: "POST /api/orders", action: .invalidateTag("orders")),
+            ]
+        )
+        #expect(queue.handlers[2].applies(to: .delivered, routeKey: "POST /api/orders"))
+        #expect(!queue.handlers[2].applies(to: .delivered, routeKey: "PUT /api/events"))
+        #expect(!queue.handlers[2].applies(to: .failed, routeKey: "POST /api/orders"))
+    }
+
+    @Test func theEnvironmentOverridesTheFile() throws {
+        let queue = try #require(
+            try parse(
+                "queue: { maxDepth: 10 }",
+                environment: ["SDUI_PROXY_QUEUE_MAX_DEPTH": "20", "SDUI_PROXY_QUEUE_STORE": "/data/queue"]
+            )
+        )
+        #expect(queue.maxDepth == 20)
+        #expect(queue.store == "/data/queue")
+    }
+
+    @Test(arguments: [
+        ("queue: { retries: 3 }", "queue.retries"),
+        ("queue: { routes: [ { match: POST /a, priority: 1 } ] }", "queue.routes[0].priority"),
+        ("queue: { routes: [ { match: POST /a, retry: { tries: 3 } } ] }", "queue.routes[0].retry.tries"),
+        ("queue: { handlers: [ { on: [delivered], invalidatePrefix: /a, extra: 1 } ] }", "queue.handlers[0].extra"),
+    ])
+    func unknownKeysAreNamed(yaml: String, key: String) {
+        #expect(errorKey(yaml) == key)
+    }
+
+    @Test(arguments: [
+        ("queue: { maxDepth: many }", "queue.maxDepth"),
+        ("queue: { maxDepth: 0 }", "queue.maxDepth"),
+        ("queue: { maxBodyBytes: huge }", "queue.maxBodyBytes"),
+        ("queue: { concurrency: [1] }", "queue.concurrency"),
+        ("queue: { retryableStatuses: 503 }", "queue.retryableStatuses"),
+        ("queue: { retryableStatuses: [200] }", "queue.retryableStatuses"),
+        ("queue: { retention: 0s }", "queue.retention"),
+        ("queue: { routes: { match: POST /a } }", "queue.routes"),
+        ("queue: { routes: [ { match: POST /a, retry: { backoff: soon } } ] }", "queue.routes[0].retry.backoff"),
+        ("queue: { routes: [ { match: POST /a, retry: { maxAttempts: 0 } } ] }", "queue.routes[0].retry.maxAttempts"),
+        (
+            "queue: { routes: [ { match: POST /a, retry: { backoff: 2s, maxBackoff: 1s } } ] }",
+            "queue.routes[0].retry.maxBackoff"
+        ),
+        ("queue: { routes: [ { match: POST /a, retry: { maxAge: 0s } } ] }", "queue.routes[0].retry.maxAge"),
+    ])
+    func wrongTypesAndValuesAreNamed(yaml: String, key: String) {
+        #expect(errorKey(yaml) == key)
+    }
+
+    @Test(arguments: ["parallel", "SEQUENTIAL", "[sequential]"])
+    func aBadOrderingIsNamed(ordering: String) {
+        #expect(
+            errorKey("queue: { routes: [ { match: POST /a, ordering: \(ordering) } ] }") == "queue.routes[0].ordering"
+        )
+    }
+
+    @Test(arguments: [
+        "POST", "/api/orders", "post /api/orders", "POST api/orders", "POST /a /b", "GET /api", "POST /a?x=1",
+    ])
+    func aBadMatchIsNamed(match: String) {
+        let yaml = "queue:\n  routes:\n    - match: \(match)\n    - match: POST /fine\n"
+        #expect(errorKey(yaml) == "queue.routes[0].match")
+    }
+
+    @Test func aRouteNeedsAMatchAndAppearsOnce() {
+        #expect(errorKey("queue: { routes: [ { ordering: concurrent } ] }") == "queue.routes[0].match")
+        #expect(errorKey("queue: { routes: [ { match: POST /a }, { match: POST /a } ] }") == "queue.routes[1].match")
+    }
+
+    @Test func handlerProblemsAreNamed() {
+        #expect(errorKey("queue: { handlers: [ { on: [delivered] } ] }") == "queue.handlers[0]")
+        #expect(errorKey("queue: { handlers: [ { invalidatePrefix: /a, invalidateTag: t } ] }") == "queue.handlers[0]")
+        #expect(errorKey("queue: { handlers: [ { on: [done], invalidateTag: t } ] }") == "queue.handlers[0].on")
+        #expect(errorKey("queue: { handlers: [ { on: [], invalidateTag: t } ] }") == "queue.handlers[0].on")
+        #expect(errorKey("queue: { handlers: [ { webhook: hooks.internal/queue } ] }") == "queue.handlers[0].webhook")
+        #expect(errorKey("queue: { handlers: [ { webhook: ftp://hooks/queue } ] }") == "queue.handlers[0].webhook")
+        #expect(
+            errorKey("queue: { handlers: [ { invalidatePrefix: screens } ] }") == "queue.handlers[0].invalidatePrefix"
+        )
+        #expect(
+            errorKey("queue: { handlers: [ { invalidateTag: t, match: POST /unknown } ] }") == "queue.handlers[0].match"
+        )
+    }
+
+    @Test func errorsSayWhatIsWrong() {
+        do throws(ConfigurationError) {
+            _ = try parse("queue: { routes: [ { match: POST /a, ordering: parallel } ] }")
+            Issue.record("a bad ordering was accepted")
+        } catch {
+            #expect(error.problem.contains("\"parallel\" is not sequential or concurrent"))
+            #expect(error.description.hasPrefix("config error: queue.routes[0].ordering:"))
+        }
+    }
+
+    @Test func theLongestMatchingPrefixWinsWholeSegmentsOnly() throws {
+        let queue = try #require(
+            try parse(
+                """
+                queue:
+                  routes:
+                    - { match: POST /api, ordering: concurrent }
+                    - { match: POST /api/orders }
+                    - { match: DELETE /api/orders/ }
+                """
+            )
+        )
+        #expect(queue.route(method: "POST", path: "/api/orders")?.pathPrefix == "/api/orders")
+        #expect(queue.route(method: "POST", path: "/api/orders/7?x=1")?.pathPrefix == "/api/orders")
+        #expect(queue.route(method: "POST", path: "/api/orders-export")?.pathPrefix == "/api")
+        #expect(queue.route(method: "POST", path: "/api?x=1")?.pathPrefix == "/api")
+        #expect(queue.route(method: "POST", path: "/apiary") == nil)
+        #expect(queue.route(method: "PUT", path: "/api/orders") == nil)
+        #expect(queue.route(method: "DELETE", path: "/api/orders/7")?.key == "DELETE /api/orders/")
+        #expect(queue.route(method: "DELETE", path: "/api/orders") == nil)
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SDUIProxy
+import SDUIProxyCore
+import Synchronization
+import Testing
+
+/// Response handlers: invalidations and webhook notifications on final outcomes, over real sockets.
+@Suite struct QueueHandlerTests {
+    private final class Invalidations: Sendable {
+        let requests = Mutex<[InvalidationRequest]>([])
+
+        func record(_ request: InvalidationRequest) -> Int {
+            requests.withLock { $0.append(request) }
+            return 1
+        }
+    }
+
+    @Test func handlersInvalidateAndNotifyOnTheirOutcomes() async throws {
+        let backend = try await QueueTestOrigin.start()
+        backend.setBehaviour { head, _, _ in .init(status: head.uri.hasSuffix("/bad") ? .unprocessableEntity : .created)
+        }
+        let webhook = try await QueueTestOrigin.start()
+        // The webhook is unavailable at first: its first notification must be retried.
+        webhook.setBehaviour { _, _, count in .init(status: count == 0 ? .serviceUnavailable : .noContent) }
+
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let routes = [
+            QueueConfiguration.Route(method: "POST", pathPrefix: "/api/orders", retry: QueueTest.retry()),
+            QueueConfiguration.Route(method: "POST", pathPrefix: "/api/other", retry: QueueTest.retry()),
+        ]
+        let handlerConfiguration: [QueueConfiguration.Handler] = [
+            .init(outcomes: [.delivered], route: "POST /api/orders", action: .invalidatePrefix("/screens/orders")),
+            .init(outcomes: [.failed], action: .invalidateTag("orders")),
+            .init(outcomes: [.delivered, .failed], route: "POST /api/orders", action: .webhook(webhook.url + "/hook")),
+        ]
+        let configuration = QueueTest.configuration(
+            directory: directory,
+            routes: routes,
+            handlers: handlerConfiguration
+        )
+        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let client = try QueueTest.client(port: backend.port)
+        let invalidations = Invalidations()
+        var policy = QueueResponseHandlers.WebhookPolicy()
+        policy.backoff = .milliseconds(20)
+        let handlers = QueueResponseHandlers(
+            handlers: configuration.handlers,
+            invalidate: { invalidations.record($0) },
+            eventLoopGroup: QueueTest.group,
+            webhook: policy,
+            logger: QueueTest.logger
+        )
+        let service = QueueDeliveryService(
+            queue: queue,
+            client: client,
+            handlers: handlers,
+            eventLoopGroup: QueueTest.group,
+            logger: QueueTest.logger
+        )
+
+        let good = try await queue.enqueue(QueueTest.request(.POST, "/api/orders/1", body: "{}"))
+        let bad = try await queue.enqueue(QueueTest.request(.POST, "/api/orders/bad", body: "{}"))
+        let other = try await queue.enqueue(QueueTest.request(.POST, "/api/other/1", body: "{}"))
+        try await QueueTest.withRunningService(service) {
+            let notified = await QueueTest.waitUntil { webhook.successfulRequests.count == 2 }
+            #expect(notified)
+            let invalidated = await QueueTest.waitUntil { invalidations.requests.withLock { $0.count } == 2 }
+            #expect(invalidated)
+        }
+
+        // The delivered order invalidates its prefix, the failed one the tag; the other route only the tag rule
+        // would match, and it was delivered, so nothing.
+        #expect(
+            Set(invalidations.requests.withLock { $0.map(\.description) }) == ["prefix /screens/orders", "tag orders"]
+        )
+        #expect(await QueueTest.status(queue, other.id).state == "delivered")
+
+        let posts = webhook.requests
+        #expect(posts.count == 3)
+        #expect(posts.allSatisfy { $0.method == .POST && $0.uri == "/hook" })
+        #expect(posts.allSatisfy { $0.headers.first(name: "Content-Type") == "application/json" })
+        let notifications = webhook.successfulRequests.map { QueueTest.json($0.body) }
+        let byID = Dictionary(uniqueKeysWithValues: notifications.map { (($0["id"] as? String) ?? "", $0) })
+        #expect(byID[good.id]?["outcome"] as? String == "delivered")
+        #expect(byID[good.id]?["status"] as? Int == 201)
+        #expect(byID[good.id]?["route"] as? String == "POST /api/orders")
+        #expect(byID[bad.id]?["outcome"] as? String == "failed")
+        #expect(byID[bad.id]?["status"] as? Int == 422)
+        #expect(byID[bad.id]?["attempts"] as? Int == 1)
+        #expect(byID[other.id] == nil)
+        // The retried notification is the same one, sent again.
+        #expect(posts[0].body == posts[1].body || posts[0].body == posts[2].body)
+
+        try await client.shutdown()
+        try await queue.close()
+        try await backend.stop()
+        try await webhook.stop()
+    }
+
+    @Test func aStuckWebhookDoesNotHoldUpDelivery() async throws {
+        let backend = try await QueueTestOrigin.start()
+        let webhook = try await QueueTestOrigin.start()
+        webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(2)) }
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
+        let configuration = QueueTest.configuration(
+            directory: directory,
+            routes: [route],
+            handlers: [.init(action: .webhook(webhook.url + "/slow"))]
+        )
+        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let client = try QueueTest.client(port: backend.port)
+        var policy = QueueResponseHandlers.WebhookPolicy()
+        policy.concurrency = 1
+        let handlers = QueueResponseHandlers(
+            handlers: configuration.handlers,
+            invalidate: { _ in 0 },
+            eventLoopGroup: QueueTest.group,
+            webhook: policy,
+            drainTimeout: .milliseconds(200),
+            logger: QueueTest.logger
+        )
+        let service = QueueDeliveryService(
+            queue: queue,
+            client: client,
+            handlers: handlers,
+            eventLoopGroup: QueueTest.group,
+            logger: QueueTest.logger
+        )
+        let clock = ContinuousClock()
+        var stopping = clock.now
+        try await QueueTest.withRunningService(service) {
+            for index in 0..<5 {
+                _ = try await queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "\(index)"))
+            }
+            // All five are delivered while the first notification is still stuck in the webhook.
+            let delivered = await QueueTest.waitUntil(timeout: .milliseconds(1500)) { queue.depth == 0 }
+            #expect(delivered)
+            let notifying = await QueueTest.waitUntil { webhook.inFlight == 1 }
+            #expect(notifying)
+            #expect(webhook.requests.count == 1)
+            stopping = clock.now
+        }
+        // Shutting down waited for the drain timeout (200 ms), not for the webhook (2 s).
+        #expect(clock.now - stopping < .milliseconds(1500))
+        #expect(backend.requests.count == 5)
+        #expect(webhook.requests.count == 1)
+        try await client.shutdown()
+        try await queue.close()
+        try await backend.stop()
+        try await webhook.stop()
+    }
+}

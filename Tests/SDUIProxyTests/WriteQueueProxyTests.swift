@@ -1,0 +1,87 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+@Suite("Queued write routes through the proxy")
+struct WriteQueueProxyTests {
+    static func queueConfiguration(directory: String) -> QueueConfiguration {
+        var queue = QueueConfiguration()
+        queue.store = directory
+        queue.maxBodyBytes = 1024
+        var route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential, retry: .init())
+        route.retry.backoff = .milliseconds(20)
+        route.retry.maxBackoff = .milliseconds(100)
+        queue.routes = [route]
+        return queue
+    }
+
+    static func temporaryDirectory() -> String {
+        let path = NSTemporaryDirectory() + "sdui-queue-" + UUID().uuidString
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    @Test("a write the backend cannot take is stored, answered 202, and delivered once the backend is back")
+    func storedAndDelivered() async throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(status: .created, headers: [], body: "ok") },
+            configure: { $0.queue = Self.queueConfiguration(directory: directory) }
+        ) { proxy async throws in
+            try await proxy.origin.stop()
+            let accepted = try await proxy.get("/api/orders", method: .POST, body: #"{"n":1}"#)
+            #expect(accepted.status == .accepted)
+            #expect(accepted.body.contains(#""queued":true"#))
+            let location = try #require(accepted["Location"])
+            #expect(location.hasPrefix("/queue/"))
+            let pending = try await proxy.admin(location)
+            #expect(pending.body.contains("pending"))
+
+            try await proxy.origin.restart()
+            try await waitUntil(timeout: .seconds(10)) { proxy.origin.requests(to: "/api/orders").count == 1 }
+            let delivered = try #require(proxy.origin.requests(to: "/api/orders").first)
+            #expect(String(buffer: delivered.body) == #"{"n":1}"#)
+            #expect(delivered.headers.first(name: "idempotency-key") == String(location.dropFirst("/queue/".count)))
+            try await waitUntil { try await proxy.admin(location).body.contains("delivered") }
+            let overview = try await proxy.admin("/queue")
+            #expect(overview.status == .ok)
+        }
+    }
+
+    @Test("a write the backend answers is passed through, 4xx included, and not queued")
+    func answeredWritesPassThrough() async throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(status: .unprocessableEntity, headers: [("Content-Type", "text/plain")], body: "bad order") },
+            configure: { $0.queue = Self.queueConfiguration(directory: directory) }
+        ) { proxy async throws in
+            let reply = try await proxy.get("/api/orders", method: .POST, body: "{}")
+            #expect(reply.status == .unprocessableEntity)
+            #expect(reply.body == "bad order")
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(proxy.origin.requestCount == 1)
+            #expect(proxy.origin.requests.first?.headers.contains(name: "idempotency-key") == true)
+        }
+    }
+
+    @Test("a body over queue.maxBodyBytes is refused with 413 and never forwarded")
+    func bodyTooLarge() async throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await ProxyHarness.run(configure: { $0.queue = Self.queueConfiguration(directory: directory) }) {
+            proxy async throws in
+            let reply = try await proxy.get("/api/orders", method: .POST, body: String(repeating: "x", count: 2048))
+            #expect(reply.status == .payloadTooLarge)
+            #expect(reply.body.contains(#""kind":"tooLarge""#))
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+}
+
