@@ -1,0 +1,203 @@
+import AsyncHTTPClient
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import Testing
+
+/// The `sdui-proxy` executable itself: exit statuses, signals, and a crash with writes queued.
+@Suite("The sdui-proxy process", .serialized)
+struct ProcessTests {
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// The executable built next to the test bundle.
+    static var executable: URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("sdui-proxy")
+    }
+
+    struct Finished {
+        var status: Int32
+        var standardError: String
+    }
+
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Finished {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        process.currentDirectoryURL = repositoryRoot
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SDUI_PROXY_") }
+            .merging(environment) { $1 }
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = Pipe()
+        try process.run()
+        let data = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Finished(status: process.terminationStatus, standardError: String(decoding: data, as: UTF8.self))
+    }
+
+    /// A proxy process started on ephemeral ports; its ports are read from its start-up log line.
+    final class RunningProxy: Sendable {
+        let process: Process
+        let publicPort: Int
+        let adminPort: Int
+        private let output: NIOLockedValueBox<String>
+
+        init(arguments: [String]) async throws {
+            let process = Process()
+            process.executableURL = ProcessTests.executable
+            process.arguments = arguments + ["--port", "0", "--admin-port", "0"]
+            process.currentDirectoryURL = ProcessTests.repositoryRoot
+            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SDUI_PROXY_") }
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = Pipe()
+            let output = NIOLockedValueBox("")
+            errors.fileHandleForReading.readabilityHandler = { handle in
+                let chunk = String(decoding: handle.availableData, as: UTF8.self)
+                output.withLockedValue { $0 += chunk }
+            }
+            try process.run()
+            self.process = process
+            self.output = output
+            let deadline = ContinuousClock.now + .seconds(20)
+            var ports: (Int, Int)?
+            while ports == nil, ContinuousClock.now < deadline, process.isRunning {
+                ports = Self.ports(in: output.withLockedValue { $0 })
+                if ports == nil { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            guard let ports else {
+                process.terminate()
+                throw ProxyDidNotStart(log: output.withLockedValue { $0 })
+            }
+            (publicPort, adminPort) = ports
+        }
+
+        var log: String { output.withLockedValue { $0 } }
+
+        struct ProxyDidNotStart: Error {
+            var log: String
+        }
+
+        private static func ports(in log: String) -> (Int, Int)? {
+            guard let line = log.split(separator: "\n").first(where: { $0.contains("listening") }) else { return nil }
+            func port(after key: String) -> Int? {
+                guard let range = line.range(of: key + "=") else { return nil }
+                let address = line[range.upperBound...].prefix { $0 != " " }
+                return address.split(separator: ":").last.flatMap { Int($0) }
+            }
+            guard let publicPort = port(after: "public"), let adminPort = port(after: "admin") else { return nil }
+            return (publicPort, adminPort)
+        }
+
+        func signal(_ number: Int32) {
+            kill(process.processIdentifier, number)
+        }
+
+        func waitForExit(timeout: Duration = .seconds(15)) async throws -> Int32 {
+            let deadline = ContinuousClock.now + timeout
+            while process.isRunning {
+                guard ContinuousClock.now < deadline else {
+                    process.terminate()
+                    throw CancellationError()
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            return process.terminationStatus
+        }
+    }
+
+    static func get(_ url: String, method: HTTPMethod = .GET, body: String? = nil) async throws -> (HTTPResponseStatus, HTTPHeaders, String) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let body { request.body = .bytes(ByteBuffer(string: body)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        return (response.status, response.headers, String(buffer: bytes))
+    }
+
+    @Test("--check-config accepts the bundled config")
+    func checkConfigValid() throws {
+        let finished = try Self.run(["--check-config", "--config", "config/sdui-proxy.yaml"])
+        #expect(finished.status == 0)
+    }
+
+    @Test("a broken config ends start-up with status 2 and one line that names the key")
+    func checkConfigBroken() throws {
+        let file = NSTemporaryDirectory() + "broken-\(UUID().uuidString).yaml"
+        try "cache:\n  maxBytes: plenty\n".write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        for arguments in [["--check-config", "--config", file], ["--config", file]] {
+            let finished = try Self.run(arguments)
+            #expect(finished.status == 2)
+            let lines = finished.standardError.split(separator: "\n")
+            #expect(lines.count == 1)
+            #expect(finished.standardError.contains("cache.maxBytes"))
+        }
+        let missing = try Self.run(["--config", "/nonexistent/sdui-proxy.yaml"])
+        #expect(missing.status == 2)
+        #expect(missing.standardError.contains("/nonexistent/sdui-proxy.yaml"))
+        let badEnvironment = try Self.run(["--check-config"], environment: ["SDUI_PROXY_LISTEN_PORT": "x"])
+        #expect(badEnvironment.status == 2)
+        #expect(badEnvironment.standardError.contains("SDUI_PROXY_LISTEN_PORT"))
+    }
+
+    @Test("the bundled config serves the sample screens, and SIGTERM stops the proxy with status 0")
+    func servesSamplesAndStopsOnSIGTERM() async throws {
+        let proxy = try await RunningProxy(arguments: ["--config", "config/sdui-proxy.yaml"])
+        let base = "http://127.0.0.1:\(proxy.publicPort)"
+        let first = try await Self.get(base + "/screens/home")
+        #expect(first.0 == .ok)
+        #expect(first.1.first(name: "x-cache") == "MISS")
+        #expect(first.2.contains("beagle:screenComponent"))
+        let second = try await Self.get(base + "/screens/home")
+        #expect(second.1.first(name: "x-cache") == "HIT")
+        let traversal = try await Self.get(base + "/screens/../../Package.swift")
+        #expect(traversal.0 == .notFound)
+        let health = try await Self.get("http://127.0.0.1:\(proxy.adminPort)/health")
+        #expect(health.2 == #"{"status":"ok"}"#)
+
+        proxy.signal(SIGTERM)
+        #expect(try await proxy.waitForExit() == 0)
+        #expect(proxy.log.contains("stopped"))
+    }
+
+    @Test("writes queued before a kill -9 are all delivered after a restart, in order, none twice")
+    func crashWithQueuedWrites() async throws {
+        let directory = NSTemporaryDirectory() + "sdui-crash-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let origin = try await TestOrigin { _ in TestOrigin.Response(status: .created, headers: [], body: "") }
+        try await origin.stop()
+        let config = directory + ".yaml"
+        try """
+        upstream: { url: "\(origin.url)", timeout: 1s }
+        queue:
+          store: \(directory)
+          routes:
+            - { match: POST /api/orders, ordering: sequential, retry: { maxAttempts: 50, backoff: 50ms, maxBackoff: 200ms } }
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+
+        let first = try await RunningProxy(arguments: ["--config", config])
+        var ids: [String] = []
+        for number in 1...5 {
+            let reply = try await Self.get("http://127.0.0.1:\(first.publicPort)/api/orders", method: .POST, body: #"{"n":\#(number)}"#)
+            #expect(reply.0 == .accepted)
+            ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
+        }
+        first.signal(SIGKILL)
+        _ = try await first.waitForExit()
+
+        try await origin.restart()
+        let second = try await RunningProxy(arguments: ["--config", config])
+        try await waitUntil(timeout: .seconds(15)) { origin.requests(to: "/api/orders").count >= 5 }
+        try await Task.sleep(for: .milliseconds(300))
+        let delivered = origin.requests(to: "/api/orders")
+        #expect(delivered.map { String(buffer: $0.body) } == (1...5).map { #"{"n":\#($0)}"# })
+        #expect(delivered.compactMap { $0.headers.first(name: "idempotency-key") } == ids)
+        second.signal(SIGTERM)
+        #expect(try await second.waitForExit() == 0)
+        try await origin.stop()
+    }
+}
