@@ -108,9 +108,15 @@ struct ProcessTests {
         }
     }
 
-    static func get(_ url: String, method: HTTPMethod = .GET, body: String? = nil) async throws -> (HTTPResponseStatus, HTTPHeaders, String) {
+    static func get(
+        _ url: String,
+        method: HTTPMethod = .GET,
+        headers: [(String, String)] = [],
+        body: String? = nil
+    ) async throws -> (HTTPResponseStatus, HTTPHeaders, String) {
         var request = HTTPClientRequest(url: url)
         request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(ByteBuffer(string: body)) }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
         let bytes = try await response.body.collect(upTo: 1 << 20)
@@ -147,15 +153,22 @@ struct ProcessTests {
     func servesSamplesAndStopsOnSIGTERM() async throws {
         let proxy = try await RunningProxy(arguments: ["--config", "config/sdui-proxy.yaml"])
         let base = "http://127.0.0.1:\(proxy.publicPort)"
-        let first = try await Self.get(base + "/screens/home")
-        #expect(first.0 == .ok)
+        let admin = "http://127.0.0.1:\(proxy.adminPort)"
+        try await waitUntil { try await Self.get(admin + "/ready").0 == .ok }
+        // Warmed at start-up: the declared home screen, and the screens its shouldPrefetch actions name.
+        for path in ["/screens/home", "/screens/products", "/screens/products/2"] {
+            let warmed = try await Self.get(base + path, headers: [("beagle-platform", "ANDROID")])
+            #expect(warmed.0 == .ok)
+            #expect(warmed.1.first(name: "x-cache") == "HIT", "\(path)")
+            #expect(warmed.2.contains("beagle:screenComponent"))
+        }
+        let first = try await Self.get(base + "/screens/products/1")
         #expect(first.1.first(name: "x-cache") == "MISS")
-        #expect(first.2.contains("beagle:screenComponent"))
-        let second = try await Self.get(base + "/screens/home")
+        let second = try await Self.get(base + "/screens/products/1")
         #expect(second.1.first(name: "x-cache") == "HIT")
         let traversal = try await Self.get(base + "/screens/../../Package.swift")
         #expect(traversal.0 == .notFound)
-        let health = try await Self.get("http://127.0.0.1:\(proxy.adminPort)/health")
+        let health = try await Self.get(admin + "/health")
         #expect(health.2 == #"{"status":"ok"}"#)
 
         proxy.signal(SIGTERM)

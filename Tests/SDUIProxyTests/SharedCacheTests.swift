@@ -259,7 +259,7 @@ struct SharedCacheTests {
     func coalescing() async throws {
         try await ProxyHarness.run(origin: { _ in
             var response = TestOrigin.Response.component()
-            response.delay = .milliseconds(400)
+            response.delay = .milliseconds(1500)
             return response
         }) { proxy async throws in
             let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
@@ -279,7 +279,7 @@ struct SharedCacheTests {
     func coalescedFailure() async throws {
         try await ProxyHarness.run(origin: { _ in
             var response = TestOrigin.Response(status: .serviceUnavailable, headers: [("Content-Type", "text/plain")], body: "overloaded")
-            response.delay = .milliseconds(400)
+            response.delay = .milliseconds(1500)
             return response
         }) { proxy async throws in
             let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in

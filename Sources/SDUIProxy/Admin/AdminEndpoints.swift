@@ -3,10 +3,19 @@ import SDUIProxyCore
 
 /// The endpoints of the admin listener.
 enum AdminEndpoints {
-    static func router(for proxy: ProxyContext) -> AdminRouter {
+    static func router(for proxy: ProxyContext, prefetcher: Prefetcher, warmUp: WarmUp) -> AdminRouter {
         var router = AdminRouter()
         router.register(.GET, "/health") { _, eventLoop in
             eventLoop.makeSucceededFuture(AdminResponse(json: #"{"status":"ok"}"#))
+        }
+        router.register(.GET, "/ready") { _, eventLoop in
+            let progress = warmUp.progress
+            let json = #"{"ready":\#(progress.isFinished),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)}"#
+            return eventLoop.makeSucceededFuture(AdminResponse(status: progress.isFinished ? .ok : .serviceUnavailable, json: json))
+        }
+        let prefetch = PrefetchEndpoint(proxy: proxy, prefetcher: prefetcher)
+        router.register(.POST, "/prefetch") { request, eventLoop in
+            prefetch.respond(to: request, on: eventLoop)
         }
         router.register(.GET, "/cache/stats") { _, eventLoop in
             eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(proxy)))

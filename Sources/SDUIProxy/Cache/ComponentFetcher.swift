@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
+import Synchronization
 
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
 /// and validated, its freshness computed, and the entry stored. A stale entry is revalidated with the
@@ -30,6 +31,8 @@ public final class ComponentFetcher: Sendable {
         public var mayCoalesce: Bool
         /// The stale entry this fetch replaces, if any: it is revalidated rather than fetched blind.
         public var staleEntry: CachedResponse?
+        /// How many more hops of `shouldPrefetch` navigation to follow from the component this fetch stores.
+        public var followActions: Int
 
         public init(
             key: CacheKey,
@@ -37,8 +40,10 @@ public final class ComponentFetcher: Sendable {
             policy: ProxyConfiguration.RoutePolicy,
             clientHeaders: HTTPHeaders,
             mayCoalesce: Bool,
-            staleEntry: CachedResponse? = nil
+            staleEntry: CachedResponse? = nil,
+            followActions: Int = 0
         ) {
+            self.followActions = followActions
             self.key = key
             self.upstream = upstream
             self.policy = policy
@@ -57,6 +62,16 @@ public final class ComponentFetcher: Sendable {
     private let keyedHeaders: Set<String>
     private let tagHeader: String
     private let logger: Logger
+    /// Told about every component stored with hops left to follow, with its decoded tree (walked once).
+    private let componentObserver = Mutex<ComponentObserver?>(nil)
+
+    /// Receives a stored component's tree and the fetch that stored it.
+    public typealias ComponentObserver = @Sendable (JSONValue, Request) -> Void
+
+    /// Sets who hears of stored components (the prefetcher, for the screens a user opens next).
+    public func observeStoredComponents(_ observer: @escaping ComponentObserver) {
+        componentObserver.withLock { $0 = observer }
+    }
 
     public init(
         cache: ResponseCache,
@@ -156,11 +171,12 @@ public final class ComponentFetcher: Sendable {
         }
 
         let isSuccess = (200..<300).contains(response.status.code)
+        var component: JSONValue?
         if isSuccess, request.policy.validateComponents,
             ComponentDecoder.isJSON(contentType: response.headers.first(name: "content-type"))
         {
             do {
-                _ = try decoder.decodeComponent(response.body)
+                component = try decoder.decodeComponent(response.body)
             } catch {
                 logger.warning(
                     "invalid component from the backend, not cached",
@@ -192,6 +208,9 @@ public final class ComponentFetcher: Sendable {
             return .notStored(response, reason: "larger than a cache shard's budget")
         }
         logger.debug("stored", metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"])
+        if let component, request.followActions > 0, let observer = componentObserver.withLock({ $0 }) {
+            observer(component, request)
+        }
         return .stored(entry)
     }
 

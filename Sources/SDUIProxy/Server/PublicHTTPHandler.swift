@@ -237,7 +237,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             policy: request.policy,
             clientHeaders: request.head.headers,
             mayCoalesce: !request.head.headers.contains(name: "authorization"),
-            staleEntry: staleEntry
+            staleEntry: staleEntry,
+            followActions: proxy.configuration.prefetch.followActions
         )
     }
 

@@ -25,6 +25,10 @@ public final class ProxyServer: Sendable {
     private let channels: [any Channel]
     /// Delivers queued writes; cancelled after the listeners have drained.
     private let queueDelivery: Task<Void, Never>?
+    /// Prefetches declared URLs, the prefetch endpoint's and navigation targets.
+    public let prefetcher: Prefetcher
+    /// The start-up warm-up; `GET /ready` answers 200 once it has finished.
+    public let warmUp: WarmUp
 
     private init(
         context: ProxyContext,
@@ -33,9 +37,13 @@ public final class ProxyServer: Sendable {
         eventLoopGroup: any EventLoopGroup,
         threadPool: NIOThreadPool,
         quiescing: [ServerQuiescingHelper],
-        queueDelivery: Task<Void, Never>?
+        queueDelivery: Task<Void, Never>?,
+        prefetcher: Prefetcher,
+        warmUp: WarmUp
     ) {
         self.queueDelivery = queueDelivery
+        self.prefetcher = prefetcher
+        self.warmUp = warmUp
         self.context = context
         self.publicPort = publicChannel.localAddress?.port ?? 0
         self.adminPort = adminChannel.localAddress?.port ?? 0
@@ -58,7 +66,8 @@ public final class ProxyServer: Sendable {
         threadPool.start()
 
         let client: any NetworkClient
-        switch try UpstreamOrigin(parsing: configuration.upstream.url) {
+        let origin = try UpstreamOrigin(parsing: configuration.upstream.url)
+        switch origin {
         case .http(let origin):
             client = HTTPNetworkClient(origin: origin, configuration: configuration.upstream, eventLoopGroup: group)
         case .directory(let path):
@@ -106,7 +115,14 @@ public final class ProxyServer: Sendable {
                     try sync.addHandler(PublicHTTPHandler(proxy: context))
                 }
             }
-            let router = AdminEndpoints.router(for: context)
+            let prefetcher = Prefetcher(proxy: context, upstream: origin, eventLoopGroup: group)
+            let warmUp = WarmUp(
+                prefetcher: prefetcher,
+                configuration: configuration.prefetch,
+                eventLoopGroup: group,
+                logger: logger
+            )
+            let router = AdminEndpoints.router(for: context, prefetcher: prefetcher, warmUp: warmUp)
             let adminQuiescing = ServerQuiescingHelper(group: group)
             let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
                 channel in
@@ -142,7 +158,9 @@ public final class ProxyServer: Sendable {
                 eventLoopGroup: group,
                 threadPool: threadPool,
                 quiescing: [publicQuiescing, adminQuiescing],
-                queueDelivery: queueDelivery
+                queueDelivery: queueDelivery,
+                prefetcher: prefetcher,
+                warmUp: warmUp
             )
             logger.info(
                 "listening",
@@ -152,6 +170,7 @@ public final class ProxyServer: Sendable {
                     "upstream": "\(configuration.upstream.url)",
                 ]
             )
+            warmUp.start()
             return server
         } catch {
             try? await writeQueue?.close()
@@ -191,6 +210,7 @@ public final class ProxyServer: Sendable {
     public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
         let logger = context.logger
         logger.info("draining connections")
+        warmUp.stop()
         let drainedListeners = quiescing.map { helper in
             let promise = eventLoopGroup.any().makePromise(of: Void.self)
             helper.initiateShutdown(promise: promise)

@@ -195,7 +195,10 @@ public struct ConfigurationLoader: Sendable {
         _ section: ConfigurationSection,
         allowedPlatforms: [String]
     ) throws(ConfigurationError) -> ProxyConfiguration.Prefetch {
-        try section.rejectUnknownKeys(["urls", "platforms", "followActions"])
+        try section.rejectUnknownKeys([
+            "urls", "platforms", "followActions", "concurrency", "refresh", "allowedHosts", "maxURLsPerRequest",
+            "maxRequestBytes",
+        ])
         var prefetch = ProxyConfiguration.Prefetch()
         prefetch.urls = try section.stringList("urls", default: prefetch.urls)
         for url in prefetch.urls where url.isEmpty {
@@ -207,6 +210,18 @@ public struct ConfigurationLoader: Sendable {
             throw section.fail("platforms", "\(platform) is not an allowed platform")
         }
         prefetch.followActions = try section.int("followActions", default: prefetch.followActions, in: 0...10)
+        prefetch.concurrency = try section.int("concurrency", default: prefetch.concurrency, in: 1...1024)
+        prefetch.refresh = try section.bool("refresh", default: prefetch.refresh)
+        prefetch.allowedHosts = try section.stringList("allowedHosts", default: prefetch.allowedHosts)
+        for host in prefetch.allowedHosts where host.isEmpty || host.contains("/") || host.contains(" ") {
+            throw section.fail("allowedHosts", "\"\(host)\" is not a host or host:port")
+        }
+        prefetch.maxURLsPerRequest = try section.int(
+            "maxURLsPerRequest",
+            default: prefetch.maxURLsPerRequest,
+            in: 1...100_000
+        )
+        prefetch.maxRequestBytes = try section.byteSize("maxRequestBytes", default: prefetch.maxRequestBytes, minimum: 64)
         return prefetch
     }
 

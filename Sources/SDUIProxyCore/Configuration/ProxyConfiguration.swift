@@ -124,6 +124,16 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var platforms: [String] = ["IOS", "ANDROID", "WEB"]
         /// How many hops of `shouldPrefetch` navigation actions are followed; 0 turns following off.
         public var followActions = 1
+        /// How many prefetches run at once.
+        public var concurrency = 8
+        /// Re-fetch declared URLs shortly before they expire, so they never go cold.
+        public var refresh = false
+        /// Hosts besides the upstream's that absolute action URLs may name (other names of this service).
+        public var allowedHosts: [String] = []
+        /// The most URLs one call to the prefetch endpoint may list.
+        public var maxURLsPerRequest = 256
+        /// The largest body the prefetch endpoint reads.
+        public var maxRequestBytes = 256 << 10
 
         public init() {}
     }

@@ -1,0 +1,105 @@
+import Foundation
+import NIOCore
+import SDUIProxyCore
+
+/// `POST /prefetch` on the admin listener: `{"urls": [...], "platforms": [...], "followActions": N}`
+/// (platforms and followActions optional) fetches every URL for every platform now and answers per pair:
+/// `{"results": [{"url", "platform", "status": "cached" | "failed" | "uncacheable", "bytes", "error"}]}`.
+///
+/// A malformed body or a wrong type is a 400 for the whole call; a URL that cannot be prefetched fails alone.
+struct PrefetchEndpoint {
+    let proxy: ProxyContext
+    let prefetcher: Prefetcher
+
+    private struct Body: Decodable {
+        var urls: [String]
+        var platforms: [String]?
+        var followActions: Int?
+    }
+
+    func respond(to request: AdminRequest, on eventLoop: any EventLoop) -> EventLoopFuture<AdminResponse> {
+        let limits = proxy.configuration.prefetch
+        guard let bytes = request.body, bytes.readableBytes > 0 else {
+            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.badRequest, #"the body must be {"urls": [...]}"#)))
+        }
+        guard bytes.readableBytes <= limits.maxRequestBytes else {
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.tooLarge, "the body exceeds prefetch.maxRequestBytes (\(limits.maxRequestBytes) bytes)"))
+            )
+        }
+        let body: Body
+        do {
+            body = try JSONDecoder().decode(Body.self, from: Data(bytes.readableBytesView))
+        } catch {
+            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.badRequest, Self.describe(error))))
+        }
+        guard !body.urls.isEmpty, body.urls.count <= limits.maxURLsPerRequest else {
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.badRequest, "urls must list 1 to \(limits.maxURLsPerRequest) URLs"))
+            )
+        }
+        let followActions = body.followActions ?? limits.followActions
+        guard (0...10).contains(followActions) else {
+            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.badRequest, "followActions must be 0 to 10")))
+        }
+        var platforms: [String] = []
+        for name in body.platforms ?? limits.platforms {
+            do {
+                platforms.append(try proxy.platform(of: .init([(proxy.configuration.platform.header, name)])))
+            } catch {
+                return eventLoop.makeSucceededFuture(AdminResponse(error))
+            }
+        }
+
+        var pairs: [(url: String, platform: String, outcome: EventLoopFuture<Prefetcher.Outcome>)] = []
+        for url in body.urls {
+            for platform in platforms {
+                let outcome: EventLoopFuture<Prefetcher.Outcome>
+                switch prefetcher.resolve(url) {
+                case .success(let target):
+                    outcome = prefetcher.prefetch(target: target, platform: platform, followActions: followActions)
+                case .failure(let reason):
+                    outcome = eventLoop.makeSucceededFuture(.failed(ProxyError(.url, "cannot prefetch: \(reason)")))
+                }
+                pairs.append((url, platform, outcome))
+            }
+        }
+        let labels = pairs.map { (url: $0.url, platform: $0.platform) }
+        return EventLoopFuture.whenAllSucceed(pairs.map(\.outcome), on: eventLoop).map { outcomes in
+            let results = zip(labels, outcomes).map { label, outcome in
+                Self.resultJSON(url: label.url, platform: label.platform, outcome)
+            }
+            return AdminResponse(json: #"{"results":[\#(results.joined(separator: ","))]}"#)
+        }
+    }
+
+    private static func resultJSON(url: String, platform: String, _ outcome: Prefetcher.Outcome) -> String {
+        let bytes: Int
+        let error: String
+        switch outcome {
+        case .cached(let size, _):
+            bytes = size
+            error = "null"
+        case .uncacheable(let reason):
+            bytes = 0
+            error = JSONText.quoted(reason)
+        case .failed(let failure):
+            bytes = 0
+            error = JSONText.quoted(failure.message)
+        }
+        return #"{"url":\#(JSONText.quoted(url)),"platform":\#(JSONText.quoted(platform)),"#
+            + #""status":"\#(outcome.name)","bytes":\#(bytes),"error":\#(error)}"#
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
+            return "wrong type at \(path.isEmpty ? "the top level" : path): \(context.debugDescription)"
+        case DecodingError.keyNotFound(let key, _):
+            return "missing \(key.stringValue)"
+        default:
+            return "the body is not valid JSON"
+        }
+    }
+}

@@ -1,0 +1,228 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Synchronization
+
+/// Fetches screens before anyone asks for them (the seed's ViewClient `prefetch`): declared URLs, URLs sent to
+/// the prefetch endpoint, and the targets of `shouldPrefetch` navigation actions in stored components.
+///
+/// Prefetches share the cache path's fetcher, so one for a key a client is already fetching joins that
+/// exchange (and a client joins a prefetch in flight). They run at most ``ProxyConfiguration/Prefetch/concurrency``
+/// at a time and queue behind each other, so a prefetch storm never takes more than that share of upstream
+/// connections away from clients.
+public final class Prefetcher: Sendable {
+    /// How one prefetch ended.
+    public enum Outcome: Sendable, Equatable {
+        /// The response is in the cache (fetched now, or already fresh) and stays fresh for `freshFor` seconds.
+        case cached(bytes: Int, freshFor: Int64)
+        /// The backend answered with something that may not be stored.
+        case uncacheable(reason: String)
+        /// No answer could be had.
+        case failed(ProxyError)
+
+        public var name: String {
+            switch self {
+            case .cached: "cached"
+            case .uncacheable: "uncacheable"
+            case .failed: "failed"
+            }
+        }
+    }
+
+    /// Counts of outcomes since start, by name.
+    public struct Counts: Sendable, Equatable {
+        public var cached = 0
+        public var uncacheable = 0
+        public var failed = 0
+        /// Action targets dropped because the backlog was full.
+        public var dropped = 0
+    }
+
+    private struct Job {
+        var target: String
+        var platform: String
+        var followActions: Int
+        var forceRefresh: Bool
+        var promise: EventLoopPromise<Outcome>
+    }
+
+    private struct State {
+        var running = 0
+        var backlog: CircularBuffer<Job> = []
+        var counts = Counts()
+    }
+
+    /// Action-driven prefetches beyond this many waiting are dropped (and counted), bounding memory.
+    public static let maximumBacklog = 10_000
+
+    private let proxy: ProxyContext
+    private let planner: PrefetchPlanner
+    private let eventLoopGroup: any EventLoopGroup
+    private let state = Mutex(State())
+    private let concurrency: Int
+
+    public init(proxy: ProxyContext, upstream: UpstreamOrigin, eventLoopGroup: any EventLoopGroup) {
+        self.proxy = proxy
+        self.planner = PrefetchPlanner(upstream: upstream, allowedHosts: proxy.configuration.prefetch.allowedHosts)
+        self.eventLoopGroup = eventLoopGroup
+        self.concurrency = proxy.configuration.prefetch.concurrency
+        proxy.fetcher.observeStoredComponents { [weak self] component, request in
+            self?.followActions(in: component, storedBy: request)
+        }
+    }
+
+    /// Outcome counts since start.
+    public var counts: Counts { state.withLock { $0.counts } }
+
+    /// Resolves `url` (a path, or an absolute URL on the upstream's origin or an allowed host) to a target.
+    public func resolve(_ url: String) -> Result<String, PrefetchPlanner.Reason> {
+        planner.resolve(url)
+    }
+
+    /// Prefetches `target` for `platform`, following up to `followActions` hops of navigation actions.
+    ///
+    /// - Parameter forceRefresh: fetch (revalidate) even when a fresh entry exists.
+    public func prefetch(
+        target: String,
+        platform: String,
+        followActions: Int,
+        forceRefresh: Bool = false
+    ) -> EventLoopFuture<Outcome> {
+        let promise = eventLoopGroup.any().makePromise(of: Outcome.self)
+        let job = Job(
+            target: target,
+            platform: platform,
+            followActions: followActions,
+            forceRefresh: forceRefresh,
+            promise: promise
+        )
+        let start = state.withLock { state -> Bool in
+            guard state.running < concurrency else {
+                state.backlog.append(job)
+                return false
+            }
+            state.running += 1
+            return true
+        }
+        if start { run(job) }
+        return promise.futureResult
+    }
+
+    // MARK: Running jobs
+
+    private func run(_ job: Job) {
+        let eventLoop = job.promise.futureResult.eventLoop
+        execute(job, on: eventLoop).whenComplete { result in
+            let outcome: Outcome
+            switch result {
+            case .success(let value): outcome = value
+            case .failure(let error): outcome = .failed(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
+            }
+            let next = self.state.withLock { state -> Job? in
+                switch outcome {
+                case .cached: state.counts.cached += 1
+                case .uncacheable: state.counts.uncacheable += 1
+                case .failed: state.counts.failed += 1
+                }
+                guard let next = state.backlog.popFirst() else {
+                    state.running -= 1
+                    return nil
+                }
+                return next
+            }
+            job.promise.succeed(outcome)
+            if let next { self.run(next) }
+        }
+    }
+
+    private func execute(_ job: Job, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
+        let target: RequestTarget
+        do {
+            target = try RequestTarget(parsing: job.target)
+        } catch {
+            return eventLoop.makeSucceededFuture(.failed(ProxyError(.url, error.reason)))
+        }
+        let policy = proxy.configuration.cache.policy(forPath: target.path)
+        guard !policy.bypass else { return eventLoop.makeSucceededFuture(.uncacheable(reason: "bypass route")) }
+        var clientHeaders = HTTPHeaders()
+        clientHeaders.add(name: proxy.configuration.platform.header, value: job.platform)
+        let key = proxy.cacheKey(target: target, platform: job.platform, headers: clientHeaders, policy: policy)
+
+        var staleEntry: CachedResponse?
+        let now = NIODeadline.now()
+        switch proxy.cache.lookup(key, requestHeaders: clientHeaders, now: now) {
+        case .fresh(let entry) where !job.forceRefresh:
+            return eventLoop.makeSucceededFuture(
+                .cached(bytes: entry.body.readableBytes, freshFor: entry.remainingLifetime(at: now))
+            )
+        case .fresh(let entry), .stale(let entry):
+            staleEntry = entry
+        case .miss:
+            break
+        }
+        let upstream = UpstreamRequest(
+            method: .GET,
+            target: target.description,
+            headers: proxy.requestBuilder.headers(
+                from: clientHeaders,
+                platform: job.platform,
+                clientAddress: nil,
+                purpose: .cacheFill
+            )
+        )
+        let request = ComponentFetcher.Request(
+            key: key,
+            upstream: upstream,
+            policy: policy,
+            clientHeaders: clientHeaders,
+            mayCoalesce: true,
+            staleEntry: staleEntry,
+            followActions: job.followActions
+        )
+        return proxy.fetcher.fetch(request, on: eventLoop).map { outcome in
+            switch outcome {
+            case .stored(let entry), .revalidated(let entry):
+                return .cached(bytes: entry.body.readableBytes, freshFor: entry.remainingLifetime(at: .now()))
+            case .servedStale(_, let reason):
+                return .failed(ProxyError(.network, "the backend failed (\(reason)); the stale entry was kept"))
+            case .notStored(let response, let reason):
+                if response.status.code >= 400 {
+                    return .failed(ProxyError(.network, "the backend answered \(response.status.code)"))
+                }
+                return .uncacheable(reason: reason)
+            }
+        }.flatMapErrorThrowing { error in
+            .failed(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
+        }
+    }
+
+    // MARK: Screens a user opens next
+
+    private func followActions(in component: JSONValue, storedBy request: ComponentFetcher.Request) {
+        let plan = planner.plan(for: component)
+        let platform = String(request.key.platform)
+        for skipped in plan.skipped {
+            proxy.logger.debug(
+                "navigation target not prefetched",
+                metadata: ["from": "\(request.key.target)", "url": "\(skipped.url)", "reason": "\(skipped.reason)"]
+            )
+        }
+        for target in plan.targets where target != request.key.target {
+            let backlogFull = state.withLock { state -> Bool in
+                guard state.backlog.count >= Self.maximumBacklog else { return false }
+                state.counts.dropped += 1
+                return true
+            }
+            guard !backlogFull else { continue }
+            let logger = proxy.logger
+            prefetch(target: target, platform: platform, followActions: request.followActions - 1).whenSuccess {
+                outcome in
+                logger.debug(
+                    "prefetched navigation target",
+                    metadata: ["from": "\(request.key.target)", "target": "\(target)", "outcome": "\(outcome.name)"]
+                )
+            }
+        }
+    }
+}
