@@ -1,0 +1,247 @@
+import AsyncHTTPClient
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+@Suite("Prefetch and warm-up over loopback")
+struct PrefetchTests {
+    /// An origin that serves JSON files from a directory, like a component backend.
+    static func files(in directory: URL, maxAge: Int = 60) -> TestOrigin.Responder {
+        { request in
+            let path = request.uri.split(separator: "?").first.map(String.init) ?? "/"
+            for candidate in [path, path + ".json"] {
+                let file = directory.appendingPathComponent(String(candidate.dropFirst()))
+                if let data = FileManager.default.contents(atPath: file.path) {
+                    return TestOrigin.Response(
+                        headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=\(maxAge)")],
+                        body: String(decoding: data, as: UTF8.self)
+                    )
+                }
+            }
+            return TestOrigin.Response(status: .notFound, headers: [("Content-Type", "text/plain")], body: "not found")
+        }
+    }
+
+    static let samples = ProcessTests.repositoryRoot.appendingPathComponent("config/samples")
+    static let fixtures = ProcessTests.repositoryRoot.deletingLastPathComponent().appendingPathComponent("shared/fixtures/beagle-ios")
+
+    static func component(linkingTo urls: [String], extra: String = "") -> TestOrigin.Response {
+        let actions = urls.map { #"{"_beagleAction_":"beagle:pushView","route":{"url":"\#($0)","shouldPrefetch":true}}"# }
+        return TestOrigin.Response(
+            headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")],
+            body: #"{"_beagleComponent_":"beagle:screenComponent","onPress":[\#(actions.joined(separator: ","))]\#(extra)}"#
+        )
+    }
+
+    @Test("declared URLs are fetched at start-up for every platform; /ready says 503 until then, and hits follow")
+    func warmUp() async throws {
+        try await ProxyHarness.run(
+            origin: { request in
+                var response = TestOrigin.Response.component()
+                response.delay = .milliseconds(request.uri == "/slow" ? 600 : 0)
+                if request.uri == "/missing" { response = TestOrigin.Response(status: .notFound, body: "") }
+                return response
+            },
+            configure: {
+                $0.prefetch.urls = ["/screens/home", "/slow", "/missing"]
+                $0.prefetch.platforms = ["IOS", "ANDROID"]
+            }
+        ) { proxy async throws in
+            let early = try await proxy.admin("/ready")
+            #expect(early.status == .serviceUnavailable)
+            #expect(early.body.contains(#""total":6"#))
+            try await waitUntil { try await proxy.admin("/ready").status == .ok }
+            let ready = try await proxy.admin("/ready")
+            #expect(ready.body == #"{"ready":true,"done":6,"total":6,"failed":2}"#)
+
+            let before = proxy.origin.requestCount
+            #expect(before == 6)
+            for platform in ["IOS", "ANDROID"] {
+                #expect(try await proxy.get("/screens/home", headers: [("beagle-platform", platform)])["X-Cache"] == "HIT")
+                #expect(try await proxy.get("/slow", headers: [("beagle-platform", platform)])["X-Cache"] == "HIT")
+            }
+            #expect(proxy.origin.requestCount == before)
+            let platforms = Set(proxy.origin.requests.compactMap { $0.headers.first(name: "beagle-platform") })
+            #expect(platforms == ["IOS", "ANDROID"])
+        }
+    }
+
+    @Test("the prefetch endpoint answers per URL and platform, and bad URLs fail alone")
+    func endpointResults() async throws {
+        try await ProxyHarness.run(origin: { request in
+            switch request.uri {
+            case "/private": TestOrigin.Response(headers: [("Content-Type", "application/json"), ("Cache-Control", "no-store")], body: #"{"_beagleComponent_":"a"}"#)
+            case "/missing": TestOrigin.Response(status: .notFound, body: "")
+            default: .component()
+            }
+        }) { proxy async throws in
+            let reply = try await proxy.admin(
+                "/prefetch",
+                method: .POST,
+                body: #"{"urls":["/a","/private","/missing","http://elsewhere.example/x","relative"],"platforms":["ios","WEB"]}"#
+            )
+            #expect(reply.status == .ok)
+            let results = try #require(try JSONSerialization.jsonObject(with: Data(reply.body.utf8)) as? [String: Any])["results"] as? [[String: Any]]
+            #expect(results?.count == 10)
+            func status(_ url: String, _ platform: String) -> String? {
+                results?.first { $0["url"] as? String == url && $0["platform"] as? String == platform }?["status"] as? String
+            }
+            #expect(status("/a", "IOS") == "cached")
+            #expect(status("/a", "WEB") == "cached")
+            #expect(status("/private", "IOS") == "uncacheable")
+            #expect(status("/missing", "WEB") == "failed")
+            #expect(status("http://elsewhere.example/x", "IOS") == "failed")
+            #expect(status("relative", "WEB") == "failed")
+            let cached = results?.first { $0["url"] as? String == "/a" }
+            #expect((cached?["bytes"] as? Int ?? 0) > 0)
+            #expect(cached?["error"] is NSNull)
+            #expect(try await proxy.get("/a", headers: [("beagle-platform", "IOS")])["X-Cache"] == "HIT")
+            #expect(proxy.origin.requests.allSatisfy { !$0.uri.contains("elsewhere") && $0.uri != "relative" })
+        }
+    }
+
+    @Test(
+        "malformed bodies, wrong types and limits are refused with the error body",
+        arguments: [
+            ("not json", HTTPResponseStatus.badRequest, "badRequest"),
+            (#"{"urls":"/a"}"#, .badRequest, "wrong type at urls"),
+            (#"{"urls":[1]}"#, .badRequest, "wrong type"),
+            (#"{"platforms":["IOS"]}"#, .badRequest, "missing urls"),
+            (#"{"urls":[]}"#, .badRequest, "1 to 3"),
+            (#"{"urls":["/a","/b","/c","/d"]}"#, .badRequest, "1 to 3"),
+            (#"{"urls":["/a"],"platforms":["TV"]}"#, .badRequest, "unknown platform"),
+            (#"{"urls":["/a"],"followActions":99}"#, .badRequest, "followActions"),
+            (#"{"urls":["/\#(String(repeating: "a", count: 600))"]}"#, .payloadTooLarge, "tooLarge"),
+        ]
+    )
+    func endpointRefusals(body: String, status: HTTPResponseStatus, message: String) async throws {
+        try await ProxyHarness.run(configure: {
+            $0.prefetch.maxURLsPerRequest = 3
+            $0.prefetch.maxRequestBytes = 512
+        }) { proxy async throws in
+            let reply = try await proxy.admin("/prefetch", method: .POST, body: body)
+            #expect(reply.status == status)
+            #expect(reply.body.contains(message), "\(reply.body)")
+            #expect(reply.body.hasPrefix(#"{"error":"#))
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
+    @Test("navigation targets of stored components are prefetched for the same platform; expressions are skipped")
+    func followsActionsOnSampleScreens() async throws {
+        try await ProxyHarness.run(origin: Self.files(in: Self.samples)) { proxy async throws in
+            _ = try await proxy.get("/screens/home", headers: [("beagle-platform", "IOS")])
+            try await waitUntil { proxy.origin.requestCount == 3 }
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(Set(proxy.origin.requests.map(\.uri)) == ["/screens/home", "/screens/products", "/screens/products/2"])
+            #expect(proxy.origin.requests.allSatisfy { $0.headers.first(name: "beagle-platform") == "IOS" })
+            #expect(try await proxy.get("/screens/products/2", headers: [("beagle-platform", "IOS")])["X-Cache"] == "HIT")
+            #expect(try await proxy.get("/screens/products/2", headers: [("beagle-platform", "WEB")])["X-Cache"] == "MISS")
+        }
+    }
+
+    @Test("the real Beagle fixtures: only shouldPrefetch routes with literal same-origin URLs are followed")
+    func followsActionsOnFixtures() async throws {
+        let names = try FileManager.default.contentsOfDirectory(atPath: Self.fixtures.path).filter { $0.hasSuffix(".json") }
+        try await ProxyHarness.run(
+            origin: Self.files(in: Self.fixtures),
+            configure: { $0.cache.policy.validateComponents = false }
+        ) { proxy async throws in
+            let urls = names.filter { $0 != "UrlBuilderTestSpec.json" }.map { #""/\#($0)""# }.joined(separator: ",")
+            let reply = try await proxy.admin("/prefetch", method: .POST, body: #"{"urls":[\#(urls)],"platforms":["IOS"]}"#)
+            #expect(reply.status == .ok)
+            try await Task.sleep(for: .milliseconds(200))
+            // pushview.json asks for prefetching, but its URL (schema://path) is not http and not a path, and the
+            // other navigation actions in the fixtures say shouldPrefetch: false or use @{...} expressions.
+            #expect(proxy.origin.requestCount == names.count - 1)
+        }
+    }
+
+    @Test("action following stops after followActions hops")
+    func hopLimit() async throws {
+        try await ProxyHarness.run(
+            origin: { request in
+                let next = ["/a": "/b", "/b": "/c", "/c": "/d", "/d": "/e"][request.uri] ?? "/z"
+                return Self.component(linkingTo: [next])
+            },
+            configure: { $0.prefetch.followActions = 2 }
+        ) { proxy async throws in
+            _ = try await proxy.get("/a")
+            try await waitUntil { proxy.origin.requestCount >= 3 }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(proxy.origin.requests.map(\.uri).sorted() == ["/a", "/b", "/c"])
+        }
+        try await ProxyHarness.run(
+            origin: { _ in Self.component(linkingTo: ["/next"]) },
+            configure: { $0.prefetch.followActions = 0 }
+        ) { proxy async throws in
+            _ = try await proxy.get("/a")
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(proxy.origin.requests.map(\.uri) == ["/a"])
+        }
+    }
+
+    @Test("absolute action URLs are followed only on the upstream's origin or an allowed host")
+    func hostAllowList() async throws {
+        let originPort = NIOLockedValueBox(0)
+        try await ProxyHarness.run(
+            origin: { request in
+                guard request.uri == "/start" else { return .component() }
+                let port = originPort.withLockedValue { $0 }
+                return Self.component(linkingTo: [
+                    "http://127.0.0.1:\(port)/same-origin", "https://app.example.com/allowed?x=1",
+                    "https://evil.example/stolen", "ftp://127.0.0.1/ftp",
+                ])
+            },
+            configure: { $0.prefetch.allowedHosts = ["app.example.com"] }
+        ) { proxy async throws in
+            originPort.withLockedValue { $0 = proxy.origin.port }
+            _ = try await proxy.get("/start")
+            try await waitUntil { proxy.origin.requestCount >= 3 }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(Set(proxy.origin.requests.map(\.uri)) == ["/start", "/same-origin", "/allowed?x=1"])
+        }
+    }
+
+    @Test("a client and a prefetch racing for one key send one request upstream")
+    func clientAndPrefetchRace() async throws {
+        try await ProxyHarness.run(origin: { _ in
+            var response = TestOrigin.Response.component()
+            response.delay = .milliseconds(700)
+            return response
+        }) { proxy async throws in
+            async let prefetched = proxy.admin("/prefetch", method: .POST, body: #"{"urls":["/race"],"platforms":["WEB"]}"#)
+            try await Task.sleep(for: .milliseconds(150))
+            let client = try await proxy.get("/race")
+            #expect(client.status == .ok)
+            #expect(try await prefetched.body.contains(#""status":"cached""#))
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
+    @Test("with refresh on, declared URLs are fetched again shortly before they expire")
+    func refresh() async throws {
+        try await ProxyHarness.run(
+            origin: { _ in
+                var response = TestOrigin.Response.component(maxAge: 2)
+                response.headers.append(("ETag", "\"same\""))
+                return response
+            },
+            configure: {
+                $0.prefetch.urls = ["/declared"]
+                $0.prefetch.platforms = ["WEB"]
+                $0.prefetch.refresh = true
+            }
+        ) { proxy async throws in
+            try await waitUntil { proxy.origin.requestCount == 1 }
+            try await waitUntil(timeout: .seconds(4)) { proxy.origin.requestCount >= 2 }
+            #expect(proxy.origin.requests.last?.headers.first(name: "if-none-match") == "\"same\"")
+            #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
+        }
+    }
+}
