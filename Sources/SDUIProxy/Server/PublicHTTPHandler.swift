@@ -48,13 +48,72 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private let proxy: ProxyContext
-    private var state = State.idle
+    private var state = State.idle {
+        didSet { if case .idle = state, !isIdleTimerArmed { armTimer(.idle) } }
+    }
     /// Reads are held while a forwarded body waits for the backend to take it.
     private var readsPaused = false
     private var readRequestedWhilePaused = false
+    /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
+    private var bodyBytes = 0
+
+    /// The one timer a connection has: waiting for the next request (idle), or for the rest of the current
+    /// one (request). A slow client cannot hold a connection past either.
+    private enum TimerKind { case idle, request }
+    private var timer: (kind: TimerKind, scheduled: Scheduled<Void>)?
+    private var isIdleTimerArmed: Bool { timer?.kind == .idle }
+    private var context: ChannelHandlerContext?
 
     init(proxy: ProxyContext) {
         self.proxy = proxy
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        armTimer(.idle)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.scheduled.cancel()
+        timer = nil
+        self.context = nil
+    }
+
+    private func armTimer(_ kind: TimerKind) {
+        guard let context else { return }
+        timer?.scheduled.cancel()
+        let limits = proxy.configuration.limits
+        let delay = kind == .idle ? limits.idleTimeout : limits.requestTimeout
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let scheduled = context.eventLoop.scheduleTask(in: .nanoseconds(Int64(delay.secondsValue * 1e9))) {
+            loopBound.value.timerFired(kind)
+        }
+        timer = (kind, scheduled)
+    }
+
+    private func disarmTimer() {
+        timer?.scheduled.cancel()
+        timer = nil
+    }
+
+    private func timerFired(_ kind: TimerKind) {
+        timer = nil
+        guard let context else { return }
+        switch (kind, state) {
+        case (.idle, .idle):
+            proxy.logger.debug("closing an idle connection")
+            context.close(promise: nil)
+        case (.request, .readingCacheRequest), (.request, .rejecting), (.request, .bufferingWrite):
+            proxy.logger.info("request timed out while being read", metadata: ["client": "\(context.remoteAddress?.description ?? "?")"])
+            state = .responding
+            ResponseWriter(context: context, keepAlive: false, isHead: false)
+                .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
+        case (.request, .forwarding(let stream)):
+            stream?.fail(ProxyError(.requestTimeout, "the client's body did not arrive in time"))
+            context.close(promise: nil)
+        default:
+            break
+        }
     }
 
     // MARK: Inbound
@@ -62,14 +121,23 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
+            armTimer(.request)
+            bodyBytes = 0
             receiveHead(head, context: context)
         case .body(var part):
+            bodyBytes += part.readableBytes
             switch state {
             case .forwarding(let stream?):
+                guard bodyBytes <= proxy.configuration.limits.maxBodyBytes else {
+                    // The forward fails with this error and answers 413 (or cuts the response short).
+                    stream.fail(ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes"))
+                    state = .responding
+                    return
+                }
                 if !stream.append(part) { readsPaused = true }
             case .bufferingWrite(var write):
                 guard write.body.readableBytes + part.readableBytes <= write.limit else {
-                    state = .rejecting(Self.queuedBodyTooLarge(proxy.writeQueue), keepAlive: false, isHead: false)
+                    refuseNow(Self.queuedBodyTooLarge(proxy.writeQueue), context: context)
                     return
                 }
                 state = .responding  // keeps the buffer uniquely referenced while it grows
@@ -79,6 +147,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 break
             }
         case .end:
+            disarmTimer()
             receiveEnd(context: context)
         }
     }
@@ -92,9 +161,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let isHead = head.method == .HEAD
         let target: RequestTarget
         do {
-            target = try RequestTarget(parsing: head.uri)
+            target = try RequestAdmission.admit(head, limits: proxy.configuration.limits)
         } catch {
-            state = .rejecting(ProxyError(.url, error.reason), keepAlive: head.isKeepAlive, isHead: isHead)
+            proxy.logger.info("request refused", metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error.error)"])
+            if error.closeConnection {
+                refuseNow(error.error, context: context)
+            } else {
+                state = .rejecting(error.error, keepAlive: head.isKeepAlive, isHead: isHead)
+            }
             return
         }
         let platform: String
@@ -109,7 +183,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if let queue = proxy.writeQueue, queue.route(for: head.method, path: target.path) != nil {
                 let declared = head.headers.first(name: "content-length").flatMap(Int.init) ?? 0
                 guard declared <= queue.maxBodyBytes else {
-                    state = .rejecting(Self.queuedBodyTooLarge(queue), keepAlive: false, isHead: false)
+                    refuseNow(Self.queuedBodyTooLarge(queue), context: context)
                     return
                 }
                 state = .bufferingWrite(
@@ -129,6 +203,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         state = .readingCacheRequest(
             CacheRequest(head: head, key: key, target: target, platform: platform, policy: policy)
         )
+    }
+
+    /// Answers with `error` at once, without reading the rest of the request, and closes the connection:
+    /// what follows on it can no longer be trusted to be a request.
+    private func refuseNow(_ error: ProxyError, context: ChannelHandlerContext) {
+        state = .responding
+        disarmTimer()
+        ResponseWriter(context: context, keepAlive: false, isHead: false).write(error)
     }
 
     private func receiveEnd(context: ChannelHandlerContext) {

@@ -107,10 +107,12 @@ public final class ProxyServer: Sendable {
 
         do {
             let publicQuiescing = ServerQuiescingHelper(group: group)
+            let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections)
             let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(limiter.makeHandler())
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
                     try sync.addHandler(PublicHTTPHandler(proxy: context))
                 }

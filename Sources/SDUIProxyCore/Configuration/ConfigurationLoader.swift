@@ -58,7 +58,7 @@ public struct ConfigurationLoader: Sendable {
         }
         let log = ConfigurationSection.VariableLog()
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
-        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue"])
+        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue", "limits"])
 
         var config = ProxyConfiguration()
         config.listen = try Self.address(top.section("listen"), default: config.listen)
@@ -80,6 +80,7 @@ public struct ConfigurationLoader: Sendable {
         let compat = try top.section("compat")
         try compat.rejectUnknownKeys(["beagleHash"])
         config.compat.beagleHash = try compat.bool("beagleHash", default: false)
+        config.limits = try Self.limits(top.section("limits"))
         if top.mapping["queue"] != nil || environment.keys.contains(where: { $0.hasPrefix("SDUI_PROXY_QUEUE_") }) {
             config.queue = try QueueConfiguration.parse(top.section("queue"))
         }
@@ -223,6 +224,24 @@ public struct ConfigurationLoader: Sendable {
         )
         prefetch.maxRequestBytes = try section.byteSize("maxRequestBytes", default: prefetch.maxRequestBytes, minimum: 64)
         return prefetch
+    }
+
+    private static func limits(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Limits {
+        try section.rejectUnknownKeys([
+            "maxHeaderBytes", "maxHeaderCount", "maxURLBytes", "maxBodyBytes", "requestTimeout", "idleTimeout",
+            "maxConnections",
+        ])
+        var limits = ProxyConfiguration.Limits()
+        limits.maxHeaderBytes = try section.byteSize("maxHeaderBytes", default: limits.maxHeaderBytes, minimum: 256)
+        limits.maxHeaderCount = try section.int("maxHeaderCount", default: limits.maxHeaderCount, in: 1...10_000)
+        limits.maxURLBytes = try section.byteSize("maxURLBytes", default: limits.maxURLBytes, minimum: 16)
+        limits.maxBodyBytes = try section.byteSize("maxBodyBytes", default: limits.maxBodyBytes, minimum: 0)
+        limits.requestTimeout = try section.duration("requestTimeout", default: limits.requestTimeout)
+        guard limits.requestTimeout > .zero else { throw section.fail("requestTimeout", "must be more than 0") }
+        limits.idleTimeout = try section.duration("idleTimeout", default: limits.idleTimeout)
+        guard limits.idleTimeout > .zero else { throw section.fail("idleTimeout", "must be more than 0") }
+        limits.maxConnections = try section.int("maxConnections", default: limits.maxConnections, in: 1...1_000_000)
+        return limits
     }
 
     private static func log(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Log {

@@ -12,6 +12,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var prefetch = Prefetch()
     public var log = Log()
     public var compat = Compatibility()
+    public var limits = Limits()
     /// The durable write queue; nil (no `queue` section) turns it off.
     public var queue: QueueConfiguration?
 
@@ -21,7 +22,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
         lhs.listen == rhs.listen && lhs.admin == rhs.admin && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
-            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat && lhs.queue == rhs.queue
+            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat && lhs.limits == rhs.limits && lhs.queue == rhs.queue
     }
 
     /// A host and port to listen on.
@@ -134,6 +135,26 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var maxURLsPerRequest = 256
         /// The largest body the prefetch endpoint reads.
         public var maxRequestBytes = 256 << 10
+
+        public init() {}
+    }
+
+    /// Limits on what clients of the public listener may send and how long they may take.
+    public struct Limits: Sendable, Equatable {
+        /// The request line and headers together.
+        public var maxHeaderBytes = 16 << 10
+        /// How many header fields a request may have.
+        public var maxHeaderCount = 100
+        /// The request target.
+        public var maxURLBytes = 8 << 10
+        /// A request body (forwarded requests; queued ones have `queue.maxBodyBytes`).
+        public var maxBodyBytes = 10 << 20
+        /// From the first byte of a request to its end.
+        public var requestTimeout: Duration = .seconds(30)
+        /// How long a keep-alive connection may wait for its next request.
+        public var idleTimeout: Duration = .seconds(60)
+        /// Open client connections; more are answered 503 and closed.
+        public var maxConnections = 10_000
 
         public init() {}
     }

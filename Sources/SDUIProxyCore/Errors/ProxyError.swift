@@ -22,6 +22,9 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
             case unauthorized
             case internalError
             case upstreamTooLarge
+            case uriTooLong
+            case headersTooLarge
+            case requestTimeout
         }
 
         fileprivate let code: Code
@@ -48,6 +51,12 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let unauthorized = Kind(code: .unauthorized)
         /// The backend's response is larger than the proxy reads into memory (`upstream.maxResponseBytes`).
         public static let upstreamTooLarge = Kind(code: .upstreamTooLarge)
+        /// The request target is longer than `limits.maxURLBytes`.
+        public static let uriTooLong = Kind(code: .uriTooLong)
+        /// The request's header section exceeds `limits.maxHeaderBytes` or `limits.maxHeaderCount`.
+        public static let headersTooLarge = Kind(code: .headersTooLarge)
+        /// The client did not send its whole request within `limits.requestTimeout`.
+        public static let requestTimeout = Kind(code: .requestTimeout)
         /// A bug or an unexpected condition inside the proxy.
         public static let internalError = Kind(code: .internalError)
 
@@ -74,15 +83,18 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         case .methodNotAllowed: .methodNotAllowed
         case .unauthorized: .unauthorized
         case .internalError: .internalServerError
+        case .uriTooLong: .uriTooLong
+        case .headersTooLarge: HTTPResponseStatus(statusCode: 431, reasonPhrase: "Request Header Fields Too Large")
+        case .requestTimeout: .requestTimeout
         }
     }
 
     /// Whether the same request has a chance of succeeding if the client tries again later.
     public var isRetryable: Bool {
         switch kind.code {
-        case .network, .timeout, .unavailable: true
+        case .network, .timeout, .unavailable, .requestTimeout: true
         case .decoding, .url, .badRequest, .tooLarge, .notFound, .methodNotAllowed, .unauthorized, .internalError,
-            .upstreamTooLarge:
+            .upstreamTooLarge, .uriTooLong, .headersTooLarge:
             false
         }
     }

@@ -1,0 +1,95 @@
+import NIOHTTP1
+
+/// Decides whether a request head from a client may be served at all, before anything is looked up or
+/// forwarded: size limits, framing that could smuggle a second request past the backend, and targets
+/// that would make the proxy an open proxy.
+public enum RequestAdmission {
+    /// A refused request: the error the client gets, and whether the connection must close afterwards
+    /// (always, when the framing of what follows cannot be trusted).
+    public struct Refusal: Error, Equatable, Sendable {
+        public var error: ProxyError
+        public var closeConnection: Bool
+    }
+
+    /// Checks `head` against `limits` and returns its normalised target.
+    ///
+    /// - Parameter maxBodyBytes: the body limit for this request, or nil when the caller enforces another.
+    public static func admit(
+        _ head: HTTPRequestHead,
+        limits: ProxyConfiguration.Limits
+    ) throws(Refusal) -> RequestTarget {
+        guard head.uri.utf8.count <= limits.maxURLBytes else {
+            throw Refusal(error: ProxyError(.uriTooLong, "the request target exceeds \(limits.maxURLBytes) bytes"), closeConnection: true)
+        }
+        guard head.headers.count <= limits.maxHeaderCount else {
+            throw Refusal(
+                error: ProxyError(.headersTooLarge, "more than \(limits.maxHeaderCount) header fields"),
+                closeConnection: true
+            )
+        }
+        var headerBytes = head.uri.utf8.count + head.method.rawValue.utf8.count + 12
+        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
+        guard headerBytes <= limits.maxHeaderBytes else {
+            throw Refusal(
+                error: ProxyError(.headersTooLarge, "the header section exceeds \(limits.maxHeaderBytes) bytes"),
+                closeConnection: true
+            )
+        }
+
+        // Framing: anything two parsers could read differently is refused and the connection closed.
+        let hosts = head.headers["host"]
+        guard hosts.count <= 1 else { throw smuggling("more than one Host header") }
+        if head.version.major == 1, head.version.minor >= 1, hosts.isEmpty { throw smuggling("HTTP/1.1 requires a Host header") }
+        let lengths = head.headers["content-length"]
+        let transferEncodings = head.headers["transfer-encoding"]
+        if !lengths.isEmpty, !transferEncodings.isEmpty { throw smuggling("both Content-Length and Transfer-Encoding") }
+        let distinctLengths = Set(lengths.flatMap { $0.split(separator: ",").map { $0.trimmingWhitespace() } })
+        guard distinctLengths.count <= 1 else { throw smuggling("conflicting Content-Length values") }
+        if let length = distinctLengths.first {
+            guard let declared = Int(length), declared >= 0 else { throw smuggling("an invalid Content-Length") }
+            guard declared <= limits.maxBodyBytes else {
+                throw Refusal(
+                    error: ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes (\(limits.maxBodyBytes) bytes)"),
+                    closeConnection: true
+                )
+            }
+        }
+        if !transferEncodings.isEmpty {
+            let codings = transferEncodings.flatMap { $0.split(separator: ",") }.map { $0.trimmingWhitespace().lowercased() }
+            guard codings.last == "chunked" else { throw smuggling("a Transfer-Encoding that does not end in chunked") }
+        }
+
+        guard head.method != .CONNECT else {
+            throw Refusal(error: ProxyError(.methodNotAllowed, "CONNECT: this is not a forward proxy"), closeConnection: false)
+        }
+        return try target(of: head.uri, host: hosts.first)
+    }
+
+    /// The origin-form target of `uri`; an absolute-form target is accepted only for this proxy's own host.
+    static func target(of uri: String, host: String?) throws(Refusal) -> RequestTarget {
+        var path = uri
+        if !uri.hasPrefix("/") {
+            guard let url = AbsoluteURL(parsing: uri) else {
+                throw Refusal(error: ProxyError(.url, "the request target must be a path starting with /"), closeConnection: false)
+            }
+            let defaultPort = url.scheme == "https" ? 443 : 80
+            let authority = host?.lowercased() ?? ""
+            guard authority == "\(url.host):\(url.port)" || (authority == url.host && url.port == defaultPort) else {
+                throw Refusal(
+                    error: ProxyError(.badRequest, "absolute-form targets for other hosts are refused: this is not an open proxy"),
+                    closeConnection: false
+                )
+            }
+            path = url.query.map { url.path + "?" + $0 } ?? url.path
+        }
+        do {
+            return try RequestTarget(parsing: path)
+        } catch {
+            throw Refusal(error: ProxyError(.url, error.reason), closeConnection: false)
+        }
+    }
+
+    private static func smuggling(_ reason: String) -> Refusal {
+        Refusal(error: ProxyError(.badRequest, "refused: \(reason)"), closeConnection: true)
+    }
+}

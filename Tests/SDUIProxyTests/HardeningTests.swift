@@ -1,0 +1,145 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+@Suite("Request hardening on the public listener")
+struct HardeningTests {
+    static func limited(_ configuration: inout ProxyConfiguration) {
+        configuration.limits.maxURLBytes = 64
+        configuration.limits.maxHeaderBytes = 1024
+        configuration.limits.maxHeaderCount = 20
+        configuration.limits.maxBodyBytes = 1000
+        configuration.limits.requestTimeout = .milliseconds(400)
+        configuration.limits.idleTimeout = .milliseconds(400)
+        configuration.limits.maxConnections = 3
+    }
+
+    /// Sends raw bytes, reads everything until the proxy closes the connection.
+    static func exchange(_ proxy: ProxyHarness, _ bytes: String) async throws -> String {
+        let connection = try await RawConnection(port: proxy.server.publicPort)
+        try await connection.send(bytes)
+        let answer = try await connection.readUntilClosed()
+        await connection.close()
+        return answer
+    }
+
+    @Test(
+        "each limit is answered with its status and the error body, and nothing is forwarded",
+        arguments: [
+            ("GET /\(String(repeating: "a", count: 100)) HTTP/1.1\r\nHost: x\r\n\r\n", "414", "uriTooLong"),
+            ("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 2000))\r\n\r\n", "431", "headersTooLarge"),
+            ("GET / HTTP/1.1\r\nHost: x\r\n" + (0..<30).map { "X-H\($0): v\r\n" }.joined() + "\r\n", "431", "headersTooLarge"),
+            ("POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", "413", "tooLarge"),
+        ]
+    )
+    func limits(request: String, status: String, kind: String) async throws {
+        try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
+            let answer = try await Self.exchange(proxy, request)
+            #expect(answer.hasPrefix("HTTP/1.1 \(status)"), "\(answer.prefix(80))")
+            #expect(answer.contains(#""kind":"\#(kind)""#))
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
+    @Test("a chunked body over the limit is cut off with 413")
+    func chunkedBodyTooLarge() async throws {
+        try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
+            let chunk = String(repeating: "z", count: 600)
+            let request = "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "258\r\n\(chunk)\r\n258\r\n\(chunk)\r\n0\r\n\r\n"
+            let answer = try await Self.exchange(proxy, request)
+            #expect(answer.hasPrefix("HTTP/1.1 413"), "\(answer.prefix(80))")
+            #expect(answer.contains(#""kind":"tooLarge""#))
+        }
+    }
+
+    @Test(
+        "request smuggling attempts are refused and the connection closed, never forwarded",
+        arguments: [
+            "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
+            "GET /a HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+            "GET /a HTTP/1.1\r\n\r\n",
+        ]
+    )
+    func smuggling(request: String) async throws {
+        try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
+            let answer = try await Self.exchange(proxy, request + "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer.prefix(80))")
+            #expect(!answer.contains("HTTP/1.1 200"))
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
+    @Test("absolute-form targets for other hosts are refused; for this host they are served")
+    func openProxy() async throws {
+        try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET http://evil.example/steal HTTP/1.1\r\nHost: proxy.local\r\n\r\n")
+            let refused = try #require(try await connection.readResponse())
+            #expect(refused.head.hasPrefix("HTTP/1.1 400"))
+            #expect(refused.body.contains("open proxy"))
+            try await connection.send("GET http://proxy.local/screens/home HTTP/1.1\r\nHost: proxy.local\r\n\r\n")
+            let served = try #require(try await connection.readResponse())
+            #expect(served.head.hasPrefix("HTTP/1.1 200"))
+            try await connection.send("CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
+            let connect = try #require(try await connection.readResponse())
+            #expect(!connect.head.hasPrefix("HTTP/1.1 2"))
+            await connection.close()
+            #expect(proxy.origin.requests.map(\.uri) == ["/screens/home"])
+        }
+    }
+
+    @Test("a slow client is cut off: headers that never finish, and a body that never arrives")
+    func slowClients() async throws {
+        try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
+            let headers = try await RawConnection(port: proxy.server.publicPort)
+            try await headers.send("GET /screens/home HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            for _ in 0..<3 {
+                try await Task.sleep(for: .milliseconds(150))
+                try? await headers.send("a")
+            }
+            _ = try await headers.readUntilClosed(timeout: .seconds(3))
+            #expect(headers.isClosed)
+
+            let body = try await RawConnection(port: proxy.server.publicPort)
+            try await body.send("POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial")
+            _ = try await body.readUntilClosed(timeout: .seconds(3))
+            #expect(body.isClosed)
+
+            let idle = try await RawConnection(port: proxy.server.publicPort)
+            _ = try await idle.readUntilClosed(timeout: .seconds(3))
+            #expect(idle.isClosed)
+        }
+    }
+
+    @Test("connections over limits.maxConnections get 503 and are closed")
+    func connectionLimit() async throws {
+        try await ProxyHarness.run(configure: { configuration in
+            Self.limited(&configuration)
+            configuration.limits.idleTimeout = .seconds(10)
+        }) { proxy async throws in
+            var open: [RawConnection] = []
+            for _ in 0..<3 {
+                let connection = try await RawConnection(port: proxy.server.publicPort)
+                try await connection.send("GET /screens/home HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(try await connection.readResponse()?.head.hasPrefix("HTTP/1.1 200") == true)
+                open.append(connection)
+            }
+            let refused = try await Self.exchange(proxy, "GET /screens/home HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(refused.hasPrefix("HTTP/1.1 503"))
+            #expect(refused.contains(#""kind":"unavailable""#))
+            await open[0].close()
+            try await Task.sleep(for: .milliseconds(100))
+            let admitted = try await RawConnection(port: proxy.server.publicPort)
+            try await admitted.send("GET /screens/home HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await admitted.readResponse()?.head.hasPrefix("HTTP/1.1 200") == true)
+            for connection in open.dropFirst() + [admitted] { await connection.close() }
+        }
+    }
+}
