@@ -79,7 +79,8 @@ import Testing
         #expect(await QueueTest.status(queue, other.id).state == "delivered")
 
         let posts = webhook.requests
-        #expect(posts.count == 3)
+        // Two notifications may reach the webhook at once while it is still unavailable: 3 or 4 posts.
+        #expect((3...4).contains(posts.count))
         #expect(posts.allSatisfy { $0.method == .POST && $0.uri == "/hook" })
         #expect(posts.allSatisfy { $0.headers.first(name: "Content-Type") == "application/json" })
         let notifications = webhook.successfulRequests.map { QueueTest.json($0.body) }
@@ -91,8 +92,9 @@ import Testing
         #expect(byID[bad.id]?["status"] as? Int == 422)
         #expect(byID[bad.id]?["attempts"] as? Int == 1)
         #expect(byID[other.id] == nil)
-        // The retried notification is the same one, sent again.
-        #expect(posts[0].body == posts[1].body || posts[0].body == posts[2].body)
+        // Every refused notification is sent again, unchanged, until it is taken.
+        let taken = webhook.successfulRequests.map(\.body)
+        #expect(posts.allSatisfy { post in taken.contains(post.body) })
 
         try await client.shutdown()
         try await queue.close()
