@@ -3,27 +3,30 @@ import SDUIProxyCore
 
 /// The endpoints of the admin listener.
 enum AdminEndpoints {
-    static func router(for proxy: ProxyContext, prefetcher: Prefetcher, warmUp: WarmUp) -> AdminRouter {
+    static func router(
+        runtime: ProxyRuntime,
+        prefetcher: Prefetcher,
+        readiness: @escaping @Sendable () -> WarmUp.Progress
+    ) -> AdminRouter {
         var router = AdminRouter()
         router.register(.GET, "/health") { _, eventLoop in
             eventLoop.makeSucceededFuture(AdminResponse(json: #"{"status":"ok"}"#))
         }
         router.register(.GET, "/ready") { _, eventLoop in
-            let progress = warmUp.progress
+            let progress = readiness()
             let json = #"{"ready":\#(progress.isFinished),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)}"#
             return eventLoop.makeSucceededFuture(AdminResponse(status: progress.isFinished ? .ok : .serviceUnavailable, json: json))
         }
-        let prefetch = PrefetchEndpoint(proxy: proxy, prefetcher: prefetcher)
         router.register(.POST, "/prefetch") { request, eventLoop in
-            prefetch.respond(to: request, on: eventLoop)
+            PrefetchEndpoint(proxy: runtime.context, prefetcher: prefetcher).respond(to: request, on: eventLoop)
         }
         router.register(.GET, "/cache/stats") { _, eventLoop in
-            eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(proxy)))
+            eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(runtime.context)))
         }
         router.register(.DELETE, "/cache") { request, eventLoop in
-            eventLoop.makeSucceededFuture(purge(request, cache: proxy.cache))
+            eventLoop.makeSucceededFuture(purge(request, cache: runtime.context.cache))
         }
-        if let queue = proxy.writeQueue {
+        if let queue = runtime.context.writeQueue {
             router.register(.GET, "/queue") { _, eventLoop in
                 eventLoop.makeFutureWithTask { await queue.overview() }
             }

@@ -69,9 +69,12 @@ public final class ComponentFetcher: Sendable {
     public typealias ComponentObserver = @Sendable (JSONValue, Request) -> Void
 
     /// Sets who hears of stored components (the prefetcher, for the screens a user opens next).
-    public func observeStoredComponents(_ observer: @escaping ComponentObserver) {
+    public func observeStoredComponents(_ observer: ComponentObserver?) {
         componentObserver.withLock { $0 = observer }
     }
+
+    /// Who hears of stored components, to hand over to the fetcher that replaces this one.
+    var storedComponentObserver: ComponentObserver? { componentObserver.withLock { $0 } }
 
     public init(
         cache: ResponseCache,
@@ -79,7 +82,7 @@ public final class ComponentFetcher: Sendable {
         maxResponseBytes: Int,
         keyedHeaders: Set<String>,
         tagHeader: String,
-        coalescingWait: TimeAmount,
+        coalescer: RequestCoalescer<CacheKey, Outcome>,
         logger: Logger
     ) {
         self.cache = cache
@@ -87,7 +90,7 @@ public final class ComponentFetcher: Sendable {
         self.maxResponseBytes = maxResponseBytes
         self.keyedHeaders = keyedHeaders
         self.tagHeader = tagHeader.lowercased()
-        self.coalescer = RequestCoalescer(maximumWait: coalescingWait)
+        self.coalescer = coalescer
         self.logger = logger
     }
 

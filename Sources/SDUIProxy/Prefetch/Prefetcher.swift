@@ -56,21 +56,28 @@ public final class Prefetcher: Sendable {
     /// Action-driven prefetches beyond this many waiting are dropped (and counted), bounding memory.
     public static let maximumBacklog = 10_000
 
-    private let proxy: ProxyContext
-    private let planner: PrefetchPlanner
+    private let runtime: ProxyRuntime
     private let eventLoopGroup: any EventLoopGroup
     private let state = Mutex(State())
-    private let concurrency: Int
 
-    public init(proxy: ProxyContext, upstream: UpstreamOrigin, eventLoopGroup: any EventLoopGroup) {
-        self.proxy = proxy
-        self.planner = PrefetchPlanner(upstream: upstream, allowedHosts: proxy.configuration.prefetch.allowedHosts)
+    public init(runtime: ProxyRuntime, eventLoopGroup: any EventLoopGroup) {
+        self.runtime = runtime
         self.eventLoopGroup = eventLoopGroup
-        self.concurrency = proxy.configuration.prefetch.concurrency
-        proxy.fetcher.observeStoredComponents { [weak self] component, request in
+        runtime.context.fetcher.observeStoredComponents { [weak self] component, request in
             self?.followActions(in: component, storedBy: request)
         }
     }
+
+    private var proxy: ProxyContext { runtime.context }
+
+    /// The planner for the configuration in force.
+    private var planner: PrefetchPlanner {
+        let configuration = proxy.configuration
+        let upstream = (try? UpstreamOrigin(parsing: configuration.upstream.url)) ?? .directory(path: ".")
+        return PrefetchPlanner(upstream: upstream, allowedHosts: configuration.prefetch.allowedHosts)
+    }
+
+    private var concurrency: Int { proxy.configuration.prefetch.concurrency }
 
     /// Outcome counts since start.
     public var counts: Counts { state.withLock { $0.counts } }
@@ -137,6 +144,7 @@ public final class Prefetcher: Sendable {
     }
 
     private func execute(_ job: Job, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
+        let proxy = self.proxy
         let target: RequestTarget
         do {
             target = try RequestTarget(parsing: job.target)
@@ -200,6 +208,7 @@ public final class Prefetcher: Sendable {
     // MARK: Screens a user opens next
 
     private func followActions(in component: JSONValue, storedBy request: ComponentFetcher.Request) {
+        let proxy = self.proxy
         let plan = planner.plan(for: component)
         let platform = String(request.key.platform)
         for skipped in plan.skipped {

@@ -1,5 +1,7 @@
 import Logging
+import NIOCore
 import NIOHTTP1
+import NIOPosix
 import SDUIProxyCore
 
 /// Everything a connection handler needs to answer requests, shared by all connections.
@@ -33,6 +35,54 @@ public struct ProxyContext: Sendable {
         self.requestBuilder = UpstreamRequestBuilder(
             platformHeader: configuration.platform.header,
             configuredHeaders: configuration.headers
+        )
+    }
+
+    /// Builds a context for `configuration`: its upstream client and fetcher, over a cache and coalescer
+    /// that may be carried over from the context it replaces.
+    static func build(
+        configuration: ProxyConfiguration,
+        cache: ResponseCache,
+        coalescer: RequestCoalescer<CacheKey, ComponentFetcher.Outcome>?,
+        client reusedClient: (any NetworkClient)?,
+        writeQueue: WriteQueue?,
+        eventLoopGroup: any EventLoopGroup,
+        threadPool: NIOThreadPool,
+        logger: Logger
+    ) throws -> ProxyContext {
+        let client: any NetworkClient
+        if let reusedClient {
+            client = reusedClient
+        } else {
+            switch try UpstreamOrigin(parsing: configuration.upstream.url) {
+            case .http(let origin):
+                client = HTTPNetworkClient(origin: origin, configuration: configuration.upstream, eventLoopGroup: eventLoopGroup)
+            case .directory(let path):
+                client = try FileNetworkClient(directory: path, threadPool: threadPool)
+            }
+        }
+        var keyedHeaders = Set(configuration.cache.policy.vary)
+        for route in configuration.cache.routes { keyedHeaders.formUnion(route.policy.vary) }
+        keyedHeaders.insert(configuration.platform.header.lowercased())
+        let fetcher = ComponentFetcher(
+            cache: cache,
+            client: client,
+            maxResponseBytes: configuration.upstream.maxResponseBytes,
+            keyedHeaders: keyedHeaders,
+            tagHeader: configuration.cache.tagHeader,
+            coalescer: coalescer
+                ?? RequestCoalescer(
+                    maximumWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1)
+                ),
+            logger: logger
+        )
+        return ProxyContext(
+            configuration: configuration,
+            cache: cache,
+            fetcher: fetcher,
+            client: client,
+            writeQueue: writeQueue,
+            logger: logger
         )
     }
 

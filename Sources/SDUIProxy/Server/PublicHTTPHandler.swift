@@ -47,7 +47,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var policy: ProxyConfiguration.RoutePolicy
     }
 
-    private let proxy: ProxyContext
+    private let runtime: ProxyRuntime
+    /// The context in force when the current request started; refreshed when a reload replaced it.
+    private var proxy: ProxyContext
+    private var generation: Int
     private var state = State.idle {
         didSet { if case .idle = state, !isIdleTimerArmed { armTimer(.idle) } }
     }
@@ -64,8 +67,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var isIdleTimerArmed: Bool { timer?.kind == .idle }
     private var context: ChannelHandlerContext?
 
-    init(proxy: ProxyContext) {
-        self.proxy = proxy
+    init(runtime: ProxyRuntime) {
+        self.runtime = runtime
+        self.generation = runtime.generation
+        self.proxy = runtime.context
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -121,6 +126,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
+            if runtime.generation != generation {
+                generation = runtime.generation
+                proxy = runtime.context
+            }
             armTimer(.request)
             bodyBytes = 0
             receiveHead(head, context: context)

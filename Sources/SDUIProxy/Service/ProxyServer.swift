@@ -4,19 +4,26 @@ import NIOExtras
 import NIOHTTP1
 import NIOPosix
 import SDUIProxyCore
+import Synchronization
 
 /// The running proxy: the public and admin listeners, the cache, and the upstream client, on one event loop
 /// group with a loop per core.
 ///
 /// ``start(configuration:logger:eventLoopGroup:)`` binds both listeners and returns once they accept
-/// connections; ``shutdown(drainTimeout:)`` stops accepting, lets in-flight requests finish up to a
-/// deadline, then closes what is left and releases the upstream client.
+/// connections; ``reload(_:)`` puts a new configuration in force without dropping the cache or connections;
+/// ``shutdown(drainTimeout:)`` stops accepting, lets in-flight requests finish up to a deadline, then closes
+/// what is left and releases the upstream client.
 public final class ProxyServer: Sendable {
-    public let context: ProxyContext
+    public let runtime: ProxyRuntime
     /// The port the public listener is bound to (useful when the configuration asked for port 0).
     public let publicPort: Int
     /// The port the admin listener is bound to.
     public let adminPort: Int
+    /// Prefetches declared URLs, the prefetch endpoint's and navigation targets.
+    public let prefetcher: Prefetcher
+
+    /// The context in force.
+    public var context: ProxyContext { runtime.context }
 
     private let eventLoopGroup: any EventLoopGroup
     private let threadPool: NIOThreadPool
@@ -25,13 +32,40 @@ public final class ProxyServer: Sendable {
     private let channels: [any Channel]
     /// Delivers queued writes; cancelled after the listeners have drained.
     private let queueDelivery: Task<Void, Never>?
-    /// Prefetches declared URLs, the prefetch endpoint's and navigation targets.
-    public let prefetcher: Prefetcher
-    /// The start-up warm-up; `GET /ready` answers 200 once it has finished.
-    public let warmUp: WarmUp
+    private let warmUps: WarmUps
+
+    /// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once the first
+    /// has finished, so a reload never takes a warm proxy out of rotation.
+    final class WarmUps: Sendable {
+        private let state: Mutex<(current: WarmUp, firstFinished: Bool)>
+
+        init(_ first: WarmUp) {
+            state = Mutex((first, false))
+        }
+
+        var current: WarmUp { state.withLock { $0.current } }
+
+        func replace(with warmUp: WarmUp) {
+            let old = state.withLock { state -> WarmUp in
+                defer { state.current = warmUp }
+                return state.current
+            }
+            old.stop()
+        }
+
+        /// Progress of the warm-up in force, reported as finished once any has finished.
+        var readiness: WarmUp.Progress {
+            state.withLock { state in
+                var progress = state.current.progress
+                if progress.isFinished { state.firstFinished = true }
+                if state.firstFinished { progress.done = progress.total }
+                return progress
+            }
+        }
+    }
 
     private init(
-        context: ProxyContext,
+        runtime: ProxyRuntime,
         publicChannel: any Channel,
         adminChannel: any Channel,
         eventLoopGroup: any EventLoopGroup,
@@ -39,18 +73,18 @@ public final class ProxyServer: Sendable {
         quiescing: [ServerQuiescingHelper],
         queueDelivery: Task<Void, Never>?,
         prefetcher: Prefetcher,
-        warmUp: WarmUp
+        warmUps: WarmUps
     ) {
-        self.queueDelivery = queueDelivery
-        self.prefetcher = prefetcher
-        self.warmUp = warmUp
-        self.context = context
+        self.runtime = runtime
         self.publicPort = publicChannel.localAddress?.port ?? 0
         self.adminPort = adminChannel.localAddress?.port ?? 0
         self.channels = [publicChannel, adminChannel]
         self.eventLoopGroup = eventLoopGroup
         self.threadPool = threadPool
         self.quiescing = quiescing
+        self.queueDelivery = queueDelivery
+        self.prefetcher = prefetcher
+        self.warmUps = warmUps
     }
 
     /// Builds the proxy from `configuration` and binds its listeners.
@@ -65,45 +99,32 @@ public final class ProxyServer: Sendable {
         let threadPool = NIOThreadPool(numberOfThreads: 2)
         threadPool.start()
 
-        let client: any NetworkClient
-        let origin = try UpstreamOrigin(parsing: configuration.upstream.url)
-        switch origin {
-        case .http(let origin):
-            client = HTTPNetworkClient(origin: origin, configuration: configuration.upstream, eventLoopGroup: group)
-        case .directory(let path):
-            client = try FileNetworkClient(directory: path, threadPool: threadPool)
-        }
-        let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
-        var keyedHeaders = Set(configuration.cache.policy.vary)
-        for route in configuration.cache.routes { keyedHeaders.formUnion(route.policy.vary) }
-        keyedHeaders.insert(configuration.platform.header.lowercased())
-        let fetcher = ComponentFetcher(
-            cache: cache,
-            client: client,
-            maxResponseBytes: configuration.upstream.maxResponseBytes,
-            keyedHeaders: keyedHeaders,
-            tagHeader: configuration.cache.tagHeader,
-            coalescingWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1),
-            logger: logger
-        )
         var writeQueue: WriteQueue?
-        if let queueConfiguration = configuration.queue {
-            do {
-                writeQueue = try await WriteQueue.open(configuration: queueConfiguration, logger: logger)
-            } catch {
-                try? await client.shutdown()
-                try? await threadPool.shutdownGracefully()
-                throw ProxyStartupError(message: "cannot open the write queue in \(queueConfiguration.store): \(error)")
+        let context: ProxyContext
+        do {
+            if let queueConfiguration = configuration.queue {
+                do {
+                    writeQueue = try await WriteQueue.open(configuration: queueConfiguration, logger: logger)
+                } catch {
+                    throw ProxyStartupError(message: "cannot open the write queue in \(queueConfiguration.store): \(error)")
+                }
             }
+            context = try ProxyContext.build(
+                configuration: configuration,
+                cache: ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries),
+                coalescer: nil,
+                client: nil,
+                writeQueue: writeQueue,
+                eventLoopGroup: group,
+                threadPool: threadPool,
+                logger: logger
+            )
+        } catch {
+            try? await writeQueue?.close()
+            try? await threadPool.shutdownGracefully()
+            throw error
         }
-        let context = ProxyContext(
-            configuration: configuration,
-            cache: cache,
-            fetcher: fetcher,
-            client: client,
-            writeQueue: writeQueue,
-            logger: logger
-        )
+        let runtime = ProxyRuntime(context)
 
         do {
             let publicQuiescing = ServerQuiescingHelper(group: group)
@@ -114,17 +135,14 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(limiter.makeHandler())
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
-                    try sync.addHandler(PublicHTTPHandler(proxy: context))
+                    try sync.addHandler(PublicHTTPHandler(runtime: runtime))
                 }
             }
-            let prefetcher = Prefetcher(proxy: context, upstream: origin, eventLoopGroup: group)
-            let warmUp = WarmUp(
-                prefetcher: prefetcher,
-                configuration: configuration.prefetch,
-                eventLoopGroup: group,
-                logger: logger
+            let prefetcher = Prefetcher(runtime: runtime, eventLoopGroup: group)
+            let warmUps = WarmUps(
+                WarmUp(prefetcher: prefetcher, configuration: configuration.prefetch, eventLoopGroup: group, logger: logger)
             )
-            let router = AdminEndpoints.router(for: context, prefetcher: prefetcher, warmUp: warmUp)
+            let router = AdminEndpoints.router(runtime: runtime, prefetcher: prefetcher, readiness: { warmUps.readiness })
             let adminQuiescing = ServerQuiescingHelper(group: group)
             let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
                 channel in
@@ -139,13 +157,13 @@ public final class ProxyServer: Sendable {
             if let writeQueue {
                 let handlers = QueueResponseHandlers(
                     handlers: writeQueue.configuration.handlers,
-                    invalidate: QueueResponseHandlers.invalidation(of: cache),
+                    invalidate: QueueResponseHandlers.invalidation(of: context.cache),
                     eventLoopGroup: group,
                     logger: logger
                 )
                 let delivery = QueueDeliveryService(
                     queue: writeQueue,
-                    client: client,
+                    client: CurrentNetworkClient(runtime: runtime),
                     handlers: handlers,
                     eventLoopGroup: group,
                     maxResponseBytes: configuration.upstream.maxResponseBytes,
@@ -154,7 +172,7 @@ public final class ProxyServer: Sendable {
                 queueDelivery = Task { try? await delivery.run() }
             }
             let server = ProxyServer(
-                context: context,
+                runtime: runtime,
                 publicChannel: publicChannel,
                 adminChannel: adminChannel,
                 eventLoopGroup: group,
@@ -162,7 +180,7 @@ public final class ProxyServer: Sendable {
                 quiescing: [publicQuiescing, adminQuiescing],
                 queueDelivery: queueDelivery,
                 prefetcher: prefetcher,
-                warmUp: warmUp
+                warmUps: warmUps
             )
             logger.info(
                 "listening",
@@ -172,11 +190,11 @@ public final class ProxyServer: Sendable {
                     "upstream": "\(configuration.upstream.url)",
                 ]
             )
-            warmUp.start()
+            warmUps.current.start()
             return server
         } catch {
             try? await writeQueue?.close()
-            try? await client.shutdown()
+            try? await context.client.shutdown()
             try? await threadPool.shutdownGracefully()
             throw error
         }
@@ -207,12 +225,71 @@ public final class ProxyServer: Sendable {
         }
     }
 
+    /// Puts `configuration` in force for every request from now on: upstream, headers, platform rules, cache
+    /// policies, prefetch lists, limits. The cache, connections and requests in flight are kept. Listener
+    /// addresses, the cache's size and the queue cannot change without a restart; such changes are logged
+    /// and left as they were.
+    public func reload(_ configuration: ProxyConfiguration) async throws {
+        let old = runtime.context
+        var configuration = configuration
+        let logger = old.logger
+        for (name, changed) in [
+            ("listen", configuration.listen != old.configuration.listen),
+            ("admin", configuration.admin != old.configuration.admin),
+            ("cache.maxBytes", configuration.cache.maxBytes != old.configuration.cache.maxBytes),
+            ("cache.maxEntries", configuration.cache.maxEntries != old.configuration.cache.maxEntries),
+            ("queue", configuration.queue != old.configuration.queue),
+        ] where changed {
+            logger.warning("config reload: \(name) only changes on restart; keeping the running value")
+        }
+        configuration.listen = old.configuration.listen
+        configuration.admin = old.configuration.admin
+        configuration.cache.maxBytes = old.configuration.cache.maxBytes
+        configuration.cache.maxEntries = old.configuration.cache.maxEntries
+        configuration.queue = old.configuration.queue
+
+        let upstreamChanged = configuration.upstream != old.configuration.upstream
+        let context = try ProxyContext.build(
+            configuration: configuration,
+            cache: old.cache,
+            coalescer: old.fetcher.coalescer,
+            client: upstreamChanged ? nil : old.client,
+            writeQueue: old.writeQueue,
+            eventLoopGroup: eventLoopGroup,
+            threadPool: threadPool,
+            logger: logger
+        )
+        context.fetcher.observeStoredComponents(old.fetcher.storedComponentObserver)
+        runtime.replace(with: context)
+        logger.info("configuration reloaded", metadata: ["upstream": "\(configuration.upstream.url)"])
+
+        if upstreamChanged {
+            // Exchanges already started on the old client may run for up to its timeout.
+            let grace = old.configuration.upstream.timeout + .seconds(1)
+            Task {
+                try? await Task.sleep(for: grace)
+                try? await old.client.shutdown()
+            }
+        }
+        if configuration.prefetch != old.configuration.prefetch {
+            let warmUp = WarmUp(
+                prefetcher: prefetcher,
+                configuration: configuration.prefetch,
+                eventLoopGroup: eventLoopGroup,
+                logger: logger
+            )
+            warmUps.replace(with: warmUp)
+            warmUp.start()
+        }
+    }
+
     /// Stops accepting connections, lets in-flight requests finish for up to `drainTimeout`, closes any
     /// connection still open after that, and releases the upstream client and threads.
     public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
+        let context = runtime.context
         let logger = context.logger
         logger.info("draining connections")
-        warmUp.stop()
+        warmUps.current.stop()
         let drainedListeners = quiescing.map { helper in
             let promise = eventLoopGroup.any().makePromise(of: Void.self)
             helper.initiateShutdown(promise: promise)
@@ -221,8 +298,14 @@ public final class ProxyServer: Sendable {
         let drained = EventLoopFuture.andAllComplete(drainedListeners, on: eventLoopGroup.any())
         // Whichever comes first: every connection closed, or the deadline.
         let outcome = drained.eventLoop.makePromise(of: Bool.self)
-        drained.whenComplete { _ in outcome.succeed(true) }
-        let deadline = drained.eventLoop.scheduleTask(in: drainTimeout) { outcome.succeed(false) }
+        let decided = Atomic(false)
+        let decide: @Sendable (Bool) -> Void = { drainedInTime in
+            if decided.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
+                outcome.succeed(drainedInTime)
+            }
+        }
+        drained.whenComplete { _ in decide(true) }
+        let deadline = drained.eventLoop.scheduleTask(in: drainTimeout) { decide(false) }
         if try! await outcome.futureResult.get() {
             deadline.cancel()
         } else {
