@@ -52,6 +52,11 @@ public struct AdminAuthorization: Sendable {
         return Self.constantTimeEquals(token, presented)
     }
 
+    /// The answer to a request that ``isAuthorized(_:path:)`` refused: 401 with the error model's body.
+    public static let unauthorizedResponse = AdminResponse(
+        ProxyError(.unauthorized, "this admin endpoint needs the header Authorization: Bearer <token>")
+    )
+
     /// The credentials of an `Authorization: Bearer <credentials>` value (scheme case-insensitive), or nil.
     static func bearerCredentials(_ value: Substring) -> ArraySlice<UInt8>? {
         let bytes = Array(value.utf8)

@@ -36,6 +36,15 @@ struct AdminAuthorizationTests {
         #expect(!authorization.isAuthorized(headers(("X-Token", "s3cret-token")), path: "/metrics"))
     }
 
+    @Test("a refused request gets 401 with the JSON error model")
+    func unauthorizedResponse() {
+        let response = AdminAuthorization.unauthorizedResponse
+        #expect(response.status == .unauthorized)
+        #expect(response.contentType == "application/json")
+        #expect(response.json.hasPrefix(#"{"error":{"kind":"unauthorized","message":"#))
+        #expect(response.json.hasSuffix(#","retryable":false}}"#))
+    }
+
     @Test("two Authorization headers are refused even if one holds the token")
     func duplicateHeaders() {
         let twice = headers(("Authorization", "Bearer s3cret-token"), ("Authorization", "Bearer other"))
