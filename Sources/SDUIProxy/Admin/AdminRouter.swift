@@ -17,6 +17,7 @@ public struct AdminResponse: Sendable {
     public var status: HTTPResponseStatus
     /// The body text (JSON for every endpoint but the few that answer in another format, like `/metrics`).
     public var json: String
+    /// The `Content-Type` of the body.
     public var contentType = "application/json"
 
     public init(status: HTTPResponseStatus = .ok, json: String) {

@@ -23,6 +23,7 @@ public struct AccessLogEntry: Sendable, Equatable {
     /// The client's IP address.
     public var clientAddress: String?
 
+    /// Creates an entry; see the properties for what each value means.
     public init(
         method: HTTPMethod,
         path: String,

@@ -26,8 +26,11 @@ public struct JSONLogHandler: LogHandler {
     public let label: String
     /// Where the lines go.
     public let sink: LogSink
+    /// The lowest level written; the `Logger` drops events below it before they reach the handler.
     public var logLevel: Logger.Level
+    /// Metadata written in every line (a logger's `logger[metadataKey:]` values).
     public var metadata: Logger.Metadata = [:]
+    /// Contributes metadata to every line when it is written.
     public var metadataProvider: Logger.MetadataProvider?
 
     /// Creates a handler writing to `sink`.
@@ -49,11 +52,13 @@ public struct JSONLogHandler: LogHandler {
         self.metadataProvider = metadataProvider
     }
 
+    /// One of the handler's metadata values.
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
+    /// Writes `event` as one JSON line.
     public func log(event: LogEvent) {
         sink.write(line(for: event, timestamp: Self.timestamp()))
     }

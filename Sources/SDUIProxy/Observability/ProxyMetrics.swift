@@ -33,14 +33,20 @@ public final class ProxyMetrics: Sendable {
 
     /// The figures read at render time.
     public struct Snapshot: Sendable, Equatable {
+        /// Entries in the cache (`sdui_cache_entries`).
         public var cacheEntries: Int
+        /// Bytes the entries take (`sdui_cache_bytes`).
         public var cacheBytes: Int
+        /// Evictions since start (`sdui_cache_evictions_total`).
         public var cacheEvictions: Int
+        /// Lookups that found a usable entry since start (`sdui_cache_hits_total`).
         public var cacheHits: Int
+        /// Lookups that found none since start (`sdui_cache_misses_total`).
         public var cacheMisses: Int
         /// The durable write queue's depth; nil when there is no queue (the metric is then left out).
         public var queueDepth: Int?
 
+        /// Creates a snapshot from figures gathered by the caller.
         public init(
             cacheEntries: Int = 0,
             cacheBytes: Int = 0,
@@ -144,7 +150,9 @@ public final class ProxyMetrics: Sendable {
         self.scrape = Mutex(
             ScrapeState(
                 snapshot: snapshot,
-                cacheEntries: registry.makeGauge(descriptor: Self.descriptor("cache_entries", help: "Entries in the cache.")),
+                cacheEntries: registry.makeGauge(
+                    descriptor: Self.descriptor("cache_entries", help: "Entries in the cache.")
+                ),
                 cacheBytes: registry.makeGauge(
                     descriptor: Self.descriptor("cache_bytes", help: "Bytes the cache entries take.")
                 ),

@@ -53,7 +53,9 @@ struct AdminAuthorizationTests {
 
     @Test("without a token (nil or empty) every path is allowed: the listener is loopback-only then")
     func noToken() {
-        for open in [AdminAuthorization(token: nil), AdminAuthorization(token: ""), AdminAuthorization(environment: [:])] {
+        for open in [
+            AdminAuthorization(token: nil), AdminAuthorization(token: ""), AdminAuthorization(environment: [:]),
+        ] {
             #expect(!open.requiresToken)
             #expect(open.isAuthorized(HTTPHeaders(), path: "/prefetch"))
         }
@@ -82,14 +84,16 @@ struct AdminAuthorizationTests {
 
     @Test("loopback hosts are recognised and others are not")
     func loopbackHosts() {
-        for host in ["127.0.0.1", "127.1.2.3", "127.255.255.254", "::1", "[::1]", "0:0:0:0:0:0:0:1", "localhost",
-            "LOCALHOST", "localhost.", "::ffff:127.0.0.1"]
-        {
+        for host in [
+            "127.0.0.1", "127.1.2.3", "127.255.255.254", "::1", "[::1]", "0:0:0:0:0:0:0:1", "localhost",
+            "LOCALHOST", "localhost.", "::ffff:127.0.0.1",
+        ] {
             #expect(AdminAuthorization.isLoopback(host), "\(host)")
         }
-        for host in ["0.0.0.0", "::", "[::]", "10.0.0.1", "192.168.1.1", "128.0.0.1", "1.127.0.0", "proxy", "",
-            "127.0.0.1.example.com", "localhost.example.com", "::2", "::ffff:10.0.0.1", "127.0.0.256"]
-        {
+        for host in [
+            "0.0.0.0", "::", "[::]", "10.0.0.1", "192.168.1.1", "128.0.0.1", "1.127.0.0", "proxy", "",
+            "127.0.0.1.example.com", "localhost.example.com", "::2", "::ffff:10.0.0.1", "127.0.0.256",
+        ] {
             #expect(!AdminAuthorization.isLoopback(host), "\(host)")
         }
     }

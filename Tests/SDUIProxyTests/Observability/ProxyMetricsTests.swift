@@ -48,7 +48,11 @@ struct ProxyMetricsTests {
                 }
             }
         }
-        #expect(samples(metrics.render()).contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} 8000"#))
+        #expect(
+            samples(metrics.render()).contains(
+                #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} 8000"#
+            )
+        )
     }
 
     @Test("upstream latency goes into cumulative histogram buckets in seconds")
