@@ -38,7 +38,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             let body = context.channel.allocator.buffer(string: answer.json)
             var headers = HTTPHeaders()
-            headers.add(name: "Content-Type", value: "application/json")
+            headers.add(name: "Content-Type", value: answer.contentType)
             headers.add(name: "Content-Length", value: String(body.readableBytes))
             headers.add(name: "Cache-Control", value: "no-store")
             if !keepAlive { headers.add(name: "Connection", value: "close") }

@@ -12,14 +12,24 @@ public struct AdminRequest: Sendable {
     public var body: ByteBuffer?
 }
 
-/// A response from an admin endpoint: a status and a JSON body.
+/// A response from an admin endpoint: a status and a body, JSON unless ``contentType`` says otherwise.
 public struct AdminResponse: Sendable {
     public var status: HTTPResponseStatus
+    /// The body text (JSON for every endpoint but the few that answer in another format, like `/metrics`).
     public var json: String
+    /// The `Content-Type` of the body.
+    public var contentType = "application/json"
 
     public init(status: HTTPResponseStatus = .ok, json: String) {
         self.status = status
         self.json = json
+    }
+
+    /// A response whose body is not JSON, such as the Prometheus text format.
+    public init(status: HTTPResponseStatus = .ok, contentType: String, body: String) {
+        self.status = status
+        self.json = body
+        self.contentType = contentType
     }
 
     public init(_ error: ProxyError) {

@@ -1,0 +1,130 @@
+import NIOHTTP1
+import SDUIProxyCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Who may call the admin endpoints.
+///
+/// With a token (from `SDUI_PROXY_ADMIN_TOKEN`, never from the config file), every admin path but `/health`
+/// needs `Authorization: Bearer <token>`. Without one, the admin listener must be bound to a loopback
+/// address (``checkBinding(host:token:)`` enforces that at start-up) and every request is allowed.
+public struct AdminAuthorization: Sendable {
+    /// The environment variable that holds the token.
+    public static let tokenVariable = "SDUI_PROXY_ADMIN_TOKEN"
+    /// The paths anyone may call: liveness checks carry no credentials.
+    public static let publicPaths: Set<String> = ["/health"]
+
+    private let token: [UInt8]?
+
+    /// - Parameter token: the bearer token; nil or empty means no token is required.
+    public init(token: String?) {
+        if let token, !token.isEmpty {
+            self.token = Array(token.utf8)
+        } else {
+            self.token = nil
+        }
+    }
+
+    /// Reads the token from ``tokenVariable`` in `environment`.
+    public init(environment: [String: String]) {
+        self.init(token: environment[Self.tokenVariable])
+    }
+
+    /// Whether a token is required for paths other than the public ones.
+    public var requiresToken: Bool { token != nil }
+
+    /// Whether a request for `path` (without its query) carrying `headers` may be answered.
+    ///
+    /// The token is compared in constant time: the comparison reads every byte of the expected token whatever
+    /// the presented one holds, and a presented token of another length costs the same.
+    public func isAuthorized(_ headers: HTTPHeaders, path: String) -> Bool {
+        let pathOnly = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        if Self.publicPaths.contains(String(pathOnly)) { return true }
+        guard let token else { return true }
+        let values = headers[canonicalForm: "authorization"]
+        guard values.count == 1, let presented = Self.bearerCredentials(values[0]) else { return false }
+        return Self.constantTimeEquals(token, presented)
+    }
+
+    /// The answer to a request that ``isAuthorized(_:path:)`` refused: 401 with the error model's body.
+    public static let unauthorizedResponse = AdminResponse(
+        ProxyError(.unauthorized, "this admin endpoint needs the header Authorization: Bearer <token>")
+    )
+
+    /// The credentials of an `Authorization: Bearer <credentials>` value (scheme case-insensitive), or nil.
+    static func bearerCredentials(_ value: Substring) -> ArraySlice<UInt8>? {
+        let bytes = Array(value.utf8)
+        let scheme = Array("bearer".utf8)
+        guard bytes.count > scheme.count, bytes[scheme.count] == UInt8(ascii: " ") else { return nil }
+        for index in scheme.indices where bytes[index] | 0x20 != scheme[index] { return nil }
+        var start = scheme.count
+        while start < bytes.count, bytes[start] == UInt8(ascii: " ") { start += 1 }
+        var end = bytes.count
+        while end > start, bytes[end - 1] == UInt8(ascii: " ") || bytes[end - 1] == UInt8(ascii: "\t") { end -= 1 }
+        guard start < end else { return nil }
+        return bytes[start..<end]
+    }
+
+    /// Compares without an early exit: the loop always runs over all of `expected`, and a length difference is
+    /// folded into the result rather than returned early.
+    @inline(never)
+    static func constantTimeEquals(_ expected: [UInt8], _ presented: ArraySlice<UInt8>) -> Bool {
+        var difference = UInt(bitPattern: expected.count ^ presented.count)
+        let presentedStart = presented.startIndex
+        let presentedCount = presented.count
+        for index in 0..<expected.count {
+            // Past the end of a shorter presented token, compare with a byte that differs from the expected one,
+            // so the work per byte stays the same.
+            let other = index < presentedCount ? presented[presentedStart + index] : ~expected[index]
+            difference |= UInt(expected[index] ^ other)
+        }
+        return difference == 0
+    }
+
+    // MARK: Binding
+
+    /// Refuses to expose the admin listener beyond this host without a token.
+    ///
+    /// - Throws: ``ConfigurationError`` for `admin.host` when `host` is not a loopback address (127.0.0.0/8,
+    ///   ::1, localhost) and `token` is nil or empty.
+    public static func checkBinding(host: String, token: String?) throws(ConfigurationError) {
+        if let token, !token.isEmpty { return }
+        guard isLoopback(host) else {
+            throw ConfigurationError(
+                key: "admin.host",
+                problem: """
+                    \(host) is not a loopback address, and the admin endpoints would be open to the network \
+                    without a token: set \(tokenVariable) (clients then send "Authorization: Bearer <token>"), \
+                    or bind admin.host to 127.0.0.1
+                    """
+            )
+        }
+    }
+
+    /// Whether `host` names this machine only: `localhost`, 127.0.0.0/8, `::1`, or an IPv4-mapped loopback.
+    public static func isLoopback(_ host: String) -> Bool {
+        var name = host.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        if name == "localhost" || name.hasSuffix(".localhost") { return true }
+        if name.hasPrefix("[") && name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
+
+        var ipv4 = in_addr()
+        if inet_pton(AF_INET, name, &ipv4) == 1 {
+            // A dotted quad: inet_pton accepts exactly four decimal parts, so the first byte is the first part.
+            return withUnsafeBytes(of: &ipv4) { $0[0] } == 127
+        }
+        var ipv6 = in6_addr()
+        guard inet_pton(AF_INET6, name, &ipv6) == 1 else { return false }
+        let bytes = withUnsafeBytes(of: &ipv6) { Array($0) }
+        let loopback: [UInt8] = Array(repeating: 0, count: 15) + [1]
+        if bytes == loopback { return true }
+        let mappedPrefix: [UInt8] = Array(repeating: 0, count: 10) + [0xFF, 0xFF]
+        return Array(bytes[0..<12]) == mappedPrefix && bytes[12] == 127
+    }
+}

@@ -1,0 +1,341 @@
+import NIOHTTP1
+import Prometheus
+import SDUIProxyCore
+import Synchronization
+
+/// The proxy's metrics, in Prometheus text format.
+///
+/// Each instance owns its ``registry`` and makes its metrics there directly (it does not bootstrap the global
+/// `MetricsSystem`), so tests and several proxies in one process keep separate numbers.
+///
+/// Recording is cheap enough for the hit path: a request is counted through a counter looked up by index in a
+/// small table (no label strings are built or hashed), and counters and gauges are atomics. The cache figures
+/// are read from a closure when the metrics are rendered, so the cache does no metrics work at all.
+public final class ProxyMetrics: Sendable {
+    /// How the cache took part in answering a request (the `cache` label; pass-through requests have none).
+    public enum CacheResult: String, Sendable, CaseIterable {
+        case hit = "HIT"
+        case miss = "MISS"
+        case bypass = "BYPASS"
+        case stale = "STALE"
+        case revalidated = "REVALIDATED"
+    }
+
+    /// What became of a prefetch (the `outcome` label).
+    public enum PrefetchOutcome: String, Sendable, CaseIterable {
+        /// Fetched and stored.
+        case cached
+        /// The backend could not be reached or sent an invalid component.
+        case failed
+        /// Fetched, but the response may not be stored (no-store, an error status, too large).
+        case uncacheable
+    }
+
+    /// The figures read at render time.
+    public struct Snapshot: Sendable, Equatable {
+        /// Entries in the cache (`sdui_cache_entries`).
+        public var cacheEntries: Int
+        /// Bytes the entries take (`sdui_cache_bytes`).
+        public var cacheBytes: Int
+        /// Evictions since start (`sdui_cache_evictions_total`).
+        public var cacheEvictions: Int
+        /// Lookups that found a usable entry since start (`sdui_cache_hits_total`).
+        public var cacheHits: Int
+        /// Lookups that found none since start (`sdui_cache_misses_total`).
+        public var cacheMisses: Int
+        /// The durable write queue's depth; nil when there is no queue (the metric is then left out).
+        public var queueDepth: Int?
+
+        /// Creates a snapshot from figures gathered by the caller.
+        public init(
+            cacheEntries: Int = 0,
+            cacheBytes: Int = 0,
+            cacheEvictions: Int = 0,
+            cacheHits: Int = 0,
+            cacheMisses: Int = 0,
+            queueDepth: Int? = nil
+        ) {
+            self.cacheEntries = cacheEntries
+            self.cacheBytes = cacheBytes
+            self.cacheEvictions = cacheEvictions
+            self.cacheHits = cacheHits
+            self.cacheMisses = cacheMisses
+            self.queueDepth = queueDepth
+        }
+
+        /// The cache's figures from its statistics.
+        public init(_ statistics: ResponseCache.Statistics, queueDepth: Int? = nil) {
+            self.init(
+                cacheEntries: statistics.entries,
+                cacheBytes: statistics.bytes,
+                cacheEvictions: statistics.evictions,
+                cacheHits: statistics.hits,
+                cacheMisses: statistics.misses,
+                queueDepth: queueDepth
+            )
+        }
+    }
+
+    /// The upper bounds of the upstream latency histogram's buckets.
+    public static let upstreamDurationBuckets: [Duration] = [
+        .milliseconds(1), .microseconds(2500), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+        .microseconds(2_500_000), .seconds(5), .seconds(10),
+    ]
+
+    /// The registry that holds every metric of this instance.
+    public let registry: PrometheusCollectorRegistry
+
+    // The request counter's labels, each mapped to a small index; the table slot is
+    // (method * statusClasses + statusClass) * cacheResults + cacheResult.
+    private static let methodLabels = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"]
+    private static let statusClassLabels = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"]
+    private static let cacheLabels = ["none"] + CacheResult.allCases.map(\.rawValue)
+
+    private let requestCounters: Mutex<[Counter?]>
+    private let upstreamDuration: DurationHistogram
+    private let upstreamErrors: Mutex<[String: Counter]>
+    private let coalescedWaits: Counter
+    private let prefetchCounters: [Counter]
+    private let openConnections: Gauge
+    private let scrape: Mutex<ScrapeState>
+
+    /// What rendering reads and updates; rendering holds its lock, so two scrapes never interleave.
+    private struct ScrapeState {
+        var snapshot: (@Sendable () -> Snapshot)?
+        let cacheEntries: Gauge
+        let cacheBytes: Gauge
+        let cacheEvictions: Counter
+        let cacheHits: Counter
+        let cacheMisses: Counter
+        var queueDepth: Gauge?
+    }
+
+    /// Makes the metrics on `registry`.
+    ///
+    /// - Parameter snapshot: read on every ``render()`` for the cache (and queue) figures; it can also be set
+    ///   later with ``setSnapshotProvider(_:)``. Without one those metrics stay at zero.
+    public init(
+        registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
+        snapshot: (@Sendable () -> Snapshot)? = nil
+    ) {
+        self.registry = registry
+        let slots = Self.methodLabels.count * Self.statusClassLabels.count * Self.cacheLabels.count
+        self.requestCounters = Mutex(Array(repeating: nil, count: slots))
+        self.upstreamDuration = registry.makeDurationHistogram(
+            descriptor: Self.descriptor(
+                "upstream_duration",
+                unit: "seconds",
+                help: "Time from sending a request to the backend to its complete response."
+            ),
+            buckets: Self.upstreamDurationBuckets
+        )
+        self.upstreamErrors = Mutex([:])
+        self.coalescedWaits = registry.makeCounter(
+            descriptor: Self.descriptor(
+                "coalesced_waits",
+                unit: "total",
+                help: "Requests that joined an identical in-flight backend request instead of sending their own."
+            )
+        )
+        self.prefetchCounters = PrefetchOutcome.allCases.map { outcome in
+            registry.makeCounter(
+                descriptor: Self.descriptor("prefetch", unit: "total", help: "Prefetches by outcome."),
+                labels: [("outcome", outcome.rawValue)]
+            )
+        }
+        self.openConnections = registry.makeGauge(
+            descriptor: Self.descriptor("open_connections", help: "Client connections open on the public listener.")
+        )
+        self.scrape = Mutex(
+            ScrapeState(
+                snapshot: snapshot,
+                cacheEntries: registry.makeGauge(
+                    descriptor: Self.descriptor("cache_entries", help: "Entries in the cache.")
+                ),
+                cacheBytes: registry.makeGauge(
+                    descriptor: Self.descriptor("cache_bytes", help: "Bytes the cache entries take.")
+                ),
+                cacheEvictions: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "cache_evictions",
+                        unit: "total",
+                        help: "Entries evicted to stay inside the cache's budget."
+                    )
+                ),
+                cacheHits: registry.makeCounter(
+                    descriptor: Self.descriptor("cache_hits", unit: "total", help: "Cache lookups that found an entry.")
+                ),
+                cacheMisses: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "cache_misses",
+                        unit: "total",
+                        help: "Cache lookups that found no usable entry."
+                    )
+                ),
+                queueDepth: nil
+            )
+        )
+    }
+
+    /// Sets (or replaces) the closure ``render()`` reads the cache and queue figures from.
+    public func setSnapshotProvider(_ provider: @escaping @Sendable () -> Snapshot) {
+        scrape.withLock { $0.snapshot = provider }
+    }
+
+    // MARK: Recording
+
+    /// Counts a response sent to a client: `sdui_requests_total{method,status_class,cache}`.
+    ///
+    /// - Parameter cacheResult: how the cache took part; nil (label `none`) for pass-through requests.
+    public func requestCompleted(method: HTTPMethod, statusCode: Int, cacheResult: CacheResult?) {
+        let slot =
+            (Self.methodIndex(method) * Self.statusClassLabels.count + Self.statusClassIndex(statusCode))
+            * Self.cacheLabels.count + Self.cacheIndex(cacheResult)
+        let counter = requestCounters.withLock { counters in
+            if let counter = counters[slot] { return counter }
+            let counter = makeRequestCounter(slot: slot)
+            counters[slot] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
+    /// Records the time one backend request took, to its complete response.
+    public func upstreamCompleted(duration: Duration) {
+        upstreamDuration.record(duration)
+    }
+
+    /// Counts a backend request that failed: `sdui_upstream_errors_total{kind}`, the kind of the error model
+    /// (`network`, `timeout`, `decoding`, ...).
+    public func upstreamFailed(kind: ProxyError.Kind) {
+        let label = kind.description
+        let counter = upstreamErrors.withLock { counters in
+            if let counter = counters[label] { return counter }
+            let counter = registry.makeCounter(
+                descriptor: Self.descriptor(
+                    "upstream_errors",
+                    unit: "total",
+                    help: "Backend requests that failed, by the kind of error."
+                ),
+                labels: [("kind", label)]
+            )
+            counters[label] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
+    /// Counts a request that waited for an identical in-flight backend request: `sdui_coalesced_waits_total`.
+    public func coalescedWait() {
+        coalescedWaits.increment()
+    }
+
+    /// Counts a prefetch: `sdui_prefetch_total{outcome}`.
+    public func prefetch(outcome: PrefetchOutcome) {
+        switch outcome {
+        case .cached: prefetchCounters[0].increment()
+        case .failed: prefetchCounters[1].increment()
+        case .uncacheable: prefetchCounters[2].increment()
+        }
+    }
+
+    /// A client connection was accepted: `sdui_open_connections` goes up by one.
+    public func connectionOpened() {
+        openConnections.increment()
+    }
+
+    /// A client connection closed: `sdui_open_connections` goes down by one.
+    public func connectionClosed() {
+        openConnections.decrement()
+    }
+
+    // MARK: Rendering
+
+    /// Every metric in the Prometheus text exposition format (version 0.0.4), with the cache figures read
+    /// from the snapshot provider just before.
+    public func render() -> String {
+        scrape.withLock { state in
+            if let provider = state.snapshot {
+                let snapshot = provider()
+                state.cacheEntries.set(Double(snapshot.cacheEntries))
+                state.cacheBytes.set(Double(snapshot.cacheBytes))
+                Self.setCounter(state.cacheEvictions, to: snapshot.cacheEvictions)
+                Self.setCounter(state.cacheHits, to: snapshot.cacheHits)
+                Self.setCounter(state.cacheMisses, to: snapshot.cacheMisses)
+                if let depth = snapshot.queueDepth {
+                    if state.queueDepth == nil {
+                        state.queueDepth = registry.makeGauge(
+                            descriptor: Self.descriptor("queue_depth", help: "Writes waiting in the durable queue.")
+                        )
+                    }
+                    state.queueDepth?.set(Double(depth))
+                }
+            }
+            return registry.emitToString()
+        }
+    }
+
+    /// The content type of ``render()``'s output.
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    // MARK: Labels
+
+    private func makeRequestCounter(slot: Int) -> Counter {
+        let cache = slot % Self.cacheLabels.count
+        let rest = slot / Self.cacheLabels.count
+        let statusClass = rest % Self.statusClassLabels.count
+        let method = rest / Self.statusClassLabels.count
+        return registry.makeCounter(
+            descriptor: Self.descriptor(
+                "requests",
+                unit: "total",
+                help: "Responses sent to clients, by method, status class and how the cache took part."
+            ),
+            labels: [
+                ("method", Self.methodLabels[method]),
+                ("status_class", Self.statusClassLabels[statusClass]),
+                ("cache", Self.cacheLabels[cache]),
+            ]
+        )
+    }
+
+    /// `sdui_<name>[_<unit>]`, with its help text.
+    private static func descriptor(_ name: String, unit: String = "", help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(namespace: "sdui", metricName: name, unitName: unit, helpText: help)
+    }
+
+    private static func methodIndex(_ method: HTTPMethod) -> Int {
+        switch method {
+        case .GET: 0
+        case .HEAD: 1
+        case .POST: 2
+        case .PUT: 3
+        case .PATCH: 4
+        case .DELETE: 5
+        case .OPTIONS: 6
+        default: 7
+        }
+    }
+
+    private static func statusClassIndex(_ code: Int) -> Int {
+        (100...599).contains(code) ? code / 100 - 1 : 5
+    }
+
+    private static func cacheIndex(_ result: CacheResult?) -> Int {
+        switch result {
+        case nil: 0
+        case .hit: 1
+        case .miss: 2
+        case .bypass: 3
+        case .stale: 4
+        case .revalidated: 5
+        }
+    }
+
+    /// Sets a counter that mirrors a monotonic figure kept elsewhere (the cache's own statistics).
+    private static func setCounter(_ counter: Counter, to value: Int) {
+        counter.reset()
+        counter.increment(by: Int64(max(0, value)))
+    }
+}

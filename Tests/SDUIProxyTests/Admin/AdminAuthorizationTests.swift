@@ -1,0 +1,115 @@
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+private func headers(_ pairs: (String, String)...) -> HTTPHeaders {
+    HTTPHeaders(pairs.map { ($0.0, $0.1) })
+}
+
+@Suite("Admin authorization: bearer token and safe binding")
+struct AdminAuthorizationTests {
+    let authorization = AdminAuthorization(token: "s3cret-token")
+
+    @Test("/health is always allowed, with or without a query, and without credentials")
+    func healthIsPublic() {
+        #expect(authorization.isAuthorized(HTTPHeaders(), path: "/health"))
+        #expect(authorization.isAuthorized(HTTPHeaders(), path: "/health?verbose=1"))
+        #expect(authorization.isAuthorized(headers(("Authorization", "Bearer wrong")), path: "/health"))
+        #expect(!authorization.isAuthorized(HTTPHeaders(), path: "/healthz"))
+    }
+
+    @Test("other paths need the exact bearer token")
+    func tokenRequired() {
+        #expect(authorization.isAuthorized(headers(("Authorization", "Bearer s3cret-token")), path: "/prefetch"))
+        #expect(authorization.isAuthorized(headers(("authorization", "bearer s3cret-token")), path: "/metrics"))
+        #expect(authorization.isAuthorized(headers(("Authorization", "BEARER  s3cret-token ")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(HTTPHeaders(), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Bearer s3cret-tokeN")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Bearer s3cret-token2")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Bearer s3cret")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Bearer ")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Basic s3cret-token")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "s3cret-token")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Bearers3cret-token")), path: "/metrics"))
+        #expect(!authorization.isAuthorized(headers(("X-Token", "s3cret-token")), path: "/metrics"))
+    }
+
+    @Test("a refused request gets 401 with the JSON error model")
+    func unauthorizedResponse() {
+        let response = AdminAuthorization.unauthorizedResponse
+        #expect(response.status == .unauthorized)
+        #expect(response.contentType == "application/json")
+        #expect(response.json.hasPrefix(#"{"error":{"kind":"unauthorized","message":"#))
+        #expect(response.json.hasSuffix(#","retryable":false}}"#))
+    }
+
+    @Test("two Authorization headers are refused even if one holds the token")
+    func duplicateHeaders() {
+        let twice = headers(("Authorization", "Bearer s3cret-token"), ("Authorization", "Bearer other"))
+        #expect(!authorization.isAuthorized(twice, path: "/prefetch"))
+    }
+
+    @Test("without a token (nil or empty) every path is allowed: the listener is loopback-only then")
+    func noToken() {
+        for open in [
+            AdminAuthorization(token: nil), AdminAuthorization(token: ""), AdminAuthorization(environment: [:]),
+        ] {
+            #expect(!open.requiresToken)
+            #expect(open.isAuthorized(HTTPHeaders(), path: "/prefetch"))
+        }
+        let fromEnvironment = AdminAuthorization(environment: ["SDUI_PROXY_ADMIN_TOKEN": "abc"])
+        #expect(fromEnvironment.requiresToken)
+        #expect(!fromEnvironment.isAuthorized(HTTPHeaders(), path: "/prefetch"))
+        #expect(fromEnvironment.isAuthorized(headers(("Authorization", "Bearer abc")), path: "/prefetch"))
+    }
+
+    @Test("the constant-time comparison agrees with == for equal, different and differently sized input")
+    func constantTimeEquals() {
+        let expected = Array("abcdef".utf8)
+        let cases: [(String, Bool)] = [
+            ("abcdef", true), ("abcdeg", false), ("bbcdef", false), ("abcde", false), ("abcdefg", false),
+            ("", false), ("ABCDEF", false),
+        ]
+        for (presented, equal) in cases {
+            #expect(AdminAuthorization.constantTimeEquals(expected, Array(presented.utf8)[...]) == equal)
+        }
+        // A slice that does not start at index 0.
+        let padded = Array("xxabcdef".utf8)
+        #expect(AdminAuthorization.constantTimeEquals(expected, padded[2...]))
+        // Bytes that would be equal if the past-the-end filler were zero are still unequal.
+        #expect(!AdminAuthorization.constantTimeEquals([0, 0], [0][...]))
+    }
+
+    @Test("loopback hosts are recognised and others are not")
+    func loopbackHosts() {
+        for host in [
+            "127.0.0.1", "127.1.2.3", "127.255.255.254", "::1", "[::1]", "0:0:0:0:0:0:0:1", "localhost",
+            "LOCALHOST", "localhost.", "::ffff:127.0.0.1",
+        ] {
+            #expect(AdminAuthorization.isLoopback(host), "\(host)")
+        }
+        for host in [
+            "0.0.0.0", "::", "[::]", "10.0.0.1", "192.168.1.1", "128.0.0.1", "1.127.0.0", "proxy", "",
+            "127.0.0.1.example.com", "localhost.example.com", "::2", "::ffff:10.0.0.1", "127.0.0.256",
+        ] {
+            #expect(!AdminAuthorization.isLoopback(host), "\(host)")
+        }
+    }
+
+    @Test("a non-loopback admin bind needs a token, and the error says which key and what to do")
+    func bindingCheck() throws {
+        try AdminAuthorization.checkBinding(host: "127.0.0.1", token: nil)
+        try AdminAuthorization.checkBinding(host: "::1", token: "")
+        try AdminAuthorization.checkBinding(host: "0.0.0.0", token: "s3cret")
+
+        let error = #expect(throws: ConfigurationError.self) {
+            try AdminAuthorization.checkBinding(host: "0.0.0.0", token: nil)
+        }
+        #expect(error?.key == "admin.host")
+        #expect(error?.problem.contains("SDUI_PROXY_ADMIN_TOKEN") == true)
+        #expect(error?.problem.contains("0.0.0.0") == true)
+        #expect(throws: ConfigurationError.self) { try AdminAuthorization.checkBinding(host: "10.1.2.3", token: "") }
+    }
+}
