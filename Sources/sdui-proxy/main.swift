@@ -34,13 +34,15 @@ struct SDUIProxyCommand: AsyncParsableCommand {
     var checkConfig = false
 
     func run() async throws {
-        let loader = ConfigurationLoader(environment: ProcessEnvironment.variables())
+        let environment = ProcessEnvironment.variables()
+        let loader = ConfigurationLoader(environment: environment)
+        let path = config
+        let overrides = CommandLineOverrides(port: port, adminPort: adminPort, upstream: upstream)
+        let adminAuthorization = AdminAuthorization(environment: environment)
         let configuration: ProxyConfiguration
         do {
-            configuration = try loader.load(
-                path: config,
-                overrides: CommandLineOverrides(port: port, adminPort: adminPort, upstream: upstream)
-            )
+            configuration = try loader.load(path: path, overrides: overrides)
+            try adminAuthorization.checkBinding(host: configuration.admin.host)
         } catch {
             FileHandleOutput.standardError("sdui-proxy: \(error)\n")
             throw ExitCode(2)
@@ -50,14 +52,16 @@ struct SDUIProxyCommand: AsyncParsableCommand {
             return
         }
 
-        let level = Logger.Level(rawValue: configuration.log.level) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        let logLevel = LogLevelControl(Logger.Level(rawValue: configuration.log.level) ?? .info)
+        LoggingBootstrap.bootstrap(format: LogFormat(rawValue: configuration.log.format) ?? .text, level: logLevel)
         let logger = Logger(label: "sdui-proxy")
-        let service = ProxyService(configuration: configuration, logger: logger)
+        let service = ProxyService(
+            configuration: configuration,
+            logger: logger,
+            adminAuthorization: adminAuthorization,
+            reloadSource: { try loader.load(path: path, overrides: overrides) },
+            logLevel: logLevel
+        )
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: service)],

@@ -82,9 +82,10 @@ struct ProcessTests {
 
         private static func ports(in log: String) -> (Int, Int)? {
             guard let line = log.split(separator: "\n").first(where: { $0.contains("listening") }) else { return nil }
+            // Text logs say `public=host:port`, JSON logs `"public":"host:port"`.
             func port(after key: String) -> Int? {
-                guard let range = line.range(of: key + "=") else { return nil }
-                let address = line[range.upperBound...].prefix { $0 != " " }
+                guard let range = line.range(of: key + "=") ?? line.range(of: "\"" + key + "\":\"") else { return nil }
+                let address = line[range.upperBound...].prefix { $0 != " " && $0 != "\"" }
                 return address.split(separator: ":").last.flatMap { Int($0) }
             }
             guard let publicPort = port(after: "public"), let adminPort = port(after: "admin") else { return nil }
@@ -174,6 +175,55 @@ struct ProcessTests {
         proxy.signal(SIGTERM)
         #expect(try await proxy.waitForExit() == 0)
         #expect(proxy.log.contains("stopped"))
+    }
+
+    @Test("SIGHUP applies a new TTL, keeps the cache, and refuses a broken file")
+    func reloadOnSIGHUP() async throws {
+        let file = NSTemporaryDirectory() + "reload-\(UUID().uuidString).yaml"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let samples = Self.repositoryRoot.appendingPathComponent("config/samples").path
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 0s }\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let proxy = try await RunningProxy(arguments: ["--config", file])
+        let base = "http://127.0.0.1:\(proxy.publicPort)"
+        #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "BYPASS")
+
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\n".write(toFile: file, atomically: true, encoding: .utf8)
+        proxy.signal(SIGHUP)
+        try await waitUntil { proxy.log.contains("configuration reloaded") }
+        #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "MISS")
+        #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "HIT")
+
+        try "cache: { defaultTTL: forever }\n".write(toFile: file, atomically: true, encoding: .utf8)
+        proxy.signal(SIGHUP)
+        try await waitUntil { proxy.log.contains("config reload refused") }
+        #expect(proxy.log.contains("cache.defaultTTL"))
+        #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "HIT")
+        proxy.signal(SIGTERM)
+        #expect(try await proxy.waitForExit() == 0)
+    }
+
+    @Test("log.format json writes one JSON object per line, with an access line per request")
+    func jsonLogs() async throws {
+        let file = NSTemporaryDirectory() + "json-\(UUID().uuidString).yaml"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let samples = Self.repositoryRoot.appendingPathComponent("config/samples").path
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\nlog: { format: json, access: true }\n"
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let proxy = try await RunningProxy(arguments: ["--config", file])
+        _ = try await Self.get("http://127.0.0.1:\(proxy.publicPort)/screens/home?from=test")
+        try await waitUntil { proxy.log.contains("from=test") }
+        proxy.signal(SIGTERM)
+        #expect(try await proxy.waitForExit() == 0)
+
+        let lines = proxy.log.split(separator: "\n").filter { !$0.isEmpty }
+        let objects = lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(objects.count == lines.count, "every line is a JSON object")
+        let access = try #require(objects.first { ($0["path"] as? String) == "/screens/home?from=test" })
+        #expect(access["method"] as? String == "GET")
+        #expect(access["status"] as? Int == 200)
+        #expect(access["cache"] as? String == "MISS")
+        #expect((access["bytes"] as? Int ?? 0) > 0)
+        #expect(access["duration_ms"] != nil)
     }
 
     @Test("writes queued before a kill -9 are all delivered after a restart, in order, none twice")

@@ -89,6 +89,12 @@ public struct AdminAuthorization: Sendable {
 
     // MARK: Binding
 
+    /// Refuses to bind the admin listener to `host` when that would expose it without this token.
+    public func checkBinding(host: String) throws(ConfigurationError) {
+        guard !requiresToken else { return }
+        try Self.checkBinding(host: host, token: nil)
+    }
+
     /// Refuses to expose the admin listener beyond this host without a token.
     ///
     /// - Throws: ``ConfigurationError`` for `admin.host` when `host` is not a loopback address (127.0.0.0/8,

@@ -20,6 +20,10 @@ enum AdminEndpoints {
         router.register(.POST, "/prefetch") { request, eventLoop in
             PrefetchEndpoint(proxy: runtime.context, prefetcher: prefetcher).respond(to: request, on: eventLoop)
         }
+        router.register(.GET, "/metrics") { _, eventLoop in
+            let body = runtime.context.metrics.render()
+            return eventLoop.makeSucceededFuture(AdminResponse(contentType: ProxyMetrics.contentType, body: body))
+        }
         router.register(.GET, "/cache/stats") { _, eventLoop in
             eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(runtime.context)))
         }

@@ -11,8 +11,11 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let router: AdminRouter
     private let logger: Logger
 
-    init(router: AdminRouter, logger: Logger) {
+    private let authorization: AdminAuthorization
+
+    init(router: AdminRouter, authorization: AdminAuthorization, logger: Logger) {
         self.router = router
+        self.authorization = authorization
         self.logger = logger
     }
 
@@ -21,7 +24,10 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let keepAlive = full.head.isKeepAlive
         let response: EventLoopFuture<AdminResponse>
         if let request = Self.adminRequest(from: full) {
-            response = router.respond(to: request, on: context.eventLoop)
+            response =
+                authorization.isAuthorized(request.headers, path: request.path)
+                ? router.respond(to: request, on: context.eventLoop)
+                : context.eventLoop.makeSucceededFuture(AdminAuthorization.unauthorizedResponse)
         } else {
             response = context.eventLoop.makeSucceededFuture(
                 AdminResponse(ProxyError(.badRequest, "the request target must be a path starting with /"))

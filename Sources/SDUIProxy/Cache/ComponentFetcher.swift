@@ -61,6 +61,7 @@ public final class ComponentFetcher: Sendable {
     /// Headers the cache key already accounts for; a `Vary` on them needs no variant of its own.
     private let keyedHeaders: Set<String>
     private let tagHeader: String
+    private let metrics: ProxyMetrics
     private let logger: Logger
     /// Told about every component stored with hops left to follow, with its decoded tree (walked once).
     private let componentObserver = Mutex<ComponentObserver?>(nil)
@@ -82,9 +83,11 @@ public final class ComponentFetcher: Sendable {
         maxResponseBytes: Int,
         keyedHeaders: Set<String>,
         tagHeader: String,
+        metrics: ProxyMetrics,
         coalescer: RequestCoalescer<CacheKey, Outcome>,
         logger: Logger
     ) {
+        self.metrics = metrics
         self.cache = cache
         self.client = client
         self.maxResponseBytes = maxResponseBytes
@@ -101,6 +104,7 @@ public final class ComponentFetcher: Sendable {
             exchange(request, on: eventLoop)
         }
         if isLeader { return result }
+        metrics.coalescedWait()
         return result.hop(to: eventLoop).flatMap { outcome in
             if self.mayShare(outcome, with: request) { return eventLoop.makeSucceededFuture(outcome) }
             return self.exchange(request, on: eventLoop)
@@ -146,7 +150,16 @@ public final class ComponentFetcher: Sendable {
             }
         }
         let requestTime = HTTPDate.now()
-        return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).flatMapThrowing { response in
+        let started = NIODeadline.now()
+        let metrics = self.metrics
+        return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).always { result in
+            switch result {
+            case .success:
+                metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
+            case .failure(let error):
+                metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
+            }
+        }.flatMapThrowing { response in
             try self.process(response, for: request, requestTime: requestTime)
         }.flatMapErrorThrowing { error in
             if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {

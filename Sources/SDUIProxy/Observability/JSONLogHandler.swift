@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 import SDUIProxyCore
 
 #if canImport(Glibc)
@@ -235,12 +236,58 @@ public enum LoggingBootstrap {
         }
     }
 
-    /// Installs ``makeHandler(label:format:level:sink:)`` as the process-wide logging backend. Call it once,
-    /// from the executable, before the first `Logger` is made.
-    public static func bootstrap(format: LogFormat, level: Logger.Level) {
+    /// Installs ``makeHandler(label:format:level:sink:)`` as the process-wide logging backend, with the level
+    /// read from `level` at every log call so a reload can change it. Call it once, from the executable, before
+    /// the first `Logger` is made.
+    public static func bootstrap(format: LogFormat, level: LogLevelControl) {
         LoggingSystem.bootstrap { label in
-            makeHandler(label: label, format: format, level: level)
+            LevelControlledHandler(inner: makeHandler(label: label, format: format, level: .trace), control: level)
         }
+    }
+}
+
+/// The process's log level, changeable while it runs (`log.level` on a config reload).
+public final class LogLevelControl: Sendable {
+    private static let levels = Logger.Level.allCases
+    private let index: Atomic<Int>
+
+    public init(_ level: Logger.Level) {
+        index = Atomic(Self.levels.firstIndex(of: level) ?? 2)
+    }
+
+    public var level: Logger.Level {
+        get { Self.levels[index.load(ordering: .relaxed)] }
+        set { index.store(Self.levels.firstIndex(of: newValue) ?? 2, ordering: .relaxed) }
+    }
+}
+
+/// A handler whose level is the shared ``LogLevelControl``'s, whatever level each `Logger` copy was given.
+struct LevelControlledHandler: LogHandler {
+    var inner: any LogHandler
+    let control: LogLevelControl
+
+    var logLevel: Logger.Level {
+        get { control.level }
+        set {}
+    }
+
+    var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+
+    var metadataProvider: Logger.MetadataProvider? {
+        get { inner.metadataProvider }
+        set { inner.metadataProvider = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        inner.log(event: event)
     }
 }
 

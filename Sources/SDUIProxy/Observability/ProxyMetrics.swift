@@ -13,13 +13,7 @@ import Synchronization
 /// are read from a closure when the metrics are rendered, so the cache does no metrics work at all.
 public final class ProxyMetrics: Sendable {
     /// How the cache took part in answering a request (the `cache` label; pass-through requests have none).
-    public enum CacheResult: String, Sendable, CaseIterable {
-        case hit = "HIT"
-        case miss = "MISS"
-        case bypass = "BYPASS"
-        case stale = "STALE"
-        case revalidated = "REVALIDATED"
-    }
+    public typealias CacheResult = SDUIProxyCore.CacheResult
 
     /// What became of a prefetch (the `outcome` label).
     public enum PrefetchOutcome: String, Sendable, CaseIterable {

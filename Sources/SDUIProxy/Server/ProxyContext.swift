@@ -13,7 +13,10 @@ public struct ProxyContext: Sendable {
     public let requestBuilder: UpstreamRequestBuilder
     /// The durable queue for configured write routes, when there is one.
     public let writeQueue: WriteQueue?
+    public let metrics: ProxyMetrics
     public let logger: Logger
+    /// Where access-log lines go, when `log.access` is on.
+    public let accessLogger: Logger?
     /// The platform header, lower-cased.
     let platformHeader: String
 
@@ -23,9 +26,12 @@ public struct ProxyContext: Sendable {
         fetcher: ComponentFetcher,
         client: any NetworkClient,
         writeQueue: WriteQueue? = nil,
+        metrics: ProxyMetrics = ProxyMetrics(),
         logger: Logger
     ) {
         self.writeQueue = writeQueue
+        self.metrics = metrics
+        self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
         self.configuration = configuration
         self.cache = cache
         self.fetcher = fetcher
@@ -46,6 +52,7 @@ public struct ProxyContext: Sendable {
         coalescer: RequestCoalescer<CacheKey, ComponentFetcher.Outcome>?,
         client reusedClient: (any NetworkClient)?,
         writeQueue: WriteQueue?,
+        metrics: ProxyMetrics,
         eventLoopGroup: any EventLoopGroup,
         threadPool: NIOThreadPool,
         logger: Logger
@@ -70,6 +77,7 @@ public struct ProxyContext: Sendable {
             maxResponseBytes: configuration.upstream.maxResponseBytes,
             keyedHeaders: keyedHeaders,
             tagHeader: configuration.cache.tagHeader,
+            metrics: metrics,
             coalescer: coalescer
                 ?? RequestCoalescer(
                     maximumWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1)
@@ -82,6 +90,7 @@ public struct ProxyContext: Sendable {
             fetcher: fetcher,
             client: client,
             writeQueue: writeQueue,
+            metrics: metrics,
             logger: logger
         )
     }

@@ -59,6 +59,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var readRequestedWhilePaused = false
     /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
     private var bodyBytes = 0
+    /// Counts and logs the current request when its response is written.
+    private var accounting: RequestAccounting?
 
     /// The one timer a connection has: waiting for the next request (idle), or for the rest of the current
     /// one (request). A slow client cannot hold a connection past either.
@@ -111,7 +113,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case (.request, .readingCacheRequest), (.request, .rejecting), (.request, .bufferingWrite):
             proxy.logger.info("request timed out while being read", metadata: ["client": "\(context.remoteAddress?.description ?? "?")"])
             state = .responding
-            ResponseWriter(context: context, keepAlive: false, isHead: false)
+            ResponseWriter(context: context, keepAlive: false, isHead: false, accounting: accounting)
                 .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
         case (.request, .forwarding(let stream)):
             stream?.fail(ProxyError(.requestTimeout, "the client's body did not arrive in time"))
@@ -132,6 +134,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             armTimer(.request)
             bodyBytes = 0
+            accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: context.remoteAddress?.ipAddress)
             receiveHead(head, context: context)
         case .body(var part):
             bodyBytes += part.readableBytes
@@ -219,7 +222,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func refuseNow(_ error: ProxyError, context: ChannelHandlerContext) {
         state = .responding
         disarmTimer()
-        ResponseWriter(context: context, keepAlive: false, isHead: false).write(error)
+        ResponseWriter(context: context, keepAlive: false, isHead: false, accounting: accounting).write(error)
     }
 
     private func receiveEnd(context: ChannelHandlerContext) {
@@ -230,7 +233,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .rejecting(let error, let keepAlive, let isHead):
             // The next pipelined request may arrive as soon as this response's end is written.
             state = .idle
-            ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead).write(error)
+            ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead, accounting: accounting).write(error)
         case .forwarding(let stream):
             stream?.finish()
             state = .responding
@@ -248,7 +251,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let writer = ResponseWriter(
             context: context,
             keepAlive: request.head.isKeepAlive,
-            isHead: request.head.method == .HEAD
+            isHead: request.head.method == .HEAD,
+            accounting: accounting
         )
         let hasAuthorization = request.head.headers.contains(name: "authorization")
         var staleEntry: CachedResponse?
@@ -336,11 +340,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
     private func presentation(
         of entry: CachedResponse,
-        _ cacheStatus: ResponseWriter.CacheStatus,
+        _ cacheStatus: CacheResult,
         request: CacheRequest,
         now: NIODeadline
     ) -> ResponseWriter.EntryPresentation {
-        var presentation = ResponseWriter.EntryPresentation(cacheStatus: cacheStatus, age: entry.ageSeconds(at: now))
+        var presentation = ResponseWriter.EntryPresentation(cacheResult: cacheStatus, age: entry.ageSeconds(at: now))
         let headers = request.head.headers
         if proxy.configuration.compat.beagleHash {
             presentation.beagleMaxAge = entry.remainingLifetime(at: now)
@@ -364,7 +368,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         _ head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
-        cacheStatus: ResponseWriter.CacheStatus?,
+        cacheStatus: CacheResult?,
         context: ChannelHandlerContext
     ) {
         let contentLength = head.headers.first(name: "content-length").flatMap { Int($0) }
@@ -392,6 +396,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             )
         )
         let loopBoundHandler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let accounting = self.accounting
         let cache = proxy.cache
         let requestHost = head.headers.first(name: "host")
         let sink = ChannelResponseSink(
@@ -399,6 +404,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             keepAlive: head.isKeepAlive,
             isHead: head.method == .HEAD,
             cacheStatus: cacheStatus,
+            accounting: accounting,
             receivedHead: { status, headers in
                 Invalidation.apply(
                     method: head.method,
@@ -429,7 +435,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                         context.close(promise: nil)
                     } else {
                         self.state = .idle
-                        ResponseWriter(context: context, keepAlive: false, isHead: head.method == .HEAD)
+                        ResponseWriter(context: context, keepAlive: false, isHead: head.method == .HEAD, accounting: accounting)
                             .write(proxyError, cacheStatus: cacheStatus)
                     }
                 }
@@ -456,7 +462,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         headers.remove(name: "transfer-encoding")
         headers.replaceOrAdd(name: "Idempotency-Key", value: id)
         let upstream = UpstreamRequest(method: write.head.method, target: write.target.description, headers: headers, body: write.body)
-        let writer = ResponseWriter(context: context, keepAlive: write.head.isKeepAlive, isHead: false)
+        let writer = ResponseWriter(context: context, keepAlive: write.head.isKeepAlive, isHead: false, accounting: accounting)
         let eventLoop = context.eventLoop
         let cache = proxy.cache
         let logger = proxy.logger
@@ -550,8 +556,11 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     private let context: NIOLoopBound<ChannelHandlerContext>
     private let keepAlive: Bool
     private let isHead: Bool
-    private let cacheStatus: ResponseWriter.CacheStatus?
+    private let cacheStatus: CacheResult?
     private let headSent: NIOLoopBoundBox<Bool>
+    private let accounting: NIOLoopBound<RequestAccounting?>
+    /// The status sent and the body bytes written so far, for accounting when the response ends.
+    private let progress: NIOLoopBoundBox<(status: HTTPResponseStatus, bytes: Int)>
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     private let beforeEnd: NIOLoopBound<() -> Void>
 
@@ -561,11 +570,14 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         context: ChannelHandlerContext,
         keepAlive: Bool,
         isHead: Bool,
-        cacheStatus: ResponseWriter.CacheStatus?,
+        cacheStatus: CacheResult?,
+        accounting: RequestAccounting?,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void,
         beforeEnd: @escaping () -> Void
     ) {
         self.receivedHead = receivedHead
+        self.accounting = NIOLoopBound(accounting, eventLoop: context.eventLoop)
+        self.progress = NIOLoopBoundBox((.ok, 0), eventLoop: context.eventLoop)
         self.context = NIOLoopBound(context, eventLoop: context.eventLoop)
         self.keepAlive = keepAlive
         self.isHead = isHead
@@ -578,6 +590,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
 
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         receivedHead(status, headers)
+        progress.value.status = status
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
@@ -588,10 +601,12 @@ private final class ChannelResponseSink: ForwardedResponseSink {
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         guard !isHead else { return context.value.eventLoop.makeSucceededVoidFuture() }
+        progress.value.bytes += buffer.readableBytes
         return context.value.writeAndFlush(NIOAny(HTTPServerResponsePart.body(.byteBuffer(buffer))))
     }
 
     func receiveEnd() {
+        accounting.value?.record(status: progress.value.status, cacheResult: cacheStatus, bytes: progress.value.bytes)
         beforeEnd.value()
         let context = self.context.value
         let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))

@@ -6,22 +6,15 @@ import SDUIProxyCore
 ///
 /// Flushes once per response, after the end part, so a response costs one system call in the common case.
 struct ResponseWriter {
-    /// The `X-Cache` value of a response on the cache path.
-    enum CacheStatus: String {
-        case hit = "HIT"
-        case miss = "MISS"
-        case bypass = "BYPASS"
-        case stale = "STALE"
-        case revalidated = "REVALIDATED"
-    }
-
     let context: ChannelHandlerContext
     let keepAlive: Bool
     let isHead: Bool
+    /// Counts the response and writes its access-log line.
+    var accounting: RequestAccounting?
 
     /// How a stored entry is presented to the client.
     struct EntryPresentation {
-        var cacheStatus: CacheStatus
+        var cacheResult: CacheResult
         /// The entry's age, sent on every response served from the cache.
         var age: Int64
         /// Answer 304 with no body: the client already has this representation.
@@ -50,37 +43,44 @@ struct ResponseWriter {
             headers.replaceOrAdd(name: "beagle-hash", value: entry.contentHash)
         }
         headers.add(name: "Age", value: String(presentation.age))
-        headers.add(name: "X-Cache", value: presentation.cacheStatus.rawValue)
+        headers.add(name: "X-Cache", value: presentation.cacheResult.rawValue)
         return write(
             status: presentation.notModified ? .notModified : entry.status,
             headers: headers,
-            body: presentation.notModified ? ByteBuffer() : entry.body
+            body: presentation.notModified ? ByteBuffer() : entry.body,
+            cacheResult: presentation.cacheResult
         )
     }
 
     /// Writes a backend response that was not stored.
     @discardableResult
-    func write(_ response: UpstreamResponse, cacheStatus: CacheStatus?) -> EventLoopFuture<Void> {
+    func write(_ response: UpstreamResponse, cacheStatus: CacheResult?) -> EventLoopFuture<Void> {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
         if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
-        return write(status: response.status, headers: headers, body: response.body)
+        return write(status: response.status, headers: headers, body: response.body, cacheResult: cacheStatus)
     }
 
     /// Writes the JSON body of the error model.
     @discardableResult
-    func write(_ error: ProxyError, cacheStatus: CacheStatus? = nil) -> EventLoopFuture<Void> {
+    func write(_ error: ProxyError, cacheStatus: CacheResult? = nil) -> EventLoopFuture<Void> {
         let body = context.channel.allocator.buffer(string: error.jsonBody())
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "application/json")
         headers.add(name: "Content-Length", value: String(body.readableBytes))
         headers.add(name: "Cache-Control", value: "no-store")
         if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
-        return write(status: error.status, headers: headers, body: body)
+        return write(status: error.status, headers: headers, body: body, cacheResult: cacheStatus)
     }
 
     @discardableResult
-    private func write(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer) -> EventLoopFuture<Void> {
+    private func write(
+        status: HTTPResponseStatus,
+        headers: HTTPHeaders,
+        body: ByteBuffer,
+        cacheResult: CacheResult?
+    ) -> EventLoopFuture<Void> {
+        accounting?.record(status: status, cacheResult: cacheResult, bytes: isHead ? 0 : body.readableBytes)
         var headers = headers
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)

@@ -25,6 +25,9 @@ public final class ProxyServer: Sendable {
     /// The context in force.
     public var context: ProxyContext { runtime.context }
 
+    /// Whether either listener still accepts connections (false once a shutdown has begun).
+    public var isAcceptingConnections: Bool { channels.contains { $0.isActive } }
+
     private let eventLoopGroup: any EventLoopGroup
     private let threadPool: NIOThreadPool
     /// One per listener: a helper tracks the connections of a single server channel.
@@ -90,11 +93,14 @@ public final class ProxyServer: Sendable {
     /// Builds the proxy from `configuration` and binds its listeners.
     ///
     /// - Parameter eventLoopGroup: the group to run on; by default NIO's process-wide group, a loop per core.
+    ///   - adminAuthorization: who may use the admin endpoints; by default anyone who can reach the listener.
     public static func start(
         configuration: ProxyConfiguration,
         logger: Logger,
+        adminAuthorization: AdminAuthorization = AdminAuthorization(token: nil),
         eventLoopGroup: (any EventLoopGroup)? = nil
     ) async throws -> ProxyServer {
+        try adminAuthorization.checkBinding(host: configuration.admin.host)
         let group = eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton
         let threadPool = NIOThreadPool(numberOfThreads: 2)
         threadPool.start()
@@ -109,12 +115,17 @@ public final class ProxyServer: Sendable {
                     throw ProxyStartupError(message: "cannot open the write queue in \(queueConfiguration.store): \(error)")
                 }
             }
+            let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
+            let metrics = ProxyMetrics(snapshot: { [writeQueue] in
+                ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
+            })
             context = try ProxyContext.build(
                 configuration: configuration,
-                cache: ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries),
+                cache: cache,
                 coalescer: nil,
                 client: nil,
                 writeQueue: writeQueue,
+                metrics: metrics,
                 eventLoopGroup: group,
                 threadPool: threadPool,
                 logger: logger
@@ -134,6 +145,7 @@ public final class ProxyServer: Sendable {
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(limiter.makeHandler())
+                    try sync.addHandler(ConnectionCountingHandler(metrics: context.metrics))
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
                     try sync.addHandler(PublicHTTPHandler(runtime: runtime))
                 }
@@ -150,7 +162,7 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
                     try sync.addHandler(NIOHTTPServerRequestAggregator(maxContentLength: 1 << 20))
-                    try sync.addHandler(AdminHTTPHandler(router: router, logger: logger))
+                    try sync.addHandler(AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger))
                 }
             }
             var queueDelivery: Task<Void, Never>?
@@ -255,6 +267,7 @@ public final class ProxyServer: Sendable {
             coalescer: old.fetcher.coalescer,
             client: upstreamChanged ? nil : old.client,
             writeQueue: old.writeQueue,
+            metrics: old.metrics,
             eventLoopGroup: eventLoopGroup,
             threadPool: threadPool,
             logger: logger

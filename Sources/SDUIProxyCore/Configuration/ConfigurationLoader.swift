@@ -245,13 +245,16 @@ public struct ConfigurationLoader: Sendable {
     }
 
     private static func log(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Log {
-        try section.rejectUnknownKeys(["level"])
+        try section.rejectUnknownKeys(["level", "format", "access"])
         var log = ProxyConfiguration.Log()
         log.level = try section.string("level", default: log.level).lowercased()
         let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
         guard levels.contains(log.level) else {
             throw section.fail("level", "must be one of \(levels.joined(separator: ", "))")
         }
+        log.format = try section.string("format", default: log.format).lowercased()
+        guard ["text", "json"].contains(log.format) else { throw section.fail("format", "must be text or json") }
+        log.access = try section.bool("access", default: log.access)
         return log
     }
 

@@ -171,6 +171,10 @@ public struct ProxyConfiguration: Sendable, Equatable {
     /// Logging.
     public struct Log: Sendable, Equatable {
         public var level = "info"
+        /// `text` for people, `json` for log shippers.
+        public var format = "text"
+        /// One line per request (method, path, status, cache result, bytes, durations).
+        public var access = false
 
         public init() {}
     }

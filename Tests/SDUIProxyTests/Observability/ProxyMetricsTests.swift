@@ -134,8 +134,8 @@ struct ProxyMetricsTests {
     func snapshotFromCache() throws {
         let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
         let key = CacheKey(target: "/screens/home", platform: "WEB", varyValues: [])
-        _ = cache.lookup(key, now: .now())
-        cache.recordMiss(key)
+        _ = cache.lookup(key, requestHeaders: [:], now: .now())
+        _ = cache.lookup(key, requestHeaders: [:], now: .now())
         let metrics = ProxyMetrics()
         metrics.setSnapshotProvider { ProxyMetrics.Snapshot(cache.statistics) }
 

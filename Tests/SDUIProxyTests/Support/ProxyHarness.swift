@@ -36,12 +36,17 @@ struct ProxyHarness {
     static func run(
         origin responder: @escaping TestOrigin.Responder = { _ in .component() },
         configure: ((inout ProxyConfiguration) -> Void)? = nil,
+        adminToken: String? = nil,
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
         let origin = try await TestOrigin(responder: responder)
         var configuration = testConfiguration(upstream: origin.url)
         configure?(&configuration)
-        let server = try await ProxyServer.start(configuration: configuration, logger: logger)
+        let server = try await ProxyServer.start(
+            configuration: configuration,
+            logger: logger,
+            adminAuthorization: AdminAuthorization(token: adminToken)
+        )
         var clientConfiguration = HTTPClient.Configuration(redirectConfiguration: .disallow)
         // Enough connections that concurrent test requests really are concurrent.
         clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 512

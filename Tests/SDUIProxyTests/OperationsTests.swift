@@ -1,0 +1,79 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+@Suite("Operations: metrics, admin token, reload")
+struct OperationsTests {
+    @Test("/metrics reports known traffic in the Prometheus text format")
+    func metricsAfterTraffic() async throws {
+        try await ProxyHarness.run(origin: { request in
+            request.uri == "/down" ? TestOrigin.Response(status: .serviceUnavailable, body: "no") : .component()
+        }) { proxy async throws in
+            _ = try await proxy.get("/a")
+            _ = try await proxy.get("/a")
+            _ = try await proxy.get("/a")
+            _ = try await proxy.get("/down")
+            _ = try await proxy.get("/submit", method: .POST, body: "{}")
+            let metrics = try await proxy.admin("/metrics")
+            #expect(metrics.status == .ok)
+            #expect(metrics["Content-Type"]?.hasPrefix("text/plain; version=0.0.4") == true)
+            let lines = metrics.body.split(separator: "\n").map(String.init)
+            #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} 2"#))
+            #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS"} 1"#))
+            #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="5xx",cache="BYPASS"} 1"#))
+            #expect(lines.contains(#"sdui_requests_total{method="POST",status_class="2xx",cache="none"} 1"#))
+            #expect(lines.contains("sdui_cache_entries 1.0"))
+            #expect(lines.contains("sdui_cache_hits_total 2"))
+            #expect(lines.contains { $0.hasPrefix("sdui_upstream_duration_seconds_count") && $0.hasSuffix(" 2") })
+            #expect(lines.contains { $0.hasPrefix("sdui_open_connections ") })
+        }
+    }
+
+    @Test("with a token, every admin endpoint but /health needs it; without one, nothing is checked")
+    func adminToken() async throws {
+        try await ProxyHarness.run(adminToken: "s3cret") { proxy async throws in
+            #expect(try await proxy.admin("/health").status == .ok)
+            let refused = try await proxy.admin("/cache/stats")
+            #expect(refused.status == .unauthorized)
+            #expect(refused.body.contains(#""kind":"unauthorized""#))
+            #expect(try await proxy.admin("/cache/stats", headers: [("Authorization", "Bearer wrong")]).status == .unauthorized)
+            #expect(try await proxy.admin("/cache/stats", headers: [("Authorization", "Bearer s3cret")]).status == .ok)
+            #expect(try await proxy.admin("/metrics", headers: [("Authorization", "bearer s3cret")]).status == .ok)
+            let purge = try await proxy.admin("/cache", method: .DELETE)
+            #expect(purge.status == .unauthorized)
+        }
+    }
+
+    @Test("an admin listener on a public address without a token does not start")
+    func publicAdminWithoutToken() async throws {
+        var configuration = ProxyHarness.testConfiguration(upstream: "http://127.0.0.1:9")
+        configuration.admin.host = "0.0.0.0"
+        await #expect(throws: ConfigurationError.self) {
+            _ = try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger)
+        }
+    }
+
+    @Test("a reload applies new TTLs and headers without dropping the cache")
+    func reload() async throws {
+        try await ProxyHarness.run(origin: { request in .component(maxAge: request.uri == "/kept" ? 60 : nil) }) {
+            proxy async throws in
+            _ = try await proxy.get("/kept")
+            #expect(try await proxy.get("/a")["X-Cache"] == "BYPASS")
+
+            var configuration = proxy.server.context.configuration
+            configuration.cache.policy.defaultTTL = .seconds(60)
+            configuration.headers.append((name: "X-Api-Key", value: "k2"))
+            try await proxy.server.reload(configuration)
+
+            #expect(try await proxy.get("/a")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/a")["X-Cache"] == "HIT")
+            #expect(proxy.origin.requests.last?.headers.first(name: "x-api-key") == "k2")
+            #expect(try await proxy.get("/kept")["X-Cache"] == "HIT")
+        }
+    }
+}
