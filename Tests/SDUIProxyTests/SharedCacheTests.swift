@@ -279,7 +279,7 @@ struct SharedCacheTests {
     func coalescedFailure() async throws {
         try await ProxyHarness.run(origin: { _ in
             var response = TestOrigin.Response(status: .serviceUnavailable, headers: [("Content-Type", "text/plain")], body: "overloaded")
-            response.delay = .milliseconds(1500)
+            response.delay = .seconds(3)
             return response
         }) { proxy async throws in
             let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
