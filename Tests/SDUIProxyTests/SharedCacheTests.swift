@@ -281,7 +281,7 @@ struct SharedCacheTests {
             var response = TestOrigin.Response(status: .serviceUnavailable, headers: [("Content-Type", "text/plain")], body: "overloaded")
             response.delay = .seconds(3)
             return response
-        }) { proxy async throws in
+        }, configure: { $0.upstream.timeout = .seconds(10) }) { proxy async throws in
             let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
                 for _ in 0..<200 { group.addTask { try await proxy.get("/failing") } }
                 return try await group.reduce(into: []) { $0.append($1) }
