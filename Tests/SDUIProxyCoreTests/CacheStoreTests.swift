@@ -57,7 +57,12 @@ struct CacheStoreTests {
         #expect(Set(store.keysByRecency).count == store.count)
     }
 
-    private static func entry(_ body: String, lifetime: Int64 = 60, initialAge: Int64 = 0, storedAt: NIODeadline = .now())
+    private static func entry(
+        _ body: String,
+        lifetime: Int64 = 60,
+        initialAge: Int64 = 0,
+        storedAt: NIODeadline = .now()
+    )
         -> CachedResponse
     {
         CachedResponse(
@@ -74,8 +79,14 @@ struct CacheStoreTests {
         let key = CacheKey(target: "/a", platform: "WEB")
         if case .miss = cache.lookup(key, requestHeaders: [:], now: .now()) {} else { Issue.record("expected a miss") }
         cache.store(Self.entry("{}", lifetime: 10), for: key)
-        if case .fresh = cache.lookup(key, requestHeaders: [:], now: .now()) {} else { Issue.record("expected a fresh entry") }
-        if case .stale = cache.lookup(key, requestHeaders: [:], now: .now() + .seconds(11)) {} else { Issue.record("expected stale") }
+        if case .fresh = cache.lookup(key, requestHeaders: [:], now: .now()) {
+        } else {
+            Issue.record("expected a fresh entry")
+        }
+        if case .stale = cache.lookup(key, requestHeaders: [:], now: .now() + .seconds(11)) {
+        } else {
+            Issue.record("expected stale")
+        }
         let statistics = cache.statistics
         #expect(statistics.hits == 1)
         #expect(statistics.misses == 1)
@@ -97,7 +108,10 @@ struct CacheStoreTests {
         #expect(web == CacheKey(target: "/a", platform: "WEB"))
         #expect(web.hashCode == CacheKey(target: "/a", platform: "WEB").hashCode)
         #expect(web != CacheKey(target: "/a", platform: "IOS"))
-        #expect(CacheKey(target: "/a", platform: "WEB", varyValues: ["en"]) != CacheKey(target: "/a", platform: "WEB", varyValues: ["pt"]))
+        #expect(
+            CacheKey(target: "/a", platform: "WEB", varyValues: ["en"])
+                != CacheKey(target: "/a", platform: "WEB", varyValues: ["pt"])
+        )
         #expect(web.platform == "WEB")
     }
 

@@ -3,7 +3,11 @@ import Testing
 
 @Suite("Configuration: file, environment and flags")
 struct ConfigurationTests {
-    private func load(_ yaml: String, environment: [String: String] = [:], overrides: CommandLineOverrides = .init())
+    private func load(
+        _ yaml: String,
+        environment: [String: String] = [:],
+        overrides: CommandLineOverrides = .init()
+    )
         throws(ConfigurationError) -> ProxyConfiguration
     {
         try ConfigurationLoader(environment: environment).load(yaml: yaml, overrides: overrides)

@@ -140,7 +140,9 @@ struct CachePathTests {
 
     @Test("an invalid component is a 502 of kind decoding, and is not cached")
     func invalidComponent() async throws {
-        for body in [#"{"notAComponent":true}"#, #"{"_beagleComponent_": "#, "[1,2]", #"{"_beagleAction_":"beagle:pushView"}"#] {
+        for body in [
+            #"{"notAComponent":true}"#, #"{"_beagleComponent_": "#, "[1,2]", #"{"_beagleAction_":"beagle:pushView"}"#,
+        ] {
             try await ProxyHarness.run(origin: { _ in
                 var response = TestOrigin.Response.component()
                 response.body = body
@@ -170,7 +172,18 @@ struct CachePathTests {
                 }
                 return response
             },
-            configure: { $0.cache.routes = [.init(prefix: "/api/", policy: { var p = ProxyConfiguration.RoutePolicy(); p.validateComponents = false; return p }())] }
+            configure: {
+                $0.cache.routes = [
+                    .init(
+                        prefix: "/api/",
+                        policy: {
+                            var p = ProxyConfiguration.RoutePolicy()
+                            p.validateComponents = false
+                            return p
+                        }()
+                    )
+                ]
+            }
         ) { proxy async throws in
             #expect(try await proxy.get("/api/x").status == .ok)
             #expect(try await proxy.get("/api/x")["X-Cache"] == "HIT")
@@ -184,7 +197,11 @@ struct CachePathTests {
     @Test("backend error statuses pass through as the backend sent them")
     func backendErrorsPassThrough() async throws {
         try await ProxyHarness.run(origin: { _ in
-            TestOrigin.Response(status: .internalServerError, headers: [("Content-Type", "text/plain")], body: "backend says no")
+            TestOrigin.Response(
+                status: .internalServerError,
+                headers: [("Content-Type", "text/plain")],
+                body: "backend says no"
+            )
         }) { proxy async throws in
             let reply = try await proxy.get("/screens/home")
             #expect(reply.status == .internalServerError)
@@ -209,7 +226,11 @@ struct CachePathTests {
     @Test("a backend slower than upstream.timeout is a 504 of kind timeout")
     func slowBackend() async throws {
         try await ProxyHarness.run(
-            origin: { _ in var response = TestOrigin.Response.component(); response.delay = .seconds(2); return response },
+            origin: { _ in
+                var response = TestOrigin.Response.component()
+                response.delay = .seconds(2)
+                return response
+            },
             configure: { $0.upstream.timeout = .milliseconds(300) }
         ) { proxy async throws in
             let reply = try await proxy.get("/screens/home")

@@ -33,7 +33,8 @@ struct ConnectionTests {
             return response
         }) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort)
-            let batch = (0..<8).map { "GET /p/\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined()
+            let batch =
+                (0..<8).map { "GET /p/\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined()
                 + "HEAD /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
             try await connection.send(batch)
             for index in 0..<8 {
@@ -62,7 +63,8 @@ struct ConnectionTests {
 
     @Test("the admin listener answers /health, and admin paths are not served on the public listener")
     func adminHealth() async throws {
-        try await ProxyHarness.run(origin: { _ in TestOrigin.Response(status: .notFound, body: "origin 404") }) { proxy async throws in
+        try await ProxyHarness.run(origin: { _ in TestOrigin.Response(status: .notFound, body: "origin 404") }) {
+            proxy async throws in
             let health = try await proxy.admin("/health")
             #expect(health.status == .ok)
             #expect(health.body == #"{"status":"ok"}"#)

@@ -29,8 +29,14 @@ struct HardeningTests {
         "each limit is answered with its status and the error body, and nothing is forwarded",
         arguments: [
             ("GET /\(String(repeating: "a", count: 100)) HTTP/1.1\r\nHost: x\r\n\r\n", "414", "uriTooLong"),
-            ("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 2000))\r\n\r\n", "431", "headersTooLarge"),
-            ("GET / HTTP/1.1\r\nHost: x\r\n" + (0..<30).map { "X-H\($0): v\r\n" }.joined() + "\r\n", "431", "headersTooLarge"),
+            (
+                "GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 2000))\r\n\r\n", "431",
+                "headersTooLarge"
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: x\r\n" + (0..<30).map { "X-H\($0): v\r\n" }.joined() + "\r\n", "431",
+                "headersTooLarge"
+            ),
             ("POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", "413", "tooLarge"),
         ]
     )
@@ -47,7 +53,8 @@ struct HardeningTests {
     func chunkedBodyTooLarge() async throws {
         try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
             let chunk = String(repeating: "z", count: 600)
-            let request = "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            let request =
+                "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                 + "258\r\n\(chunk)\r\n258\r\n\(chunk)\r\n0\r\n\r\n"
             let answer = try await Self.exchange(proxy, request)
             #expect(answer.hasPrefix("HTTP/1.1 413"), "\(answer.prefix(80))")

@@ -41,7 +41,10 @@ struct OperationsTests {
             let refused = try await proxy.admin("/cache/stats")
             #expect(refused.status == .unauthorized)
             #expect(refused.body.contains(#""kind":"unauthorized""#))
-            #expect(try await proxy.admin("/cache/stats", headers: [("Authorization", "Bearer wrong")]).status == .unauthorized)
+            #expect(
+                try await proxy.admin("/cache/stats", headers: [("Authorization", "Bearer wrong")]).status
+                    == .unauthorized
+            )
             #expect(try await proxy.admin("/cache/stats", headers: [("Authorization", "Bearer s3cret")]).status == .ok)
             #expect(try await proxy.admin("/metrics", headers: [("Authorization", "bearer s3cret")]).status == .ok)
             let purge = try await proxy.admin("/cache", method: .DELETE)

@@ -8,7 +8,10 @@ import Testing
 
 @Suite("Methods other than GET and HEAD are forwarded untouched")
 struct PassThroughTests {
-    @Test("POST reaches the backend with its method, body and headers, and is never cached", arguments: [HTTPMethod.POST, .PUT, .PATCH, .DELETE, .OPTIONS])
+    @Test(
+        "POST reaches the backend with its method, body and headers, and is never cached",
+        arguments: [HTTPMethod.POST, .PUT, .PATCH, .DELETE, .OPTIONS]
+    )
     func forwarded(method: HTTPMethod) async throws {
         try await ProxyHarness.run(origin: { request in
             TestOrigin.Response(
@@ -21,7 +24,10 @@ struct PassThroughTests {
             for _ in 0..<2 {
                 let reply = try await proxy.get(
                     "/api/orders?source=app",
-                    headers: [("Content-Type", "application/vnd.orders+json"), ("X-Request-Id", "abc"), ("beagle-platform", "IOS")],
+                    headers: [
+                        ("Content-Type", "application/vnd.orders+json"), ("X-Request-Id", "abc"),
+                        ("beagle-platform", "IOS"),
+                    ],
                     method: method,
                     body: body
                 )
@@ -61,7 +67,8 @@ struct PassThroughTests {
 
     @Test("hop-by-hop headers are not forwarded")
     func hopByHop() async throws {
-        try await ProxyHarness.run(origin: { _ in TestOrigin.Response(status: .noContent, headers: [], body: "") }) { proxy async throws in
+        try await ProxyHarness.run(origin: { _ in TestOrigin.Response(status: .noContent, headers: [], body: "") }) {
+            proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort)
             try await connection.send(
                 "POST /submit HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\n"

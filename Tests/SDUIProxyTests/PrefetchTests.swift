@@ -28,13 +28,18 @@ struct PrefetchTests {
     }
 
     static let samples = ProcessTests.repositoryRoot.appendingPathComponent("config/samples")
-    static let fixtures = ProcessTests.repositoryRoot.deletingLastPathComponent().appendingPathComponent("shared/fixtures/beagle-ios")
+    static let fixtures = ProcessTests.repositoryRoot.deletingLastPathComponent().appendingPathComponent(
+        "shared/fixtures/beagle-ios"
+    )
 
     static func component(linkingTo urls: [String], extra: String = "") -> TestOrigin.Response {
-        let actions = urls.map { #"{"_beagleAction_":"beagle:pushView","route":{"url":"\#($0)","shouldPrefetch":true}}"# }
+        let actions = urls.map {
+            #"{"_beagleAction_":"beagle:pushView","route":{"url":"\#($0)","shouldPrefetch":true}}"#
+        }
         return TestOrigin.Response(
             headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")],
-            body: #"{"_beagleComponent_":"beagle:screenComponent","onPress":[\#(actions.joined(separator: ","))]\#(extra)}"#
+            body:
+                #"{"_beagleComponent_":"beagle:screenComponent","onPress":[\#(actions.joined(separator: ","))]\#(extra)}"#
         )
     }
 
@@ -62,7 +67,9 @@ struct PrefetchTests {
             let before = proxy.origin.requestCount
             #expect(before == 6)
             for platform in ["IOS", "ANDROID"] {
-                #expect(try await proxy.get("/screens/home", headers: [("beagle-platform", platform)])["X-Cache"] == "HIT")
+                #expect(
+                    try await proxy.get("/screens/home", headers: [("beagle-platform", platform)])["X-Cache"] == "HIT"
+                )
                 #expect(try await proxy.get("/slow", headers: [("beagle-platform", platform)])["X-Cache"] == "HIT")
             }
             #expect(proxy.origin.requestCount == before)
@@ -75,7 +82,11 @@ struct PrefetchTests {
     func endpointResults() async throws {
         try await ProxyHarness.run(origin: { request in
             switch request.uri {
-            case "/private": TestOrigin.Response(headers: [("Content-Type", "application/json"), ("Cache-Control", "no-store")], body: #"{"_beagleComponent_":"a"}"#)
+            case "/private":
+                TestOrigin.Response(
+                    headers: [("Content-Type", "application/json"), ("Cache-Control", "no-store")],
+                    body: #"{"_beagleComponent_":"a"}"#
+                )
             case "/missing": TestOrigin.Response(status: .notFound, body: "")
             default: .component()
             }
@@ -83,13 +94,17 @@ struct PrefetchTests {
             let reply = try await proxy.admin(
                 "/prefetch",
                 method: .POST,
-                body: #"{"urls":["/a","/private","/missing","http://elsewhere.example/x","relative"],"platforms":["ios","WEB"]}"#
+                body:
+                    #"{"urls":["/a","/private","/missing","http://elsewhere.example/x","relative"],"platforms":["ios","WEB"]}"#
             )
             #expect(reply.status == .ok)
-            let results = try #require(try JSONSerialization.jsonObject(with: Data(reply.body.utf8)) as? [String: Any])["results"] as? [[String: Any]]
+            let results =
+                try #require(try JSONSerialization.jsonObject(with: Data(reply.body.utf8)) as? [String: Any])["results"]
+                as? [[String: Any]]
             #expect(results?.count == 10)
             func status(_ url: String, _ platform: String) -> String? {
-                results?.first { $0["url"] as? String == url && $0["platform"] as? String == platform }?["status"] as? String
+                results?.first { $0["url"] as? String == url && $0["platform"] as? String == platform }?["status"]
+                    as? String
             }
             #expect(status("/a", "IOS") == "cached")
             #expect(status("/a", "WEB") == "cached")
@@ -138,22 +153,34 @@ struct PrefetchTests {
             _ = try await proxy.get("/screens/home", headers: [("beagle-platform", "IOS")])
             try await waitUntil { proxy.origin.requestCount == 3 }
             try await Task.sleep(for: .milliseconds(100))
-            #expect(Set(proxy.origin.requests.map(\.uri)) == ["/screens/home", "/screens/products", "/screens/products/2"])
+            #expect(
+                Set(proxy.origin.requests.map(\.uri)) == ["/screens/home", "/screens/products", "/screens/products/2"]
+            )
             #expect(proxy.origin.requests.allSatisfy { $0.headers.first(name: "beagle-platform") == "IOS" })
-            #expect(try await proxy.get("/screens/products/2", headers: [("beagle-platform", "IOS")])["X-Cache"] == "HIT")
-            #expect(try await proxy.get("/screens/products/2", headers: [("beagle-platform", "WEB")])["X-Cache"] == "MISS")
+            #expect(
+                try await proxy.get("/screens/products/2", headers: [("beagle-platform", "IOS")])["X-Cache"] == "HIT"
+            )
+            #expect(
+                try await proxy.get("/screens/products/2", headers: [("beagle-platform", "WEB")])["X-Cache"] == "MISS"
+            )
         }
     }
 
     @Test("the real Beagle fixtures: only shouldPrefetch routes with literal same-origin URLs are followed")
     func followsActionsOnFixtures() async throws {
-        let names = try FileManager.default.contentsOfDirectory(atPath: Self.fixtures.path).filter { $0.hasSuffix(".json") }
+        let names = try FileManager.default.contentsOfDirectory(atPath: Self.fixtures.path).filter {
+            $0.hasSuffix(".json")
+        }
         try await ProxyHarness.run(
             origin: Self.files(in: Self.fixtures),
             configure: { $0.cache.policy.validateComponents = false }
         ) { proxy async throws in
             let urls = names.filter { $0 != "UrlBuilderTestSpec.json" }.map { #""/\#($0)""# }.joined(separator: ",")
-            let reply = try await proxy.admin("/prefetch", method: .POST, body: #"{"urls":[\#(urls)],"platforms":["IOS"]}"#)
+            let reply = try await proxy.admin(
+                "/prefetch",
+                method: .POST,
+                body: #"{"urls":[\#(urls)],"platforms":["IOS"]}"#
+            )
             #expect(reply.status == .ok)
             try await Task.sleep(for: .milliseconds(200))
             // pushview.json asks for prefetching, but its URL (schema://path) is not http and not a path, and the
@@ -215,7 +242,11 @@ struct PrefetchTests {
             response.delay = .milliseconds(700)
             return response
         }) { proxy async throws in
-            async let prefetched = proxy.admin("/prefetch", method: .POST, body: #"{"urls":["/race"],"platforms":["WEB"]}"#)
+            async let prefetched = proxy.admin(
+                "/prefetch",
+                method: .POST,
+                body: #"{"urls":["/race"],"platforms":["WEB"]}"#
+            )
             try await Task.sleep(for: .milliseconds(150))
             let client = try await proxy.get("/race")
             #expect(client.status == .ok)

@@ -182,12 +182,20 @@ struct ProcessTests {
         let file = NSTemporaryDirectory() + "reload-\(UUID().uuidString).yaml"
         defer { try? FileManager.default.removeItem(atPath: file) }
         let samples = Self.repositoryRoot.appendingPathComponent("config/samples").path
-        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 0s }\n".write(toFile: file, atomically: true, encoding: .utf8)
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 0s }\n".write(
+            toFile: file,
+            atomically: true,
+            encoding: .utf8
+        )
         let proxy = try await RunningProxy(arguments: ["--config", file])
         let base = "http://127.0.0.1:\(proxy.publicPort)"
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "BYPASS")
 
-        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\n".write(toFile: file, atomically: true, encoding: .utf8)
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\n".write(
+            toFile: file,
+            atomically: true,
+            encoding: .utf8
+        )
         proxy.signal(SIGHUP)
         try await waitUntil { proxy.log.contains("configuration reloaded") }
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "MISS")
@@ -245,7 +253,11 @@ struct ProcessTests {
         let first = try await RunningProxy(arguments: ["--config", config])
         var ids: [String] = []
         for number in 1...5 {
-            let reply = try await Self.get("http://127.0.0.1:\(first.publicPort)/api/orders", method: .POST, body: #"{"n":\#(number)}"#)
+            let reply = try await Self.get(
+                "http://127.0.0.1:\(first.publicPort)/api/orders",
+                method: .POST,
+                body: #"{"n":\#(number)}"#
+            )
             #expect(reply.0 == .accepted)
             ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
         }

@@ -10,7 +10,10 @@ import Testing
 /// RFC 9111 behaviour of the proxy as a shared cache, each rule against a real origin over loopback.
 @Suite("RFC 9111 shared-cache semantics")
 struct SharedCacheTests {
-    private static func origin(_ headers: [(String, String)], body: String = #"{"_beagleComponent_":"a"}"#)
+    private static func origin(
+        _ headers: [(String, String)],
+        body: String = #"{"_beagleComponent_":"a"}"#
+    )
         -> TestOrigin.Responder
     {
         { _ in TestOrigin.Response(status: .ok, headers: [("Content-Type", "application/json")] + headers, body: body) }
@@ -47,7 +50,8 @@ struct SharedCacheTests {
             switch request.uri {
             case "/gone": TestOrigin.Response(status: .notFound, headers: [("Cache-Control", "max-age=60")], body: "no")
             case "/plain404": TestOrigin.Response(status: .notFound, headers: [], body: "no")
-            default: TestOrigin.Response(status: .internalServerError, headers: [("Cache-Control", "max-age=60")], body: "x")
+            default:
+                TestOrigin.Response(status: .internalServerError, headers: [("Cache-Control", "max-age=60")], body: "x")
             }
         }) { proxy async throws in
             for path in ["/gone", "/plain404", "/error"] { _ = try await proxy.get(path) }
@@ -84,7 +88,9 @@ struct SharedCacheTests {
         try await ProxyHarness.run(origin: { request in
             let language = request.headers.first(name: "accept-language") ?? "none"
             return TestOrigin.Response(
-                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")],
+                headers: [
+                    ("Content-Type", "application/json"), ("Cache-Control", "max-age=60"), ("Vary", "Accept-Language"),
+                ],
                 body: #"{"_beagleComponent_":"a","lang":"\#(language)"}"#
             )
         }) { proxy async throws in
@@ -105,7 +111,9 @@ struct SharedCacheTests {
     @Test("conditional requests from clients get a 304 from a fresh entry")
     func clientConditionals() async throws {
         let lastModified = HTTPDate.format(HTTPDate.now() - 3600)
-        try await ProxyHarness.run(origin: Self.origin([("Cache-Control", "max-age=60"), ("ETag", "\"v1\""), ("Last-Modified", lastModified)])) {
+        try await ProxyHarness.run(
+            origin: Self.origin([("Cache-Control", "max-age=60"), ("ETag", "\"v1\""), ("Last-Modified", lastModified)])
+        ) {
             proxy async throws in
             _ = try await proxy.get("/c")
             let strong = try await proxy.get("/c", headers: [("If-None-Match", "\"v1\"")])
@@ -115,8 +123,14 @@ struct SharedCacheTests {
             #expect(strong["X-Cache"] == "HIT")
             #expect(try await proxy.get("/c", headers: [("If-None-Match", "\"x\", W/\"v1\"")]).status == .notModified)
             #expect(try await proxy.get("/c", headers: [("If-None-Match", "\"v2\"")]).status == .ok)
-            #expect(try await proxy.get("/c", headers: [("If-Modified-Since", HTTPDate.format(HTTPDate.now()))]).status == .notModified)
-            #expect(try await proxy.get("/c", headers: [("If-Modified-Since", HTTPDate.format(HTTPDate.now() - 7200))]).status == .ok)
+            #expect(
+                try await proxy.get("/c", headers: [("If-Modified-Since", HTTPDate.format(HTTPDate.now()))]).status
+                    == .notModified
+            )
+            #expect(
+                try await proxy.get("/c", headers: [("If-Modified-Since", HTTPDate.format(HTTPDate.now() - 7200))])
+                    .status == .ok
+            )
             #expect(proxy.origin.requestCount == 1)
         }
     }
@@ -125,10 +139,17 @@ struct SharedCacheTests {
     func upstreamRevalidation() async throws {
         try await ProxyHarness.run(origin: { request in
             if request.headers.first(name: "if-none-match") == "\"v1\"" {
-                return TestOrigin.Response(status: .notModified, headers: [("Cache-Control", "max-age=60"), ("X-Version", "2")], body: "")
+                return TestOrigin.Response(
+                    status: .notModified,
+                    headers: [("Cache-Control", "max-age=60"), ("X-Version", "2")],
+                    body: ""
+                )
             }
             return TestOrigin.Response(
-                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=0"), ("ETag", "\"v1\""), ("X-Version", "1")],
+                headers: [
+                    ("Content-Type", "application/json"), ("Cache-Control", "max-age=0"), ("ETag", "\"v1\""),
+                    ("X-Version", "1"),
+                ],
                 body: #"{"_beagleComponent_":"a"}"#
             )
         }) { proxy async throws in
@@ -154,7 +175,9 @@ struct SharedCacheTests {
         try await ProxyHarness.run(origin: { _ in
             let current = version.withLockedValue { $0 }
             return TestOrigin.Response(
-                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=0"), ("ETag", "\"v\(current)\"")],
+                headers: [
+                    ("Content-Type", "application/json"), ("Cache-Control", "max-age=0"), ("ETag", "\"v\(current)\""),
+                ],
                 body: #"{"_beagleComponent_":"a","v":\#(current)}"#
             )
         }) { proxy async throws in
@@ -217,7 +240,9 @@ struct SharedCacheTests {
 
     @Test("stale-if-error serves the stale entry when the backend is down")
     func staleIfError() async throws {
-        try await ProxyHarness.run(origin: Self.origin([("Age", "5"), ("Cache-Control", "max-age=1, stale-if-error=60")])) {
+        try await ProxyHarness.run(
+            origin: Self.origin([("Age", "5"), ("Cache-Control", "max-age=1, stale-if-error=60")])
+        ) {
             proxy async throws in
             _ = try await proxy.get("/e")
             try await proxy.origin.stop()
@@ -233,10 +258,14 @@ struct SharedCacheTests {
         let failing = NIOLockedValueBox(false)
         try await ProxyHarness.run(
             origin: { request in
-                if failing.withLockedValue({ $0 }) { return TestOrigin.Response(status: .serviceUnavailable, body: "down") }
+                if failing.withLockedValue({ $0 }) {
+                    return TestOrigin.Response(status: .serviceUnavailable, body: "down")
+                }
                 let strict = request.uri == "/strict" ? ", must-revalidate" : ""
                 return TestOrigin.Response(
-                    headers: [("Content-Type", "application/json"), ("Age", "5"), ("Cache-Control", "max-age=1\(strict)")],
+                    headers: [
+                        ("Content-Type", "application/json"), ("Age", "5"), ("Cache-Control", "max-age=1\(strict)"),
+                    ],
                     body: #"{"_beagleComponent_":"a"}"#
                 )
             },
@@ -277,11 +306,18 @@ struct SharedCacheTests {
 
     @Test("one origin failure is fanned out to every waiter")
     func coalescedFailure() async throws {
-        try await ProxyHarness.run(origin: { _ in
-            var response = TestOrigin.Response(status: .serviceUnavailable, headers: [("Content-Type", "text/plain")], body: "overloaded")
-            response.delay = .seconds(3)
-            return response
-        }, configure: { $0.upstream.timeout = .seconds(10) }) { proxy async throws in
+        try await ProxyHarness.run(
+            origin: { _ in
+                var response = TestOrigin.Response(
+                    status: .serviceUnavailable,
+                    headers: [("Content-Type", "text/plain")],
+                    body: "overloaded"
+                )
+                response.delay = .seconds(3)
+                return response
+            },
+            configure: { $0.upstream.timeout = .seconds(10) }
+        ) { proxy async throws in
             let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
                 for _ in 0..<200 { group.addTask { try await proxy.get("/failing") } }
                 return try await group.reduce(into: []) { $0.append($1) }
@@ -295,7 +331,10 @@ struct SharedCacheTests {
     func authorizationAndPublic() async throws {
         try await ProxyHarness.run(origin: { request in
             TestOrigin.Response(
-                headers: [("Content-Type", "application/json"), ("Cache-Control", request.uri == "/public" ? "public, max-age=60" : "max-age=60")],
+                headers: [
+                    ("Content-Type", "application/json"),
+                    ("Cache-Control", request.uri == "/public" ? "public, max-age=60" : "max-age=60"),
+                ],
                 body: #"{"_beagleComponent_":"a"}"#
             )
         }) { proxy async throws in
@@ -354,7 +393,9 @@ struct SharedCacheTests {
 
             #expect(try await proxy.admin("/cache?url=/a&tag=x", method: .DELETE).status == .badRequest)
             let stats = try await proxy.admin("/cache/stats")
-            for field in ["entries", "bytes", "hits", "misses", "staleServes", "revalidations", "coalescedWaits", "evictions"] {
+            for field in [
+                "entries", "bytes", "hits", "misses", "staleServes", "revalidations", "coalescedWaits", "evictions",
+            ] {
                 #expect(stats.body.contains(#""\#(field)":"#))
             }
         }

@@ -13,7 +13,12 @@ struct WriteQueueProxyTests {
         var queue = QueueConfiguration()
         queue.store = directory
         queue.maxBodyBytes = 1024
-        var route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential, retry: .init())
+        var route = QueueConfiguration.Route(
+            method: "POST",
+            pathPrefix: "/api/orders",
+            ordering: .sequential,
+            retry: .init()
+        )
         route.retry.backoff = .milliseconds(20)
         route.retry.maxBackoff = .milliseconds(100)
         queue.routes = [route]
@@ -59,7 +64,13 @@ struct WriteQueueProxyTests {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try await ProxyHarness.run(
-            origin: { _ in TestOrigin.Response(status: .unprocessableEntity, headers: [("Content-Type", "text/plain")], body: "bad order") },
+            origin: { _ in
+                TestOrigin.Response(
+                    status: .unprocessableEntity,
+                    headers: [("Content-Type", "text/plain")],
+                    body: "bad order"
+                )
+            },
             configure: { $0.queue = Self.queueConfiguration(directory: directory) }
         ) { proxy async throws in
             let reply = try await proxy.get("/api/orders", method: .POST, body: "{}")
@@ -84,4 +95,3 @@ struct WriteQueueProxyTests {
         }
     }
 }
-

@@ -14,8 +14,11 @@ enum AdminEndpoints {
         }
         router.register(.GET, "/ready") { _, eventLoop in
             let progress = readiness()
-            let json = #"{"ready":\#(progress.isFinished),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)}"#
-            return eventLoop.makeSucceededFuture(AdminResponse(status: progress.isFinished ? .ok : .serviceUnavailable, json: json))
+            let json =
+                #"{"ready":\#(progress.isFinished),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)}"#
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(status: progress.isFinished ? .ok : .serviceUnavailable, json: json)
+            )
         }
         router.register(.POST, "/prefetch") { request, eventLoop in
             PrefetchEndpoint(proxy: runtime.context, prefetcher: prefetcher).respond(to: request, on: eventLoop)
@@ -47,7 +50,9 @@ enum AdminEndpoints {
         let known: Set<String> = ["url", "prefix", "tag"]
         let given = request.query.keys.filter(known.contains)
         guard given.count <= 1, request.query.keys.allSatisfy(known.contains) else {
-            return AdminResponse(ProxyError(.badRequest, "use one of url=, prefix= or tag=, or none to purge everything"))
+            return AdminResponse(
+                ProxyError(.badRequest, "use one of url=, prefix= or tag=, or none to purge everything")
+            )
         }
         let removed: Int
         let scope: String
@@ -58,7 +63,9 @@ enum AdminEndpoints {
             removed = cache.purge(target: target.description)
             scope = #""url":\#(JSONText.quoted(target.description))"#
         } else if let prefix = request.query["prefix"] {
-            guard prefix.hasPrefix("/") else { return AdminResponse(ProxyError(.badRequest, "prefix must start with /")) }
+            guard prefix.hasPrefix("/") else {
+                return AdminResponse(ProxyError(.badRequest, "prefix must start with /"))
+            }
             removed = cache.purge(prefix: prefix)
             scope = #""prefix":\#(JSONText.quoted(prefix))"#
         } else if let tag = request.query["tag"] {
@@ -75,7 +82,8 @@ enum AdminEndpoints {
     static func statisticsJSON(_ proxy: ProxyContext) -> String {
         let statistics = proxy.cache.statistics
         let fields: [(String, Int)] = [
-            ("entries", statistics.entries), ("bytes", statistics.bytes), ("maxBytes", proxy.configuration.cache.maxBytes),
+            ("entries", statistics.entries), ("bytes", statistics.bytes),
+            ("maxBytes", proxy.configuration.cache.maxBytes),
             ("hits", statistics.hits), ("misses", statistics.misses), ("staleServes", statistics.staleServes),
             ("revalidations", statistics.revalidations), ("coalescedWaits", proxy.fetcher.coalescer.coalescedWaits),
             ("evictions", statistics.evictions), ("purged", statistics.purged), ("stores", statistics.stores),

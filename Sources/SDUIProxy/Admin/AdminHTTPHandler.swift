@@ -49,7 +49,9 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             headers.add(name: "Cache-Control", value: "no-store")
             if !keepAlive { headers.add(name: "Connection", value: "close") }
             context.write(
-                self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers))),
+                self.wrapOutboundOut(
+                    .head(HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers))
+                ),
                 promise: nil
             )
             if full.head.method != .HEAD { context.write(self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }

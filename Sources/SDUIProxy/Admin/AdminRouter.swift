@@ -61,7 +61,9 @@ public struct AdminRouter: Sendable {
     /// another method.
     func respond(to request: AdminRequest, on eventLoop: any EventLoop) -> EventLoopFuture<AdminResponse> {
         guard let byMethod = endpoints[request.path] else {
-            if let match = prefixEndpoints.first(where: { request.path.hasPrefix($0.prefix) && request.path.count > $0.prefix.count }) {
+            if let match = prefixEndpoints.first(where: {
+                request.path.hasPrefix($0.prefix) && request.path.count > $0.prefix.count
+            }) {
                 guard match.method == request.method.rawValue else {
                     return eventLoop.makeSucceededFuture(
                         AdminResponse(ProxyError(.methodNotAllowed, "\(request.path) takes \(match.method)"))
@@ -69,9 +71,12 @@ public struct AdminRouter: Sendable {
                 }
                 return match.endpoint(request, eventLoop)
             }
-            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.notFound, "no admin endpoint \(request.path)")))
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.notFound, "no admin endpoint \(request.path)"))
+            )
         }
-        guard let endpoint = byMethod[request.method.rawValue] ?? (request.method == .HEAD ? byMethod["GET"] : nil) else {
+        guard let endpoint = byMethod[request.method.rawValue] ?? (request.method == .HEAD ? byMethod["GET"] : nil)
+        else {
             let allowed = byMethod.keys.sorted().joined(separator: ", ")
             return eventLoop.makeSucceededFuture(
                 AdminResponse(ProxyError(.methodNotAllowed, "\(request.path) takes \(allowed)"))

@@ -20,11 +20,15 @@ struct PrefetchEndpoint {
     func respond(to request: AdminRequest, on eventLoop: any EventLoop) -> EventLoopFuture<AdminResponse> {
         let limits = proxy.configuration.prefetch
         guard let bytes = request.body, bytes.readableBytes > 0 else {
-            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.badRequest, #"the body must be {"urls": [...]}"#)))
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.badRequest, #"the body must be {"urls": [...]}"#))
+            )
         }
         guard bytes.readableBytes <= limits.maxRequestBytes else {
             return eventLoop.makeSucceededFuture(
-                AdminResponse(ProxyError(.tooLarge, "the body exceeds prefetch.maxRequestBytes (\(limits.maxRequestBytes) bytes)"))
+                AdminResponse(
+                    ProxyError(.tooLarge, "the body exceeds prefetch.maxRequestBytes (\(limits.maxRequestBytes) bytes)")
+                )
             )
         }
         let body: Body
@@ -40,7 +44,9 @@ struct PrefetchEndpoint {
         }
         let followActions = body.followActions ?? limits.followActions
         guard (0...10).contains(followActions) else {
-            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.badRequest, "followActions must be 0 to 10")))
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.badRequest, "followActions must be 0 to 10"))
+            )
         }
         var platforms: [String] = []
         for name in body.platforms ?? limits.platforms {

@@ -136,7 +136,8 @@ public final class ComponentFetcher: Sendable {
                     == entry.variant
         case .notStored(let response, _):
             let cacheControl = CacheControl(headers: response.headers)
-            return response.status.code >= 400 && !cacheControl.isPrivate && !response.headers.contains(name: "set-cookie")
+            return response.status.code >= 400 && !cacheControl.isPrivate
+                && !response.headers.contains(name: "set-cookie")
         }
     }
 
@@ -173,7 +174,11 @@ public final class ComponentFetcher: Sendable {
         }
     }
 
-    private func process(_ response: UpstreamResponse, for request: Request, requestTime: Int64) throws(ProxyError)
+    private func process(
+        _ response: UpstreamResponse,
+        for request: Request,
+        requestTime: Int64
+    ) throws(ProxyError)
         -> Outcome
     {
         if let stale = request.staleEntry {
@@ -181,7 +186,10 @@ public final class ComponentFetcher: Sendable {
                 return revalidate(stale, with: response.headers, for: request, requestTime: requestTime)
             }
             if response.status.code >= 500, stale.mayServeOnError(at: .now()) {
-                logger.info("backend answered \(response.status.code), serving stale", metadata: ["key": "\(request.key)"])
+                logger.info(
+                    "backend answered \(response.status.code), serving stale",
+                    metadata: ["key": "\(request.key)"]
+                )
                 return .servedStale(stale, because: "backend status \(response.status.code)")
             }
         }
@@ -270,7 +278,11 @@ public final class ComponentFetcher: Sendable {
     ) -> CachedResponse.Metadata {
         var metadata = CachedResponse.Metadata(
             storedAt: .now(),
-            initialAge: FreshnessPolicy.initialAge(headers: headers, requestTime: requestTime, responseTime: HTTPDate.now()),
+            initialAge: FreshnessPolicy.initialAge(
+                headers: headers,
+                requestTime: requestTime,
+                responseTime: HTTPDate.now()
+            ),
             freshnessLifetime: lifetime
         )
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds

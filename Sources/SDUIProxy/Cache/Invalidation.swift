@@ -18,7 +18,9 @@ enum Invalidation {
         guard unsafeMethods.contains(method), (200..<400).contains(status.code) else { return }
         var targets = [target.description]
         for name in ["location", "content-location"] {
-            if let value = responseHeaders.first(name: name), let related = sameOriginTarget(value, requestHost: requestHost) {
+            if let value = responseHeaders.first(name: name),
+                let related = sameOriginTarget(value, requestHost: requestHost)
+            {
                 targets.append(related)
             }
         }

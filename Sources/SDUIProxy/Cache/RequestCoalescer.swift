@@ -71,7 +71,12 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
         return (result, true)
     }
 
-    private func scheduleTimeout(for id: UInt64, key: Key, promise: EventLoopPromise<Value>, on eventLoop: any EventLoop) {
+    private func scheduleTimeout(
+        for id: UInt64,
+        key: Key,
+        promise: EventLoopPromise<Value>,
+        on eventLoop: any EventLoop
+    ) {
         let timeout = eventLoop.scheduleTask(in: maximumWait) {
             let removed = self.state.withLock { state -> Bool in
                 guard let index = state.inFlight[key]?.waiters.firstIndex(where: { $0.id == id }) else { return false }

@@ -1,6 +1,6 @@
 import Logging
-import Synchronization
 import SDUIProxyCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc

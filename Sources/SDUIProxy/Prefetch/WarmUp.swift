@@ -120,7 +120,10 @@ public final class WarmUp: Sendable {
                 self.logger.debug("refreshing declared URL", metadata: ["url": "\(url)", "platform": "\(platform)"])
                 self.run(url: url, platform: platform, forceRefresh: true).whenSuccess { outcome in
                     if case .failed(let error) = outcome {
-                        self.logger.warning("refresh of a declared URL failed", metadata: ["url": "\(url)", "error": "\(error)"])
+                        self.logger.warning(
+                            "refresh of a declared URL failed",
+                            metadata: ["url": "\(url)", "error": "\(error)"]
+                        )
                     }
                 }
             }

@@ -36,7 +36,8 @@ final class ConnectionLimiter: Sendable {
                 limiter.open.wrappingSubtract(1, ordering: .relaxed)
                 let error = ProxyError(.unavailable, "too many open connections (limits.maxConnections)")
                 let body = error.jsonBody()
-                let response = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                let response =
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                     + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
                 context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: response)))
                     .assumeIsolated().whenComplete { _ in context.close(promise: nil) }

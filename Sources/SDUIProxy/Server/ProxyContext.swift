@@ -63,7 +63,11 @@ public struct ProxyContext: Sendable {
         } else {
             switch try UpstreamOrigin(parsing: configuration.upstream.url) {
             case .http(let origin):
-                client = HTTPNetworkClient(origin: origin, configuration: configuration.upstream, eventLoopGroup: eventLoopGroup)
+                client = HTTPNetworkClient(
+                    origin: origin,
+                    configuration: configuration.upstream,
+                    eventLoopGroup: eventLoopGroup
+                )
             case .directory(let path):
                 client = try FileNetworkClient(directory: path, threadPool: threadPool)
             }

@@ -33,7 +33,11 @@ public final class ProxyRuntime: Sendable {
 struct CurrentNetworkClient: NetworkClient {
     let runtime: ProxyRuntime
 
-    func fetch(_ request: UpstreamRequest, maxBodyBytes: Int, on eventLoop: any EventLoop)
+    func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop
+    )
         -> EventLoopFuture<UpstreamResponse>
     {
         runtime.context.client.fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop)

@@ -111,7 +111,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             proxy.logger.debug("closing an idle connection")
             context.close(promise: nil)
         case (.request, .readingCacheRequest), (.request, .rejecting), (.request, .bufferingWrite):
-            proxy.logger.info("request timed out while being read", metadata: ["client": "\(context.remoteAddress?.description ?? "?")"])
+            proxy.logger.info(
+                "request timed out while being read",
+                metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
+            )
             state = .responding
             ResponseWriter(context: context, keepAlive: false, isHead: false, accounting: accounting)
                 .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
@@ -175,7 +178,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         do {
             target = try RequestAdmission.admit(head, limits: proxy.configuration.limits)
         } catch {
-            proxy.logger.info("request refused", metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error.error)"])
+            proxy.logger.info(
+                "request refused",
+                metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error.error)"]
+            )
             if error.closeConnection {
                 refuseNow(error.error, context: context)
             } else {
@@ -199,7 +205,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     return
                 }
                 state = .bufferingWrite(
-                    QueuedWrite(head: head, target: target, platform: platform, body: ByteBuffer(), limit: queue.maxBodyBytes)
+                    QueuedWrite(
+                        head: head,
+                        target: target,
+                        platform: platform,
+                        body: ByteBuffer(),
+                        limit: queue.maxBodyBytes
+                    )
                 )
                 return
             }
@@ -375,7 +387,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let isChunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
         var stream: RequestBodyStream?
         if isChunked || (contentLength ?? 0) > 0 {
-            let bodyStream = RequestBodyStream(eventLoop: context.eventLoop, contentLength: isChunked ? nil : contentLength)
+            let bodyStream = RequestBodyStream(
+                eventLoop: context.eventLoop,
+                contentLength: isChunked ? nil : contentLength
+            )
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             bodyStream.setDemandHandler {
                 let (handler, context) = loopBound.value
@@ -435,8 +450,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                         context.close(promise: nil)
                     } else {
                         self.state = .idle
-                        ResponseWriter(context: context, keepAlive: false, isHead: head.method == .HEAD, accounting: accounting)
-                            .write(proxyError, cacheStatus: cacheStatus)
+                        ResponseWriter(
+                            context: context,
+                            keepAlive: false,
+                            isHead: head.method == .HEAD,
+                            accounting: accounting
+                        )
+                        .write(proxyError, cacheStatus: cacheStatus)
                     }
                 }
             }
@@ -461,8 +481,18 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         )
         headers.remove(name: "transfer-encoding")
         headers.replaceOrAdd(name: "Idempotency-Key", value: id)
-        let upstream = UpstreamRequest(method: write.head.method, target: write.target.description, headers: headers, body: write.body)
-        let writer = ResponseWriter(context: context, keepAlive: write.head.isKeepAlive, isHead: false, accounting: accounting)
+        let upstream = UpstreamRequest(
+            method: write.head.method,
+            target: write.target.description,
+            headers: headers,
+            body: write.body
+        )
+        let writer = ResponseWriter(
+            context: context,
+            keepAlive: write.head.isKeepAlive,
+            isHead: false,
+            accounting: accounting
+        )
         let eventLoop = context.eventLoop
         let cache = proxy.cache
         let logger = proxy.logger
@@ -480,10 +510,17 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     )
                     return eventLoop.makeSucceededFuture(response)
                 }
-                return Self.enqueue(upstream, id: id, failure: "backend answered \(response.status.code)", queue: queue, on: eventLoop)
+                return Self.enqueue(
+                    upstream,
+                    id: id,
+                    failure: "backend answered \(response.status.code)",
+                    queue: queue,
+                    on: eventLoop
+                )
             }
             .flatMapError { error -> EventLoopFuture<UpstreamResponse> in
-                guard let proxyError = error as? ProxyError, proxyError.kind == .network || proxyError.kind == .timeout else {
+                guard let proxyError = error as? ProxyError, proxyError.kind == .network || proxyError.kind == .timeout
+                else {
                     return eventLoop.makeFailedFuture(error)
                 }
                 return Self.enqueue(upstream, id: id, failure: proxyError.message, queue: queue, on: eventLoop)
@@ -495,7 +532,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     writer.write(response, cacheStatus: nil)
                 case .failure(let error):
                     let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
-                    logger.error("queued write failed", metadata: ["target": "\(write.target)", "error": "\(proxyError)"])
+                    logger.error(
+                        "queued write failed",
+                        metadata: ["target": "\(write.target)", "error": "\(proxyError)"]
+                    )
                     writer.write(proxyError)
                 }
             }

@@ -112,10 +112,15 @@ public final class ProxyServer: Sendable {
                 do {
                     writeQueue = try await WriteQueue.open(configuration: queueConfiguration, logger: logger)
                 } catch {
-                    throw ProxyStartupError(message: "cannot open the write queue in \(queueConfiguration.store): \(error)")
+                    throw ProxyStartupError(
+                        message: "cannot open the write queue in \(queueConfiguration.store): \(error)"
+                    )
                 }
             }
-            let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
+            let cache = ResponseCache(
+                maxBytes: configuration.cache.maxBytes,
+                maxEntries: configuration.cache.maxEntries
+            )
             let metrics = ProxyMetrics(snapshot: { [writeQueue] in
                 ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
             })
@@ -152,9 +157,18 @@ public final class ProxyServer: Sendable {
             }
             let prefetcher = Prefetcher(runtime: runtime, eventLoopGroup: group)
             let warmUps = WarmUps(
-                WarmUp(prefetcher: prefetcher, configuration: configuration.prefetch, eventLoopGroup: group, logger: logger)
+                WarmUp(
+                    prefetcher: prefetcher,
+                    configuration: configuration.prefetch,
+                    eventLoopGroup: group,
+                    logger: logger
+                )
             )
-            let router = AdminEndpoints.router(runtime: runtime, prefetcher: prefetcher, readiness: { warmUps.readiness })
+            let router = AdminEndpoints.router(
+                runtime: runtime,
+                prefetcher: prefetcher,
+                readiness: { warmUps.readiness }
+            )
             let adminQuiescing = ServerQuiescingHelper(group: group)
             let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
                 channel in
@@ -162,7 +176,9 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
                     try sync.addHandler(NIOHTTPServerRequestAggregator(maxContentLength: 1 << 20))
-                    try sync.addHandler(AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger))
+                    try sync.addHandler(
+                        AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger)
+                    )
                 }
             }
             var queueDelivery: Task<Void, Never>?

@@ -40,8 +40,12 @@ public final class FileNetworkClient: NetworkClient {
             var headers = HTTPHeaders()
             headers.add(name: "Allow", value: "GET, HEAD")
             headers.add(name: "Content-Type", value: "application/json")
-            let body = ByteBuffer(string: ProxyError(.methodNotAllowed, "the file backend only serves GET and HEAD").jsonBody())
-            return eventLoop.makeSucceededFuture(UpstreamResponse(status: .methodNotAllowed, headers: headers, body: body))
+            let body = ByteBuffer(
+                string: ProxyError(.methodNotAllowed, "the file backend only serves GET and HEAD").jsonBody()
+            )
+            return eventLoop.makeSucceededFuture(
+                UpstreamResponse(status: .methodNotAllowed, headers: headers, body: body)
+            )
         }
         let rootPath = self.rootPath
         let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
@@ -61,7 +65,8 @@ public final class FileNetworkClient: NetworkClient {
             self.fetch(request, maxBodyBytes: Int(Int32.max), on: eventLoop)
         }.flatMap { response in
             sink.receiveHead(status: response.status, headers: response.headers)
-            let sent = request.method == .HEAD ? eventLoop.makeSucceededVoidFuture() : sink.receiveBodyPart(response.body)
+            let sent =
+                request.method == .HEAD ? eventLoop.makeSucceededVoidFuture() : sink.receiveBodyPart(response.body)
             return sent.map { sink.receiveEnd() }
         }
     }

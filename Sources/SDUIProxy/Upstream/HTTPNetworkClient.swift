@@ -13,7 +13,11 @@ public final class HTTPNetworkClient: NetworkClient {
     private let origin: UpstreamOrigin.HTTPOrigin
     private let timeout: TimeAmount
 
-    public init(origin: UpstreamOrigin.HTTPOrigin, configuration: ProxyConfiguration.Upstream, eventLoopGroup: any EventLoopGroup) {
+    public init(
+        origin: UpstreamOrigin.HTTPOrigin,
+        configuration: ProxyConfiguration.Upstream,
+        eventLoopGroup: any EventLoopGroup
+    ) {
         self.origin = origin
         self.timeout = .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
         var clientConfiguration = HTTPClient.Configuration(
@@ -29,7 +33,10 @@ public final class HTTPNetworkClient: NetworkClient {
         self.client = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: clientConfiguration)
     }
 
-    private func makeRequest(_ request: UpstreamRequest, body: HTTPClient.Body?) throws(ProxyError) -> HTTPClient.Request {
+    private func makeRequest(
+        _ request: UpstreamRequest,
+        body: HTTPClient.Body?
+    ) throws(ProxyError) -> HTTPClient.Request {
         let url = origin.origin + origin.basePath + request.target
         do {
             return try HTTPClient.Request(url: url, method: request.method, headers: request.headers, body: body)

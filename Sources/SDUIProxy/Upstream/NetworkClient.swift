@@ -50,7 +50,11 @@ public protocol ForwardedResponseSink: Sendable {
 /// rest of the proxy deals in one error model.
 public protocol NetworkClient: Sendable {
     /// Sends `request` and reads the whole response, up to `maxBodyBytes` of body.
-    func fetch(_ request: UpstreamRequest, maxBodyBytes: Int, on eventLoop: any EventLoop)
+    func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop
+    )
         -> EventLoopFuture<UpstreamResponse>
 
     /// Sends `request` with a body streamed from `body` (nil for none), and streams the response into `sink`.

@@ -31,7 +31,13 @@ public struct ComponentDecoder: Sendable {
             return try body.withUnsafeReadableBytes { bytes in
                 try JSONDecoder().decode(
                     JSONValue.self,
-                    from: Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!), count: bytes.count, deallocator: .none)
+                    from: Data(
+                        bytesNoCopy: UnsafeMutableRawPointer(
+                            mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!
+                        ),
+                        count: bytes.count,
+                        deallocator: .none
+                    )
                 )
             }
         } catch {

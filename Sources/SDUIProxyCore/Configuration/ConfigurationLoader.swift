@@ -58,7 +58,10 @@ public struct ConfigurationLoader: Sendable {
         }
         let log = ConfigurationSection.VariableLog()
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
-        try top.rejectUnknownKeys(["listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue", "limits"])
+        try top.rejectUnknownKeys([
+            "listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue",
+            "limits",
+        ])
 
         var config = ProxyConfiguration()
         config.listen = try Self.address(top.section("listen"), default: config.listen)
@@ -92,7 +95,8 @@ public struct ConfigurationLoader: Sendable {
             config.upstream.url = upstream
         }
         if config.listen.port != 0, config.listen.port == config.admin.port,
-            config.listen.host == config.admin.host || [config.listen.host, config.admin.host].contains(where: Self.isWildcard)
+            config.listen.host == config.admin.host
+                || [config.listen.host, config.admin.host].contains(where: Self.isWildcard)
         {
             throw ConfigurationError(key: "admin.port", problem: "the admin listener cannot share the public address")
         }
@@ -101,7 +105,10 @@ public struct ConfigurationLoader: Sendable {
             $0.hasPrefix("SDUI_PROXY_") && !log.names.contains($0) && !Self.nonConfigurationVariables.contains($0)
         }
         if let unknown = unknownVariables.sorted().first {
-            throw ConfigurationError(key: unknown, problem: "unknown environment variable (no config key has that name)")
+            throw ConfigurationError(
+                key: unknown,
+                problem: "unknown environment variable (no config key has that name)"
+            )
         }
         return config
     }
@@ -118,7 +125,9 @@ public struct ConfigurationLoader: Sendable {
         return .init(host: host, port: try section.int("port", default: fallback.port, in: 0...65535))
     }
 
-    private static func upstream(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
+    private static func upstream(
+        _ section: ConfigurationSection
+    ) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
         try section.rejectUnknownKeys(["url", "timeout", "connectTimeout", "maxConnections", "maxResponseBytes"])
         var upstream = ProxyConfiguration.Upstream()
         upstream.url = try section.string("url", default: upstream.url)
@@ -136,7 +145,9 @@ public struct ConfigurationLoader: Sendable {
         return upstream
     }
 
-    private static func platform(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Platform {
+    private static func platform(
+        _ section: ConfigurationSection
+    ) throws(ConfigurationError) -> ProxyConfiguration.Platform {
         try section.rejectUnknownKeys(["header", "default", "allowed"])
         var platform = ProxyConfiguration.Platform()
         platform.header = try section.string("header", default: platform.header)
@@ -167,7 +178,9 @@ public struct ConfigurationLoader: Sendable {
         cache.tagHeader = try section.string("tagHeader", default: cache.tagHeader)
         guard HTTPSyntax.isToken(cache.tagHeader) else { throw section.fail("tagHeader", "is not a header name") }
         for routeSection in try section.sectionList("routes") {
-            try routeSection.rejectUnknownKeys(["prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError"])
+            try routeSection.rejectUnknownKeys([
+                "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError",
+            ])
             let prefix = try routeSection.string("prefix", default: "")
             guard prefix.hasPrefix("/") else { throw routeSection.fail("prefix", "must be a path starting with /") }
             var policy = try routePolicy(routeSection, inheriting: cache.policy)
@@ -222,11 +235,16 @@ public struct ConfigurationLoader: Sendable {
             default: prefetch.maxURLsPerRequest,
             in: 1...100_000
         )
-        prefetch.maxRequestBytes = try section.byteSize("maxRequestBytes", default: prefetch.maxRequestBytes, minimum: 64)
+        prefetch.maxRequestBytes = try section.byteSize(
+            "maxRequestBytes",
+            default: prefetch.maxRequestBytes,
+            minimum: 64
+        )
         return prefetch
     }
 
-    private static func limits(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Limits {
+    private static func limits(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Limits
+    {
         try section.rejectUnknownKeys([
             "maxHeaderBytes", "maxHeaderCount", "maxURLBytes", "maxBodyBytes", "requestTimeout", "idleTimeout",
             "maxConnections",

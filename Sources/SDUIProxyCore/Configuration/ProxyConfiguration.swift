@@ -22,7 +22,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
         lhs.listen == rhs.listen && lhs.admin == rhs.admin && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
-            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat && lhs.limits == rhs.limits && lhs.queue == rhs.queue
+            && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
+            && lhs.limits == rhs.limits && lhs.queue == rhs.queue
     }
 
     /// A host and port to listen on.

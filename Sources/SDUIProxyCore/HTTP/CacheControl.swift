@@ -70,7 +70,9 @@ public struct CacheControl: Equatable, Sendable {
                 if staleWhileRevalidate == nil { staleWhileRevalidate = Self.deltaSeconds(argument) }
             case "stale-if-error": if staleIfError == nil { staleIfError = Self.deltaSeconds(argument) }
             case "max-stale":
-                if maxStale == nil { maxStale = argument == nil ? Self.maximumDeltaSeconds : Self.deltaSeconds(argument) }
+                if maxStale == nil {
+                    maxStale = argument == nil ? Self.maximumDeltaSeconds : Self.deltaSeconds(argument)
+                }
             case "min-fresh": if minFresh == nil { minFresh = Self.deltaSeconds(argument) }
             default: break
             }

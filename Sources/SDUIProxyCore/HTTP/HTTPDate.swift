@@ -8,7 +8,9 @@ import Darwin
 
 /// HTTP dates (RFC 9110 section 5.6.7) as whole seconds since the Unix epoch.
 public enum HTTPDate {
-    private static let monthNames = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+    private static let monthNames = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ]
     private static let dayNames = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
 
     /// The current wall-clock time in seconds.

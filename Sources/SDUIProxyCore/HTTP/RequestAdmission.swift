@@ -19,7 +19,10 @@ public enum RequestAdmission {
         limits: ProxyConfiguration.Limits
     ) throws(Refusal) -> RequestTarget {
         guard head.uri.utf8.count <= limits.maxURLBytes else {
-            throw Refusal(error: ProxyError(.uriTooLong, "the request target exceeds \(limits.maxURLBytes) bytes"), closeConnection: true)
+            throw Refusal(
+                error: ProxyError(.uriTooLong, "the request target exceeds \(limits.maxURLBytes) bytes"),
+                closeConnection: true
+            )
         }
         guard head.headers.count <= limits.maxHeaderCount else {
             throw Refusal(
@@ -39,7 +42,9 @@ public enum RequestAdmission {
         // Framing: anything two parsers could read differently is refused and the connection closed.
         let hosts = head.headers["host"]
         guard hosts.count <= 1 else { throw smuggling("more than one Host header") }
-        if head.version.major == 1, head.version.minor >= 1, hosts.isEmpty { throw smuggling("HTTP/1.1 requires a Host header") }
+        if head.version.major == 1, head.version.minor >= 1, hosts.isEmpty {
+            throw smuggling("HTTP/1.1 requires a Host header")
+        }
         let lengths = head.headers["content-length"]
         let transferEncodings = head.headers["transfer-encoding"]
         if !lengths.isEmpty, !transferEncodings.isEmpty { throw smuggling("both Content-Length and Transfer-Encoding") }
@@ -49,18 +54,26 @@ public enum RequestAdmission {
             guard let declared = Int(length), declared >= 0 else { throw smuggling("an invalid Content-Length") }
             guard declared <= limits.maxBodyBytes else {
                 throw Refusal(
-                    error: ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes (\(limits.maxBodyBytes) bytes)"),
+                    error: ProxyError(
+                        .tooLarge,
+                        "the request body exceeds limits.maxBodyBytes (\(limits.maxBodyBytes) bytes)"
+                    ),
                     closeConnection: true
                 )
             }
         }
         if !transferEncodings.isEmpty {
-            let codings = transferEncodings.flatMap { $0.split(separator: ",") }.map { $0.trimmingWhitespace().lowercased() }
+            let codings = transferEncodings.flatMap { $0.split(separator: ",") }.map {
+                $0.trimmingWhitespace().lowercased()
+            }
             guard codings.last == "chunked" else { throw smuggling("a Transfer-Encoding that does not end in chunked") }
         }
 
         guard head.method != .CONNECT else {
-            throw Refusal(error: ProxyError(.methodNotAllowed, "CONNECT: this is not a forward proxy"), closeConnection: false)
+            throw Refusal(
+                error: ProxyError(.methodNotAllowed, "CONNECT: this is not a forward proxy"),
+                closeConnection: false
+            )
         }
         return try target(of: head.uri, host: hosts.first)
     }
@@ -70,13 +83,19 @@ public enum RequestAdmission {
         var path = uri
         if !uri.hasPrefix("/") {
             guard let url = AbsoluteURL(parsing: uri) else {
-                throw Refusal(error: ProxyError(.url, "the request target must be a path starting with /"), closeConnection: false)
+                throw Refusal(
+                    error: ProxyError(.url, "the request target must be a path starting with /"),
+                    closeConnection: false
+                )
             }
             let defaultPort = url.scheme == "https" ? 443 : 80
             let authority = host?.lowercased() ?? ""
             guard authority == "\(url.host):\(url.port)" || (authority == url.host && url.port == defaultPort) else {
                 throw Refusal(
-                    error: ProxyError(.badRequest, "absolute-form targets for other hosts are refused: this is not an open proxy"),
+                    error: ProxyError(
+                        .badRequest,
+                        "absolute-form targets for other hosts are refused: this is not an open proxy"
+                    ),
                     closeConnection: false
                 )
             }

@@ -38,7 +38,9 @@ public enum UpstreamOrigin: Sendable, Equatable {
         if text.hasPrefix("file:") {
             var path = String(text.dropFirst("file:".count))
             if path.hasPrefix("//") { path.removeFirst(2) }
-            guard !path.isEmpty else { throw ParseError(message: "a file: URL needs a directory, like file:config/samples") }
+            guard !path.isEmpty else {
+                throw ParseError(message: "a file: URL needs a directory, like file:config/samples")
+            }
             self = .directory(path: path)
             return
         }

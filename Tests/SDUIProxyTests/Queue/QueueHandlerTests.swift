@@ -105,7 +105,7 @@ import Testing
     @Test func aStuckWebhookDoesNotHoldUpDelivery() async throws {
         let backend = try await QueueTestOrigin.start()
         let webhook = try await QueueTestOrigin.start()
-        webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(2)) }
+        webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
         let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
@@ -140,14 +140,14 @@ import Testing
                 _ = try await queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "\(index)"))
             }
             // All five are delivered while the first notification is still stuck in the webhook.
-            let delivered = await QueueTest.waitUntil(timeout: .milliseconds(1500)) { queue.depth == 0 }
+            let delivered = await QueueTest.waitUntil(timeout: .seconds(5)) { queue.depth == 0 }
             #expect(delivered)
             let notifying = await QueueTest.waitUntil { webhook.inFlight == 1 }
             #expect(notifying)
             #expect(webhook.requests.count == 1)
             stopping = clock.now
         }
-        // Shutting down waited for the drain timeout (200 ms), not for the webhook (2 s).
+        // Shutting down waited for the drain timeout (200 ms), not for the webhook (10 s).
         #expect(clock.now - stopping < .milliseconds(1500))
         #expect(backend.requests.count == 5)
         #expect(webhook.requests.count == 1)

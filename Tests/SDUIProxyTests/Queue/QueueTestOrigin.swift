@@ -29,24 +29,23 @@ final class QueueTestOrigin: Sendable {
         var maxInFlight = 0
         var server: (any Channel)?
         var connections: [ObjectIdentifier: any Channel] = [:]
+        /// 0 until the first start picks an ephemeral port; later starts reuse it.
+        var port = 0
     }
 
     private let state = Mutex(State())
     private let group: any EventLoopGroup
     /// The port, fixed at the first start.
-    let port: Int
+    var port: Int { state.withLock { $0.port } }
 
-    private init(group: any EventLoopGroup, port: Int) {
+    private init(group: any EventLoopGroup) {
         self.group = group
-        self.port = port
     }
 
-    /// Starts an origin on an ephemeral port.
+    /// Starts an origin on an ephemeral port (bound once, so no other test can take it in between).
     static func start(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> QueueTestOrigin
     {
-        let channel = try await bind(group: group, port: 0, origin: nil)
-        let origin = QueueTestOrigin(group: group, port: channel.localAddress!.port!)
-        try await channel.close()
+        let origin = QueueTestOrigin(group: group)
         try await origin.start()
         return origin
     }
@@ -54,7 +53,10 @@ final class QueueTestOrigin: Sendable {
     /// Starts listening (again) on ``port``.
     func start() async throws {
         let channel = try await Self.bind(group: group, port: port, origin: self)
-        state.withLock { $0.server = channel }
+        state.withLock { state in
+            state.server = channel
+            if state.port == 0 { state.port = channel.localAddress?.port ?? 0 }
+        }
     }
 
     /// Stops listening and closes every open connection: clients see the origin as down.
@@ -82,12 +84,11 @@ final class QueueTestOrigin: Sendable {
     var inFlight: Int { state.withLock { $0.inFlight } }
     var url: String { "http://127.0.0.1:\(port)" }
 
-    private static func bind(group: any EventLoopGroup, port: Int, origin: QueueTestOrigin?) async throws -> any Channel
+    private static func bind(group: any EventLoopGroup, port: Int, origin: QueueTestOrigin) async throws -> any Channel
     {
         try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                guard let origin else { return channel.close() }
                 origin.state.withLock { $0.connections[ObjectIdentifier(channel)] = channel }
                 channel.closeFuture.whenComplete { _ in
                     _ = origin.state.withLock { $0.connections.removeValue(forKey: ObjectIdentifier(channel)) }

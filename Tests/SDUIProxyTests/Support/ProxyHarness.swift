@@ -73,11 +73,21 @@ struct ProxyHarness {
         subscript(header: String) -> String? { headers.first(name: header) }
     }
 
-    func get(_ path: String, headers: [(String, String)] = [], method: HTTPMethod = .GET, body: String? = nil) async throws -> Reply {
+    func get(
+        _ path: String,
+        headers: [(String, String)] = [],
+        method: HTTPMethod = .GET,
+        body: String? = nil
+    ) async throws -> Reply {
         try await send(baseURL + path, headers: headers, method: method, body: body)
     }
 
-    func admin(_ path: String, method: HTTPMethod = .GET, headers: [(String, String)] = [], body: String? = nil) async throws -> Reply {
+    func admin(
+        _ path: String,
+        method: HTTPMethod = .GET,
+        headers: [(String, String)] = [],
+        body: String? = nil
+    ) async throws -> Reply {
         try await send(adminURL + path, headers: headers, method: method, body: body)
     }
 
@@ -113,7 +123,10 @@ final class RawConnection: Sendable {
 
     /// Reads one response with a Content-Length body (or none); nil when the server closed the connection first.
     /// `bodyless` is for responses to HEAD.
-    func readResponse(bodyless: Bool = false, timeout: Duration = .seconds(10)) async throws -> (head: String, body: String)? {
+    func readResponse(
+        bodyless: Bool = false,
+        timeout: Duration = .seconds(10)
+    ) async throws -> (head: String, body: String)? {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if let parsed = collector.takeResponse(bodyless: bodyless) { return parsed }

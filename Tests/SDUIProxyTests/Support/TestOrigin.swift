@@ -22,7 +22,11 @@ final class TestOrigin: Sendable {
         /// Send the body with chunked encoding instead of a Content-Length.
         var chunked = false
 
-        static func component(_ type: String = "beagle:screenComponent", maxAge: Int? = 60, extra: String = "")
+        static func component(
+            _ type: String = "beagle:screenComponent",
+            maxAge: Int? = 60,
+            extra: String = ""
+        )
             -> Response
         {
             var response = Response()
@@ -42,7 +46,11 @@ final class TestOrigin: Sendable {
 
     var port: Int { boundPort.withLockedValue { $0 } }
 
-    init(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, port: Int = 0, responder: @escaping Responder) async throws {
+    init(
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        port: Int = 0,
+        responder: @escaping Responder
+    ) async throws {
         self.group = group
         self.responder = NIOLockedValueBox(responder)
         self.channel = NIOLockedValueBox(nil)
@@ -118,7 +126,9 @@ private final class OriginHandler: ChannelInboundHandler {
             body.writeBuffer(&part)
         case .end:
             guard let head else { return }
-            let response = origin.handle(TestOrigin.Request(method: head.method, uri: head.uri, headers: head.headers, body: body))
+            let response = origin.handle(
+                TestOrigin.Request(method: head.method, uri: head.uri, headers: head.headers, body: body)
+            )
             let keepAlive = head.isKeepAlive
             let isHead = head.method == .HEAD
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -133,7 +143,10 @@ private final class OriginHandler: ChannelInboundHandler {
         var headers = HTTPHeaders(response.headers)
         if !response.chunked { headers.replaceOrAdd(name: "Content-Length", value: String(response.body.utf8.count)) }
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))), promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))),
+            promise: nil
+        )
         if !isHead, !response.body.isEmpty {
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: response.body)))), promise: nil)
         }
