@@ -89,7 +89,8 @@ struct ConnectionTests {
         )
         let connection = try await RawConnection(port: server.publicPort)
         try await connection.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        try await Task.sleep(for: .milliseconds(150))
+        // In flight: the proxy has read it and is waiting for the origin.
+        try await waitUntil { origin.requestCount == 1 }
         let shutdown = Task { await server.shutdown(drainTimeout: .seconds(5)) }
         try await Task.sleep(for: .milliseconds(100))
 

@@ -76,6 +76,11 @@ struct ProcessTests {
 
         var log: String { output.withLockedValue { $0 } }
 
+        deinit {
+            // A test that failed half-way must not leave its proxy running.
+            if process.isRunning { process.terminate() }
+        }
+
         struct ProxyDidNotStart: Error {
             var log: String
         }

@@ -62,11 +62,16 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Counts and logs the current request when its response is written.
     private var accounting: RequestAccounting?
 
-    /// The one timer a connection has: waiting for the next request (idle), or for the rest of the current
-    /// one (request). A slow client cannot hold a connection past either.
+    /// The one deadline a connection has: for its next request (idle), or for the rest of the current one
+    /// (request). A slow client cannot hold a connection past either.
+    ///
+    /// Arming only moves the deadline; a single scheduled task per connection wakes up at the earliest
+    /// deadline it knows and re-schedules itself if the deadline has moved on. So a request costs a clock
+    /// read, not a timer allocation and cancellation.
     private enum TimerKind { case idle, request }
-    private var timer: (kind: TimerKind, scheduled: Scheduled<Void>)?
-    private var isIdleTimerArmed: Bool { timer?.kind == .idle }
+    private var deadline: (kind: TimerKind, at: NIODeadline)?
+    private var wakeUp: (at: NIODeadline, scheduled: Scheduled<Void>)?
+    private var isIdleTimerArmed: Bool { deadline?.kind == .idle }
     private var context: ChannelHandlerContext?
 
     init(runtime: ProxyRuntime) {
@@ -81,30 +86,45 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.scheduled.cancel()
-        timer = nil
+        wakeUp?.scheduled.cancel()
+        wakeUp = nil
+        deadline = nil
         self.context = nil
     }
 
     private func armTimer(_ kind: TimerKind) {
-        guard let context else { return }
-        timer?.scheduled.cancel()
         let limits = proxy.configuration.limits
         let delay = kind == .idle ? limits.idleTimeout : limits.requestTimeout
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let scheduled = context.eventLoop.scheduleTask(in: .nanoseconds(Int64(delay.secondsValue * 1e9))) {
-            loopBound.value.timerFired(kind)
-        }
-        timer = (kind, scheduled)
+        let at = NIODeadline.now() + .nanoseconds(Int64(delay.secondsValue * 1e9))
+        deadline = (kind, at)
+        if let wakeUp, wakeUp.at <= at { return }
+        scheduleWakeUp(at: at)
     }
 
     private func disarmTimer() {
-        timer?.scheduled.cancel()
-        timer = nil
+        deadline = nil
+    }
+
+    private func scheduleWakeUp(at: NIODeadline) {
+        guard let context else { return }
+        wakeUp?.scheduled.cancel()
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let scheduled = context.eventLoop.scheduleTask(deadline: at) { loopBound.value.wokeUp() }
+        wakeUp = (at, scheduled)
+    }
+
+    private func wokeUp() {
+        wakeUp = nil
+        guard let deadline else { return }
+        if deadline.at > .now() {
+            scheduleWakeUp(at: deadline.at)
+        } else {
+            self.deadline = nil
+            timerFired(deadline.kind)
+        }
     }
 
     private func timerFired(_ kind: TimerKind) {
-        timer = nil
         guard let context else { return }
         switch (kind, state) {
         case (.idle, .idle):
