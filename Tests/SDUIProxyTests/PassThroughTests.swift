@@ -51,13 +51,16 @@ struct PassThroughTests {
     @Test("large bodies stream through in both directions")
     func largeBodies() async throws {
         let size = 6 << 20
-        try await ProxyHarness.run(origin: { request in
-            TestOrigin.Response(
-                status: .ok,
-                headers: [("Content-Type", "application/octet-stream")],
-                body: String(repeating: "r", count: request.body.readableBytes)
-            )
-        }) { proxy async throws in
+        try await ProxyHarness.run(
+            origin: { request in
+                TestOrigin.Response(
+                    status: .ok,
+                    headers: [("Content-Type", "application/octet-stream")],
+                    body: String(repeating: "r", count: request.body.readableBytes)
+                )
+            },
+            configure: { $0.upstream.timeout = .seconds(30) }
+        ) { proxy async throws in
             let reply = try await proxy.get("/upload", method: .PUT, body: String(repeating: "q", count: size))
             #expect(reply.status == .ok)
             #expect(reply.body.utf8.count == size)

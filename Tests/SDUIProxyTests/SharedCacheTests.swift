@@ -286,11 +286,14 @@ struct SharedCacheTests {
 
     @Test("hundreds of concurrent cold requests send one request upstream")
     func coalescing() async throws {
-        try await ProxyHarness.run(origin: { _ in
-            var response = TestOrigin.Response.component()
-            response.delay = .milliseconds(1500)
-            return response
-        }) { proxy async throws in
+        try await ProxyHarness.run(
+            origin: { _ in
+                var response = TestOrigin.Response.component()
+                response.delay = .milliseconds(1500)
+                return response
+            },
+            configure: { $0.upstream.timeout = .seconds(10) }
+        ) { proxy async throws in
             let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
                 for _ in 0..<300 { group.addTask { try await proxy.get("/cold") } }
                 return try await group.reduce(into: []) { $0.append($1) }

@@ -19,6 +19,7 @@ public struct ProxyContext: Sendable {
     public let accessLogger: Logger?
     /// The platform header, lower-cased.
     let platformHeader: String
+    private let allowedPlatforms: Set<String>
 
     public init(
         configuration: ProxyConfiguration,
@@ -38,6 +39,7 @@ public struct ProxyContext: Sendable {
         self.client = client
         self.logger = logger
         self.platformHeader = configuration.platform.header.lowercased()
+        self.allowedPlatforms = Set(configuration.platform.allowed)
         self.requestBuilder = UpstreamRequestBuilder(
             platformHeader: configuration.platform.header,
             configuredHeaders: configuration.headers
@@ -101,10 +103,17 @@ public struct ProxyContext: Sendable {
 
     /// The platform a request is for: its platform header, upper-cased, or the configured default.
     func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
-        let values = headers[canonicalForm: platformHeader]
-        guard let first = values.first else { return configuration.platform.defaultValue }
-        guard values.count == 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
-        let platform = first.trimmingWhitespace().uppercased()
+        var value: String?
+        for (name, candidate) in headers
+        where name.utf8.count == platformHeader.utf8.count
+            && name.lowercased() == platformHeader
+        {
+            guard value == nil else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
+            value = candidate
+        }
+        guard let value else { return configuration.platform.defaultValue }
+        // Most clients send the canonical upper-case name: then the value is used as it is.
+        let platform = allowedPlatforms.contains(value) ? value : value.trimmingWhitespace().uppercased()
         guard PlatformValue.isValid(platform) else {
             throw ProxyError(.badRequest, "\(platformHeader) must be a platform name like IOS, ANDROID or WEB")
         }

@@ -25,6 +25,16 @@ public enum HTTPSyntax {
         }
     }
 
+    /// Whether `name` equals `lowercased` ignoring ASCII case, without allocating.
+    @inline(__always)
+    public static func equalsIgnoringCase(_ name: String, _ lowercased: StaticString) -> Bool {
+        let expected = UnsafeBufferPointer(start: lowercased.utf8Start, count: lowercased.utf8CodeUnitCount)
+        guard name.utf8.count == expected.count else { return false }
+        return zip(name.utf8, expected).allSatisfy { byte, lower in
+            (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
+        }
+    }
+
     /// Hop-by-hop headers (RFC 9110 section 7.6.1): they describe one connection and are never forwarded.
     public static let hopByHopHeaders: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",

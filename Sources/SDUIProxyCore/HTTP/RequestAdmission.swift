@@ -30,8 +30,23 @@ public enum RequestAdmission {
                 closeConnection: true
             )
         }
+        // One pass over the headers: sizes, and the framing fields, without allocating per lookup.
         var headerBytes = head.uri.utf8.count + head.method.rawValue.utf8.count + 12
-        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
+        var host: String?
+        var hostCount = 0
+        var lengths: [String] = []
+        var transferEncodings: [String] = []
+        for (name, value) in head.headers {
+            headerBytes += name.utf8.count + value.utf8.count + 4
+            if HTTPSyntax.equalsIgnoringCase(name, "host") {
+                hostCount += 1
+                host = value
+            } else if HTTPSyntax.equalsIgnoringCase(name, "content-length") {
+                lengths.append(value)
+            } else if HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding") {
+                transferEncodings.append(value)
+            }
+        }
         guard headerBytes <= limits.maxHeaderBytes else {
             throw Refusal(
                 error: ProxyError(.headersTooLarge, "the header section exceeds \(limits.maxHeaderBytes) bytes"),
@@ -40,17 +55,16 @@ public enum RequestAdmission {
         }
 
         // Framing: anything two parsers could read differently is refused and the connection closed.
-        let hosts = head.headers["host"]
-        guard hosts.count <= 1 else { throw smuggling("more than one Host header") }
-        if head.version.major == 1, head.version.minor >= 1, hosts.isEmpty {
+        guard hostCount <= 1 else { throw smuggling("more than one Host header") }
+        if head.version.major == 1, head.version.minor >= 1, hostCount == 0 {
             throw smuggling("HTTP/1.1 requires a Host header")
         }
-        let lengths = head.headers["content-length"]
-        let transferEncodings = head.headers["transfer-encoding"]
         if !lengths.isEmpty, !transferEncodings.isEmpty { throw smuggling("both Content-Length and Transfer-Encoding") }
-        let distinctLengths = Set(lengths.flatMap { $0.split(separator: ",").map { $0.trimmingWhitespace() } })
-        guard distinctLengths.count <= 1 else { throw smuggling("conflicting Content-Length values") }
-        if let length = distinctLengths.first {
+        if !lengths.isEmpty {
+            let distinctLengths = Set(lengths.flatMap { $0.split(separator: ",").map { $0.trimmingWhitespace() } })
+            guard distinctLengths.count == 1, let length = distinctLengths.first else {
+                throw smuggling("conflicting Content-Length values")
+            }
             guard let declared = Int(length), declared >= 0 else { throw smuggling("an invalid Content-Length") }
             guard declared <= limits.maxBodyBytes else {
                 throw Refusal(
@@ -75,7 +89,7 @@ public enum RequestAdmission {
                 closeConnection: false
             )
         }
-        return try target(of: head.uri, host: hosts.first)
+        return try target(of: head.uri, host: host)
     }
 
     /// The origin-form target of `uri`; an absolute-form target is accepted only for this proxy's own host.

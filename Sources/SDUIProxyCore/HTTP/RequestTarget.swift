@@ -23,6 +23,10 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses and normalises a target in origin form; fails for anything else or for bytes a URI cannot hold.
     public init(parsing text: String) throws(InvalidTarget) {
+        if let clean = Self.alreadyNormal(text) {
+            self = clean
+            return
+        }
         let utf8 = Array(text.utf8)
         guard utf8.first == UInt8(ascii: "/") else {
             throw InvalidTarget(reason: "the request target must be a path starting with /")
@@ -40,6 +44,42 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         } else {
             self.query = nil
         }
+    }
+
+    private init(path: String, query: String?) {
+        self.path = path
+        self.query = query
+    }
+
+    /// The common case, checked in one pass without copying: a target with no percent-encoding, no fragment,
+    /// no dot segment and no empty query is already normal.
+    private static func alreadyNormal(_ text: String) -> RequestTarget? {
+        var previous: UInt8 = 0
+        var questionMark: String.Index?
+        var index = text.utf8.startIndex
+        let utf8 = text.utf8
+        guard utf8.first == UInt8(ascii: "/") else { return nil }
+        while index < utf8.endIndex {
+            let byte = utf8[index]
+            switch byte {
+            case UInt8(ascii: "%"), UInt8(ascii: "#"):
+                return nil
+            case UInt8(ascii: ".") where questionMark == nil && previous == UInt8(ascii: "/"):
+                return nil
+            case UInt8(ascii: "?") where questionMark == nil:
+                questionMark = index
+            case _ where byte <= 0x20 || byte >= 0x7F:
+                return nil
+            default:
+                break
+            }
+            previous = byte
+            index = utf8.index(after: index)
+        }
+        guard let questionMark else { return RequestTarget(path: text, query: nil) }
+        let queryStart = utf8.index(after: questionMark)
+        guard queryStart < utf8.endIndex else { return nil }
+        return RequestTarget(path: String(text[..<questionMark]), query: String(text[queryStart...]))
     }
 
     private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {
