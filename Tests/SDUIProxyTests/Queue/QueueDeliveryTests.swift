@@ -142,9 +142,10 @@ import Testing
             #expect(finished)
             let status = await QueueTest.status(queue, receipt.id)
             #expect(status.state == "failed")
-            #expect(status.attempts == 1)
             #expect(status.status == 400)
             #expect(status.lastError?.contains("400") == true)
+            // An attempt that could not connect (a busy machine) may come first; the 400 is never retried.
+            #expect((status.attempts ?? 0) >= 1)
         }
         #expect(origin.requests.count == 1)
         try await origin.stop()
