@@ -3,6 +3,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import SDUIProxyCore
 import Testing
 
@@ -273,6 +274,44 @@ struct PrefetchTests {
             try await waitUntil(timeout: .seconds(4)) { proxy.origin.requestCount >= 2 }
             #expect(proxy.origin.requests.last?.headers.first(name: "if-none-match") == "\"same\"")
             #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
+        }
+    }
+}
+
+@Suite("Prefetch under load")
+struct PrefetchLoadTests {
+    @Test("a long backlog of prefetches issued from one event loop completes, each answered from the cache")
+    func longBacklog() async throws {
+        try await ProxyHarness.run(configure: { $0.prefetch.concurrency = 1 }) { proxy async throws in
+            _ = try await proxy.get("/fresh")
+            let prefetcher = proxy.server.prefetcher
+            // Issued from an event loop, as stored components do: every job then lands on that one loop.
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            let outcomes = try await loop.submit {
+                (0..<50_000).map { _ in prefetcher.prefetch(target: "/fresh", platform: "WEB", followActions: 0) }
+            }.get()
+            let results = try await EventLoopFuture.whenAllSucceed(outcomes, on: outcomes[0].eventLoop).get()
+            #expect(results.count == 50_000)
+            #expect(results.allSatisfy { $0.name == "cached" })
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
+    @Test("many components linking to the same screens prefetch each screen once")
+    func sharedTargetsOnce() async throws {
+        try await ProxyHarness.run(origin: { request in
+            request.uri.hasPrefix("/shared")
+                ? .component()
+                : PrefetchTests.component(linkingTo: ["/shared-a", "/shared-b"])
+        }) { proxy async throws in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<100 { group.addTask { _ = try await proxy.get("/page/\(index)") } }
+                try await group.waitForAll()
+            }
+            try await waitUntil { proxy.origin.requests(to: "/shared-b").count >= 1 }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(proxy.origin.requests(to: "/shared-a").count == 1)
+            #expect(proxy.origin.requests(to: "/shared-b").count == 1)
         }
     }
 }

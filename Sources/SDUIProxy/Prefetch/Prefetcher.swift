@@ -51,6 +51,9 @@ public final class Prefetcher: Sendable {
         var running = 0
         var backlog: CircularBuffer<Job> = []
         var counts = Counts()
+        /// Navigation targets queued or running (`target` NUL `platform`), so a storm of components linking to
+        /// the same screens prefetches each once.
+        var followed: Set<String> = []
     }
 
     /// Action-driven prefetches beyond this many waiting are dropped (and counted), bounding memory.
@@ -139,7 +142,9 @@ public final class Prefetcher: Sendable {
                 return next
             }
             job.promise.succeed(outcome)
-            if let next { self.run(next) }
+            // Through the event loop, not a nested call: jobs that finish at once (already fresh) would
+            // otherwise recurse once per job in the backlog.
+            if let next { next.promise.futureResult.eventLoop.execute { self.run(next) } }
         }
     }
 
@@ -207,6 +212,15 @@ public final class Prefetcher: Sendable {
 
     // MARK: Screens a user opens next
 
+    private func isFresh(target: String, platform: String, proxy: ProxyContext, now: NIODeadline) -> Bool {
+        guard let parsed = try? RequestTarget(parsing: target) else { return false }
+        let policy = proxy.configuration.cache.policy(forPath: parsed.path)
+        var headers = HTTPHeaders()
+        headers.add(name: proxy.configuration.platform.header, value: platform)
+        let key = proxy.cacheKey(target: parsed, platform: platform, headers: headers, policy: policy)
+        return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
+    }
+
     private func followActions(in component: JSONValue, storedBy request: ComponentFetcher.Request) {
         let proxy = self.proxy
         let plan = planner.plan(for: component)
@@ -217,16 +231,24 @@ public final class Prefetcher: Sendable {
                 metadata: ["from": "\(request.key.target)", "url": "\(skipped.url)", "reason": "\(skipped.reason)"]
             )
         }
+        let now = NIODeadline.now()
         for target in plan.targets where target != request.key.target {
-            let backlogFull = state.withLock { state -> Bool in
-                guard state.backlog.count >= Self.maximumBacklog else { return false }
-                state.counts.dropped += 1
+            guard !isFresh(target: target, platform: platform, proxy: proxy, now: now) else { continue }
+            let token = target + "\u{0}" + platform
+            let admitted = state.withLock { state -> Bool in
+                guard !state.followed.contains(token) else { return false }
+                guard state.backlog.count < Self.maximumBacklog else {
+                    state.counts.dropped += 1
+                    return false
+                }
+                state.followed.insert(token)
                 return true
             }
-            guard !backlogFull else { continue }
+            guard admitted else { continue }
             let logger = proxy.logger
             prefetch(target: target, platform: platform, followActions: request.followActions - 1).whenSuccess {
                 outcome in
+                self.state.withLock { _ = $0.followed.remove(token) }
                 logger.debug(
                     "prefetched navigation target",
                     metadata: ["from": "\(request.key.target)", "target": "\(target)", "outcome": "\(outcome.name)"]

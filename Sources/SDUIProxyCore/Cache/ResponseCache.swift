@@ -112,6 +112,18 @@ public final class ResponseCache: Sendable {
         }
     }
 
+    /// Whether a fresh entry exists for `key`, without counting a hit or a miss or touching recency: for
+    /// deciding whether background work is needed.
+    public func hasFreshEntry(_ key: CacheKey, requestHeaders: HTTPHeaders, now: NIODeadline) -> Bool {
+        var slot = shard(for: key).state.withLock { $0.store.peek(key) }
+        if case .variants(let names)? = slot {
+            let variant = Self.variantKey(key, names: names, requestHeaders: requestHeaders)
+            slot = shard(for: variant).state.withLock { $0.store.peek(variant) }
+        }
+        guard case .response(let entry)? = slot else { return false }
+        return entry.isFresh(at: now) && !entry.directives.noCache
+    }
+
     private enum SlotLookup {
         case found(Lookup)
         case varies(names: [String])
