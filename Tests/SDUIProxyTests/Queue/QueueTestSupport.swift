@@ -77,7 +77,7 @@ enum QueueTest {
             fatalError("not an http origin")
         }
         var upstream = ProxyConfiguration.Upstream()
-        upstream.connectTimeout = .milliseconds(200)
+        upstream.connectTimeout = .seconds(1)
         upstream.timeout = .seconds(3)
         return HTTPNetworkClient(origin: origin, configuration: upstream, eventLoopGroup: group)
     }
