@@ -4,6 +4,11 @@ import NIOHTTP1
 import SDUIProxyCore
 import Synchronization
 
+/// Hears of every component the fetcher stores, with its decoded tree.
+public protocol StoredComponentObserver: AnyObject, Sendable {
+    func componentStored(_ component: JSONValue, by request: ComponentFetcher.Request)
+}
+
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
 /// and validated, its freshness computed, and the entry stored. A stale entry is revalidated with the
 /// backend's validators, and served instead of an error when its `stale-if-error` window allows.
@@ -64,18 +69,22 @@ public final class ComponentFetcher: Sendable {
     private let metrics: ProxyMetrics
     private let logger: Logger
     /// Told about every component stored with hops left to follow, with its decoded tree (walked once).
-    private let componentObserver = Mutex<ComponentObserver?>(nil)
+    ///
+    /// A weak object reference, not a closure: a closure kept in a `Mutex` was re-wrapped in a reabstraction
+    /// thunk on every read in optimised builds, until calling it overflowed the stack.
+    private let componentObserver = Mutex(WeakObserver())
 
-    /// Receives a stored component's tree and the fetch that stored it.
-    public typealias ComponentObserver = @Sendable (JSONValue, Request) -> Void
+    private struct WeakObserver {
+        weak var observer: (any StoredComponentObserver)?
+    }
 
     /// Sets who hears of stored components (the prefetcher, for the screens a user opens next).
-    public func observeStoredComponents(_ observer: ComponentObserver?) {
-        componentObserver.withLock { $0 = observer }
+    public func observeStoredComponents(_ observer: (any StoredComponentObserver)?) {
+        componentObserver.withLock { $0.observer = observer }
     }
 
     /// Who hears of stored components, to hand over to the fetcher that replaces this one.
-    var storedComponentObserver: ComponentObserver? { componentObserver.withLock { $0 } }
+    var storedComponentObserver: (any StoredComponentObserver)? { componentObserver.withLock { $0.observer } }
 
     public init(
         cache: ResponseCache,
@@ -232,8 +241,8 @@ public final class ComponentFetcher: Sendable {
             return .notStored(response, reason: "larger than a cache shard's budget")
         }
         logger.debug("stored", metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"])
-        if let component, request.followActions > 0, let observer = componentObserver.withLock({ $0 }) {
-            observer(component, request)
+        if let component, request.followActions > 0, let observer = storedComponentObserver {
+            observer.componentStored(component, by: request)
         }
         return .stored(entry)
     }

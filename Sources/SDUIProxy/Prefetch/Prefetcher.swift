@@ -11,7 +11,7 @@ import Synchronization
 /// exchange (and a client joins a prefetch in flight). They run at most ``ProxyConfiguration/Prefetch/concurrency``
 /// at a time and queue behind each other, so a prefetch storm never takes more than that share of upstream
 /// connections away from clients.
-public final class Prefetcher: Sendable {
+public final class Prefetcher: StoredComponentObserver {
     /// How one prefetch ended.
     public enum Outcome: Sendable, Equatable {
         /// The response is in the cache (fetched now, or already fresh) and stays fresh for `freshFor` seconds.
@@ -66,19 +66,13 @@ public final class Prefetcher: Sendable {
     public init(runtime: ProxyRuntime, eventLoopGroup: any EventLoopGroup) {
         self.runtime = runtime
         self.eventLoopGroup = eventLoopGroup
-        runtime.context.fetcher.observeStoredComponents { [weak self] component, request in
-            self?.followActions(in: component, storedBy: request)
-        }
+        runtime.context.fetcher.observeStoredComponents(self)
     }
 
     private var proxy: ProxyContext { runtime.context }
 
     /// The planner for the configuration in force.
-    private var planner: PrefetchPlanner {
-        let configuration = proxy.configuration
-        let upstream = (try? UpstreamOrigin(parsing: configuration.upstream.url)) ?? .directory(path: ".")
-        return PrefetchPlanner(upstream: upstream, allowedHosts: configuration.prefetch.allowedHosts)
-    }
+    private var planner: PrefetchPlanner { proxy.prefetchPlanner }
 
     private var concurrency: Int { proxy.configuration.prefetch.concurrency }
 
@@ -221,9 +215,9 @@ public final class Prefetcher: Sendable {
         return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
     }
 
-    private func followActions(in component: JSONValue, storedBy request: ComponentFetcher.Request) {
+    public func componentStored(_ component: JSONValue, by request: ComponentFetcher.Request) {
         let proxy = self.proxy
-        let plan = planner.plan(for: component)
+        let plan = proxy.prefetchPlanner.plan(for: component)
         let platform = String(request.key.platform)
         for skipped in plan.skipped {
             proxy.logger.debug(

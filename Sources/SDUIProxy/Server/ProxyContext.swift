@@ -17,6 +17,8 @@ public struct ProxyContext: Sendable {
     public let logger: Logger
     /// Where access-log lines go, when `log.access` is on.
     public let accessLogger: Logger?
+    /// Resolves navigation and prefetch URLs against this configuration's upstream and allowed hosts.
+    public let prefetchPlanner: PrefetchPlanner
     /// The platform header, lower-cased.
     let platformHeader: String
     private let allowedPlatforms: Set<String>
@@ -33,6 +35,10 @@ public struct ProxyContext: Sendable {
         self.writeQueue = writeQueue
         self.metrics = metrics
         self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
+        self.prefetchPlanner = PrefetchPlanner(
+            upstream: (try? UpstreamOrigin(parsing: configuration.upstream.url)) ?? .directory(path: "."),
+            allowedHosts: configuration.prefetch.allowedHosts
+        )
         self.configuration = configuration
         self.cache = cache
         self.fetcher = fetcher

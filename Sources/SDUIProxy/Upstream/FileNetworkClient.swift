@@ -77,7 +77,11 @@ public final class FileNetworkClient: NetworkClient {
 
     private static func read(path: String, rootPath: String, maxBodyBytes: Int) throws -> UpstreamResponse {
         let segments = path.split(separator: "/")
-        guard !segments.contains(where: { $0.hasPrefix(".") || $0.contains("%") || $0.contains("\\") }) else {
+        guard
+            !segments.contains(where: {
+                $0.hasPrefix(".") || $0.contains("%" as Character) || $0.contains("\\" as Character)
+            })
+        else {
             return notFound(path)
         }
         let base = rootPath + "/" + segments.joined(separator: "/")

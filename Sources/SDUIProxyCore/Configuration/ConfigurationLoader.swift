@@ -227,7 +227,8 @@ public struct ConfigurationLoader: Sendable {
         prefetch.concurrency = try section.int("concurrency", default: prefetch.concurrency, in: 1...1024)
         prefetch.refresh = try section.bool("refresh", default: prefetch.refresh)
         prefetch.allowedHosts = try section.stringList("allowedHosts", default: prefetch.allowedHosts)
-        for host in prefetch.allowedHosts where host.isEmpty || host.contains("/") || host.contains(" ") {
+        for host in prefetch.allowedHosts
+        where host.isEmpty || host.contains("/" as Character) || host.contains(" " as Character) {
             throw section.fail("allowedHosts", "\"\(host)\" is not a host or host:port")
         }
         prefetch.maxURLsPerRequest = try section.int(

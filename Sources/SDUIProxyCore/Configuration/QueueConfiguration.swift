@@ -257,7 +257,7 @@ public struct QueueConfiguration: Sendable, Equatable {
         guard method != "GET", method != "HEAD" else {
             throw section.fail("match", "\(method) requests are reads; only writes can be queued")
         }
-        guard prefix.hasPrefix("/"), !prefix.contains("?"), HTTPSyntax.isFieldValue(prefix) else {
+        guard prefix.hasPrefix("/"), !prefix.contains("?" as Character), HTTPSyntax.isFieldValue(prefix) else {
             throw section.fail("match", "\"\(prefix)\" is not a path prefix starting with / (without a query)")
         }
         return (method, prefix)

@@ -263,7 +263,7 @@ public struct PrefetchPlanner: Sendable {
     }
 
     private static func hostDescription(_ url: AbsoluteURL) -> String {
-        let host = url.host.contains(":") ? "[\(url.host)]" : url.host
+        let host = url.host.contains(":" as Character) ? "[\(url.host)]" : url.host
         let defaultPort = url.scheme == "https" ? 443 : 80
         return url.port == defaultPort ? host : "\(host):\(url.port)"
     }
@@ -276,7 +276,7 @@ private struct HostPattern: Sendable {
 
     init?(parsing entry: String) {
         let text = entry.lowercased()
-        guard !text.isEmpty, !text.contains("/"), !text.contains("@") else { return nil }
+        guard !text.isEmpty, !text.contains("/" as Character), !text.contains("@" as Character) else { return nil }
         if text.hasPrefix("[") {
             guard let close = text.firstIndex(of: "]") else { return nil }
             let after = text[text.index(after: close)...]
@@ -289,7 +289,7 @@ private struct HostPattern: Sendable {
                 return nil
             }
         } else if let colon = text.firstIndex(of: ":") {
-            if text[text.index(after: colon)...].contains(":") {
+            if text[text.index(after: colon)...].contains(":" as Character) {
                 // A bare IPv6 address.
                 host = text
                 port = nil

@@ -18,14 +18,14 @@ public enum UpstreamOrigin: Sendable, Equatable {
         /// `scheme://host[:port]`, with the port only when it is not the scheme's default.
         public var origin: String {
             let defaultPort = scheme == "https" ? 443 : 80
-            let hostPart = host.contains(":") ? "[\(host)]" : host
+            let hostPart = host.contains(":" as Character) ? "[\(host)]" : host
             return port == defaultPort ? "\(scheme)://\(hostPart)" : "\(scheme)://\(hostPart):\(port)"
         }
 
         /// The `Host` header value for this origin.
         public var hostHeader: String {
             let defaultPort = scheme == "https" ? 443 : 80
-            let hostPart = host.contains(":") ? "[\(host)]" : host
+            let hostPart = host.contains(":" as Character) ? "[\(host)]" : host
             return port == defaultPort ? hostPart : "\(hostPart):\(port)"
         }
     }
@@ -76,7 +76,8 @@ public struct AbsoluteURL: Sendable, Equatable {
         let rest = text.dropFirst(scheme.count + 3)
         let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
         let authority = rest[..<authorityEnd]
-        guard !authority.isEmpty, !authority.contains("@"), authority.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+        guard !authority.isEmpty, !authority.contains("@" as Character),
+            authority.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else { return nil }
 
         var host = Substring(authority)
