@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Turns the raw results of Benchmarks/run.sh into markdown tables (medians over rounds) and ratios.
+
+usage: report.py RESULTS_DIR
+
+RESULTS_DIR holds (each optional, tab-separated, with a header line):
+  runs.tsv      scenario target conns round requests duration_us rps p50_us p99_us errors cpu_us rss_kb hits misses other
+  stampede.tsv  target clients answered ok origin_requests x_cache failures
+  memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
+  notes.txt     free-form lines printed under "Notes"
+  meta.txt      key=value lines (date, host, rounds, duration, ...)
+The last line printed is always `hit-cpu-per-request ratio vs nginx: X.XX` (or n/a when no hit data exists).
+"""
+import csv
+import os
+import statistics
+import sys
+
+ANCHORS = ("nginx", "varnish")
+LABEL = {
+    "proxy": "sdui-proxy",
+    "nginx": "nginx proxy_cache",
+    "nginx-nocache": "nginx (no cache)",
+    "varnish": "Varnish",
+}
+
+
+def read_tsv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def num(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def fmt(value, digits=0):
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(value):
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def summarize(runs, scenario):
+    """{(target, conns): medians} for one scenario."""
+    groups = {}
+    for row in runs:
+        if row["scenario"] != scenario:
+            continue
+        groups.setdefault((row["target"], int(row["conns"])), []).append(row)
+    result = {}
+    for key, rows in groups.items():
+        per_req = [
+            num(r["cpu_us"]) / num(r["requests"]) if num(r["requests"]) else None for r in rows
+        ]
+        hit_ratio = []
+        for r in rows:
+            h, m = num(r["hits"]) or 0, num(r["misses"]) or 0
+            hit_ratio.append(h / (h + m) if h + m > 0 else None)
+        result[key] = {
+            "rounds": len(rows),
+            "rps": median(num(r["rps"]) for r in rows),
+            "p50": median(num(r["p50_us"]) for r in rows),
+            "p99": median(num(r["p99_us"]) for r in rows),
+            "cpu": median(per_req),
+            "rss": median(num(r["rss_kb"]) for r in rows),
+            "errors": sum(int(num(r["errors"]) or 0) for r in rows),
+            "hit_ratio": median(hit_ratio),
+        }
+    return result
+
+
+def target_order(target):
+    order = ["proxy", "nginx", "nginx-nocache", "varnish"]
+    return order.index(target) if target in order else len(order)
+
+
+def ms(us):
+    return None if us is None else us / 1000.0
+
+
+def print_scenario_table(title, stats, with_hits=False):
+    print(f"### {title}")
+    print()
+    header = "| target | conns | req/s | p50 ms | p99 ms | server CPU µs/req | server RSS MiB |"
+    line = "|---|---:|---:|---:|---:|---:|---:|"
+    if with_hits:
+        header += " hit ratio |"
+        line += "---:|"
+    header += " errors |"
+    line += "---:|"
+    print(header)
+    print(line)
+    for (target, conns) in sorted(stats, key=lambda k: (k[1], target_order(k[0]))):
+        s = stats[(target, conns)]
+        row = (
+            f"| {LABEL.get(target, target)} | {conns} | {fmt(s['rps'])} | {fmt(ms(s['p50']), 2)} | "
+            f"{fmt(ms(s['p99']), 2)} | {fmt(s['cpu'], 1)} | {fmt(None if s['rss'] is None else s['rss'] / 1024, 1)} |"
+        )
+        if with_hits:
+            hit_ratio = s["hit_ratio"]
+            row += " n/a |" if hit_ratio is None else f" {hit_ratio * 100:.1f} % |"
+        row += f" {s['errors']} |"
+        print(row)
+    print()
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    directory = sys.argv[1]
+    runs = read_tsv(os.path.join(directory, "runs.tsv"))
+    meta = {}
+    meta_path = os.path.join(directory, "meta.txt")
+    if os.path.exists(meta_path):
+        for line in open(meta_path):
+            key, _, value = line.rstrip("\n").partition("=")
+            if key:
+                meta[key] = value
+
+    print("## sdui-proxy load benchmark")
+    print()
+    if meta:
+        print(
+            "{date} · {cpus} CPUs · wrk -t{threads} · {rounds} round(s) × {duration} per run · "
+            "medians over rounds · payload {payload} bytes".format(
+                date=meta.get("date", "?"),
+                cpus=meta.get("cpus", "?"),
+                threads=meta.get("wrk_threads", "?"),
+                rounds=meta.get("rounds", "?"),
+                duration=meta.get("duration", "?"),
+                payload=meta.get("payload_bytes", "?"),
+            )
+        )
+        print()
+
+    hit_cpu_ratio = None
+
+    hits = summarize(runs, "hit")
+    if hits:
+        print_scenario_table("Hits: one cached component, every request a fresh hit", hits)
+        print("Ratios, proxy / anchor (throughput: higher is better; p99 and CPU/request: lower is better):")
+        print()
+        print("| conns | req/s ÷ nginx | req/s ÷ Varnish | p99 ÷ nginx | p99 ÷ Varnish | CPU/req ÷ nginx | CPU/req ÷ Varnish |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for conns in sorted({c for (_, c) in hits}):
+            p = hits.get(("proxy", conns))
+            n = hits.get(("nginx", conns))
+            v = hits.get(("varnish", conns))
+            cells = []
+            for metric in ("rps", "p99", "cpu"):
+                for anchor in (n, v):
+                    cells.append(fmt_ratio(ratio(p and p[metric], anchor and anchor[metric])))
+            print(f"| {conns} | " + " | ".join(cells) + " |")
+            if conns == 64:
+                hit_cpu_ratio = ratio(p and p["cpu"], n and n["cpu"])
+        print()
+
+    misses = summarize(runs, "miss")
+    if misses:
+        print_scenario_table("Misses: every URL unique (proxy fills its cache; nginx forwards without a cache)", misses)
+        print("| conns | req/s proxy ÷ nginx (no cache) | target ≥ 0.60 | CPU/req proxy ÷ nginx (no cache) |")
+        print("|---:|---:|:---:|---:|")
+        for conns in sorted({c for (_, c) in misses}):
+            p = misses.get(("proxy", conns))
+            n = misses.get(("nginx-nocache", conns))
+            r = ratio(p and p["rps"], n and n["rps"])
+            verdict = "n/a" if r is None else ("yes" if r >= 0.6 else "**no**")
+            print(f"| {conns} | {fmt_ratio(r)} | {verdict} | {fmt_ratio(ratio(p and p['cpu'], n and n['cpu']))} |")
+        print()
+
+    mixed = summarize(runs, "mixed")
+    if mixed:
+        print_scenario_table(
+            "Mixed: Zipf keys over a key set larger than the cache (eviction at work); hit ratio from X-Cache",
+            mixed,
+            with_hits=True,
+        )
+
+    stampede = read_tsv(os.path.join(directory, "stampede.tsv"))
+    proxy_stampede = None
+    if stampede:
+        print("### Stampede: concurrent requests for one cold key (origin slowed to ~1 s)")
+        print()
+        print("| target | clients | answered 200 | X-Cache | failures | origin requests |")
+        print("|---|---:|---:|---|---|---:|")
+        for row in sorted(stampede, key=lambda r: target_order(r["target"])):
+            print(
+                f"| {LABEL.get(row['target'], row['target'])} | {row['clients']} | {row['ok']} | {row['x_cache']} | "
+                f"{row['failures']} | {row['origin_requests']} |"
+            )
+            if row["target"] == "proxy":
+                proxy_stampede = row["origin_requests"]
+        print()
+
+    memory = read_tsv(os.path.join(directory, "memory.tsv"))
+    if memory:
+        print("### Memory: RSS growth per cached entry")
+        print()
+        print(
+            "| target | entries loaded | misses seen | RSS before MiB | RSS after MiB | RSS bytes/entry | payload bytes "
+            "| RSS bytes/entry ÷ payload | cache-accounted bytes/entry |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for row in sorted(memory, key=lambda r: target_order(r["target"])):
+            entries = num(row["entries"]) or 0
+            before, after = num(row["rss_before_kb"]), num(row["rss_after_kb"])
+            payload = num(row["payload_bytes"])
+            per_entry = (after - before) * 1024 / entries if entries and before is not None and after is not None else None
+            print(
+                f"| {LABEL.get(row['target'], row['target'])} | {fmt(entries)} | {row['misses']} | "
+                f"{fmt(before / 1024 if before is not None else None, 1)} | {fmt(after / 1024 if after is not None else None, 1)} | "
+                f"{fmt(per_entry)} | {fmt(payload)} | {fmt_ratio(ratio(per_entry, payload))} | "
+                f"{fmt(num(row.get('cache_bytes_per_entry')))} |"
+            )
+        print()
+
+    notes_path = os.path.join(directory, "notes.txt")
+    if os.path.exists(notes_path):
+        notes = [line.rstrip("\n") for line in open(notes_path) if line.strip()]
+        if notes:
+            print("### Notes")
+            print()
+            for note in notes:
+                print(f"- {note}")
+            print()
+
+    if proxy_stampede is not None:
+        print(f"stampede origin requests: {proxy_stampede}")
+    print(f"hit-cpu-per-request ratio vs nginx: {fmt_ratio(hit_cpu_ratio)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
