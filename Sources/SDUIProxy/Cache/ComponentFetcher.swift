@@ -209,7 +209,12 @@ public final class ComponentFetcher: Sendable {
             ComponentDecoder.isJSON(contentType: response.headers.first(name: "content-type"))
         {
             do {
-                component = try decoder.decodeComponent(response.body)
+                // The tree is only built when its navigation actions will be followed.
+                if request.followActions > 0, storedComponentObserver != nil {
+                    component = try decoder.decodeComponent(response.body)
+                } else {
+                    try decoder.validateComponent(response.body)
+                }
             } catch {
                 logger.warning(
                     "invalid component from the backend, not cached",

@@ -1,4 +1,3 @@
-import Foundation
 import NIOCore
 
 /// Decodes and validates backend responses as Beagle components (the seed's `Coder`).
@@ -28,20 +27,9 @@ public struct ComponentDecoder: Sendable {
     /// Parses `body` as JSON, whatever its shape.
     public func decodeJSON(_ body: ByteBuffer) throws(Failure) -> JSONValue {
         do {
-            return try body.withUnsafeReadableBytes { bytes in
-                try JSONDecoder().decode(
-                    JSONValue.self,
-                    from: Data(
-                        bytesNoCopy: UnsafeMutableRawPointer(
-                            mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!
-                        ),
-                        count: bytes.count,
-                        deallocator: .none
-                    )
-                )
-            }
+            return try body.withUnsafeReadableBytes { bytes throws(JSONParser.Failure) in try JSONParser.parse(bytes) }
         } catch {
-            throw Failure(reason: "the backend's response is not valid JSON")
+            throw Failure(reason: "the backend's response is not valid JSON (\(error.reason) at byte \(error.offset))")
         }
     }
 
@@ -58,5 +46,23 @@ public struct ComponentDecoder: Sendable {
             throw Failure(reason: "\(Self.componentTypeKey) must be a non-empty string")
         }
         return document
+    }
+
+    /// Checks that `body` is a component, like ``decodeComponent(_:)``, without building its tree.
+    public func validateComponent(_ body: ByteBuffer) throws(Failure) {
+        let isComponent: Bool
+        do {
+            isComponent = try body.withUnsafeReadableBytes { bytes throws(JSONParser.Failure) in
+                try JSONParser.validateObject(bytes, requiringStringMember: Self.componentTypeKey)
+            }
+        } catch {
+            throw Failure(reason: "the backend's response is not valid JSON (\(error.reason) at byte \(error.offset))")
+        }
+        guard isComponent else {
+            throw Failure(
+                reason:
+                    "the backend's JSON is not a component: its root needs a non-empty string \(Self.componentTypeKey)"
+            )
+        }
     }
 }

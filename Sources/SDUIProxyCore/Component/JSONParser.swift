@@ -1,0 +1,326 @@
+/// A strict JSON parser (RFC 8259) over raw bytes, for the miss path: it validates without throwing on every
+/// node, and builds a ``JSONValue`` tree only when asked to.
+///
+/// Nesting is limited to ``maximumDepth`` so hostile documents cannot exhaust the stack; strings must be valid
+/// UTF-8 with no raw control characters; numbers follow the JSON grammar exactly.
+struct JSONParser {
+    struct Failure: Error {
+        var reason: String
+        var offset: Int
+    }
+
+    static let maximumDepth = 512
+
+    private let bytes: UnsafeRawBufferPointer
+    private var index = 0
+    private let buildsTree: Bool
+
+    private init(bytes: UnsafeRawBufferPointer, buildsTree: Bool) {
+        self.bytes = bytes
+        self.buildsTree = buildsTree
+    }
+
+    /// Parses a whole document into a tree.
+    static func parse(_ bytes: UnsafeRawBufferPointer) throws(Failure) -> JSONValue {
+        var parser = JSONParser(bytes: bytes, buildsTree: true)
+        let value = try parser.parseDocument()
+        return value ?? .null
+    }
+
+    /// Checks that `bytes` are one JSON document whose root is an object with a non-empty string member
+    /// named `requiredKey`, without building anything else.
+    static func validateObject(
+        _ bytes: UnsafeRawBufferPointer,
+        requiringStringMember requiredKey: String
+    )
+        throws(Failure) -> Bool
+    {
+        var parser = JSONParser(bytes: bytes, buildsTree: false)
+        parser.skipWhitespace()
+        guard parser.peek() == UInt8(ascii: "{") else {
+            _ = try parser.parseDocument()
+            return false
+        }
+        var found = false
+        parser.index += 1
+        parser.skipWhitespace()
+        if parser.peek() == UInt8(ascii: "}") {
+            parser.index += 1
+        } else {
+            while true {
+                parser.skipWhitespace()
+                let key = try parser.parseString(keep: true)
+                parser.skipWhitespace()
+                try parser.expect(UInt8(ascii: ":"))
+                parser.skipWhitespace()
+                if key == requiredKey, parser.peek() == UInt8(ascii: "\"") {
+                    let value = try parser.parseString(keep: true)
+                    found = !(value ?? "").isEmpty
+                } else {
+                    _ = try parser.parseValue(depth: 1)
+                }
+                parser.skipWhitespace()
+                guard let next = parser.next() else { throw parser.failure("the document ends inside an object") }
+                if next == UInt8(ascii: "}") { break }
+                guard next == UInt8(ascii: ",") else { throw parser.failure("expected , or } in an object") }
+            }
+        }
+        parser.skipWhitespace()
+        guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+        return found
+    }
+
+    private mutating func parseDocument() throws(Failure) -> JSONValue? {
+        skipWhitespace()
+        let value = try parseValue(depth: 0)
+        skipWhitespace()
+        guard index == bytes.count else { throw failure("text after the document") }
+        return value
+    }
+
+    // MARK: Values
+
+    private mutating func parseValue(depth: Int) throws(Failure) -> JSONValue? {
+        guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
+        guard let byte = peek() else { throw failure("a value is missing") }
+        switch byte {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth)
+        case UInt8(ascii: "["): return try parseArray(depth: depth)
+        case UInt8(ascii: "\""): return try parseString(keep: buildsTree).map(JSONValue.string)
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return try parseNumber()
+        default:
+            throw failure("unexpected character")
+        }
+    }
+
+    private mutating func parseObject(depth: Int) throws(Failure) -> JSONValue? {
+        index += 1
+        var members: [String: JSONValue] = [:]
+        skipWhitespace()
+        if peek() == UInt8(ascii: "}") {
+            index += 1
+            return buildsTree ? .object(members) : nil
+        }
+        while true {
+            skipWhitespace()
+            let key = try parseString(keep: buildsTree)
+            skipWhitespace()
+            try expect(UInt8(ascii: ":"))
+            skipWhitespace()
+            let value = try parseValue(depth: depth + 1)
+            if buildsTree, let key { members[key] = value ?? .null }
+            skipWhitespace()
+            guard let next = next() else { throw failure("the document ends inside an object") }
+            if next == UInt8(ascii: "}") { break }
+            guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
+        }
+        return buildsTree ? .object(members) : nil
+    }
+
+    private mutating func parseArray(depth: Int) throws(Failure) -> JSONValue? {
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if peek() == UInt8(ascii: "]") {
+            index += 1
+            return buildsTree ? .array(elements) : nil
+        }
+        while true {
+            skipWhitespace()
+            let value = try parseValue(depth: depth + 1)
+            if buildsTree { elements.append(value ?? .null) }
+            skipWhitespace()
+            guard let next = next() else { throw failure("the document ends inside an array") }
+            if next == UInt8(ascii: "]") { break }
+            guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in an array") }
+        }
+        return buildsTree ? .array(elements) : nil
+    }
+
+    /// Parses a string; returns its value when `keep` is true (nil otherwise).
+    private mutating func parseString(keep: Bool) throws(Failure) -> String? {
+        guard next() == UInt8(ascii: "\"") else { throw failure("expected a string") }
+        let start = index
+        var hasEscapes = false
+        var hasNonASCII = false
+        while true {
+            guard let byte = next() else { throw failure("the document ends inside a string") }
+            switch byte {
+            case UInt8(ascii: "\""):
+                let end = index - 1
+                if hasNonASCII,
+                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self) == nil
+                {
+                    throw failure("a string is not valid UTF-8")
+                }
+                guard keep else { return nil }
+                if !hasEscapes {
+                    return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+                }
+                return try unescape(start..<end)
+            case UInt8(ascii: "\\"):
+                hasEscapes = true
+                guard let escaped = next() else { throw failure("the document ends inside a string") }
+                switch escaped {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                    UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    break
+                case UInt8(ascii: "u"):
+                    for _ in 0..<4 {
+                        guard let digit = next(), Self.hexValue(digit) != nil else { throw failure("a bad \\u escape") }
+                    }
+                default:
+                    throw failure("a bad escape in a string")
+                }
+            case 0..<0x20:
+                throw failure("a control character in a string")
+            case 0x80...:
+                hasNonASCII = true
+            default:
+                break
+            }
+        }
+    }
+
+    private func unescape(_ range: Range<Int>) throws(Failure) -> String {
+        var scalars = String.UnicodeScalarView()
+        var utf8: [UInt8] = []
+        var position = range.lowerBound
+        func flush() {
+            if !utf8.isEmpty {
+                scalars.append(contentsOf: String(decoding: utf8, as: UTF8.self).unicodeScalars)
+                utf8.removeAll(keepingCapacity: true)
+            }
+        }
+        while position < range.upperBound {
+            let byte = bytes[position]
+            guard byte == UInt8(ascii: "\\") else {
+                utf8.append(byte)
+                position += 1
+                continue
+            }
+            flush()
+            let escaped = bytes[position + 1]
+            position += 2
+            switch escaped {
+            case UInt8(ascii: "b"): scalars.append("\u{8}")
+            case UInt8(ascii: "f"): scalars.append("\u{C}")
+            case UInt8(ascii: "n"): scalars.append("\n")
+            case UInt8(ascii: "r"): scalars.append("\r")
+            case UInt8(ascii: "t"): scalars.append("\t")
+            case UInt8(ascii: "u"):
+                var code = readHex4(at: position)
+                position += 4
+                if (0xD800..<0xDC00).contains(code), position + 6 <= range.upperBound,
+                    bytes[position] == UInt8(ascii: "\\"),
+                    bytes[position + 1] == UInt8(ascii: "u")
+                {
+                    let low = readHex4(at: position + 2)
+                    if (0xDC00..<0xE000).contains(low) {
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        position += 6
+                    }
+                }
+                scalars.append(Unicode.Scalar(code) ?? "\u{FFFD}")
+            default: scalars.append(Unicode.Scalar(escaped))
+            }
+        }
+        flush()
+        return String(scalars)
+    }
+
+    private func readHex4(at position: Int) -> UInt32 {
+        var value: UInt32 = 0
+        for offset in 0..<4 { value = value << 4 | UInt32(Self.hexValue(bytes[position + offset]) ?? 0) }
+        return value
+    }
+
+    private mutating func parseNumber() throws(Failure) -> JSONValue? {
+        let start = index
+        if peek() == UInt8(ascii: "-") { index += 1 }
+        guard let first = peek(), Self.isDigit(first) else { throw failure("a bad number") }
+        index += 1
+        if first != UInt8(ascii: "0") { skipDigits() }
+        if peek() == UInt8(ascii: ".") {
+            index += 1
+            guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
+            skipDigits()
+        }
+        if peek() == UInt8(ascii: "e") || peek() == UInt8(ascii: "E") {
+            index += 1
+            if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index += 1 }
+            guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
+            skipDigits()
+        }
+        guard buildsTree else { return nil }
+        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        return .number(Double(text) ?? 0)
+    }
+
+    // MARK: Bytes
+
+    @inline(__always)
+    private func peek() -> UInt8? {
+        index < bytes.count ? bytes[index] : nil
+    }
+
+    @inline(__always)
+    private mutating func next() -> UInt8? {
+        guard index < bytes.count else { return nil }
+        defer { index += 1 }
+        return bytes[index]
+    }
+
+    @inline(__always)
+    private mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func skipDigits() {
+        while let byte = peek(), Self.isDigit(byte) { index += 1 }
+    }
+
+    private mutating func expect(_ byte: UInt8) throws(Failure) {
+        guard next() == byte else { throw failure("expected \(Character(Unicode.Scalar(byte)))") }
+    }
+
+    private mutating func expectLiteral(_ literal: StaticString) throws(Failure) {
+        let expected = UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount)
+        for byte in expected {
+            guard next() == byte else { throw failure("a bad literal") }
+        }
+    }
+
+    private func failure(_ reason: String) -> Failure {
+        Failure(reason: reason, offset: index)
+    }
+
+    @inline(__always)
+    private static func isDigit(_ byte: UInt8) -> Bool {
+        byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
