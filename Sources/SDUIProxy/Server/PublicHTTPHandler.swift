@@ -11,8 +11,8 @@ import SDUIProxyCore
 /// holds later requests until the current response has ended).
 final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundIn = HTTPServerResponsePart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias OutboundIn = ResponsePart
+    typealias OutboundOut = ResponsePart
 
     /// Where the current request is in its life.
     private enum State {
@@ -52,8 +52,19 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var proxy: ProxyContext
     private var generation: Int
     private var state = State.idle {
-        didSet { if case .idle = state, !isIdleTimerArmed { armTimer(.idle) } }
+        didSet {
+            guard case .idle = state else { return }
+            if !isIdleTimerArmed { armTimer(.idle) }
+            if !pipelined.isEmpty, !handlingPipelined { schedulePipelinedRequests() }
+        }
     }
+    /// Parts of requests that arrived while an earlier one was being answered (HTTP/1.1 pipelining); they are
+    /// handled in order once the response before them has been written, and reading pauses meanwhile.
+    private var pipelined: CircularBuffer<HTTPServerRequestPart> = []
+    /// Whether the current request's end has been read, so further parts belong to the next requests.
+    private var currentRequestRead = false
+    private var handlingPipelined = false
+    private let flags = ConnectionFlags()
     /// Reads are held while a forwarded body waits for the backend to take it.
     private var readsPaused = false
     private var readRequestedWhilePaused = false
@@ -136,7 +147,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
             )
             state = .responding
-            ResponseWriter(context: context, keepAlive: false, isHead: false, accounting: accounting)
+            ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: accounting)
                 .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
         case (.request, .forwarding(let stream)):
             stream?.fail(ProxyError(.requestTimeout, "the client's body did not arrive in time"))
@@ -149,8 +160,45 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: Inbound
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
+        let part = unwrapInboundIn(data)
+        if currentRequestRead, !isIdle || !pipelined.isEmpty {
+            pipelined.append(part)
+            readsPaused = true
+            return
+        }
+        handle(part, context: context)
+    }
+
+    private var isIdle: Bool {
+        if case .idle = state { return true }
+        return false
+    }
+
+    private func schedulePipelinedRequests() {
+        guard let context else { return }
+        // After the current call stack: the response that made the connection idle is written first.
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute { loopBound.value.handlePipelinedRequests() }
+    }
+
+    private func handlePipelinedRequests() {
+        guard let context else { return }
+        handlingPipelined = true
+        // A request's parts are handled up to its end; the next request waits until the connection is idle.
+        while !pipelined.isEmpty, isIdle || !currentRequestRead {
+            handle(pipelined.removeFirst(), context: context)
+        }
+        handlingPipelined = false
+        if pipelined.isEmpty {
+            flushIfNeeded(context: context)
+            resumeReading(context: context)
+        }
+    }
+
+    private func handle(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        switch part {
         case .head(let head):
+            currentRequestRead = false
             if runtime.generation != generation {
                 generation = runtime.generation
                 proxy = runtime.context
@@ -182,8 +230,21 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 break
             }
         case .end:
+            currentRequestRead = true
             disarmTimer()
             receiveEnd(context: context)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flushIfNeeded(context: context)
+        context.fireChannelReadComplete()
+    }
+
+    private func flushIfNeeded(context: ChannelHandlerContext) {
+        if flags.needsFlush {
+            flags.needsFlush = false
+            context.flush()
         }
     }
 
@@ -254,7 +315,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func refuseNow(_ error: ProxyError, context: ChannelHandlerContext) {
         state = .responding
         disarmTimer()
-        ResponseWriter(context: context, keepAlive: false, isHead: false, accounting: accounting).write(error)
+        ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: accounting).write(
+            error
+        )
     }
 
     private func receiveEnd(context: ChannelHandlerContext) {
@@ -265,7 +328,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .rejecting(let error, let keepAlive, let isHead):
             // The next pipelined request may arrive as soon as this response's end is written.
             state = .idle
-            ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead, accounting: accounting).write(error)
+            ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead, flags: flags, accounting: accounting)
+                .write(error)
         case .forwarding(let stream):
             stream?.finish()
             state = .responding
@@ -280,10 +344,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: The cache path
 
     private func answerFromCache(_ request: CacheRequest, context: ChannelHandlerContext) {
-        let writer = ResponseWriter(
+        var writer = ResponseWriter(
             context: context,
             keepAlive: request.head.isKeepAlive,
             isHead: request.head.method == .HEAD,
+            flags: flags,
             accounting: accounting
         )
         let hasAuthorization = request.head.headers.contains(name: "authorization")
@@ -293,6 +358,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
             case .fresh(let entry):
                 state = .idle
+                writer.flushesWithReadBurst = true
                 writer.write(entry, presentation(of: entry, .hit, request: request, now: now))
                 return
             case .stale(let entry) where entry.mayServeWhileRevalidating(at: now):
@@ -440,6 +506,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             isHead: head.method == .HEAD,
             cacheStatus: cacheStatus,
             accounting: accounting,
+            flags: flags,
             receivedHead: { status, headers in
                 Invalidation.apply(
                     method: head.method,
@@ -474,6 +541,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                             context: context,
                             keepAlive: false,
                             isHead: head.method == .HEAD,
+                            flags: self.flags,
                             accounting: accounting
                         )
                         .write(proxyError, cacheStatus: cacheStatus)
@@ -511,6 +579,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             context: context,
             keepAlive: write.head.isKeepAlive,
             isHead: false,
+            flags: flags,
             accounting: accounting
         )
         let eventLoop = context.eventLoop
@@ -606,8 +675,36 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is HTTPParserError {
+            // Malformed HTTP: nothing after it can be trusted. While the request is still being read (no
+            // response has begun), answer 400; then close.
+            proxy.logger.info("malformed request", metadata: ["error": "\(error)"])
+            let badRequest = ProxyError(.badRequest, "malformed HTTP request: \(error)")
+            switch state {
+            case .forwarding(let stream):
+                stream?.fail(badRequest)
+                fallthrough
+            case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
+                state = .responding
+                ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: nil)
+                    .write(badRequest)
+                return
+            case .responding:
+                break
+            }
+        }
         proxy.logger.debug("connection error", metadata: ["error": "\(error)"])
         context.close(promise: nil)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard event is ChannelShouldQuiesceEvent else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        // Draining: an idle connection closes now; a busy one answers its request with Connection: close.
+        flags.closing = true
+        if isIdle, pipelined.isEmpty { context.close(promise: nil) }
     }
 }
 
@@ -623,6 +720,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     private let progress: NIOLoopBoundBox<(status: HTTPResponseStatus, bytes: Int)>
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     private let beforeEnd: NIOLoopBound<() -> Void>
+    private let flags: NIOLoopBound<ConnectionFlags>
 
     /// - Parameter beforeEnd: called just before the end is written, when the connection may take the next
     ///   pipelined request.
@@ -632,9 +730,11 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         isHead: Bool,
         cacheStatus: CacheResult?,
         accounting: RequestAccounting?,
+        flags: ConnectionFlags,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void,
         beforeEnd: @escaping () -> Void
     ) {
+        self.flags = NIOLoopBound(flags, eventLoop: context.eventLoop)
         self.receivedHead = receivedHead
         self.accounting = NIOLoopBound(accounting, eventLoop: context.eventLoop)
         self.progress = NIOLoopBoundBox((.ok, 0), eventLoop: context.eventLoop)
@@ -653,23 +753,32 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         progress.value.status = status
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
-        if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
+        if !keepAlive || flags.value.closing { headers.replaceOrAdd(name: "Connection", value: "close") }
         headSent.value = true
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
-        context.value.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+        let framing: ResponsePart.Framing
+        if isHead || status.code < 200 || status == .noContent || status == .notModified {
+            framing = .none
+        } else if headers.contains(name: "content-length") {
+            framing = .contentLength
+        } else {
+            framing = .chunked
+        }
+        context.value.write(NIOAny(ResponsePart.head(head, framing)), promise: nil)
     }
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         guard !isHead else { return context.value.eventLoop.makeSucceededVoidFuture() }
         progress.value.bytes += buffer.readableBytes
-        return context.value.writeAndFlush(NIOAny(HTTPServerResponsePart.body(.byteBuffer(buffer))))
+        return context.value.writeAndFlush(NIOAny(ResponsePart.body(buffer)))
     }
 
     func receiveEnd() {
         accounting.value?.record(status: progress.value.status, cacheResult: cacheStatus, bytes: progress.value.bytes)
         beforeEnd.value()
         let context = self.context.value
-        let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
+        let keepAlive = self.keepAlive && !flags.value.closing
+        let written = context.writeAndFlush(NIOAny(ResponsePart.end))
         if !keepAlive {
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
         }

@@ -2,15 +2,49 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
+/// What a connection's responses share: whether the connection is closing (a drain has begun), and whether
+/// written bytes still wait for a flush.
+final class ConnectionFlags {
+    /// Set when the proxy drains: the response in progress says `Connection: close` and the connection closes
+    /// after it.
+    var closing = false
+    /// Responses written while a read burst is handled are flushed once, when it ends.
+    var needsFlush = false
+}
+
 /// Writes the responses the proxy composes itself: cached entries, fetched responses and errors.
 ///
-/// Flushes once per response, after the end part, so a response costs one system call in the common case.
+/// A hit is written as three buffers, the entry's pre-encoded head, a few bytes of `Age` and `X-Cache`, and
+/// the stored body, and flushed with the rest of the read burst. Responses that complete later (after an
+/// upstream exchange) are flushed at once.
 struct ResponseWriter {
     let context: ChannelHandlerContext
-    let keepAlive: Bool
     let isHead: Bool
+    let flags: ConnectionFlags
     /// Counts the response and writes its access-log line.
     var accounting: RequestAccounting?
+    /// Flush with the read burst (the response is written while the request's bytes are being handled).
+    var flushesWithReadBurst = false
+    private let requestKeepAlive: Bool
+
+    init(
+        context: ChannelHandlerContext,
+        keepAlive: Bool,
+        isHead: Bool,
+        flags: ConnectionFlags,
+        accounting: RequestAccounting?,
+        flushesWithReadBurst: Bool = false
+    ) {
+        self.context = context
+        self.requestKeepAlive = keepAlive
+        self.isHead = isHead
+        self.flags = flags
+        self.accounting = accounting
+        self.flushesWithReadBurst = flushesWithReadBurst
+    }
+
+    /// Whether the connection stays open after this response (decided when the response is written).
+    var keepAlive: Bool { requestKeepAlive && !flags.closing }
 
     /// How a stored entry is presented to the client.
     struct EntryPresentation {
@@ -26,6 +60,9 @@ struct ResponseWriter {
     /// Writes a stored entry.
     @discardableResult
     func write(_ entry: CachedResponse, _ presentation: EntryPresentation) -> EventLoopFuture<Void> {
+        if !presentation.notModified, presentation.beagleMaxAge == nil {
+            return writeEncoded(entry, presentation)
+        }
         var headers: HTTPHeaders
         if presentation.notModified {
             headers = HTTPHeaders()
@@ -73,6 +110,26 @@ struct ResponseWriter {
         return write(status: error.status, headers: headers, body: body, cacheResult: cacheStatus)
     }
 
+    /// The pre-encoded path: no header encoding, no copy of headers or body.
+    private func writeEncoded(_ entry: CachedResponse, _ presentation: EntryPresentation) -> EventLoopFuture<Void> {
+        accounting?.record(
+            status: entry.status,
+            cacheResult: presentation.cacheResult,
+            bytes: isHead ? 0 : entry.body.readableBytes
+        )
+        let keepAlive = self.keepAlive
+        var tail = context.channel.allocator.buffer(capacity: 64)
+        tail.writeStaticString("Age: ")
+        tail.writeString(String(presentation.age))
+        tail.writeStaticString("\r\nX-Cache: ")
+        tail.writeString(presentation.cacheResult.rawValue)
+        tail.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
+        context.write(NIOAny(ResponsePart.encoded(entry.encodedHead)), promise: nil)
+        let last = NIOAny(ResponsePart.encoded(isHead || entry.body.readableBytes == 0 ? tail : entry.body))
+        if !isHead, entry.body.readableBytes > 0 { context.write(NIOAny(ResponsePart.encoded(tail)), promise: nil) }
+        return finish(with: last, keepAlive: keepAlive)
+    }
+
     @discardableResult
     private func write(
         status: HTTPResponseStatus,
@@ -81,14 +138,26 @@ struct ResponseWriter {
         cacheResult: CacheResult?
     ) -> EventLoopFuture<Void> {
         accounting?.record(status: status, cacheResult: cacheResult, bytes: isHead ? 0 : body.readableBytes)
+        let keepAlive = self.keepAlive
         var headers = headers
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
-        context.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+        context.write(NIOAny(ResponsePart.head(head, .contentLength)), promise: nil)
         if !isHead, body.readableBytes > 0 {
-            context.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil)
+            context.write(NIOAny(ResponsePart.body(body)), promise: nil)
         }
-        let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
+        return finish(with: NIOAny(ResponsePart.end), keepAlive: keepAlive)
+    }
+
+    /// Writes the last part, then flushes now or with the read burst, and closes when the connection ends here.
+    private func finish(with last: NIOAny, keepAlive: Bool) -> EventLoopFuture<Void> {
+        let written: EventLoopFuture<Void>
+        if flushesWithReadBurst, keepAlive {
+            written = context.write(last)
+            flags.needsFlush = true
+        } else {
+            written = context.writeAndFlush(last)
+        }
         if !keepAlive {
             let context = self.context
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }

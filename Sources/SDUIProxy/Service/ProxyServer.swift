@@ -151,7 +151,10 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(limiter.makeHandler())
                     try sync.addHandler(ConnectionCountingHandler(metrics: context.metrics))
-                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    // The handler does its own pipelining and error answers, and the encoder writes
+                    // pre-encoded cache hits as they are.
+                    try sync.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+                    try sync.addHandler(ResponseEncoder())
                     try sync.addHandler(PublicHTTPHandler(runtime: runtime))
                 }
             }

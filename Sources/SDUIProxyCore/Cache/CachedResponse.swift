@@ -38,6 +38,9 @@ public final class CachedResponse: Sendable {
     public let contentHash: String
     /// What the entry costs against the cache's byte budget.
     public let byteCost: Int
+    /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
+    /// own `Age` and `X-Cache`, then the body.
+    public let encodedHead: ByteBuffer
 
     /// Everything about an entry that is not the response itself.
     public struct Metadata: Sendable {
@@ -87,10 +90,13 @@ public final class CachedResponse: Sendable {
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
         self.tags = headers[canonicalForm: metadata.tagHeader].flatMap { $0.split(separator: " ").map(String.init) }
-        var headerBytes = 0
-        for header in headers { headerBytes += header.name.utf8.count + header.value.utf8.count + 4 }
+        var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
+        HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
+        HTTPWireFormat.writeHeaderLines(headers, into: &encodedHead)
+        HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
+        self.encodedHead = encodedHead
         // The fixed part approximates the entry's own object, key and table slot.
-        self.byteCost = body.readableBytes + headerBytes + 256
+        self.byteCost = body.readableBytes + encodedHead.readableBytes + 256
     }
 
     /// A copy of this entry with headers updated by a 304 from the backend and freshness restarted
