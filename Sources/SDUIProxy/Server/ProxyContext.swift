@@ -5,7 +5,9 @@ import NIOPosix
 import SDUIProxyCore
 
 /// Everything a connection handler needs to answer requests, shared by all connections.
-public struct ProxyContext: Sendable {
+///
+/// A class, so handing it around (per request, per connection) costs one reference count, not one per field.
+public final class ProxyContext: Sendable {
     public let configuration: ProxyConfiguration
     public let cache: ResponseCache
     public let fetcher: ComponentFetcher

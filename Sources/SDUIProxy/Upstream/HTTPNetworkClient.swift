@@ -60,7 +60,7 @@ public final class HTTPNetworkClient: NetworkClient {
         return client.execute(
             request: clientRequest,
             delegate: accumulator,
-            eventLoop: .delegateAndChannel(on: eventLoop),
+            eventLoop: .delegate(on: eventLoop),
             deadline: .now() + timeout
         ).futureResult.flatMapErrorThrowing { error in
             throw Self.proxyError(for: error, maxBodyBytes: maxBodyBytes)
@@ -93,7 +93,7 @@ public final class HTTPNetworkClient: NetworkClient {
         return client.execute(
             request: clientRequest,
             delegate: ForwardingDelegate(sink: sink),
-            eventLoop: .delegateAndChannel(on: eventLoop),
+            eventLoop: .delegate(on: eventLoop),
             deadline: .now() + timeout
         ).futureResult.flatMapErrorThrowing { error in
             throw Self.proxyError(for: error, maxBodyBytes: nil)
