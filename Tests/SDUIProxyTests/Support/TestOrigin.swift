@@ -73,12 +73,30 @@ final class TestOrigin: Sendable {
     }
 
     /// Stops listening (existing connections are closed too).
+    /// Stops listening and closes the open connections: to the proxy, the origin is down.
     func stop() async throws {
         let channel = self.channel.withLockedValue { current -> (any Channel)? in
             defer { current = nil }
             return current
         }
         try await channel?.close()
+        let open = connections.withLockedValue { connections in
+            defer { connections.removeAll() }
+            return Array(connections.values)
+        }
+        for connection in open { try? await connection.close() }
+    }
+
+    fileprivate let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+    private let accepted = NIOLockedValueBox(0)
+
+    /// How many connections the origin has accepted since it started.
+    var acceptedConnections: Int { accepted.withLockedValue { $0 } }
+
+    /// Closes the connections open now, as a backend does with idle keep-alive connections.
+    func closeOpenConnections() async {
+        let open = connections.withLockedValue { Array($0.values) }
+        for connection in open { try? await connection.close() }
     }
 
     /// Listens again on the same port.
@@ -96,7 +114,12 @@ final class TestOrigin: Sendable {
         try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                origin.connections.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
+                origin.accepted.withLockedValue { $0 += 1 }
+                channel.closeFuture.whenComplete { _ in
+                    _ = origin.connections.withLockedValue { $0.removeValue(forKey: ObjectIdentifier(channel)) }
+                }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
                     try channel.pipeline.syncOperations.addHandler(OriginHandler(origin: origin))
                 }

@@ -1,0 +1,384 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import SDUIProxyCore
+import Synchronization
+
+/// A ``NetworkClient`` for plain-HTTP backends whose connections live on the event loop of the request that
+/// uses them: each loop keeps its own pool of keep-alive HTTP/1.1 connections, so a miss never crosses threads
+/// and takes no lock. This is the cache-fill path (`fetch`); streamed pass-through (`forward`) goes through
+/// AsyncHTTPClient, which does that best.
+///
+/// Same contract as ``HTTPNetworkClient``: connect timeout, an overall deadline per exchange, the body limit,
+/// and failures mapped to ``ProxyError`` kinds `network`, `timeout` and `upstreamTooLarge`. A request that
+/// fails on a reused connection before any byte of the answer arrived (the backend closed an idle connection)
+/// is sent once more on a new connection.
+public final class LoopLocalHTTPClient: NetworkClient {
+    private let origin: UpstreamOrigin.HTTPOrigin
+    private let configuration: ProxyConfiguration.Upstream
+    private let pools: Mutex<[ObjectIdentifier: PoolState]>
+    private let streaming: HTTPNetworkClient
+
+    public init(
+        origin: UpstreamOrigin.HTTPOrigin,
+        configuration: ProxyConfiguration.Upstream,
+        eventLoopGroup: any EventLoopGroup
+    ) {
+        precondition(origin.scheme == "http", "the loop-local client speaks plain HTTP only")
+        self.origin = origin
+        self.configuration = configuration
+        self.pools = Mutex([:])
+        self.streaming = HTTPNetworkClient(origin: origin, configuration: configuration, eventLoopGroup: eventLoopGroup)
+    }
+
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<UpstreamResponse> {
+        let pool = self.pool(for: eventLoop)
+        let deadline = NIODeadline.now() + .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
+        var head = HTTPRequestHead(version: .http1_1, method: request.method, uri: origin.basePath + request.target)
+        head.headers = request.headers
+        head.headers.replaceOrAdd(name: "Host", value: origin.hostHeader)
+        if let body = request.body {
+            head.headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
+        } else if request.method == .POST || request.method == .PUT || request.method == .PATCH {
+            head.headers.replaceOrAdd(name: "Content-Length", value: "0")
+        }
+        let exchange = Exchange(head: head, body: request.body, maxBodyBytes: maxBodyBytes, deadline: deadline)
+        if eventLoop.inEventLoop {
+            return pool.run(exchange, retryOnStaleConnection: true)
+        }
+        return eventLoop.flatSubmit { pool.run(exchange, retryOnStaleConnection: true) }
+    }
+
+    public func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink
+    ) -> EventLoopFuture<Void> {
+        streaming.forward(request, body: body, on: eventLoop, to: sink)
+    }
+
+    public func shutdown() async throws {
+        let all = pools.withLock { pools in
+            defer { pools.removeAll() }
+            return Array(pools.values)
+        }
+        for pool in all {
+            try? await pool.eventLoop.submit { pool.closeAll() }.get()
+        }
+        try await streaming.shutdown()
+    }
+
+    private func pool(for eventLoop: any EventLoop) -> PoolState {
+        pools.withLock { pools in
+            if let pool = pools[ObjectIdentifier(eventLoop)] { return pool }
+            let pool = PoolState(
+                eventLoop: eventLoop,
+                host: origin.host,
+                port: origin.port,
+                connectTimeout: .nanoseconds(Int64(configuration.connectTimeout.secondsValue * 1e9)),
+                maximumConnections: max(1, configuration.maxConnections)
+            )
+            pools[ObjectIdentifier(eventLoop)] = pool
+            return pool
+        }
+    }
+
+    struct Exchange {
+        var head: HTTPRequestHead
+        var body: ByteBuffer?
+        var maxBodyBytes: Int
+        var deadline: NIODeadline
+    }
+}
+
+/// The connections of one event loop: idle ones ready for reuse, and requests waiting for a connection when
+/// the pool is full.
+///
+/// Confined to its event loop: it is only created under the client's lock and otherwise used from
+/// ``run(_:retryOnStaleConnection:)`` and ``closeAll()``, which run on that loop (checked).
+final class PoolState: @unchecked Sendable {
+    let eventLoop: any EventLoop
+    private let host: String
+    private let port: Int
+    private let connectTimeout: TimeAmount
+    private let maximumConnections: Int
+    private var idle: [UpstreamConnectionHandler] = []
+    private var open = 0
+    private var waiting: CircularBuffer<EventLoopPromise<UpstreamConnectionHandler?>> = []
+    private var closed = false
+
+    init(eventLoop: any EventLoop, host: String, port: Int, connectTimeout: TimeAmount, maximumConnections: Int) {
+        self.eventLoop = eventLoop
+        self.host = host
+        self.port = port
+        self.connectTimeout = connectTimeout
+        self.maximumConnections = maximumConnections
+    }
+
+    func run(
+        _ exchange: LoopLocalHTTPClient.Exchange,
+        retryOnStaleConnection: Bool
+    ) -> EventLoopFuture<UpstreamResponse> {
+        eventLoop.preconditionInEventLoop()
+        let reused = !idle.isEmpty
+        return acquire(deadline: exchange.deadline).flatMap { connection -> EventLoopFuture<UpstreamResponse> in
+            connection.send(exchange).flatMapError { error in
+                if retryOnStaleConnection, reused, let failure = error as? UpstreamConnectionHandler.Failure,
+                    failure == .closedBeforeResponse
+                {
+                    return self.run(exchange, retryOnStaleConnection: false)
+                }
+                return self.eventLoop.makeFailedFuture(error)
+            }.map { response in
+                self.release(connection)
+                return response
+            }
+        }.flatMapErrorThrowing { error in
+            throw Self.proxyError(error)
+        }
+    }
+
+    func closeAll() {
+        eventLoop.preconditionInEventLoop()
+        closed = true
+        for connection in idle { connection.close() }
+        idle.removeAll()
+        while let waiter = waiting.popFirst() {
+            waiter.fail(ProxyError(.unavailable, "the upstream client is shutting down"))
+        }
+    }
+
+    private func acquire(deadline: NIODeadline) -> EventLoopFuture<UpstreamConnectionHandler> {
+        guard !closed else {
+            return eventLoop.makeFailedFuture(ProxyError(.unavailable, "the upstream client is shutting down"))
+        }
+        while let connection = idle.popLast() {
+            if connection.isUsable { return eventLoop.makeSucceededFuture(connection) }
+            open -= 1
+        }
+        if open < maximumConnections { return connect(deadline: deadline) }
+        let promise = eventLoop.makePromise(of: UpstreamConnectionHandler?.self)
+        waiting.append(promise)
+        let timeout = eventLoop.scheduleTask(deadline: deadline) {
+            promise.fail(ProxyError(.timeout, "no connection to the backend became free in time"))
+        }
+        return promise.futureResult.always { _ in timeout.cancel() }.flatMap { connection in
+            // nil: a connection closed and left room to open a new one.
+            connection.map { self.eventLoop.makeSucceededFuture($0) } ?? self.connect(deadline: deadline)
+        }
+    }
+
+    private func connect(deadline: NIODeadline) -> EventLoopFuture<UpstreamConnectionHandler> {
+        open += 1
+        let handler = UpstreamConnectionHandler(eventLoop: eventLoop)
+        let timeout = min(connectTimeout, deadline - .now())
+        return ClientBootstrap(group: eventLoop)
+            .connectTimeout(max(timeout, .milliseconds(1)))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    try channel.pipeline.syncOperations.addHandler(handler)
+                }
+            }
+            .connect(host: host, port: port)
+            .map { channel in
+                channel.closeFuture.whenComplete { _ in self.connectionClosed(handler) }
+                return handler
+            }
+            .flatMapErrorThrowing { error in
+                self.open -= 1
+                self.wakeWaiter(with: nil)
+                throw error
+            }
+    }
+
+    private func release(_ connection: UpstreamConnectionHandler) {
+        guard connection.isUsable, !closed else {
+            connection.close()
+            return
+        }
+        if let waiter = waiting.popFirst() {
+            waiter.succeed(connection)
+        } else {
+            idle.append(connection)
+        }
+    }
+
+    private func connectionClosed(_ connection: UpstreamConnectionHandler) {
+        if let index = idle.firstIndex(where: { $0 === connection }) {
+            idle.remove(at: index)
+        }
+        open -= 1
+        wakeWaiter(with: nil)
+    }
+
+    private func wakeWaiter(with connection: UpstreamConnectionHandler?) {
+        if open < maximumConnections, let waiter = waiting.popFirst() { waiter.succeed(connection) }
+    }
+
+    static func proxyError(_ error: any Error) -> ProxyError {
+        if let error = error as? ProxyError { return error }
+        if let failure = error as? UpstreamConnectionHandler.Failure {
+            switch failure {
+            case .timedOut: return ProxyError(.timeout, "the backend did not answer in time")
+            case .tooLarge(let limit):
+                return ProxyError(.upstreamTooLarge, "the backend's response is larger than \(limit) bytes")
+            case .closedBeforeResponse, .closedDuringResponse:
+                return ProxyError(.network, "the backend closed the connection")
+            case .busy: return ProxyError(.internalError, "an upstream connection was used twice")
+            }
+        }
+        if case .connectTimeout(_)? = error as? ChannelError {
+            return ProxyError(.timeout, "connecting to the backend timed out")
+        }
+        return ProxyError(.network, "cannot reach the backend: \(error)")
+    }
+}
+
+/// One keep-alive connection to the backend: one exchange at a time, the response read whole.
+///
+/// Confined to its channel's event loop, like its pool: futures hand it between callbacks on that loop only.
+final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = Never
+    typealias OutboundOut = HTTPClientRequestPart
+
+    enum Failure: Error, Equatable {
+        case closedBeforeResponse
+        case closedDuringResponse
+        case timedOut
+        case tooLarge(Int)
+        case busy
+    }
+
+    private struct Current {
+        var promise: EventLoopPromise<UpstreamResponse>
+        var maxBodyBytes: Int
+        var head: HTTPResponseHead?
+        var body: ByteBuffer?
+        var timeout: Scheduled<Void>?
+        var keepAlive: Bool
+    }
+
+    private let eventLoop: any EventLoop
+    private var context: ChannelHandlerContext?
+    private var current: Current?
+    private var reusable = true
+
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    /// Whether the connection can take another exchange.
+    var isUsable: Bool { reusable && current == nil && context?.channel.isActive == true }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func send(_ exchange: LoopLocalHTTPClient.Exchange) -> EventLoopFuture<UpstreamResponse> {
+        guard let context else { return eventLoop.makeFailedFuture(Failure.closedBeforeResponse) }
+        guard current == nil else { return eventLoop.makeFailedFuture(Failure.busy) }
+        let promise = context.eventLoop.makePromise(of: UpstreamResponse.self)
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let timeout = context.eventLoop.scheduleTask(deadline: exchange.deadline) {
+            loopBound.value.fail(with: .timedOut, closing: true)
+        }
+        current = Current(
+            promise: promise,
+            maxBodyBytes: exchange.maxBodyBytes,
+            timeout: timeout,
+            keepAlive: exchange.head.isKeepAlive
+        )
+        context.write(wrapOutboundOut(.head(exchange.head)), promise: nil)
+        if let body = exchange.body, body.readableBytes > 0 {
+            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        }
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        return promise.futureResult
+    }
+
+    func close() {
+        reusable = false
+        context?.close(promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard var exchange = current else {
+            // Bytes nobody asked for: the connection is out of step, so it is not reused.
+            close()
+            return
+        }
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            exchange.head = head
+            exchange.keepAlive = exchange.keepAlive && head.isKeepAlive
+            current = exchange
+        case .body(var part):
+            current = nil  // keeps the body buffer uniquely referenced while it grows
+            let size = (exchange.body?.readableBytes ?? 0) + part.readableBytes
+            guard size <= exchange.maxBodyBytes else {
+                current = exchange
+                fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
+                return
+            }
+            if exchange.body == nil {
+                exchange.body = part
+            } else {
+                exchange.body!.writeBuffer(&part)
+            }
+            current = exchange
+        case .end:
+            current = nil
+            exchange.timeout?.cancel()
+            if !exchange.keepAlive { close() }
+            guard let head = exchange.head else {
+                exchange.promise.fail(Failure.closedDuringResponse)
+                return
+            }
+            exchange.promise.succeed(
+                UpstreamResponse(status: head.status, headers: head.headers, body: exchange.body ?? ByteBuffer())
+            )
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        reusable = false
+        if let exchange = current {
+            fail(
+                with: exchange.head == nil && exchange.body == nil ? .closedBeforeResponse : .closedDuringResponse,
+                closing: false
+            )
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        reusable = false
+        if let exchange = current {
+            current = nil
+            exchange.timeout?.cancel()
+            exchange.promise.fail(error)
+        }
+        context.close(promise: nil)
+    }
+
+    private func fail(with failure: Failure, closing: Bool) {
+        guard let exchange = current else { return }
+        current = nil
+        exchange.timeout?.cancel()
+        exchange.promise.fail(failure)
+        if closing { close() }
+    }
+}
