@@ -72,6 +72,13 @@ public final class ProxyContext: Sendable {
             client = reusedClient
         } else {
             switch try UpstreamOrigin(parsing: configuration.upstream.url) {
+            case .http(let origin) where origin.scheme == "http":
+                // Plain HTTP: connections pooled on each event loop. TLS backends go through AsyncHTTPClient.
+                client = LoopLocalHTTPClient(
+                    origin: origin,
+                    configuration: configuration.upstream,
+                    eventLoopGroup: eventLoopGroup
+                )
             case .http(let origin):
                 client = HTTPNetworkClient(
                     origin: origin,

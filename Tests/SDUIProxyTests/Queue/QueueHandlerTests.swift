@@ -118,6 +118,8 @@ import Testing
         let client = try QueueTest.client(port: backend.port)
         var policy = QueueResponseHandlers.WebhookPolicy()
         policy.concurrency = 1
+        // Longer than the webhook is stuck, so the stuck notification is not retried during the test.
+        policy.timeout = .seconds(30)
         let handlers = QueueResponseHandlers(
             handlers: configuration.handlers,
             invalidate: { _ in 0 },
