@@ -210,7 +210,9 @@ public final class ComponentFetcher: Sendable {
         {
             do {
                 // The tree is only built when its navigation actions will be followed.
-                if request.followActions > 0, storedComponentObserver != nil {
+                if request.followActions > 0, storedComponentObserver != nil,
+                    Self.mentions(Self.shouldPrefetchKey, in: response.body)
+                {
                     component = try decoder.decodeComponent(response.body)
                 } else {
                     try decoder.validateComponent(response.body)
@@ -317,6 +319,27 @@ public final class ComponentFetcher: Sendable {
             }
         }
         return names.sorted()
+    }
+
+    private static let shouldPrefetchKey = Array(#""shouldPrefetch""#.utf8)
+
+    /// Whether `needle` occurs in `body`: a component that never says `"shouldPrefetch"` has no navigation to
+    /// follow, so its tree need not be built.
+    static func mentions(_ needle: [UInt8], in body: ByteBuffer) -> Bool {
+        body.withUnsafeReadableBytes { bytes in
+            guard let first = needle.first, bytes.count >= needle.count else { return false }
+            var index = 0
+            let last = bytes.count - needle.count
+            while index <= last {
+                if bytes[index] == first {
+                    var matched = 1
+                    while matched < needle.count, bytes[index + matched] == needle[matched] { matched += 1 }
+                    if matched == needle.count { return true }
+                }
+                index += 1
+            }
+            return false
+        }
     }
 
     /// Accumulated bodies can carry spare capacity; an exact copy keeps the byte budget honest.
