@@ -226,12 +226,7 @@ public final class ComponentFetcher: Sendable {
             }
         }
 
-        let decision = FreshnessPolicy.decide(
-            requestHeaders: request.clientHeaders,
-            status: response.status,
-            responseHeaders: response.headers,
-            defaultTTL: request.policy.defaultTTL.wholeSeconds
-        )
+        let decision = Self.decide(status: response.status, headers: response.headers, for: request)
         guard case .store(let lifetime) = decision else {
             guard case .doNotStore(let reason) = decision else { fatalError("unreachable") }
             if request.staleEntry != nil { cache.purge(target: request.key.target) }
@@ -265,12 +260,7 @@ public final class ComponentFetcher: Sendable {
             with: UpstreamRequestBuilder.endToEndResponseHeaders(headers),
             metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 0)
         )
-        let decision = FreshnessPolicy.decide(
-            requestHeaders: request.clientHeaders,
-            status: stale.status,
-            responseHeaders: provisional.headers,
-            defaultTTL: request.policy.defaultTTL.wholeSeconds
-        )
+        let decision = Self.decide(status: stale.status, headers: provisional.headers, for: request)
         guard case .store(let lifetime) = decision else {
             cache.purge(target: request.key.target)
             let response = UpstreamResponse(status: stale.status, headers: provisional.headers, body: stale.body)
@@ -284,6 +274,20 @@ public final class ComponentFetcher: Sendable {
         cache.recordRevalidation(request.key)
         logger.debug("revalidated", metadata: ["key": "\(request.key)", "ttl": "\(lifetime)"])
         return .revalidated(refreshed)
+    }
+
+    /// Whether and for how long a response to `request` may be stored, under the request's route policy.
+    private static func decide(
+        status: HTTPResponseStatus,
+        headers: HTTPHeaders,
+        for request: Request
+    ) -> FreshnessPolicy.Decision {
+        FreshnessPolicy.decide(
+            requestHeaders: request.clientHeaders,
+            status: status,
+            responseHeaders: headers,
+            defaultTTL: request.policy.defaultTTL.wholeSeconds
+        )
     }
 
     private func metadata(

@@ -177,7 +177,9 @@ struct JSONParser {
                     break
                 case UInt8(ascii: "u"):
                     for _ in 0..<4 {
-                        guard let digit = next(), Self.hexValue(digit) != nil else { throw failure("a bad \\u escape") }
+                        guard let digit = next(), HTTPSyntax.hexValue(digit) != nil else {
+                            throw failure("a bad \\u escape")
+                        }
                     }
                 default:
                     throw failure("a bad escape in a string")
@@ -241,7 +243,7 @@ struct JSONParser {
 
     private func readHex4(at position: Int) -> UInt32 {
         var value: UInt32 = 0
-        for offset in 0..<4 { value = value << 4 | UInt32(Self.hexValue(bytes[position + offset]) ?? 0) }
+        for offset in 0..<4 { value = value << 4 | UInt32(HTTPSyntax.hexValue(bytes[position + offset]) ?? 0) }
         return value
     }
 
@@ -315,12 +317,4 @@ struct JSONParser {
         byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
     }
 
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
-    }
 }

@@ -35,6 +35,17 @@ public enum HTTPSyntax {
         }
     }
 
+    /// The value of an ASCII hex digit, or nil.
+    @inline(__always)
+    public static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
     /// Hop-by-hop headers (RFC 9110 section 7.6.1): they describe one connection and are never forwarded.
     public static let hopByHopHeaders: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",

@@ -93,7 +93,7 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
             }
             if byte == UInt8(ascii: "%") {
                 guard index + 2 < bytes.endIndex,
-                    let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2])
+                    let high = HTTPSyntax.hexValue(bytes[index + 1]), let low = HTTPSyntax.hexValue(bytes[index + 2])
                 else {
                     throw InvalidTarget(reason: "the request target has a malformed percent-encoding")
                 }
@@ -147,15 +147,6 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
             UInt8(ascii: "~"):
             true
         default: false
-        }
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
         }
     }
 

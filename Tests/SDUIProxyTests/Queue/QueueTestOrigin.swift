@@ -1,10 +1,9 @@
 import NIOCore
 import NIOHTTP1
-import NIOPosix
 import Synchronization
 
-/// An HTTP origin on 127.0.0.1 for queue tests: it records every request (with its body and
-/// `Idempotency-Key`), answers as it is told, and can be stopped and started again on the same port.
+/// The queue tests' view of a ``TestOrigin``: requests with their body as text and the status they were
+/// answered with, and behaviour that sees the request head, its body and how many requests came before it.
 final class QueueTestOrigin: Sendable {
     struct Request: Sendable {
         var method: HTTPMethod
@@ -22,156 +21,72 @@ final class QueueTestOrigin: Sendable {
         var body: String = "{}"
     }
 
-    private struct State {
-        var requests: [Request] = []
-        var behaviour: @Sendable (HTTPRequestHead, String, Int) -> Reply = { _, _, _ in Reply(status: .ok) }
-        var inFlight = 0
-        var maxInFlight = 0
-        var server: (any Channel)?
-        var connections: [ObjectIdentifier: any Channel] = [:]
-        /// 0 until the first start picks an ephemeral port; later starts reuse it.
-        var port = 0
-    }
+    private let origin: TestOrigin
+    private let counter = RequestCounter()
 
-    private let state = Mutex(State())
-    private let group: any EventLoopGroup
-    /// The port, fixed at the first start.
-    var port: Int { state.withLock { $0.port } }
+    /// Counts the requests the behaviour has seen.
+    private final class RequestCounter: Sendable {
+        private let count = Mutex(0)
 
-    private init(group: any EventLoopGroup) {
-        self.group = group
-    }
-
-    /// Starts an origin on an ephemeral port (bound once, so no other test can take it in between).
-    static func start(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> QueueTestOrigin
-    {
-        let origin = QueueTestOrigin(group: group)
-        try await origin.start()
-        return origin
-    }
-
-    /// Starts listening (again) on ``port``.
-    func start() async throws {
-        let channel = try await Self.bind(group: group, port: port, origin: self)
-        state.withLock { state in
-            state.server = channel
-            if state.port == 0 { state.port = channel.localAddress?.port ?? 0 }
-        }
-    }
-
-    /// Stops listening and closes every open connection: clients see the origin as down.
-    func stop() async throws {
-        let (server, connections) = state.withLock { state in
-            defer {
-                state.server = nil
-                state.connections = [:]
+        func next() -> Int {
+            count.withLock { count in
+                defer { count += 1 }
+                return count
             }
-            return (state.server, Array(state.connections.values))
         }
-        try await server?.close()
-        for connection in connections { try? await connection.close() }
+    }
+
+    private init(origin: TestOrigin) {
+        self.origin = origin
+    }
+
+    /// Starts an origin on an ephemeral port that answers 200 until told otherwise.
+    static func start() async throws -> QueueTestOrigin {
+        let origin = QueueTestOrigin(origin: try await TestOrigin { _ in TestOrigin.Response(body: "{}") })
+        origin.setBehaviour { _, _, _ in Reply(status: .ok) }
+        return origin
     }
 
     /// How the origin answers: the request head, its body and the number of requests before it.
     func setBehaviour(_ behaviour: @escaping @Sendable (HTTPRequestHead, String, Int) -> Reply) {
-        state.withLock { $0.behaviour = behaviour }
+        origin.setResponder { [counter] request in
+            let before = counter.next()
+            let head = HTTPRequestHead(
+                version: .http1_1,
+                method: request.method,
+                uri: request.uri,
+                headers: request.headers
+            )
+            let reply = behaviour(head, String(buffer: request.body), before)
+            var response = TestOrigin.Response(status: reply.status, body: reply.body)
+            response.delay = reply.delay
+            return response
+        }
     }
 
-    var requests: [Request] { state.withLock { $0.requests } }
+    /// Starts listening again on the same port.
+    func start() async throws { try await origin.restart() }
+
+    /// Stops listening and closes every open connection: clients see the origin as down.
+    func stop() async throws { try await origin.stop() }
+
+    var port: Int { origin.port }
+    var url: String { origin.url }
+    var inFlight: Int { origin.inFlight }
+    var maxInFlight: Int { origin.maxInFlight }
+
+    var requests: [Request] {
+        origin.requests.map {
+            Request(
+                method: $0.method,
+                uri: $0.uri,
+                headers: $0.headers,
+                body: String(buffer: $0.body),
+                status: Int($0.status.code)
+            )
+        }
+    }
+
     /// Requests that were answered with 2xx.
     var successfulRequests: [Request] { requests.filter { (200..<300).contains($0.status) } }
-    var maxInFlight: Int { state.withLock { $0.maxInFlight } }
-    var inFlight: Int { state.withLock { $0.inFlight } }
-    var url: String { "http://127.0.0.1:\(port)" }
-
-    private static func bind(group: any EventLoopGroup, port: Int, origin: QueueTestOrigin) async throws -> any Channel
-    {
-        try await ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                origin.state.withLock { $0.connections[ObjectIdentifier(channel)] = channel }
-                channel.closeFuture.whenComplete { _ in
-                    _ = origin.state.withLock { $0.connections.removeValue(forKey: ObjectIdentifier(channel)) }
-                }
-                return channel.pipeline.configureHTTPServerPipeline().flatMapThrowing {
-                    try channel.pipeline.syncOperations.addHandler(OriginHandler(origin: origin))
-                }
-            }
-            .bind(host: "127.0.0.1", port: port)
-            .get()
-    }
-
-    fileprivate func begin(_ head: HTTPRequestHead, body: String) -> Reply {
-        state.withLock { state in
-            let reply = state.behaviour(head, body, state.requests.count)
-            state.requests.append(
-                Request(
-                    method: head.method,
-                    uri: head.uri,
-                    headers: head.headers,
-                    body: body,
-                    status: Int(reply.status.code)
-                )
-            )
-            state.inFlight += 1
-            state.maxInFlight = max(state.maxInFlight, state.inFlight)
-            return reply
-        }
-    }
-
-    fileprivate func end() {
-        state.withLock { $0.inFlight -= 1 }
-    }
-}
-
-private final class OriginHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
-
-    private let origin: QueueTestOrigin
-    private var head: HTTPRequestHead?
-    private var body = ByteBuffer()
-
-    init(origin: QueueTestOrigin) {
-        self.origin = origin
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .head(let head):
-            self.head = head
-            body.clear()
-        case .body(var part):
-            body.writeBuffer(&part)
-        case .end:
-            guard let head else { return }
-            let reply = origin.begin(head, body: String(buffer: body))
-            let keepAlive = head.isKeepAlive
-            if reply.delay > .zero {
-                context.eventLoop.assumeIsolated().scheduleTask(in: reply.delay) {
-                    self.respond(context: context, reply: reply, keepAlive: keepAlive)
-                }
-            } else {
-                respond(context: context, reply: reply, keepAlive: keepAlive)
-            }
-        }
-    }
-
-    private func respond(context: ChannelHandlerContext, reply: QueueTestOrigin.Reply, keepAlive: Bool) {
-        let bytes = ByteBuffer(string: reply.body)
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "application/json")
-        headers.add(name: "Content-Length", value: String(bytes.readableBytes))
-        if !keepAlive { headers.add(name: "Connection", value: "close") }
-        context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: reply.status, headers: headers))),
-            promise: nil
-        )
-        context.write(wrapOutboundOut(.body(.byteBuffer(bytes))), promise: nil)
-        let origin = self.origin
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
-            origin.end()
-            if !keepAlive { context.close(promise: nil) }
-        }
-    }
 }

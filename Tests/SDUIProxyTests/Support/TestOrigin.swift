@@ -11,6 +11,8 @@ final class TestOrigin: Sendable {
         var uri: String
         var headers: HTTPHeaders
         var body: ByteBuffer
+        /// The status the origin answered with.
+        var status: HTTPResponseStatus = .ok
     }
 
     struct Response: Sendable {
@@ -106,9 +108,26 @@ final class TestOrigin: Sendable {
     }
 
     fileprivate func handle(_ request: Request) -> Response {
-        recorded.withLockedValue { $0.append(request) }
-        return responder.withLockedValue { $0 }(request)
+        let response = responder.withLockedValue { $0 }(request)
+        var answered = request
+        answered.status = response.status
+        recorded.withLockedValue { $0.append(answered) }
+        flight.withLockedValue { flight in
+            flight.now += 1
+            flight.most = max(flight.most, flight.now)
+        }
+        return response
     }
+
+    fileprivate func answered() {
+        flight.withLockedValue { $0.now -= 1 }
+    }
+
+    private let flight = NIOLockedValueBox((now: 0, most: 0))
+
+    /// Requests received whose answers are not written yet, now and at most so far.
+    var inFlight: Int { flight.withLockedValue { $0.now } }
+    var maxInFlight: Int { flight.withLockedValue { $0.most } }
 
     private static func bind(group: any EventLoopGroup, port: Int, origin: TestOrigin) async throws -> any Channel {
         try await ServerBootstrap(group: group)
@@ -173,7 +192,9 @@ private final class OriginHandler: ChannelInboundHandler {
         if !isHead, !response.body.isEmpty {
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: response.body)))), promise: nil)
         }
+        let origin = self.origin
         context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
+            origin.answered()
             if !keepAlive { context.close(promise: nil) }
         }
     }
