@@ -71,9 +71,6 @@ public final class Prefetcher: StoredComponentObserver {
 
     private var proxy: ProxyContext { runtime.context }
 
-    /// The planner for the configuration in force.
-    private var planner: PrefetchPlanner { proxy.prefetchPlanner }
-
     private var concurrency: Int { proxy.configuration.prefetch.concurrency }
 
     /// Outcome counts since start.
@@ -81,7 +78,7 @@ public final class Prefetcher: StoredComponentObserver {
 
     /// Resolves `url` (a path, or an absolute URL on the upstream's origin or an allowed host) to a target.
     public func resolve(_ url: String) -> Result<String, PrefetchPlanner.Reason> {
-        planner.resolve(url)
+        proxy.prefetchPlanner.resolve(url)
     }
 
     /// Prefetches `target` for `platform`, following up to `followActions` hops of navigation actions.

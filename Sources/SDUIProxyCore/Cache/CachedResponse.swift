@@ -151,7 +151,4 @@ public final class CachedResponse: Sendable {
     public func mayServeOnError(at now: NIODeadline) -> Bool {
         staleIfError > 0 && stalenessNanoseconds(at: now) <= staleIfError &* 1_000_000_000
     }
-
-    /// Whether the backend can answer a conditional request for this entry.
-    public var hasUpstreamValidator: Bool { upstreamETag != nil || lastModified != nil }
 }

@@ -57,8 +57,6 @@ public final class ResponseCache: Sendable {
 
     private let shards: [Shard]
     private let shardMask: Int
-    /// The largest entry a shard takes.
-    public let maximumEntryCost: Int
 
     /// - Parameters:
     ///   - maxBytes: the total byte budget.
@@ -71,7 +69,6 @@ public final class ResponseCache: Sendable {
         let countLimit = max(1, maxEntries / count)
         shards = (0..<count).map { _ in Shard(costLimit: costLimit, countLimit: countLimit) }
         shardMask = count - 1
-        maximumEntryCost = costLimit
     }
 
     static func defaultShardCount(maxBytes: Int) -> Int {
@@ -147,10 +144,6 @@ public final class ResponseCache: Sendable {
         }
     }
 
-    private func recordMiss(_ key: CacheKey) {
-        shard(for: key).state.withLock { $0.statistics.misses += 1 }
-    }
-
     /// Counts a request answered from a stale entry.
     public func recordStaleServe(_ key: CacheKey) {
         shard(for: key).state.withLock { $0.statistics.staleServes += 1 }
@@ -159,11 +152,6 @@ public final class ResponseCache: Sendable {
     /// Counts a successful revalidation with the backend.
     public func recordRevalidation(_ key: CacheKey) {
         shard(for: key).state.withLock { $0.statistics.revalidations += 1 }
-    }
-
-    /// Counts a stale entry that had to be fetched again.
-    public func recordStaleMiss(_ key: CacheKey) {
-        recordMiss(key)
     }
 
     /// Stores `response` for `key`, evicting least recently used entries of its shard as needed. A response
