@@ -132,6 +132,11 @@ public final class Prefetcher: StoredComponentObserver {
                 }
                 return next
             }
+            switch outcome {
+            case .cached: self.proxy.metrics.prefetch(outcome: .cached)
+            case .uncacheable: self.proxy.metrics.prefetch(outcome: .uncacheable)
+            case .failed: self.proxy.metrics.prefetch(outcome: .failed)
+            }
             job.promise.succeed(outcome)
             // Through the event loop, not a nested call: jobs that finish at once (already fresh) would
             // otherwise recurse once per job in the backlog.
