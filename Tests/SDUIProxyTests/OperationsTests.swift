@@ -32,7 +32,11 @@ struct OperationsTests {
             #expect(lines.contains { $0.hasPrefix("sdui_upstream_duration_seconds_count") && $0.hasSuffix(" 2") })
             #expect(lines.contains { $0.hasPrefix("sdui_open_connections ") })
 
-            _ = try await proxy.admin("/prefetch", method: .POST, body: #"{"urls":["/p1","/down"],"platforms":["WEB"]}"#)
+            _ = try await proxy.admin(
+                "/prefetch",
+                method: .POST,
+                body: #"{"urls":["/p1","/down"],"platforms":["WEB"]}"#
+            )
             let afterPrefetch = try await proxy.admin("/metrics").body.split(separator: "\n").map(String.init)
             #expect(afterPrefetch.contains(#"sdui_prefetch_total{outcome="cached"} 1"#))
             #expect(afterPrefetch.contains(#"sdui_prefetch_total{outcome="failed"} 1"#))
