@@ -11,11 +11,8 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
     /// The normalised query without `?`, or nil when there is none.
     public let query: String?
 
-    /// `path?query`, as sent upstream and used in cache keys.
-    public var description: String {
-        guard let query else { return path }
-        return path + "?" + query
-    }
+    /// `path?query`, as sent upstream and used in cache keys; kept, not rebuilt, since every request needs it.
+    public let description: String
 
     public struct InvalidTarget: Error, Equatable, Sendable {
         public var reason: String
@@ -37,18 +34,18 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         let rawPath = utf8[..<(questionMark ?? end)]
         let rawQuery = questionMark.map { utf8[($0 + 1)..<end] }
 
-        let decodedPath = try Self.normalisePercentEncoding(rawPath)
-        self.path = Self.removeDotSegments(decodedPath)
+        let path = Self.removeDotSegments(try Self.normalisePercentEncoding(rawPath))
+        var query: String?
         if let rawQuery, !rawQuery.isEmpty {
-            self.query = String(decoding: try Self.normalisePercentEncoding(rawQuery), as: UTF8.self)
-        } else {
-            self.query = nil
+            query = String(decoding: try Self.normalisePercentEncoding(rawQuery), as: UTF8.self)
         }
+        self.init(path: path, query: query, description: query.map { path + "?" + $0 } ?? path)
     }
 
-    private init(path: String, query: String?) {
+    private init(path: String, query: String?, description: String) {
         self.path = path
         self.query = query
+        self.description = description
     }
 
     /// The common case, checked in one pass without copying: a target with no percent-encoding, no fragment,
@@ -76,10 +73,10 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
             previous = byte
             index = utf8.index(after: index)
         }
-        guard let questionMark else { return RequestTarget(path: text, query: nil) }
+        guard let questionMark else { return RequestTarget(path: text, query: nil, description: text) }
         let queryStart = utf8.index(after: questionMark)
         guard queryStart < utf8.endIndex else { return nil }
-        return RequestTarget(path: String(text[..<questionMark]), query: String(text[queryStart...]))
+        return RequestTarget(path: String(text[..<questionMark]), query: String(text[queryStart...]), description: text)
     }
 
     private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {

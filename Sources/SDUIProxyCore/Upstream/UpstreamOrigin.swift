@@ -16,13 +16,10 @@ public enum UpstreamOrigin: Sendable, Equatable {
         public var basePath: String
 
         /// `scheme://host[:port]`, with the port only when it is not the scheme's default.
-        public var origin: String {
-            let defaultPort = scheme == "https" ? 443 : 80
-            let hostPart = host.contains(":" as Character) ? "[\(host)]" : host
-            return port == defaultPort ? "\(scheme)://\(hostPart)" : "\(scheme)://\(hostPart):\(port)"
-        }
+        public var origin: String { "\(scheme)://\(hostHeader)" }
 
-        /// The `Host` header value for this origin.
+        /// The `Host` header value for this origin: the host (bracketed when IPv6), and the port unless it is the
+        /// scheme's default.
         public var hostHeader: String {
             let defaultPort = scheme == "https" ? 443 : 80
             let hostPart = host.contains(":" as Character) ? "[\(host)]" : host
