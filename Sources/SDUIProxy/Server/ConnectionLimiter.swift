@@ -2,14 +2,17 @@ import NIOCore
 import SDUIProxyCore
 import Synchronization
 
-/// Caps the open connections of a listener (`limits.maxConnections`): one over the cap is answered 503 with
-/// the error body and closed, before any of its bytes are parsed.
+/// Counts and caps the open connections of a listener (`limits.maxConnections`): one over the cap is answered
+/// 503 with the error body and closed, before any of its bytes are parsed. Admitted connections are what the
+/// `sdui_open_connections` gauge reports.
 final class ConnectionLimiter: Sendable {
     private let open = Atomic<Int>(0)
     let maximum: Int
+    private let metrics: ProxyMetrics?
 
-    init(maximum: Int) {
+    init(maximum: Int, metrics: ProxyMetrics? = nil) {
         self.maximum = maximum
+        self.metrics = metrics
     }
 
     var openConnections: Int { open.load(ordering: .relaxed) }
@@ -44,6 +47,7 @@ final class ConnectionLimiter: Sendable {
                 return
             }
             admitted = true
+            limiter.metrics?.connectionOpened()
             context.fireChannelActive()
         }
 
@@ -56,6 +60,7 @@ final class ConnectionLimiter: Sendable {
             if admitted {
                 admitted = false
                 limiter.open.wrappingSubtract(1, ordering: .relaxed)
+                limiter.metrics?.connectionClosed()
             }
             context.fireChannelInactive()
         }

@@ -144,13 +144,12 @@ public final class ProxyServer: Sendable {
 
         do {
             let publicQuiescing = ServerQuiescingHelper(group: group)
-            let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections)
+            let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
             let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(limiter.makeHandler())
-                    try sync.addHandler(ConnectionCountingHandler(metrics: context.metrics))
                     // The handler does its own pipelining and error answers, and the encoder writes
                     // pre-encoded cache hits as they are.
                     try sync.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))

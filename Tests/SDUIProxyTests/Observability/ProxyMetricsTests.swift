@@ -159,10 +159,11 @@ struct ProxyMetricsTests {
     func connectionGauge() async throws {
         let metrics = ProxyMetrics()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let limiter = ConnectionLimiter(maximum: 100, metrics: metrics)
         let server = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ConnectionCountingHandler(metrics: metrics))
+                    try channel.pipeline.syncOperations.addHandler(limiter.makeHandler())
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
