@@ -37,10 +37,9 @@ enum Fixtures {
         try JSONDecoder().decode(JSONValue.self, from: data(name))
     }
 
-    /// A sample screen decoded as JSON; `name` is relative to `config/samples/screens`, like `products/1.json`.
-    static func sampleScreen(_ name: String) throws -> JSONValue {
-        let data = try Data(contentsOf: sampleScreensDirectory.appendingPathComponent(name))
-        return try JSONDecoder().decode(JSONValue.self, from: data)
+    /// The bytes of a sample screen; `name` is relative to `config/samples/screens`, like `products/1.json`.
+    static func sampleScreenData(_ name: String) throws -> Data {
+        try Data(contentsOf: sampleScreensDirectory.appendingPathComponent(name))
     }
 
     /// The names of every Beagle fixture that is a JSON file.

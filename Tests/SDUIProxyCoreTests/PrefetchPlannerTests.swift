@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import SDUIProxyCore
 import Testing
 
@@ -6,6 +7,21 @@ private typealias Skipped = PrefetchPlanner.Skipped
 
 private func json(_ text: String) throws -> JSONValue {
     try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+}
+
+extension PrefetchPlanner {
+    /// The plan for a component given as a value, sent as JSON text with its keys sorted (so members appear in
+    /// the order of their keys).
+    fileprivate func plan(for component: JSONValue) -> Plan {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return plan(forComponent: ByteBuffer(bytes: try! encoder.encode(component)))
+    }
+
+    /// The plan for a component file as it is, its members in the file's order.
+    fileprivate func plan(forFile data: Data) -> Plan {
+        plan(forComponent: ByteBuffer(bytes: data))
+    }
 }
 
 private func makePlanner(_ upstream: String, allowedHosts: [String] = []) throws -> PrefetchPlanner {
@@ -65,7 +81,7 @@ struct PrefetchPlannerFixtureTests {
 
     @Test("pushview.json asks to prefetch schema://path, which is not an http(s) URL: skipped")
     func pushView() throws {
-        let plan = localBackend.plan(for: try Fixtures.json("pushview.json"))
+        let plan = localBackend.plan(forFile: try Fixtures.data("pushview.json"))
         #expect(plan.targets.isEmpty)
         #expect(plan.skipped == [Skipped(url: "schema://path", reason: .unsupportedURL)])
         #expect(!plan.truncated)
@@ -76,7 +92,7 @@ struct PrefetchPlannerFixtureTests {
         arguments: try Fixtures.beagleFixtureNames().filter { $0 != "pushview.json" && $0 != "UrlBuilderTestSpec.json" }
     )
     func fixturesWithoutPrefetch(_ name: String) throws {
-        let plan = localBackend.plan(for: try Fixtures.json(name))
+        let plan = localBackend.plan(forFile: try Fixtures.data(name))
         #expect(plan == PrefetchPlanner.Plan())
     }
 
@@ -87,7 +103,7 @@ struct PrefetchPlannerFixtureTests {
     func shouldPrefetchFalse(_ name: String) throws {
         let text = try String(decoding: Fixtures.data(name), as: UTF8.self)
         #expect(text.contains("\"shouldPrefetch\": false"))
-        #expect(localBackend.plan(for: try Fixtures.json(name)) == PrefetchPlanner.Plan())
+        #expect(localBackend.plan(forFile: try Fixtures.data(name)) == PrefetchPlanner.Plan())
     }
 
     @Test(
@@ -161,7 +177,7 @@ struct PrefetchPlannerSampleTests {
 
     @Test("home.json: two prefetchable routes, and the orders route is skipped for its expression")
     func home() throws {
-        let plan = demo.plan(for: try Fixtures.sampleScreen("home.json"))
+        let plan = demo.plan(forFile: try Fixtures.sampleScreenData("home.json"))
         #expect(plan.targets == ["/screens/products", "/screens/products/2"])
         #expect(plan.skipped == [Skipped(url: "/screens/orders/@{user.id}", reason: .expression)])
         #expect(!plan.truncated)
@@ -169,19 +185,19 @@ struct PrefetchPlannerSampleTests {
 
     @Test("products.json: its only route has shouldPrefetch false (and an expression)")
     func products() throws {
-        #expect(demo.plan(for: try Fixtures.sampleScreen("products.json")) == PrefetchPlanner.Plan())
+        #expect(demo.plan(forFile: try Fixtures.sampleScreenData("products.json")) == PrefetchPlanner.Plan())
     }
 
     @Test("each product screen's resetStack leads back home", arguments: [1, 2, 3])
     func product(_ number: Int) throws {
-        let plan = demo.plan(for: try Fixtures.sampleScreen("products/\(number).json"))
+        let plan = demo.plan(forFile: try Fixtures.sampleScreenData("products/\(number).json"))
         #expect(plan.targets == ["/screens/home"])
         #expect(plan.skipped.isEmpty)
     }
 
     @Test("relative routes resolve the same against an HTTP backend with a base path")
     func httpBackend() throws {
-        let plan = try makePlanner("http://backend:8081/bff").plan(for: try Fixtures.sampleScreen("home.json"))
+        let plan = try makePlanner("http://backend:8081/bff").plan(forFile: try Fixtures.sampleScreenData("home.json"))
         #expect(plan.targets == ["/screens/products", "/screens/products/2"])
     }
 
@@ -189,7 +205,7 @@ struct PrefetchPlannerSampleTests {
     func targetsExist() throws {
         var targets: Set<String> = []
         for name in ["home.json", "products.json", "products/1.json", "products/2.json", "products/3.json"] {
-            targets.formUnion(demo.plan(for: try Fixtures.sampleScreen(name)).targets)
+            targets.formUnion(demo.plan(forFile: try Fixtures.sampleScreenData(name)).targets)
         }
         #expect(targets == ["/screens/home", "/screens/products", "/screens/products/2"])
         let samples = Fixtures.repositoryRoot.appendingPathComponent("config/samples")
@@ -290,14 +306,16 @@ struct PrefetchPlannerCollectionTests {
         #expect(planner.plan(for: component).targets == ["/deep", "/outer", "/fallback"])
     }
 
-    @Test("array elements keep their order; object members are walked by key")
-    func order() {
-        let component = JSONValue.object([
-            "zeta": .array([action(url: "/z1"), action(url: "/z2")]),
-            "alpha": action(url: "/a"),
-            "mid": .array([action(url: "/m2"), action(url: "/m1")]),
-        ])
-        #expect(planner.plan(for: component).targets == ["/a", "/m2", "/m1", "/z1", "/z2"])
+    @Test("targets come in the order their actions appear in the component")
+    func order() throws {
+        let component = """
+            { "zeta": [ { "_beagleAction_": "beagle:pushView", "route": { "url": "/z1", "shouldPrefetch": true } },
+                        { "_beagleAction_": "beagle:pushView", "route": { "shouldPrefetch": true, "url": "/z2" } } ],
+              "alpha": { "route": { "url": "/a", "shouldPrefetch": true }, "_beagleAction_": "beagle:pushView" },
+              "mid": [ { "_beagleAction_": "beagle:pushView", "route": { "url": "/m2", "shouldPrefetch": true } },
+                       { "_beagleAction_": "beagle:pushView", "route": { "url": "/m1", "shouldPrefetch": true } } ] }
+            """
+        #expect(planner.plan(forFile: Data(component.utf8)).targets == ["/z1", "/z2", "/a", "/m2", "/m1"])
     }
 
     @Test("httpAdditionalData: a GET (any case, with headers) is prefetched; another method or a body is not")
@@ -495,11 +513,23 @@ struct PrefetchPlannerLimitTests {
         #expect(beyondLimit.truncated)
     }
 
-    @Test("a very deep document is walked without trouble")
+    @Test("a deep document is read to its end; past the JSON nesting limit it has no plan")
     func veryDeep() {
-        let plan = planner.plan(for: .array([action(url: "/top"), nested(action(url: "/deep"), levels: 10_000)]))
-        #expect(plan.targets == ["/top"])
-        #expect(plan.truncated)
+        let deep = planner.plan(for: .array([action(url: "/top"), nested(action(url: "/deep"), levels: 500)]))
+        #expect(deep.targets == ["/top"])
+        #expect(deep.truncated)
+
+        // The fetcher refuses such a body as JSON, so it is never stored and never planned.
+        let top = #"{ "_beagleAction_": "beagle:pushView", "route": { "url": "/top", "shouldPrefetch": true } }"#
+        let tooDeep = "[" + top + "," + String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_001)
+        #expect(planner.plan(forFile: Data(tooDeep.utf8)) == PrefetchPlanner.Plan())
+    }
+
+    @Test("a body that is not JSON has an empty plan")
+    func notJSON() {
+        let text = #"{ "_beagleAction_": "beagle:pushView", "route": { "url": "/a", "shouldPrefetch": true } "#
+        #expect(planner.plan(forFile: Data(text.utf8)) == PrefetchPlanner.Plan())
+        #expect(planner.plan(forFile: Data((text + "}").utf8)).targets == ["/a"])
     }
 
     @Test("at most maximumTargets distinct targets; duplicates do not count against the limit")
@@ -516,6 +546,16 @@ struct PrefetchPlannerLimitTests {
         let tooMany = planner.plan(for: .array((0..<1000).map { action(url: "/s/\($0)") }))
         #expect(tooMany.targets == (0..<limit).map { "/s/\($0)" })
         #expect(tooMany.truncated)
+    }
+
+    @Test("at most maximumActions actions are read; the plan says it is truncated")
+    func actionLimit() {
+        let alerts = (0..<PrefetchPlanner.maximumActions).map { _ in
+            JSONValue.object(["_beagleAction_": .string("beagle:alert")])
+        }
+        let plan = planner.plan(for: .array([action(url: "/first")] + alerts + [action(url: "/late")]))
+        #expect(plan.targets == ["/first"])
+        #expect(plan.truncated)
     }
 
     @Test("at most maximumSkipped skipped URLs are recorded, and targets after them are still found")

@@ -316,7 +316,7 @@ struct PrefetchLoadTests {
     }
 }
 
-@Suite("Deciding whether a component's tree is needed")
+@Suite("Deciding whether a stored component is planned for prefetching")
 struct ShouldPrefetchScanTests {
     @Test("a body is scanned for the shouldPrefetch key, at any position")
     func scan() {

@@ -4,9 +4,9 @@ import NIOHTTP1
 import SDUIProxyCore
 import Synchronization
 
-/// Hears of every component the fetcher stores, with its decoded tree.
+/// Hears of every validated component the fetcher stores that mentions `shouldPrefetch`, with its body.
 public protocol StoredComponentObserver: AnyObject, Sendable {
-    func componentStored(_ component: JSONValue, by request: ComponentFetcher.Request)
+    func componentStored(_ component: ByteBuffer, by request: ComponentFetcher.Request)
 }
 
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
@@ -204,19 +204,13 @@ public final class ComponentFetcher: Sendable {
         }
 
         let isSuccess = (200..<300).contains(response.status.code)
-        var component: JSONValue?
+        var isComponent = false
         if isSuccess, request.policy.validateComponents,
             ComponentDecoder.isJSON(contentType: response.headers.first(name: "content-type"))
         {
             do {
-                // The tree is only built when its navigation actions will be followed.
-                if request.followActions > 0, storedComponentObserver != nil,
-                    Self.mentions(Self.shouldPrefetchKey, in: response.body)
-                {
-                    component = try decoder.decodeComponent(response.body)
-                } else {
-                    try decoder.validateComponent(response.body)
-                }
+                try decoder.validateComponent(response.body)
+                isComponent = true
             } catch {
                 logger.warning(
                     "invalid component from the backend, not cached",
@@ -243,8 +237,11 @@ public final class ComponentFetcher: Sendable {
             return .notStored(response, reason: "larger than a cache shard's budget")
         }
         logger.debug("stored", metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"])
-        if let component, request.followActions > 0, let observer = storedComponentObserver {
-            observer.componentStored(component, by: request)
+        // A component that never says "shouldPrefetch" has no navigation to follow.
+        if isComponent, request.followActions > 0, let observer = storedComponentObserver,
+            Self.mentions(Self.shouldPrefetchKey, in: entry.body)
+        {
+            observer.componentStored(entry.body, by: request)
         }
         return .stored(entry)
     }
@@ -327,8 +324,7 @@ public final class ComponentFetcher: Sendable {
 
     private static let shouldPrefetchKey = Array(#""shouldPrefetch""#.utf8)
 
-    /// Whether `needle` occurs in `body`: a component that never says `"shouldPrefetch"` has no navigation to
-    /// follow, so its tree need not be built.
+    /// Whether `needle` occurs in `body`.
     static func mentions(_ needle: [UInt8], in body: ByteBuffer) -> Bool {
         body.withUnsafeReadableBytes { bytes in
             guard let first = needle.first, bytes.count >= needle.count else { return false }

@@ -217,9 +217,9 @@ public final class Prefetcher: StoredComponentObserver {
         return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
     }
 
-    public func componentStored(_ component: JSONValue, by request: ComponentFetcher.Request) {
+    public func componentStored(_ component: ByteBuffer, by request: ComponentFetcher.Request) {
         let proxy = self.proxy
-        let plan = proxy.prefetchPlanner.plan(for: component)
+        let plan = proxy.prefetchPlanner.plan(forComponent: component)
         let platform = String(request.key.platform)
         for skipped in plan.skipped {
             proxy.logger.debug(

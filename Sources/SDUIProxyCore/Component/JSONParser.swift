@@ -14,6 +14,8 @@ struct JSONParser {
     private let bytes: UnsafeRawBufferPointer
     private var index = 0
     private let buildsTree: Bool
+    /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
+    private var reduction = Reduction(keys: [], markerKey: "", maximumDepth: 0, maximumCount: 0)
 
     private init(bytes: UnsafeRawBufferPointer, buildsTree: Bool) {
         self.bytes = bytes
@@ -70,6 +72,154 @@ struct JSONParser {
         return found
     }
 
+    // MARK: Scanning for objects
+
+    /// An object a scan reports: where it starts in the document, how deep it sits (the root is level 0), and
+    /// its members reduced to the kept keys.
+    struct ScannedObject {
+        var offset: Int
+        var depth: Int
+        var members: [String: JSONValue]
+    }
+
+    /// The objects a scan reports, in document order, and whether a limit left some of the document out.
+    struct Scan {
+        var objects: [ScannedObject]
+        var truncated: Bool
+    }
+
+    private struct Reduction {
+        /// The kept keys, with their UTF-8 bytes for comparing against a document's keys in place.
+        var keys: [(name: String, utf8: [UInt8])]
+        var markerKey: String
+        var maximumDepth: Int
+        var maximumCount: Int
+        var objects: [ScannedObject] = []
+        var truncated = false
+
+        /// The kept key a document's key spells, if any.
+        func keptKey(_ key: StringSpan, in parser: JSONParser) -> String? {
+            if key.hasEscapes {
+                let text = parser.text(of: key)
+                return keys.first { $0.name == text }?.name
+            }
+            let count = key.range.count
+            for candidate in keys where candidate.utf8.count == count {
+                var matches = true
+                for offset in 0..<count where parser.bytes[key.range.lowerBound + offset] != candidate.utf8[offset] {
+                    matches = false
+                    break
+                }
+                if matches { return candidate.name }
+            }
+            return nil
+        }
+    }
+
+    /// Validates a whole document like ``parse(_:)`` without building it, and reports the objects that have a
+    /// string member named `markerKey`.
+    ///
+    /// A reported object keeps only its members named in `keys`: strings, numbers, booleans and nulls as they
+    /// are, objects reduced the same way, arrays as empty arrays (their elements are scanned, not kept). So the
+    /// memory a scan takes grows with what it keeps, not with the document. Objects nested deeper than
+    /// `maximumDepth` levels are not reported (but are kept in full under an object that is), reporting stops
+    /// after `maximumCount` objects, and ``Scan/truncated`` says when either limit left something out.
+    static func scanObjects(
+        _ bytes: UnsafeRawBufferPointer,
+        keeping keys: [String],
+        reporting markerKey: String,
+        maximumDepth: Int,
+        maximumCount: Int
+    ) throws(Failure) -> Scan {
+        var parser = JSONParser(bytes: bytes, buildsTree: false)
+        parser.reduction = Reduction(
+            keys: keys.map { ($0, Array($0.utf8)) },
+            markerKey: markerKey,
+            maximumDepth: maximumDepth,
+            maximumCount: maximumCount
+        )
+        parser.skipWhitespace()
+        _ = try parser.reduceValue(depth: 0, keep: false)
+        parser.skipWhitespace()
+        guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+        let reduction = parser.reduction
+        // Objects are complete, so found, innermost first; document order is where they start.
+        return Scan(objects: reduction.objects.sorted { $0.offset < $1.offset }, truncated: reduction.truncated)
+    }
+
+    /// A value, reduced when `keep` is true and skipped (validated only) otherwise.
+    private mutating func reduceValue(depth: Int, keep: Bool) throws(Failure) -> JSONValue? {
+        guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
+        guard let byte = peek() else { throw failure("a value is missing") }
+        switch byte {
+        case UInt8(ascii: "{"):
+            return try reduceObject(depth: depth, keep: keep)
+        case UInt8(ascii: "["):
+            if depth > reduction.maximumDepth { reduction.truncated = true }
+            index += 1
+            skipWhitespace()
+            if peek() == UInt8(ascii: "]") {
+                index += 1
+            } else {
+                while true {
+                    skipWhitespace()
+                    _ = try reduceValue(depth: depth + 1, keep: false)
+                    skipWhitespace()
+                    guard let next = next() else { throw failure("the document ends inside an array") }
+                    if next == UInt8(ascii: "]") { break }
+                    guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in an array") }
+                }
+            }
+            return keep ? .array([]) : nil
+        case UInt8(ascii: "\""):
+            let string = try scanString()
+            return keep ? .string(text(of: string)) : nil
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            let number = try scanNumber()
+            return keep ? value(of: number) : nil
+        default:
+            let literal = try parseValue(depth: depth)
+            return keep ? literal : nil
+        }
+    }
+
+    private mutating func reduceObject(depth: Int, keep: Bool) throws(Failure) -> JSONValue? {
+        let start = index
+        let inReach = depth <= reduction.maximumDepth
+        if !inReach { reduction.truncated = true }
+        // A kept object is reduced at any depth, so an object in reach sees all it keeps.
+        let reduces = inReach || keep
+        index += 1
+        var members: [String: JSONValue] = [:]
+        skipWhitespace()
+        if peek() == UInt8(ascii: "}") {
+            index += 1
+        } else {
+            while true {
+                skipWhitespace()
+                let key = try scanString()
+                skipWhitespace()
+                try expect(UInt8(ascii: ":"))
+                skipWhitespace()
+                let kept = reduces ? reduction.keptKey(key, in: self) : nil
+                let value = try reduceValue(depth: depth + 1, keep: kept != nil)
+                if let kept, let value { members[kept] = value }
+                skipWhitespace()
+                guard let next = next() else { throw failure("the document ends inside an object") }
+                if next == UInt8(ascii: "}") { break }
+                guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
+            }
+        }
+        if inReach, case .string? = members[reduction.markerKey] {
+            if reduction.objects.count < reduction.maximumCount {
+                reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
+            } else {
+                reduction.truncated = true
+            }
+        }
+        return keep ? .object(members) : nil
+    }
+
     private mutating func parseDocument() throws(Failure) -> JSONValue? {
         skipWhitespace()
         let value = try parseValue(depth: 0)
@@ -97,7 +247,8 @@ struct JSONParser {
             try expectLiteral("null")
             return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return try parseNumber()
+            let number = try scanNumber()
+            return buildsTree ? value(of: number) : nil
         default:
             throw failure("unexpected character")
         }
@@ -149,6 +300,18 @@ struct JSONParser {
 
     /// Parses a string; returns its value when `keep` is true (nil otherwise).
     private mutating func parseString(keep: Bool) throws(Failure) -> String? {
+        let string = try scanString()
+        return keep ? text(of: string) : nil
+    }
+
+    /// Where a string's content lies in the document, and whether it needs unescaping.
+    private struct StringSpan {
+        var range: Range<Int>
+        var hasEscapes: Bool
+    }
+
+    /// Checks a string (escapes, control characters, UTF-8) and steps over it without building it.
+    private mutating func scanString() throws(Failure) -> StringSpan {
         guard next() == UInt8(ascii: "\"") else { throw failure("expected a string") }
         let start = index
         var hasEscapes = false
@@ -163,11 +326,7 @@ struct JSONParser {
                 {
                     throw failure("a string is not valid UTF-8")
                 }
-                guard keep else { return nil }
-                if !hasEscapes {
-                    return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
-                }
-                return try unescape(start..<end)
+                return StringSpan(range: start..<end, hasEscapes: hasEscapes)
             case UInt8(ascii: "\\"):
                 hasEscapes = true
                 guard let escaped = next() else { throw failure("the document ends inside a string") }
@@ -194,7 +353,13 @@ struct JSONParser {
         }
     }
 
-    private func unescape(_ range: Range<Int>) throws(Failure) -> String {
+    private func text(of string: StringSpan) -> String {
+        string.hasEscapes
+            ? unescape(string.range)
+            : String(decoding: UnsafeRawBufferPointer(rebasing: bytes[string.range]), as: UTF8.self)
+    }
+
+    private func unescape(_ range: Range<Int>) -> String {
         var scalars = String.UnicodeScalarView()
         var utf8: [UInt8] = []
         var position = range.lowerBound
@@ -247,7 +412,12 @@ struct JSONParser {
         return value
     }
 
-    private mutating func parseNumber() throws(Failure) -> JSONValue? {
+    /// A number's text in the document.
+    private struct NumberSpan {
+        var range: Range<Int>
+    }
+
+    private mutating func scanNumber() throws(Failure) -> NumberSpan {
         let start = index
         if peek() == UInt8(ascii: "-") { index += 1 }
         guard let first = peek(), Self.isDigit(first) else { throw failure("a bad number") }
@@ -264,8 +434,11 @@ struct JSONParser {
             guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
             skipDigits()
         }
-        guard buildsTree else { return nil }
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        return NumberSpan(range: start..<index)
+    }
+
+    private func value(of number: NumberSpan) -> JSONValue {
+        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[number.range]), as: UTF8.self)
         return .number(Double(text) ?? 0)
     }
 

@@ -1,5 +1,5 @@
 /// A JSON document as a tree of values, as decoded from a backend response.
-public indirect enum JSONValue: Sendable, Equatable, Decodable {
+public indirect enum JSONValue: Sendable, Equatable, Codable {
     case null
     case bool(Bool)
     case number(Double)
@@ -21,6 +21,18 @@ public indirect enum JSONValue: Sendable, Equatable, Decodable {
             self = .array(array)
         } else {
             self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let flag): try container.encode(flag)
+        case .number(let number): try container.encode(number)
+        case .string(let text): try container.encode(text)
+        case .array(let elements): try container.encode(elements)
+        case .object(let members): try container.encode(members)
         }
     }
 

@@ -1,3 +1,5 @@
+import NIOCore
+
 /// Finds the screens a user will open next: the `shouldPrefetch` navigation actions of a component, resolved
 /// to request targets on this proxy (the seed's ViewClient `prefetch`, driven by the component itself).
 ///
@@ -19,13 +21,14 @@
 ///
 /// Targets are normalised with ``RequestTarget``, so they are the proxy's cache-key paths.
 ///
-/// A hostile document cannot make the planner do unbounded work: the walk visits each value once, does not
-/// descend below ``maximumDepth`` levels, stops once ``maximumTargets`` distinct targets are found and
-/// records at most ``maximumSkipped`` skipped URLs; ``Plan/truncated`` says when a limit cut something off.
+/// A hostile document cannot make the planner do unbounded work: one pass reads each byte once and keeps only
+/// the members of actions, does not look at actions below ``maximumDepth`` levels, stops once
+/// ``maximumTargets`` distinct targets are found and records at most ``maximumSkipped`` skipped URLs;
+/// ``Plan/truncated`` says when a limit cut something off.
 public struct PrefetchPlanner: Sendable {
-    /// The deepest nesting level the walk visits; the root is level 0, its members and elements level 1.
+    /// The deepest nesting level whose actions are read; the root is level 0, its members and elements level 1.
     public static let maximumDepth = 64
-    /// The most distinct targets one component yields; the walk stops when another one is found.
+    /// The most distinct targets one component yields; planning stops when another one is found.
     public static let maximumTargets = 64
     /// The most distinct skipped URLs one plan records.
     public static let maximumSkipped = 64
@@ -35,12 +38,20 @@ public struct PrefetchPlanner: Sendable {
         "beagle:pushview", "beagle:pushstack", "beagle:resetstack", "beagle:resetapplication",
     ]
 
+    /// The most actions (of any kind) one component is scanned for; past that the plan is truncated.
+    public static let maximumActions = 1024
+    private static let actionKey = "_beagleAction_"
+    /// The members the planner reads: an action's name and route, and the route's fields.
+    private static let keptKeys = [
+        actionKey, "route", "url", "shouldPrefetch", "httpAdditionalData", "method", "body",
+    ]
+
     /// What a component's prefetchable navigation actions resolve to.
     public struct Plan: Equatable, Sendable {
-        /// Normalised request targets (`/path?query`), without duplicates, in walk order: array elements in
-        /// their order, object members by key (a decoded object does not keep its members' order).
+        /// Normalised request targets (`/path?query`), without duplicates, in the order their actions appear
+        /// in the component.
         public var targets: [String]
-        /// The prefetchable actions whose URL cannot be prefetched, without duplicates, in walk order.
+        /// The prefetchable actions whose URL cannot be prefetched, without duplicates, in the order they appear.
         public var skipped: [Skipped]
         /// Whether a limit (depth, targets or skipped URLs) left part of the component unplanned.
         public var truncated: Bool
@@ -117,11 +128,32 @@ public struct PrefetchPlanner: Sendable {
         self.allowedHosts = allowedHosts.compactMap(HostPattern.init(parsing:))
     }
 
-    /// The prefetch plan for a decoded component: one walk over the whole tree, at any depth (up to
-    /// ``maximumDepth``), arrays included.
-    public func plan(for component: JSONValue) -> Plan {
+    /// The prefetch plan for a component as the backend sent it: one pass over its bytes, at any depth (up to
+    /// ``maximumDepth``), arrays included, without building the component's tree. A body that is not valid
+    /// JSON has no plan.
+    public func plan(forComponent body: ByteBuffer) -> Plan {
+        body.withUnsafeReadableBytes { plan(forComponent: $0) }
+    }
+
+    /// The prefetch plan for a component's bytes; see ``plan(forComponent:)-(ByteBuffer)``.
+    public func plan(forComponent bytes: UnsafeRawBufferPointer) -> Plan {
+        guard
+            let scan = try? JSONParser.scanObjects(
+                bytes,
+                keeping: Self.keptKeys,
+                reporting: Self.actionKey,
+                maximumDepth: Self.maximumDepth,
+                maximumCount: Self.maximumActions
+            )
+        else { return Plan() }
         var walk = Walk()
-        visit(component, level: 0, walk: &walk)
+        walk.plan.truncated = scan.truncated
+        for action in scan.objects {
+            guard !walk.finished else { break }
+            if let url = Self.prefetchableURL(action.members) {
+                record(url: url, route: action.members["route"], walk: &walk)
+            }
+        }
         return walk.plan
     }
 
@@ -148,43 +180,15 @@ public struct PrefetchPlanner: Sendable {
         return .failure(.foreignHost(Self.hostDescription(absolute)))
     }
 
-    // MARK: - The walk
+    // MARK: - Recording
 
-    /// What the walk has found so far.
+    /// What planning has found so far.
     private struct Walk {
         var plan = Plan()
         var seenTargets: Set<String> = []
         var seenSkipped: Set<Skipped> = []
-        /// Set when the target limit is reached and another target appears: nothing more is visited.
+        /// Set when the target limit is reached and another target appears: nothing more is recorded.
         var finished = false
-    }
-
-    private func visit(_ value: JSONValue, level: Int, walk: inout Walk) {
-        guard !walk.finished else { return }
-        switch value {
-        case .object(let members):
-            guard level <= Self.maximumDepth else {
-                walk.plan.truncated = true
-                return
-            }
-            if let url = Self.prefetchableURL(members) {
-                record(url: url, route: members["route"], walk: &walk)
-            }
-            for key in members.keys.sorted() {
-                guard let member = members[key] else { continue }
-                visit(member, level: level + 1, walk: &walk)
-            }
-        case .array(let elements):
-            guard level <= Self.maximumDepth else {
-                walk.plan.truncated = true
-                return
-            }
-            for element in elements {
-                visit(element, level: level + 1, walk: &walk)
-            }
-        case .null, .bool, .number, .string:
-            return
-        }
     }
 
     private func record(url: String, route: JSONValue?, walk: inout Walk) {
