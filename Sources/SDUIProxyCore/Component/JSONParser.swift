@@ -15,7 +15,7 @@ struct JSONParser {
     private var index = 0
     private let buildsTree: Bool
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
-    private var reduction = Reduction(keys: [], markerKey: "", maximumDepth: 0, maximumCount: 0)
+    private var reduction = Reduction(keys: KeySet([]), markerKey: "", maximumDepth: 0, maximumCount: 0)
 
     private init(bytes: UnsafeRawBufferPointer, buildsTree: Bool) {
         self.bytes = bytes
@@ -88,32 +88,22 @@ struct JSONParser {
         var truncated: Bool
     }
 
+    /// The member names a scan keeps, with their UTF-8 bytes for comparing against a document's keys in place.
+    struct KeySet: Sendable {
+        fileprivate var keys: [(name: String, utf8: [UInt8])]
+
+        init(_ names: [String]) {
+            keys = names.map { ($0, Array($0.utf8)) }
+        }
+    }
+
     private struct Reduction {
-        /// The kept keys, with their UTF-8 bytes for comparing against a document's keys in place.
-        var keys: [(name: String, utf8: [UInt8])]
+        var keys: KeySet
         var markerKey: String
         var maximumDepth: Int
         var maximumCount: Int
         var objects: [ScannedObject] = []
         var truncated = false
-
-        /// The kept key a document's key spells, if any.
-        func keptKey(_ key: StringSpan, in parser: JSONParser) -> String? {
-            if key.hasEscapes {
-                let text = parser.text(of: key)
-                return keys.first { $0.name == text }?.name
-            }
-            let count = key.range.count
-            for candidate in keys where candidate.utf8.count == count {
-                var matches = true
-                for offset in 0..<count where parser.bytes[key.range.lowerBound + offset] != candidate.utf8[offset] {
-                    matches = false
-                    break
-                }
-                if matches { return candidate.name }
-            }
-            return nil
-        }
     }
 
     /// Validates a whole document like ``parse(_:)`` without building it, and reports the objects that have a
@@ -126,14 +116,14 @@ struct JSONParser {
     /// after `maximumCount` objects, and ``Scan/truncated`` says when either limit left something out.
     static func scanObjects(
         _ bytes: UnsafeRawBufferPointer,
-        keeping keys: [String],
+        keeping keys: KeySet,
         reporting markerKey: String,
         maximumDepth: Int,
         maximumCount: Int
     ) throws(Failure) -> Scan {
         var parser = JSONParser(bytes: bytes, buildsTree: false)
         parser.reduction = Reduction(
-            keys: keys.map { ($0, Array($0.utf8)) },
+            keys: keys,
             markerKey: markerKey,
             maximumDepth: maximumDepth,
             maximumCount: maximumCount
@@ -145,6 +135,19 @@ struct JSONParser {
         let reduction = parser.reduction
         // Objects are complete, so found, innermost first; document order is where they start.
         return Scan(objects: reduction.objects.sorted { $0.offset < $1.offset }, truncated: reduction.truncated)
+    }
+
+    /// The kept key a document's key spells, if any.
+    private func keptKey(_ key: StringSpan) -> String? {
+        if key.hasEscapes {
+            let text = text(of: key)
+            return reduction.keys.keys.first { $0.name == text }?.name
+        }
+        let start = key.range.lowerBound
+        for candidate in reduction.keys.keys where candidate.utf8.count == key.range.count {
+            if candidate.utf8.indices.allSatisfy({ bytes[start + $0] == candidate.utf8[$0] }) { return candidate.name }
+        }
+        return nil
     }
 
     /// A value, reduced when `keep` is true and skipped (validated only) otherwise.
@@ -201,7 +204,7 @@ struct JSONParser {
                 skipWhitespace()
                 try expect(UInt8(ascii: ":"))
                 skipWhitespace()
-                let kept = reduces ? reduction.keptKey(key, in: self) : nil
+                let kept = reduces ? keptKey(key) : nil
                 let value = try reduceValue(depth: depth + 1, keep: kept != nil)
                 if let kept, let value { members[kept] = value }
                 skipWhitespace()

@@ -1,5 +1,8 @@
 /// A JSON document as a tree of values, as decoded from a backend response.
-public indirect enum JSONValue: Sendable, Equatable, Codable {
+///
+/// Not `indirect`: arrays and dictionaries already hold their elements out of line, so a scalar costs no
+/// allocation of its own.
+public enum JSONValue: Sendable, Equatable, Codable {
     case null
     case bool(Bool)
     case number(Double)

@@ -42,9 +42,9 @@ public struct PrefetchPlanner: Sendable {
     public static let maximumActions = 1024
     private static let actionKey = "_beagleAction_"
     /// The members the planner reads: an action's name and route, and the route's fields.
-    private static let keptKeys = [
+    private static let keptKeys = JSONParser.KeySet([
         actionKey, "route", "url", "shouldPrefetch", "httpAdditionalData", "method", "body",
-    ]
+    ])
 
     /// What a component's prefetchable navigation actions resolve to.
     public struct Plan: Equatable, Sendable {
