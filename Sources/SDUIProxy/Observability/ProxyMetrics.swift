@@ -1,3 +1,4 @@
+import Atomics
 import NIOHTTP1
 import Prometheus
 import SDUIProxyCore
@@ -86,7 +87,9 @@ public final class ProxyMetrics: Sendable {
     private static let statusClassLabels = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"]
     private static let cacheLabels = ["none"] + CacheResult.allCases.map(\.rawValue)
 
-    private let requestCounters: Mutex<[Counter?]>
+    /// One per label combination, made on first use. Every response reads one, from every event loop, so the
+    /// read is a single atomic load rather than a lock both loops contend for.
+    private let requestCounters: [ManagedAtomicLazyReference<Counter>]
     private let upstreamDuration: DurationHistogram
     private let upstreamErrors: Mutex<[String: Counter]>
     private let coalescedWaits: Counter
@@ -115,7 +118,7 @@ public final class ProxyMetrics: Sendable {
     ) {
         self.registry = registry
         let slots = Self.methodLabels.count * Self.statusClassLabels.count * Self.cacheLabels.count
-        self.requestCounters = Mutex(Array(repeating: nil, count: slots))
+        self.requestCounters = (0..<slots).map { _ in ManagedAtomicLazyReference() }
         self.upstreamDuration = registry.makeDurationHistogram(
             descriptor: Self.descriptor(
                 "upstream_duration",
@@ -186,12 +189,9 @@ public final class ProxyMetrics: Sendable {
         let slot =
             (Self.methodIndex(method) * Self.statusClassLabels.count + Self.statusClassIndex(statusCode))
             * Self.cacheLabels.count + Self.cacheIndex(cacheResult)
-        let counter = requestCounters.withLock { counters in
-            if let counter = counters[slot] { return counter }
-            let counter = makeRequestCounter(slot: slot)
-            counters[slot] = counter
-            return counter
-        }
+        let reference = requestCounters[slot]
+        // Two loops racing on a first use get the same counter: the registry hands out one per label set.
+        let counter = reference.load() ?? reference.storeIfNilThenLoad(makeRequestCounter(slot: slot))
         counter.increment()
     }
 

@@ -5,6 +5,9 @@ import Synchronization
 /// Counts and caps the open connections of a listener (`limits.maxConnections`): one over the cap is answered
 /// 503 with the error body and closed, before any of its bytes are parsed. Admitted connections are what the
 /// `sdui_open_connections` gauge reports.
+///
+/// The decision is made once, when a connection is set up; an admitted connection carries no handler of the
+/// limiter's, so its requests pay nothing for the cap.
 final class ConnectionLimiter: Sendable {
     private let open = Atomic<Int>(0)
     let maximum: Int
@@ -17,52 +20,40 @@ final class ConnectionLimiter: Sendable {
 
     var openConnections: Int { open.load(ordering: .relaxed) }
 
-    /// A handler for one accepted connection; it must be first in the pipeline.
-    func makeHandler() -> Handler {
-        Handler(limiter: self)
+    /// Admits an accepted connection, counting it until it closes; or, over the cap, sets it up to be answered
+    /// 503 and closed. Call it from the child channel initializer, before any other handler is added.
+    ///
+    /// - Returns: whether the connection was admitted; a refused one must get no other handlers.
+    func admit(_ channel: any Channel) throws -> Bool {
+        let count = open.wrappingAdd(1, ordering: .relaxed).newValue
+        guard count <= maximum else {
+            open.wrappingSubtract(1, ordering: .relaxed)
+            try channel.pipeline.syncOperations.addHandler(Refusal())
+            return false
+        }
+        metrics?.connectionOpened()
+        channel.closeFuture.whenComplete { _ in
+            self.open.wrappingSubtract(1, ordering: .relaxed)
+            self.metrics?.connectionClosed()
+        }
+        return true
     }
 
-    final class Handler: ChannelInboundHandler, RemovableChannelHandler {
+    /// Answers a connection over the cap and closes it; nothing it sends is read.
+    private final class Refusal: ChannelInboundHandler {
         typealias InboundIn = ByteBuffer
         typealias OutboundOut = ByteBuffer
 
-        private let limiter: ConnectionLimiter
-        private var admitted = false
-
-        init(limiter: ConnectionLimiter) {
-            self.limiter = limiter
-        }
-
         func channelActive(context: ChannelHandlerContext) {
-            let count = limiter.open.wrappingAdd(1, ordering: .relaxed).newValue
-            guard count <= limiter.maximum else {
-                limiter.open.wrappingSubtract(1, ordering: .relaxed)
-                let error = ProxyError(.unavailable, "too many open connections (limits.maxConnections)")
-                let body = error.jsonBody()
-                let response =
-                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
-                context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: response)))
-                    .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
-                return
-            }
-            admitted = true
-            limiter.metrics?.connectionOpened()
-            context.fireChannelActive()
+            let error = ProxyError(.unavailable, "too many open connections (limits.maxConnections)")
+            let body = error.jsonBody()
+            let response =
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
+            context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: response)))
+                .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
         }
 
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            guard admitted else { return }
-            context.fireChannelRead(data)
-        }
-
-        func channelInactive(context: ChannelHandlerContext) {
-            if admitted {
-                admitted = false
-                limiter.open.wrappingSubtract(1, ordering: .relaxed)
-                limiter.metrics?.connectionClosed()
-            }
-            context.fireChannelInactive()
-        }
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
     }
 }

@@ -148,8 +148,8 @@ public final class ProxyServer: Sendable {
             let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
+                    guard try limiter.admit(channel) else { return }
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(limiter.makeHandler())
                     // The handler does its own pipelining and error answers, and the encoder writes
                     // pre-encoded cache hits as they are.
                     try sync.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))

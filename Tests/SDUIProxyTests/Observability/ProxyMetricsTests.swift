@@ -163,7 +163,7 @@ struct ProxyMetricsTests {
         let server = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(limiter.makeHandler())
+                    _ = try limiter.admit(channel)
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
