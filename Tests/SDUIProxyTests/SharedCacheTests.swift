@@ -230,7 +230,8 @@ struct SharedCacheTests {
             #expect(stale["X-Cache"] == "STALE")
             #expect(stale.body.contains(#""v":1"#))
             try await waitUntil { proxy.origin.requestCount == 2 }
-            try await Task.sleep(for: .milliseconds(50))
+            // The refresh is stored once its response has arrived; until then the stale entry is served.
+            try await waitUntil { try await proxy.get("/s")["X-Cache"] == "HIT" }
             let refreshed = try await proxy.get("/s")
             #expect(refreshed["X-Cache"] == "HIT")
             #expect(refreshed.body.contains(#""v":2"#))
