@@ -675,19 +675,19 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is HTTPParserError {
-            // Malformed HTTP: nothing after it can be trusted. While the request is still being read (no
-            // response has begun), answer 400; then close.
-            proxy.logger.info("malformed request", metadata: ["error": "\(error)"])
-            let badRequest = ProxyError(.badRequest, "malformed HTTP request: \(error)")
+        if let failure = error as? HTTPRequestParser.Failure {
+            // Malformed or oversized HTTP: nothing after it can be trusted. While the request is still being
+            // read (no response has begun), answer it; then close.
+            proxy.logger.info("malformed request", metadata: ["error": "\(failure)"])
+            let refusal = failure.proxyError
             switch state {
             case .forwarding(let stream):
-                stream?.fail(badRequest)
+                stream?.fail(refusal)
                 fallthrough
             case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
                 state = .responding
                 ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: nil)
-                    .write(badRequest)
+                    .write(refusal)
                 return
             case .responding:
                 break

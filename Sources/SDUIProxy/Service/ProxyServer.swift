@@ -152,7 +152,9 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     // The handler does its own pipelining and error answers, and the encoder writes
                     // pre-encoded cache hits as they are.
-                    try sync.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+                    try sync.addHandler(
+                        ByteToMessageHandler(RequestDecoder(limits: runtime.context.configuration.limits))
+                    )
                     try sync.addHandler(ResponseEncoder())
                     try sync.addHandler(PublicHTTPHandler(runtime: runtime))
                 }
