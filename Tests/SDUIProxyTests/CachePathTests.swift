@@ -27,6 +27,30 @@ struct CachePathTests {
         }
     }
 
+    @Test(
+        "hits are the stored bytes, for bodies copied behind the head and for larger ones sent as they are",
+        arguments: [0, 1, ResponseWriter.maximumCopiedBodyBytes - 64, ResponseWriter.maximumCopiedBodyBytes * 4]
+    )
+    func hitBodies(padding: Int) async throws {
+        let body = #"{"_beagleComponent_":"a","pad":""# + String(repeating: "p", count: padding) + #""}"#
+        try await ProxyHarness.run(origin: { _ in
+            TestOrigin.Response(
+                headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")],
+                body: body
+            )
+        }) { proxy async throws in
+            let miss = try await proxy.get("/screens/sized")
+            #expect(miss["X-Cache"] == "MISS")
+            for _ in 0..<3 {
+                let hit = try await proxy.get("/screens/sized")
+                #expect(hit["X-Cache"] == "HIT")
+                #expect(hit["Content-Length"] == String(body.utf8.count))
+                #expect(hit.body == body)
+            }
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
     @Test("the platform header reaches the origin, and each platform has its own entry")
     func platformEntries() async throws {
         try await ProxyHarness.run(origin: { request in
