@@ -48,6 +48,35 @@ struct PassThroughTests {
         }
     }
 
+    @Test("a backend answer without a length is sent on in chunks, and the connection goes on after it")
+    func chunkedAnswer() async throws {
+        try await ProxyHarness.run(origin: { request in
+            var response = TestOrigin.Response(
+                headers: [("Content-Type", "text/plain")],
+                body: "answer to \(request.method) \(request.uri)"
+            )
+            response.chunked = true
+            return response
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send(
+                "POST /api/a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+                    + "DELETE /api/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            let text = try await connection.readUntilClosed()
+            await connection.close()
+            let responses = text.components(separatedBy: "HTTP/1.1 200 OK\r\n").dropFirst()
+            #expect(responses.count == 2, "\(text)")
+            for (response, answer) in zip(responses, ["answer to POST /api/a", "answer to DELETE /api/b"]) {
+                let lower = response.lowercased()
+                #expect(lower.contains("transfer-encoding: chunked\r\n"))
+                #expect(!lower.contains("content-length"))
+                let size = String(answer.utf8.count, radix: 16)
+                #expect(response.hasSuffix("\r\n\r\n\(size)\r\n\(answer)\r\n0\r\n\r\n"), "\(response)")
+            }
+        }
+    }
+
     @Test("large bodies stream through in both directions")
     func largeBodies() async throws {
         let size = 6 << 20

@@ -11,8 +11,8 @@ import SDUIProxyCore
 /// holds later requests until the current response has ended).
 final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundIn = ResponsePart
-    typealias OutboundOut = ResponsePart
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     /// Where the current request is in its life.
     private enum State {
@@ -715,6 +715,8 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     private let isHead: Bool
     private let cacheStatus: CacheResult?
     private let headSent: NIOLoopBoundBox<Bool>
+    /// How the body is delimited, decided when the head is written.
+    private let framing: NIOLoopBoundBox<ResponseEncoding.Framing>
     private let accounting: NIOLoopBound<RequestAccounting?>
     /// The status sent and the body bytes written so far, for accounting when the response ends.
     private let progress: NIOLoopBoundBox<(status: HTTPResponseStatus, bytes: Int)>
@@ -743,6 +745,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         self.isHead = isHead
         self.cacheStatus = cacheStatus
         self.headSent = NIOLoopBoundBox(false, eventLoop: context.eventLoop)
+        self.framing = NIOLoopBoundBox(.none, eventLoop: context.eventLoop)
         self.beforeEnd = NIOLoopBound(beforeEnd, eventLoop: context.eventLoop)
     }
 
@@ -756,7 +759,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         if !keepAlive || flags.value.closing { headers.replaceOrAdd(name: "Connection", value: "close") }
         headSent.value = true
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
-        let framing: ResponsePart.Framing
+        let framing: ResponseEncoding.Framing
         if isHead || status.code < 200 || status == .noContent || status == .notModified {
             framing = .none
         } else if headers.contains(name: "content-length") {
@@ -764,13 +767,24 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         } else {
             framing = .chunked
         }
-        context.value.write(NIOAny(ResponsePart.head(head, framing)), promise: nil)
+        self.framing.value = framing
+        var buffer = context.value.channel.allocator.buffer(capacity: 512)
+        ResponseEncoding.writeHead(head, framing: framing, into: &buffer)
+        context.value.write(NIOAny(buffer), promise: nil)
     }
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        guard !isHead else { return context.value.eventLoop.makeSucceededVoidFuture() }
+        let context = self.context.value
+        guard !isHead, framing.value != .none else { return context.eventLoop.makeSucceededVoidFuture() }
         progress.value.bytes += buffer.readableBytes
-        return context.value.writeAndFlush(NIOAny(ResponsePart.body(buffer)))
+        guard framing.value == .chunked else { return context.writeAndFlush(NIOAny(buffer)) }
+        guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
+        context.write(
+            NIOAny(ResponseEncoding.chunkPrefix(count: buffer.readableBytes, allocator: context.channel.allocator)),
+            promise: nil
+        )
+        context.write(NIOAny(buffer), promise: nil)
+        return context.writeAndFlush(NIOAny(ResponseEncoding.chunkSuffix))
     }
 
     func receiveEnd() {
@@ -778,7 +792,10 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         beforeEnd.value()
         let context = self.context.value
         let keepAlive = self.keepAlive && !flags.value.closing
-        let written = context.writeAndFlush(NIOAny(ResponsePart.end))
+        // The last write completes once everything before it is out, so a closing connection loses nothing.
+        let last =
+            framing.value == .chunked ? ResponseEncoding.lastChunk : context.channel.allocator.buffer(capacity: 0)
+        let written = context.writeAndFlush(NIOAny(last))
         if !keepAlive {
             written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
         }

@@ -107,7 +107,7 @@ struct ResponseWriter {
         return write(status: error.status, headers: headers, body: body, cacheResult: cacheStatus)
     }
 
-    /// Bodies up to this size are copied behind the head, so a hit is one buffer and one write. Copying 2.4 KB
+    /// Bodies up to this size are copied behind the head, so a response is one buffer and one write. Copying 2.4 KB
     /// costs less than a second pending write through the channel: 8 % fewer instructions per hit (perf stat).
     static let maximumCopiedBodyBytes = 16 << 10
 
@@ -128,10 +128,10 @@ struct ResponseWriter {
         head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
         guard bodyBytes > 0, !copiesBody else {
             if bodyBytes > 0 { head.writeImmutableBuffer(entry.body) }
-            return finish(with: NIOAny(ResponsePart.encoded(head)), keepAlive: keepAlive)
+            return finish(with: head, keepAlive: keepAlive)
         }
-        context.write(NIOAny(ResponsePart.encoded(head)), promise: nil)
-        finish(with: NIOAny(ResponsePart.encoded(entry.body)), keepAlive: keepAlive)
+        context.write(NIOAny(head), promise: nil)
+        finish(with: entry.body, keepAlive: keepAlive)
     }
 
     private func write(
@@ -145,25 +145,30 @@ struct ResponseWriter {
         var headers = headers
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
-        context.write(NIOAny(ResponsePart.head(head, .contentLength)), promise: nil)
-        if !isHead, body.readableBytes > 0 {
-            context.write(NIOAny(ResponsePart.body(body)), promise: nil)
+        let bodyBytes = isHead ? 0 : body.readableBytes
+        let copiesBody = bodyBytes <= Self.maximumCopiedBodyBytes
+        var buffer = context.channel.allocator.buffer(capacity: 256 + (copiesBody ? bodyBytes : 0))
+        ResponseEncoding.writeHead(head, framing: .contentLength, into: &buffer)
+        guard bodyBytes > 0, !copiesBody else {
+            if bodyBytes > 0 { buffer.writeImmutableBuffer(body) }
+            return finish(with: buffer, keepAlive: keepAlive)
         }
-        return finish(with: NIOAny(ResponsePart.end), keepAlive: keepAlive)
+        context.write(NIOAny(buffer), promise: nil)
+        finish(with: body, keepAlive: keepAlive)
     }
 
     /// Writes the last part, then flushes now or with the read burst, and closes when the connection ends here.
-    private func finish(with last: NIOAny, keepAlive: Bool) {
+    private func finish(with last: ByteBuffer, keepAlive: Bool) {
         guard keepAlive else {
             let context = self.context
-            context.writeAndFlush(last).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            context.writeAndFlush(NIOAny(last)).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
             return
         }
         if flushesWithReadBurst {
-            context.write(last, promise: nil)
+            context.write(NIOAny(last), promise: nil)
             flags.needsFlush = true
         } else {
-            context.writeAndFlush(last, promise: nil)
+            context.writeAndFlush(NIOAny(last), promise: nil)
         }
     }
 }
