@@ -39,12 +39,28 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var limit: Int
     }
 
-    private struct CacheRequest {
-        var head: HTTPRequestHead
-        var key: CacheKey
-        var target: RequestTarget
-        var platform: String
-        var policy: ProxyConfiguration.RoutePolicy
+    /// A class, so that moving it through the state machine and into callbacks costs one reference count,
+    /// not one per field.
+    private final class CacheRequest {
+        let head: HTTPRequestHead
+        let key: CacheKey
+        let target: RequestTarget
+        let platform: String
+        let policy: ProxyConfiguration.RoutePolicy
+
+        init(
+            head: HTTPRequestHead,
+            key: CacheKey,
+            target: RequestTarget,
+            platform: String,
+            policy: ProxyConfiguration.RoutePolicy
+        ) {
+            self.head = head
+            self.key = key
+            self.target = target
+            self.platform = platform
+            self.policy = policy
+        }
     }
 
     private let runtime: ProxyRuntime
