@@ -4,35 +4,48 @@ import NIOHTTP1
 import SDUIProxyCore
 
 /// Records how one request ended: the request counter, and the access-log line when `log.access` is on.
+///
+/// Without an access log it is two words, copied with each response writer: the details a log line needs
+/// are only gathered (and the clock only read) when a line will be written.
 struct RequestAccounting {
     let metrics: ProxyMetrics
-    let accessLogger: Logger?
     let method: HTTPMethod
-    let uri: String
-    let started: NIODeadline
-    let clientAddress: String?
+    private let access: AccessDetails?
+
+    /// What an access-log line says beyond the status: who asked for what, and when the request started.
+    private final class AccessDetails {
+        let logger: Logger
+        let uri: String
+        let started: NIODeadline
+        let clientAddress: String?
+
+        init(logger: Logger, uri: String, clientAddress: String?) {
+            self.logger = logger
+            self.uri = uri
+            self.started = .now()
+            self.clientAddress = clientAddress
+        }
+    }
 
     init(proxy: ProxyContext, head: HTTPRequestHead, clientAddress: @autoclosure () -> String?) {
         self.metrics = proxy.metrics
-        self.accessLogger = proxy.accessLogger
         self.method = head.method
-        self.uri = head.uri
-        self.started = .now()
-        // The address is only looked up when a line will be written.
-        self.clientAddress = proxy.accessLogger == nil ? nil : clientAddress()
+        self.access = proxy.accessLogger.map {
+            AccessDetails(logger: $0, uri: head.uri, clientAddress: clientAddress())
+        }
     }
 
     func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int) {
         metrics.requestCompleted(method: method, statusCode: Int(status.code), cacheResult: cacheResult)
-        guard let accessLogger else { return }
+        guard let access else { return }
         AccessLogEntry(
             method: method,
-            path: uri,
+            path: access.uri,
             status: status,
             cacheResult: cacheResult?.rawValue,
             bytes: bytes,
-            duration: .nanoseconds((NIODeadline.now() - started).nanoseconds),
-            clientAddress: clientAddress
-        ).log(to: accessLogger)
+            duration: .nanoseconds((NIODeadline.now() - access.started).nanoseconds),
+            clientAddress: access.clientAddress
+        ).log(to: access.logger)
     }
 }
