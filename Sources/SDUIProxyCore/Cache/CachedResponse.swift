@@ -68,7 +68,7 @@ public final class CachedResponse: Sendable {
         headers.remove(name: "age")
         self.upstreamETag = headers.first(name: "etag")
         self.lastModified = headers.first(name: "last-modified")
-        let hash = ContentHash.fnv1a64(body)
+        let hash = ContentHash.hash64(body)
         if let upstreamETag {
             self.etag = upstreamETag
         } else {

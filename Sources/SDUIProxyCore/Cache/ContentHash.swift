@@ -1,17 +1,47 @@
 import NIOCore
 
-/// A stable 64-bit FNV-1a hash of bytes, for validators (`ETag`, `beagle-hash`) that must be the same on
-/// every replica and across restarts, which rules out Swift's seeded `Hasher`.
+/// A stable 64-bit hash of bytes, for validators (`ETag`, `beagle-hash`) that must be the same on every
+/// replica and across restarts, which rules out Swift's seeded `Hasher`.
+///
+/// It reads eight bytes at a time (a byte-at-a-time FNV-1a was 4 % of a miss's CPU), mixes each word in with a
+/// multiply and a shift, and ends with MurmurHash3's 64-bit finaliser. It is not a defence against
+/// deliberate collisions, which a validator does not need: an entity tag also carries the body's length,
+/// and a backend that wants stronger tags sends its own `ETag`.
 public enum ContentHash {
-    public static func fnv1a64(_ buffer: ByteBuffer) -> UInt64 {
+    public static func hash64(_ buffer: ByteBuffer) -> UInt64 {
         buffer.withUnsafeReadableBytes { bytes in
-            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in bytes {
-                hash ^= UInt64(byte)
-                hash &*= 0x0000_0100_0000_01b3
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
+            var index = 0
+            while index + 8 <= bytes.count {
+                hash = mix(hash, UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)))
+                index += 8
             }
-            return hash
+            var tail: UInt64 = 0
+            var shift: UInt64 = 0
+            while index < bytes.count {
+                tail |= UInt64(bytes[index]) << shift
+                shift += 8
+                index += 1
+            }
+            return finalise(mix(hash, tail))
         }
+    }
+
+    @inline(__always)
+    private static func mix(_ hash: UInt64, _ word: UInt64) -> UInt64 {
+        let mixed = (hash ^ word) &* 0x9E37_79B9_7F4A_7C15
+        return mixed ^ (mixed >> 29)
+    }
+
+    @inline(__always)
+    private static func finalise(_ hash: UInt64) -> UInt64 {
+        var hash = hash
+        hash ^= hash >> 33
+        hash &*= 0xff51_afd7_ed55_8ccd
+        hash ^= hash >> 33
+        hash &*= 0xc4ce_b9fe_1a85_ec53
+        hash ^= hash >> 33
+        return hash
     }
 
     /// `hash` as 16 lower-case hex digits.
@@ -27,6 +57,6 @@ public enum ContentHash {
 
     /// A strong entity tag for `body`.
     public static func entityTag(for body: ByteBuffer) -> String {
-        entityTag(hash: fnv1a64(body), length: body.readableBytes)
+        entityTag(hash: hash64(body), length: body.readableBytes)
     }
 }
