@@ -35,6 +35,20 @@ public enum HTTPSyntax {
         }
     }
 
+    /// Whether two names are equal ignoring ASCII case, without allocating.
+    public static func equalsIgnoringCase(_ name: String, _ other: String) -> Bool {
+        guard name.utf8.count == other.utf8.count else { return false }
+        return zip(name.utf8, other.utf8).allSatisfy { lhs, rhs in
+            (lhs >= UInt8(ascii: "A") && lhs <= UInt8(ascii: "Z") ? lhs | 0x20 : lhs)
+                == (rhs >= UInt8(ascii: "A") && rhs <= UInt8(ascii: "Z") ? rhs | 0x20 : rhs)
+        }
+    }
+
+    /// Whether `name` is a hop-by-hop header (``hopByHopHeaders``), in any letter case, without allocating.
+    public static func isHopByHop(_ name: String) -> Bool {
+        hopByHopHeaders.contains { equalsIgnoringCase(name, $0) }
+    }
+
     /// The value of an ASCII hex digit, or nil.
     @inline(__always)
     public static func hexValue(_ byte: UInt8) -> UInt8? {
@@ -47,7 +61,7 @@ public enum HTTPSyntax {
     }
 
     /// Hop-by-hop headers (RFC 9110 section 7.6.1): they describe one connection and are never forwarded.
-    public static let hopByHopHeaders: Set<String> = [
+    public static let hopByHopHeaders: [StaticString] = [
         "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
         "trailer", "transfer-encoding", "upgrade",
     ]

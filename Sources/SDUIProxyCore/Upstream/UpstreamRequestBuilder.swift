@@ -23,7 +23,7 @@ public struct UpstreamRequestBuilder: Sendable {
     }
 
     /// Headers the proxy never forwards for a cache fill.
-    static let cacheFillExcludedHeaders: Set<String> = [
+    static let cacheFillExcludedHeaders: [StaticString] = [
         "if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range", "range",
         "accept-encoding", "beagle-hash", "content-length",
     ]
@@ -41,15 +41,22 @@ public struct UpstreamRequestBuilder: Sendable {
         clientAddress: String?,
         purpose: Purpose
     ) -> HTTPHeaders {
-        var excluded = HTTPSyntax.hopByHopHeaders
-        for line in clientHeaders[canonicalForm: "connection"] { excluded.insert(line.lowercased()) }
-        excluded.insert("host")
-        excluded.insert(platformHeader.lowercased())
-        if purpose == .cacheFill { excluded.formUnion(Self.cacheFillExcludedHeaders) }
-
+        // Every header is checked against fixed lists without allocating; only a `Connection` header naming
+        // further fields costs a list of its own.
+        let named = Self.connectionTokens(clientHeaders)
         var headers = HTTPHeaders()
         headers.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
-        for (name, value) in clientHeaders where !excluded.contains(name.lowercased()) {
+        for (name, value) in clientHeaders {
+            if HTTPSyntax.isHopByHop(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
+                || HTTPSyntax.equalsIgnoringCase(name, platformHeader) || named.contains(name.lowercased())
+            {
+                continue
+            }
+            if purpose == .cacheFill,
+                Self.cacheFillExcludedHeaders.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) })
+            {
+                continue
+            }
             headers.add(name: name, value: value)
         }
         for (name, value) in configuredHeaders {
@@ -72,13 +79,19 @@ public struct UpstreamRequestBuilder: Sendable {
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
     /// its `Connection` header names. Framing (`Content-Length`, `Transfer-Encoding`) is set by the proxy.
     public static func endToEndResponseHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var excluded = HTTPSyntax.hopByHopHeaders
-        for line in headers[canonicalForm: "connection"] { excluded.insert(line.lowercased()) }
+        let named = connectionTokens(headers)
         var result = HTTPHeaders()
         result.reserveCapacity(headers.count)
-        for (name, value) in headers where !excluded.contains(name.lowercased()) {
+        for (name, value) in headers where !HTTPSyntax.isHopByHop(name) && !named.contains(name.lowercased()) {
             result.add(name: name, value: value)
         }
         return result
+    }
+
+    /// The field names a message's `Connection` header lists, lower-cased (RFC 9110 section 7.6.1); usually
+    /// none beyond `keep-alive` or `close`, which are hop-by-hop anyway.
+    private static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
+        guard headers.contains(name: "connection") else { return [] }
+        return headers[canonicalForm: "connection"].map { $0.lowercased() }.filter { !HTTPSyntax.isHopByHop($0) }
     }
 }
