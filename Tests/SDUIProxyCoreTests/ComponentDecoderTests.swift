@@ -7,6 +7,12 @@ import Testing
 @Suite("Component decoding and the JSON parser")
 struct ComponentDecoderTests {
     let decoder = ComponentDecoder()
+    let planner = PrefetchPlanner(upstream: try! UpstreamOrigin(parsing: "http://localhost:8080"), allowedHosts: [])
+
+    /// Whether the one-pass validation with planning accepts `body`; it must agree with ``validateComponent``.
+    func validatesWhilePlanning(_ body: ByteBuffer) -> Bool {
+        (try? decoder.validateComponent(body, planningWith: planner)) != nil
+    }
 
     @Test(
         "every Beagle fixture parses to the same tree as Foundation's decoder",
@@ -28,6 +34,10 @@ struct ComponentDecoderTests {
         let tree = try? decoder.decodeComponent(body)
         let validated = (try? decoder.validateComponent(body)) != nil
         #expect((tree != nil) == validated)
+        #expect(validatesWhilePlanning(body) == validated)
+        if validated {
+            #expect(try decoder.validateComponent(body, planningWith: planner) == planner.plan(forComponent: body))
+        }
         let root = try JSONDecoder().decode(JSONValue.self, from: try Fixtures.data(name))
         let isComponent = root["_beagleComponent_"]?.stringValue.map { !$0.isEmpty } ?? false
         #expect(validated == isComponent, "\(name)")
@@ -52,6 +62,7 @@ struct ComponentDecoderTests {
     func invalid(text: String) {
         #expect(throws: ComponentDecoder.Failure.self) { try decoder.decodeJSON(ByteBuffer(string: text)) }
         #expect(throws: ComponentDecoder.Failure.self) { try decoder.validateComponent(ByteBuffer(string: text)) }
+        #expect(!validatesWhilePlanning(ByteBuffer(string: text)))
     }
 
     @Test("invalid UTF-8 in a string is refused")
@@ -59,6 +70,7 @@ struct ComponentDecoderTests {
         let bytes: [UInt8] = Array(#"{"_beagleComponent_":"a","t":""#.utf8) + [0xC3, 0x28] + Array(#""}"#.utf8)
         #expect(throws: ComponentDecoder.Failure.self) { try decoder.decodeJSON(ByteBuffer(bytes: bytes)) }
         #expect(throws: ComponentDecoder.Failure.self) { try decoder.validateComponent(ByteBuffer(bytes: bytes)) }
+        #expect(!validatesWhilePlanning(ByteBuffer(bytes: bytes)))
     }
 
     @Test("escapes, numbers and nesting decode to the right values")
@@ -80,12 +92,13 @@ struct ComponentDecoderTests {
         ] {
             #expect(throws: ComponentDecoder.Failure.self) { try decoder.validateComponent(ByteBuffer(string: text)) }
             #expect(throws: ComponentDecoder.Failure.self) { try decoder.decodeComponent(ByteBuffer(string: text)) }
+            #expect(!validatesWhilePlanning(ByteBuffer(string: text)))
         }
-        #expect(throws: Never.self) {
-            try decoder.validateComponent(
-                ByteBuffer(string: #" {"x":[1,{"y":"z"}], "_beagleComponent_" : "beagle:text" } "#)
-            )
-        }
+        let component = ByteBuffer(string: #" {"x":[1,{"y":"z"}], "_beagleComponent_" : "beagle:text" } "#)
+        #expect(throws: Never.self) { try decoder.validateComponent(component) }
+        #expect(validatesWhilePlanning(component))
+        #expect(validatesWhilePlanning(ByteBuffer(string: #"{"\u005fbeagleComponent_":"a"}"#)))
+        #expect(!validatesWhilePlanning(ByteBuffer(string: #"{"_beagleComponent_":"a","x":{"#)))
     }
 
     @Test("content types that count as JSON")

@@ -4,9 +4,12 @@ import NIOHTTP1
 import SDUIProxyCore
 import Synchronization
 
-/// Hears of every validated component the fetcher stores that mentions `shouldPrefetch`, with its body.
+/// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
+/// in the same pass over the body that validates it).
 public protocol StoredComponentObserver: AnyObject, Sendable {
-    func componentStored(_ component: ByteBuffer, by request: ComponentFetcher.Request)
+    /// The planner in force.
+    var prefetchPlanner: PrefetchPlanner { get }
+    func componentStored(_ plan: PrefetchPlanner.Plan, by request: ComponentFetcher.Request)
 }
 
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
@@ -204,13 +207,21 @@ public final class ComponentFetcher: Sendable {
         }
 
         let isSuccess = (200..<300).contains(response.status.code)
-        var isComponent = false
+        var plan: (PrefetchPlanner.Plan, observer: any StoredComponentObserver)?
         if isSuccess, request.policy.validateComponents,
             ComponentDecoder.isJSON(contentType: response.headers.first(name: "content-type"))
         {
             do {
-                try decoder.validateComponent(response.body)
-                isComponent = true
+                // A component that never says "shouldPrefetch" has no navigation to follow.
+                if request.followActions > 0, let observer = storedComponentObserver,
+                    Self.mentions(Self.shouldPrefetchKey, in: response.body)
+                {
+                    plan = (
+                        try decoder.validateComponent(response.body, planningWith: observer.prefetchPlanner), observer
+                    )
+                } else {
+                    try decoder.validateComponent(response.body)
+                }
             } catch {
                 logger.warning(
                     "invalid component from the backend, not cached",
@@ -237,11 +248,8 @@ public final class ComponentFetcher: Sendable {
             return .notStored(response, reason: "larger than a cache shard's budget")
         }
         logger.debug("stored", metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"])
-        // A component that never says "shouldPrefetch" has no navigation to follow.
-        if isComponent, request.followActions > 0, let observer = storedComponentObserver,
-            Self.mentions(Self.shouldPrefetchKey, in: entry.body)
-        {
-            observer.componentStored(entry.body, by: request)
+        if let (plan, observer) = plan {
+            observer.componentStored(plan, by: request)
         }
         return .stored(entry)
     }

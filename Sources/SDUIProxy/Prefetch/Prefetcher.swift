@@ -217,9 +217,10 @@ public final class Prefetcher: StoredComponentObserver {
         return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
     }
 
-    public func componentStored(_ component: ByteBuffer, by request: ComponentFetcher.Request) {
+    public var prefetchPlanner: PrefetchPlanner { proxy.prefetchPlanner }
+
+    public func componentStored(_ plan: PrefetchPlanner.Plan, by request: ComponentFetcher.Request) {
         let proxy = self.proxy
-        let plan = proxy.prefetchPlanner.plan(forComponent: component)
         let platform = String(request.key.platform)
         for skipped in plan.skipped {
             proxy.logger.debug(

@@ -29,7 +29,7 @@ public struct ComponentDecoder: Sendable {
         do {
             return try body.withUnsafeReadableBytes { bytes throws(JSONParser.Failure) in try JSONParser.parse(bytes) }
         } catch {
-            throw Failure(reason: "the backend's response is not valid JSON (\(error.reason) at byte \(error.offset))")
+            throw Self.invalidJSON(error)
         }
     }
 
@@ -48,6 +48,34 @@ public struct ComponentDecoder: Sendable {
         return document
     }
 
+    /// Checks that `body` is a component, like ``validateComponent(_:)``, and plans its prefetches in the same
+    /// pass over its bytes (``PrefetchPlanner/plan(forComponent:)-(ByteBuffer)`` would be a second).
+    public func validateComponent(
+        _ body: ByteBuffer,
+        planningWith planner: PrefetchPlanner
+    ) throws(Failure)
+        -> PrefetchPlanner.Plan
+    {
+        let scan: JSONParser.Scan
+        do {
+            scan = try body.withUnsafeReadableBytes { bytes throws(JSONParser.Failure) in
+                try PrefetchPlanner.scan(bytes, rootMember: Self.componentTypeKey)
+            }
+        } catch {
+            throw Self.invalidJSON(error)
+        }
+        guard scan.rootHasMember else { throw Self.notAComponent }
+        return planner.plan(for: scan)
+    }
+
+    private static func invalidJSON(_ error: JSONParser.Failure) -> Failure {
+        Failure(reason: "the backend's response is not valid JSON (\(error.reason) at byte \(error.offset))")
+    }
+
+    private static let notAComponent = Failure(
+        reason: "the backend's JSON is not a component: its root needs a non-empty string \(componentTypeKey)"
+    )
+
     /// Checks that `body` is a component, like ``decodeComponent(_:)``, without building its tree.
     public func validateComponent(_ body: ByteBuffer) throws(Failure) {
         let isComponent: Bool
@@ -56,13 +84,8 @@ public struct ComponentDecoder: Sendable {
                 try JSONParser.validateObject(bytes, requiringStringMember: Self.componentTypeKey)
             }
         } catch {
-            throw Failure(reason: "the backend's response is not valid JSON (\(error.reason) at byte \(error.offset))")
+            throw Self.invalidJSON(error)
         }
-        guard isComponent else {
-            throw Failure(
-                reason:
-                    "the backend's JSON is not a component: its root needs a non-empty string \(Self.componentTypeKey)"
-            )
-        }
+        guard isComponent else { throw Self.notAComponent }
     }
 }

@@ -86,6 +86,8 @@ struct JSONParser {
     struct Scan {
         var objects: [ScannedObject]
         var truncated: Bool
+        /// Whether the root is an object with a non-empty string member named as the scan's `rootMember`.
+        var rootHasMember: Bool
     }
 
     /// The member names a scan keeps, with their UTF-8 bytes for comparing against a document's keys in place.
@@ -102,8 +104,10 @@ struct JSONParser {
         var markerKey: String
         var maximumDepth: Int
         var maximumCount: Int
+        var rootMember: [UInt8] = []
         var objects: [ScannedObject] = []
         var truncated = false
+        var rootHasMember = false
     }
 
     /// Validates a whole document like ``parse(_:)`` without building it, and reports the objects that have a
@@ -114,12 +118,15 @@ struct JSONParser {
     /// memory a scan takes grows with what it keeps, not with the document. Objects nested deeper than
     /// `maximumDepth` levels are not reported (but are kept in full under an object that is), reporting stops
     /// after `maximumCount` objects, and ``Scan/truncated`` says when either limit left something out.
+    ///
+    /// The same pass checks what ``validateObject(_:requiringStringMember:)`` checks, for `rootMember`.
     static func scanObjects(
         _ bytes: UnsafeRawBufferPointer,
         keeping keys: KeySet,
         reporting markerKey: String,
         maximumDepth: Int,
-        maximumCount: Int
+        maximumCount: Int,
+        rootMember: String = ""
     ) throws(Failure) -> Scan {
         var parser = JSONParser(bytes: bytes, buildsTree: false)
         parser.reduction = Reduction(
@@ -128,13 +135,18 @@ struct JSONParser {
             maximumDepth: maximumDepth,
             maximumCount: maximumCount
         )
+        parser.reduction.rootMember = Array(rootMember.utf8)
         parser.skipWhitespace()
         _ = try parser.reduceValue(depth: 0, keep: false)
         parser.skipWhitespace()
         guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
         let reduction = parser.reduction
         // Objects are complete, so found, innermost first; document order is where they start.
-        return Scan(objects: reduction.objects.sorted { $0.offset < $1.offset }, truncated: reduction.truncated)
+        return Scan(
+            objects: reduction.objects.sorted { $0.offset < $1.offset },
+            truncated: reduction.truncated,
+            rootHasMember: reduction.rootHasMember
+        )
     }
 
     /// The kept key a document's key spells, if any.
@@ -148,6 +160,15 @@ struct JSONParser {
             if candidate.utf8.indices.allSatisfy({ bytes[start + $0] == candidate.utf8[$0] }) { return candidate.name }
         }
         return nil
+    }
+
+    /// Whether `key` spells the scan's root member (compared unescaped, like any key).
+    private func isRootMember(_ key: StringSpan) -> Bool {
+        let expected = reduction.rootMember
+        guard !expected.isEmpty else { return false }
+        if key.hasEscapes { return Array(text(of: key).utf8) == expected }
+        let start = key.range.lowerBound
+        return key.range.count == expected.count && expected.indices.allSatisfy { bytes[start + $0] == expected[$0] }
     }
 
     /// A value, reduced when `keep` is true and skipped (validated only) otherwise.
@@ -204,6 +225,15 @@ struct JSONParser {
                 skipWhitespace()
                 try expect(UInt8(ascii: ":"))
                 skipWhitespace()
+                if depth == 0, isRootMember(key), peek() == UInt8(ascii: "\"") {
+                    let value = try scanString()
+                    if !value.range.isEmpty { reduction.rootHasMember = true }
+                    skipWhitespace()
+                    guard let next = next() else { throw failure("the document ends inside an object") }
+                    if next == UInt8(ascii: "}") { break }
+                    guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
+                    continue
+                }
                 let kept = reduces ? keptKey(key) : nil
                 let value = try reduceValue(depth: depth + 1, keep: kept != nil)
                 if let kept, let value { members[kept] = value }

@@ -137,15 +137,30 @@ public struct PrefetchPlanner: Sendable {
 
     /// The prefetch plan for a component's bytes; see ``plan(forComponent:)-(ByteBuffer)``.
     public func plan(forComponent bytes: UnsafeRawBufferPointer) -> Plan {
-        guard
-            let scan = try? JSONParser.scanObjects(
-                bytes,
-                keeping: Self.keptKeys,
-                reporting: Self.actionKey,
-                maximumDepth: Self.maximumDepth,
-                maximumCount: Self.maximumActions
-            )
-        else { return Plan() }
+        guard let scan = try? Self.scan(bytes) else { return Plan() }
+        return plan(for: scan)
+    }
+
+    /// The one pass over a component's bytes: it validates them as JSON, checks the root for `rootMember`, and
+    /// keeps the members of actions.
+    static func scan(
+        _ bytes: UnsafeRawBufferPointer,
+        rootMember: String = ""
+    ) throws(JSONParser.Failure)
+        -> JSONParser.Scan
+    {
+        try JSONParser.scanObjects(
+            bytes,
+            keeping: keptKeys,
+            reporting: actionKey,
+            maximumDepth: maximumDepth,
+            maximumCount: maximumActions,
+            rootMember: rootMember
+        )
+    }
+
+    /// The plan for the actions a scan found.
+    func plan(for scan: JSONParser.Scan) -> Plan {
         var walk = Walk()
         walk.plan.truncated = scan.truncated
         for action in scan.objects {
