@@ -31,6 +31,21 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case responding
     }
 
+    /// Reading these through the shared context cost a reference count per access; a copy per connection
+    /// costs none.
+    private struct RequestSettings {
+        var limits: ProxyConfiguration.Limits
+        var beagleHash: Bool
+        /// The policy of every path when no route has one of its own; nil when routes must be looked up.
+        var onlyPolicy: ProxyConfiguration.RoutePolicy?
+
+        init(_ configuration: ProxyConfiguration) {
+            limits = configuration.limits
+            beagleHash = configuration.compat.beagleHash
+            onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
+        }
+    }
+
     private struct QueuedWrite {
         var head: HTTPRequestHead
         var target: RequestTarget
@@ -65,7 +80,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let runtime: ProxyRuntime
     /// The context in force when the current request started; refreshed when a reload replaced it.
-    private var proxy: ProxyContext
+    private var proxy: ProxyContext {
+        didSet { settings = RequestSettings(proxy.configuration) }
+    }
+    /// What every request reads of the configuration, copied out when the context changes.
+    private var settings: RequestSettings
     private var generation: Int
     private var state = State.idle {
         didSet {
@@ -105,6 +124,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.runtime = runtime
         self.generation = runtime.generation
         self.proxy = runtime.context
+        self.settings = RequestSettings(runtime.context.configuration)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -120,7 +140,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func armTimer(_ kind: TimerKind) {
-        let limits = proxy.configuration.limits
+        let limits = settings.limits
         let delay = kind == .idle ? limits.idleTimeout : limits.requestTimeout
         let at = NIODeadline.now() + .nanoseconds(Int64(delay.secondsValue * 1e9))
         deadline = (kind, at)
@@ -227,7 +247,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             bodyBytes += part.readableBytes
             switch state {
             case .forwarding(let stream?):
-                guard bodyBytes <= proxy.configuration.limits.maxBodyBytes else {
+                guard bodyBytes <= settings.limits.maxBodyBytes else {
                     // The forward fails with this error and answers 413 (or cuts the response short).
                     stream.fail(ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes"))
                     state = .responding
@@ -273,7 +293,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let isHead = head.method == .HEAD
         let target: RequestTarget
         do {
-            target = try RequestAdmission.admit(head, limits: proxy.configuration.limits)
+            target = try RequestAdmission.admit(head, limits: settings.limits)
         } catch {
             proxy.logger.info(
                 "request refused",
@@ -315,7 +335,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             startForwarding(head, target: target, platform: platform, cacheStatus: nil, context: context)
             return
         }
-        let policy = proxy.configuration.cache.policy(forPath: target.path)
+        let policy = settings.onlyPolicy ?? proxy.configuration.cache.policy(forPath: target.path)
         if policy.bypass {
             startForwarding(head, target: target, platform: platform, cacheStatus: .bypass, context: context)
             return
@@ -460,7 +480,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     ) -> ResponseWriter.EntryPresentation {
         var presentation = ResponseWriter.EntryPresentation(cacheResult: cacheStatus, age: entry.ageSeconds(at: now))
         let headers = request.head.headers
-        if proxy.configuration.compat.beagleHash {
+        if settings.beagleHash {
             presentation.beagleMaxAge = entry.remainingLifetime(at: now)
             // Beagle 1.x clients only ever get a 304 for the hash they sent.
             presentation.notModified = headers.first(name: "beagle-hash") == entry.contentHash
