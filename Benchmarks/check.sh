@@ -139,9 +139,17 @@ if command -v python3 >/dev/null; then
     } >"$sample/runs.tsv"
     printf 'target\tclients\tanswered\tok\torigin_requests\tx_cache\tfailures\nproxy\t1000\t1000\t1000\t1\tHIT 999, MISS 1\t-\n' >"$sample/stampede.tsv"
     printf 'target\tentries\tmisses\trss_before_kb\trss_after_kb\tpayload_bytes\nproxy\t100000\t100000\t20000\t400000\t2427\n' >"$sample/memory.tsv"
+    {
+        printf 'kind\ttarget\tround\trequests\tuser_instructions\tinstructions\tcycles\n'
+        printf 'hit\tproxy\t1\t1000\t30000000\t45000000\t50000000\n'
+        printf 'hit\tnginx\t1\t1000\t22000000\t50000000\t35000000\n'
+        printf 'miss\tproxy\t1\t1000\t470000000\t510000000\t250000000\n'
+        printf 'miss\tnginx-nocache\t1\t1000\t30000000\t60000000\t40000000\n'
+    } >"$sample/instructions.tsv"
     if out=$(python3 "$BENCH_DIR/tools/report.py" "$sample" 2>&1) &&
-        [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]]; then
-        pass "report.py renders a sample; last line is the hit CPU ratio"
+        [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
+        grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out"; then
+        pass "report.py renders a sample (instructions table included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

@@ -5,6 +5,7 @@
 #   Benchmarks/run.sh                                   # everything, defaults (≈ 15 min)
 #   ROUNDS=1 DURATION=3 SCENARIOS="hit" Benchmarks/run.sh
 #   SKIP_BUILD=1 BIN=/path/to/sdui-proxy Benchmarks/run.sh
+#   SCENARIOS=instructions Benchmarks/run.sh            # CPU instructions per hit and per miss (perf stat)
 #
 # stdout carries only the final report (markdown); progress goes to stderr. The last line on stdout is always
 #   hit-cpu-per-request ratio vs nginx: X.XX
@@ -43,6 +44,8 @@ MEMORY_TARGETS=${MEMORY_TARGETS:-"proxy varnish"}
 MEMORY_ENTRIES=${MEMORY_ENTRIES:-100000}
 MEMORY_CACHE_MB=${MEMORY_CACHE_MB:-1024}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-180}
+INSTRUCTION_TARGETS=${INSTRUCTION_TARGETS:-"proxy nginx"}
+INSTRUCTION_CONNECTIONS=${INSTRUCTION_CONNECTIONS:-64}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-3600}
@@ -264,6 +267,7 @@ ensure_tools() {
     command -v varnishd >/dev/null || missing+=(varnish)
     command -v curl >/dev/null || missing+=(curl)
     command -v python3 >/dev/null || missing+=(python3)
+    [[ " $SCENARIOS " != *" instructions "* ]] || command -v perf >/dev/null || missing+=(linux-perf)
     ((${#missing[@]} == 0)) && return 0
     [[ $SKIP_INSTALL == 1 ]] && die "missing tools: ${missing[*]} (SKIP_INSTALL=1)"
     [[ $(id -u) == 0 ]] || die "missing tools: ${missing[*]}; install them or run as root so apt-get can"
@@ -613,12 +617,69 @@ except Exception:
 }
 
 # ---- main --------------------------------------------------------------------------------------------------
+# instructions: what a hit and a miss cost in CPU instructions, read from the CPU's counters with `perf stat`
+# over a wrk run (user space, and user plus kernel). Unlike times, counts hardly move with what else the machine
+# runs, so this is the measure for comparing two builds; it needs counters the machine exposes to perf.
+scenario_instructions() {
+    perf stat -e instructions:u true >/dev/null 2>&1 || die "perf cannot read instruction counters on this machine"
+    local targets target round miss_target
+    read -ra targets <<<"$INSTRUCTION_TARGETS"
+    # nginx answers misses on its no-cache port, which the same server listens on.
+    start_targets "$CACHE_MB" "${targets[@]}"
+    for target in "${targets[@]}"; do
+        curl_head "$target" "$HIT_PATH" >/dev/null
+        [[ $(curl_head "$target" "$HIT_PATH") == "200 HIT" ]] || die "$target: $HIT_PATH is not a hit"
+    done
+    printf 'kind\ttarget\tround\trequests\tuser_instructions\tinstructions\tcycles\n' >"$RESULTS/instructions.tsv"
+    for target in "${targets[@]}"; do run_load instructions "$target" "$INSTRUCTION_CONNECTIONS" warm "$WARMUP" "$HIT_PATH" hit.lua; done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for target in "${targets[@]}"; do
+            count_instructions hit "$target" "$round" "$HIT_PATH" hit.lua
+            miss_target=$target
+            [[ $target == nginx ]] && miss_target=nginx-nocache
+            count_instructions miss "$miss_target" "$round" / miss.lua "$RUN_ID-instructions-$round-$target"
+        done
+    done
+}
+
+# count_instructions KIND TARGET ROUND PATH SCRIPT [ARGS]: one wrk run at INSTRUCTION_CONNECTIONS while perf
+# counts the target's processes; appends a line to instructions.tsv.
+count_instructions() {
+    local kind=$1 target=$2 round=$3 path=$4 script=$5
+    shift 5
+    local root pids stat_file perf_pid out requests
+    root=$(registered_pid "$(target_server "$target")")
+    [[ -n $root ]] || die "no running server for $target"
+    pids=$(tree_pids "$root" | paste -sd, -)
+    stat_file=$RESULTS/perf-$kind-$target-$round.csv
+    perf stat -x, -e instructions:u,instructions,cycles -p "$pids" -o "$stat_file" &
+    perf_pid=$!
+    out=$(timeout --foreground --kill-after=10 $((DURATION + 30)) \
+        wrk -t"$WRK_THREADS" -c"$INSTRUCTION_CONNECTIONS" -d"${DURATION}s" --timeout 5s -s "$LUA_DIR/$script" \
+        "http://127.0.0.1:$(target_port "$target")$path" -- "$@" 2>&1) || {
+        kill -INT "$perf_pid" 2>/dev/null || true
+        die "wrk failed for instructions/$kind/$target"
+    }
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
+    requests=$(grep -o 'BENCH requests=[0-9]*' <<<"$out" | cut -d= -f2)
+    [[ -n $requests && $requests -gt 0 ]] || die "wrk printed no request count for instructions/$kind/$target"
+    awk -F, -v kind="$kind" -v target="$target" -v round="$round" -v n="$requests" '
+        $3 == "instructions:u" { user = $1 } $3 == "instructions" { all = $1 } $3 == "cycles" { cycles = $1 }
+        END {
+            if (user == "" || all == "") exit 1
+            printf "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", kind, target, round, n, user, all, cycles
+        }' "$stat_file" >>"$RESULTS/instructions.tsv" || die "perf counted nothing for instructions/$kind/$target"
+    log "$(printf 'instructions %-4s %-14s round %s: %d user-space instructions per request' "$kind" "$target" "$round" \
+        "$(tail -1 "$RESULTS/instructions.tsv" | awk -F'\t' '{ printf "%d", $5 / $4 }')")"
+}
+
 main() {
     local scenario rc failed=()
     for scenario in $SCENARIOS; do
         case $scenario in
-        hit | miss | mixed | stampede | memory) ;;
-        *) die "unknown scenario '$scenario' (hit, miss, mixed, stampede, memory)" ;;
+        hit | miss | mixed | stampede | memory | instructions) ;;
+        *) die "unknown scenario '$scenario' (hit, miss, mixed, stampede, memory, instructions)" ;;
         esac
     done
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"

@@ -7,6 +7,7 @@ RESULTS_DIR holds (each optional, tab-separated, with a header line):
   runs.tsv      scenario target conns round requests duration_us rps p50_us p99_us errors cpu_us rss_kb hits misses other
   stampede.tsv  target clients answered ok origin_requests x_cache failures
   memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
+  instructions.tsv  kind target round requests user_instructions instructions cycles
   notes.txt     free-form lines printed under "Notes"
   meta.txt      key=value lines (date, host, rounds, duration, ...)
 The last line printed is always `hit-cpu-per-request ratio vs nginx: X.XX` (or n/a when no hit data exists).
@@ -124,6 +125,38 @@ def print_scenario_table(title, stats, with_hits=False):
     print()
 
 
+def print_instructions(rows):
+    """Instructions and cycles per request (medians over rounds), from perf stat, and the proxy ÷ nginx ratios."""
+    if not rows:
+        return
+    per = {}
+    for row in rows:
+        requests = num(row["requests"])
+        if not requests:
+            continue
+        key = (row["kind"], row["target"])
+        per.setdefault(key, {"user": [], "all": [], "cycles": []})
+        per[key]["user"].append(num(row["user_instructions"]) / requests)
+        per[key]["all"].append(num(row["instructions"]) / requests)
+        if num(row["cycles"]):
+            per[key]["cycles"].append(num(row["cycles"]) / requests)
+    print("### Instructions per request (perf stat; counts, steadier than times)")
+    print()
+    print("| kind | target | user-space instructions | all instructions | cycles | user-space ÷ nginx |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (kind, target) in sorted(per, key=lambda k: (k[0], target_order(k[1]))):
+        values = per[(kind, target)]
+        user = median(values["user"])
+        anchor = per.get((kind, "nginx" if kind == "hit" else "nginx-nocache"))
+        r = ratio(user, anchor and median(anchor["user"])) if target == "proxy" else None
+        cycles = median(values["cycles"]) if values["cycles"] else None
+        print(
+            f"| {kind} | {LABEL.get(target, target)} | {fmt(user)} | {fmt(median(values['all']))} | "
+            f"{fmt(cycles)} | {fmt_ratio(r) if target == 'proxy' else ''} |"
+        )
+    print()
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -196,6 +229,8 @@ def main():
             mixed,
             with_hits=True,
         )
+
+    print_instructions(read_tsv(os.path.join(directory, "instructions.tsv")))
 
     stampede = read_tsv(os.path.join(directory, "stampede.tsv"))
     proxy_stampede = None
