@@ -226,17 +226,12 @@ struct JSONParser {
                 try expect(UInt8(ascii: ":"))
                 skipWhitespace()
                 if depth == 0, isRootMember(key), peek() == UInt8(ascii: "\"") {
-                    let value = try scanString()
-                    if !value.range.isEmpty { reduction.rootHasMember = true }
-                    skipWhitespace()
-                    guard let next = next() else { throw failure("the document ends inside an object") }
-                    if next == UInt8(ascii: "}") { break }
-                    guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
-                    continue
+                    if try !scanString().range.isEmpty { reduction.rootHasMember = true }
+                } else {
+                    let kept = reduces ? keptKey(key) : nil
+                    let value = try reduceValue(depth: depth + 1, keep: kept != nil)
+                    if let kept, let value { members[kept] = value }
                 }
-                let kept = reduces ? keptKey(key) : nil
-                let value = try reduceValue(depth: depth + 1, keep: kept != nil)
-                if let kept, let value { members[kept] = value }
                 skipWhitespace()
                 guard let next = next() else { throw failure("the document ends inside an object") }
                 if next == UInt8(ascii: "}") { break }

@@ -65,17 +65,15 @@ public struct HTTPRequestParser: Sendable {
         case .head(let scanned):
             return try nextHead(from: &buffer, scanned: scanned)
         case .body(let remaining):
-            guard buffer.readableBytes > 0 else { return nil }
-            let count = min(remaining, buffer.readableBytes)
-            state = count == remaining ? .end : .body(remaining: remaining - count)
-            return .body(buffer.readSlice(length: count)!)
+            guard let (part, left) = Self.readBody(upTo: remaining, from: &buffer) else { return nil }
+            state = left == 0 ? .end : .body(remaining: left)
+            return .body(part)
         case .chunkSize:
             return try nextChunkSize(from: &buffer)
         case .chunkData(let remaining):
-            guard buffer.readableBytes > 0 else { return nil }
-            let count = min(remaining, buffer.readableBytes)
-            state = count == remaining ? .chunkEnd : .chunkData(remaining: remaining - count)
-            return .body(buffer.readSlice(length: count)!)
+            guard let (part, left) = Self.readBody(upTo: remaining, from: &buffer) else { return nil }
+            state = left == 0 ? .chunkEnd : .chunkData(remaining: left)
+            return .body(part)
         case .chunkEnd:
             guard buffer.readableBytes >= 2 else { return nil }
             guard buffer.readInteger(as: UInt16.self) == Self.crlf else {
@@ -99,6 +97,14 @@ public struct HTTPRequestParser: Sendable {
     }
 
     private static let crlf = UInt16(0x0D0A)
+
+    /// As much of the `remaining` body bytes as `buffer` holds (without copying), and how many are left after
+    /// them; nil when it holds none.
+    private static func readBody(upTo remaining: Int, from buffer: inout ByteBuffer) -> (ByteBuffer, left: Int)? {
+        guard let part = buffer.readSlice(length: min(remaining, buffer.readableBytes)), part.readableBytes > 0
+        else { return nil }
+        return (part, remaining - part.readableBytes)
+    }
 
     // MARK: Heads
 
