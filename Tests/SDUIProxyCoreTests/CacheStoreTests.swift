@@ -139,3 +139,46 @@ struct CacheStoreTests {
         #expect(statistics.entries == 1000)
     }
 }
+
+@Suite("How an entry keeps its bytes")
+struct CachedResponseStorageTests {
+    private func entry(_ body: ByteBuffer) -> CachedResponse {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        return CachedResponse(
+            status: .ok,
+            headers: headers,
+            body: body,
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        )
+    }
+
+    @Test("a small body read as a slice of a larger buffer is kept as exactly its bytes")
+    func smallBodyExact() {
+        var read = ByteBufferAllocator().buffer(capacity: 64 << 10)
+        read.writeString("HTTP/1.1 200 OK\r\n\r\n")
+        read.writeString(#"{"_beagleComponent_":"beagle:text","text":"hi"}"#)
+        let body = read.getSlice(at: 19, length: read.readableBytes - 19) ?? ByteBuffer()
+        #expect(body.readableBytes == 47)
+        let stored = entry(body)
+        guard case .exact(let bytes) = stored.storedBody else {
+            Issue.record("a small body is kept in a buffer")
+            return
+        }
+        #expect(bytes == Array(body.readableBytesView))
+        #expect(bytes.capacity < 2 * bytes.count)
+        #expect(stored.bodyLength == body.readableBytes)
+        #expect(stored.body == body)
+        #expect(stored.byteCost == body.readableBytes + stored.encodedHead.count + 256)
+    }
+
+    @Test("a body over the limit stays in its buffer")
+    func largeBodyBuffer() {
+        let body = ByteBuffer(repeating: UInt8(ascii: "x"), count: CachedResponse.maximumExactBodyBytes + 1)
+        guard case .buffer(let kept) = entry(body).storedBody else {
+            Issue.record("a large body is copied")
+            return
+        }
+        #expect(kept == body)
+    }
+}

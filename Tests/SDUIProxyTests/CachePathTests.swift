@@ -29,7 +29,7 @@ struct CachePathTests {
 
     @Test(
         "hits are the stored bytes, for bodies copied behind the head and for larger ones sent as they are",
-        arguments: [0, 1, ResponseWriter.maximumCopiedBodyBytes - 64, ResponseWriter.maximumCopiedBodyBytes * 4]
+        arguments: [0, 1, CachedResponse.maximumExactBodyBytes - 64, CachedResponse.maximumExactBodyBytes * 4]
     )
     func hitBodies(padding: Int) async throws {
         let body = #"{"_beagleComponent_":"a","pad":""# + String(repeating: "p", count: padding) + #""}"#

@@ -163,7 +163,7 @@ public final class Prefetcher: StoredComponentObserver {
         switch proxy.cache.lookup(key, requestHeaders: clientHeaders, now: now) {
         case .fresh(let entry) where !job.forceRefresh:
             return eventLoop.makeSucceededFuture(
-                .cached(bytes: entry.body.readableBytes, freshFor: entry.remainingLifetime(at: now))
+                .cached(bytes: entry.bodyLength, freshFor: entry.remainingLifetime(at: now))
             )
         case .fresh(let entry), .stale(let entry):
             staleEntry = entry
@@ -192,7 +192,7 @@ public final class Prefetcher: StoredComponentObserver {
         return proxy.fetcher.fetch(request, on: eventLoop).map { outcome in
             switch outcome {
             case .stored(let entry), .revalidated(let entry):
-                return .cached(bytes: entry.body.readableBytes, freshFor: entry.remainingLifetime(at: .now()))
+                return .cached(bytes: entry.bodyLength, freshFor: entry.remainingLifetime(at: .now()))
             case .servedStale(_, let reason):
                 return .failed(ProxyError(.network, "the backend failed (\(reason)); the stale entry was kept"))
             case .notStored(let response, let reason):

@@ -4,13 +4,20 @@ import NIOHTTP1
 /// A stored response: what a hit writes to the client, as it was encoded, plus what freshness, validation
 /// and purging need, all worked out once when the entry is made so a hit parses nothing.
 ///
-/// Immutable and shared: one instance serves every hit and every coalesced waiter, and the body buffer is
-/// written as it is, never copied.
+/// Immutable and shared: one instance serves every hit and every coalesced waiter.
+///
+/// Small bodies are kept as exactly their bytes: a `ByteBuffer`'s storage is a power of two (4 KiB for a
+/// 2.4 KB component), and a body read from the network is often a slice of a larger read buffer. A hit copies
+/// such a body behind its head anyway (one write costs less than two), so keeping it exact is free on the hit
+/// path. Bodies over ``maximumExactBodyBytes`` stay in a buffer that hits write without copying.
 public final class CachedResponse: Sendable {
     public let status: HTTPResponseStatus
     /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers.
     public let headers: HTTPHeaders
-    public let body: ByteBuffer
+    /// The body as stored.
+    public let storedBody: StoredBody
+    /// The body's length in bytes.
+    public let bodyLength: Int
     /// The strong validator clients see: the backend's `ETag`, or one computed from the content.
     public let etag: String
     /// The backend's own validators, used to revalidate upstream (nil when it sent none).
@@ -40,7 +47,25 @@ public final class CachedResponse: Sendable {
     public let byteCost: Int
     /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
     /// own `Age` and `X-Cache`, then the body.
-    public let encodedHead: ByteBuffer
+    public let encodedHead: [UInt8]
+
+    /// The largest body kept as exactly its bytes.
+    public static let maximumExactBodyBytes = 16 << 10
+
+    public enum StoredBody: Sendable {
+        /// Exactly the body's bytes, for bodies up to ``CachedResponse/maximumExactBodyBytes``.
+        case exact([UInt8])
+        /// A larger body, in the buffer it arrived in.
+        case buffer(ByteBuffer)
+    }
+
+    /// The body as a buffer, for the paths that are not plain hits (a small body is copied into a new one).
+    public var body: ByteBuffer {
+        switch storedBody {
+        case .exact(let bytes): ByteBuffer(bytes: bytes)
+        case .buffer(let buffer): buffer
+        }
+    }
 
     /// Everything about an entry that is not the response itself.
     public struct Metadata: Sendable {
@@ -78,7 +103,10 @@ public final class CachedResponse: Sendable {
         self.contentHash = ContentHash.hex(hash)
         self.status = status
         self.headers = headers
-        self.body = body
+        self.bodyLength = body.readableBytes
+        self.storedBody =
+            body.readableBytes <= Self.maximumExactBodyBytes
+            ? .exact(Array(body.readableBytesView)) : .buffer(body)
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
         self.freshnessLifetime = metadata.freshnessLifetime
@@ -94,9 +122,9 @@ public final class CachedResponse: Sendable {
         HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
         HTTPWireFormat.writeHeaderLines(headers, into: &encodedHead)
         HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
-        self.encodedHead = encodedHead
+        self.encodedHead = Array(encodedHead.readableBytesView)
         // The fixed part approximates the entry's own object, key and table slot.
-        self.byteCost = body.readableBytes + encodedHead.readableBytes + 256
+        self.byteCost = body.readableBytes + self.encodedHead.count + 256
     }
 
     /// A copy of this entry with headers updated by a 304 from the backend and freshness restarted
