@@ -48,7 +48,7 @@ public struct UpstreamRequestBuilder: Sendable {
         headers.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
         for (name, value) in clientHeaders {
             if HTTPSyntax.isHopByHop(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
-                || HTTPSyntax.equalsIgnoringCase(name, platformHeader) || named.contains(name.lowercased())
+                || HTTPSyntax.equalsIgnoringCase(name, platformHeader) || Self.isNamed(name, in: named)
             {
                 continue
             }
@@ -82,16 +82,21 @@ public struct UpstreamRequestBuilder: Sendable {
         let named = connectionTokens(headers)
         var result = HTTPHeaders()
         result.reserveCapacity(headers.count)
-        for (name, value) in headers where !HTTPSyntax.isHopByHop(name) && !named.contains(name.lowercased()) {
+        for (name, value) in headers where !HTTPSyntax.isHopByHop(name) && !isNamed(name, in: named) {
             result.add(name: name, value: value)
         }
         return result
     }
 
-    /// The field names a message's `Connection` header lists, lower-cased (RFC 9110 section 7.6.1); usually
-    /// none beyond `keep-alive` or `close`, which are hop-by-hop anyway.
+    /// Whether `name` is one of the `Connection` header's `tokens`, ignoring case, without allocating.
+    private static func isNamed(_ name: String, in tokens: [String]) -> Bool {
+        tokens.contains { HTTPSyntax.equalsIgnoringCase(name, $0) }
+    }
+
+    /// The field names a message's `Connection` header lists (RFC 9110 section 7.6.1); usually none beyond
+    /// `keep-alive` or `close`, which are hop-by-hop anyway.
     private static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
         guard headers.contains(name: "connection") else { return [] }
-        return headers[canonicalForm: "connection"].map { $0.lowercased() }.filter { !HTTPSyntax.isHopByHop($0) }
+        return headers[canonicalForm: "connection"].map(String.init).filter { !HTTPSyntax.isHopByHop($0) }
     }
 }
