@@ -158,17 +158,16 @@ public struct HTTPRequestParser: Sendable {
         while let line = lines.next() {
             let (name, value, padded) = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]))
             // The framing fields are held to llhttp's strictness: whitespace after them is refused.
-            let isFraming =
-                HTTPSyntax.equalsIgnoringCase(name, "content-length")
-                || HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding")
-            if isFraming, padded { throw bad("whitespace after the value of \(name)") }
-            if HTTPSyntax.equalsIgnoringCase(name, "content-length") {
+            let isLength = HTTPSyntax.equalsIgnoringCase(name, "content-length")
+            let isCoding = !isLength && HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding")
+            if isLength || isCoding, padded { throw bad("whitespace after the value of \(name)") }
+            if isLength {
                 guard let length = parseContentLength(value) else { throw bad("an invalid Content-Length") }
                 guard contentLength == nil || contentLength == length else {
                     throw bad("conflicting Content-Length values")
                 }
                 contentLength = length
-            } else if HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding") {
+            } else if isCoding {
                 for coding in value.split(separator: ",", omittingEmptySubsequences: false) {
                     let coding = coding.trimmingWhitespace()
                     guard !coding.isEmpty else { throw bad("an empty element in Transfer-Encoding") }
