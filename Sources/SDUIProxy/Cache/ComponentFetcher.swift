@@ -71,7 +71,8 @@ public final class ComponentFetcher: Sendable {
     private let tagHeader: String
     private let metrics: ProxyMetrics
     private let logger: Logger
-    /// Told about every component stored with hops left to follow, with its decoded tree (walked once).
+    /// Told about every component stored with hops left to follow that mentions `shouldPrefetch`, with the
+    /// plan made in the pass that validated it.
     ///
     /// A weak object reference, not a closure: a closure kept in a `Mutex` was re-wrapped in a reabstraction
     /// thunk on every read in optimised builds, until calling it overflowed the stack.
