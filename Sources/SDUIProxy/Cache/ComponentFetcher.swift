@@ -165,26 +165,32 @@ public final class ComponentFetcher: Sendable {
         }
         let requestTime = HTTPDate.now()
         let started = NIODeadline.now()
-        let metrics = self.metrics
-        return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).always { result in
+        // One promise for the whole exchange rather than a future per step: this runs on every miss.
+        let promise = eventLoop.makePromise(of: Outcome.self)
+        client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).whenComplete { result in
+            let failure: any Error
             switch result {
-            case .success:
-                metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
+            case .success(let response):
+                self.metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
+                do {
+                    return promise.succeed(try self.process(response, for: request, requestTime: requestTime))
+                } catch {
+                    failure = error
+                }
             case .failure(let error):
-                metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
+                self.metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
+                failure = error
             }
-        }.flatMapThrowing { response in
-            try self.process(response, for: request, requestTime: requestTime)
-        }.flatMapErrorThrowing { error in
             if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {
                 self.logger.info(
                     "backend failed, serving stale",
-                    metadata: ["key": "\(request.key)", "error": "\(error)"]
+                    metadata: ["key": "\(request.key)", "error": "\(failure)"]
                 )
-                return .servedStale(stale, because: "\(error)")
+                return promise.succeed(.servedStale(stale, because: "\(failure)"))
             }
-            throw error
+            promise.fail(failure)
         }
+        return promise.futureResult
     }
 
     private func process(
@@ -232,7 +238,14 @@ public final class ComponentFetcher: Sendable {
             }
         }
 
-        let decision = Self.decide(status: response.status, headers: response.headers, for: request)
+        // Parsed once: the decision to store and the stored entry follow the same directives.
+        let directives = CacheControl(headers: response.headers)
+        let decision = Self.decide(
+            status: response.status,
+            headers: response.headers,
+            directives: directives,
+            for: request
+        )
         guard case .store(let lifetime) = decision else {
             guard case .doNotStore(let reason) = decision else { fatalError("unreachable") }
             if request.staleEntry != nil { cache.purge(target: request.key.target) }
@@ -243,7 +256,8 @@ public final class ComponentFetcher: Sendable {
             status: response.status,
             headers: UpstreamRequestBuilder.endToEndResponseHeaders(response.headers),
             body: Self.compacted(response.body),
-            metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime)
+            metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime),
+            directives: directives
         )
         guard cache.store(entry, for: request.key) else {
             return .notStored(response, reason: "larger than a cache shard's budget")
@@ -286,13 +300,15 @@ public final class ComponentFetcher: Sendable {
     private static func decide(
         status: HTTPResponseStatus,
         headers: HTTPHeaders,
+        directives: CacheControl? = nil,
         for request: Request
     ) -> FreshnessPolicy.Decision {
         FreshnessPolicy.decide(
             requestHeaders: request.clientHeaders,
             status: status,
             responseHeaders: headers,
-            defaultTTL: request.policy.defaultTTL.wholeSeconds
+            defaultTTL: request.policy.defaultTTL.wholeSeconds,
+            cacheControl: directives
         )
     }
 

@@ -49,9 +49,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         let exchange = Exchange(head: head, body: request.body, maxBodyBytes: maxBodyBytes, deadline: deadline)
         if eventLoop.inEventLoop {
-            return pool.run(exchange, retryOnStaleConnection: true)
+            return pool.run(exchange)
         }
-        return eventLoop.flatSubmit { pool.run(exchange, retryOnStaleConnection: true) }
+        return eventLoop.flatSubmit { pool.run(exchange) }
     }
 
     public func forward(
@@ -101,7 +101,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
 /// the pool is full.
 ///
 /// Confined to its event loop: it is only created under the client's lock and otherwise used from
-/// ``run(_:retryOnStaleConnection:)`` and ``closeAll()``, which run on that loop (checked).
+/// ``run(_:)`` and ``closeAll()``, which run on that loop (checked).
 final class PoolState: @unchecked Sendable {
     let eventLoop: any EventLoop
     private let host: String
@@ -121,26 +121,52 @@ final class PoolState: @unchecked Sendable {
         self.maximumConnections = maximumConnections
     }
 
-    func run(
-        _ exchange: LoopLocalHTTPClient.Exchange,
-        retryOnStaleConnection: Bool
-    ) -> EventLoopFuture<UpstreamResponse> {
+    /// Runs `exchange` on an idle connection, a new one, or the first to come free.
+    func run(_ exchange: LoopLocalHTTPClient.Exchange) -> EventLoopFuture<UpstreamResponse> {
         eventLoop.preconditionInEventLoop()
-        let reused = !idle.isEmpty
-        return acquire(deadline: exchange.deadline).flatMap { connection -> EventLoopFuture<UpstreamResponse> in
-            connection.send(exchange).flatMapError { error in
-                if retryOnStaleConnection, reused, let failure = error as? UpstreamConnectionHandler.Failure,
-                    failure == .closedBeforeResponse
-                {
-                    return self.run(exchange, retryOnStaleConnection: false)
-                }
-                return self.eventLoop.makeFailedFuture(error)
-            }.map { response in
-                self.release(connection)
-                return response
+        let promise = eventLoop.makePromise(of: UpstreamResponse.self)
+        start(exchange, retryOnStaleConnection: true, promise: promise)
+        return promise.futureResult
+    }
+
+    /// The common case, an idle connection ready, takes no future of its own: the exchange's one promise is
+    /// completed from the connection's callback.
+    private func start(
+        _ exchange: LoopLocalHTTPClient.Exchange,
+        retryOnStaleConnection: Bool,
+        promise: EventLoopPromise<UpstreamResponse>
+    ) {
+        if let connection = takeIdleConnection() {
+            send(exchange, on: connection, retryIfStale: retryOnStaleConnection, promise)
+            return
+        }
+        acquireNew(deadline: exchange.deadline).whenComplete { result in
+            switch result {
+            case .success(let connection):
+                self.send(exchange, on: connection, retryIfStale: false, promise)
+            case .failure(let error):
+                promise.fail(Self.proxyError(error))
             }
-        }.flatMapErrorThrowing { error in
-            throw Self.proxyError(error)
+        }
+    }
+
+    private func send(
+        _ exchange: LoopLocalHTTPClient.Exchange,
+        on connection: UpstreamConnectionHandler,
+        retryIfStale: Bool,
+        _ promise: EventLoopPromise<UpstreamResponse>
+    ) {
+        connection.send(exchange) { result in
+            switch result {
+            case .success(let response):
+                self.release(connection)
+                promise.succeed(response)
+            case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) where retryIfStale:
+                // The backend closed a reused idle connection as the request went out: nothing was answered.
+                self.start(exchange, retryOnStaleConnection: false, promise: promise)
+            case .failure(let error):
+                promise.fail(Self.proxyError(error))
+            }
         }
     }
 
@@ -154,13 +180,19 @@ final class PoolState: @unchecked Sendable {
         }
     }
 
-    private func acquire(deadline: NIODeadline) -> EventLoopFuture<UpstreamConnectionHandler> {
+    private func takeIdleConnection() -> UpstreamConnectionHandler? {
+        guard !closed else { return nil }
+        while let connection = idle.popLast() {
+            if connection.isUsable { return connection }
+            open -= 1
+        }
+        return nil
+    }
+
+    /// A new connection, or, when the pool is full, the first one another exchange releases.
+    private func acquireNew(deadline: NIODeadline) -> EventLoopFuture<UpstreamConnectionHandler> {
         guard !closed else {
             return eventLoop.makeFailedFuture(ProxyError(.unavailable, "the upstream client is shutting down"))
-        }
-        while let connection = idle.popLast() {
-            if connection.isUsable { return eventLoop.makeSucceededFuture(connection) }
-            open -= 1
         }
         if open < maximumConnections { return connect(deadline: deadline) }
         let promise = eventLoop.makePromise(of: UpstreamConnectionHandler?.self)
@@ -244,7 +276,7 @@ final class PoolState: @unchecked Sendable {
 
 /// One keep-alive connection to the backend: one exchange at a time, the response read whole.
 ///
-/// Confined to its channel's event loop, like its pool: futures hand it between callbacks on that loop only.
+/// Confined to its channel's event loop, like its pool: every call and callback happens on that loop.
 final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     typealias InboundIn = HTTPClientResponsePart
     typealias OutboundIn = Never
@@ -258,12 +290,14 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         case busy
     }
 
+    typealias Completion = (Result<UpstreamResponse, any Error>) -> Void
+
     private struct Current {
-        var promise: EventLoopPromise<UpstreamResponse>
+        var completion: Completion
+        var deadline: NIODeadline
         var maxBodyBytes: Int
         var head: HTTPResponseHead?
         var body: ByteBuffer?
-        var timeout: Scheduled<Void>?
         var keepAlive: Bool
     }
 
@@ -271,6 +305,11 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private var context: ChannelHandlerContext?
     private var current: Current?
     private var reusable = true
+    /// One timer per connection, not per exchange: it is armed for the first exchange's deadline and, when it
+    /// fires early for a later exchange, re-armed for that one's. Back-to-back exchanges with the same
+    /// timeout then schedule one task per timeout period instead of one each.
+    private var timer: Scheduled<Void>?
+    private var timerDeadline = NIODeadline.distantFuture
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
@@ -285,28 +324,26 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        disarmTimer()
     }
 
-    func send(_ exchange: LoopLocalHTTPClient.Exchange) -> EventLoopFuture<UpstreamResponse> {
-        guard let context else { return eventLoop.makeFailedFuture(Failure.closedBeforeResponse) }
-        guard current == nil else { return eventLoop.makeFailedFuture(Failure.busy) }
-        let promise = context.eventLoop.makePromise(of: UpstreamResponse.self)
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let timeout = context.eventLoop.scheduleTask(deadline: exchange.deadline) {
-            loopBound.value.fail(with: .timedOut, closing: true)
-        }
+    /// Sends `exchange`; `completion` is called once, on this connection's loop, with the whole response or
+    /// the failure.
+    func send(_ exchange: LoopLocalHTTPClient.Exchange, completion: @escaping Completion) {
+        guard let context else { return completion(.failure(Failure.closedBeforeResponse)) }
+        guard current == nil else { return completion(.failure(Failure.busy)) }
         current = Current(
-            promise: promise,
+            completion: completion,
+            deadline: exchange.deadline,
             maxBodyBytes: exchange.maxBodyBytes,
-            timeout: timeout,
             keepAlive: exchange.head.isKeepAlive
         )
+        armTimer(for: exchange.deadline)
         context.write(wrapOutboundOut(.head(exchange.head)), promise: nil)
         if let body = exchange.body, body.readableBytes > 0 {
             context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        return promise.futureResult
     }
 
     func close() {
@@ -341,20 +378,22 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             current = exchange
         case .end:
             current = nil
-            exchange.timeout?.cancel()
             if !exchange.keepAlive { close() }
             guard let head = exchange.head else {
-                exchange.promise.fail(Failure.closedDuringResponse)
+                exchange.completion(.failure(Failure.closedDuringResponse))
                 return
             }
-            exchange.promise.succeed(
-                UpstreamResponse(status: head.status, headers: head.headers, body: exchange.body ?? ByteBuffer())
+            exchange.completion(
+                .success(
+                    UpstreamResponse(status: head.status, headers: head.headers, body: exchange.body ?? ByteBuffer())
+                )
             )
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         reusable = false
+        disarmTimer()
         if let exchange = current {
             fail(
                 with: exchange.head == nil && exchange.body == nil ? .closedBeforeResponse : .closedDuringResponse,
@@ -368,8 +407,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         reusable = false
         if let exchange = current {
             current = nil
-            exchange.timeout?.cancel()
-            exchange.promise.fail(error)
+            exchange.completion(.failure(error))
         }
         context.close(promise: nil)
     }
@@ -377,8 +415,30 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private func fail(with failure: Failure, closing: Bool) {
         guard let exchange = current else { return }
         current = nil
-        exchange.timeout?.cancel()
-        exchange.promise.fail(failure)
         if closing { close() }
+        exchange.completion(.failure(failure))
+    }
+
+    private func armTimer(for deadline: NIODeadline) {
+        // An armed timer that fires no later than this deadline is kept; it re-arms itself when it fires.
+        if timer != nil, timerDeadline <= deadline { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        timer = eventLoop.scheduleTask(deadline: deadline) { self.timerFired() }
+    }
+
+    private func timerFired() {
+        timer = nil
+        guard let exchange = current else { return }
+        if exchange.deadline <= .now() {
+            fail(with: .timedOut, closing: true)
+        } else {
+            armTimer(for: exchange.deadline)
+        }
+    }
+
+    private func disarmTimer() {
+        timer?.cancel()
+        timer = nil
     }
 }

@@ -86,8 +86,15 @@ public final class CachedResponse: Sendable {
         }
     }
 
-    /// Makes an entry from a backend response's status, end-to-end headers and body.
-    public init(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, metadata: Metadata) {
+    /// Makes an entry from a backend response's status, end-to-end headers and body; `directives` is the
+    /// headers' `Cache-Control` when the caller has parsed it already.
+    public init(
+        status: HTTPResponseStatus,
+        headers: HTTPHeaders,
+        body: ByteBuffer,
+        metadata: Metadata,
+        directives: CacheControl? = nil
+    ) {
         var headers = headers
         headers.remove(name: "content-length")
         headers.remove(name: "age")
@@ -110,7 +117,7 @@ public final class CachedResponse: Sendable {
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
         self.freshnessLifetime = metadata.freshnessLifetime
-        let directives = CacheControl(headers: headers)
+        let directives = directives ?? CacheControl(headers: headers)
         self.directives = directives
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
         self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0

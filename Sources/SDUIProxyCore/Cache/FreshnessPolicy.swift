@@ -23,13 +23,15 @@ public enum FreshnessPolicy {
     ///   - status: the response status.
     ///   - responseHeaders: the response headers.
     ///   - defaultTTL: lifetime in seconds for responses without explicit freshness; 0 leaves them unstored.
+    ///   - cacheControl: the response's `Cache-Control`, when the caller has parsed it already.
     public static func decide(
         requestHeaders: HTTPHeaders,
         status: HTTPResponseStatus,
         responseHeaders: HTTPHeaders,
-        defaultTTL: Int64
+        defaultTTL: Int64,
+        cacheControl: CacheControl? = nil
     ) -> Decision {
-        let cacheControl = CacheControl(headers: responseHeaders)
+        let cacheControl = cacheControl ?? CacheControl(headers: responseHeaders)
         if cacheControl.noStore { return .doNotStore(reason: "no-store") }
         if cacheControl.isPrivate { return .doNotStore(reason: "private") }
         if CacheControl(headers: requestHeaders).noStore { return .doNotStore(reason: "request no-store") }
