@@ -93,36 +93,61 @@ struct LoopLocalHTTPClientTests {
         try await client.shutdown()
     }
 
+    /// Runs `body` with a client of `origin`, then shuts both down even when `body` fails: a client left
+    /// running would end the whole test process.
+    static func withClient(
+        for origin: TestOrigin,
+        timeout: Duration,
+        maxConnections: Int = 4,
+        _ body: (LoopLocalHTTPClient) async throws -> Void
+    ) async throws {
+        guard case .http(let httpOrigin) = try UpstreamOrigin(parsing: origin.url) else { throw CancellationError() }
+        var configuration = ProxyConfiguration.Upstream()
+        configuration.timeout = timeout
+        configuration.maxConnections = maxConnections
+        let client = LoopLocalHTTPClient(
+            origin: httpOrigin,
+            configuration: configuration,
+            eventLoopGroup: MultiThreadedEventLoopGroup.singleton
+        )
+        do {
+            try await body(client)
+        } catch {
+            Issue.record(error)
+        }
+        try await client.shutdown()
+        try await origin.stop()
+    }
+
     @Test("an exchange on a reused connection gets its own whole timeout, not what is left of the first one's")
     func timeoutOnReusedConnection() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
-            if request.uri == "/slow" { response.delay = .seconds(2) }
-            if request.uri == "/late" { response.delay = .milliseconds(250) }
+            if request.uri == "/slow" { response.delay = .seconds(4) }
+            if request.uri == "/late" { response.delay = .milliseconds(600) }
             return response
         }
-        let client = try Self.client(for: origin, timeout: .milliseconds(400))
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        _ = try await Self.get(client, "/first", loop: loop)
-        try await Task.sleep(for: .milliseconds(200))
-        // The first exchange's deadline passes while this one runs; it still has its own 400 ms.
-        let late = try await Self.get(client, "/late", loop: loop)
-        #expect(late.status == .ok)
-        #expect(origin.acceptedConnections == 1)
+        try await Self.withClient(for: origin, timeout: .seconds(1)) { client in
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            _ = try await Self.get(client, "/first", loop: loop)
+            try await Task.sleep(for: .milliseconds(600))
+            // The first exchange's deadline passes while this one runs; it still has its own second.
+            let late = try await Self.get(client, "/late", loop: loop)
+            #expect(late.status == .ok)
+            #expect(origin.acceptedConnections == 1)
 
-        let clock = ContinuousClock()
-        let started = clock.now
-        do {
-            _ = try await Self.get(client, "/slow", loop: loop)
-            Issue.record("expected a timeout")
-        } catch let error as ProxyError {
-            #expect(error.kind == .timeout)
+            let clock = ContinuousClock()
+            let started = clock.now
+            do {
+                _ = try await Self.get(client, "/slow", loop: loop)
+                Issue.record("expected a timeout")
+            } catch let error as ProxyError {
+                #expect(error.kind == .timeout)
+            }
+            let waited = clock.now - started
+            #expect(waited >= .milliseconds(990))
+            #expect(waited < .seconds(3))
         }
-        let waited = clock.now - started
-        #expect(waited >= .milliseconds(390))
-        #expect(waited < .milliseconds(1500))
-        try await client.shutdown()
-        try await origin.stop()
     }
 
     @Test("when every connection is busy, an exchange waits for one to come free")
@@ -130,47 +155,39 @@ struct LoopLocalHTTPClientTests {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
             if request.uri.hasPrefix("/hold") { response.delay = .milliseconds(150) }
-            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(2) }
+            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(4) }
             return response
         }
-        guard case .http(let httpOrigin) = try UpstreamOrigin(parsing: origin.url) else { throw CancellationError() }
-        var configuration = ProxyConfiguration.Upstream()
-        configuration.timeout = .milliseconds(600)
-        configuration.maxConnections = 2
-        let client = LoopLocalHTTPClient(
-            origin: httpOrigin,
-            configuration: configuration,
-            eventLoopGroup: MultiThreadedEventLoopGroup.singleton
-        )
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        // Five exchanges on two connections: three of them wait for a connection to come free.
-        let responses = try await withThrowingTaskGroup(of: HTTPResponseStatus.self) { group in
-            for index in 0..<5 {
-                group.addTask { try await Self.get(client, "/hold/\(index)", loop: loop).status }
+        try await Self.withClient(for: origin, timeout: .seconds(1), maxConnections: 2) { client in
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            // Five exchanges on two connections: three of them wait for a connection to come free.
+            let responses = try await withThrowingTaskGroup(of: HTTPResponseStatus.self) { group in
+                for index in 0..<5 {
+                    group.addTask { try await Self.get(client, "/hold/\(index)", loop: loop).status }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
             }
-            return try await group.reduce(into: []) { $0.append($1) }
-        }
-        #expect(responses == Array(repeating: .ok, count: 5))
-        #expect(origin.acceptedConnections == 2)
+            #expect(responses == Array(repeating: .ok, count: 5))
+            #expect(origin.acceptedConnections == 2)
 
-        // Both connections stuck: a third exchange waits until their timeouts close them, then gets a new one.
-        let stuck = (0..<2).map { index in
-            Task { () -> ProxyError.Kind? in
-                do {
-                    _ = try await Self.get(client, "/stuck/\(index)", loop: loop)
-                    return nil
-                } catch {
-                    return (error as? ProxyError)?.kind
+            // Both connections stuck: a third exchange waits until their timeouts close them, then gets a new
+            // connection.
+            let stuck = (0..<2).map { index in
+                Task { () -> ProxyError.Kind? in
+                    do {
+                        _ = try await Self.get(client, "/stuck/\(index)", loop: loop)
+                        return nil
+                    } catch {
+                        return (error as? ProxyError)?.kind
+                    }
                 }
             }
+            try await Task.sleep(for: .milliseconds(400))
+            let waited = try await Self.get(client, "/waiting", loop: loop)
+            #expect(waited.status == .ok)
+            for task in stuck { #expect(await task.value == .timeout) }
+            #expect(origin.acceptedConnections == 3)
         }
-        try await Task.sleep(for: .milliseconds(50))
-        let waited = try await Self.get(client, "/waiting", loop: loop)
-        #expect(waited.status == .ok)
-        for task in stuck { #expect(await task.value == .timeout) }
-        #expect(origin.acceptedConnections == 3)
-        try await client.shutdown()
-        try await origin.stop()
     }
 
     @Test("requests with a body carry it with its length")

@@ -39,15 +39,30 @@ public final class LoopLocalHTTPClient: NetworkClient {
     ) -> EventLoopFuture<UpstreamResponse> {
         let pool = self.pool(for: eventLoop)
         let deadline = NIODeadline.now() + .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
-        var head = HTTPRequestHead(version: .http1_1, method: request.method, uri: origin.basePath + request.target)
-        head.headers = request.headers
-        head.headers.replaceOrAdd(name: "Host", value: origin.hostHeader)
+        var headers = request.headers
+        headers.replaceOrAdd(name: "Host", value: origin.hostHeader)
         if let body = request.body {
-            head.headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
+            headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
         } else if request.method == .POST || request.method == .PUT || request.method == .PATCH {
-            head.headers.replaceOrAdd(name: "Content-Length", value: "0")
+            headers.replaceOrAdd(name: "Content-Length", value: "0")
         }
-        let exchange = Exchange(head: head, body: request.body, maxBodyBytes: maxBodyBytes, deadline: deadline)
+        let encoded: ByteBuffer
+        do {
+            encoded = try HTTPWireFormat.encodeRequest(
+                method: request.method,
+                target: origin.basePath + request.target,
+                headers: headers,
+                body: request.body
+            )
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
+        let exchange = Exchange(
+            request: encoded,
+            isHEAD: request.method == .HEAD,
+            maxBodyBytes: maxBodyBytes,
+            deadline: deadline
+        )
         if eventLoop.inEventLoop {
             return pool.run(exchange)
         }
@@ -90,8 +105,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
     }
 
     struct Exchange {
-        var head: HTTPRequestHead
-        var body: ByteBuffer?
+        /// The request as bytes on the wire, head and body.
+        var request: ByteBuffer
+        var isHEAD: Bool
         var maxBodyBytes: Int
         var deadline: NIODeadline
     }
@@ -215,7 +231,6 @@ final class PoolState: @unchecked Sendable {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
                     try channel.pipeline.syncOperations.addHandler(handler)
                 }
             }
@@ -265,6 +280,7 @@ final class PoolState: @unchecked Sendable {
             case .closedBeforeResponse, .closedDuringResponse:
                 return ProxyError(.network, "the backend closed the connection")
             case .busy: return ProxyError(.internalError, "an upstream connection was used twice")
+            case .malformed(let failure): return failure.proxyError
             }
         }
         if case .connectTimeout(_)? = error as? ChannelError {
@@ -276,11 +292,14 @@ final class PoolState: @unchecked Sendable {
 
 /// One keep-alive connection to the backend: one exchange at a time, the response read whole.
 ///
+/// It speaks HTTP/1.1 itself, with no codec handlers in the pipeline: the request goes out as the bytes
+/// ``HTTPWireFormat/encodeRequest(method:target:headers:body:)`` made, and the answer is read with
+/// ``HTTPResponseParser``.
+///
 /// Confined to its channel's event loop, like its pool: every call and callback happens on that loop.
-final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundIn = Never
-    typealias OutboundOut = HTTPClientRequestPart
+final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     enum Failure: Error, Equatable {
         case closedBeforeResponse
@@ -288,9 +307,13 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         case timedOut
         case tooLarge(Int)
         case busy
+        case malformed(HTTPParseFailure)
     }
 
     typealias Completion = (Result<UpstreamResponse, any Error>) -> Void
+
+    /// The longest response head accepted from the backend.
+    static let maximumResponseHeadBytes = 64 << 10
 
     private struct Current {
         var completion: Completion
@@ -298,12 +321,15 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         var maxBodyBytes: Int
         var head: HTTPResponseHead?
         var body: ByteBuffer?
-        var keepAlive: Bool
+        var keepAlive = true
     }
 
     private let eventLoop: any EventLoop
     private var context: ChannelHandlerContext?
     private var current: Current?
+    private var parser = HTTPResponseParser(maximumHeadBytes: UpstreamConnectionHandler.maximumResponseHeadBytes)
+    /// Bytes of a response part that has not arrived whole yet.
+    private var pending: ByteBuffer?
     private var reusable = true
     /// One timer per connection, not per exchange: it is armed for the first exchange's deadline and, when it
     /// fires early for a later exchange, re-armed for that one's. Back-to-back exchanges with the same
@@ -332,18 +358,10 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     func send(_ exchange: LoopLocalHTTPClient.Exchange, completion: @escaping Completion) {
         guard let context else { return completion(.failure(Failure.closedBeforeResponse)) }
         guard current == nil else { return completion(.failure(Failure.busy)) }
-        current = Current(
-            completion: completion,
-            deadline: exchange.deadline,
-            maxBodyBytes: exchange.maxBodyBytes,
-            keepAlive: exchange.head.isKeepAlive
-        )
+        current = Current(completion: completion, deadline: exchange.deadline, maxBodyBytes: exchange.maxBodyBytes)
+        parser.expectResponse(isHEAD: exchange.isHEAD)
         armTimer(for: exchange.deadline)
-        context.write(wrapOutboundOut(.head(exchange.head)), promise: nil)
-        if let body = exchange.body, body.readableBytes > 0 {
-            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
-        }
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
     }
 
     func close() {
@@ -352,36 +370,53 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard var exchange = current else {
-            // Bytes nobody asked for: the connection is out of step, so it is not reused.
-            close()
+        var buffer = unwrapInboundIn(data)
+        if var earlier = pending {
+            pending = nil
+            earlier.writeBuffer(&buffer)
+            buffer = earlier
+        }
+        do {
+            while reusable, let part = try parser.next(from: &buffer) {
+                receive(part)
+            }
+        } catch {
+            // Bytes that answer nothing, or a response that is not HTTP: the connection is out of step.
+            fail(with: .malformed(error), closing: true)
             return
         }
-        switch unwrapInboundIn(data) {
-        case .head(let head):
+        if buffer.readableBytes > 0, reusable { pending = buffer }
+    }
+
+    private func receive(_ part: HTTPResponseParser.Part) {
+        guard var exchange = current else { return }
+        switch part {
+        case .head(let head, let keepAlive):
+            let length = head.headers.first(name: "content-length").flatMap { Int($0) }
+            if let length, length > exchange.maxBodyBytes {
+                return fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
+            }
             exchange.head = head
-            exchange.keepAlive = exchange.keepAlive && head.isKeepAlive
+            exchange.keepAlive = keepAlive
+            // The body is copied out of the read buffers as it arrives, into one buffer of its own size when
+            // the length is known: a body slice kept alive would stop the channel reusing its read buffer, and
+            // every read would allocate a new one.
+            exchange.body = ByteBufferAllocator().buffer(capacity: length ?? 0)
             current = exchange
         case .body(var part):
             current = nil  // keeps the body buffer uniquely referenced while it grows
             let size = (exchange.body?.readableBytes ?? 0) + part.readableBytes
             guard size <= exchange.maxBodyBytes else {
                 current = exchange
-                fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
-                return
+                return fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
             }
-            if exchange.body == nil {
-                exchange.body = part
-            } else {
-                exchange.body!.writeBuffer(&part)
-            }
+            exchange.body?.writeBuffer(&part)
             current = exchange
         case .end:
             current = nil
             if !exchange.keepAlive { close() }
             guard let head = exchange.head else {
-                exchange.completion(.failure(Failure.closedDuringResponse))
-                return
+                return exchange.completion(.failure(Failure.closedDuringResponse))
             }
             exchange.completion(
                 .success(
@@ -395,10 +430,15 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         reusable = false
         disarmTimer()
         if let exchange = current {
-            fail(
-                with: exchange.head == nil && exchange.body == nil ? .closedBeforeResponse : .closedDuringResponse,
-                closing: false
-            )
+            // A body that runs to the close ends here; anything else was cut short.
+            if parser.bodyEndsWithConnection, let part = try? parser.finish() {
+                receive(part)
+            } else {
+                fail(
+                    with: exchange.head == nil ? .closedBeforeResponse : .closedDuringResponse,
+                    closing: false
+                )
+            }
         }
         context.fireChannelInactive()
     }
@@ -413,7 +453,11 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     }
 
     private func fail(with failure: Failure, closing: Bool) {
-        guard let exchange = current else { return }
+        reusable = reusable && !closing
+        guard let exchange = current else {
+            if closing { close() }
+            return
+        }
         current = nil
         if closing { close() }
         exchange.completion(.failure(failure))

@@ -27,3 +27,36 @@ public enum HTTPWireFormat {
         buffer.writeStaticString("\r\n")
     }
 }
+
+extension HTTPWireFormat {
+    /// A request head (and its body, when there is one) as bytes, for the proxy's own backend connections.
+    ///
+    /// Everything is checked before a byte is written: a target or header that could end a line early would
+    /// let one request smuggle another onto a shared backend connection, so it is an error instead.
+    public static func encodeRequest(
+        method: HTTPMethod,
+        target: String,
+        headers: HTTPHeaders,
+        body: ByteBuffer?
+    ) throws(ProxyError) -> ByteBuffer {
+        guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw ProxyError(.url, "the upstream request target has characters HTTP does not allow")
+        }
+        var size = target.utf8.count + 32 + (body?.readableBytes ?? 0)
+        for (name, value) in headers {
+            guard HTTPSyntax.isToken(name), HTTPSyntax.isFieldValue(value) else {
+                throw ProxyError(.badRequest, "a header HTTP does not allow in the upstream request: \(name)")
+            }
+            size += name.utf8.count + value.utf8.count + 4
+        }
+        var buffer = ByteBufferAllocator().buffer(capacity: size)
+        buffer.writeString(method.rawValue)
+        buffer.writeStaticString(" ")
+        buffer.writeString(target)
+        buffer.writeStaticString(" HTTP/1.1\r\n")
+        writeHeaderLines(headers, into: &buffer)
+        buffer.writeStaticString("\r\n")
+        if let body { buffer.writeImmutableBuffer(body) }
+        return buffer
+    }
+}
