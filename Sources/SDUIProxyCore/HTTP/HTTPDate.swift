@@ -11,6 +11,10 @@ public enum HTTPDate {
     private static let monthNames = [
         "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
     ]
+    /// The month names' three lower-case letters, packed into one integer each.
+    private static let monthCodes: [UInt32] = monthNames.map { name in
+        name.utf8.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+    }
     private static let dayNames = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
 
     /// The current wall-clock time in seconds.
@@ -23,6 +27,10 @@ public enum HTTPDate {
     /// Parses IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the obsolete RFC 850 form
     /// (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6 08:49:37 1994`). Nil for anything else.
     public static func parse(_ text: some StringProtocol) -> Int64? {
+        // IMF-fixdate is what servers send (RFC 9110 section 5.6.7), on every response: read in place.
+        if let seconds = text.utf8.withContiguousStorageIfAvailable(parseFixdate), let seconds {
+            return seconds
+        }
         let fields = String(text).split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" }).map(String.init)
         // IMF-fixdate and RFC 850: weekday day month year time GMT
         if fields.count == 6, fields[5] == "GMT",
@@ -39,6 +47,31 @@ public enum HTTPDate {
             return epochSeconds(year: year, month: month, day: day, time: time)
         }
         return nil
+    }
+
+    /// `Sun, 06 Nov 1994 08:49:37 GMT`, byte by byte; nil for anything else (the general parser then decides).
+    private static func parseFixdate(_ bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
+        guard bytes.count == 29, bytes[3] == UInt8(ascii: ","), bytes[4] == 0x20, bytes[7] == 0x20,
+            bytes[11] == 0x20, bytes[16] == 0x20, bytes[19] == UInt8(ascii: ":"), bytes[22] == UInt8(ascii: ":"),
+            bytes[25] == 0x20, bytes[26] == UInt8(ascii: "G"), bytes[27] == UInt8(ascii: "M"),
+            bytes[28] == UInt8(ascii: "T")
+        else { return nil }
+        func number(_ start: Int, _ count: Int) -> Int? {
+            var value = 0
+            for index in start..<(start + count) {
+                let digit = bytes[index] &- UInt8(ascii: "0")
+                guard digit < 10 else { return nil }
+                value = value * 10 + Int(digit)
+            }
+            return value
+        }
+        let monthCode = UInt32(bytes[8] | 0x20) << 16 | UInt32(bytes[9] | 0x20) << 8 | UInt32(bytes[10] | 0x20)
+        guard let month = monthCodes.firstIndex(of: monthCode),
+            let day = number(5, 2), let year = number(12, 4),
+            let hour = number(17, 2), let minute = number(20, 2), let second = number(23, 2),
+            hour < 24, minute < 60, second <= 60
+        else { return nil }
+        return epochSeconds(year: year, month: month + 1, day: day, time: Int64(hour * 3600 + minute * 60 + second))
     }
 
     /// Formats `seconds` as IMF-fixdate.
