@@ -227,15 +227,7 @@ struct HTTPRequestParserTests {
         var accepted = 0
         for round in 0..<5000 {
             var input = seeds[Int(random.next() % UInt64(seeds.count))]
-            for _ in 0...(random.next() % 4) {
-                let position = Int(random.next() % UInt64(input.count + 1))
-                let byte = alphabet[Int(random.next() % UInt64(alphabet.count))]
-                switch random.next() % 3 {
-                case 0: input.insert(byte, at: position)
-                case 1 where position < input.count: input.remove(at: position)
-                default: if position < input.count { input[position] = byte }
-                }
-            }
+            random.mutate(&input, from: alphabet)
             // Requests read before a refusal count too: they were already answered. The proxy closes the
             // connection after a request that is not keep-alive, so what follows it is never read.
             // llhttp keeps whitespace after a value, so it may judge `Connection: keep-alive\t` as closing where

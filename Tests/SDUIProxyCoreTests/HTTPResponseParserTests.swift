@@ -231,15 +231,7 @@ struct HTTPResponseParserTests {
         var accepted = 0
         for round in 0..<5000 {
             var input = seeds[Int(random.next() % UInt64(seeds.count))]
-            for _ in 0...(random.next() % 4) {
-                let position = Int(random.next() % UInt64(input.count + 1))
-                let byte = alphabet[Int(random.next() % UInt64(alphabet.count))]
-                switch random.next() % 3 {
-                case 0: input.insert(byte, at: position)
-                case 1 where position < input.count: input.remove(at: position)
-                default: if position < input.count { input[position] = byte }
-                }
-            }
+            random.mutate(&input, from: alphabet)
             guard let ours = parseOurs(input).0 else { continue }
             accepted += 1
             let nio = try parseWithNIO(input)

@@ -12,4 +12,17 @@ struct SplitMix64 {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+
+    /// One to four random edits of `input` (insert, remove or replace a byte from `alphabet`).
+    mutating func mutate(_ input: inout [UInt8], from alphabet: [UInt8]) {
+        for _ in 0...(next() % 4) {
+            let position = Int(next() % UInt64(input.count + 1))
+            let byte = alphabet[Int(next() % UInt64(alphabet.count))]
+            switch next() % 3 {
+            case 0: input.insert(byte, at: position)
+            case 1 where position < input.count: input.remove(at: position)
+            default: if position < input.count { input[position] = byte }
+            }
+        }
+    }
 }

@@ -31,6 +31,13 @@ enum HTTPMessageSyntax {
     /// The longest chunk-size line (size, extensions and CRLF) accepted.
     static let maximumChunkLineBytes = 1024
 
+    /// `HTTP/1.1` or `HTTP/1.0`; nil for any other version.
+    static func version(_ bytes: UnsafeRawBufferPointer) -> HTTPVersion? {
+        if bytes.elementsEqual("HTTP/1.1".utf8) { return .http1_1 }
+        if bytes.elementsEqual("HTTP/1.0".utf8) { return .http1_0 }
+        return nil
+    }
+
     /// Where the blank line that ends a head starts, resuming a scan that stopped after `scanned` bytes.
     static func headEnd(in buffer: ByteBuffer, scanned: Int) -> Int? {
         buffer.withUnsafeReadableBytes { bytes in

@@ -132,13 +132,8 @@ public struct HTTPRequestParser: Sendable {
         guard target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }), isRequestTargetForm(target) else {
             throw bad("an invalid request target")
         }
-        let versionBytes = UnsafeRawBufferPointer(rebasing: rest[(secondSpace + 1)...])
-        let version: HTTPVersion
-        if versionBytes.elementsEqual("HTTP/1.1".utf8) {
-            version = .http1_1
-        } else if versionBytes.elementsEqual("HTTP/1.0".utf8) {
-            version = .http1_0
-        } else {
+        guard let version = HTTPMessageSyntax.version(UnsafeRawBufferPointer(rebasing: rest[(secondSpace + 1)...]))
+        else {
             throw bad("an unsupported HTTP version (HTTP/1.1 and HTTP/1.0 are served)")
         }
         let method = HTTPMethod(rawValue: String(decoding: methodBytes, as: UTF8.self))

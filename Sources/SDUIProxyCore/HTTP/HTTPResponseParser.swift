@@ -151,13 +151,7 @@ public struct HTTPResponseParser: Sendable {
         _ line: UnsafeRawBufferPointer
     ) throws(HTTPParseFailure) -> (HTTPVersion, HTTPResponseStatus) {
         guard line.count >= 12, line[8] == UInt8(ascii: " ") else { throw bad("a malformed status line") }
-        let version: HTTPVersion
-        let versionBytes = UnsafeRawBufferPointer(rebasing: line[0..<8])
-        if versionBytes.elementsEqual("HTTP/1.1".utf8) {
-            version = .http1_1
-        } else if versionBytes.elementsEqual("HTTP/1.0".utf8) {
-            version = .http1_0
-        } else {
+        guard let version = HTTPMessageSyntax.version(UnsafeRawBufferPointer(rebasing: line[0..<8])) else {
             throw bad("an unsupported HTTP version")
         }
         var code = 0
