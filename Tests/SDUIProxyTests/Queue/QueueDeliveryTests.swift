@@ -171,11 +171,10 @@ import Testing
     }
 
     @Test func retriesStopAtMaxAge() async throws {
-        let origin = try await QueueTestOrigin.start()
-        try await origin.stop()
-        // An attempt on a stopped origin lasts the client's connect timeout (1 s): room for several.
+        let refusing = try RefusingPort()
+        // Every attempt is refused at once; the retry delays leave room for several within the maximum age.
         let retry = QueueTest.retry(maxAttempts: 1000, maxAge: .milliseconds(3000))
-        try await withQueue(origin: origin, routes: [Route(method: "POST", pathPrefix: "/api", retry: retry)]) {
+        try await withQueue(port: refusing.port, routes: [Route(method: "POST", pathPrefix: "/api", retry: retry)]) {
             queue in
             let clock = ContinuousClock()
             let start = clock.now
@@ -190,6 +189,7 @@ import Testing
             #expect(status.lastError?.contains("maxAge") == true)
             #expect(status.lastError?.contains("network") == true)
         }
+        withExtendedLifetime(refusing) {}
     }
 
     @Test func concurrentRoutesDeliverInParallelUpToTheLimit() async throws {
@@ -265,11 +265,30 @@ import Testing
         _ body: (WriteQueue) async throws -> Void,
         after: (WriteQueue) async throws -> Void = { _ in }
     ) async throws {
+        try await withQueue(
+            port: origin.port,
+            routes: routes,
+            concurrency: concurrency,
+            pollInterval: pollInterval,
+            body,
+            after: after
+        )
+    }
+
+    /// The same, delivering to whatever is on `port`.
+    private func withQueue(
+        port: Int,
+        routes: [Route],
+        concurrency: Int = 16,
+        pollInterval: Duration = .seconds(5),
+        _ body: (WriteQueue) async throws -> Void,
+        after: (WriteQueue) async throws -> Void = { _ in }
+    ) async throws {
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
         let configuration = QueueTest.configuration(directory: directory, routes: routes, concurrency: concurrency)
         let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
-        let client = try QueueTest.client(port: origin.port)
+        let client = try QueueTest.client(port: port)
         let service = QueueDeliveryService(
             queue: queue,
             client: client,
