@@ -47,7 +47,7 @@ private func parseOurs(
     var offset = 0
     func take(_ part: HTTPResponseParser.Part) {
         switch part {
-        case .head(let head, let keeps):
+        case .head(let head, let keeps, _):
             #expect(response == nil, "a second head")
             response = ParsedResponse(head: head)
             keepAlive = keeps
@@ -156,6 +156,22 @@ struct HTTPResponseParserTests {
         #expect(custom?.code == 299 && custom?.reason == "Quite Fine")
         let (noReason, _, _) = parseOurs(bytes("HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n"))
         #expect(noReason?.code == 200)
+    }
+
+    @Test("the head tells the body's length as its framing states it, not as a Content-Length claims it")
+    func bodyLength() throws {
+        func length(_ text: String, isHEAD: Bool = false) throws -> Int?? {
+            var parser = HTTPResponseParser(maximumHeadBytes: 1024)
+            parser.expectResponse(isHEAD: isHEAD)
+            var buffer = ByteBuffer(string: text)
+            guard case .head(_, _, let bodyLength)? = try parser.next(from: &buffer) else { return nil }
+            return .some(bodyLength)
+        }
+        #expect(try length("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n") == .some(12))
+        #expect(try length("HTTP/1.1 304 Not Modified\r\nContent-Length: 900\r\n\r\n") == .some(0))
+        #expect(try length("HTTP/1.1 200 OK\r\nContent-Length: 900\r\n\r\n", isHEAD: true) == .some(0))
+        #expect(try length("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n") == .some(nil))
+        #expect(try length("HTTP/1.0 200 OK\r\n\r\n") == .some(nil))
     }
 
     @Test("bytes arriving one at a time, or in any split, parse the same as all at once")

@@ -190,6 +190,21 @@ struct LoopLocalHTTPClientTests {
         }
     }
 
+    @Test("a 304 whose Content-Length is over the body limit is no body at all, and not too large")
+    func notModifiedWithLength() async throws {
+        let origin = try await TestOrigin { _ in
+            var response = TestOrigin.Response(status: .notModified, headers: [], body: "")
+            response.declaredLength = 5000
+            return response
+        }
+        try await Self.withClient(for: origin, timeout: .seconds(2)) { client in
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            let response = try await Self.get(client, "/screen", loop: loop, maxBodyBytes: 100)
+            #expect(response.status == .notModified)
+            #expect(response.body.readableBytes == 0)
+        }
+    }
+
     @Test("requests with a body carry it with its length")
     func body() async throws {
         let origin = try await TestOrigin { _ in TestOrigin.Response(status: .created, headers: [], body: "") }

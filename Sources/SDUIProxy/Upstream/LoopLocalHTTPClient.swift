@@ -391,8 +391,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     private func receive(_ part: HTTPResponseParser.Part) {
         guard var exchange = current else { return }
         switch part {
-        case .head(let head, let keepAlive):
-            let length = head.headers.first(name: "content-length").flatMap { Int($0) }
+        case .head(let head, let keepAlive, let length):
             if let length, length > exchange.maxBodyBytes {
                 return fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
             }
@@ -453,14 +452,10 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     }
 
     private func fail(with failure: Failure, closing: Bool) {
-        reusable = reusable && !closing
-        guard let exchange = current else {
-            if closing { close() }
-            return
-        }
+        let exchange = current
         current = nil
         if closing { close() }
-        exchange.completion(.failure(failure))
+        exchange?.completion(.failure(failure))
     }
 
     private func armTimer(for deadline: NIODeadline) {

@@ -11,8 +11,10 @@ import NIOHTTP1
 /// connection. Interim 1xx responses are skipped.
 public struct HTTPResponseParser: Sendable {
     public enum Part: Sendable {
-        /// The head; `keepAlive` says whether the connection may carry another exchange after this one.
-        case head(HTTPResponseHead, keepAlive: Bool)
+        /// The head; `keepAlive` says whether the connection may carry another exchange after this one;
+        /// `bodyLength` is the body's length as the framing states it (0 when there is no body), nil for
+        /// chunks or a body that runs to the close.
+        case head(HTTPResponseHead, keepAlive: Bool, bodyLength: Int?)
         case body(ByteBuffer)
         case end
     }
@@ -111,8 +113,10 @@ public struct HTTPResponseParser: Sendable {
                 continue
             }
             var keepAlive = parsed.head.isKeepAlive
+            var bodyLength: Int?
             let body: HTTPBodyDecoder
             if isHEAD || code == 204 || code == 304 {
+                bodyLength = 0
                 body = .length(0, failing: .network)
             } else if !parsed.fields.codings.isEmpty {
                 guard parsed.fields.contentLength == nil else {
@@ -125,13 +129,14 @@ public struct HTTPResponseParser: Sendable {
                     keepAlive = false
                 }
             } else if let length = parsed.fields.contentLength {
+                bodyLength = length
                 body = .length(length, failing: .network)
             } else {
                 body = .untilClose(failing: .network)
                 keepAlive = false
             }
             state = .body(body)
-            return .head(parsed.head, keepAlive: keepAlive)
+            return .head(parsed.head, keepAlive: keepAlive, bodyLength: bodyLength)
         }
     }
 

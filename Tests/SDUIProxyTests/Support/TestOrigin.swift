@@ -23,6 +23,8 @@ final class TestOrigin: Sendable {
         var delay: TimeAmount = .zero
         /// Send the body with chunked encoding instead of a Content-Length.
         var chunked = false
+        /// The Content-Length to declare instead of the body's own (for answers that have no body, like 304).
+        var declaredLength: Int?
 
         static func component(
             _ type: String = "beagle:screenComponent",
@@ -183,7 +185,12 @@ private final class OriginHandler: ChannelInboundHandler {
 
     private func write(_ response: TestOrigin.Response, keepAlive: Bool, isHead: Bool, context: ChannelHandlerContext) {
         var headers = HTTPHeaders(response.headers)
-        if !response.chunked { headers.replaceOrAdd(name: "Content-Length", value: String(response.body.utf8.count)) }
+        if !response.chunked {
+            headers.replaceOrAdd(
+                name: "Content-Length",
+                value: String(response.declaredLength ?? response.body.utf8.count)
+            )
+        }
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
         context.write(
             wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))),
