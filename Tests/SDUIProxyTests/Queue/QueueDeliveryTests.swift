@@ -133,7 +133,7 @@ import Testing
         let origin = try await QueueTestOrigin.start()
         origin.setBehaviour { _, _, _ in .init(status: .badRequest) }
         try await withQueue(
-            origin: origin,
+            port: origin.port,
             routes: [Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())]
         ) {
             queue in
@@ -155,7 +155,7 @@ import Testing
         let origin = try await QueueTestOrigin.start()
         origin.setBehaviour { _, _, _ in .init(status: .serviceUnavailable) }
         let route = Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry(maxAttempts: 3))
-        try await withQueue(origin: origin, routes: [route]) { queue in
+        try await withQueue(port: origin.port, routes: [route]) { queue in
             let receipt = try await queue.enqueue(QueueTest.request(.POST, "/api/orders", body: "{}"))
             let finished = await QueueTest.waitUntil { queue.depth == 0 }
             #expect(finished)
@@ -196,7 +196,7 @@ import Testing
         let origin = try await QueueTestOrigin.start()
         origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .milliseconds(150)) }
         let route = Route(method: "POST", pathPrefix: "/api/events", ordering: .concurrent, retry: QueueTest.retry())
-        try await withQueue(origin: origin, routes: [route], concurrency: 3) { queue in
+        try await withQueue(port: origin.port, routes: [route], concurrency: 3) { queue in
             var ids: Set<String> = []
             for index in 0..<9 {
                 ids.insert(try await queue.enqueue(QueueTest.request(.POST, "/api/events", body: "\(index)")).id)
@@ -217,7 +217,7 @@ import Testing
             Route(method: "POST", pathPrefix: "/api/events", ordering: .concurrent, retry: QueueTest.retry()),
         ]
         // The poll interval is far longer than the test may take: only the wake-up can deliver in time.
-        try await withQueue(origin: origin, routes: routes, pollInterval: .seconds(120)) { queue in
+        try await withQueue(port: origin.port, routes: routes, pollInterval: .seconds(120)) { queue in
             try await Task.sleep(for: .milliseconds(100))
             _ = try await queue.enqueue(QueueTest.request(.POST, "/api/orders/1", body: "a"))
             _ = try await queue.enqueue(QueueTest.request(.POST, "/api/events", body: "b"))
@@ -233,7 +233,7 @@ import Testing
         origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .milliseconds(400)) }
         var receipts: [QueueReceipt] = []
         try await withQueue(
-            origin: origin,
+            port: origin.port,
             routes: [Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())]
         ) {
             queue in
@@ -255,27 +255,8 @@ import Testing
         try await origin.stop()
     }
 
-    /// Opens a queue in a temporary directory, runs a delivery service to `origin` around `body`, shuts it
-    /// down gracefully, runs `after`, and cleans up.
-    private func withQueue(
-        origin: QueueTestOrigin,
-        routes: [Route],
-        concurrency: Int = 16,
-        pollInterval: Duration = .seconds(5),
-        _ body: (WriteQueue) async throws -> Void,
-        after: (WriteQueue) async throws -> Void = { _ in }
-    ) async throws {
-        try await withQueue(
-            port: origin.port,
-            routes: routes,
-            concurrency: concurrency,
-            pollInterval: pollInterval,
-            body,
-            after: after
-        )
-    }
-
-    /// The same, delivering to whatever is on `port`.
+    /// Opens a queue in a temporary directory, runs a delivery service to the server on `port` around `body`,
+    /// shuts it down gracefully, runs `after`, and cleans up.
     private func withQueue(
         port: Int,
         routes: [Route],
