@@ -154,11 +154,11 @@ struct LoopLocalHTTPClientTests {
     func fullPool() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
-            if request.uri.hasPrefix("/hold") { response.delay = .milliseconds(150) }
-            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(4) }
+            if request.uri.hasPrefix("/hold") { response.delay = .milliseconds(100) }
+            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(6) }
             return response
         }
-        try await Self.withClient(for: origin, timeout: .seconds(1), maxConnections: 2) { client in
+        try await Self.withClient(for: origin, timeout: .seconds(2), maxConnections: 2) { client in
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             // Five exchanges on two connections: three of them wait for a connection to come free.
             let responses = try await withThrowingTaskGroup(of: HTTPResponseStatus.self) { group in
@@ -182,7 +182,8 @@ struct LoopLocalHTTPClientTests {
                     }
                 }
             }
-            try await Task.sleep(for: .milliseconds(400))
+            // A second of margin between the stuck exchanges' deadlines and the waiting one's, for loaded machines.
+            try await Task.sleep(for: .seconds(1))
             let waited = try await Self.get(client, "/waiting", loop: loop)
             #expect(waited.status == .ok)
             for task in stuck { #expect(await task.value == .timeout) }
