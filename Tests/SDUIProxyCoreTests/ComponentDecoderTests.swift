@@ -101,6 +101,60 @@ struct ComponentDecoderTests {
         #expect(!validatesWhilePlanning(ByteBuffer(string: #"{"_beagleComponent_":"a","x":{"#)))
     }
 
+    @Test("mutated components: the one-pass scan accepts what the tree parser accepts and plans what the tree holds")
+    func scanAgreesWithTheTree() throws {
+        let names = try Fixtures.beagleFixtureNames()
+        // With every route asking for prefetch, the plans have targets and skipped URLs to compare.
+        // Each fixture as a child of a component (most are actions or parts of one), with every route asking for
+        // prefetch, and a screen of actions with URLs of each kind the planner tells apart.
+        let fixtures = try names.map { name in
+            let text = String(decoding: try Fixtures.data(name), as: UTF8.self)
+                .replacingOccurrences(of: #""shouldPrefetch": false"#, with: #""shouldPrefetch": true"#)
+            return #"{"_beagleComponent_":"beagle:container","children":["# + text + "]}"
+        }
+        let routes = [
+            #"{"url":"/screens/a?x=1","shouldPrefetch":true}"#,
+            #"{"url":"http://localhost:8080/screens/b","shouldPrefetch":true,"httpAdditionalData":{"method":"get"}}"#,
+            #"{"url":"https://elsewhere.example/c","shouldPrefetch":true}"#,
+            #"{"url":"/screens/@{id}","shouldPrefetch":true}"#,
+            #"{"url":"/screens/d","shouldPrefetch":true,"httpAdditionalData":{"method":"POST","body":{"a":1}}}"#,
+            #"{"url":"/scr\u0065ens/e","shouldPrefetch":true}"#,
+        ]
+        let actions = routes.enumerated().map { index, route in
+            let name = ["beagle:pushView", "beagle:PUSHSTACK", "beagle:resetStack", "beagle:resetApplication"][
+                index % 4
+            ]
+            return #"{"_beagleAction_":"\#(name)","route":\#(route)}"#
+        }
+        let screen =
+            #"{"_beagleComponent_":"beagle:screenComponent","child":{"onPress":["#
+            + actions.joined(separator: ",") + "]}}"
+        let documents = (fixtures + [screen, screen, screen]).map { Array($0.utf8) }
+        let alphabet = Array(#"{}[]":,\ 0123456789.-+eEtrufalsn_/u"#.utf8) + [0x80, 0xC3, 0x0A]
+        var random = SplitMix64(seed: 0x5CA7)
+        var accepted = 0
+        var planned = 0
+        for round in 0..<4000 {
+            var bytes = documents[round % documents.count]
+            if round >= documents.count { random.mutate(&bytes, from: alphabet) }
+            let body = ByteBuffer(bytes: bytes)
+            let tree = try? decoder.decodeComponent(body)
+            let plan = try? decoder.validateComponent(body, planningWith: planner)
+            #expect((tree != nil) == (plan != nil), "\(String(decoding: bytes, as: UTF8.self))")
+            guard let tree, let plan else { continue }
+            accepted += 1
+            var expected = ReferencePlan()
+            expected.walk(tree, depth: 0, planner: planner)
+            #expect(Set(plan.targets) == expected.targets, "\(String(decoding: bytes, as: UTF8.self))")
+            #expect(Set(plan.skipped) == expected.skipped, "\(String(decoding: bytes, as: UTF8.self))")
+            #expect(plan.targets.count == expected.targets.count && !plan.truncated)
+            if !plan.targets.isEmpty || !plan.skipped.isEmpty { planned += 1 }
+        }
+        // The mutations must leave enough documents whole for the comparison to mean something.
+        #expect(accepted > 1000)
+        #expect(planned > 150)
+    }
+
     @Test("content types that count as JSON")
     func jsonContentTypes() {
         #expect(ComponentDecoder.isJSON(contentType: "application/json"))
@@ -109,5 +163,55 @@ struct ComponentDecoderTests {
         #expect(!ComponentDecoder.isJSON(contentType: "text/json"))
         #expect(!ComponentDecoder.isJSON(contentType: "image/png"))
         #expect(!ComponentDecoder.isJSON(contentType: nil))
+        #expect(ComponentDecoder.isJSON(contentType: " Application/JSON ;charset=utf-8"))
+        #expect(ComponentDecoder.isJSON(contentType: "APPLICATION/VND.BEAGLE+JSON"))
+        #expect(!ComponentDecoder.isJSON(contentType: "application/"))
+        #expect(!ComponentDecoder.isJSON(contentType: "application/+jsonx"))
+        #expect(!ComponentDecoder.isJSON(contentType: "application/jsonp"))
+        #expect(!ComponentDecoder.isJSON(contentType: ""))
+        #expect(!ComponentDecoder.isJSON(contentType: "json"))
+    }
+}
+
+/// The prefetch rules written out a second time, over a decoded tree: every object up to
+/// ``PrefetchPlanner/maximumDepth`` whose `_beagleAction_` is a navigation action, whose `route` asks for
+/// prefetching and has a string `url`, yields that URL resolved (or skipped when its route is not a plain GET).
+private struct ReferencePlan {
+    var targets: Set<String> = []
+    var skipped: Set<PrefetchPlanner.Skipped> = []
+
+    mutating func walk(_ value: JSONValue, depth: Int, planner: PrefetchPlanner) {
+        switch value {
+        case .object(let members):
+            if depth <= PrefetchPlanner.maximumDepth, let url = Self.prefetchableURL(members) {
+                let outcome = Self.isPlainGET(members["route"]) ? planner.resolve(url) : .failure(.notPlainGET)
+                switch outcome {
+                case .success(let target): targets.insert(target)
+                case .failure(let reason): skipped.insert(.init(url: url, reason: reason))
+                }
+            }
+            for member in members.values { walk(member, depth: depth + 1, planner: planner) }
+        case .array(let elements):
+            for element in elements { walk(element, depth: depth + 1, planner: planner) }
+        default:
+            break
+        }
+    }
+
+    private static func prefetchableURL(_ members: [String: JSONValue]) -> String? {
+        guard let action = members["_beagleAction_"]?.stringValue,
+            PrefetchPlanner.navigationActions.contains(action.lowercased()),
+            members["route"]?["shouldPrefetch"] == .bool(true)
+        else { return nil }
+        return members["route"]?["url"]?.stringValue
+    }
+
+    private static func isPlainGET(_ route: JSONValue?) -> Bool {
+        guard let additional = route?["httpAdditionalData"] else { return true }
+        if let method = additional["method"], method != .null, method.stringValue?.uppercased() != "GET" {
+            return false
+        }
+        if let body = additional["body"], body != .null { return false }
+        return true
     }
 }

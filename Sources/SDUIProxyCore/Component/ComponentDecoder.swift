@@ -18,10 +18,33 @@ public struct ComponentDecoder: Sendable {
 
     /// Whether a response with this `Content-Type` is JSON (`application/json` or any `+json` type).
     public static func isJSON(contentType: String?) -> Bool {
-        guard let contentType else { return false }
-        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingWhitespace() } ?? ""
-        let lowered = mediaType.lowercased()
-        return lowered == "application/json" || (lowered.hasPrefix("application/") && lowered.hasSuffix("+json"))
+        guard var contentType else { return false }
+        // Read in place: this runs for every backend answer.
+        return contentType.withUTF8 { bytes in
+            let parameters = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
+            var mediaType = bytes[..<parameters]
+            while let last = mediaType.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") {
+                mediaType = mediaType.dropLast()
+            }
+            while let first = mediaType.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") {
+                mediaType = mediaType.dropFirst()
+            }
+            let type = "application/"
+            let suffix = "+json"
+            guard mediaType.count > type.utf8.count, lowercasedEquals(mediaType.prefix(type.utf8.count), type) else {
+                return false
+            }
+            let subtype = mediaType.dropFirst(type.utf8.count)
+            return lowercasedEquals(subtype, "json")
+                || (subtype.count >= suffix.utf8.count && lowercasedEquals(subtype.suffix(suffix.utf8.count), suffix))
+        }
+    }
+
+    private static func lowercasedEquals(_ bytes: Slice<UnsafeBufferPointer<UInt8>>, _ lowercased: String) -> Bool {
+        bytes.count == lowercased.utf8.count
+            && zip(bytes, lowercased.utf8).allSatisfy { byte, lower in
+                (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
+            }
     }
 
     /// Parses `body` as JSON, whatever its shape.

@@ -15,7 +15,7 @@ struct JSONParser {
     private var index = 0
     private let buildsTree: Bool
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
-    private var reduction = Reduction(keys: KeySet([]), markerKey: "", maximumDepth: 0, maximumCount: 0)
+    private var reduction = Reduction(keys: KeySet([]), markerIndex: nil, maximumDepth: 0, maximumCount: 0)
 
     private init(bytes: UnsafeRawBufferPointer, buildsTree: Bool) {
         self.bytes = bytes
@@ -92,19 +92,42 @@ struct JSONParser {
 
     /// The member names a scan keeps, with their UTF-8 bytes for comparing against a document's keys in place.
     struct KeySet: Sendable {
-        fileprivate var keys: [(name: String, utf8: [UInt8])]
+        fileprivate let names: [String]
+        fileprivate let utf8: [[UInt8]]
+        /// Bit `n` is set when a name is `n` bytes long (bit 63 for 63 bytes and more), so that most of a
+        /// document's keys are turned away by one test.
+        fileprivate let lengths: UInt64
 
         init(_ names: [String]) {
-            keys = names.map { ($0, Array($0.utf8)) }
+            self.names = names
+            self.utf8 = names.map { Array($0.utf8) }
+            self.lengths = utf8.reduce(0) { $0 | Self.lengthBit($1.count) }
         }
+
+        @inline(__always)
+        fileprivate static func lengthBit(_ count: Int) -> UInt64 {
+            1 << UInt64(min(count, 63))
+        }
+    }
+
+    /// A kept member's value while its object is scanned: strings stay where they are in the document until
+    /// the object turns out to be reported.
+    private enum KeptValue {
+        case string(StringSpan)
+        case other(JSONValue)
     }
 
     private struct Reduction {
         var keys: KeySet
-        var markerKey: String
+        /// The index in `keys` of the key that marks an object to report, or nil when no kept key does.
+        var markerIndex: Int?
         var maximumDepth: Int
         var maximumCount: Int
         var rootMember: [UInt8] = []
+        /// The kept members of the objects being scanned, the innermost object's last: an object appends its
+        /// members as it reads them and drops them when it ends, so an object that is not reported or kept costs
+        /// no allocation of its own.
+        var members: [(key: Int, value: KeptValue)] = []
         var objects: [ScannedObject] = []
         var truncated = false
         var rootHasMember = false
@@ -131,13 +154,13 @@ struct JSONParser {
         var parser = JSONParser(bytes: bytes, buildsTree: false)
         parser.reduction = Reduction(
             keys: keys,
-            markerKey: markerKey,
+            markerIndex: keys.names.firstIndex(of: markerKey),
             maximumDepth: maximumDepth,
             maximumCount: maximumCount
         )
         parser.reduction.rootMember = Array(rootMember.utf8)
         parser.skipWhitespace()
-        _ = try parser.reduceValue(depth: 0, keep: false)
+        try parser.skipValue(depth: 0)
         parser.skipWhitespace()
         guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
         let reduction = parser.reduction
@@ -149,15 +172,17 @@ struct JSONParser {
         )
     }
 
-    /// The kept key a document's key spells, if any.
-    private func keptKey(_ key: StringSpan) -> String? {
-        if key.hasEscapes {
-            let text = text(of: key)
-            return reduction.keys.keys.first { $0.name == text }?.name
-        }
-        let start = key.range.lowerBound
-        for candidate in reduction.keys.keys where candidate.utf8.count == key.range.count {
-            if candidate.utf8.indices.allSatisfy({ bytes[start + $0] == candidate.utf8[$0] }) { return candidate.name }
+    /// The index of the kept key a document's key spells, if any.
+    ///
+    /// `mutating` though it changes nothing: a non-mutating call from the mutating scan copies the parser first,
+    /// retaining and releasing each of its arrays, once for every key of the document.
+    private mutating func keptKey(_ key: StringSpan) -> Int? {
+        if key.hasEscapes { return reduction.keys.names.firstIndex(of: text(of: key)) }
+        let count = key.range.count
+        guard reduction.keys.lengths & KeySet.lengthBit(count) != 0 else { return nil }
+        let spelled = UnsafeRawBufferPointer(rebasing: bytes[key.range])
+        for index in reduction.keys.utf8.indices where reduction.keys.utf8[index].count == count {
+            if spelled.elementsEqual(reduction.keys.utf8[index]) { return index }
         }
         return nil
     }
@@ -167,43 +192,53 @@ struct JSONParser {
         let expected = reduction.rootMember
         guard !expected.isEmpty else { return false }
         if key.hasEscapes { return Array(text(of: key).utf8) == expected }
-        let start = key.range.lowerBound
-        return key.range.count == expected.count && expected.indices.allSatisfy { bytes[start + $0] == expected[$0] }
+        return UnsafeRawBufferPointer(rebasing: bytes[key.range]).elementsEqual(expected)
     }
 
-    /// A value, reduced when `keep` is true and skipped (validated only) otherwise.
-    private mutating func reduceValue(depth: Int, keep: Bool) throws(Failure) -> JSONValue? {
+    /// Steps over a value nobody keeps, validating it; the objects in it are still scanned for what they report.
+    private mutating func skipValue(depth: Int) throws(Failure) {
         guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
         guard let byte = peek() else { throw failure("a value is missing") }
         switch byte {
-        case UInt8(ascii: "{"):
-            return try reduceObject(depth: depth, keep: keep)
+        case UInt8(ascii: "{"): _ = try reduceObject(depth: depth, keep: false)
+        case UInt8(ascii: "["): try skipArray(depth: depth)
+        case UInt8(ascii: "\""): _ = try scanString()
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): _ = try scanNumber()
+        default: _ = try parseValue(depth: depth)
+        }
+    }
+
+    /// A kept member's value: scalars as they are, objects reduced to what they keep, arrays as empty arrays
+    /// (their elements are scanned, not kept).
+    private mutating func keptValue(depth: Int) throws(Failure) -> KeptValue {
+        guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
+        guard let byte = peek() else { throw failure("a value is missing") }
+        switch byte {
+        case UInt8(ascii: "{"): return .other(try reduceObject(depth: depth, keep: true) ?? .object([:]))
         case UInt8(ascii: "["):
-            if depth > reduction.maximumDepth { reduction.truncated = true }
+            try skipArray(depth: depth)
+            return .other(.array([]))
+        case UInt8(ascii: "\""): return .string(try scanString())
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .other(value(of: try scanNumber()))
+        default: return .other(try parseValue(depth: depth) ?? .null)
+        }
+    }
+
+    private mutating func skipArray(depth: Int) throws(Failure) {
+        if depth > reduction.maximumDepth { reduction.truncated = true }
+        index += 1
+        skipWhitespace()
+        if peek() == UInt8(ascii: "]") {
             index += 1
+            return
+        }
+        while true {
             skipWhitespace()
-            if peek() == UInt8(ascii: "]") {
-                index += 1
-            } else {
-                while true {
-                    skipWhitespace()
-                    _ = try reduceValue(depth: depth + 1, keep: false)
-                    skipWhitespace()
-                    guard let next = next() else { throw failure("the document ends inside an array") }
-                    if next == UInt8(ascii: "]") { break }
-                    guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in an array") }
-                }
-            }
-            return keep ? .array([]) : nil
-        case UInt8(ascii: "\""):
-            let string = try scanString()
-            return keep ? .string(text(of: string)) : nil
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            let number = try scanNumber()
-            return keep ? value(of: number) : nil
-        default:
-            let literal = try parseValue(depth: depth)
-            return keep ? literal : nil
+            try skipValue(depth: depth + 1)
+            skipWhitespace()
+            guard let next = next() else { throw failure("the document ends inside an array") }
+            if next == UInt8(ascii: "]") { return }
+            guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in an array") }
         }
     }
 
@@ -213,8 +248,8 @@ struct JSONParser {
         if !inReach { reduction.truncated = true }
         // A kept object is reduced at any depth, so an object in reach sees all it keeps.
         let reduces = inReach || keep
+        let firstMember = reduction.members.count
         index += 1
-        var members: [String: JSONValue] = [:]
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
             index += 1
@@ -227,10 +262,10 @@ struct JSONParser {
                 skipWhitespace()
                 if depth == 0, isRootMember(key), peek() == UInt8(ascii: "\"") {
                     if try !scanString().range.isEmpty { reduction.rootHasMember = true }
+                } else if reduces, let kept = keptKey(key) {
+                    reduction.members.append((kept, try keptValue(depth: depth + 1)))
                 } else {
-                    let kept = reduces ? keptKey(key) : nil
-                    let value = try reduceValue(depth: depth + 1, keep: kept != nil)
-                    if let kept, let value { members[kept] = value }
+                    try skipValue(depth: depth + 1)
                 }
                 skipWhitespace()
                 guard let next = next() else { throw failure("the document ends inside an object") }
@@ -238,7 +273,16 @@ struct JSONParser {
                 guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
             }
         }
-        if inReach, case .string? = members[reduction.markerKey] {
+        guard reduction.members.count > firstMember else { return keep ? .object([:]) : nil }
+        let reported = inReach && hasStringMarker(from: firstMember)
+        var members: [String: JSONValue] = [:]
+        if reported || keep {
+            for (key, value) in reduction.members[firstMember...] {
+                members[reduction.keys.names[key]] = materialize(value)
+            }
+        }
+        reduction.members.removeSubrange(firstMember...)
+        if reported {
             if reduction.objects.count < reduction.maximumCount {
                 reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
             } else {
@@ -246,6 +290,23 @@ struct JSONParser {
             }
         }
         return keep ? .object(members) : nil
+    }
+
+    /// Whether the marker is among the kept members from `firstMember` on, as a string (the last one counts,
+    /// as in a decoded object). `mutating` for the reason ``keptKey(_:)`` is.
+    private mutating func hasStringMarker(from firstMember: Int) -> Bool {
+        guard let marker = reduction.markerIndex,
+            let last = reduction.members[firstMember...].lastIndex(where: { $0.key == marker })
+        else { return false }
+        if case .string = reduction.members[last].value { return true }
+        return false
+    }
+
+    private func materialize(_ value: KeptValue) -> JSONValue {
+        switch value {
+        case .string(let span): .string(text(of: span))
+        case .other(let value): value
+        }
     }
 
     private mutating func parseDocument() throws(Failure) -> JSONValue? {
@@ -345,6 +406,10 @@ struct JSONParser {
         var hasEscapes = false
         var hasNonASCII = false
         while true {
+            // Most of a string is printable ASCII: step over it before looking at what ends or escapes it.
+            var position = index
+            while position < bytes.count, Self.isPlainStringByte(bytes[position]) { position += 1 }
+            index = position
             guard let byte = next() else { throw failure("the document ends inside a string") }
             switch byte {
             case UInt8(ascii: "\""):
@@ -511,6 +576,11 @@ struct JSONParser {
 
     private func failure(_ reason: String) -> Failure {
         Failure(reason: reason, offset: index)
+    }
+
+    @inline(__always)
+    private static func isPlainStringByte(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
     @inline(__always)
