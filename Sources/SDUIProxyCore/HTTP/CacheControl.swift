@@ -30,81 +30,103 @@ public struct CacheControl: Equatable, Sendable {
     public init() {}
 
     public init(headers: HTTPHeaders) {
-        for line in headers[canonicalForm: "cache-control"] {
-            parse(line)
+        // The field values as they are: NIO's `canonicalForm` splits at every comma, quoted or not.
+        for (name, value) in headers where HTTPSyntax.equalsIgnoringCase(name, "cache-control") {
+            var line = value
+            line.withUTF8 { parse($0) }
         }
     }
 
     /// The largest delta-seconds value RFC 9111 section 1.2.2 asks caches to work with.
     public static let maximumDeltaSeconds: Int64 = 2_147_483_648
 
-    private mutating func parse<S: StringProtocol>(_ line: S) {
-        for rawDirective in Self.splitDirectives(line) {
-            let directive = rawDirective.trimmingWhitespace()
-            guard !directive.isEmpty else { continue }
-            let name: String
-            let argument: String?
-            if let equals = directive.firstIndex(of: "=") {
-                name = directive[..<equals].trimmingWhitespace().lowercased()
-                var value = directive[directive.index(after: equals)...].trimmingWhitespace()
-                if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") {
-                    value = String(value.dropFirst().dropLast())
+    /// Reads one field line's directives, splitting at commas outside quoted strings, in place.
+    private mutating func parse(_ line: UnsafeBufferPointer<UInt8>) {
+        var start = 0
+        var inQuotes = false
+        for index in line.indices {
+            switch line[index] {
+            case UInt8(ascii: "\""): inQuotes.toggle()
+            case UInt8(ascii: ","):
+                if !inQuotes {
+                    apply(Self.trimmed(line[start..<index]))
+                    start = index + 1
                 }
-                argument = value
-            } else {
-                name = directive.lowercased()
-                argument = nil
-            }
-            switch name {
-            case "no-store": noStore = true
-            case "no-cache": noCache = true
-            case "private": isPrivate = true
-            case "public": isPublic = true
-            case "must-revalidate": mustRevalidate = true
-            case "proxy-revalidate": proxyRevalidate = true
-            case "no-transform": noTransform = true
-            case "only-if-cached": onlyIfCached = true
-            case "max-age": if maxAge == nil { maxAge = Self.deltaSeconds(argument) }
-            case "s-maxage": if sharedMaxAge == nil { sharedMaxAge = Self.deltaSeconds(argument) }
-            case "stale-while-revalidate":
-                if staleWhileRevalidate == nil { staleWhileRevalidate = Self.deltaSeconds(argument) }
-            case "stale-if-error": if staleIfError == nil { staleIfError = Self.deltaSeconds(argument) }
-            case "max-stale":
-                if maxStale == nil {
-                    maxStale = argument == nil ? Self.maximumDeltaSeconds : Self.deltaSeconds(argument)
-                }
-            case "min-fresh": if minFresh == nil { minFresh = Self.deltaSeconds(argument) }
             default: break
             }
         }
+        apply(Self.trimmed(line[start...]))
     }
 
-    /// Splits on commas outside quoted strings.
-    private static func splitDirectives<S: StringProtocol>(_ line: S) -> [Substring] {
-        var parts: [Substring] = []
-        let text = Substring(line)
-        var start = text.startIndex
-        var inQuotes = false
-        var index = text.startIndex
-        while index < text.endIndex {
-            let character = text[index]
-            if character == "\"" {
-                inQuotes.toggle()
-            } else if character == ",", !inQuotes {
-                parts.append(text[start..<index])
-                start = text.index(after: index)
+    private mutating func apply(_ directive: Slice<UnsafeBufferPointer<UInt8>>) {
+        guard !directive.isEmpty else { return }
+        let name: Slice<UnsafeBufferPointer<UInt8>>
+        var argument: Slice<UnsafeBufferPointer<UInt8>>?
+        if let equals = directive.firstIndex(of: UInt8(ascii: "=")) {
+            name = Self.trimmed(directive[..<equals])
+            var value = Self.trimmed(directive[(equals + 1)...])
+            if value.count >= 2, value.first == UInt8(ascii: "\""), value.last == UInt8(ascii: "\"") {
+                value = value.dropFirst().dropLast()
             }
-            index = text.index(after: index)
+            argument = value
+        } else {
+            name = directive
+            argument = nil
         }
-        parts.append(text[start...])
-        return parts
+        if Self.is(name, "no-store") {
+            noStore = true
+        } else if Self.is(name, "no-cache") {
+            noCache = true
+        } else if Self.is(name, "private") {
+            isPrivate = true
+        } else if Self.is(name, "public") {
+            isPublic = true
+        } else if Self.is(name, "must-revalidate") {
+            mustRevalidate = true
+        } else if Self.is(name, "proxy-revalidate") {
+            proxyRevalidate = true
+        } else if Self.is(name, "no-transform") {
+            noTransform = true
+        } else if Self.is(name, "only-if-cached") {
+            onlyIfCached = true
+        } else if Self.is(name, "max-age") {
+            if maxAge == nil { maxAge = Self.deltaSeconds(argument) }
+        } else if Self.is(name, "s-maxage") {
+            if sharedMaxAge == nil { sharedMaxAge = Self.deltaSeconds(argument) }
+        } else if Self.is(name, "stale-while-revalidate") {
+            if staleWhileRevalidate == nil { staleWhileRevalidate = Self.deltaSeconds(argument) }
+        } else if Self.is(name, "stale-if-error") {
+            if staleIfError == nil { staleIfError = Self.deltaSeconds(argument) }
+        } else if Self.is(name, "max-stale") {
+            if maxStale == nil { maxStale = argument == nil ? Self.maximumDeltaSeconds : Self.deltaSeconds(argument) }
+        } else if Self.is(name, "min-fresh") {
+            if minFresh == nil { minFresh = Self.deltaSeconds(argument) }
+        }
     }
 
-    private static func deltaSeconds(_ argument: String?) -> Int64 {
-        guard let argument, !argument.isEmpty, argument.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+    /// Whether a directive's name is `lowercased`, ignoring ASCII case.
+    private static func `is`(_ name: Slice<UnsafeBufferPointer<UInt8>>, _ lowercased: StaticString) -> Bool {
+        guard name.count == lowercased.utf8CodeUnitCount else { return false }
+        let expected = UnsafeBufferPointer(start: lowercased.utf8Start, count: lowercased.utf8CodeUnitCount)
+        return zip(name, expected).allSatisfy { byte, lower in
+            (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
+        }
+    }
+
+    private static func trimmed(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> Slice<UnsafeBufferPointer<UInt8>> {
+        let isWhitespace = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        guard let first = bytes.firstIndex(where: { !isWhitespace($0) }),
+            let last = bytes.lastIndex(where: { !isWhitespace($0) })
+        else { return bytes[bytes.endIndex...] }
+        return bytes[first...last]
+    }
+
+    private static func deltaSeconds(_ argument: Slice<UnsafeBufferPointer<UInt8>>?) -> Int64 {
+        guard let argument, !argument.isEmpty, argument.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
             return 0
         }
-        guard argument.count <= 10, let value = Int64(argument) else { return maximumDeltaSeconds }
+        guard argument.count <= 10 else { return maximumDeltaSeconds }
+        let value = argument.reduce(Int64(0)) { $0 * 10 + Int64($1 - 0x30) }
         return min(value, maximumDeltaSeconds)
     }
 }
