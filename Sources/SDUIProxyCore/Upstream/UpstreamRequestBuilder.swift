@@ -96,7 +96,17 @@ public struct UpstreamRequestBuilder: Sendable {
     /// The field names a message's `Connection` header lists (RFC 9110 section 7.6.1); usually none beyond
     /// `keep-alive` or `close`, which are hop-by-hop anyway.
     private static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
-        guard headers.contains(name: "connection") else { return [] }
-        return headers[canonicalForm: "connection"].map(String.init).filter { !HTTPSyntax.isHopByHop($0) }
+        var tokens: [String] = []
+        for (name, value) in headers where HTTPSyntax.equalsIgnoringCase(name, "connection") {
+            // The usual values name no header: no splitting for them (this runs for every backend answer).
+            if HTTPSyntax.equalsIgnoringCase(value, "keep-alive") || HTTPSyntax.equalsIgnoringCase(value, "close") {
+                continue
+            }
+            for token in value.split(separator: ",") {
+                let trimmed = token.trimmingWhitespace()
+                if !trimmed.isEmpty, !HTTPSyntax.isHopByHop(trimmed) { tokens.append(trimmed) }
+            }
+        }
+        return tokens
     }
 }
