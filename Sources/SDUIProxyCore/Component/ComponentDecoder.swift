@@ -29,22 +29,15 @@ public struct ComponentDecoder: Sendable {
             while let first = mediaType.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") {
                 mediaType = mediaType.dropFirst()
             }
-            let type = "application/"
-            let suffix = "+json"
-            guard mediaType.count > type.utf8.count, lowercasedEquals(mediaType.prefix(type.utf8.count), type) else {
-                return false
-            }
-            let subtype = mediaType.dropFirst(type.utf8.count)
-            return lowercasedEquals(subtype, "json")
-                || (subtype.count >= suffix.utf8.count && lowercasedEquals(subtype.suffix(suffix.utf8.count), suffix))
+            let type: StaticString = "application/"
+            let suffix: StaticString = "+json"
+            guard mediaType.count > type.utf8CodeUnitCount,
+                HTTPSyntax.equalsIgnoringCase(bytes: mediaType.prefix(type.utf8CodeUnitCount), type)
+            else { return false }
+            let subtype = mediaType.dropFirst(type.utf8CodeUnitCount)
+            return HTTPSyntax.equalsIgnoringCase(bytes: subtype, "json")
+                || HTTPSyntax.equalsIgnoringCase(bytes: subtype.suffix(suffix.utf8CodeUnitCount), suffix)
         }
-    }
-
-    private static func lowercasedEquals(_ bytes: Slice<UnsafeBufferPointer<UInt8>>, _ lowercased: String) -> Bool {
-        bytes.count == lowercased.utf8.count
-            && zip(bytes, lowercased.utf8).allSatisfy { byte, lower in
-                (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
-            }
     }
 
     /// Parses `body` as JSON, whatever its shape.

@@ -106,11 +106,7 @@ public struct CacheControl: Equatable, Sendable {
 
     /// Whether a directive's name is `lowercased`, ignoring ASCII case.
     private static func `is`(_ name: Slice<UnsafeBufferPointer<UInt8>>, _ lowercased: StaticString) -> Bool {
-        guard name.count == lowercased.utf8CodeUnitCount else { return false }
-        let expected = UnsafeBufferPointer(start: lowercased.utf8Start, count: lowercased.utf8CodeUnitCount)
-        return zip(name, expected).allSatisfy { byte, lower in
-            (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
-        }
+        HTTPSyntax.equalsIgnoringCase(bytes: name, lowercased)
     }
 
     private static func trimmed(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> Slice<UnsafeBufferPointer<UInt8>> {

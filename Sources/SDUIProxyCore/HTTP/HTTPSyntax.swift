@@ -28,9 +28,15 @@ public enum HTTPSyntax {
     /// Whether `name` equals `lowercased` ignoring ASCII case, without allocating.
     @inline(__always)
     public static func equalsIgnoringCase(_ name: String, _ lowercased: StaticString) -> Bool {
+        equalsIgnoringCase(bytes: name.utf8, lowercased)
+    }
+
+    /// Whether `bytes` spell `lowercased` ignoring ASCII case, for text read in place.
+    @inlinable
+    public static func equalsIgnoringCase<Bytes: Collection<UInt8>>(bytes: Bytes, _ lowercased: StaticString) -> Bool {
         let expected = UnsafeBufferPointer(start: lowercased.utf8Start, count: lowercased.utf8CodeUnitCount)
-        guard name.utf8.count == expected.count else { return false }
-        return zip(name.utf8, expected).allSatisfy { byte, lower in
+        guard bytes.count == expected.count else { return false }
+        return zip(bytes, expected).allSatisfy { byte, lower in
             (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
         }
     }
