@@ -22,13 +22,7 @@ public struct ComponentDecoder: Sendable {
         // Read in place: this runs for every backend answer.
         return contentType.withUTF8 { bytes in
             let parameters = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
-            var mediaType = bytes[..<parameters]
-            while let last = mediaType.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") {
-                mediaType = mediaType.dropLast()
-            }
-            while let first = mediaType.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") {
-                mediaType = mediaType.dropFirst()
-            }
+            let mediaType = HTTPSyntax.trimmingOptionalWhitespace(bytes[..<parameters])
             let type: StaticString = "application/"
             let suffix: StaticString = "+json"
             guard mediaType.count > type.utf8CodeUnitCount,

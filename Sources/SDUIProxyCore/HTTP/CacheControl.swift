@@ -49,13 +49,13 @@ public struct CacheControl: Equatable, Sendable {
             case UInt8(ascii: "\""): inQuotes.toggle()
             case UInt8(ascii: ","):
                 if !inQuotes {
-                    apply(Self.trimmed(line[start..<index]))
+                    apply(HTTPSyntax.trimmingOptionalWhitespace(line[start..<index]))
                     start = index + 1
                 }
             default: break
             }
         }
-        apply(Self.trimmed(line[start...]))
+        apply(HTTPSyntax.trimmingOptionalWhitespace(line[start...]))
     }
 
     private mutating func apply(_ directive: Slice<UnsafeBufferPointer<UInt8>>) {
@@ -63,8 +63,8 @@ public struct CacheControl: Equatable, Sendable {
         let name: Slice<UnsafeBufferPointer<UInt8>>
         var argument: Slice<UnsafeBufferPointer<UInt8>>?
         if let equals = directive.firstIndex(of: UInt8(ascii: "=")) {
-            name = Self.trimmed(directive[..<equals])
-            var value = Self.trimmed(directive[(equals + 1)...])
+            name = HTTPSyntax.trimmingOptionalWhitespace(directive[..<equals])
+            var value = HTTPSyntax.trimmingOptionalWhitespace(directive[(equals + 1)...])
             if value.count >= 2, value.first == UInt8(ascii: "\""), value.last == UInt8(ascii: "\"") {
                 value = value.dropFirst().dropLast()
             }
@@ -107,14 +107,6 @@ public struct CacheControl: Equatable, Sendable {
     /// Whether a directive's name is `lowercased`, ignoring ASCII case.
     private static func `is`(_ name: Slice<UnsafeBufferPointer<UInt8>>, _ lowercased: StaticString) -> Bool {
         HTTPSyntax.equalsIgnoringCase(bytes: name, lowercased)
-    }
-
-    private static func trimmed(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> Slice<UnsafeBufferPointer<UInt8>> {
-        let isWhitespace = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-        guard let first = bytes.firstIndex(where: { !isWhitespace($0) }),
-            let last = bytes.lastIndex(where: { !isWhitespace($0) })
-        else { return bytes[bytes.endIndex...] }
-        return bytes[first...last]
     }
 
     private static func deltaSeconds(_ argument: Slice<UnsafeBufferPointer<UInt8>>?) -> Int64 {

@@ -41,6 +41,18 @@ public enum HTTPSyntax {
         }
     }
 
+    /// `bytes` without the optional whitespace (spaces and tabs, RFC 9110 section 5.6.3) at either end.
+    @inlinable
+    public static func trimmingOptionalWhitespace<Bytes: BidirectionalCollection<UInt8>>(
+        _ bytes: Bytes
+    ) -> Bytes.SubSequence {
+        let isContent = { (byte: UInt8) in byte != UInt8(ascii: " ") && byte != UInt8(ascii: "\t") }
+        guard let first = bytes.firstIndex(where: isContent), let last = bytes.lastIndex(where: isContent) else {
+            return bytes[bytes.endIndex...]
+        }
+        return bytes[first...last]
+    }
+
     /// Whether two names are equal ignoring ASCII case, without allocating.
     public static func equalsIgnoringCase(_ name: String, _ other: String) -> Bool {
         guard name.utf8.count == other.utf8.count else { return false }
