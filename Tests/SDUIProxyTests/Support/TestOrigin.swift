@@ -3,6 +3,14 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A real HTTP origin on 127.0.0.1 for end-to-end tests: it records every request and answers with what the
 /// test's responder returns.
 final class TestOrigin: Sendable {
@@ -47,6 +55,7 @@ final class TestOrigin: Sendable {
     private let responder: NIOLockedValueBox<Responder>
     private let group: any EventLoopGroup
     private let boundPort = NIOLockedValueBox(0)
+    private let reserved = NIOLockedValueBox<PortReservation?>(nil)
 
     var port: Int { boundPort.withLockedValue { $0 } }
 
@@ -76,14 +85,19 @@ final class TestOrigin: Sendable {
         self.responder.withLockedValue { $0 = responder }
     }
 
-    /// Stops listening (existing connections are closed too).
-    /// Stops listening and closes the open connections: to the proxy, the origin is down.
+    /// Stops listening and closes the open connections: to the proxy, the origin is down. The port stays
+    /// reserved until ``restart()`` or the end of the origin, so connections to it are refused and no other
+    /// server can take it meanwhile.
     func stop() async throws {
         let channel = self.channel.withLockedValue { current -> (any Channel)? in
             defer { current = nil }
             return current
         }
-        try await channel?.close()
+        if let channel {
+            let reservation = try PortReservation(port: port)
+            reserved.withLockedValue { $0 = reservation }
+            try await channel.close()
+        }
         let open = connections.withLockedValue { connections in
             defer { connections.removeAll() }
             return Array(connections.values)
@@ -107,6 +121,7 @@ final class TestOrigin: Sendable {
     func restart() async throws {
         let bound = try await Self.bind(group: group, port: port, origin: self)
         channel.withLockedValue { $0 = bound }
+        reserved.withLockedValue { $0 = nil }
     }
 
     fileprivate func handle(_ request: Request) -> Response {
@@ -134,6 +149,9 @@ final class TestOrigin: Sendable {
     private static func bind(group: any EventLoopGroup, port: Int, origin: TestOrigin) async throws -> any Channel {
         try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            // With SO_REUSEPORT the port can be reserved before the origin stops and listened on again before
+            // the reservation goes (see PortReservation).
+            .serverChannelOption(.socketOption(NIOBSDSocket.Option(rawValue: SO_REUSEPORT)), value: 1)
             .childChannelInitializer { channel in
                 origin.connections.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
                 origin.accepted.withLockedValue { $0 += 1 }
