@@ -69,20 +69,24 @@ struct LoopLocalHTTPClientTests {
     func failures() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component(extra: #","pad":"\#(String(repeating: "p", count: 4000))""#)
-            if request.uri == "/slow" { response.delay = .seconds(2) }
+            if request.uri == "/slow" { response.delay = .seconds(3) }
             return response
         }
-        let client = try Self.client(for: origin, timeout: .milliseconds(300))
+        // Only the exchange that is meant to time out gets a short timeout: on a loaded machine, the others can
+        // take a second.
+        let client = try Self.client(for: origin, timeout: .seconds(10))
+        let impatient = try Self.client(for: origin, timeout: .seconds(1))
         let loop = MultiThreadedEventLoopGroup.singleton.next()
         await #expect(throws: ProxyError(.upstreamTooLarge, "the backend's response is larger than 100 bytes")) {
             _ = try await Self.get(client, "/big", loop: loop, maxBodyBytes: 100)
         }
         do {
-            _ = try await Self.get(client, "/slow", loop: loop)
+            _ = try await Self.get(impatient, "/slow", loop: loop)
             Issue.record("expected a timeout")
         } catch let error as ProxyError {
             #expect(error.kind == .timeout)
         }
+        try await impatient.shutdown()
         try await origin.stop()
         do {
             _ = try await Self.get(client, "/down", loop: loop)
@@ -123,15 +127,17 @@ struct LoopLocalHTTPClientTests {
     func timeoutOnReusedConnection() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
-            if request.uri == "/slow" { response.delay = .seconds(4) }
-            if request.uri == "/late" { response.delay = .milliseconds(600) }
+            if request.uri == "/slow" { response.delay = .seconds(5) }
+            if request.uri == "/late" { response.delay = .seconds(1) }
             return response
         }
-        try await Self.withClient(for: origin, timeout: .seconds(1)) { client in
+        // Margins of a second either way: with all tests running at once on a loaded machine, an answer the
+        // origin delays by a second can arrive hundreds of milliseconds late.
+        try await Self.withClient(for: origin, timeout: .seconds(2)) { client in
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             _ = try await Self.get(client, "/first", loop: loop)
-            try await Task.sleep(for: .milliseconds(600))
-            // The first exchange's deadline passes while this one runs; it still has its own second.
+            try await Task.sleep(for: .milliseconds(1500))
+            // The first exchange's deadline passes while this one runs; it still has its own two seconds.
             let late = try await Self.get(client, "/late", loop: loop)
             #expect(late.status == .ok)
             #expect(origin.acceptedConnections == 1)
@@ -145,8 +151,8 @@ struct LoopLocalHTTPClientTests {
                 #expect(error.kind == .timeout)
             }
             let waited = clock.now - started
-            #expect(waited >= .milliseconds(990))
-            #expect(waited < .seconds(3))
+            #expect(waited >= .milliseconds(1990))
+            #expect(waited < .seconds(4))
         }
     }
 
@@ -155,10 +161,10 @@ struct LoopLocalHTTPClientTests {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
             if request.uri.hasPrefix("/hold") { response.delay = .milliseconds(100) }
-            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(6) }
+            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(8) }
             return response
         }
-        try await Self.withClient(for: origin, timeout: .seconds(2), maxConnections: 2) { client in
+        try await Self.withClient(for: origin, timeout: .seconds(3), maxConnections: 2) { client in
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             // Five exchanges on two connections: three of them wait for a connection to come free.
             let responses = try await withThrowingTaskGroup(of: HTTPResponseStatus.self) { group in
@@ -182,8 +188,8 @@ struct LoopLocalHTTPClientTests {
                     }
                 }
             }
-            // A second of margin between the stuck exchanges' deadlines and the waiting one's, for loaded machines.
-            try await Task.sleep(for: .seconds(1))
+            // A second and a half between the stuck exchanges' deadlines and the waiting one's, for loaded machines.
+            try await Task.sleep(for: .milliseconds(1500))
             let waited = try await Self.get(client, "/waiting", loop: loop)
             #expect(waited.status == .ok)
             for task in stuck { #expect(await task.value == .timeout) }

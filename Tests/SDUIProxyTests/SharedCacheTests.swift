@@ -416,8 +416,8 @@ struct SharedCacheTests {
     }
 }
 
-/// Polls `condition` until it holds, for at most `timeout`.
-func waitUntil(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async throws {
+/// Polls `condition` until it holds, for at most `timeout` (generous: a condition that holds ends the wait at once).
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while try await !condition() {
         guard ContinuousClock.now < deadline else {
