@@ -277,6 +277,8 @@ struct JSONParser {
         let reported = inReach && hasStringMarker(from: firstMember)
         var members: [String: JSONValue] = [:]
         if reported || keep {
+            // Sized once: growing from empty reallocated the storage for the second and third member.
+            members.reserveCapacity(reduction.members.count - firstMember)
             for (key, value) in reduction.members[firstMember...] {
                 members[reduction.keys.names[key]] = materialize(value)
             }

@@ -33,6 +33,7 @@ public enum BeagleURLBuilder {
 
     /// Percent-encodes every UTF-8 byte outside the characters Beagle leaves as they are.
     static func percentEncode(_ text: String) -> String {
+        guard text.utf8.contains(where: { !isAllowed($0) }) else { return text }
         var result: [UInt8] = []
         result.reserveCapacity(text.utf8.count)
         for byte in text.utf8 {
@@ -49,22 +50,18 @@ public enum BeagleURLBuilder {
 
     /// Whether every character of `text` is one Beagle allows, or part of a well-formed `%XX` escape.
     static func isValidURIReference(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        var index = 0
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "%") {
-                guard index + 2 < bytes.count, isHexDigit(bytes[index + 1]), isHexDigit(bytes[index + 2]) else {
-                    return false
-                }
-                index += 3
-            } else if isAllowed(byte) {
-                index += 1
-            } else {
+        var hexDigitsOwed = 0
+        for byte in text.utf8 {
+            if hexDigitsOwed > 0 {
+                guard isHexDigit(byte) else { return false }
+                hexDigitsOwed -= 1
+            } else if byte == UInt8(ascii: "%") {
+                hexDigitsOwed = 2
+            } else if !isAllowed(byte) {
                 return false
             }
         }
-        return true
+        return hexDigitsOwed == 0
     }
 
     /// ASCII letters and digits plus RFC 3986's unreserved and reserved punctuation: `-._~:/?#[]@!$&'()*+,;=`.

@@ -233,7 +233,8 @@ public struct PrefetchPlanner: Sendable {
     /// The `route.url` of a navigation action with `route.shouldPrefetch == true`, or nil for anything else.
     private static func prefetchableURL(_ members: [String: JSONValue]) -> String? {
         guard let action = members["_beagleAction_"]?.stringValue,
-            navigationActions.contains(action.lowercased()),
+            // Compared in place: real actions are spelled "beagle:pushView", and lower-casing copied each one.
+            navigationActions.contains(where: { HTTPSyntax.equalsIgnoringCase(action, $0) }),
             let route = members["route"],
             route["shouldPrefetch"]?.boolValue == true
         else { return nil }
