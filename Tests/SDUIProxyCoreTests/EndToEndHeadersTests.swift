@@ -26,4 +26,24 @@ struct EndToEndHeadersTests {
         ])
         #expect(kept == ["X-Public"])
     }
+
+    @Test("keep-alive is decided as NIO decides it, for every mix of Connection values and both versions")
+    func keepAliveAgreesWithNIO() {
+        let values = [
+            "close", "keep-alive", "Keep-Alive", "CLOSE", "upgrade", "keep-alive, close", " keep-alive ",
+            "x-a, keep-alive", "keep-alive,keep-alive", "", ",", "keep-alive-ish", "closed",
+        ]
+        var lines: [[String]] = [[]] + values.map { [$0] }
+        for first in values { for second in values { lines.append([first, second]) } }
+        var compared = 0
+        for version in [HTTPVersion.http1_0, .http1_1] {
+            for connection in lines {
+                let headers = HTTPHeaders([("Host", "x")] + connection.map { ("Connection", $0) })
+                let nio = HTTPRequestHead(version: version, method: .GET, uri: "/", headers: headers).isKeepAlive
+                #expect(HTTPSyntax.isKeepAlive(headers, version: version) == nio, "\(version) \(connection)")
+                compared += 1
+            }
+        }
+        #expect(compared == 2 * (1 + 13 + 13 * 13))
+    }
 }

@@ -21,7 +21,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let full = unwrapInboundIn(data)
-        let keepAlive = full.head.isKeepAlive
+        let keepAlive = full.head.keepsConnectionOpen
         let response: EventLoopFuture<AdminResponse>
         if let request = Self.adminRequest(from: full) {
             response =

@@ -302,7 +302,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if error.closeConnection {
                 refuseNow(error.error, context: context)
             } else {
-                state = .rejecting(error.error, keepAlive: head.isKeepAlive, isHead: isHead)
+                state = .rejecting(error.error, keepAlive: head.keepsConnectionOpen, isHead: isHead)
             }
             return
         }
@@ -310,7 +310,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         do {
             platform = try proxy.platform(of: head.headers)
         } catch {
-            state = .rejecting(error, keepAlive: head.isKeepAlive, isHead: isHead)
+            state = .rejecting(error, keepAlive: head.keepsConnectionOpen, isHead: isHead)
             return
         }
 
@@ -382,7 +382,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func answerFromCache(_ request: CacheRequest, context: ChannelHandlerContext) {
         var writer = ResponseWriter(
             context: context,
-            keepAlive: request.head.isKeepAlive,
+            keepAlive: request.head.keepsConnectionOpen,
             isHead: request.head.method == .HEAD,
             flags: flags,
             accounting: accounting
@@ -538,7 +538,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let requestHost = head.headers.first(name: "host")
         let sink = ChannelResponseSink(
             context: context,
-            keepAlive: head.isKeepAlive,
+            keepAlive: head.keepsConnectionOpen,
             isHead: head.method == .HEAD,
             cacheStatus: cacheStatus,
             accounting: accounting,
@@ -613,7 +613,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         )
         let writer = ResponseWriter(
             context: context,
-            keepAlive: write.head.isKeepAlive,
+            keepAlive: write.head.keepsConnectionOpen,
             isHead: false,
             flags: flags,
             accounting: accounting
