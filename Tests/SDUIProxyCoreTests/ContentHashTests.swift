@@ -35,6 +35,20 @@ struct ContentHashTests {
         #expect(ContentHash.entityTag(for: ByteBuffer(string: "hello")) == "\"\(pinnedHello)-5\"")
     }
 
+    @Test("hex digits and entity tags are spelled as String(radix: 16) spells them, zero-padded to 16")
+    func spelling() {
+        var random = SplitMix64(seed: 0xE7A6)
+        let hashes: [UInt64] = [0, 1, 0xF, 0x10, .max, 1 << 63] + (0..<200).map { _ in random.next() }
+        let lengths =
+            [0, 1, 15, 16, 255, 256, 4095, 4096, 1 << 20, Int.max] + (0..<200).map { _ in Int(random.next() >> 40) }
+        for (hash, length) in zip(hashes, lengths) {
+            let digits = String(hash, radix: 16)
+            let padded = String(repeating: "0", count: 16 - digits.count) + digits
+            #expect(ContentHash.hex(hash) == padded)
+            #expect(ContentHash.entityTag(hash: hash, length: length) == "\"\(padded)-\(String(length, radix: 16))\"")
+        }
+    }
+
     /// What the algorithm described on ``ContentHash`` gives for "hello"; a change here changes every entity
     /// tag a deployed proxy has handed out.
     private let pinnedHello = "c31d5902a79947f3"

@@ -46,13 +46,41 @@ public enum ContentHash {
 
     /// `hash` as 16 lower-case hex digits.
     public static func hex(_ hash: UInt64) -> String {
-        let digits = String(hash, radix: 16)
-        return String(repeating: "0", count: 16 - digits.count) + digits
+        String(unsafeUninitializedCapacity: 16) { text in
+            writeHex(hash, digits: 16, into: text, at: 0)
+            return 16
+        }
     }
 
-    /// A strong entity tag for a body: its hash and length, quoted.
+    /// A strong entity tag for a body: its hash and length, quoted. Written into one string: this runs for
+    /// every stored response, and joining the parts made four.
     public static func entityTag(hash: UInt64, length: Int) -> String {
-        "\"" + hex(hash) + "-" + String(length, radix: 16) + "\""
+        let length = UInt64(max(length, 0))
+        let lengthDigits = max(1, (67 - length.leadingZeroBitCount) / 4)
+        let count = 1 + 16 + 1 + lengthDigits + 1
+        return String(unsafeUninitializedCapacity: count) { text in
+            text[0] = UInt8(ascii: "\"")
+            writeHex(hash, digits: 16, into: text, at: 1)
+            text[17] = UInt8(ascii: "-")
+            writeHex(length, digits: lengthDigits, into: text, at: 18)
+            text[count - 1] = UInt8(ascii: "\"")
+            return count
+        }
+    }
+
+    /// Writes the low `digits` hex digits of `value`, lower-case, most significant first.
+    private static func writeHex(
+        _ value: UInt64,
+        digits: Int,
+        into text: UnsafeMutableBufferPointer<UInt8>,
+        at start: Int
+    ) {
+        var value = value
+        for index in stride(from: start + digits - 1, through: start, by: -1) {
+            let nibble = UInt8(truncatingIfNeeded: value & 0xF)
+            text[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+            value >>= 4
+        }
     }
 
     /// A strong entity tag for `body`.

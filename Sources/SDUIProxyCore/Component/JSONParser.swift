@@ -123,7 +123,7 @@ struct JSONParser {
         var markerIndex: Int?
         var maximumDepth: Int
         var maximumCount: Int
-        var rootMember: [UInt8] = []
+        var rootMember = ""
         /// The kept members of the objects being scanned, the innermost object's last: an object appends its
         /// members as it reads them and drops them when it ends, so an object that is not reported or kept costs
         /// no allocation of its own.
@@ -158,7 +158,10 @@ struct JSONParser {
             maximumDepth: maximumDepth,
             maximumCount: maximumCount
         )
-        parser.reduction.rootMember = Array(rootMember.utf8)
+        parser.reduction.rootMember = rootMember
+        // Room for a typical screen's kept members and actions, so the stacks do not grow by doubling.
+        parser.reduction.members.reserveCapacity(32)
+        parser.reduction.objects.reserveCapacity(16)
         parser.skipWhitespace()
         try parser.skipValue(depth: 0)
         parser.skipWhitespace()
@@ -191,8 +194,8 @@ struct JSONParser {
     private func isRootMember(_ key: StringSpan) -> Bool {
         let expected = reduction.rootMember
         guard !expected.isEmpty else { return false }
-        if key.hasEscapes { return Array(text(of: key).utf8) == expected }
-        return UnsafeRawBufferPointer(rebasing: bytes[key.range]).elementsEqual(expected)
+        if key.hasEscapes { return text(of: key).utf8.elementsEqual(expected.utf8) }
+        return UnsafeRawBufferPointer(rebasing: bytes[key.range]).elementsEqual(expected.utf8)
     }
 
     /// Steps over a value nobody keeps, validating it; the objects in it are still scanned for what they report.
