@@ -41,6 +41,13 @@ struct EndToEndHeadersTests {
                 let headers = HTTPHeaders([("Host", "x")] + connection.map { ("Connection", $0) })
                 let nio = HTTPRequestHead(version: version, method: .GET, uri: "/", headers: headers).isKeepAlive
                 #expect(HTTPSyntax.isKeepAlive(headers, version: version) == nio, "\(version) \(connection)")
+                // The same decision made from the field lines as a parser reads them.
+                let lines = headers.map { "\($0.name): \($0.value)" }.joined(separator: "\r\n")
+                let parsed = try? Array(lines.utf8).withUnsafeBytes { bytes in
+                    var reader = LineReader(bytes: bytes)
+                    return try HTTPMessageSyntax.parseFields(&reader, failing: .network)
+                }
+                #expect(parsed?.connection.keepsConnectionOpen(version: version) == nio, "\(version) \(connection)")
                 compared += 1
             }
         }

@@ -118,15 +118,11 @@ public final class ProxyContext: Sendable {
 
     /// The platform a request is for: its platform header, upper-cased, or the configured default.
     func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
-        var value: String?
-        for (name, candidate) in headers
-        where name.utf8.count == platformHeader.utf8.count
-            && name.lowercased() == platformHeader
-        {
-            guard value == nil else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
-            value = candidate
-        }
-        guard let value else { return configuration.platform.defaultValue }
+        // `headers[name]` compares each name in place and copies only the matches; iterating the headers
+        // would copy (retain and release) every name and value of every request.
+        let values = headers[platformHeader]
+        guard values.count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
+        guard let value = values.first else { return configuration.platform.defaultValue }
         // Most clients send the canonical upper-case name: then the value is used as it is.
         let platform = allowedPlatforms.contains(value) ? value : value.trimmingWhitespace().uppercased()
         guard PlatformValue.isValid(platform) else {

@@ -30,8 +30,9 @@ public struct CacheControl: Equatable, Sendable {
     public init() {}
 
     public init(headers: HTTPHeaders) {
-        // The field values as they are: NIO's `canonicalForm` splits at every comma, quoted or not.
-        for (name, value) in headers where HTTPSyntax.equalsIgnoringCase(name, "cache-control") {
+        // The field values as they are: NIO's `canonicalForm` splits at every comma, quoted or not. (Looked up
+        // by name, which copies only the matching values; iterating would copy every name and value.)
+        for value in headers["cache-control"] {
             var line = value
             line.withUTF8 { parse($0) }
         }

@@ -60,6 +60,8 @@ enum HTTPMessageSyntax {
         var contentLength: Int?
         /// The transfer codings, in order; empty when there is no `Transfer-Encoding`.
         var codings: [String] = []
+        /// The `Connection` tokens that decide keep-alive, read as the fields are.
+        var connection = ConnectionOptions()
 
         /// Whether the codings end in `chunked` (the only coding the proxy decodes).
         var isChunked: Bool {
@@ -107,6 +109,7 @@ enum HTTPMessageSyntax {
                     section.codings.append(coding)
                 }
             }
+            if HTTPSyntax.equalsIgnoringCase(name, "connection") { section.connection.read(value) }
             section.headers.add(name: name, value: value)
         }
         guard lines.isValid else { throw HTTPParseFailure(kind: kind, reason: "a bare line feed in the head") }
@@ -423,38 +426,45 @@ struct HTTPBodyDecoder: Sendable {
     }
 }
 
-extension HTTPSyntax {
-    /// Whether a message leaves its connection open (RFC 9112 section 9.3), as NIO's `isKeepAlive` decides it:
-    /// `close` in `Connection` closes, so does more than one of `close` and `keep-alive`; one `keep-alive` keeps
-    /// it open; with neither, HTTP/1.1 keeps it open and HTTP/1.0 does not. NIO splits the header into arrays
-    /// to find out, on every message whose headers a parser built; this reads the tokens in place.
-    public static func isKeepAlive(_ headers: HTTPHeaders, version: HTTPVersion) -> Bool {
-        var closes = false
-        var keepAlives = 0
-        for (name, value) in headers where equalsIgnoringCase(name, "connection") {
-            var rest = value.utf8[...]
-            while !rest.isEmpty {
-                let comma = rest.firstIndex(of: UInt8(ascii: ",")) ?? rest.endIndex
-                let token = trimmingOptionalWhitespace(rest[..<comma])
-                if equalsIgnoringCase(bytes: token, "close") {
-                    closes = true
-                } else if equalsIgnoringCase(bytes: token, "keep-alive") {
-                    keepAlives += 1
-                }
-                rest = comma == rest.endIndex ? rest[comma...] : rest[rest.index(after: comma)...]
+/// What a message's `Connection` header says about keeping the connection open (RFC 9112 section 9.3), decided
+/// as NIO's `isKeepAlive` decides it: `close` closes, so does more than one of `close` and `keep-alive`; one
+/// `keep-alive` keeps it open; with neither, HTTP/1.1 keeps it open and HTTP/1.0 does not. NIO splits the header
+/// into arrays to find out, on every message a parser built; this reads the tokens in place.
+struct ConnectionOptions {
+    private var closes = false
+    private var keepAlives = 0
+
+    /// Reads one `Connection` field value.
+    mutating func read(_ value: String) {
+        var rest = value.utf8[...]
+        while !rest.isEmpty {
+            let comma = rest.firstIndex(of: UInt8(ascii: ",")) ?? rest.endIndex
+            let token = HTTPSyntax.trimmingOptionalWhitespace(rest[..<comma])
+            if HTTPSyntax.equalsIgnoringCase(bytes: token, "close") {
+                closes = true
+            } else if HTTPSyntax.equalsIgnoringCase(bytes: token, "keep-alive") {
+                keepAlives += 1
             }
+            rest = comma == rest.endIndex ? rest[comma...] : rest[rest.index(after: comma)...]
         }
+    }
+
+    func keepsConnectionOpen(version: HTTPVersion) -> Bool {
         if closes || keepAlives > 1 { return false }
         return keepAlives == 1 || (version.major == 1 && version.minor >= 1)
     }
 }
 
-extension HTTPRequestHead {
-    /// ``HTTPSyntax/isKeepAlive(_:version:)`` for this request: NIO's `isKeepAlive` without its allocations.
-    public var keepsConnectionOpen: Bool { HTTPSyntax.isKeepAlive(headers, version: version) }
+extension HTTPSyntax {
+    /// Whether a message with `headers` leaves its connection open (see ``ConnectionOptions``).
+    public static func isKeepAlive(_ headers: HTTPHeaders, version: HTTPVersion) -> Bool {
+        var options = ConnectionOptions()
+        for value in headers["connection"] { options.read(value) }
+        return options.keepsConnectionOpen(version: version)
+    }
 }
 
-extension HTTPResponseHead {
-    /// ``HTTPSyntax/isKeepAlive(_:version:)`` for this response: NIO's `isKeepAlive` without its allocations.
+extension HTTPRequestHead {
+    /// ``HTTPSyntax/isKeepAlive(_:version:)`` for this request: NIO's `isKeepAlive` without its allocations.
     public var keepsConnectionOpen: Bool { HTTPSyntax.isKeepAlive(headers, version: version) }
 }

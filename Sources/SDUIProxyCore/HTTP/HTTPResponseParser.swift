@@ -112,7 +112,7 @@ public struct HTTPResponseParser: Sendable {
                 scanned = 0
                 continue
             }
-            var keepAlive = parsed.head.keepsConnectionOpen
+            var keepAlive = parsed.fields.connection.keepsConnectionOpen(version: parsed.head.version)
             var bodyLength: Int?
             let body: HTTPBodyDecoder
             if isHEAD || code == 204 || code == 304 {

@@ -97,7 +97,7 @@ public struct UpstreamRequestBuilder: Sendable {
     /// `keep-alive` or `close`, which are hop-by-hop anyway.
     private static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
         var tokens: [String] = []
-        for (name, value) in headers where HTTPSyntax.equalsIgnoringCase(name, "connection") {
+        for value in headers["connection"] {
             // The usual values name no header: no splitting for them (this runs for every backend answer).
             if HTTPSyntax.equalsIgnoringCase(value, "keep-alive") || HTTPSyntax.equalsIgnoringCase(value, "close") {
                 continue
