@@ -380,13 +380,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: The cache path
 
     private func answerFromCache(_ request: CacheRequest, context: ChannelHandlerContext) {
-        var writer = ResponseWriter(
-            context: context,
-            keepAlive: request.head.keepsConnectionOpen,
-            isHead: request.head.method == .HEAD,
-            flags: flags,
-            accounting: accounting
-        )
         let hasAuthorization = request.head.headers.contains(name: "authorization")
         var staleEntry: CachedResponse?
         if !hasAuthorization {
@@ -394,8 +387,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
             case .fresh(let entry):
                 state = .idle
-                writer.flushesWithReadBurst = true
-                writer.write(entry, presentation(of: entry, .hit, request: request, now: now))
+                responseWriter(for: request, context: context, flushesWithReadBurst: true)
+                    .write(entry, presentation(of: entry, .hit, request: request, now: now))
                 return
             case .stale(let entry) where entry.mayServeWhileRevalidating(at: now):
                 proxy.cache.recordStaleServe(request.key)
@@ -404,7 +397,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     on: context.eventLoop
                 )
                 state = .idle
-                writer.write(entry, presentation(of: entry, .stale, request: request, now: now))
+                responseWriter(for: request, context: context)
+                    .write(entry, presentation(of: entry, .stale, request: request, now: now))
                 return
             case .stale(let entry):
                 staleEntry = entry
@@ -413,6 +407,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
         }
 
+        // Made here, not before the lookup: a writer the callback below captures is moved to the heap where it
+        // is declared, and copied there, on every hit too.
+        let writer = responseWriter(for: request, context: context)
         let fetch = fetchRequest(for: request, staleEntry: staleEntry, context: context)
         let logger = proxy.logger
         proxy.fetcher.fetch(fetch, on: context.eventLoop).hop(to: context.eventLoop).assumeIsolated()
@@ -443,6 +440,21 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     writer.write(proxyError, cacheStatus: .miss)
                 }
             }
+    }
+
+    private func responseWriter(
+        for request: CacheRequest,
+        context: ChannelHandlerContext,
+        flushesWithReadBurst: Bool = false
+    ) -> ResponseWriter {
+        ResponseWriter(
+            context: context,
+            keepAlive: request.head.keepsConnectionOpen,
+            isHead: request.head.method == .HEAD,
+            flags: flags,
+            accounting: accounting,
+            flushesWithReadBurst: flushesWithReadBurst
+        )
     }
 
     private func fetchRequest(
