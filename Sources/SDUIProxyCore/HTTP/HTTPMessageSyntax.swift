@@ -457,7 +457,7 @@ struct ConnectionOptions {
 
 extension HTTPSyntax {
     /// Whether a message with `headers` leaves its connection open (see ``ConnectionOptions``).
-    public static func isKeepAlive(_ headers: HTTPHeaders, version: HTTPVersion) -> Bool {
+    static func isKeepAlive(_ headers: HTTPHeaders, version: HTTPVersion) -> Bool {
         var options = ConnectionOptions()
         for value in headers["connection"] { options.read(value) }
         return options.keepsConnectionOpen(version: version)
@@ -465,6 +465,7 @@ extension HTTPSyntax {
 }
 
 extension HTTPRequestHead {
-    /// ``HTTPSyntax/isKeepAlive(_:version:)`` for this request: NIO's `isKeepAlive` without its allocations.
+    /// ``HTTPSyntax/isKeepAlive(_:version:)`` for this request: NIO's answer without splitting `Connection`
+    /// into arrays (at most one small array, of the `Connection` values, when the header is there).
     public var keepsConnectionOpen: Bool { HTTPSyntax.isKeepAlive(headers, version: version) }
 }
