@@ -347,6 +347,30 @@ struct PrefetchPlannerCollectionTests {
         )
     }
 
+    @Test("names, keys and methods with escapes count as what they spell; of duplicate members the last counts")
+    func escapesAndDuplicateMembers() {
+        let component = #"""
+            [
+              { "_beagleAction_": "beagle:push\u0056iew", "route": { "url": "/escaped-name", "shouldPrefetch": true } },
+              { "_beagle\u0041ction_": "beagle:pushView", "r\u006Fute": { "\u0075rl": "/escaped-keys",
+                "shouldPrefetch": true, "httpAdditionalData": { "method": "G\u0065T" } } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/first", "url": "/last",
+                "shouldPrefetch": false, "shouldPrefetch": true } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/dropped", "shouldPrefetch": true },
+                "route": { "url": "/not-asked" } },
+              { "_beagleAction_": "beagle:pushView", "_beagleAction_": "beagle:popView",
+                "route": { "url": "/not-navigation", "shouldPrefetch": true } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/additional-data-not-an-object",
+                "shouldPrefetch": true, "httpAdditionalData": "POST" } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/get-then-post", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": "GET", "method": "POST" } } }
+            ]
+            """#
+        let plan = planner.plan(forFile: Data(component.utf8))
+        #expect(plan.targets == ["/escaped-name", "/escaped-keys", "/last", "/additional-data-not-an-object"])
+        #expect(plan.skipped == [Skipped(url: "/get-then-post", reason: .notPlainGET)])
+    }
+
     @Test("targets and skipped URLs are deduplicated, also across spellings of one target")
     func deduplication() throws {
         let planner = try makePlanner("http://backend:8081/bff", allowedHosts: ["proxy.example"])

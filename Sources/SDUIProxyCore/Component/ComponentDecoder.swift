@@ -66,16 +66,17 @@ public struct ComponentDecoder: Sendable {
     ) throws(Failure)
         -> PrefetchPlanner.Plan
     {
-        let scan: JSONParser.Scan
-        do {
-            scan = try body.withUnsafeReadableBytes { bytes throws(JSONParser.Failure) in
-                try PrefetchPlanner.scan(bytes, rootMember: Self.componentTypeKey)
+        try body.withUnsafeReadableBytes { bytes throws(Failure) in
+            let scan: JSONParser.Scan
+            do throws(JSONParser.Failure) {
+                scan = try PrefetchPlanner.scan(bytes, rootMember: Self.componentTypeKey)
+            } catch {
+                throw Self.invalidJSON(error)
             }
-        } catch {
-            throw Self.invalidJSON(error)
+            guard scan.rootHasMember else { throw Self.notAComponent }
+            // Planned while the bytes are at hand: the scan says where the actions' strings lie in them.
+            return planner.plan(for: scan, in: bytes)
         }
-        guard scan.rootHasMember else { throw Self.notAComponent }
-        return planner.plan(for: scan)
     }
 
     private static func invalidJSON(_ error: JSONParser.Failure) -> Failure {

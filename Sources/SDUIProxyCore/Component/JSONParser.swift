@@ -75,19 +75,32 @@ struct JSONParser {
     // MARK: Scanning for objects
 
     /// An object a scan reports: where it starts in the document, how deep it sits (the root is level 0), and
-    /// its members reduced to the kept keys.
+    /// where its kept members lie in ``Scan/members``.
     struct ScannedObject {
         var offset: Int
         var depth: Int
-        var members: [String: JSONValue]
+        var members: Range<Int>
     }
 
     /// The objects a scan reports, in document order, and whether a limit left some of the document out.
+    ///
+    /// Everything a scan keeps is plain data about where things lie in the document: reading it takes the
+    /// document's bytes, and keeping it costs no allocation per object.
     struct Scan {
         var objects: [ScannedObject]
+        /// The kept members of the reported objects and of the objects kept under them; each object's members
+        /// lie together, in document order.
+        var members: [KeptMember]
         var truncated: Bool
         /// Whether the root is an object with a non-empty string member named as the scan's `rootMember`.
         var rootHasMember: Bool
+
+        /// The value of the member `key` (an index in the scan's ``KeySet``) among an object's kept members; the
+        /// last one counts, as in a decoded object.
+        func value(of key: Int, in object: Range<Int>) -> KeptValue? {
+            for index in object.reversed() where members[index].key == key { return members[index].value }
+            return nil
+        }
     }
 
     /// The member names a scan keeps, with their UTF-8 bytes for comparing against a document's keys in place.
@@ -104,17 +117,34 @@ struct JSONParser {
             self.lengths = utf8.reduce(0) { $0 | Self.lengthBit($1.count) }
         }
 
+        /// The index that stands for `name` in a scan's ``KeptMember/key``.
+        func index(of name: String) -> Int {
+            guard let index = names.firstIndex(of: name) else { preconditionFailure("\(name) is not a kept key") }
+            return index
+        }
+
         @inline(__always)
         fileprivate static func lengthBit(_ count: Int) -> UInt64 {
             1 << UInt64(min(count, 63))
         }
     }
 
-    /// A kept member's value while its object is scanned: strings stay where they are in the document until
-    /// the object turns out to be reported.
-    private enum KeptValue {
+    /// A kept member: its key's index in the scan's ``KeySet``, and its value.
+    struct KeptMember {
+        var key: Int
+        var value: KeptValue
+    }
+
+    /// A kept member's value: strings where they lie in the document, objects as the range of their own kept
+    /// members in ``Scan/members``, and arrays and numbers without their content (the planner reads neither;
+    /// array elements are still scanned for what they report).
+    enum KeptValue {
         case string(StringSpan)
-        case other(JSONValue)
+        case number
+        case bool(Bool)
+        case null
+        case object(Range<Int>)
+        case array
     }
 
     private struct Reduction {
@@ -126,8 +156,10 @@ struct JSONParser {
         var rootMember = ""
         /// The kept members of the objects being scanned, the innermost object's last: an object appends its
         /// members as it reads them and drops them when it ends, so an object that is not reported or kept costs
-        /// no allocation of its own.
-        var members: [(key: Int, value: KeptValue)] = []
+        /// nothing.
+        var pending: [KeptMember] = []
+        /// The members of the reported and kept objects that have ended (``Scan/members``).
+        var kept: [KeptMember] = []
         var objects: [ScannedObject] = []
         var truncated = false
         var rootHasMember = false
@@ -160,18 +192,20 @@ struct JSONParser {
         )
         parser.reduction.rootMember = rootMember
         // Room for a typical screen's kept members and actions, so the stacks do not grow by doubling.
-        parser.reduction.members.reserveCapacity(32)
+        parser.reduction.pending.reserveCapacity(32)
+        parser.reduction.kept.reserveCapacity(32)
         parser.reduction.objects.reserveCapacity(16)
         parser.skipWhitespace()
         try parser.skipValue(depth: 0)
         parser.skipWhitespace()
         guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
-        let reduction = parser.reduction
         // Objects are complete, so found, innermost first; document order is where they start.
+        parser.reduction.objects.sort { $0.offset < $1.offset }
         return Scan(
-            objects: reduction.objects.sorted { $0.offset < $1.offset },
-            truncated: reduction.truncated,
-            rootHasMember: reduction.rootHasMember
+            objects: parser.reduction.objects,
+            members: parser.reduction.kept,
+            truncated: parser.reduction.truncated,
+            rootHasMember: parser.reduction.rootHasMember
         )
     }
 
@@ -211,19 +245,22 @@ struct JSONParser {
         }
     }
 
-    /// A kept member's value: scalars as they are, objects reduced to what they keep, arrays as empty arrays
-    /// (their elements are scanned, not kept).
+    /// A kept member's value (see ``KeptValue``); objects are reduced to what they keep.
     private mutating func keptValue(depth: Int) throws(Failure) -> KeptValue {
         guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
         guard let byte = peek() else { throw failure("a value is missing") }
         switch byte {
-        case UInt8(ascii: "{"): return .other(try reduceObject(depth: depth, keep: true) ?? .object([:]))
+        case UInt8(ascii: "{"): return try reduceObject(depth: depth, keep: true) ?? .object(0..<0)
         case UInt8(ascii: "["):
             try skipArray(depth: depth)
-            return .other(.array([]))
+            return .array
         case UInt8(ascii: "\""): return .string(try scanString())
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .other(value(of: try scanNumber()))
-        default: return .other(try parseValue(depth: depth) ?? .null)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            _ = try scanNumber()
+            return .number
+        default:
+            if case .bool(let flag) = try parseValue(depth: depth) { return .bool(flag) }
+            return .null
         }
     }
 
@@ -245,13 +282,15 @@ struct JSONParser {
         }
     }
 
-    private mutating func reduceObject(depth: Int, keep: Bool) throws(Failure) -> JSONValue? {
+    /// Steps over an object, keeping its members named in the scan's keys when it is reported or `keep` is set;
+    /// returns what it kept when `keep` is set.
+    private mutating func reduceObject(depth: Int, keep: Bool) throws(Failure) -> KeptValue? {
         let start = index
         let inReach = depth <= reduction.maximumDepth
         if !inReach { reduction.truncated = true }
         // A kept object is reduced at any depth, so an object in reach sees all it keeps.
         let reduces = inReach || keep
-        let firstMember = reduction.members.count
+        let firstMember = reduction.pending.count
         index += 1
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
@@ -266,7 +305,8 @@ struct JSONParser {
                 if depth == 0, isRootMember(key), peek() == UInt8(ascii: "\"") {
                     if try !scanString().range.isEmpty { reduction.rootHasMember = true }
                 } else if reduces, let kept = keptKey(key) {
-                    reduction.members.append((kept, try keptValue(depth: depth + 1)))
+                    let value = try keptValue(depth: depth + 1)
+                    reduction.pending.append(KeptMember(key: kept, value: value))
                 } else {
                     try skipValue(depth: depth + 1)
                 }
@@ -276,17 +316,15 @@ struct JSONParser {
                 guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
             }
         }
-        guard reduction.members.count > firstMember else { return keep ? .object([:]) : nil }
+        let memberCount = reduction.pending.count - firstMember
+        guard memberCount > 0 else { return keep ? .object(0..<0) : nil }
         let reported = inReach && hasStringMarker(from: firstMember)
-        var members: [String: JSONValue] = [:]
+        var members = 0..<0
         if reported || keep {
-            // Sized once: growing from empty reallocated the storage for the second and third member.
-            members.reserveCapacity(reduction.members.count - firstMember)
-            for (key, value) in reduction.members[firstMember...] {
-                members[reduction.keys.names[key]] = materialize(value)
-            }
+            members = reduction.kept.count..<(reduction.kept.count + memberCount)
+            reduction.kept.append(contentsOf: reduction.pending[firstMember...])
         }
-        reduction.members.removeSubrange(firstMember...)
+        reduction.pending.removeLast(memberCount)
         if reported {
             if reduction.objects.count < reduction.maximumCount {
                 reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
@@ -297,21 +335,14 @@ struct JSONParser {
         return keep ? .object(members) : nil
     }
 
-    /// Whether the marker is among the kept members from `firstMember` on, as a string (the last one counts,
+    /// Whether the marker is among the pending members from `firstMember` on, as a string (the last one counts,
     /// as in a decoded object). `mutating` for the reason ``keptKey(_:)`` is.
     private mutating func hasStringMarker(from firstMember: Int) -> Bool {
         guard let marker = reduction.markerIndex,
-            let last = reduction.members[firstMember...].lastIndex(where: { $0.key == marker })
+            let last = reduction.pending[firstMember...].lastIndex(where: { $0.key == marker })
         else { return false }
-        if case .string = reduction.members[last].value { return true }
+        if case .string = reduction.pending[last].value { return true }
         return false
-    }
-
-    private func materialize(_ value: KeptValue) -> JSONValue {
-        switch value {
-        case .string(let span): .string(text(of: span))
-        case .other(let value): value
-        }
     }
 
     private mutating func parseDocument() throws(Failure) -> JSONValue? {
@@ -399,7 +430,7 @@ struct JSONParser {
     }
 
     /// Where a string's content lies in the document, and whether it needs unescaping.
-    private struct StringSpan {
+    struct StringSpan {
         var range: Range<Int>
         var hasEscapes: Bool
     }
@@ -452,12 +483,24 @@ struct JSONParser {
     }
 
     private func text(of string: StringSpan) -> String {
+        Self.text(of: string, in: bytes)
+    }
+
+    /// A string's value, read from the document `bytes` where a scan found it.
+    static func text(of string: StringSpan, in bytes: UnsafeRawBufferPointer) -> String {
         string.hasEscapes
-            ? unescape(string.range)
+            ? unescape(string.range, in: bytes)
             : String(decoding: UnsafeRawBufferPointer(rebasing: bytes[string.range]), as: UTF8.self)
     }
 
-    private func unescape(_ range: Range<Int>) -> String {
+    /// Whether a string in the document `bytes` is `expected`, ignoring ASCII case; read in place unless it has
+    /// escapes.
+    static func spells(_ string: StringSpan, in bytes: UnsafeRawBufferPointer, ignoringCase expected: String) -> Bool {
+        if string.hasEscapes { return HTTPSyntax.equalsIgnoringCase(text(of: string, in: bytes), expected) }
+        return HTTPSyntax.equalsIgnoringCase(bytes: bytes[string.range], expected.utf8)
+    }
+
+    private static func unescape(_ range: Range<Int>, in bytes: UnsafeRawBufferPointer) -> String {
         var scalars = String.UnicodeScalarView()
         var utf8: [UInt8] = []
         var position = range.lowerBound
@@ -484,13 +527,13 @@ struct JSONParser {
             case UInt8(ascii: "r"): scalars.append("\r")
             case UInt8(ascii: "t"): scalars.append("\t")
             case UInt8(ascii: "u"):
-                var code = readHex4(at: position)
+                var code = readHex4(at: position, in: bytes)
                 position += 4
                 if (0xD800..<0xDC00).contains(code), position + 6 <= range.upperBound,
                     bytes[position] == UInt8(ascii: "\\"),
                     bytes[position + 1] == UInt8(ascii: "u")
                 {
-                    let low = readHex4(at: position + 2)
+                    let low = readHex4(at: position + 2, in: bytes)
                     if (0xDC00..<0xE000).contains(low) {
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                         position += 6
@@ -504,7 +547,7 @@ struct JSONParser {
         return String(scalars)
     }
 
-    private func readHex4(at position: Int) -> UInt32 {
+    private static func readHex4(at position: Int, in bytes: UnsafeRawBufferPointer) -> UInt32 {
         var value: UInt32 = 0
         for offset in 0..<4 { value = value << 4 | UInt32(HTTPSyntax.hexValue(bytes[position + offset]) ?? 0) }
         return value

@@ -45,6 +45,16 @@ public struct PrefetchPlanner: Sendable {
     private static let keptKeys = JSONParser.KeySet([
         actionKey, "route", "url", "shouldPrefetch", "httpAdditionalData", "method", "body",
     ])
+    /// The kept keys' indices, as a scan's members name them.
+    private enum Key {
+        static let action = keptKeys.index(of: actionKey)
+        static let route = keptKeys.index(of: "route")
+        static let url = keptKeys.index(of: "url")
+        static let shouldPrefetch = keptKeys.index(of: "shouldPrefetch")
+        static let httpAdditionalData = keptKeys.index(of: "httpAdditionalData")
+        static let method = keptKeys.index(of: "method")
+        static let body = keptKeys.index(of: "body")
+    }
 
     /// What a component's prefetchable navigation actions resolve to.
     public struct Plan: Equatable, Sendable {
@@ -138,7 +148,7 @@ public struct PrefetchPlanner: Sendable {
     /// The prefetch plan for a component's bytes; see ``plan(forComponent:)-(ByteBuffer)``.
     public func plan(forComponent bytes: UnsafeRawBufferPointer) -> Plan {
         guard let scan = try? Self.scan(bytes) else { return Plan() }
-        return plan(for: scan)
+        return plan(for: scan, in: bytes)
     }
 
     /// The one pass over a component's bytes: it validates them as JSON, checks the root for `rootMember`, and
@@ -159,14 +169,14 @@ public struct PrefetchPlanner: Sendable {
         )
     }
 
-    /// The plan for the actions a scan found.
-    func plan(for scan: JSONParser.Scan) -> Plan {
+    /// The plan for the actions a scan of `bytes` found.
+    func plan(for scan: JSONParser.Scan, in bytes: UnsafeRawBufferPointer) -> Plan {
         var walk = Walk()
         walk.plan.truncated = scan.truncated
         for action in scan.objects {
             guard !walk.finished else { break }
-            if let url = Self.prefetchableURL(action.members) {
-                record(url: url, route: action.members["route"], walk: &walk)
+            if let (url, route) = Self.prefetchableURL(action.members, in: scan, bytes: bytes) {
+                record(url: url, isPlainGET: Self.isPlainGET(route, in: scan, bytes: bytes), walk: &walk)
             }
         }
         return walk.plan
@@ -206,8 +216,8 @@ public struct PrefetchPlanner: Sendable {
         var finished = false
     }
 
-    private func record(url: String, route: JSONValue?, walk: inout Walk) {
-        let outcome = Self.isPlainGET(route) ? resolve(url) : .failure(.notPlainGET)
+    private func record(url: String, isPlainGET: Bool, walk: inout Walk) {
+        let outcome = isPlainGET ? resolve(url) : .failure(.notPlainGET)
         switch outcome {
         case .success(let target):
             guard !walk.seenTargets.contains(target) else { return }
@@ -230,25 +240,40 @@ public struct PrefetchPlanner: Sendable {
         }
     }
 
-    /// The `route.url` of a navigation action with `route.shouldPrefetch == true`, or nil for anything else.
-    private static func prefetchableURL(_ members: [String: JSONValue]) -> String? {
-        guard let action = members["_beagleAction_"]?.stringValue,
-            // Compared in place: real actions are spelled "beagle:pushView", and lower-casing copied each one.
-            navigationActions.contains(where: { HTTPSyntax.equalsIgnoringCase(action, $0) }),
-            let route = members["route"],
-            route["shouldPrefetch"]?.boolValue == true
+    /// The `route.url` of a navigation action with `route.shouldPrefetch == true`, and the route's members; nil
+    /// for anything else. Only the URL becomes a `String`: names are compared where they lie in the document.
+    private static func prefetchableURL(
+        _ action: Range<Int>,
+        in scan: JSONParser.Scan,
+        bytes: UnsafeRawBufferPointer
+    ) -> (url: String, route: Range<Int>)? {
+        guard case .string(let name)? = scan.value(of: Key.action, in: action),
+            navigationActions.contains(where: { JSONParser.spells(name, in: bytes, ignoringCase: $0) }),
+            case .object(let route)? = scan.value(of: Key.route, in: action),
+            case .bool(true)? = scan.value(of: Key.shouldPrefetch, in: route),
+            case .string(let url)? = scan.value(of: Key.url, in: route)
         else { return nil }
-        return route["url"]?.stringValue
+        return (JSONParser.text(of: url, in: bytes), route)
     }
 
-    /// Whether the route's `httpAdditionalData` (if any) leaves the request a GET without a body.
-    private static func isPlainGET(_ route: JSONValue?) -> Bool {
-        guard let additional = route?["httpAdditionalData"] else { return true }
-        if let method = additional["method"], method != .null {
-            guard method.stringValue?.uppercased() == "GET" else { return false }
+    /// Whether the route's `httpAdditionalData` (if it is an object) leaves the request a GET without a body.
+    private static func isPlainGET(
+        _ route: Range<Int>,
+        in scan: JSONParser.Scan,
+        bytes: UnsafeRawBufferPointer
+    )
+        -> Bool
+    {
+        guard case .object(let additional)? = scan.value(of: Key.httpAdditionalData, in: route) else { return true }
+        switch scan.value(of: Key.method, in: additional) {
+        case nil, .null?: break
+        case .string(let method)?: guard JSONParser.spells(method, in: bytes, ignoringCase: "get") else { return false }
+        default: return false
         }
-        if let body = additional["body"], body != .null { return false }
-        return true
+        switch scan.value(of: Key.body, in: additional) {
+        case nil, .null?: return true
+        default: return false
+        }
     }
 
     // MARK: - Resolving
