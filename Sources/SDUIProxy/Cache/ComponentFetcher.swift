@@ -255,7 +255,7 @@ public final class ComponentFetcher: Sendable {
         let entry = CachedResponse(
             status: response.status,
             headers: UpstreamRequestBuilder.endToEndResponseHeaders(response.headers),
-            body: Self.compacted(response.body),
+            body: response.body,
             metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime),
             directives: directives
         )
@@ -365,13 +365,5 @@ public final class ComponentFetcher: Sendable {
             }
             return false
         }
-    }
-
-    /// Accumulated bodies can carry spare capacity; an exact copy keeps the byte budget honest.
-    private static func compacted(_ body: ByteBuffer) -> ByteBuffer {
-        guard body.capacity > body.readableBytes + body.readableBytes / 4 + 1024 else { return body }
-        var exact = ByteBufferAllocator().buffer(capacity: body.readableBytes)
-        exact.writeImmutableBuffer(body)
-        return exact
     }
 }

@@ -208,11 +208,17 @@ public final class Prefetcher: StoredComponentObserver {
 
     // MARK: Screens a user opens next
 
-    private func isFresh(target: String, platform: String, proxy: ProxyContext, now: NIODeadline) -> Bool {
+    /// Whether the cache holds a fresh entry for `target` as a client of `platform` would ask for it;
+    /// `headers` are that client's request headers (the platform header alone).
+    private func isFresh(
+        target: String,
+        platform: String,
+        headers: HTTPHeaders,
+        proxy: ProxyContext,
+        now: NIODeadline
+    ) -> Bool {
         guard let parsed = try? RequestTarget(parsing: target) else { return false }
         let policy = proxy.configuration.cache.policy(forPath: parsed.path)
-        var headers = HTTPHeaders()
-        headers.add(name: proxy.configuration.platform.header, value: platform)
         let key = proxy.cacheKey(target: parsed, platform: platform, headers: headers, policy: policy)
         return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
     }
@@ -228,9 +234,14 @@ public final class Prefetcher: StoredComponentObserver {
                 metadata: ["from": "\(request.key.target)", "url": "\(skipped.url)", "reason": "\(skipped.reason)"]
             )
         }
+        guard !plan.targets.isEmpty else { return }
         let now = NIODeadline.now()
+        var headers = HTTPHeaders()
+        headers.add(name: proxy.configuration.platform.header, value: platform)
         for target in plan.targets where target != request.key.target {
-            guard !isFresh(target: target, platform: platform, proxy: proxy, now: now) else { continue }
+            guard !isFresh(target: target, platform: platform, headers: headers, proxy: proxy, now: now) else {
+                continue
+            }
             let token = target + "\u{0}" + platform
             let admitted = state.withLock { state -> Bool in
                 guard !state.followed.contains(token) else { return false }

@@ -107,6 +107,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var bodyBytes = 0
     /// Counts and logs the current request when its response is written.
     private var accounting: RequestAccounting?
+    /// The peer's IP address as text, worked out on the connection's first request that needs it: formatting it
+    /// allocates, and a connection's peer does not change.
+    private var clientAddressText: String??
 
     /// The one deadline a connection has: for its next request (idle), or for the rest of the current one
     /// (request). A slow client cannot hold a connection past either.
@@ -241,7 +244,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             armTimer(.request)
             bodyBytes = 0
-            accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: context.remoteAddress?.ipAddress)
+            accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: clientAddress(context))
             receiveHead(head, context: context)
         case .body(var part):
             bodyBytes += part.readableBytes
@@ -457,6 +460,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         )
     }
 
+    private func clientAddress(_ context: ChannelHandlerContext) -> String? {
+        if let known = clientAddressText { return known }
+        let address = context.channel.remoteAddress?.ipAddress
+        clientAddressText = .some(address)
+        return address
+    }
+
     private func fetchRequest(
         for request: CacheRequest,
         staleEntry: CachedResponse?,
@@ -468,7 +478,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             headers: proxy.requestBuilder.headers(
                 from: request.head.headers,
                 platform: request.platform,
-                clientAddress: context.channel.remoteAddress?.ipAddress,
+                clientAddress: clientAddress(context),
                 purpose: .cacheFill
             )
         )
@@ -540,7 +550,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             headers: proxy.requestBuilder.headers(
                 from: head.headers,
                 platform: platform,
-                clientAddress: context.channel.remoteAddress?.ipAddress,
+                clientAddress: clientAddress(context),
                 purpose: .passThrough
             )
         )
@@ -612,7 +622,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var headers = proxy.requestBuilder.headers(
             from: write.head.headers,
             platform: write.platform,
-            clientAddress: context.channel.remoteAddress?.ipAddress,
+            clientAddress: clientAddress(context),
             purpose: .passThrough
         )
         headers.remove(name: "transfer-encoding")

@@ -6,10 +6,12 @@ import NIOHTTP1
 ///
 /// Immutable and shared: one instance serves every hit and every coalesced waiter.
 ///
-/// Small bodies are kept as exactly their bytes: a `ByteBuffer`'s storage is a power of two (4 KiB for a
-/// 2.4 KB component), and a body read from the network is often a slice of a larger read buffer. A hit copies
-/// such a body behind its head anyway (one write costs less than two), so keeping it exact is free on the hit
-/// path. Bodies over ``maximumExactBodyBytes`` stay in a buffer that hits write without copying.
+/// Small bodies are kept as exactly their bytes, behind the encoded head in the same array: a `ByteBuffer`'s
+/// storage is a power of two (4 KiB for a 2.4 KB component), and a body read from the network is often a slice
+/// of a larger read buffer. A hit copies such a body behind its head anyway (one write costs less than two), so
+/// keeping it exact is free on the hit path, and one array per entry is one allocation when it is stored and
+/// one object to free when it is evicted. Bodies over ``maximumExactBodyBytes`` stay in a buffer (without
+/// spare capacity) that hits write without copying.
 public final class CachedResponse: Sendable {
     public let status: HTTPResponseStatus
     /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers.
@@ -41,20 +43,22 @@ public final class CachedResponse: Sendable {
     public let variant: String
     /// Purge tags, from the configured tag header.
     public let tags: [String]
-    /// A content hash for Beagle 1.x clients (`beagle-hash`).
-    public let contentHash: String
+    /// A content hash for Beagle 1.x clients (`beagle-hash`), formatted when one asks.
+    public var contentHash: String { ContentHash.hex(contentHashValue) }
+    private let contentHashValue: UInt64
     /// What the entry costs against the cache's byte budget.
     public let byteCost: Int
     /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
-    /// own `Age` and `X-Cache`, then the body.
-    public let encodedHead: [UInt8]
+    /// own `Age` and `X-Cache`, then the body. Shares its array with a body kept exact.
+    public let encodedHead: ArraySlice<UInt8>
 
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10
 
     public enum StoredBody: Sendable {
-        /// Exactly the body's bytes, for bodies up to ``CachedResponse/maximumExactBodyBytes``.
-        case exact([UInt8])
+        /// Exactly the body's bytes, for bodies up to ``CachedResponse/maximumExactBodyBytes`` (in the array
+        /// that holds ``CachedResponse/encodedHead``).
+        case exact(ArraySlice<UInt8>)
         /// A larger body, in the buffer it arrived in.
         case buffer(ByteBuffer)
     }
@@ -107,13 +111,10 @@ public final class CachedResponse: Sendable {
             self.etag = ContentHash.entityTag(hash: hash, length: body.readableBytes)
             headers.add(name: "ETag", value: etag)
         }
-        self.contentHash = ContentHash.hex(hash)
+        self.contentHashValue = hash
         self.status = status
         self.headers = headers
         self.bodyLength = body.readableBytes
-        self.storedBody =
-            body.readableBytes <= Self.maximumExactBodyBytes
-            ? .exact(Array(body.readableBytesView)) : .buffer(body)
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
         self.freshnessLifetime = metadata.freshnessLifetime
@@ -129,9 +130,28 @@ public final class CachedResponse: Sendable {
         HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
         HTTPWireFormat.writeHeaderLines(headers, into: &encodedHead)
         HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
-        self.encodedHead = Array(encodedHead.readableBytesView)
+        let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
+        var wire: [UInt8] = []
+        wire.reserveCapacity(encodedHead.readableBytes + (keepsBodyExact ? body.readableBytes : 0))
+        wire.append(contentsOf: encodedHead.readableBytesView)
+        if keepsBodyExact {
+            wire.append(contentsOf: body.readableBytesView)
+            self.encodedHead = wire[..<encodedHead.readableBytes]
+            self.storedBody = .exact(wire[encodedHead.readableBytes...])
+        } else {
+            self.encodedHead = wire[...]
+            self.storedBody = .buffer(Self.withoutSpareCapacity(body))
+        }
         // The fixed part approximates the entry's own object, key and table slot.
         self.byteCost = body.readableBytes + self.encodedHead.count + 256
+    }
+
+    /// A large body accumulated from reads can carry spare capacity; an exact copy keeps the byte budget honest.
+    private static func withoutSpareCapacity(_ body: ByteBuffer) -> ByteBuffer {
+        guard body.capacity > body.readableBytes + body.readableBytes / 4 + 1024 else { return body }
+        var exact = ByteBufferAllocator().buffer(capacity: body.readableBytes)
+        exact.writeImmutableBuffer(body)
+        return exact
     }
 
     /// A copy of this entry with headers updated by a 304 from the backend and freshness restarted
