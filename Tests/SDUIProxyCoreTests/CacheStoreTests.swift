@@ -153,6 +153,43 @@ struct CachedResponseStorageTests {
         )
     }
 
+    @Test("the stored head drops framing and Age, keeps the rest in order, and adds an ETag only when missing")
+    func storedHead() {
+        let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#)
+        func head(_ entry: CachedResponse) -> String { String(decoding: entry.encodedHead, as: UTF8.self) }
+        func stored(_ headers: [(String, String)]) -> CachedResponse {
+            var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+            metadata.tagHeader = "surrogate-key"
+            return CachedResponse(status: .ok, headers: HTTPHeaders(headers), body: body, metadata: metadata)
+        }
+
+        let tagged = stored([
+            ("Content-Type", "application/json"), ("Content-Length", "999"), ("ETag", #""v1""#),
+            ("Age", "30"), ("Last-Modified", "Sun, 22 Nov 2026 03:00:00 GMT"), ("Surrogate-Key", "home, screens all"),
+            ("ETag", #""ignored""#),
+        ])
+        #expect(
+            head(tagged)
+                == "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nETag: \"v1\"\r\n"
+                + "Last-Modified: Sun, 22 Nov 2026 03:00:00 GMT\r\nSurrogate-Key: home, screens all\r\n"
+                + "ETag: \"ignored\"\r\nContent-Length: \(body.readableBytes)\r\n"
+        )
+        #expect(!tagged.headers.contains(name: "content-length") && !tagged.headers.contains(name: "age"))
+        #expect(tagged.headers.count == 5)
+        #expect(tagged.etag == #""v1""# && tagged.upstreamETag == #""v1""#)
+        #expect(tagged.lastModified == "Sun, 22 Nov 2026 03:00:00 GMT")
+        #expect(tagged.tags == ["home", "screens", "all"])
+
+        let plain = stored([("content-type", "application/json")])
+        #expect(plain.upstreamETag == nil && plain.lastModified == nil && plain.tags.isEmpty)
+        #expect(plain.headers.first(name: "etag") == plain.etag)
+        #expect(
+            head(plain)
+                == "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nETag: \(plain.etag)\r\n"
+                + "Content-Length: \(body.readableBytes)\r\n"
+        )
+    }
+
     @Test("a small body read as a slice of a larger buffer is kept as exactly its bytes")
     func smallBodyExact() {
         var read = ByteBufferAllocator().buffer(capacity: 64 << 10)

@@ -155,6 +155,35 @@ struct ComponentDecoderTests {
         #expect(planned > 150)
     }
 
+    @Test(
+        "eight string bytes at a time: plain exactly when each byte is printable ASCII other than quote and backslash"
+    )
+    func eightPlainStringBytes() {
+        func isPlain(_ byte: UInt8) -> Bool {
+            byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+        }
+        func word(_ bytes: [UInt8]) -> UInt64 {
+            bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        }
+        // Every byte value at every position among plain neighbours, including those that borrow across bytes.
+        for neighbour in [UInt8(ascii: "a"), 0x20, 0x7F, 0x21, 0x23, 0x5B, 0x5D] {
+            for position in 0..<8 {
+                for value in 0...255 {
+                    var bytes = [UInt8](repeating: neighbour, count: 8)
+                    bytes[position] = UInt8(value)
+                    #expect(JSONParser.areEightPlainStringBytes(word(bytes)) == isPlain(UInt8(value)))
+                }
+            }
+        }
+        var random = SplitMix64(seed: 0x8B17)
+        for _ in 0..<20_000 {
+            let bytes = (0..<8).map { _ in
+                UInt8(truncatingIfNeeded: random.next() % 3 == 0 ? random.next() : random.next() % 96 + 32)
+            }
+            #expect(JSONParser.areEightPlainStringBytes(word(bytes)) == bytes.allSatisfy(isPlain))
+        }
+    }
+
     @Test("content types that count as JSON")
     func jsonContentTypes() {
         #expect(ComponentDecoder.isJSON(contentType: "application/json"))

@@ -27,6 +27,19 @@ struct EndToEndHeadersTests {
         #expect(kept == ["X-Public"])
     }
 
+    @Test("headers a caller also drops go in the same pass, in any letter case")
+    func alsoDropping() {
+        let headers = HTTPHeaders([
+            ("Content-Length", "12"), ("Connection", "keep-alive"), ("AGE", "3"), ("ETag", "\"a\""),
+            ("Cache-Control", "max-age=1"), ("age", "4"),
+        ])
+        let kept = UpstreamRequestBuilder.endToEndResponseHeaders(
+            headers,
+            alsoDropping: CachedResponse.headersNotStored
+        )
+        #expect(kept.map(\.name) == ["ETag", "Cache-Control"])
+    }
+
     @Test("keep-alive is decided as NIO decides it, for every mix of Connection values and both versions")
     func keepAliveAgreesWithNIO() {
         let values = [

@@ -254,7 +254,10 @@ public final class ComponentFetcher: Sendable {
 
         let entry = CachedResponse(
             status: response.status,
-            headers: UpstreamRequestBuilder.endToEndResponseHeaders(response.headers),
+            headers: UpstreamRequestBuilder.endToEndResponseHeaders(
+                response.headers,
+                alsoDropping: CachedResponse.headersNotStored
+            ),
             body: response.body,
             metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime),
             directives: directives

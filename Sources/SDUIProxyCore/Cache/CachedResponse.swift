@@ -52,6 +52,9 @@ public final class CachedResponse: Sendable {
     /// own `Age` and `X-Cache`, then the body. Shares its array with a body kept exact.
     public let encodedHead: ArraySlice<UInt8>
 
+    /// Headers an entry does not keep: the proxy sets the framing, and `Age` is the entry's own.
+    public static let headersNotStored: [StaticString] = ["content-length", "age"]
+
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10
 
@@ -99,17 +102,41 @@ public final class CachedResponse: Sendable {
         metadata: Metadata,
         directives: CacheControl? = nil
     ) {
+        // One pass over the headers reads what the entry needs and encodes the head; they are copied only when
+        // some must go (a caller that drops them itself, like the fetcher, saves that).
+        var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
+        HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
+        var upstreamETag: String?
+        var lastModified: String?
+        var hasTags = false
+        var mustDrop = false
+        for (name, value) in headers {
+            if Self.headersNotStored.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) }) {
+                mustDrop = true
+                continue
+            }
+            if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(name, "etag") {
+                upstreamETag = value
+            } else if lastModified == nil, HTTPSyntax.equalsIgnoringCase(name, "last-modified") {
+                lastModified = value
+            } else if !hasTags, HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) {
+                hasTags = true
+            }
+            HTTPWireFormat.writeHeaderLine(name, value, into: &encodedHead)
+        }
         var headers = headers
-        headers.remove(name: "content-length")
-        headers.remove(name: "age")
-        self.upstreamETag = headers.first(name: "etag")
-        self.lastModified = headers.first(name: "last-modified")
+        if mustDrop {
+            for name in Self.headersNotStored { headers.remove(name: "\(name)") }
+        }
+        self.upstreamETag = upstreamETag
+        self.lastModified = lastModified
         let hash = ContentHash.hash64(body)
         if let upstreamETag {
             self.etag = upstreamETag
         } else {
             self.etag = ContentHash.entityTag(hash: hash, length: body.readableBytes)
             headers.add(name: "ETag", value: etag)
+            HTTPWireFormat.writeHeaderLine("ETag", etag, into: &encodedHead)
         }
         self.contentHashValue = hash
         self.status = status
@@ -125,10 +152,9 @@ public final class CachedResponse: Sendable {
         self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? metadata.configuredStaleIfError
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
-        self.tags = headers[canonicalForm: metadata.tagHeader].flatMap { $0.split(separator: " ").map(String.init) }
-        var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
-        HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
-        HTTPWireFormat.writeHeaderLines(headers, into: &encodedHead)
+        self.tags =
+            hasTags
+            ? headers[canonicalForm: metadata.tagHeader].flatMap { $0.split(separator: " ").map(String.init) } : []
         HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
         let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
         var wire: [UInt8] = []

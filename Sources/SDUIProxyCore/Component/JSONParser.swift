@@ -442,8 +442,14 @@ struct JSONParser {
         var hasEscapes = false
         var hasNonASCII = false
         while true {
-            // Most of a string is printable ASCII: step over it before looking at what ends or escapes it.
+            // Most of a string is printable ASCII: step over it, eight bytes at a time, before looking at what
+            // ends or escapes it.
             var position = index
+            while position + 8 <= bytes.count,
+                Self.areEightPlainStringBytes(bytes.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            {
+                position += 8
+            }
             while position < bytes.count, Self.isPlainStringByte(bytes[position]) { position += 1 }
             index = position
             guard let byte = next() else { throw failure("the document ends inside a string") }
@@ -496,7 +502,7 @@ struct JSONParser {
     /// Whether a string in the document `bytes` is `expected`, ignoring ASCII case; read in place unless it has
     /// escapes.
     static func spells(_ string: StringSpan, in bytes: UnsafeRawBufferPointer, ignoringCase expected: String) -> Bool {
-        if string.hasEscapes { return HTTPSyntax.equalsIgnoringCase(text(of: string, in: bytes), expected) }
+        if string.hasEscapes { return HTTPSyntax.sameIgnoringCase(text(of: string, in: bytes), expected) }
         return HTTPSyntax.equalsIgnoringCase(bytes: bytes[string.range], expected.utf8)
     }
 
@@ -629,6 +635,21 @@ struct JSONParser {
     @inline(__always)
     private static func isPlainStringByte(_ byte: UInt8) -> Bool {
         byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+    }
+
+    /// ``isPlainStringByte(_:)`` for the eight bytes of `word` at once (in any byte order): none has its top bit
+    /// set, is below 0x20, or is `"` or `\`.
+    @inline(__always)
+    static func areEightPlainStringBytes(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highBits: UInt64 = 0x8080_8080_8080_8080
+        // A byte of `x` is zero exactly when its top bit is set in `(x - ones) & ~x & highBits`, as long as no
+        // byte of `word` has its own top bit set (checked first, in the same expression).
+        @inline(__always) func zeroBytes(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highBits }
+        let belowSpace = (word &- 0x20 &* ones) & ~word & highBits
+        let quote = zeroBytes(word ^ (0x22 &* ones))
+        let backslash = zeroBytes(word ^ (0x5C &* ones))
+        return (word & highBits) | belowSpace | quote | backslash == 0
     }
 
     @inline(__always)

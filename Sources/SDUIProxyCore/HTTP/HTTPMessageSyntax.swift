@@ -85,11 +85,15 @@ enum HTTPMessageSyntax {
             section.headers.reserveCapacity(lineCount)
         }
         while let line = lines.next() {
-            let (name, value, padded) = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]), failing: kind)
+            let field = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]), failing: kind)
+            // Names are compared where they lie, before they become strings.
+            let isLength = HTTPSyntax.equalsIgnoringCase(bytes: field.name, "content-length")
+            let isCoding = !isLength && HTTPSyntax.equalsIgnoringCase(bytes: field.name, "transfer-encoding")
+            let isConnection = HTTPSyntax.equalsIgnoringCase(bytes: field.name, "connection")
+            let name = String(decoding: field.name, as: UTF8.self)
+            let value = String(decoding: field.value, as: UTF8.self)
             // The framing fields are held to llhttp's strictness: whitespace after them is refused.
-            let isLength = HTTPSyntax.equalsIgnoringCase(name, "content-length")
-            let isCoding = !isLength && HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding")
-            if isLength || isCoding, padded {
+            if isLength || isCoding, field.padded {
                 throw HTTPParseFailure(kind: kind, reason: "whitespace after the value of \(name)")
             }
             if isLength {
@@ -109,18 +113,18 @@ enum HTTPMessageSyntax {
                     section.codings.append(coding)
                 }
             }
-            if HTTPSyntax.equalsIgnoringCase(name, "connection") { section.connection.read(value) }
+            if isConnection { section.connection.read(value) }
             section.headers.add(name: name, value: value)
         }
         guard lines.isValid else { throw HTTPParseFailure(kind: kind, reason: "a bare line feed in the head") }
         return section
     }
 
-    /// A header line's name and value, and whether whitespace followed the value.
+    /// A header line's name and value, where they lie in `line`, and whether whitespace followed the value.
     static func parseField(
         _ line: UnsafeRawBufferPointer,
         failing kind: ProxyError.Kind
-    ) throws(HTTPParseFailure) -> (String, String, Bool) {
+    ) throws(HTTPParseFailure) -> (name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, padded: Bool) {
         guard let first = line.first, first != 0x20, first != 0x09 else {
             throw HTTPParseFailure(kind: kind, reason: "a header folded over lines (obs-fold)")
         }
@@ -139,7 +143,7 @@ enum HTTPMessageSyntax {
         guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
             throw HTTPParseFailure(kind: kind, reason: "a control character in a header value")
         }
-        return (String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self), end < line.count)
+        return (name, value, end < line.count)
     }
 
     /// One decimal number. RFC 9110 section 8.6 lets a recipient accept a list of copies (`5, 5`); llhttp does

@@ -28,7 +28,10 @@ public enum HTTPSyntax {
     /// Whether `name` equals `lowercased` ignoring ASCII case, without allocating.
     @inline(__always)
     public static func equalsIgnoringCase(_ name: String, _ lowercased: StaticString) -> Bool {
-        equalsIgnoringCase(bytes: name.utf8, lowercased)
+        // Most names differ in length: that costs no walk over the text.
+        guard name.utf8.count == lowercased.utf8CodeUnitCount else { return false }
+        return name.utf8.withContiguousStorageIfAvailable { equalsIgnoringCase(bytes: $0, lowercased) }
+            ?? equalsIgnoringCase(bytes: name.utf8, lowercased)
     }
 
     /// Whether `bytes` spell `lowercased` ignoring ASCII case, for text read in place.
@@ -53,9 +56,11 @@ public enum HTTPSyntax {
         return bytes[first...last]
     }
 
-    /// Whether two names are equal ignoring ASCII case, without allocating.
-    public static func equalsIgnoringCase(_ name: String, _ other: String) -> Bool {
-        equalsIgnoringCase(bytes: name.utf8, other.utf8)
+    /// Whether two strings are equal ignoring ASCII case, without allocating. (Not an overload of
+    /// ``equalsIgnoringCase(_:_:)``: a literal would pick this one, the slower.)
+    public static func sameIgnoringCase(_ name: String, _ other: String) -> Bool {
+        guard name.utf8.count == other.utf8.count else { return false }
+        return equalsIgnoringCase(bytes: name.utf8, other.utf8)
     }
 
     /// Whether two spellings are equal ignoring ASCII case, for text read in place.

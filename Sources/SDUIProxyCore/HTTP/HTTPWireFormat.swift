@@ -31,8 +31,9 @@ public enum HTTPWireFormat {
 extension HTTPWireFormat {
     /// A request head (and its body, when there is one) as bytes, for the proxy's own backend connections.
     ///
-    /// Everything is checked before a byte is written: a target or header that could end a line early would
-    /// let one request smuggle another onto a shared backend connection, so it is an error instead.
+    /// Every part is checked before it is written, and nothing is returned after a failed check: a target or
+    /// header that could end a line early would let one request smuggle another onto a shared backend
+    /// connection, so it is an error instead.
     public static func encodeRequest(
         method: HTTPMethod,
         target: String,
@@ -42,21 +43,24 @@ extension HTTPWireFormat {
         guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw ProxyError(.url, "the upstream request target has characters HTTP does not allow")
         }
-        var size = target.utf8.count + 32 + (body?.readableBytes ?? 0)
-        for (name, value) in headers {
-            guard HTTPSyntax.isToken(name), HTTPSyntax.isFieldValue(value) else {
-                throw ProxyError(.badRequest, "a header HTTP does not allow in the upstream request: \(name)")
-            }
-            size += name.utf8.count + value.utf8.count + 4
-        }
-        var buffer = ByteBufferAllocator().buffer(capacity: size)
+        // Headers are checked as they are written, in one pass; the estimate is room for typical ones.
+        let estimate = target.utf8.count + 32 + headers.count * averageHeaderLineBytes + (body?.readableBytes ?? 0)
+        var buffer = ByteBufferAllocator().buffer(capacity: estimate)
         buffer.writeString(method.rawValue)
         buffer.writeStaticString(" ")
         buffer.writeString(target)
         buffer.writeStaticString(" HTTP/1.1\r\n")
-        writeHeaderLines(headers, into: &buffer)
+        for (name, value) in headers {
+            guard HTTPSyntax.isToken(name), HTTPSyntax.isFieldValue(value) else {
+                throw ProxyError(.badRequest, "a header HTTP does not allow in the upstream request: \(name)")
+            }
+            writeHeaderLine(name, value, into: &buffer)
+        }
         buffer.writeStaticString("\r\n")
         if let body { buffer.writeImmutableBuffer(body) }
         return buffer
     }
+
+    /// Room per header line when a request's size is estimated (the buffer grows if lines are longer).
+    private static let averageHeaderLineBytes = 48
 }

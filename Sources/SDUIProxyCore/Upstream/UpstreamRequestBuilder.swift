@@ -48,7 +48,7 @@ public struct UpstreamRequestBuilder: Sendable {
         headers.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
         for (name, value) in clientHeaders {
             if HTTPSyntax.isHopByHop(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
-                || HTTPSyntax.equalsIgnoringCase(name, platformHeader) || Self.isNamed(name, in: named)
+                || HTTPSyntax.sameIgnoringCase(name, platformHeader) || Self.isNamed(name, in: named)
             {
                 continue
             }
@@ -78,11 +78,18 @@ public struct UpstreamRequestBuilder: Sendable {
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
     /// its `Connection` header names. Framing (`Content-Length`, `Transfer-Encoding`) is set by the proxy.
-    public static func endToEndResponseHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
+    ///
+    /// `alsoDropping` names (lower-cased) further headers to leave out in the same pass, and a slot is reserved
+    /// for one header more, so that a caller that adds one does not copy the headers again.
+    public static func endToEndResponseHeaders(
+        _ headers: HTTPHeaders,
+        alsoDropping dropped: [StaticString] = []
+    ) -> HTTPHeaders {
         let named = connectionTokens(headers)
         var result = HTTPHeaders()
-        result.reserveCapacity(headers.count)
+        result.reserveCapacity(headers.count + 1)
         for (name, value) in headers where !HTTPSyntax.isHopByHop(name) && !isNamed(name, in: named) {
+            if dropped.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) }) { continue }
             result.add(name: name, value: value)
         }
         return result
@@ -90,7 +97,7 @@ public struct UpstreamRequestBuilder: Sendable {
 
     /// Whether `name` is one of the `Connection` header's `tokens`, ignoring case, without allocating.
     private static func isNamed(_ name: String, in tokens: [String]) -> Bool {
-        tokens.contains { HTTPSyntax.equalsIgnoringCase(name, $0) }
+        tokens.contains { HTTPSyntax.sameIgnoringCase(name, $0) }
     }
 
     /// The field names a message's `Connection` header lists (RFC 9110 section 7.6.1); usually none beyond
