@@ -155,23 +155,26 @@ struct ComponentDecoderTests {
         #expect(planned > 150)
     }
 
-    @Test(
-        "eight string bytes at a time: plain exactly when each byte is printable ASCII other than quote and backslash"
-    )
+    @Test("eight string bytes at a time: the first byte that is not plain is found exactly, wherever it is")
     func eightPlainStringBytes() {
         func isPlain(_ byte: UInt8) -> Bool {
             byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
         }
-        func word(_ bytes: [UInt8]) -> UInt64 {
-            bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        func firstSpecial(_ bytes: [UInt8]) -> Int {
+            let word = UInt64(littleEndian: bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) })
+            let special = JSONParser.specialStringBytes(word)
+            return special == 0 ? 8 : special.trailingZeroBitCount >> 3
         }
-        // Every byte value at every position among plain neighbours, including those that borrow across bytes.
-        for neighbour in [UInt8(ascii: "a"), 0x20, 0x7F, 0x21, 0x23, 0x5B, 0x5D] {
+        func expected(_ bytes: [UInt8]) -> Int { bytes.firstIndex { !isPlain($0) } ?? 8 }
+        // Every byte value at every position, behind plain bytes and behind each kind of byte that is not (whose
+        // borrows could flag the bytes above it).
+        for neighbour in [UInt8(ascii: "a"), 0x20, 0x7F, 0x21, 0x23, 0x5B, 0x5D, 0x00, 0x22, 0x5C, 0x1F, 0x80, 0x01] {
             for position in 0..<8 {
                 for value in 0...255 {
-                    var bytes = [UInt8](repeating: neighbour, count: 8)
+                    var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: 8)
                     bytes[position] = UInt8(value)
-                    #expect(JSONParser.areEightPlainStringBytes(word(bytes)) == isPlain(UInt8(value)))
+                    if position > 0 { bytes[position - 1] = neighbour }
+                    #expect(firstSpecial(bytes) == expected(bytes), "\(bytes)")
                 }
             }
         }
@@ -180,7 +183,24 @@ struct ComponentDecoderTests {
             let bytes = (0..<8).map { _ in
                 UInt8(truncatingIfNeeded: random.next() % 3 == 0 ? random.next() : random.next() % 96 + 32)
             }
-            #expect(JSONParser.areEightPlainStringBytes(word(bytes)) == bytes.allSatisfy(isPlain))
+            #expect(firstSpecial(bytes) == expected(bytes), "\(bytes)")
+        }
+    }
+
+    @Test("strings end and escape where they should, at every offset from the end of the document")
+    func stringBoundaries() throws {
+        for length in 0..<20 {
+            for tail in ["", " ", "  ", "       ", "        "] {
+                let text = String(repeating: "x", count: length)
+                let body = #"{"_beagleComponent_":"a","s":"\#(text)\"q\#(text)é"}"# + tail
+                let tree = try decoder.decodeJSON(ByteBuffer(string: body))
+                #expect(tree["s"] == .string(text + "\"q" + text + "é"))
+                #expect(validatesWhilePlanning(ByteBuffer(string: body)))
+                let unterminated = #"{"_beagleComponent_":"a","s":"\#(text)"#
+                #expect(!validatesWhilePlanning(ByteBuffer(string: unterminated)))
+                let control = #"{"_beagleComponent_":"a","s":"\#(text)"# + "\u{1}" + #"\#(text)"}"# + tail
+                #expect(!validatesWhilePlanning(ByteBuffer(string: control)))
+            }
         }
     }
 

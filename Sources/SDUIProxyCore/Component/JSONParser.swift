@@ -224,8 +224,9 @@ struct JSONParser {
         return nil
     }
 
-    /// Whether `key` spells the scan's root member (compared unescaped, like any key).
-    private func isRootMember(_ key: StringSpan) -> Bool {
+    /// Whether `key` spells the scan's root member (compared unescaped, like any key). `mutating` for the
+    /// reason ``keptKey(_:)`` is.
+    private mutating func isRootMember(_ key: StringSpan) -> Bool {
         let expected = reduction.rootMember
         guard !expected.isEmpty else { return false }
         if key.hasEscapes { return text(of: key).utf8.elementsEqual(expected.utf8) }
@@ -322,7 +323,8 @@ struct JSONParser {
         var members = 0..<0
         if reported || keep {
             members = reduction.kept.count..<(reduction.kept.count + memberCount)
-            reduction.kept.append(contentsOf: reduction.pending[firstMember...])
+            // Element by element: appending the slice retained and released the array around a generic copy.
+            for index in firstMember..<reduction.pending.count { reduction.kept.append(reduction.pending[index]) }
         }
         reduction.pending.removeLast(memberCount)
         if reported {
@@ -442,15 +444,21 @@ struct JSONParser {
         var hasEscapes = false
         var hasNonASCII = false
         while true {
-            // Most of a string is printable ASCII: step over it, eight bytes at a time, before looking at what
-            // ends or escapes it.
+            // Most of a string is printable ASCII: step over it eight bytes at a time, straight to what ends or
+            // escapes it (byte by byte only in the document's last seven bytes).
             var position = index
-            while position + 8 <= bytes.count,
-                Self.areEightPlainStringBytes(bytes.loadUnaligned(fromByteOffset: position, as: UInt64.self))
-            {
+            while position + 8 <= bytes.count {
+                let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+                let special = Self.specialStringBytes(word)
+                guard special == 0 else {
+                    position += special.trailingZeroBitCount >> 3
+                    break
+                }
                 position += 8
             }
-            while position < bytes.count, Self.isPlainStringByte(bytes[position]) { position += 1 }
+            if position + 8 > bytes.count {
+                while position < bytes.count, Self.isPlainStringByte(bytes[position]) { position += 1 }
+            }
             index = position
             guard let byte = next() else { throw failure("the document ends inside a string") }
             switch byte {
@@ -637,19 +645,20 @@ struct JSONParser {
         byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
-    /// ``isPlainStringByte(_:)`` for the eight bytes of `word` at once (in any byte order): none has its top bit
-    /// set, is below 0x20, or is `"` or `\`.
+    /// The bytes of `word` (loaded little-endian) that ``isPlainStringByte(_:)`` turns away, as their top bits:
+    /// zero when all eight are plain. The lowest bit set is always the first such byte; bits above it may be set
+    /// by borrows and mean nothing.
     @inline(__always)
-    static func areEightPlainStringBytes(_ word: UInt64) -> Bool {
+    static func specialStringBytes(_ word: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highBits: UInt64 = 0x8080_8080_8080_8080
-        // A byte of `x` is zero exactly when its top bit is set in `(x - ones) & ~x & highBits`, as long as no
-        // byte of `word` has its own top bit set (checked first, in the same expression).
+        // `(x - ones) & ~x & highBits` flags the zero bytes of `x`, and `(x - n * ones) & ~x & highBits` those
+        // below n; a borrow only ever runs upwards from a byte that is flagged rightly.
         @inline(__always) func zeroBytes(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highBits }
         let belowSpace = (word &- 0x20 &* ones) & ~word & highBits
         let quote = zeroBytes(word ^ (0x22 &* ones))
         let backslash = zeroBytes(word ^ (0x5C &* ones))
-        return (word & highBits) | belowSpace | quote | backslash == 0
+        return (word & highBits) | belowSpace | quote | backslash
     }
 
     @inline(__always)
