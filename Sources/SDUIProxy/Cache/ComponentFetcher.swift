@@ -5,10 +5,8 @@ import SDUIProxyCore
 import Synchronization
 
 /// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
-/// in the same pass over the body that validates it).
+/// in the same pass over the body that validates it, by the fetcher's planner).
 public protocol StoredComponentObserver: AnyObject, Sendable {
-    /// The planner in force.
-    var prefetchPlanner: PrefetchPlanner { get }
     func componentStored(_ plan: PrefetchPlanner.Plan, by request: ComponentFetcher.Request)
 }
 
@@ -65,6 +63,9 @@ public final class ComponentFetcher: Sendable {
     public let client: any NetworkClient
     public let coalescer: RequestCoalescer<CacheKey, Outcome>
     private let decoder = ComponentDecoder()
+    /// Plans the prefetches of the components this fetcher stores: the planner of the configuration the fetcher
+    /// was made for, held here so that a miss reads no shared state to find it.
+    private let prefetchPlanner: PrefetchPlanner
     private let maxResponseBytes: Int
     /// Headers the cache key already accounts for; a `Vary` on them needs no variant of its own.
     private let keyedHeaders: Set<String>
@@ -98,8 +99,10 @@ public final class ComponentFetcher: Sendable {
         tagHeader: String,
         metrics: ProxyMetrics,
         coalescer: RequestCoalescer<CacheKey, Outcome>,
+        prefetchPlanner: PrefetchPlanner,
         logger: Logger
     ) {
+        self.prefetchPlanner = prefetchPlanner
         self.metrics = metrics
         self.cache = cache
         self.client = client
@@ -224,7 +227,7 @@ public final class ComponentFetcher: Sendable {
                     Self.mentions(Self.shouldPrefetchKey, in: response.body)
                 {
                     plan = (
-                        try decoder.validateComponent(response.body, planningWith: observer.prefetchPlanner), observer
+                        try decoder.validateComponent(response.body, planningWith: prefetchPlanner), observer
                     )
                 } else {
                     try decoder.validateComponent(response.body)

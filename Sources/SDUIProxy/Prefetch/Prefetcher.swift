@@ -223,8 +223,6 @@ public final class Prefetcher: StoredComponentObserver {
         return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
     }
 
-    public var prefetchPlanner: PrefetchPlanner { proxy.prefetchPlanner }
-
     public func componentStored(_ plan: PrefetchPlanner.Plan, by request: ComponentFetcher.Request) {
         let proxy = self.proxy
         let platform = String(request.key.platform)

@@ -37,10 +37,7 @@ public final class ProxyContext: Sendable {
         self.writeQueue = writeQueue
         self.metrics = metrics
         self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
-        self.prefetchPlanner = PrefetchPlanner(
-            upstream: (try? UpstreamOrigin(parsing: configuration.upstream.url)) ?? .directory(path: "."),
-            allowedHosts: configuration.prefetch.allowedHosts
-        )
+        self.prefetchPlanner = Self.prefetchPlanner(for: configuration)
         self.configuration = configuration
         self.cache = cache
         self.fetcher = fetcher
@@ -56,6 +53,14 @@ public final class ProxyContext: Sendable {
 
     /// Builds a context for `configuration`: its upstream client and fetcher, over a cache and coalescer
     /// that may be carried over from the context it replaces.
+    /// The planner for a configuration: its upstream, and the other names of this proxy and its backend.
+    static func prefetchPlanner(for configuration: ProxyConfiguration) -> PrefetchPlanner {
+        PrefetchPlanner(
+            upstream: (try? UpstreamOrigin(parsing: configuration.upstream.url)) ?? .directory(path: "."),
+            allowedHosts: configuration.prefetch.allowedHosts
+        )
+    }
+
     static func build(
         configuration: ProxyConfiguration,
         cache: ResponseCache,
@@ -103,6 +108,7 @@ public final class ProxyContext: Sendable {
                 ?? RequestCoalescer(
                     maximumWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1)
                 ),
+            prefetchPlanner: prefetchPlanner(for: configuration),
             logger: logger
         )
         return ProxyContext(

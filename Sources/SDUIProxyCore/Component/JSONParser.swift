@@ -507,11 +507,15 @@ struct JSONParser {
             : String(decoding: UnsafeRawBufferPointer(rebasing: bytes[string.range]), as: UTF8.self)
     }
 
-    /// Whether a string in the document `bytes` is `expected`, ignoring ASCII case; read in place unless it has
-    /// escapes.
-    static func spells(_ string: StringSpan, in bytes: UnsafeRawBufferPointer, ignoringCase expected: String) -> Bool {
-        if string.hasEscapes { return HTTPSyntax.sameIgnoringCase(text(of: string, in: bytes), expected) }
-        return HTTPSyntax.equalsIgnoringCase(bytes: bytes[string.range], expected.utf8)
+    /// Whether a string in the document `bytes` is `lowercased`, ignoring ASCII case; read in place unless it
+    /// has escapes.
+    static func spells(
+        _ string: StringSpan,
+        in bytes: UnsafeRawBufferPointer,
+        ignoringCase lowercased: StaticString
+    ) -> Bool {
+        if string.hasEscapes { return HTTPSyntax.equalsIgnoringCase(text(of: string, in: bytes), lowercased) }
+        return HTTPSyntax.equalsIgnoringCase(bytes: bytes[string.range], lowercased)
     }
 
     private static func unescape(_ range: Range<Int>, in bytes: UnsafeRawBufferPointer) -> String {

@@ -34,7 +34,12 @@ public struct PrefetchPlanner: Sendable {
     public static let maximumSkipped = 64
 
     /// The `_beagleAction_` values, lower-cased, of the actions that open a screen from a `route`.
-    public static let navigationActions: Set<String> = [
+    public static let navigationActions = Set(navigationActionSpellings.map { "\($0)" })
+
+    /// ``navigationActions`` as the planner compares them, read by both event loops on every miss: static text
+    /// in an array, so that comparing them retains nothing those loops share (iterating the set did, once per
+    /// member and action).
+    private static let navigationActionSpellings: [StaticString] = [
         "beagle:pushview", "beagle:pushstack", "beagle:resetstack", "beagle:resetapplication",
     ]
 
@@ -248,7 +253,7 @@ public struct PrefetchPlanner: Sendable {
         bytes: UnsafeRawBufferPointer
     ) -> (url: String, route: Range<Int>)? {
         guard case .string(let name)? = scan.value(of: Key.action, in: action),
-            navigationActions.contains(where: { JSONParser.spells(name, in: bytes, ignoringCase: $0) }),
+            navigationActionSpellings.contains(where: { JSONParser.spells(name, in: bytes, ignoringCase: $0) }),
             case .object(let route)? = scan.value(of: Key.route, in: action),
             case .bool(true)? = scan.value(of: Key.shouldPrefetch, in: route),
             case .string(let url)? = scan.value(of: Key.url, in: route)
