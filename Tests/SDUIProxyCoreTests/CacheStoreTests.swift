@@ -190,6 +190,20 @@ struct CachedResponseStorageTests {
         )
     }
 
+    @Test("a beagle-hash is matched as the 16 lower-case hex digits the entry sends, without formatting it")
+    func contentHashMatching() {
+        let stored = entry(ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#))
+        let hash = stored.contentHash
+        #expect(hash.utf8.count == 16)
+        #expect(stored.hasContentHash(hash))
+        #expect(!stored.hasContentHash(hash.uppercased()) || hash == hash.uppercased())
+        #expect(!stored.hasContentHash(String(hash.dropLast()) + (hash.last == "0" ? "1" : "0")))
+        #expect(!stored.hasContentHash(String(hash.dropLast())))
+        #expect(!stored.hasContentHash(hash + "0"))
+        #expect(!stored.hasContentHash("zz" + hash.dropFirst(2)))
+        #expect(!stored.hasContentHash(""))
+    }
+
     @Test("a small body read as a slice of a larger buffer is kept as exactly its bytes")
     func smallBodyExact() {
         var read = ByteBufferAllocator().buffer(capacity: 64 << 10)

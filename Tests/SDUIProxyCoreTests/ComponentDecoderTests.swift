@@ -204,6 +204,32 @@ struct ComponentDecoderTests {
         }
     }
 
+    @Test("a scan lets go of what objects that are not reported kept: it holds what it reports, not the document")
+    func scanMemoryIsBounded() throws {
+        // Routes kept under objects that are no actions, a thousand reported actions and then more beyond the
+        // report limit, each followed by another unreported route.
+        let unreported = #"{"route":{"url":"/x","shouldPrefetch":true,"httpAdditionalData":{"method":"GET"}}}"#
+        let action = #"{"_beagleAction_":"beagle:pushView","route":{"url":"/a","shouldPrefetch":true}}"#
+        let parts = (0..<3000).map { $0 % 2 == 0 ? unreported : action }
+        let document = #"{"_beagleComponent_":"beagle:container","children":["# + parts.joined(separator: ",") + "]}"
+        let scan = try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
+            try PrefetchPlanner.scan(bytes, rootMember: ComponentDecoder.componentTypeKey)
+        }
+        #expect(scan.rootHasMember)
+        #expect(scan.objects.count == PrefetchPlanner.maximumActions)
+        #expect(scan.truncated)
+        // Each reported action keeps its two members and its route's two: nothing of the unreported routes.
+        #expect(scan.members.count == PrefetchPlanner.maximumActions * 4)
+        for object in scan.objects {
+            // Key 1 is `route`, the planner's second kept key.
+            guard case .object(let route)? = scan.value(of: 1, in: object.members) else {
+                Issue.record("an action lost its route")
+                break
+            }
+            #expect(route.count == 2)
+        }
+    }
+
     @Test("content types that count as JSON")
     func jsonContentTypes() {
         #expect(ComponentDecoder.isJSON(contentType: "application/json"))

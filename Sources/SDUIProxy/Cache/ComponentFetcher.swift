@@ -65,7 +65,7 @@ public final class ComponentFetcher: Sendable {
     private let decoder = ComponentDecoder()
     /// Plans the prefetches of the components this fetcher stores: the planner of the configuration the fetcher
     /// was made for, held here so that a miss reads no shared state to find it.
-    private let prefetchPlanner: PrefetchPlanner
+    let prefetchPlanner: PrefetchPlanner
     private let maxResponseBytes: Int
     /// Headers the cache key already accounts for; a `Vary` on them needs no variant of its own.
     private let keyedHeaders: Set<String>

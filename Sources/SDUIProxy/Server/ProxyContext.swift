@@ -37,7 +37,7 @@ public final class ProxyContext: Sendable {
         self.writeQueue = writeQueue
         self.metrics = metrics
         self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
-        self.prefetchPlanner = Self.prefetchPlanner(for: configuration)
+        self.prefetchPlanner = fetcher.prefetchPlanner
         self.configuration = configuration
         self.cache = cache
         self.fetcher = fetcher
@@ -51,8 +51,6 @@ public final class ProxyContext: Sendable {
         )
     }
 
-    /// Builds a context for `configuration`: its upstream client and fetcher, over a cache and coalescer
-    /// that may be carried over from the context it replaces.
     /// The planner for a configuration: its upstream, and the other names of this proxy and its backend.
     static func prefetchPlanner(for configuration: ProxyConfiguration) -> PrefetchPlanner {
         PrefetchPlanner(
@@ -61,6 +59,8 @@ public final class ProxyContext: Sendable {
         )
     }
 
+    /// Builds a context for `configuration`: its upstream client and fetcher, over a cache and coalescer
+    /// that may be carried over from the context it replaces.
     static func build(
         configuration: ProxyConfiguration,
         cache: ResponseCache,

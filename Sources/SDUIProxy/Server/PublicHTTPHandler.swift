@@ -505,7 +505,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if settings.beagleHash {
             presentation.beagleMaxAge = entry.remainingLifetime(at: now)
             // Beagle 1.x clients only ever get a 304 for the hash they sent.
-            presentation.notModified = headers.first(name: "beagle-hash") == entry.contentHash
+            presentation.notModified = headers.first(name: "beagle-hash").map(entry.hasContentHash) ?? false
         } else if entry.status == .ok,
             headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since")
         {

@@ -43,9 +43,25 @@ public final class CachedResponse: Sendable {
     public let variant: String
     /// Purge tags, from the configured tag header.
     public let tags: [String]
-    /// A content hash for Beagle 1.x clients (`beagle-hash`), formatted when one asks.
+    /// A content hash for Beagle 1.x clients (`beagle-hash`), formatted when a response carries it.
     public var contentHash: String { ContentHash.hex(contentHashValue) }
     private let contentHashValue: UInt64
+
+    /// Whether `text` is ``contentHash`` (16 lower-case hex digits), compared without formatting the hash: a
+    /// Beagle 1.x client sends it with every request.
+    public func hasContentHash(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in
+            guard bytes.count == 16 else { return false }
+            var value: UInt64 = 0
+            for byte in bytes {
+                guard !(UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte), let digit = HTTPSyntax.hexValue(byte)
+                else { return false }
+                value = value << 4 | UInt64(digit)
+            }
+            return value == contentHashValue
+        }
+    }
     /// What the entry costs against the cache's byte budget.
     public let byteCost: Int
     /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
@@ -119,9 +135,8 @@ public final class CachedResponse: Sendable {
                 upstreamETag = value
             } else if lastModified == nil, HTTPSyntax.equalsIgnoringCase(name, "last-modified") {
                 lastModified = value
-            } else if !hasTags, HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) {
-                hasTags = true
             }
+            if !hasTags, HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) { hasTags = true }
             HTTPWireFormat.writeHeaderLine(name, value, into: &encodedHead)
         }
         var headers = headers

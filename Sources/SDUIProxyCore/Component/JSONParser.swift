@@ -88,8 +88,8 @@ struct JSONParser {
     /// document's bytes, and keeping it costs no allocation per object.
     struct Scan {
         var objects: [ScannedObject]
-        /// The kept members of the reported objects and of the objects kept under them; each object's members
-        /// lie together, in document order.
+        /// The kept members of the reported objects and of the objects kept under them (and possibly of objects
+        /// that ended unreported before a reported one); each object's members lie together, in document order.
         var members: [KeptMember]
         var truncated: Bool
         /// Whether the root is an object with a non-empty string member named as the scan's `rootMember`.
@@ -160,6 +160,9 @@ struct JSONParser {
         var pending: [KeptMember] = []
         /// The members of the reported and kept objects that have ended (``Scan/members``).
         var kept: [KeptMember] = []
+        /// How many of `kept` the reported objects (and what they keep) refer to; the rest belongs to objects
+        /// still open, or to nothing once the object that kept it ends unreported.
+        var keptInUse = 0
         var objects: [ScannedObject] = []
         var truncated = false
         var rootHasMember = false
@@ -168,9 +171,10 @@ struct JSONParser {
     /// Validates a whole document like ``parse(_:)`` without building it, and reports the objects that have a
     /// string member named `markerKey`.
     ///
-    /// A reported object keeps only its members named in `keys`: strings, numbers, booleans and nulls as they
-    /// are, objects reduced the same way, arrays as empty arrays (their elements are scanned, not kept). So the
-    /// memory a scan takes grows with what it keeps, not with the document. Objects nested deeper than
+    /// A reported object keeps only its members named in `keys` (see ``KeptValue``): strings where they lie,
+    /// objects reduced the same way, numbers and arrays without their content (array elements are scanned, not
+    /// kept). What an object that is neither reported nor kept held is let go when it ends, so a scan holds what
+    /// it reports and what the objects open around its position keep. Objects nested deeper than
     /// `maximumDepth` levels are not reported (but are kept in full under an object that is), reporting stops
     /// after `maximumCount` objects, and ``Scan/truncated`` says when either limit left something out.
     ///
@@ -292,6 +296,7 @@ struct JSONParser {
         // A kept object is reduced at any depth, so an object in reach sees all it keeps.
         let reduces = inReach || keep
         let firstMember = reduction.pending.count
+        let firstKept = reduction.kept.count
         index += 1
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
@@ -318,21 +323,24 @@ struct JSONParser {
             }
         }
         let memberCount = reduction.pending.count - firstMember
-        guard memberCount > 0 else { return keep ? .object(0..<0) : nil }
-        let reported = inReach && hasStringMarker(from: firstMember)
+        let reported = memberCount > 0 && inReach && hasStringMarker(from: firstMember)
+        if reported, reduction.objects.count >= reduction.maximumCount { reduction.truncated = true }
+        let reports = reported && reduction.objects.count < reduction.maximumCount
         var members = 0..<0
-        if reported || keep {
+        if reports || keep {
             members = reduction.kept.count..<(reduction.kept.count + memberCount)
             // Element by element: appending the slice retained and released the array around a generic copy.
             for index in firstMember..<reduction.pending.count { reduction.kept.append(reduction.pending[index]) }
+        } else {
+            // Nothing refers to what this object's members kept any more, except the objects reported meanwhile:
+            // so a scan holds what it reports and the objects open around the current one, not the document.
+            let inUse = max(firstKept, reduction.keptInUse)
+            if reduction.kept.count > inUse { reduction.kept.removeLast(reduction.kept.count - inUse) }
         }
         reduction.pending.removeLast(memberCount)
-        if reported {
-            if reduction.objects.count < reduction.maximumCount {
-                reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
-            } else {
-                reduction.truncated = true
-            }
+        if reports {
+            reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
+            reduction.keptInUse = reduction.kept.count
         }
         return keep ? .object(members) : nil
     }
