@@ -26,19 +26,20 @@ public final class ComponentFetcher: Sendable {
         case notStored(UpstreamResponse, reason: String)
     }
 
-    /// One fetch to make.
-    public struct Request: Sendable {
-        public var key: CacheKey
-        public var upstream: UpstreamRequest
-        public var policy: ProxyConfiguration.RoutePolicy
+    /// One fetch to make. A reference: the miss path hands it to the coalescer, the exchange and the callbacks
+    /// after it, and each copy of a value this size retained all of its members.
+    public final class Request: Sendable {
+        public let key: CacheKey
+        public let upstream: UpstreamRequest
+        public let policy: ProxyConfiguration.RoutePolicy
         /// The client's headers, for the rules that depend on them (`Authorization`, `Vary`).
-        public var clientHeaders: HTTPHeaders
+        public let clientHeaders: HTTPHeaders
         /// Whether this request may share an exchange with identical ones.
-        public var mayCoalesce: Bool
+        public let mayCoalesce: Bool
         /// The stale entry this fetch replaces, if any: it is revalidated rather than fetched blind.
-        public var staleEntry: CachedResponse?
+        public let staleEntry: CachedResponse?
         /// How many more hops of `shouldPrefetch` navigation to follow from the component this fetch stores.
-        public var followActions: Int
+        public let followActions: Int
 
         public init(
             key: CacheKey,

@@ -388,31 +388,30 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         if buffer.readableBytes > 0, reusable { pending = buffer }
     }
 
+    /// Takes one part of the response into the exchange in flight. `current` is changed in place, never copied
+    /// out and back: a copy retained its completion, head and body, and made the body's buffer shared while it
+    /// grew.
     private func receive(_ part: HTTPResponseParser.Part) {
-        guard var exchange = current else { return }
+        guard let maxBodyBytes = current?.maxBodyBytes else { return }
         switch part {
         case .head(let head, let keepAlive, let length):
-            if let length, length > exchange.maxBodyBytes {
-                return fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
+            if let length, length > maxBodyBytes {
+                return fail(with: .tooLarge(maxBodyBytes), closing: true)
             }
-            exchange.head = head
-            exchange.keepAlive = keepAlive
+            current?.head = head
+            current?.keepAlive = keepAlive
             // The body is copied out of the read buffers as it arrives, into one buffer of its own size when
             // the length is known: a body slice kept alive would stop the channel reusing its read buffer, and
             // every read would allocate a new one.
-            exchange.body = ByteBufferAllocator().buffer(capacity: length ?? 0)
-            current = exchange
+            current?.body = ByteBufferAllocator().buffer(capacity: length ?? 0)
         case .body(var part):
-            current = nil  // keeps the body buffer uniquely referenced while it grows
-            let size = (exchange.body?.readableBytes ?? 0) + part.readableBytes
-            guard size <= exchange.maxBodyBytes else {
-                current = exchange
-                return fail(with: .tooLarge(exchange.maxBodyBytes), closing: true)
+            let size = (current?.body?.readableBytes ?? 0) + part.readableBytes
+            guard size <= maxBodyBytes else {
+                return fail(with: .tooLarge(maxBodyBytes), closing: true)
             }
-            exchange.body?.writeBuffer(&part)
-            current = exchange
+            current?.body?.writeBuffer(&part)
         case .end:
-            current = nil
+            guard let exchange = current.take() else { return }
             if !exchange.keepAlive { close() }
             guard let head = exchange.head else {
                 return exchange.completion(.failure(Failure.closedDuringResponse))
