@@ -217,6 +217,7 @@ struct JSONParser {
     ///
     /// `mutating` though it changes nothing: a non-mutating call from the mutating scan copies the parser first,
     /// retaining and releasing each of its arrays, once for every key of the document.
+    @inline(__always)
     private mutating func keptKey(_ key: StringSpan) -> Int? {
         if key.hasEscapes { return reduction.keys.names.firstIndex(of: text(of: key)) }
         let count = key.range.count
@@ -446,6 +447,7 @@ struct JSONParser {
     }
 
     /// Checks a string (escapes, control characters, UTF-8) and steps over it without building it.
+    @inline(__always)
     private mutating func scanString() throws(Failure) -> StringSpan {
         guard next() == UInt8(ascii: "\"") else { throw failure("expected a string") }
         let start = index
@@ -637,6 +639,7 @@ struct JSONParser {
         while let byte = peek(), Self.isDigit(byte) { index += 1 }
     }
 
+    @inline(__always)
     private mutating func expect(_ byte: UInt8) throws(Failure) {
         guard next() == byte else { throw failure("expected \(Character(Unicode.Scalar(byte)))") }
     }
