@@ -77,12 +77,15 @@ enum HTTPMessageSyntax {
     ) throws(HTTPParseFailure) -> FieldSection {
         var section = FieldSection()
         let bytes = lines.bytes
-        // One allocation for the fields rather than one per doubling (four for a backend's usual nine lines).
-        // (After the last line the reader's position is past the end.)
+        // The fields are gathered as a plain list and handed to `HTTPHeaders` whole: its `add` retains the name
+        // and value it is given and walks the name again. One allocation for the list rather than one per
+        // doubling (four for a backend's usual nine lines). (After the last line the reader's position is past
+        // the end.)
+        var fields: [(String, String)] = []
         if lines.position < bytes.count {
             var lineCount = 1
             for byte in bytes[lines.position...] where byte == 0x0A { lineCount += 1 }
-            section.headers.reserveCapacity(lineCount)
+            fields.reserveCapacity(lineCount)
         }
         while let line = lines.next() {
             let field = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]), failing: kind)
@@ -114,8 +117,10 @@ enum HTTPMessageSyntax {
                 }
             }
             if isConnection { section.connection.read(value) }
-            section.headers.add(name: name, value: value)
+            fields.append((name, value))
         }
+        // The names are tokens, so ASCII, as `HTTPHeaders` requires.
+        section.headers = HTTPHeaders(fields)
         guard lines.isValid else { throw HTTPParseFailure(kind: kind, reason: "a bare line feed in the head") }
         return section
     }

@@ -44,8 +44,10 @@ public struct UpstreamRequestBuilder: Sendable {
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
         // further fields costs a list of its own.
         let named = Self.connectionTokens(clientHeaders)
-        var headers = HTTPHeaders()
-        headers.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
+        // The client's headers are gathered as a list and handed to `HTTPHeaders` whole (its `add` retains each
+        // name and value again), with room for what is added below.
+        var forwarded: [(String, String)] = []
+        forwarded.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
         for (name, value) in clientHeaders {
             if HTTPSyntax.isHopByHop(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
                 || HTTPSyntax.sameIgnoringCase(name, platformHeader) || Self.isNamed(name, in: named)
@@ -57,10 +59,11 @@ public struct UpstreamRequestBuilder: Sendable {
             {
                 continue
             }
-            headers.add(name: name, value: value)
+            forwarded.append((name, value))
         }
+        var headers = HTTPHeaders(forwarded)
         for (name, value) in configuredHeaders {
-            if name.lowercased() == "content-type", headers.contains(name: "content-type") { continue }
+            if HTTPSyntax.equalsIgnoringCase(name, "content-type"), headers.contains(name: "content-type") { continue }
             headers.replaceOrAdd(name: name, value: value)
         }
         headers.replaceOrAdd(name: platformHeader, value: platform)
@@ -86,13 +89,14 @@ public struct UpstreamRequestBuilder: Sendable {
         alsoDropping dropped: [StaticString] = []
     ) -> HTTPHeaders {
         let named = connectionTokens(headers)
-        var result = HTTPHeaders()
+        // Gathered as a list and handed over whole: `HTTPHeaders.add` would retain each name and value again.
+        var result: [(String, String)] = []
         result.reserveCapacity(headers.count + 1)
         for (name, value) in headers where !HTTPSyntax.isHopByHop(name) && !isNamed(name, in: named) {
             if dropped.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) }) { continue }
-            result.add(name: name, value: value)
+            result.append((name, value))
         }
-        return result
+        return HTTPHeaders(result)
     }
 
     /// Whether `name` is one of the `Connection` header's `tokens`, ignoring case, without allocating.
