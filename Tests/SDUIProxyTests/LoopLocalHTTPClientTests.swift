@@ -51,6 +51,30 @@ struct LoopLocalHTTPClientTests {
         try await origin.stop()
     }
 
+    @Test("every loop of the group and loops outside it get a pool; after shutdown none opens a connection")
+    func poolsAndShutdown() async throws {
+        let origin = try await TestOrigin { _ in .component() }
+        let client = try Self.client(for: origin)
+        let outside = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        loops.append(outside.next())
+        for (index, loop) in loops.enumerated() {
+            #expect(try await Self.get(client, "/p/\(index)", loop: loop).status == .ok)
+        }
+        #expect(origin.acceptedConnections == loops.count)
+        try await client.shutdown()
+        // A loop the client never saw before it shut down gets no connection either.
+        let late = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        for loop in loops + [late.next()] {
+            await #expect(throws: ProxyError.self) { _ = try await Self.get(client, "/after", loop: loop) }
+        }
+        #expect(origin.requestCount == loops.count)
+        #expect(origin.acceptedConnections == loops.count)
+        try await late.shutdownGracefully()
+        try await outside.shutdownGracefully()
+        try await origin.stop()
+    }
+
     @Test("a keep-alive connection the backend closed is replaced, and the request still succeeds")
     func staleConnection() async throws {
         let origin = try await TestOrigin { _ in .component() }

@@ -17,7 +17,12 @@ import Synchronization
 public final class LoopLocalHTTPClient: NetworkClient {
     private let origin: UpstreamOrigin.HTTPOrigin
     private let configuration: ProxyConfiguration.Upstream
-    private let pools: Mutex<[ObjectIdentifier: PoolState]>
+    /// The pools of the group's event loops, made up front: every miss finds its loop's pool without a lock
+    /// that both loops would take.
+    private let groupPools: [ObjectIdentifier: PoolState]
+    /// Pools of loops from outside the group, made when first asked for, and whether the client is shut down
+    /// (a pool made after that opens no connection).
+    private let outsidePools: Mutex<(pools: [ObjectIdentifier: PoolState], shutDown: Bool)>
     private let streaming: HTTPNetworkClient
 
     public init(
@@ -28,7 +33,12 @@ public final class LoopLocalHTTPClient: NetworkClient {
         precondition(origin.scheme == "http", "the loop-local client speaks plain HTTP only")
         self.origin = origin
         self.configuration = configuration
-        self.pools = Mutex([:])
+        var groupPools: [ObjectIdentifier: PoolState] = [:]
+        for eventLoop in eventLoopGroup.makeIterator() {
+            groupPools[ObjectIdentifier(eventLoop)] = Self.makePool(on: eventLoop, origin: origin, configuration)
+        }
+        self.groupPools = groupPools
+        self.outsidePools = Mutex(([:], false))
         self.streaming = HTTPNetworkClient(origin: origin, configuration: configuration, eventLoopGroup: eventLoopGroup)
     }
 
@@ -79,10 +89,12 @@ public final class LoopLocalHTTPClient: NetworkClient {
     }
 
     public func shutdown() async throws {
-        let all = pools.withLock { pools in
-            defer { pools.removeAll() }
-            return Array(pools.values)
-        }
+        let all =
+            Array(groupPools.values)
+            + outsidePools.withLock { state in
+                state.shutDown = true
+                return Array(state.pools.values)
+            }
         for pool in all {
             try? await pool.eventLoop.submit { pool.closeAll() }.get()
         }
@@ -90,18 +102,29 @@ public final class LoopLocalHTTPClient: NetworkClient {
     }
 
     private func pool(for eventLoop: any EventLoop) -> PoolState {
-        pools.withLock { pools in
-            if let pool = pools[ObjectIdentifier(eventLoop)] { return pool }
-            let pool = PoolState(
-                eventLoop: eventLoop,
-                host: origin.host,
-                port: origin.port,
-                connectTimeout: .nanoseconds(Int64(configuration.connectTimeout.secondsValue * 1e9)),
-                maximumConnections: max(1, configuration.maxConnections)
-            )
-            pools[ObjectIdentifier(eventLoop)] = pool
+        if let pool = groupPools[ObjectIdentifier(eventLoop)] { return pool }
+        return outsidePools.withLock { state in
+            if let pool = state.pools[ObjectIdentifier(eventLoop)] { return pool }
+            let pool = Self.makePool(on: eventLoop, origin: origin, configuration, closed: state.shutDown)
+            state.pools[ObjectIdentifier(eventLoop)] = pool
             return pool
         }
+    }
+
+    private static func makePool(
+        on eventLoop: any EventLoop,
+        origin: UpstreamOrigin.HTTPOrigin,
+        _ configuration: ProxyConfiguration.Upstream,
+        closed: Bool = false
+    ) -> PoolState {
+        PoolState(
+            eventLoop: eventLoop,
+            host: origin.host,
+            port: origin.port,
+            connectTimeout: .nanoseconds(Int64(configuration.connectTimeout.secondsValue * 1e9)),
+            maximumConnections: max(1, configuration.maxConnections),
+            closed: closed
+        )
     }
 
     struct Exchange {
@@ -127,9 +150,17 @@ final class PoolState: @unchecked Sendable {
     private var idle: [UpstreamConnectionHandler] = []
     private var open = 0
     private var waiting: CircularBuffer<EventLoopPromise<UpstreamConnectionHandler?>> = []
-    private var closed = false
+    private var closed: Bool
 
-    init(eventLoop: any EventLoop, host: String, port: Int, connectTimeout: TimeAmount, maximumConnections: Int) {
+    init(
+        eventLoop: any EventLoop,
+        host: String,
+        port: Int,
+        connectTimeout: TimeAmount,
+        maximumConnections: Int,
+        closed: Bool = false
+    ) {
+        self.closed = closed
         self.eventLoop = eventLoop
         self.host = host
         self.port = port
