@@ -171,7 +171,7 @@ public final class ComponentFetcher: Sendable {
         let started = NIODeadline.now()
         // One promise for the whole exchange rather than a future per step: this runs on every miss.
         let promise = eventLoop.makePromise(of: Outcome.self)
-        client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop).whenComplete { result in
+        client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop) { result in
             let failure: any Error
             switch result {
             case .success(let response):

@@ -47,6 +47,18 @@ public final class LoopLocalHTTPClient: NetworkClient {
         maxBodyBytes: Int,
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<UpstreamResponse> {
+        let promise = eventLoop.makePromise(of: UpstreamResponse.self)
+        fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop, completion: promise.completeWith)
+        return promise.futureResult
+    }
+
+    /// The exchange is completed straight from the connection's callback, without a promise of its own.
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
         let pool = self.pool(for: eventLoop)
         let deadline = NIODeadline.now() + .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
         var headers = request.headers
@@ -65,7 +77,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
                 body: request.body
             )
         } catch {
-            return eventLoop.makeFailedFuture(error)
+            return eventLoop.execute { completion(.failure(error)) }
         }
         let exchange = Exchange(
             request: encoded,
@@ -74,9 +86,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
             deadline: deadline
         )
         if eventLoop.inEventLoop {
-            return pool.run(exchange)
+            return pool.run(exchange, completion: completion)
         }
-        return eventLoop.flatSubmit { pool.run(exchange) }
+        eventLoop.execute { pool.run(exchange, completion: completion) }
     }
 
     public func forward(
@@ -168,31 +180,32 @@ final class PoolState: @unchecked Sendable {
         self.maximumConnections = maximumConnections
     }
 
+    /// What an exchange's caller is told, once, on the pool's loop.
+    typealias Completion = @Sendable (Result<UpstreamResponse, any Error>) -> Void
+
     /// Runs `exchange` on an idle connection, a new one, or the first to come free.
-    func run(_ exchange: LoopLocalHTTPClient.Exchange) -> EventLoopFuture<UpstreamResponse> {
+    func run(_ exchange: LoopLocalHTTPClient.Exchange, completion: @escaping Completion) {
         eventLoop.preconditionInEventLoop()
-        let promise = eventLoop.makePromise(of: UpstreamResponse.self)
-        start(exchange, retryOnStaleConnection: true, promise: promise)
-        return promise.futureResult
+        start(exchange, retryOnStaleConnection: true, completion: completion)
     }
 
-    /// The common case, an idle connection ready, takes no future of its own: the exchange's one promise is
-    /// completed from the connection's callback.
+    /// The common case, an idle connection ready, takes no future at all: `completion` is called from the
+    /// connection's callback.
     private func start(
         _ exchange: LoopLocalHTTPClient.Exchange,
         retryOnStaleConnection: Bool,
-        promise: EventLoopPromise<UpstreamResponse>
+        completion: @escaping Completion
     ) {
         if let connection = takeIdleConnection() {
-            send(exchange, on: connection, retryIfStale: retryOnStaleConnection, promise)
+            send(exchange, on: connection, retryIfStale: retryOnStaleConnection, completion)
             return
         }
         acquireNew(deadline: exchange.deadline).whenComplete { result in
             switch result {
             case .success(let connection):
-                self.send(exchange, on: connection, retryIfStale: false, promise)
+                self.send(exchange, on: connection, retryIfStale: false, completion)
             case .failure(let error):
-                promise.fail(Self.proxyError(error))
+                completion(.failure(Self.proxyError(error)))
             }
         }
     }
@@ -201,18 +214,18 @@ final class PoolState: @unchecked Sendable {
         _ exchange: LoopLocalHTTPClient.Exchange,
         on connection: UpstreamConnectionHandler,
         retryIfStale: Bool,
-        _ promise: EventLoopPromise<UpstreamResponse>
+        _ completion: @escaping Completion
     ) {
         connection.send(exchange) { result in
             switch result {
             case .success(let response):
                 self.release(connection)
-                promise.succeed(response)
+                completion(.success(response))
             case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) where retryIfStale:
                 // The backend closed a reused idle connection as the request went out: nothing was answered.
-                self.start(exchange, retryOnStaleConnection: false, promise: promise)
+                self.start(exchange, retryOnStaleConnection: false, completion: completion)
             case .failure(let error):
-                promise.fail(Self.proxyError(error))
+                completion(.failure(Self.proxyError(error)))
             }
         }
     }

@@ -57,6 +57,16 @@ public protocol NetworkClient: Sendable {
     )
         -> EventLoopFuture<UpstreamResponse>
 
+    /// ``fetch(_:maxBodyBytes:on:)`` with the outcome handed to `completion`, on `eventLoop`, instead of a
+    /// future: the miss path's form. A client that completes exchanges from its own callbacks saves a promise
+    /// and a future per exchange; the default waits on the future.
+    func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    )
+
     /// Sends `request` with a body streamed from `body` (nil for none), and streams the response into `sink`.
     /// The future completes after ``ForwardedResponseSink/receiveEnd()``, or fails with a ``ProxyError``;
     /// when it fails after the head was delivered, the client's response is cut short.
@@ -69,4 +79,15 @@ public protocol NetworkClient: Sendable {
 
     /// Releases connections and pending work.
     func shutdown() async throws
+}
+
+extension NetworkClient {
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
+        fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop).hop(to: eventLoop).whenComplete(completion)
+    }
 }
