@@ -151,8 +151,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
 /// The connections of one event loop: idle ones ready for reuse, and requests waiting for a connection when
 /// the pool is full.
 ///
-/// Confined to its event loop: it is only created under the client's lock and otherwise used from
-/// ``run(_:)`` and ``closeAll()``, which run on that loop (checked).
+/// Confined to its event loop: it is created with the client (for the group's loops) or under the client's
+/// lock (for others), and otherwise used from ``run(_:completion:)`` and ``closeAll()``, which run on that loop
+/// (checked).
 final class PoolState: @unchecked Sendable {
     let eventLoop: any EventLoop
     private let host: String
