@@ -1,3 +1,4 @@
+import NIOCore
 import NIOHTTP1
 import Testing
 
@@ -27,17 +28,32 @@ struct EndToEndHeadersTests {
         #expect(kept == ["X-Public"])
     }
 
-    @Test("headers a caller also drops go in the same pass, in any letter case")
-    func alsoDropping() {
+    @Test("an entry made from a backend's headers keeps the end-to-end ones, without framing and Age, in order")
+    func storedEntryEndToEndOnly() {
         let headers = HTTPHeaders([
-            ("Content-Length", "12"), ("Connection", "keep-alive"), ("AGE", "3"), ("ETag", "\"a\""),
-            ("Cache-Control", "max-age=1"), ("age", "4"),
+            ("Content-Length", "12"), ("Connection", "keep-alive, X-Secret"), ("AGE", "3"), ("ETag", "\"a\""),
+            ("Keep-Alive", "timeout=5"), ("x-secret", "1"), ("Cache-Control", "max-age=1"), ("age", "4"),
         ])
-        let kept = UpstreamRequestBuilder.endToEndResponseHeaders(
-            headers,
-            alsoDropping: CachedResponse.headersNotStored
+        let entry = CachedResponse(
+            status: .ok,
+            headers: headers,
+            body: ByteBuffer(string: "{}"),
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60),
+            endToEndOnly: true
         )
-        #expect(kept.map(\.name) == ["ETag", "Cache-Control"])
+        #expect(entry.headers.map(\.name) == ["ETag", "Cache-Control"])
+        #expect(
+            String(decoding: entry.encodedHead, as: UTF8.self)
+                == "HTTP/1.1 200 OK\r\nETag: \"a\"\r\nCache-Control: max-age=1\r\nContent-Length: 2\r\n"
+        )
+        // Without the flag only framing and Age go: the caller vouches for the rest.
+        let trusted = CachedResponse(
+            status: .ok,
+            headers: headers,
+            body: ByteBuffer(string: "{}"),
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        )
+        #expect(trusted.headers.map(\.name) == ["Connection", "ETag", "Keep-Alive", "x-secret", "Cache-Control"])
     }
 
     @Test("keep-alive is decided as NIO decides it, for every mix of Connection values and both versions")

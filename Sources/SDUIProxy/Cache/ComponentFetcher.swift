@@ -258,13 +258,11 @@ public final class ComponentFetcher: Sendable {
 
         let entry = CachedResponse(
             status: response.status,
-            headers: UpstreamRequestBuilder.endToEndResponseHeaders(
-                response.headers,
-                alsoDropping: CachedResponse.headersNotStored
-            ),
+            headers: response.headers,
             body: response.body,
             metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime),
-            directives: directives
+            directives: directives,
+            endToEndOnly: true
         )
         guard cache.store(entry, for: request.key) else {
             return .notStored(response, reason: "larger than a cache shard's budget")

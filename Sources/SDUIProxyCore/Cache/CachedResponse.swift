@@ -109,26 +109,32 @@ public final class CachedResponse: Sendable {
         }
     }
 
-    /// Makes an entry from a backend response's status, end-to-end headers and body; `directives` is the
-    /// headers' `Cache-Control` when the caller has parsed it already.
+    /// Makes an entry from a backend response's status, headers and body; `directives` is the headers'
+    /// `Cache-Control` when the caller has parsed it already. With `endToEndOnly`, the headers are as the backend
+    /// sent them, and those that do not travel end to end (``UpstreamRequestBuilder/EndToEndFilter``) are
+    /// dropped in the same pass.
     public init(
         status: HTTPResponseStatus,
         headers: HTTPHeaders,
         body: ByteBuffer,
         metadata: Metadata,
-        directives: CacheControl? = nil
+        directives: CacheControl? = nil,
+        endToEndOnly: Bool = false
     ) {
-        // One pass over the headers reads what the entry needs and encodes the head; they are copied only when
-        // some must go (a caller that drops them itself, like the fetcher, saves that).
+        // One pass over the headers reads what the entry needs, encodes the head and gathers the headers kept,
+        // which replace the given ones only when some were dropped.
+        let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(headers) : nil
         var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
         HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
         var upstreamETag: String?
         var lastModified: String?
         var hasTags = false
-        var mustDrop = false
+        var kept: [(String, String)] = []
+        kept.reserveCapacity(headers.count + 1)
         for (name, value) in headers {
-            if Self.headersNotStored.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) }) {
-                mustDrop = true
+            if Self.headersNotStored.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) })
+                || filter?.passes(name) == false
+            {
                 continue
             }
             if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(name, "etag") {
@@ -138,11 +144,9 @@ public final class CachedResponse: Sendable {
             }
             if !hasTags, HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) { hasTags = true }
             HTTPWireFormat.writeHeaderLine(name, value, into: &encodedHead)
+            kept.append((name, value))
         }
-        var headers = headers
-        if mustDrop {
-            for name in Self.headersNotStored { headers.remove(name: "\(name)") }
-        }
+        var headers = kept.count < headers.count ? HTTPHeaders(kept) : headers
         self.upstreamETag = upstreamETag
         self.lastModified = lastModified
         let hash = ContentHash.hash64(body)

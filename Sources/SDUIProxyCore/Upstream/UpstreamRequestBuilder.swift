@@ -81,32 +81,39 @@ public struct UpstreamRequestBuilder: Sendable {
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
     /// its `Connection` header names. Framing (`Content-Length`, `Transfer-Encoding`) is set by the proxy.
-    ///
-    /// `alsoDropping` names (lower-cased) further headers to leave out in the same pass, and a slot is reserved
-    /// for one header more, so that a caller that adds one does not copy the headers again.
-    public static func endToEndResponseHeaders(
-        _ headers: HTTPHeaders,
-        alsoDropping dropped: [StaticString] = []
-    ) -> HTTPHeaders {
-        let named = connectionTokens(headers)
+    public static func endToEndResponseHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
+        let filter = EndToEndFilter(headers)
         // Gathered as a list and handed over whole: `HTTPHeaders.add` would retain each name and value again.
         var result: [(String, String)] = []
         result.reserveCapacity(headers.count + 1)
-        for (name, value) in headers where !HTTPSyntax.isHopByHop(name) && !isNamed(name, in: named) {
-            if dropped.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) }) { continue }
+        for (name, value) in headers where filter.passes(name) {
             result.append((name, value))
         }
         return HTTPHeaders(result)
     }
 
+    /// Which of a message's headers travel end to end: those that are not hop-by-hop and that its `Connection`
+    /// header does not name.
+    public struct EndToEndFilter: Sendable {
+        private let named: [String]
+
+        public init(_ headers: HTTPHeaders) {
+            named = UpstreamRequestBuilder.connectionTokens(headers)
+        }
+
+        public func passes(_ name: String) -> Bool {
+            !HTTPSyntax.isHopByHop(name) && !UpstreamRequestBuilder.isNamed(name, in: named)
+        }
+    }
+
     /// Whether `name` is one of the `Connection` header's `tokens`, ignoring case, without allocating.
-    private static func isNamed(_ name: String, in tokens: [String]) -> Bool {
+    fileprivate static func isNamed(_ name: String, in tokens: [String]) -> Bool {
         tokens.contains { HTTPSyntax.sameIgnoringCase(name, $0) }
     }
 
     /// The field names a message's `Connection` header lists (RFC 9110 section 7.6.1); usually none beyond
     /// `keep-alive` or `close`, which are hop-by-hop anyway.
-    private static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
+    fileprivate static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
         var tokens: [String] = []
         for value in headers["connection"] {
             // The usual values name no header: no splitting for them (this runs for every backend answer).
