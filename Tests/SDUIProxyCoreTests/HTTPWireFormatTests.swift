@@ -19,6 +19,30 @@ struct HTTPWireFormatTests {
         )
     }
 
+    @Test("a host given to the encoder is the one Host header, first, whatever the headers say")
+    func host() throws {
+        let encoded = try HTTPWireFormat.encodeRequest(
+            method: .GET,
+            target: "/screens/home",
+            host: "backend:8080",
+            headers: ["beagle-platform": "IOS", "HOST": "client.example", "Accept": "*/*", "host": "other"],
+            body: nil
+        )
+        #expect(
+            String(buffer: encoded)
+                == "GET /screens/home HTTP/1.1\r\nHost: backend:8080\r\nbeagle-platform: IOS\r\nAccept: */*\r\n\r\n"
+        )
+        #expect(throws: ProxyError.self) {
+            _ = try HTTPWireFormat.encodeRequest(
+                method: .GET,
+                target: "/a",
+                host: "b\r\nInjected: 1",
+                headers: [:],
+                body: nil
+            )
+        }
+    }
+
     @Test(
         "what could end a line early, and so smuggle a second request, is refused before a byte is written",
         arguments: [

@@ -61,8 +61,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
     ) {
         let pool = self.pool(for: eventLoop)
         let deadline = NIODeadline.now() + .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
+        // The backend's `Host` is written by the encoder: a GET's headers go out as they are, uncopied.
         var headers = request.headers
-        headers.replaceOrAdd(name: "Host", value: origin.hostHeader)
         if let body = request.body {
             headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
         } else if request.method == .POST || request.method == .PUT || request.method == .PATCH {
@@ -73,6 +73,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             encoded = try HTTPWireFormat.encodeRequest(
                 method: request.method,
                 target: origin.basePath + request.target,
+                host: origin.hostHeader,
                 headers: headers,
                 body: request.body
             )
@@ -338,7 +339,7 @@ final class PoolState: @unchecked Sendable {
 /// One keep-alive connection to the backend: one exchange at a time, the response read whole.
 ///
 /// It speaks HTTP/1.1 itself, with no codec handlers in the pipeline: the request goes out as the bytes
-/// ``HTTPWireFormat/encodeRequest(method:target:headers:body:)`` made, and the answer is read with
+/// ``HTTPWireFormat/encodeRequest(method:target:host:headers:body:)`` made, and the answer is read with
 /// ``HTTPResponseParser``.
 ///
 /// Confined to its channel's event loop, like its pool: every call and callback happens on that loop.

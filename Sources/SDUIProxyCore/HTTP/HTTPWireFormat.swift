@@ -34,9 +34,13 @@ extension HTTPWireFormat {
     /// Every part is checked before it is written, and nothing is returned after a failed check: a target or
     /// header that could end a line early would let one request smuggle another onto a shared backend
     /// connection, so it is an error instead.
+    ///
+    /// `host`, when given, is sent as the `Host` header, first, in place of any `Host` in `headers`: the caller
+    /// need not copy its headers to replace one.
     public static func encodeRequest(
         method: HTTPMethod,
         target: String,
+        host: String? = nil,
         headers: HTTPHeaders,
         body: ByteBuffer?
     ) throws(ProxyError) -> ByteBuffer {
@@ -44,13 +48,21 @@ extension HTTPWireFormat {
             throw ProxyError(.url, "the upstream request target has characters HTTP does not allow")
         }
         // Headers are checked as they are written, in one pass; the estimate is room for typical ones.
-        let estimate = target.utf8.count + 32 + headers.count * averageHeaderLineBytes + (body?.readableBytes ?? 0)
+        let estimate =
+            target.utf8.count + 32 + (headers.count + 1) * averageHeaderLineBytes + (body?.readableBytes ?? 0)
         var buffer = ByteBufferAllocator().buffer(capacity: estimate)
         buffer.writeString(method.rawValue)
         buffer.writeStaticString(" ")
         buffer.writeString(target)
         buffer.writeStaticString(" HTTP/1.1\r\n")
+        if let host {
+            guard !host.isEmpty, HTTPSyntax.isFieldValue(host) else {
+                throw ProxyError(.url, "the upstream's host has characters HTTP does not allow")
+            }
+            writeHeaderLine("Host", host, into: &buffer)
+        }
         for (name, value) in headers {
+            if host != nil, HTTPSyntax.equalsIgnoringCase(name, "host") { continue }
             guard HTTPSyntax.isToken(name), HTTPSyntax.isFieldValue(value) else {
                 throw ProxyError(.badRequest, "a header HTTP does not allow in the upstream request: \(name)")
             }
