@@ -69,7 +69,7 @@ public final class CachedResponse: Sendable {
     public let encodedHead: ArraySlice<UInt8>
 
     /// Headers an entry does not keep: the proxy sets the framing, and `Age` is the entry's own.
-    public static let headersNotStored: [StaticString] = ["content-length", "age"]
+    private static let headersNotStored: [StaticString] = ["content-length", "age"]
 
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10

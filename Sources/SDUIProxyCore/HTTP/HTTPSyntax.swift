@@ -60,17 +60,7 @@ public enum HTTPSyntax {
     /// ``equalsIgnoringCase(_:_:)``: a literal would pick this one, the slower.)
     public static func sameIgnoringCase(_ name: String, _ other: String) -> Bool {
         guard name.utf8.count == other.utf8.count else { return false }
-        return equalsIgnoringCase(bytes: name.utf8, other.utf8)
-    }
-
-    /// Whether two spellings are equal ignoring ASCII case, for text read in place.
-    @inlinable
-    public static func equalsIgnoringCase<Bytes: Collection<UInt8>, Other: Collection<UInt8>>(
-        bytes: Bytes,
-        _ other: Other
-    ) -> Bool {
-        guard bytes.count == other.count else { return false }
-        return zip(bytes, other).allSatisfy { lhs, rhs in
+        return zip(name.utf8, other.utf8).allSatisfy { lhs, rhs in
             (lhs >= UInt8(ascii: "A") && lhs <= UInt8(ascii: "Z") ? lhs | 0x20 : lhs)
                 == (rhs >= UInt8(ascii: "A") && rhs <= UInt8(ascii: "Z") ? rhs | 0x20 : rhs)
         }
