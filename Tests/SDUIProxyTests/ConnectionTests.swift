@@ -50,6 +50,57 @@ struct ConnectionTests {
         }
     }
 
+    @Test("requests that arrive in pieces, split anywhere, are answered as if they had arrived whole")
+    func requestsInPieces() async throws {
+        try await ProxyHarness.run(origin: { request in
+            var response = TestOrigin.Response.component(extra: #","uri":"\#(request.uri)""#)
+            response.body = request.method == .POST ? "got \(String(buffer: request.body))" : response.body
+            return response
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            let get = "GET /pieces/a HTTP/1.1\r\nHost: x\r\nX-Long: \(String(repeating: "v", count: 300))\r\n\r\n"
+            let post =
+                "POST /pieces/b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+            // Each piece is its own read: inside the request line, a header, the blank line, a chunk size and
+            // a chunk, and the next request's head starting in the same piece as the last one's end.
+            let text = get + post + get
+            let cuts =
+                [1, 5, 14, 40, 200, 330, 331, get.utf8.count - 1, get.utf8.count + 30, get.utf8.count + 75]
+                + [get.utf8.count + 80, get.utf8.count + post.utf8.count - 2, get.utf8.count + post.utf8.count + 3]
+            var start = text.utf8.startIndex
+            for cut in cuts + [text.utf8.count] {
+                let end = text.utf8.index(text.utf8.startIndex, offsetBy: cut)
+                try await connection.send(String(text.utf8[start..<end])!)
+                start = end
+                try await Task.sleep(for: .milliseconds(15))
+            }
+            let first = try #require(try await connection.readResponse())
+            #expect(first.head.hasPrefix("HTTP/1.1 200"))
+            #expect(first.head.contains("X-Cache: MISS"))
+            #expect(first.body.contains(#""uri":"/pieces/a""#))
+            let forwarded = try #require(try await connection.readResponse())
+            #expect(forwarded.body == "got hello world")
+            let again = try #require(try await connection.readResponse())
+            #expect(again.head.contains("X-Cache: HIT"))
+            #expect(!connection.isClosed)
+            #expect(proxy.origin.requestCount == 2)
+            await connection.close()
+        }
+    }
+
+    @Test("nothing after malformed bytes is read: one 400, no request upstream, the connection closed")
+    func nothingReadAfterMalformed() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /screens/1 HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n")
+            try await connection.send("GET /screens/2 HTTP/1.1\r\nHost: x\r\n\r\n")
+            let rest = try await connection.readUntilClosed()
+            #expect(rest.hasPrefix("HTTP/1.1 400"))
+            #expect(rest.components(separatedBy: "HTTP/1.1 ").count == 2)
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
     @Test("malformed HTTP gets a 400 and the connection is closed")
     func malformed() async throws {
         try await ProxyHarness.run { proxy async throws in

@@ -7,10 +7,14 @@ import SDUIProxyCore
 ///
 /// GET and HEAD take the cache path: a fresh entry is written straight from memory on this event loop; a
 /// miss goes through the ``ComponentFetcher``. Every other method is forwarded to the backend with both bodies
-/// streamed. Requests on one connection are answered in order (the pipelining handler in front of this one
-/// holds later requests until the current response has ended).
+/// streamed. Requests on one connection are answered in order: parts of later requests wait until the current
+/// response has ended.
+///
+/// It reads the connection's bytes itself with ``HTTPRequestParser``, rather than behind a decoding handler: a
+/// request then reaches it without passing through another handler, a type-erased wrapper and a buffer of its own,
+/// which on a cache hit is a good part of the work.
 final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
@@ -103,6 +107,12 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Reads are held while a forwarded body waits for the backend to take it.
     private var readsPaused = false
     private var readRequestedWhilePaused = false
+    private var parser: HTTPRequestParser
+    /// The bytes after the last complete part of a read that ended inside one; the next read is appended.
+    private var unparsed: ByteBuffer?
+    /// Set once the bytes were not HTTP this proxy accepts: the connection is being answered and closed, and
+    /// nothing it sends after that is read.
+    private var stoppedParsing = false
     /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
     private var bodyBytes = 0
     /// Counts and logs the current request when its response is written.
@@ -128,6 +138,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.generation = runtime.generation
         self.proxy = runtime.context
         self.settings = RequestSettings(runtime.context.configuration)
+        // A head may be as long as the URL and header limits together (plus slack for the request line and
+        // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
+        // own 414 or 431.
+        let limits = runtime.context.configuration.limits
+        self.parser = HTTPRequestParser(maximumHeadBytes: limits.maxURLBytes + limits.maxHeaderBytes + 1024)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -199,7 +214,31 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: Inbound
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
+        guard !stoppedParsing else { return }
+        var bytes = unwrapInboundIn(data)
+        if var earlier = unparsed {
+            unparsed = nil  // so that `earlier` is the only reference and grows in place
+            earlier.writeBuffer(&bytes)
+            bytes = earlier
+        }
+        do {
+            while let part = try parser.next(from: &bytes) {
+                receive(part, context: context)
+                // Answering a part can close the connection, which removes this handler.
+                guard self.context != nil else { return }
+            }
+        } catch {
+            stoppedParsing = true
+            refuseMalformed(error, context: context)
+            return
+        }
+        if bytes.readableBytes > 0 {
+            bytes.discardReadBytes()
+            unparsed = bytes
+        }
+    }
+
+    private func receive(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         if currentRequestRead, !isIdle || !pipelined.isEmpty {
             pipelined.append(part)
             readsPaused = true
@@ -289,7 +328,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
         guard case .idle = state else {
-            // The pipelining handler delivers one request at a time; anything else is a bug upstream of us.
+            // Parts of a later request wait in `pipelined` until the connection is idle; anything else is a bug.
             state = .rejecting(ProxyError(.badRequest, "unexpected request head"), keepAlive: false, isHead: false)
             return
         }
@@ -732,25 +771,25 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelInactive()
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if let failure = error as? HTTPRequestParser.Failure {
-            // Malformed or oversized HTTP: nothing after it can be trusted. While the request is still being
-            // read (no response has begun), answer it; then close.
-            proxy.logger.info("malformed request", metadata: ["error": "\(failure)"])
-            let refusal = failure.proxyError
-            switch state {
-            case .forwarding(let stream):
-                stream?.fail(refusal)
-                fallthrough
-            case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
-                state = .responding
-                ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: nil)
-                    .write(refusal)
-                return
-            case .responding:
-                break
-            }
+    /// Malformed or oversized HTTP: nothing after it can be trusted. While the request is still being read (no
+    /// response has begun), answer it; then close.
+    private func refuseMalformed(_ failure: HTTPRequestParser.Failure, context: ChannelHandlerContext) {
+        proxy.logger.info("malformed request", metadata: ["error": "\(failure)"])
+        let refusal = failure.proxyError
+        switch state {
+        case .forwarding(let stream):
+            stream?.fail(refusal)
+            fallthrough
+        case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
+            state = .responding
+            ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: nil)
+                .write(refusal)
+        case .responding:
+            context.close(promise: nil)
         }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
         proxy.logger.debug("connection error", metadata: ["error": "\(error)"])
         context.close(promise: nil)
     }

@@ -150,11 +150,8 @@ public final class ProxyServer: Sendable {
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     guard try limiter.admit(channel) else { return }
                     let sync = channel.pipeline.syncOperations
-                    // The handler does its own pipelining and error answers, and writes responses as bytes
-                    // (cache hits pre-encoded), so no handler stands between it and the socket.
-                    try sync.addHandler(
-                        ByteToMessageHandler(RequestDecoder(limits: runtime.context.configuration.limits))
-                    )
+                    // The handler parses requests, does its own pipelining and error answers, and writes
+                    // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
                     try sync.addHandler(PublicHTTPHandler(runtime: runtime))
                 }
             }
