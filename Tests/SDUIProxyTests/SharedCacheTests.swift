@@ -331,6 +331,27 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("waiters do not take an answer meant for one client: each fetches its own")
+    func coalescedPrivateAnswer() async throws {
+        try await ProxyHarness.run(
+            origin: { _ in
+                var response = TestOrigin.Response.component()
+                response.headers = [("Content-Type", "application/json"), ("Cache-Control", "private, max-age=60")]
+                response.delay = .milliseconds(300)
+                return response
+            }
+        ) { proxy async throws in
+            let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<20 { group.addTask { try await proxy.get("/mine") } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(replies.allSatisfy { $0.status == .ok && $0.body.contains("beagle:screenComponent") })
+            #expect(proxy.origin.requestCount == 20)
+            let stats = try await proxy.admin("/cache/stats")
+            #expect(!stats.body.contains(#""coalescedWaits":0"#))
+        }
+    }
+
     @Test("requests with Authorization are stored only when the response allows it")
     func authorizationAndPublic() async throws {
         try await ProxyHarness.run(origin: { request in

@@ -114,23 +114,40 @@ public final class ComponentFetcher: Sendable {
         self.logger = logger
     }
 
+    /// What a fetch hands its caller, on the event loop it was made on.
+    public typealias Completion = @Sendable (Result<Outcome, any Error>) -> Void
+
     /// Fetches `request`, joining an identical fetch already in flight when allowed.
     public func fetch(_ request: Request, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
-        guard request.mayCoalesce else { return exchange(request, on: eventLoop) }
-        let (result, isLeader) = coalescer.run(key: request.key, on: eventLoop) {
-            exchange(request, on: eventLoop)
-        }
-        if isLeader { return result }
+        let promise = eventLoop.makePromise(of: Outcome.self)
+        fetch(request, on: eventLoop, completion: promise.completeWith)
+        return promise.futureResult
+    }
+
+    /// ``fetch(_:on:)`` with the outcome handed to `completion` on `eventLoop`: the cache miss's form, which
+    /// makes no future when the fetch leads or does not coalesce.
+    public func fetch(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
+        guard request.mayCoalesce else { return exchange(request, on: eventLoop, completion: completion) }
+        let leaderResult = coalescer.run(
+            key: request.key,
+            on: eventLoop,
+            work: { done in exchange(request, on: eventLoop, completion: done) },
+            leaderCompletion: completion
+        )
+        guard let leaderResult else { return }
         metrics.coalescedWait()
-        return result.hop(to: eventLoop).flatMap { outcome in
-            if self.mayShare(outcome, with: request) { return eventLoop.makeSucceededFuture(outcome) }
-            return self.exchange(request, on: eventLoop)
-        }.flatMapError { error in
-            if case RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong = error {
+        leaderResult.whenComplete { result in
+            switch result {
+            case .success(let outcome) where self.mayShare(outcome, with: request):
+                completion(.success(outcome))
+            case .success:
+                self.exchange(request, on: eventLoop, completion: completion)
+            case .failure(RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong):
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
-                return self.exchange(request, on: eventLoop)
+                self.exchange(request, on: eventLoop, completion: completion)
+            case .failure(let error):
+                completion(.failure(error))
             }
-            return eventLoop.makeFailedFuture(error)
         }
     }
 
@@ -159,7 +176,7 @@ public final class ComponentFetcher: Sendable {
     }
 
     /// One upstream exchange: request (conditional when revalidating), validate, decide, store.
-    private func exchange(_ request: Request, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
+    private func exchange(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
         var upstream = request.upstream
         if let stale = request.staleEntry {
             if let etag = stale.upstreamETag { upstream.headers.replaceOrAdd(name: "If-None-Match", value: etag) }
@@ -169,15 +186,13 @@ public final class ComponentFetcher: Sendable {
         }
         let requestTime = HTTPDate.now()
         let started = NIODeadline.now()
-        // One promise for the whole exchange rather than a future per step: this runs on every miss.
-        let promise = eventLoop.makePromise(of: Outcome.self)
         client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop) { result in
             let failure: any Error
             switch result {
             case .success(let response):
                 self.metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
                 do {
-                    return promise.succeed(try self.process(response, for: request, requestTime: requestTime))
+                    return completion(.success(try self.process(response, for: request, requestTime: requestTime)))
                 } catch {
                     failure = error
                 }
@@ -190,11 +205,10 @@ public final class ComponentFetcher: Sendable {
                     "backend failed, serving stale",
                     metadata: ["key": "\(request.key)", "error": "\(failure)"]
                 )
-                return promise.succeed(.servedStale(stale, because: "\(failure)"))
+                return completion(.success(.servedStale(stale, because: "\(failure)")))
             }
-            promise.fail(failure)
+            completion(.failure(failure))
         }
-        return promise.futureResult
     }
 
     private func process(

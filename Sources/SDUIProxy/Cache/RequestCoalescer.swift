@@ -40,14 +40,23 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     /// How many keys have work in flight.
     public var inFlightCount: Int { state.withLock { $0.inFlight.count } }
 
+    /// How the outcome of a run is delivered.
+    public typealias Completion = @Sendable (Result<Value, any Error>) -> Void
+
     /// Runs `work` for `key`, or joins the run already in flight.
     ///
-    /// - Returns: the result and whether this caller led the work.
+    /// The leader's `work` is handed a completion to call with its outcome (on the leader's event loop): the
+    /// outcome goes to every waiter, then to `leaderCompletion`. Callbacks rather than futures, because the
+    /// leader is every plain cache miss and a future costs a promise and a callback allocation each.
+    ///
+    /// - Returns: nil when this caller leads the work; otherwise the leader's outcome, on `eventLoop`, or
+    ///   ``Failure/waitedTooLong``.
     public func run(
         key: Key,
         on eventLoop: any EventLoop,
-        work: () -> EventLoopFuture<Value>
-    ) -> (result: EventLoopFuture<Value>, isLeader: Bool) {
+        work: (@escaping Completion) -> Void,
+        leaderCompletion: @escaping Completion
+    ) -> EventLoopFuture<Value>? {
         let joined = state.withLock { state -> (UInt64, EventLoopPromise<Value>)? in
             guard state.inFlight[key] != nil else {
                 state.inFlight[key] = InFlight()
@@ -61,14 +70,14 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
         }
         if let (id, promise) = joined {
             scheduleTimeout(for: id, key: key, promise: promise, on: eventLoop)
-            return (promise.futureResult, false)
+            return promise.futureResult
         }
-        let result = work()
-        result.whenComplete { outcome in
+        work { outcome in
             let waiters = self.state.withLock { state in state.inFlight.removeValue(forKey: key)?.waiters ?? [] }
             for waiter in waiters { waiter.promise.completeWith(outcome) }
+            leaderCompletion(outcome)
         }
-        return (result, true)
+        return nil
     }
 
     private func scheduleTimeout(

@@ -453,35 +453,45 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         // is declared, and copied there, on every hit too.
         let writer = responseWriter(for: request, context: context)
         let fetch = fetchRequest(for: request, staleEntry: staleEntry, context: context)
+        let answer = NIOLoopBound((handler: self, request: request, writer: writer), eventLoop: context.eventLoop)
+        proxy.fetcher.fetch(fetch, on: context.eventLoop) { result in
+            let (handler, request, writer) = answer.value
+            handler.answer(request, with: result, writer: writer)
+        }
+    }
+
+    /// Answers a cache-path request with what its fetch produced.
+    private func answer(
+        _ request: CacheRequest,
+        with result: Result<ComponentFetcher.Outcome, any Error>,
+        writer: ResponseWriter
+    ) {
+        state = .idle
+        let now = NIODeadline.now()
         let logger = proxy.logger
-        proxy.fetcher.fetch(fetch, on: context.eventLoop).hop(to: context.eventLoop).assumeIsolated()
-            .whenComplete { result in
-                self.state = .idle
-                let now = NIODeadline.now()
-                switch result {
-                case .success(.stored(let entry)):
-                    logger.debug("miss, stored", metadata: ["key": "\(request.key)"])
-                    writer.write(entry, self.presentation(of: entry, .miss, request: request, now: now))
-                case .success(.revalidated(let entry)):
-                    logger.debug("revalidated", metadata: ["key": "\(request.key)"])
-                    writer.write(entry, self.presentation(of: entry, .revalidated, request: request, now: now))
-                case .success(.servedStale(let entry, let reason)):
-                    logger.info("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
-                    self.proxy.cache.recordStaleServe(request.key)
-                    writer.write(entry, self.presentation(of: entry, .stale, request: request, now: now))
-                case .success(.notStored(let response, let reason)):
-                    logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
-                    writer.write(response, cacheStatus: .bypass)
-                case .failure(let error):
-                    let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
-                    logger.log(
-                        level: proxyError.kind == .decoding ? .warning : .info,
-                        "miss, upstream failed",
-                        metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
-                    )
-                    writer.write(proxyError, cacheStatus: .miss)
-                }
-            }
+        switch result {
+        case .success(.stored(let entry)):
+            logger.debug("miss, stored", metadata: ["key": "\(request.key)"])
+            writer.write(entry, presentation(of: entry, .miss, request: request, now: now))
+        case .success(.revalidated(let entry)):
+            logger.debug("revalidated", metadata: ["key": "\(request.key)"])
+            writer.write(entry, presentation(of: entry, .revalidated, request: request, now: now))
+        case .success(.servedStale(let entry, let reason)):
+            logger.info("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            proxy.cache.recordStaleServe(request.key)
+            writer.write(entry, presentation(of: entry, .stale, request: request, now: now))
+        case .success(.notStored(let response, let reason)):
+            logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            writer.write(response, cacheStatus: .bypass)
+        case .failure(let error):
+            let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
+            logger.log(
+                level: proxyError.kind == .decoding ? .warning : .info,
+                "miss, upstream failed",
+                metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
+            )
+            writer.write(proxyError, cacheStatus: .miss)
+        }
     }
 
     private func responseWriter(
