@@ -6,13 +6,22 @@
 /// climb above `/`). An empty query (`/a?`) is dropped. Repeated slashes and the order of query parameters
 /// are kept, because backends may give them meaning.
 public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
-    /// The normalised path, starting with `/`.
-    public let path: String
-    /// The normalised query without `?`, or nil when there is none.
-    public let query: String?
-
     /// `path?query`, as sent upstream and used in cache keys; kept, not rebuilt, since every request needs it.
     public let description: String
+    /// Where the query's `?` is in ``description``, in UTF-8 code units; nil when there is no query. The path and
+    /// query are cut from ``description`` only when asked for: most requests never need them apart.
+    private let questionMarkOffset: Int?
+
+    /// The normalised path, starting with `/`.
+    public var path: String {
+        guard let questionMarkOffset else { return description }
+        return String(description.utf8.prefix(questionMarkOffset))!
+    }
+
+    /// The normalised query without `?`, or nil when there is none.
+    public var query: String? {
+        questionMarkOffset.map { String(description.utf8.dropFirst($0 + 1))! }
+    }
 
     public struct InvalidTarget: Error, Equatable, Sendable {
         public var reason: String
@@ -39,13 +48,15 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         if let rawQuery, !rawQuery.isEmpty {
             query = String(decoding: try Self.normalisePercentEncoding(rawQuery), as: UTF8.self)
         }
-        self.init(path: path, query: query, description: query.map { path + "?" + $0 } ?? path)
+        self.init(
+            description: query.map { path + "?" + $0 } ?? path,
+            questionMarkOffset: query.map { _ in path.utf8.count }
+        )
     }
 
-    private init(path: String, query: String?, description: String) {
-        self.path = path
-        self.query = query
+    private init(description: String, questionMarkOffset: Int?) {
         self.description = description
+        self.questionMarkOffset = questionMarkOffset
     }
 
     /// The common case, checked in one pass without copying: a target with no percent-encoding, no fragment,
@@ -73,10 +84,12 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
             previous = byte
             index = utf8.index(after: index)
         }
-        guard let questionMark else { return RequestTarget(path: text, query: nil, description: text) }
-        let queryStart = utf8.index(after: questionMark)
-        guard queryStart < utf8.endIndex else { return nil }
-        return RequestTarget(path: String(text[..<questionMark]), query: String(text[queryStart...]), description: text)
+        guard let questionMark else { return RequestTarget(description: text, questionMarkOffset: nil) }
+        guard utf8.index(after: questionMark) < utf8.endIndex else { return nil }
+        return RequestTarget(
+            description: text,
+            questionMarkOffset: utf8.distance(from: utf8.startIndex, to: questionMark)
+        )
     }
 
     private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {

@@ -301,11 +301,12 @@ public struct PrefetchPlanner: Sendable {
     private func targetUnderBasePath(_ pathAndQuery: String) -> Result<String, Reason> {
         guard let target = try? RequestTarget(parsing: pathAndQuery) else { return .failure(.invalidTarget) }
         guard let basePath else { return .success(target.description) }
+        let path = target.path
         let remainder: Substring
-        if target.path == basePath {
+        if path == basePath {
             remainder = "/"
-        } else if target.path.hasPrefix(basePath), target.path.dropFirst(basePath.count).hasPrefix("/") {
-            remainder = target.path.dropFirst(basePath.count)
+        } else if path.hasPrefix(basePath), path.dropFirst(basePath.count).hasPrefix("/") {
+            remainder = path.dropFirst(basePath.count)
         } else {
             return .failure(.outsideBasePath)
         }
