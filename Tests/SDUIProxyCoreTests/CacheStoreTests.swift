@@ -190,6 +190,27 @@ struct CachedResponseStorageTests {
         )
     }
 
+    @Test("an entry's headers, read back from its stored head, are the headers it kept, names and values alike")
+    func headersReadBack() {
+        let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#)
+        let kept: [(String, String)] = [
+            ("Content-Type", "application/json; charset=utf-8"), ("X-Colons", "a: b:c :"), ("x-empty", ""),
+            ("Surrogate-Key", "a b"), ("Date", "Sun, 22 Nov 2026 03:00:00 GMT"), ("surrogate-key", "c,d\te"),
+            ("Vary", "Accept-Language, Beagle-Platform"), ("X-Long", String(repeating: "v", count: 2000)),
+        ]
+        let headers = kept + [("Content-Length", "5"), ("Age", "3")]
+        let entry = CachedResponse(
+            status: .notFound,
+            headers: HTTPHeaders(headers),
+            body: body,
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        )
+        let readBack = entry.headers.map { [$0.name, $0.value] }
+        #expect(readBack == (kept + [("ETag", entry.etag)]).map { [$0.0, $0.1] })
+        #expect(entry.tags == ["a", "b", "c", "d", "e"])
+        #expect(entry.status == .notFound)
+    }
+
     @Test("a beagle-hash is matched as the 16 lower-case hex digits the entry sends, without formatting it")
     func contentHashMatching() {
         let stored = entry(ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#))

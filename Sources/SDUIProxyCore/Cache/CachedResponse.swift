@@ -14,8 +14,6 @@ import NIOHTTP1
 /// spare capacity) that hits write without copying.
 public final class CachedResponse: Sendable {
     public let status: HTTPResponseStatus
-    /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers.
-    public let headers: HTTPHeaders
     /// The body as stored.
     public let storedBody: StoredBody
     /// The body's length in bytes.
@@ -67,6 +65,39 @@ public final class CachedResponse: Sendable {
     /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
     /// own `Age` and `X-Cache`, then the body. Shares its array with a body kept exact.
     public let encodedHead: ArraySlice<UInt8>
+
+    /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers: read
+    /// back from ``encodedHead``, where the entry keeps them.
+    ///
+    /// Only the answers that are not plain hits use them as a collection (a 304 to the client, Beagle 1.x's
+    /// headers, a revalidation), and parsing a few hundred bytes the entry wrote itself costs those about what
+    /// building their own headers does. Kept as strings, they cost every entry memory, and every miss and every
+    /// eviction the strings' reference counts and allocations.
+    public var headers: HTTPHeaders {
+        var fields: [(String, String)] = []
+        fields.reserveCapacity(12)
+        encodedHead.withUnsafeBufferPointer { head in
+            let carriageReturn = UInt8(ascii: "\r")
+            // The status line ends at the first CRLF; then each line is `name: value` and CRLF, as written above.
+            guard var lineStart = head.firstIndex(of: carriageReturn).map({ $0 + 2 }) else { return }
+            while lineStart < head.endIndex {
+                let lineEnd = head[lineStart...].firstIndex(of: carriageReturn) ?? head.endIndex
+                let colon = head[lineStart..<lineEnd].firstIndex(of: UInt8(ascii: ":")) ?? lineEnd
+                let name = String(decoding: UnsafeBufferPointer(rebasing: head[lineStart..<colon]), as: UTF8.self)
+                if !HTTPSyntax.equalsIgnoringCase(name, "content-length") {
+                    let valueStart = min(colon + 2, lineEnd)
+                    fields.append(
+                        (
+                            name,
+                            String(decoding: UnsafeBufferPointer(rebasing: head[valueStart..<lineEnd]), as: UTF8.self)
+                        )
+                    )
+                }
+                lineStart = lineEnd + 2
+            }
+        }
+        return HTTPHeaders(fields)
+    }
 
     /// Headers an entry does not keep: the proxy sets the framing, and `Age` is the entry's own.
     private static let headersNotStored: [StaticString] = ["content-length", "age"]
@@ -121,16 +152,15 @@ public final class CachedResponse: Sendable {
         directives: CacheControl? = nil,
         endToEndOnly: Bool = false
     ) {
-        // One pass over the headers reads what the entry needs, encodes the head and gathers the headers kept,
-        // which replace the given ones only when some were dropped.
+        // One pass over the headers reads what the entry needs and encodes the head. The headers are kept only
+        // as those bytes (see ``headers``); they are gathered as a list only for a `Cache-Control` still to parse.
         let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(headers) : nil
         var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
         HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
         var upstreamETag: String?
         var lastModified: String?
-        var hasTags = false
-        var kept: [(String, String)] = []
-        kept.reserveCapacity(headers.count + 1)
+        var tags: [String] = []
+        var keptForDirectives: [(String, String)] = []
         for (name, value) in headers {
             if Self.headersNotStored.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) })
                 || filter?.passes(name) == false
@@ -142,11 +172,13 @@ public final class CachedResponse: Sendable {
             } else if lastModified == nil, HTTPSyntax.equalsIgnoringCase(name, "last-modified") {
                 lastModified = value
             }
-            if !hasTags, HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) { hasTags = true }
+            if HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) {
+                // Tags are separated by spaces; lists of them (`a b, c`) by commas.
+                tags += value.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "\t" }).map(String.init)
+            }
             HTTPWireFormat.writeHeaderLine(name, value, into: &encodedHead)
-            kept.append((name, value))
+            if directives == nil { keptForDirectives.append((name, value)) }
         }
-        var headers = kept.count < headers.count ? HTTPHeaders(kept) : headers
         self.upstreamETag = upstreamETag
         self.lastModified = lastModified
         let hash = ContentHash.hash64(body)
@@ -154,26 +186,22 @@ public final class CachedResponse: Sendable {
             self.etag = upstreamETag
         } else {
             self.etag = ContentHash.entityTag(hash: hash, length: body.readableBytes)
-            headers.add(name: "ETag", value: etag)
             HTTPWireFormat.writeHeaderLine("ETag", etag, into: &encodedHead)
         }
         self.contentHashValue = hash
         self.status = status
-        self.headers = headers
         self.bodyLength = body.readableBytes
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
         self.freshnessLifetime = metadata.freshnessLifetime
-        let directives = directives ?? CacheControl(headers: headers)
+        let directives = directives ?? CacheControl(headers: HTTPHeaders(keptForDirectives))
         self.directives = directives
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
         self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0
         self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? metadata.configuredStaleIfError
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
-        self.tags =
-            hasTags
-            ? headers[canonicalForm: metadata.tagHeader].flatMap { $0.split(separator: " ").map(String.init) } : []
+        self.tags = tags
         HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
         let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
         var wire: [UInt8] = []
