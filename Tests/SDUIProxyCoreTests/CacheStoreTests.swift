@@ -211,6 +211,26 @@ struct CachedResponseStorageTests {
         #expect(entry.status == .notFound)
     }
 
+    @Test("an entry that did not hash its body up front gives the same content hash when asked")
+    func contentHashOnDemand() {
+        let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text","text":"on demand"}"#)
+        func stored(computing: Bool, headers: [(String, String)]) -> CachedResponse {
+            var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+            metadata.computesContentHash = computing
+            return CachedResponse(status: .ok, headers: HTTPHeaders(headers), body: body, metadata: metadata)
+        }
+        let upfront = stored(computing: true, headers: [("ETag", #""backend""#)])
+        let onDemand = stored(computing: false, headers: [("ETag", #""backend""#)])
+        #expect(onDemand.contentHash == upfront.contentHash)
+        #expect(onDemand.hasContentHash(upfront.contentHash))
+        #expect(!onDemand.hasContentHash(String(repeating: "0", count: 16)))
+        #expect(onDemand.etag == #""backend""#)
+        // Without the backend's ETag the entry needs the hash for its own, whatever it was asked.
+        let ownTag = stored(computing: false, headers: [])
+        #expect(ownTag.etag == ContentHash.entityTag(hash: ContentHash.hash64(body), length: body.readableBytes))
+        #expect(ownTag.contentHash == upfront.contentHash)
+    }
+
     @Test("a beagle-hash is matched as the 16 lower-case hex digits the entry sends, without formatting it")
     func contentHashMatching() {
         let stored = entry(ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#))

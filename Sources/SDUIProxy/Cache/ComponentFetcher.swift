@@ -71,6 +71,8 @@ public final class ComponentFetcher: Sendable {
     /// Headers the cache key already accounts for; a `Vary` on them needs no variant of its own.
     private let keyedHeaders: Set<String>
     private let tagHeader: String
+    /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
+    private let computesContentHash: Bool
     private let metrics: ProxyMetrics
     private let logger: Logger
     /// Told about every component stored with hops left to follow that mentions `shouldPrefetch`, with the
@@ -98,6 +100,7 @@ public final class ComponentFetcher: Sendable {
         maxResponseBytes: Int,
         keyedHeaders: Set<String>,
         tagHeader: String,
+        computesContentHash: Bool = true,
         metrics: ProxyMetrics,
         coalescer: RequestCoalescer<CacheKey, Outcome>,
         prefetchPlanner: PrefetchPlanner,
@@ -110,6 +113,7 @@ public final class ComponentFetcher: Sendable {
         self.maxResponseBytes = maxResponseBytes
         self.keyedHeaders = keyedHeaders
         self.tagHeader = tagHeader.lowercased()
+        self.computesContentHash = computesContentHash
         self.coalescer = coalescer
         self.logger = logger
     }
@@ -348,6 +352,7 @@ public final class ComponentFetcher: Sendable {
         )
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
         metadata.tagHeader = tagHeader
+        metadata.computesContentHash = computesContentHash
         metadata.varyNames = varyNames(in: headers)
         metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)
         return metadata

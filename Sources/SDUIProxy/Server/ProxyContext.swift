@@ -103,6 +103,7 @@ public final class ProxyContext: Sendable {
             maxResponseBytes: configuration.upstream.maxResponseBytes,
             keyedHeaders: keyedHeaders,
             tagHeader: configuration.cache.tagHeader,
+            computesContentHash: configuration.compat.beagleHash,
             metrics: metrics,
             coalescer: coalescer
                 ?? RequestCoalescer(

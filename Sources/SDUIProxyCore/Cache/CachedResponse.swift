@@ -43,21 +43,25 @@ public final class CachedResponse: Sendable {
     public let tags: [String]
     /// A content hash for Beagle 1.x clients (`beagle-hash`), formatted when a response carries it.
     public var contentHash: String { ContentHash.hex(contentHashValue) }
-    private let contentHashValue: UInt64
+    /// The hash, computed when the entry was made if ``Metadata/computesContentHash`` asked for it (or the entry
+    /// needed it for its `ETag`), or else from the body whenever it is asked for.
+    private var contentHashValue: UInt64 { storedContentHash ?? ContentHash.hash64(body) }
+    private let storedContentHash: UInt64?
 
     /// Whether `text` is ``contentHash`` (16 lower-case hex digits), compared without formatting the hash: a
     /// Beagle 1.x client sends it with every request.
     public func hasContentHash(_ text: String) -> Bool {
         var text = text
+        guard text.utf8.count == 16 else { return false }
+        let expected = contentHashValue
         return text.withUTF8 { bytes in
-            guard bytes.count == 16 else { return false }
             var value: UInt64 = 0
             for byte in bytes {
                 guard !(UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte), let digit = HTTPSyntax.hexValue(byte)
                 else { return false }
                 value = value << 4 | UInt64(digit)
             }
-            return value == contentHashValue
+            return value == expected
         }
     }
     /// What the entry costs against the cache's byte budget.
@@ -132,6 +136,9 @@ public final class CachedResponse: Sendable {
         public var variant: String = ""
         /// The response header whose space-separated values are purge tags.
         public var tagHeader: String = "surrogate-key"
+        /// Whether the entry's ``CachedResponse/contentHash`` will be asked for on every hit (Beagle 1.x clients),
+        /// so it is worth computing once when the entry is made.
+        public var computesContentHash = true
 
         public init(storedAt: NIODeadline, initialAge: Int64, freshnessLifetime: Int64) {
             self.storedAt = storedAt
@@ -181,14 +188,15 @@ public final class CachedResponse: Sendable {
         }
         self.upstreamETag = upstreamETag
         self.lastModified = lastModified
-        let hash = ContentHash.hash64(body)
+        // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
+        let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
         if let upstreamETag {
             self.etag = upstreamETag
         } else {
-            self.etag = ContentHash.entityTag(hash: hash, length: body.readableBytes)
+            self.etag = ContentHash.entityTag(hash: hash!, length: body.readableBytes)
             HTTPWireFormat.writeHeaderLine("ETag", etag, into: &encodedHead)
         }
-        self.contentHashValue = hash
+        self.storedContentHash = hash
         self.status = status
         self.bodyLength = body.readableBytes
         self.storedAt = metadata.storedAt
