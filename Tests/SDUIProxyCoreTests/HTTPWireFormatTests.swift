@@ -19,6 +19,27 @@ struct HTTPWireFormatTests {
         )
     }
 
+    @Test("a header line is its name, a colon and a space, its value and CRLF, whatever the strings' sizes")
+    func headerLines() {
+        let long = String(repeating: "v", count: 3000)
+        let cases: [(String, String)] = [
+            ("A", ""), ("ETag", #""0123456789abcdef""#), ("x", "fifteen-bytes!!"),
+            ("sixteen-bytes-xx", "sixteen-bytes-xx"),
+            ("X-Long", long), (long, "a"), ("X-UTF8", "caf\u{E9} \u{1F600}"),
+            ("X-Substring", String("..trimmed..".dropFirst(2).dropLast(2))),
+        ]
+        for capacity in [0, 16, 8192] {
+            var buffer = ByteBufferAllocator().buffer(capacity: capacity)
+            buffer.writeString(">")
+            var expected = ">"
+            for (name, value) in cases {
+                HTTPWireFormat.writeHeaderLine(name, value, into: &buffer)
+                expected += "\(name): \(value)\r\n"
+            }
+            #expect(String(buffer: buffer) == expected)
+        }
+    }
+
     @Test("a host given to the encoder is the one Host header, first, whatever the headers say")
     func host() throws {
         let encoded = try HTTPWireFormat.encodeRequest(

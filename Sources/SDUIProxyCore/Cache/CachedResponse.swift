@@ -212,13 +212,23 @@ public final class CachedResponse: Sendable {
         self.tags = tags
         HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
         let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
-        var wire: [UInt8] = []
-        wire.reserveCapacity(encodedHead.readableBytes + (keepsBodyExact ? body.readableBytes : 0))
-        wire.append(contentsOf: encodedHead.readableBytesView)
+        let headBytes = encodedHead.readableBytes
+        // Copied from the buffers' own memory: a view of each would be one more reference count to take and drop.
+        let wire = [UInt8](unsafeUninitializedCapacity: headBytes + (keepsBodyExact ? body.readableBytes : 0)) {
+            array,
+            count in
+            let start = UnsafeMutableRawBufferPointer(array)
+            encodedHead.withUnsafeReadableBytes { start.copyMemory(from: $0) }
+            if keepsBodyExact {
+                body.withUnsafeReadableBytes {
+                    UnsafeMutableRawBufferPointer(rebasing: start[headBytes...]).copyMemory(from: $0)
+                }
+            }
+            count = start.count
+        }
         if keepsBodyExact {
-            wire.append(contentsOf: body.readableBytesView)
-            self.encodedHead = wire[..<encodedHead.readableBytes]
-            self.storedBody = .exact(wire[encodedHead.readableBytes...])
+            self.encodedHead = wire[..<headBytes]
+            self.storedBody = .exact(wire[headBytes...])
         } else {
             self.encodedHead = wire[...]
             self.storedBody = .buffer(Self.withoutSpareCapacity(body))
