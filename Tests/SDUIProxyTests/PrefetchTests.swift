@@ -317,16 +317,3 @@ struct PrefetchLoadTests {
         }
     }
 }
-
-@Suite("Deciding whether a stored component is planned for prefetching")
-struct ShouldPrefetchScanTests {
-    @Test("a body is scanned for the shouldPrefetch key, at any position")
-    func scan() {
-        let key = Array(#""shouldPrefetch""#.utf8)
-        #expect(ComponentFetcher.mentions(key, in: ByteBuffer(string: #"{"route":{"shouldPrefetch":true}}"#)))
-        #expect(ComponentFetcher.mentions(key, in: ByteBuffer(string: #""shouldPrefetch""#)))
-        #expect(!ComponentFetcher.mentions(key, in: ByteBuffer(string: #"{"route":{"shouldprefetch":true}}"#)))
-        #expect(!ComponentFetcher.mentions(key, in: ByteBuffer(string: #""shouldPrefetc"#)))
-        #expect(!ComponentFetcher.mentions(key, in: ByteBuffer()))
-    }
-}

@@ -243,7 +243,7 @@ public final class ComponentFetcher: Sendable {
             do {
                 // A component that never says "shouldPrefetch" has no navigation to follow.
                 if request.followActions > 0, let observer = storedComponentObserver,
-                    Self.mentions(Self.shouldPrefetchKey, in: response.body)
+                    ByteSearch.contains(Self.shouldPrefetchKey, in: response.body)
                 {
                     plan = (
                         try decoder.validateComponent(response.body, planningWith: prefetchPlanner), observer
@@ -372,22 +372,4 @@ public final class ComponentFetcher: Sendable {
     }
 
     private static let shouldPrefetchKey = Array(#""shouldPrefetch""#.utf8)
-
-    /// Whether `needle` occurs in `body`.
-    static func mentions(_ needle: [UInt8], in body: ByteBuffer) -> Bool {
-        body.withUnsafeReadableBytes { bytes in
-            guard let first = needle.first, bytes.count >= needle.count else { return false }
-            var index = 0
-            let last = bytes.count - needle.count
-            while index <= last {
-                if bytes[index] == first {
-                    var matched = 1
-                    while matched < needle.count, bytes[index + matched] == needle[matched] { matched += 1 }
-                    if matched == needle.count { return true }
-                }
-                index += 1
-            }
-            return false
-        }
-    }
 }

@@ -16,6 +16,8 @@ import Synchronization
 /// is sent once more on a new connection.
 public final class LoopLocalHTTPClient: NetworkClient {
     private let origin: UpstreamOrigin.HTTPOrigin
+    /// The origin's `Host` value, formatted once rather than per request.
+    private let hostHeader: String
     private let configuration: ProxyConfiguration.Upstream
     /// The pools of the group's event loops, made up front: every miss finds its loop's pool without a lock
     /// that both loops would take.
@@ -32,6 +34,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
     ) {
         precondition(origin.scheme == "http", "the loop-local client speaks plain HTTP only")
         self.origin = origin
+        self.hostHeader = origin.hostHeader
         self.configuration = configuration
         var groupPools: [ObjectIdentifier: PoolState] = [:]
         for eventLoop in eventLoopGroup.makeIterator() {
@@ -72,8 +75,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
         do {
             encoded = try HTTPWireFormat.encodeRequest(
                 method: request.method,
-                target: origin.basePath + request.target,
-                host: origin.hostHeader,
+                target: origin.basePath.isEmpty ? request.target : origin.basePath + request.target,
+                host: hostHeader,
                 headers: headers,
                 body: request.body
             )

@@ -1,0 +1,37 @@
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Finding a byte string in a body without parsing it (whether a component mentions `shouldPrefetch` at all).
+public enum ByteSearch {
+    /// Whether `needle` occurs in `body`.
+    ///
+    /// The search runs `memchr` for the needle's first capital letter (its first byte when it has none) and
+    /// compares the whole needle only where that byte is: a capital is rare in component JSON, where the
+    /// needle's first byte, a quote, starts every string.
+    public static func contains(_ needle: [UInt8], in body: ByteBuffer) -> Bool {
+        guard !needle.isEmpty else { return false }
+        let anchor = needle.firstIndex(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) ?? 0
+        return body.withUnsafeReadableBytes { bytes in
+            guard bytes.count >= needle.count, let base = bytes.baseAddress else { return false }
+            // A match at `start` has its anchor at `start + anchor`; these are the positions the anchor may take.
+            var from = anchor
+            let lastAnchor = bytes.count - needle.count + anchor
+            while from <= lastAnchor {
+                guard let found = memchr(base + from, Int32(needle[anchor]), lastAnchor - from + 1) else {
+                    return false
+                }
+                let position = base.distance(to: UnsafeRawPointer(found))
+                if memcmp(base + (position - anchor), needle, needle.count) == 0 { return true }
+                from = position + 1
+            }
+            return false
+        }
+    }
+}
