@@ -169,6 +169,40 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("a 304's headers replace the entry's as sent: values with commas are not split into lines")
+    func revalidationKeepsValuesWhole() async throws {
+        try await ProxyHarness.run(origin: { request in
+            if request.headers.first(name: "if-modified-since") != nil {
+                return TestOrigin.Response(
+                    status: .notModified,
+                    headers: [
+                        ("Cache-Control", "public, max-age=60"), ("Expires", "Sun, 22 Nov 2026 09:00:00 GMT"),
+                        ("ETag", "\"new\""),
+                    ],
+                    body: ""
+                )
+            }
+            return TestOrigin.Response(
+                headers: [
+                    ("Content-Type", "application/json"), ("Cache-Control", "max-age=0"),
+                    ("Last-Modified", "Sun, 22 Nov 2026 03:00:00 GMT"), ("Expires", "Sun, 22 Nov 2026 04:00:00 GMT"),
+                ],
+                body: #"{"_beagleComponent_":"a"}"#
+            )
+        }) { proxy async throws in
+            #expect(try await proxy.get("/m")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/m")["X-Cache"] == "REVALIDATED")
+            let hit = try await proxy.get("/m")
+            #expect(hit["X-Cache"] == "HIT")
+            #expect(hit.headers["Expires"] == ["Sun, 22 Nov 2026 09:00:00 GMT"])
+            #expect(hit.headers["Cache-Control"] == ["public, max-age=60"])
+            #expect(hit.headers["Last-Modified"] == ["Sun, 22 Nov 2026 03:00:00 GMT"])
+            // The backend's validator from the 304 is kept, not replaced by one the proxy computes.
+            #expect(hit.headers["ETag"] == ["\"new\""])
+            #expect(proxy.origin.requestCount == 2)
+        }
+    }
+
     @Test("a stale entry answered with a new 200 is replaced")
     func revalidationReplaced() async throws {
         let version = NIOLockedValueBox(1)

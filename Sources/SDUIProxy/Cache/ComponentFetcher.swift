@@ -191,28 +191,42 @@ public final class ComponentFetcher: Sendable {
         let requestTime = HTTPDate.now()
         let started = NIODeadline.now()
         client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop) { result in
-            let failure: any Error
-            switch result {
-            case .success(let response):
-                self.metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
-                do {
-                    return completion(.success(try self.process(response, for: request, requestTime: requestTime)))
-                } catch {
-                    failure = error
+            // Clients complete on `eventLoop`, and callers rely on it; one that did not is brought back to it.
+            guard eventLoop.inEventLoop else {
+                return eventLoop.execute {
+                    self.exchangeCompleted(result, request, requestTime: requestTime, started: started, completion)
                 }
-            case .failure(let error):
-                self.metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
+            }
+            self.exchangeCompleted(result, request, requestTime: requestTime, started: started, completion)
+        }
+    }
+
+    /// Decides what an upstream exchange's outcome means for the fetch, on the fetch's event loop.
+    private func exchangeCompleted(
+        _ result: Result<UpstreamResponse, any Error>,
+        _ request: Request,
+        requestTime: Int64,
+        started: NIODeadline,
+        _ completion: Completion
+    ) {
+        let failure: any Error
+        switch result {
+        case .success(let response):
+            metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
+            do {
+                return completion(.success(try process(response, for: request, requestTime: requestTime)))
+            } catch {
                 failure = error
             }
-            if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {
-                self.logger.info(
-                    "backend failed, serving stale",
-                    metadata: ["key": "\(request.key)", "error": "\(failure)"]
-                )
-                return completion(.success(.servedStale(stale, because: "\(failure)")))
-            }
-            completion(.failure(failure))
+        case .failure(let error):
+            metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
+            failure = error
         }
+        if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {
+            logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "error": "\(failure)"])
+            return completion(.success(.servedStale(stale, because: "\(failure)")))
+        }
+        completion(.failure(failure))
     }
 
     private func process(
@@ -299,19 +313,18 @@ public final class ComponentFetcher: Sendable {
         for request: Request,
         requestTime: Int64
     ) -> Outcome {
-        let provisional = stale.refreshed(
-            with: UpstreamRequestBuilder.endToEndResponseHeaders(headers),
-            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 0)
-        )
-        let decision = Self.decide(status: stale.status, headers: provisional.headers, for: request)
+        let merged = stale.headers(updatedBy: UpstreamRequestBuilder.endToEndResponseHeaders(headers))
+        let decision = Self.decide(status: stale.status, headers: merged, for: request)
         guard case .store(let lifetime) = decision else {
             cache.purge(target: request.key.target)
-            let response = UpstreamResponse(status: stale.status, headers: provisional.headers, body: stale.body)
+            let response = UpstreamResponse(status: stale.status, headers: merged, body: stale.body)
             return .notStored(response, reason: "revalidated, no longer storable")
         }
-        let refreshed = stale.refreshed(
-            with: UpstreamRequestBuilder.endToEndResponseHeaders(headers),
-            metadata: metadata(for: provisional.headers, request: request, lifetime: lifetime, requestTime: requestTime)
+        let refreshed = CachedResponse(
+            status: stale.status,
+            headers: merged,
+            body: stale.body,
+            metadata: metadata(for: merged, request: request, lifetime: lifetime, requestTime: requestTime)
         )
         cache.store(refreshed, for: request.key)
         cache.recordRevalidation(request.key)

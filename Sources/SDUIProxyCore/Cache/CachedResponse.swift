@@ -245,18 +245,28 @@ public final class CachedResponse: Sendable {
         return exact
     }
 
-    /// A copy of this entry with headers updated by a 304 from the backend and freshness restarted
-    /// (RFC 9111 section 4.3.4).
-    public func refreshed(with notModifiedHeaders: HTTPHeaders, metadata: Metadata) -> CachedResponse {
+    /// This entry's headers as a 304 from the backend updates them (RFC 9111 section 4.3.4): every header the
+    /// 304 carries, as it was sent, replaces the entry's headers of that name, except those about the body's
+    /// framing and encoding.
+    ///
+    /// An entity tag the proxy computed is dropped (the entry made from these headers computes it again, or keeps
+    /// the one the 304 brought).
+    public func headers(updatedBy notModifiedHeaders: HTTPHeaders) -> HTTPHeaders {
         var merged = headers
-        let excluded: Set<String> = ["content-length", "content-encoding", "transfer-encoding", "content-range"]
-        for name in Set(notModifiedHeaders.map { $0.name.lowercased() }) where !excluded.contains(name) {
-            merged.remove(name: name)
-            for value in notModifiedHeaders[canonicalForm: name] { merged.add(name: name, value: String(value)) }
-        }
         if upstreamETag == nil { merged.remove(name: "etag") }
-        return CachedResponse(status: status, headers: merged, body: body, metadata: metadata)
+        var replaced: Set<String> = []
+        for (name, value) in notModifiedHeaders {
+            let lowercased = name.lowercased()
+            guard !Self.headersNotUpdated.contains(lowercased) else { continue }
+            if replaced.insert(lowercased).inserted { merged.remove(name: name) }
+            merged.add(name: name, value: value)
+        }
+        return merged
     }
+
+    private static let headersNotUpdated: Set<String> = [
+        "content-length", "content-encoding", "transfer-encoding", "content-range",
+    ]
 
     // MARK: Age and freshness (RFC 9111 section 4.2)
 
