@@ -224,10 +224,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         do {
             while let part = try parser.next(from: &bytes) {
                 receive(part, context: context)
-                // Answering a part can close the connection, which removes this handler.
+                // A handler removed while answering a part (the channel closed under it) reads no more.
                 guard self.context != nil else { return }
             }
         } catch {
+            // The rest of this read is dropped, and later reads are ignored until the answer has closed the
+            // connection: the parser's place in the byte stream is lost, and a later read could otherwise be
+            // taken for the start of a new request.
             stoppedParsing = true
             refuseMalformed(error, context: context)
             return
@@ -775,6 +778,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        if !stoppedParsing, !parser.isBetweenRequests || unparsed != nil {
+            proxy.logger.debug("the client closed the connection inside a request")
+        }
         if case .forwarding(let stream?) = state {
             stream.fail(ProxyError(.network, "the client closed the connection"))
         }
