@@ -371,6 +371,23 @@ struct PrefetchPlannerCollectionTests {
         #expect(plan.skipped == [Skipped(url: "/get-then-post", reason: .notPlainGET)])
     }
 
+    @Test("keys as long as a kept key, and alike in their first eight bytes or all but one, are other keys")
+    func nearMissKeys() {
+        let component = #"""
+            [
+              { "_beagleActioN_": "beagle:pushView", "route": { "url": "/a", "shouldPrefetch": true } },
+              { "_beagleAction_": "beagle:pushView", "routE": { "url": "/b", "shouldPrefetch": true } },
+              { "_beagleAction_": "beagle:pushView", "route": { "urL": "/c", "shouldPrefetch": true } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/d", "shouldPrefetcH": true } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/e", "shouldPrefetch": true,
+                "httpAdditionalDatA": { "method": "POST" }, "httpAdditionalData": { "methoD": "POST" } } },
+              { "_beagleAction_": "beagle:pushView", "route": { "url": "/f", "shouldPrefetch": true,
+                "httpAdditionalData": { "method": "GET", "bodY": "x" } } }
+            ]
+            """#
+        #expect(planner.plan(forFile: Data(component.utf8)).targets == ["/e", "/f"])
+    }
+
     @Test("targets and skipped URLs are deduplicated, also across spellings of one target")
     func deduplication() throws {
         let planner = try makePlanner("http://backend:8081/bff", allowedHosts: ["proxy.example"])
