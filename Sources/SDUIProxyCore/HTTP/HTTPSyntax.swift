@@ -2,12 +2,12 @@
 public enum HTTPSyntax {
     /// Whether `text` is a non-empty `token` (header names, directive names, methods).
     public static func isToken(_ text: some StringProtocol) -> Bool {
-        !text.isEmpty && text.utf8.allSatisfy(isTokenByte)
+        text.withContiguousUTF8 { !$0.isEmpty && $0.allSatisfy(isTokenByte) }
     }
 
     /// Whether `text` can be a header field value: visible characters, spaces and tabs, no CR or LF.
     public static func isFieldValue(_ text: some StringProtocol) -> Bool {
-        text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }
+        text.withContiguousUTF8 { bytes in bytes.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) } }
     }
 
     @inline(__always)

@@ -66,7 +66,7 @@ extension HTTPWireFormat {
         headers: HTTPHeaders,
         body: ByteBuffer?
     ) throws(ProxyError) -> ByteBuffer {
-        guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+        guard !target.isEmpty, target.withContiguousUTF8({ $0.allSatisfy { $0 > 0x20 && $0 < 0x7F } }) else {
             throw ProxyError(.url, "the upstream request target has characters HTTP does not allow")
         }
         // Headers are checked as they are written, in one pass; the estimate is room for typical ones.

@@ -62,34 +62,31 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
     /// The common case, checked in one pass without copying: a target with no percent-encoding, no fragment,
     /// no dot segment and no empty query is already normal.
     private static func alreadyNormal(_ text: String) -> RequestTarget? {
-        var previous: UInt8 = 0
-        var questionMark: String.Index?
-        var index = text.utf8.startIndex
-        let utf8 = text.utf8
-        guard utf8.first == UInt8(ascii: "/") else { return nil }
-        while index < utf8.endIndex {
-            let byte = utf8[index]
-            switch byte {
-            case UInt8(ascii: "%"), UInt8(ascii: "#"):
-                return nil
-            case UInt8(ascii: ".") where questionMark == nil && previous == UInt8(ascii: "/"):
-                return nil
-            case UInt8(ascii: "?") where questionMark == nil:
-                questionMark = index
-            case _ where byte <= 0x20 || byte >= 0x7F:
-                return nil
-            default:
-                break
+        let questionMark = text.withContiguousUTF8 { bytes -> Int?? in
+            guard bytes.first == UInt8(ascii: "/") else { return nil }
+            var previous: UInt8 = 0
+            var questionMark: Int?
+            for (offset, byte) in bytes.enumerated() {
+                switch byte {
+                case UInt8(ascii: "%"), UInt8(ascii: "#"):
+                    return nil
+                case UInt8(ascii: ".") where questionMark == nil && previous == UInt8(ascii: "/"):
+                    return nil
+                case UInt8(ascii: "?") where questionMark == nil:
+                    questionMark = offset
+                case _ where byte <= 0x20 || byte >= 0x7F:
+                    return nil
+                default:
+                    break
+                }
+                previous = byte
             }
-            previous = byte
-            index = utf8.index(after: index)
+            // An empty query (`/a?`) is dropped, which is a normalisation of its own.
+            if let questionMark, questionMark == bytes.count - 1 { return nil }
+            return .some(questionMark)
         }
-        guard let questionMark else { return RequestTarget(description: text, questionMarkOffset: nil) }
-        guard utf8.index(after: questionMark) < utf8.endIndex else { return nil }
-        return RequestTarget(
-            description: text,
-            questionMarkOffset: utf8.distance(from: utf8.startIndex, to: questionMark)
-        )
+        guard case .some(let questionMarkOffset) = questionMark else { return nil }
+        return RequestTarget(description: text, questionMarkOffset: questionMarkOffset)
     }
 
     private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {

@@ -23,7 +23,7 @@ public enum BeagleURLBuilder {
     ///   - path: the path or URL from a component, like `/screens/home` or `https://host/screen`.
     public static func build(base: String?, path: String) -> String? {
         guard !path.isEmpty else { return nil }
-        let encoded = path.utf8.contains(UInt8(ascii: "%")) ? path : percentEncode(path)
+        let encoded = path.withContiguousUTF8 { $0.contains(UInt8(ascii: "%")) } ? path : percentEncode(path)
         guard isValidURIReference(encoded) else { return nil }
         guard path.utf8.first == UInt8(ascii: "/"), var base, !base.isEmpty else { return encoded }
         guard isValidURIReference(base) else { return nil }
@@ -33,7 +33,7 @@ public enum BeagleURLBuilder {
 
     /// Percent-encodes every UTF-8 byte outside the characters Beagle leaves as they are.
     static func percentEncode(_ text: String) -> String {
-        guard text.utf8.contains(where: { !isAllowed($0) }) else { return text }
+        guard text.withContiguousUTF8({ $0.contains(where: { !isAllowed($0) }) }) else { return text }
         var result: [UInt8] = []
         result.reserveCapacity(text.utf8.count)
         for byte in text.utf8 {
@@ -50,21 +50,24 @@ public enum BeagleURLBuilder {
 
     /// Whether every character of `text` is one Beagle allows, or part of a well-formed `%XX` escape.
     static func isValidURIReference(_ text: String) -> Bool {
-        var hexDigitsOwed = 0
-        for byte in text.utf8 {
-            if hexDigitsOwed > 0 {
-                guard isHexDigit(byte) else { return false }
-                hexDigitsOwed -= 1
-            } else if byte == UInt8(ascii: "%") {
-                hexDigitsOwed = 2
-            } else if !isAllowed(byte) {
-                return false
+        text.withContiguousUTF8 { bytes in
+            var hexDigitsOwed = 0
+            for byte in bytes {
+                if hexDigitsOwed > 0 {
+                    guard isHexDigit(byte) else { return false }
+                    hexDigitsOwed -= 1
+                } else if byte == UInt8(ascii: "%") {
+                    hexDigitsOwed = 2
+                } else if !isAllowed(byte) {
+                    return false
+                }
             }
+            return hexDigitsOwed == 0
         }
-        return hexDigitsOwed == 0
     }
 
     /// ASCII letters and digits plus RFC 3986's unreserved and reserved punctuation: `-._~:/?#[]@!$&'()*+,;=`.
+    @inline(__always)
     private static func isAllowed(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
@@ -81,6 +84,7 @@ public enum BeagleURLBuilder {
         }
     }
 
+    @inline(__always)
     private static func isHexDigit(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),

@@ -284,12 +284,14 @@ public struct PrefetchPlanner: Sendable {
     // MARK: - Resolving
 
     private static func containsExpression(_ url: String) -> Bool {
-        var previous: UInt8 = 0
-        for byte in url.utf8 {
-            if previous == UInt8(ascii: "@"), byte == UInt8(ascii: "{") { return true }
-            previous = byte
+        url.withContiguousUTF8 { bytes in
+            var previous: UInt8 = 0
+            for byte in bytes {
+                if previous == UInt8(ascii: "@"), byte == UInt8(ascii: "{") { return true }
+                previous = byte
+            }
+            return false
         }
-        return false
     }
 
     private static func target(_ text: String) -> Result<String, Reason> {

@@ -1,0 +1,13 @@
+extension StringProtocol {
+    /// Calls `body` with the text's UTF-8 bytes in contiguous memory, where native and small strings keep them.
+    ///
+    /// A loop over `utf8` itself steps a `String.Index` through the view a byte at a time, which costs several
+    /// times a loop over the bytes; the checks that run on every request (header names and values, targets,
+    /// prefetch URLs) read the bytes this way instead. Text without contiguous UTF-8 is copied first.
+    @inlinable
+    func withContiguousUTF8<Result>(_ body: (UnsafeBufferPointer<UInt8>) throws -> Result) rethrows -> Result {
+        if let result = try utf8.withContiguousStorageIfAvailable(body) { return result }
+        var copy = String(self)
+        return try copy.withUTF8(body)
+    }
+}
