@@ -44,10 +44,12 @@ public struct UpstreamRequestBuilder: Sendable {
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
         // further fields costs a list of its own.
         let named = Self.connectionTokens(clientHeaders)
-        // The client's headers are gathered as a list and handed to `HTTPHeaders` whole (its `add` retains each
-        // name and value again), with room for what is added below.
+        // Everything is gathered as a list and handed to `HTTPHeaders` whole: its `add` and `replaceOrAdd` walk
+        // the headers, check the name again and retain each name and value again.
         var forwarded: [(String, String)] = []
-        forwarded.reserveCapacity(clientHeaders.count + configuredHeaders.count + 3)
+        forwarded.reserveCapacity(clientHeaders.count + configuredHeaders.count + 4)
+        var forwardedFor: String?
+        var clientSentContentType = false
         for (name, value) in clientHeaders {
             if HTTPSyntax.isHopByHop(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
                 || HTTPSyntax.sameIgnoringCase(name, platformHeader) || Self.isNamed(name, in: named)
@@ -59,24 +61,40 @@ public struct UpstreamRequestBuilder: Sendable {
             {
                 continue
             }
+            if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-for") {
+                // Every hop so far, in order, then this one (below).
+                forwardedFor = forwardedFor.map { $0 + ", " + value } ?? value
+                continue
+            }
+            if HTTPSyntax.equalsIgnoringCase(name, "content-type") { clientSentContentType = true }
             forwarded.append((name, value))
         }
-        var headers = HTTPHeaders(forwarded)
         for (name, value) in configuredHeaders {
-            if HTTPSyntax.equalsIgnoringCase(name, "content-type"), headers.contains(name: "content-type") { continue }
-            headers.replaceOrAdd(name: name, value: value)
-        }
-        headers.replaceOrAdd(name: platformHeader, value: platform)
-        if purpose == .cacheFill { headers.replaceOrAdd(name: "Accept-Encoding", value: "identity") }
-        headers.add(name: "Via", value: "1.1 sdui-proxy")
-        if let clientAddress {
-            if let existing = headers.first(name: "x-forwarded-for") {
-                headers.replaceOrAdd(name: "X-Forwarded-For", value: existing + ", " + clientAddress)
-            } else {
-                headers.add(name: "X-Forwarded-For", value: clientAddress)
+            // Set below, whatever is configured.
+            if HTTPSyntax.sameIgnoringCase(name, platformHeader)
+                || (purpose == .cacheFill && HTTPSyntax.equalsIgnoringCase(name, "accept-encoding"))
+            {
+                continue
             }
+            if HTTPSyntax.equalsIgnoringCase(name, "content-type"), clientSentContentType { continue }
+            if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-for") {
+                forwardedFor = value
+                continue
+            }
+            forwarded.removeAll { HTTPSyntax.sameIgnoringCase($0.0, name) }
+            forwarded.append((name, value))
         }
-        return headers
+        forwarded.append((platformHeader, platform))
+        if purpose == .cacheFill { forwarded.append(("Accept-Encoding", "identity")) }
+        forwarded.append(("Via", "1.1 sdui-proxy"))
+        if let clientAddress {
+            forwarded.append(("X-Forwarded-For", forwardedFor.map { $0 + ", " + clientAddress } ?? clientAddress))
+        } else if let forwardedFor {
+            forwarded.append(("X-Forwarded-For", forwardedFor))
+        }
+        // Names come from a parsed request, the configuration (both checked as tokens) and literals: ASCII, as
+        // `HTTPHeaders` requires.
+        return HTTPHeaders(forwarded)
     }
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
