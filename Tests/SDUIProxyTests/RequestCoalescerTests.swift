@@ -24,17 +24,23 @@ struct RequestCoalescerTests {
 
     private struct Boom: Error, Equatable {}
 
+    private let group = MultiThreadedEventLoopGroup.singleton
+
+    /// Starts held work for `key` as its leader; the leader's outcome arrives in the returned future.
+    private func lead(
+        _ key: String,
+        in coalescer: RequestCoalescer<String, Int>
+    ) -> (work: HeldWork, outcome: EventLoopFuture<Int>) {
+        let work = HeldWork()
+        let outcome = group.next().makePromise(of: Int.self)
+        #expect(coalescer.run(key: key, on: group.next(), work: work.start) { outcome.completeWith($0) } == nil)
+        return (work, outcome.futureResult)
+    }
+
     @Test("the first caller leads; callers on other loops wait and get its outcome; the key is then free again")
     func leaderAndWaiters() async throws {
-        let group = MultiThreadedEventLoopGroup.singleton
         let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(10))
-        let work = HeldWork()
-        let leaderResult = group.next().makePromise(of: Int.self)
-
-        let leader = coalescer.run(key: "k", on: group.next(), work: work.start) {
-            leaderResult.completeWith($0)
-        }
-        #expect(leader == nil)
+        let (work, leaderResult) = lead("k", in: coalescer)
         var waiters: [EventLoopFuture<Int>] = []
         for _ in 0..<10 {
             let loop = group.next()
@@ -50,31 +56,26 @@ struct RequestCoalescerTests {
         #expect(coalescer.coalescedWaits == 10)
 
         work.finish(with: .success(42))
-        #expect(try await leaderResult.futureResult.get() == 42)
+        #expect(try await leaderResult.get() == 42)
         for waiter in waiters { #expect(try await waiter.get() == 42) }
         #expect(work.started == 1)
         #expect(coalescer.inFlightCount == 0)
 
         // A later call for the same key leads again, and a failure reaches it too.
-        let again = HeldWork()
-        let failed = group.next().makePromise(of: Int.self)
-        #expect(coalescer.run(key: "k", on: group.next(), work: again.start) { failed.completeWith($0) } == nil)
+        let (again, failed) = lead("k", in: coalescer)
         again.finish(with: .failure(Boom()))
-        await #expect(throws: Boom.self) { try await failed.futureResult.get() }
+        await #expect(throws: Boom.self) { try await failed.get() }
     }
 
     @Test("a waiter that waits longer than the maximum is told to go alone; the leader still finishes")
     func boundedWait() async throws {
-        let group = MultiThreadedEventLoopGroup.singleton
         let coalescer = RequestCoalescer<String, Int>(maximumWait: .milliseconds(50))
-        let work = HeldWork()
-        let leaderResult = group.next().makePromise(of: Int.self)
-        _ = coalescer.run(key: "slow", on: group.next(), work: work.start) { leaderResult.completeWith($0) }
+        let (work, leaderResult) = lead("slow", in: coalescer)
         let waiter = try #require(coalescer.run(key: "slow", on: group.next(), work: { _ in }) { _ in })
 
         await #expect(throws: RequestCoalescer<String, Int>.Failure.waitedTooLong) { try await waiter.get() }
         work.finish(with: .success(7))
-        #expect(try await leaderResult.futureResult.get() == 7)
+        #expect(try await leaderResult.get() == 7)
         #expect(coalescer.inFlightCount == 0)
     }
 }
