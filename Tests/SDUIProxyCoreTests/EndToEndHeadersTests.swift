@@ -83,3 +83,21 @@ struct EndToEndHeadersTests {
         #expect(compared == 2 * (1 + 13 + 13 * 13))
     }
 }
+
+@Suite("Comparing header names")
+struct HeaderNameComparisonTests {
+    @Test("two names are the same ignoring ASCII case only, whatever their sizes")
+    func sameIgnoringCase() {
+        let long = String(repeating: "x-Long-Name-", count: 4)
+        let pairs: [(String, String, Bool)] = [
+            ("Beagle-Platform", "beagle-platform", true), ("SURROGATE-KEY", "surrogate-key", true),
+            (long, long.uppercased(), true), (long, long + "x", false), ("a", "b", false), ("", "", true),
+            ("[", "{", false), ("@", "`", false), ("Ä", "ä", false), ("x-a", "x_a", false),
+            (String("--tag--".dropFirst(2).dropLast(2)), "TAG", true),
+        ]
+        for (lhs, rhs, same) in pairs {
+            #expect(HTTPSyntax.sameIgnoringCase(lhs, rhs) == same, "\(lhs) \(rhs)")
+            #expect(HTTPSyntax.sameIgnoringCase(rhs, lhs) == same, "\(rhs) \(lhs)")
+        }
+    }
+}

@@ -60,9 +60,13 @@ public enum HTTPSyntax {
     /// ``equalsIgnoringCase(_:_:)``: a literal would pick this one, the slower.)
     public static func sameIgnoringCase(_ name: String, _ other: String) -> Bool {
         guard name.utf8.count == other.utf8.count else { return false }
-        return zip(name.utf8, other.utf8).allSatisfy { lhs, rhs in
-            (lhs >= UInt8(ascii: "A") && lhs <= UInt8(ascii: "Z") ? lhs | 0x20 : lhs)
-                == (rhs >= UInt8(ascii: "A") && rhs <= UInt8(ascii: "Z") ? rhs | 0x20 : rhs)
+        return name.withContiguousUTF8 { name in
+            other.withContiguousUTF8 { other in
+                zip(name, other).allSatisfy { lhs, rhs in
+                    (lhs >= UInt8(ascii: "A") && lhs <= UInt8(ascii: "Z") ? lhs | 0x20 : lhs)
+                        == (rhs >= UInt8(ascii: "A") && rhs <= UInt8(ascii: "Z") ? rhs | 0x20 : rhs)
+                }
+            }
         }
     }
 
