@@ -1,3 +1,4 @@
+import NIOCore
 import SDUIProxyCore
 import Testing
 
@@ -157,5 +158,21 @@ struct ConfigurationTests {
         #expect(ConfigValueParsing.duration("0") == .zero)
         #expect(ConfigValueParsing.duration("5") == nil)
         #expect(ConfigValueParsing.duration("1y") == nil)
+    }
+}
+
+@Suite("Durations as NIO time amounts")
+struct DurationTimeAmountTests {
+    @Test(
+        "whole nanoseconds, fractions below one dropped, clamped to what a TimeAmount holds",
+        arguments: [
+            (Duration.zero, Int64(0)), (.milliseconds(250), 250_000_000), (.seconds(1.5), 1_500_000_000),
+            (.seconds(30), 30_000_000_000), (.nanoseconds(7), 7), (.seconds(Int64.max), .max),
+            (.seconds(9_223_372_036), 9_223_372_036_000_000_000), (.seconds(9_223_372_037), .max), (.seconds(-3), 0),
+            (Duration(secondsComponent: 2, attosecondsComponent: 999_999_999), 2_000_000_000),
+        ] as [(Duration, Int64)]
+    )
+    func timeAmount(duration: Duration, nanoseconds: Int64) {
+        #expect(duration.timeAmount.nanoseconds == nanoseconds)
     }
 }

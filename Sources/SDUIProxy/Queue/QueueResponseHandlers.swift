@@ -208,7 +208,7 @@ public final class QueueResponseHandlers: Sendable {
             do {
                 let response = try await client.execute(
                     request,
-                    timeout: .nanoseconds(Int64(webhook.timeout.secondsValue * 1e9))
+                    timeout: webhook.timeout.timeAmount
                 )
                 _ = try? await response.body.collect(upTo: 64 * 1024)
                 let code = Int(response.status.code)

@@ -107,7 +107,7 @@ public final class ProxyContext: Sendable {
             metrics: metrics,
             coalescer: coalescer
                 ?? RequestCoalescer(
-                    maximumWait: .nanoseconds(Int64(configuration.upstream.timeout.secondsValue * 1e9)) + .seconds(1)
+                    maximumWait: configuration.upstream.timeout.timeAmount + .seconds(1)
                 ),
             prefetchPlanner: prefetchPlanner(for: configuration),
             logger: logger

@@ -42,11 +42,16 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var beagleHash: Bool
         /// The policy of every path when no route has one of its own; nil when routes must be looked up.
         var onlyPolicy: ProxyConfiguration.RoutePolicy?
+        /// `limits.idleTimeout` and `limits.requestTimeout`, converted once: every request arms both.
+        var idleTimeout: TimeAmount
+        var requestTimeout: TimeAmount
 
         init(_ configuration: ProxyConfiguration) {
             limits = configuration.limits
             beagleHash = configuration.compat.beagleHash
             onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
+            idleTimeout = configuration.limits.idleTimeout.timeAmount
+            requestTimeout = configuration.limits.requestTimeout.timeAmount
         }
     }
 
@@ -158,9 +163,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func armTimer(_ kind: TimerKind) {
-        let limits = settings.limits
-        let delay = kind == .idle ? limits.idleTimeout : limits.requestTimeout
-        let at = NIODeadline.now() + .nanoseconds(Int64(delay.secondsValue * 1e9))
+        let at = NIODeadline.now() + (kind == .idle ? settings.idleTimeout : settings.requestTimeout)
         deadline = (kind, at)
         if let wakeUp, wakeUp.at <= at { return }
         scheduleWakeUp(at: at)

@@ -19,11 +19,11 @@ public final class HTTPNetworkClient: NetworkClient {
         eventLoopGroup: any EventLoopGroup
     ) {
         self.origin = origin
-        self.timeout = .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
+        self.timeout = configuration.timeout.timeAmount
         var clientConfiguration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
             timeout: .init(
-                connect: .nanoseconds(Int64(configuration.connectTimeout.secondsValue * 1e9)),
+                connect: configuration.connectTimeout.timeAmount,
                 read: self.timeout
             ),
             decompression: .disabled

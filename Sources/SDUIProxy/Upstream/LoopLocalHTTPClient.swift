@@ -18,6 +18,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
     private let origin: UpstreamOrigin.HTTPOrigin
     /// The origin's `Host` value, formatted once rather than per request.
     private let hostHeader: String
+    /// `configuration.timeout`, converted once rather than per exchange.
+    private let timeout: TimeAmount
     private let configuration: ProxyConfiguration.Upstream
     /// The pools of the group's event loops, made up front: every miss finds its loop's pool without a lock
     /// that both loops would take.
@@ -35,6 +37,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         precondition(origin.scheme == "http", "the loop-local client speaks plain HTTP only")
         self.origin = origin
         self.hostHeader = origin.hostHeader
+        self.timeout = configuration.timeout.timeAmount
         self.configuration = configuration
         var groupPools: [ObjectIdentifier: PoolState] = [:]
         for eventLoop in eventLoopGroup.makeIterator() {
@@ -63,7 +66,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
     ) {
         let pool = self.pool(for: eventLoop)
-        let deadline = NIODeadline.now() + .nanoseconds(Int64(configuration.timeout.secondsValue * 1e9))
+        let deadline = NIODeadline.now() + timeout
         // The backend's `Host` is written by the encoder: a GET's headers go out as they are, uncopied.
         var headers = request.headers
         if let body = request.body {
@@ -137,7 +140,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             eventLoop: eventLoop,
             host: origin.host,
             port: origin.port,
-            connectTimeout: .nanoseconds(Int64(configuration.connectTimeout.secondsValue * 1e9)),
+            connectTimeout: configuration.connectTimeout.timeAmount,
             maximumConnections: max(1, configuration.maxConnections),
             closed: closed
         )
