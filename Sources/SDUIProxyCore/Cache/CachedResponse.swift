@@ -51,10 +51,9 @@ public final class CachedResponse: Sendable {
     /// Whether `text` is ``contentHash`` (16 lower-case hex digits), compared without formatting the hash: a
     /// Beagle 1.x client sends it with every request.
     public func hasContentHash(_ text: String) -> Bool {
-        var text = text
         guard text.utf8.count == 16 else { return false }
         let expected = contentHashValue
-        return text.withUTF8 { bytes in
+        return text.withContiguousUTF8 { bytes in
             var value: UInt64 = 0
             for byte in bytes {
                 guard !(UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte), let digit = HTTPSyntax.hexValue(byte)

@@ -18,9 +18,9 @@ public struct ComponentDecoder: Sendable {
 
     /// Whether a response with this `Content-Type` is JSON (`application/json` or any `+json` type).
     public static func isJSON(contentType: String?) -> Bool {
-        guard var contentType else { return false }
+        guard let contentType else { return false }
         // Read in place: this runs for every backend answer.
-        return contentType.withUTF8 { bytes in
+        return contentType.withContiguousUTF8 { bytes in
             let parameters = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
             let mediaType = HTTPSyntax.trimmingOptionalWhitespace(bytes[..<parameters])
             let type: StaticString = "application/"

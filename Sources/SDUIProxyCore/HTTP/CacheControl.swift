@@ -33,8 +33,7 @@ public struct CacheControl: Equatable, Sendable {
         // The field values as they are: NIO's `canonicalForm` splits at every comma, quoted or not. (Looked up
         // by name, which copies only the matching values; iterating would copy every name and value.)
         for value in headers["cache-control"] {
-            var line = value
-            line.withUTF8 { parse($0) }
+            value.withContiguousUTF8 { parse($0) }
         }
     }
 

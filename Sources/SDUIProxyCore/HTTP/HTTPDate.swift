@@ -28,7 +28,7 @@ public enum HTTPDate {
     /// (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6 08:49:37 1994`). Nil for anything else.
     public static func parse(_ text: some StringProtocol) -> Int64? {
         // IMF-fixdate is what servers send (RFC 9110 section 5.6.7), on every response: read in place.
-        if let seconds = text.utf8.withContiguousStorageIfAvailable(parseFixdate), let seconds {
+        if let seconds = text.withContiguousUTF8(parseFixdate) {
             return seconds
         }
         let fields = String(text).split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" }).map(String.init)

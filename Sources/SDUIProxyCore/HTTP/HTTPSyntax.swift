@@ -30,8 +30,7 @@ public enum HTTPSyntax {
     public static func equalsIgnoringCase(_ name: String, _ lowercased: StaticString) -> Bool {
         // Most names differ in length: that costs no walk over the text.
         guard name.utf8.count == lowercased.utf8CodeUnitCount else { return false }
-        return name.utf8.withContiguousStorageIfAvailable { equalsIgnoringCase(bytes: $0, lowercased) }
-            ?? equalsIgnoringCase(bytes: name.utf8, lowercased)
+        return name.withContiguousUTF8 { equalsIgnoringCase(bytes: $0, lowercased) }
     }
 
     /// Whether `bytes` spell `lowercased` ignoring ASCII case, for text read in place.

@@ -20,12 +20,11 @@ public enum HTTPWireFormat {
     }
 
     /// `name: value` and CRLF, copied in one write: four writes cost four capacity and uniqueness checks, and a
-    /// miss writes a few dozen lines. (Every native or small string has contiguous UTF-8; the fallback is for any
-    /// other.)
+    /// miss writes a few dozen lines.
     @inline(__always)
     public static func writeHeaderLine(_ name: String, _ value: String, into buffer: inout ByteBuffer) {
-        let written: Int?? = name.utf8.withContiguousStorageIfAvailable { name in
-            value.utf8.withContiguousStorageIfAvailable { value in
+        _ = name.withContiguousUTF8 { name in
+            value.withContiguousUTF8 { value in
                 buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: name.count + value.count + 4) { out in
                     let nameEnd = name.count
                     let valueEnd = nameEnd + 2 + value.count
@@ -42,11 +41,6 @@ public enum HTTPWireFormat {
                 }
             }
         }
-        if case .some(.some) = written { return }
-        buffer.writeString(name)
-        buffer.writeStaticString(": ")
-        buffer.writeString(value)
-        buffer.writeStaticString("\r\n")
     }
 }
 
