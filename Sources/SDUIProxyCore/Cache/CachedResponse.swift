@@ -77,29 +77,16 @@ public final class CachedResponse: Sendable {
     /// building their own headers does. Kept as strings, they cost every entry memory, and every miss and every
     /// eviction the strings' reference counts and allocations.
     public var headers: HTTPHeaders {
-        var fields: [(String, String)] = []
-        fields.reserveCapacity(12)
-        encodedHead.withUnsafeBufferPointer { head in
-            let carriageReturn = UInt8(ascii: "\r")
-            // The status line ends at the first CRLF; then each line is `name: value` and CRLF, as written above.
-            guard var lineStart = head.firstIndex(of: carriageReturn).map({ $0 + 2 }) else { return }
-            while lineStart < head.endIndex {
-                let lineEnd = head[lineStart...].firstIndex(of: carriageReturn) ?? head.endIndex
-                let colon = head[lineStart..<lineEnd].firstIndex(of: UInt8(ascii: ":")) ?? lineEnd
-                let name = String(decoding: UnsafeBufferPointer(rebasing: head[lineStart..<colon]), as: UTF8.self)
-                if !HTTPSyntax.equalsIgnoringCase(name, "content-length") {
-                    let valueStart = min(colon + 2, lineEnd)
-                    fields.append(
-                        (
-                            name,
-                            String(decoding: UnsafeBufferPointer(rebasing: head[valueStart..<lineEnd]), as: UTF8.self)
-                        )
-                    )
-                }
-                lineStart = lineEnd + 2
+        encodedHead.withUnsafeBytes { head in
+            var lines = LineReader(bytes: head)
+            _ = lines.next()  // the status line
+            // Lines this entry wrote from fields already parsed and checked: they parse again.
+            guard var headers = try? HTTPMessageSyntax.parseFields(&lines, failing: .internalError).headers else {
+                return HTTPHeaders()
             }
+            headers.remove(name: "content-length")
+            return headers
         }
-        return HTTPHeaders(fields)
     }
 
     /// Headers an entry does not keep: the proxy sets the framing, and `Age` is the entry's own.
