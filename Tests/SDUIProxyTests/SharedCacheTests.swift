@@ -224,6 +224,72 @@ struct SharedCacheTests {
         }
     }
 
+    /// A response head's lines after the status line, with `Age` (which moves with the clock) left out.
+    private static func lines(of head: String) -> [String] {
+        head.components(separatedBy: "\r\n").dropFirst().filter { !$0.isEmpty && !$0.hasPrefix("Age: ") }
+    }
+
+    @Test(
+        "the heads of a hit, a 304 and their Beagle 1.x forms, line by line",
+        arguments: [false, true]
+    )
+    func presentedHeads(beagle: Bool) async throws {
+        let headers = [
+            ("Content-Type", "application/json"), ("Cache-Control", "public, max-age=60"), ("ETag", "\"v1\""),
+            ("X-Other", "kept, on 200s only"), ("Expires", "Sun, 22 Nov 2099 09:00:00 GMT"), ("Vary", "Accept"),
+        ]
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(headers: headers, body: #"{"_beagleComponent_":"a"}"#) },
+            configure: { $0.compat.beagleHash = beagle }
+        ) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /h HTTP/1.1\r\nHost: x\r\nAccept: a\r\n\r\n")
+            _ = try await connection.readResponse()
+            try await connection.send("GET /h HTTP/1.1\r\nHost: x\r\nAccept: a\r\n\r\n")
+            let hit = try #require(try await connection.readResponse())
+            let hash = hit.head.components(separatedBy: "\r\n").first { $0.hasPrefix("beagle-hash: ") }
+            let condition = beagle ? (hash ?? "beagle-hash: none") : "If-None-Match: \"v1\""
+            try await connection.send("GET /h HTTP/1.1\r\nHost: x\r\nAccept: a\r\n\(condition)\r\n\r\n")
+            let notModified = try #require(try await connection.readResponse(bodyless: true))
+            await connection.close()
+
+            #expect(hit.head.hasPrefix("HTTP/1.1 200 OK\r\n"))
+            #expect(notModified.head.hasPrefix("HTTP/1.1 304 Not Modified\r\n"))
+            let length = "Content-Length: \(#"{"_beagleComponent_":"a"}"#.utf8.count)"
+            if beagle {
+                let maxAge = try #require(Self.lines(of: hit.head).first { $0.hasPrefix("Cache-Control: max-age=") })
+                #expect(["Cache-Control: max-age=60", "Cache-Control: max-age=59"].contains(maxAge))
+                #expect(
+                    Self.lines(of: hit.head) == [
+                        "Content-Type: application/json", "ETag: \"v1\"", "X-Other: kept, on 200s only",
+                        "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", length, maxAge, hash!,
+                        "X-Cache: HIT",
+                    ]
+                )
+                #expect(
+                    Self.lines(of: notModified.head) == [
+                        "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", maxAge, hash!,
+                        "X-Cache: HIT",
+                    ]
+                )
+            } else {
+                #expect(
+                    Self.lines(of: hit.head) == [
+                        "Content-Type: application/json", "Cache-Control: public, max-age=60", "ETag: \"v1\"",
+                        "X-Other: kept, on 200s only", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", length,
+                        "X-Cache: HIT",
+                    ]
+                )
+                #expect(
+                    Self.lines(of: notModified.head) == [
+                        "Cache-Control: public, max-age=60", "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT",
+                        "Vary: Accept", "X-Cache: HIT",
+                    ]
+                )
+            }
+        }
+    }
+
     @Test("Beagle 1.x: beagle-hash and a plain max-age, and a 304 only for a matching hash")
     func beagleHash() async throws {
         try await ProxyHarness.run(

@@ -89,6 +89,28 @@ public final class CachedResponse: Sendable {
         }
     }
 
+    /// Writes a status line and the stored header lines that `keep` accepts, given each line's name: for the
+    /// answers that present the entry otherwise than as stored (a 304, Beagle 1.x's headers), without parsing the
+    /// head or encoding headers again. No `Content-Length` is written unless `keep` accepts the stored one.
+    public func writeHead(
+        status: HTTPResponseStatus,
+        keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool,
+        into buffer: inout ByteBuffer
+    ) {
+        HTTPWireFormat.writeStatusLine(status, into: &buffer)
+        encodedHead.withUnsafeBytes { head in
+            var lines = LineReader(bytes: head)
+            _ = lines.next()  // the stored status line
+            while let line = lines.next() {
+                let text = UnsafeRawBufferPointer(rebasing: head[line])
+                guard keep(UnsafeRawBufferPointer(rebasing: text[..<(text.firstIndex(of: UInt8(ascii: ":")) ?? 0)]))
+                else { continue }
+                buffer.writeBytes(text)
+                buffer.writeStaticString("\r\n")
+            }
+        }
+    }
+
     /// Headers an entry does not keep: the proxy sets the framing, and `Age` is the entry's own.
     private static let headersNotStored: [StaticString] = ["content-length", "age"]
 

@@ -28,7 +28,7 @@ public enum ConditionalRequest {
     }
 
     /// The headers a 304 repeats from the stored response (RFC 9110 section 15.4.5).
-    public static let notModifiedHeaderNames: Set<String> = [
+    public static let notModifiedHeaderNames: [StaticString] = [
         "cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified",
     ]
 }
