@@ -108,8 +108,10 @@ struct HardeningTests {
             configuration.limits.requestTimeout = .milliseconds(400)
             configuration.limits.idleTimeout = .milliseconds(400)
         }) { proxy async throws in
+            // Every send may find the connection already closed when the machine is slow to run this test after
+            // connecting (the timeouts are short): that is the cut-off this test expects, just early.
             let headers = try await RawConnection(port: proxy.server.publicPort)
-            try await headers.send("GET /screens/home HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            try? await headers.send("GET /screens/home HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             for _ in 0..<3 {
                 try await Task.sleep(for: .milliseconds(150))
                 try? await headers.send("a")
@@ -118,7 +120,7 @@ struct HardeningTests {
             #expect(headers.isClosed)
 
             let body = try await RawConnection(port: proxy.server.publicPort)
-            try await body.send("POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial")
+            try? await body.send("POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial")
             _ = try await body.readUntilClosed(timeout: .seconds(3))
             #expect(body.isClosed)
 
