@@ -94,7 +94,7 @@ public final class QueueResponseHandlers: Sendable {
     ///   - eventLoopGroup: for the webhook client.
     ///   - capacity: the most events waiting to be handled.
     ///   - drainTimeout: how long ``run()`` goes on after ``finish()`` to handle what is left; webhook calls
-    ///     still running then are cancelled.
+    ///     still running then are cancelled, and those not started are logged as not sent.
     public init(
         handlers: [QueueConfiguration.Handler],
         invalidate: @escaping Invalidate,
@@ -159,6 +159,7 @@ public final class QueueResponseHandlers: Sendable {
     }
 
     private func process(client: HTTPClient?) async {
+        var notSent: [String] = []
         await withTaskGroup(of: Void.self) { group in
             var running = 0
             for await event in events {
@@ -174,6 +175,12 @@ public final class QueueResponseHandlers: Sendable {
                             await group.next()
                             running -= 1
                         }
+                        // Cancelled once the drain timeout passed: a notification started now would be cancelled
+                        // at once, and might still reach the webhook half sent.
+                        guard !Task.isCancelled else {
+                            notSent.append(event.id)
+                            continue
+                        }
                         running += 1
                         group.addTask { await self.notify(url, of: event, using: client) }
                     }
@@ -181,7 +188,19 @@ public final class QueueResponseHandlers: Sendable {
             }
             await group.waitForAll()
         }
+        if !notSent.isEmpty {
+            logger.error(
+                "queue webhook notifications not sent: shutting down",
+                metadata: [
+                    "count": "\(notSent.count)",
+                    "ids": "\(notSent.prefix(Self.idsLoggedAtMost).joined(separator: ","))",
+                ]
+            )
+        }
     }
+
+    /// How many ids of notifications not sent a log line lists.
+    private static let idsLoggedAtMost = 20
 
     private func runInvalidation(_ request: InvalidationRequest, for event: QueueOutcomeEvent) {
         let removed = invalidate(request)

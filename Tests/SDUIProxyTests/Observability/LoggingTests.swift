@@ -6,22 +6,6 @@ import Testing
 
 @testable import SDUIProxy
 
-/// Collects the lines a handler writes.
-private final class LineCollector: Sendable {
-    private let box = NIOLockedValueBox<[String]>([])
-
-    var sink: LogSink { LogSink { [box] line in box.withLockedValue { $0.append(line) } } }
-    var lines: [String] { box.withLockedValue { $0 } }
-
-    /// Each line parsed as a JSON object.
-    func objects() throws -> [[String: Any]] {
-        try lines.map { line in
-            let object = try JSONSerialization.jsonObject(with: Data(line.utf8))
-            return try #require(object as? [String: Any])
-        }
-    }
-}
-
 private func jsonLogger(_ collector: LineCollector, label: String = "test", level: Logger.Level = .trace) -> Logger {
     Logger(label: label) { label in
         LoggingBootstrap.makeHandler(label: label, format: .json, level: level, sink: collector.sink)

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxy
@@ -128,13 +129,16 @@ import Testing
         policy.concurrency = 1
         // Longer than the webhook is stuck, so the stuck notification is not retried during the test.
         policy.timeout = .seconds(30)
+        let logs = LineCollector()
         let handlers = QueueResponseHandlers(
             handlers: configuration.handlers,
             invalidate: { _ in 0 },
             eventLoopGroup: QueueTest.group,
             webhook: policy,
             drainTimeout: .milliseconds(200),
-            logger: QueueTest.logger
+            logger: Logger(label: "queue-handlers") {
+                LoggingBootstrap.makeHandler(label: $0, format: .json, level: .info, sink: logs.sink)
+            }
         )
         let service = QueueDeliveryService(
             queue: queue,
@@ -161,6 +165,13 @@ import Testing
         #expect(clock.now - stopping < .milliseconds(1500))
         #expect(backend.requests.count == 5)
         #expect(webhook.requests.count == 1)
+        // The stuck notification was cancelled; the four still waiting for it were not started (each started
+        // one was cancelled at once, and sometimes reached the webhook first), and are reported as not sent.
+        let entries = try logs.objects()
+        let notDelivered = entries.filter { $0["msg"] as? String == "a queue webhook notification was not delivered" }
+        #expect(notDelivered.count == 1)
+        let notSent = entries.first { $0["msg"] as? String == "queue webhook notifications not sent: shutting down" }
+        #expect(notSent?["count"] as? String == "4")
         try await client.shutdown()
         try await queue.close()
         try await backend.stop()
