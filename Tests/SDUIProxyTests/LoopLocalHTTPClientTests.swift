@@ -51,6 +51,40 @@ struct LoopLocalHTTPClientTests {
         try await origin.stop()
     }
 
+    @Test(
+        "a body arrives whole in one read or in several; one kept from a read stays intact as the connection reads on"
+    )
+    func bodiesAcrossReads() async throws {
+        let small = String(repeating: "small-0123456789", count: 120)
+        let split = String(repeating: "split-0123456789", count: 200)
+        let large = String(repeating: "large-0123456789", count: 2_600)
+        let origin = try await TestOrigin { request in
+            var response = TestOrigin.Response()
+            switch request.uri {
+            case "/split":
+                response.body = split
+                response.bodyPieces = 3
+            case "/large": response.body = large
+            default: response.body = request.uri + small
+            }
+            return response
+        }
+        let client = try Self.client(for: origin)
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let first = try await Self.get(client, "/a", loop: loop)
+        let pieces = try await Self.get(client, "/split", loop: loop)
+        let big = try await Self.get(client, "/large", loop: loop)
+        let second = try await Self.get(client, "/b", loop: loop)
+        #expect(String(buffer: first.body) == "/a" + small)
+        #expect(String(buffer: pieces.body) == split)
+        #expect(String(buffer: big.body) == large)
+        #expect(big.body.readableBytes > UpstreamConnectionHandler.maximumBorrowedBodyBytes)
+        #expect(String(buffer: second.body) == "/b" + small)
+        #expect(origin.acceptedConnections == 1)
+        try await client.shutdown()
+        try await origin.stop()
+    }
+
     @Test("every loop of the group and loops outside it get a pool; after shutdown none opens a connection")
     func poolsAndShutdown() async throws {
         let origin = try await TestOrigin { _ in .component() }

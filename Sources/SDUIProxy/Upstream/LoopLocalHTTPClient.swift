@@ -372,9 +372,15 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         var deadline: NIODeadline
         var maxBodyBytes: Int
         var head: HTTPResponseHead?
+        /// The body's length, when the head gave it.
+        var length: Int?
         var body: ByteBuffer?
         var keepAlive = true
     }
+
+    /// The largest body taken as the read buffer's own slice when it arrives whole in one read (see
+    /// ``receive(_:)``): what a cache entry copies into its own array anyway.
+    static let maximumBorrowedBodyBytes = CachedResponse.maximumExactBodyBytes
 
     private let eventLoop: any EventLoop
     private var context: ChannelHandlerContext?
@@ -452,11 +458,23 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             }
             current?.head = head
             current?.keepAlive = keepAlive
-            // The body is copied out of the read buffers as it arrives, into one buffer of its own size when
-            // the length is known: a body slice kept alive would stop the channel reusing its read buffer, and
-            // every read would allocate a new one.
-            current?.body = ByteBufferAllocator().buffer(capacity: length ?? 0)
+            current?.length = length
         case .body(var part):
+            // A small body that arrives whole in one read is kept as the read buffer's slice: the exchange
+            // completes within this read, and the cache copies the body into its entry, so the slice is gone
+            // before the channel reads again and reuses its buffer. Any other body is copied out as it arrives,
+            // into one buffer of its own size when the length is known: a slice kept alive across reads would
+            // stop the channel reusing its read buffer, and every read would allocate a new one.
+            if current?.body == nil, let length = current?.length, part.readableBytes == length,
+                length <= Self.maximumBorrowedBodyBytes
+            {
+                current?.body = part
+                return
+            }
+            if current?.body == nil {
+                let capacity = current?.length ?? part.readableBytes
+                current?.body = ByteBufferAllocator().buffer(capacity: capacity)
+            }
             let size = (current?.body?.readableBytes ?? 0) + part.readableBytes
             guard size <= maxBodyBytes else {
                 return fail(with: .tooLarge(maxBodyBytes), closing: true)

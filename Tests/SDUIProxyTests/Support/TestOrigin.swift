@@ -33,6 +33,9 @@ final class TestOrigin: Sendable {
         var chunked = false
         /// The Content-Length to declare instead of the body's own (for answers that have no body, like 304).
         var declaredLength: Int?
+        /// Send the head, then the body in this many pieces, each flushed 20 ms after the one before, so the
+        /// peer reads them apart.
+        var bodyPieces = 1
 
         static func component(
             _ type: String = "beagle:screenComponent",
@@ -214,13 +217,29 @@ private final class OriginHandler: ChannelInboundHandler {
             wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))),
             promise: nil
         )
+        var pause = TimeAmount.zero
         if !isHead, !response.body.isEmpty {
-            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: response.body)))), promise: nil)
+            if response.bodyPieces > 1 {
+                context.flush()
+                let bytes = Array(response.body.utf8)
+                let size = (bytes.count + response.bodyPieces - 1) / response.bodyPieces
+                for start in stride(from: 0, to: bytes.count, by: size) {
+                    pause = pause + .milliseconds(20)
+                    let piece = ByteBuffer(bytes: bytes[start..<min(start + size, bytes.count)])
+                    context.eventLoop.assumeIsolated().scheduleTask(in: pause) {
+                        context.writeAndFlush(self.wrapOutboundOut(.body(.byteBuffer(piece))), promise: nil)
+                    }
+                }
+            } else {
+                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: response.body)))), promise: nil)
+            }
         }
         let origin = self.origin
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
-            origin.answered()
-            if !keepAlive { context.close(promise: nil) }
+        context.eventLoop.assumeIsolated().scheduleTask(in: pause) {
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
+                origin.answered()
+                if !keepAlive { context.close(promise: nil) }
+            }
         }
     }
 }
