@@ -178,6 +178,8 @@ public struct PrefetchPlanner: Sendable {
     func plan(for scan: JSONParser.Scan, in bytes: UnsafeRawBufferPointer) -> Plan {
         var walk = Walk()
         walk.plan.truncated = scan.truncated
+        // Room for every action to be a target, so the list is allocated once.
+        if !scan.objects.isEmpty { walk.plan.targets.reserveCapacity(min(scan.objects.count, Self.maximumTargets)) }
         for action in scan.objects {
             guard !walk.finished else { break }
             if let (url, route) = Self.prefetchableURL(action.members, in: scan, bytes: bytes) {
@@ -212,11 +214,11 @@ public struct PrefetchPlanner: Sendable {
 
     // MARK: - Recording
 
-    /// What planning has found so far.
+    /// What planning has found so far. Targets and skipped URLs are checked for repeats in the plan's own lists:
+    /// each holds at most 64, and sets beside them cost a component's miss two allocations more for each list
+    /// it grows.
     private struct Walk {
         var plan = Plan()
-        var seenTargets: Set<String> = []
-        var seenSkipped: Set<Skipped> = []
         /// Set when the target limit is reached and another target appears: nothing more is recorded.
         var finished = false
     }
@@ -225,22 +227,20 @@ public struct PrefetchPlanner: Sendable {
         let outcome = isPlainGET ? resolve(url) : .failure(.notPlainGET)
         switch outcome {
         case .success(let target):
-            guard !walk.seenTargets.contains(target) else { return }
+            guard !walk.plan.targets.contains(target) else { return }
             guard walk.plan.targets.count < Self.maximumTargets else {
                 walk.plan.truncated = true
                 walk.finished = true
                 return
             }
-            walk.seenTargets.insert(target)
             walk.plan.targets.append(target)
         case .failure(let reason):
             let skipped = Skipped(url: url, reason: reason)
-            guard !walk.seenSkipped.contains(skipped) else { return }
+            guard !walk.plan.skipped.contains(skipped) else { return }
             guard walk.plan.skipped.count < Self.maximumSkipped else {
                 walk.plan.truncated = true
                 return
             }
-            walk.seenSkipped.insert(skipped)
             walk.plan.skipped.append(skipped)
         }
     }
