@@ -19,10 +19,20 @@ public final class CachedResponse: Sendable {
     /// The body's length in bytes.
     public let bodyLength: Int
     /// The strong validator clients see: the backend's `ETag`, or one computed from the content.
-    public let etag: String
+    public var etag: String { text(at: etagValue) }
     /// The backend's own validators, used to revalidate upstream (nil when it sent none).
-    public let upstreamETag: String?
-    public let lastModified: String?
+    public var upstreamETag: String? { hasUpstreamETag ? etag : nil }
+    public var lastModified: String? { lastModifiedValue.map(text(at:)) }
+    /// Where the validators' values lie in ``encodedHead``. Only conditional requests and revalidations read
+    /// them; kept as strings, they were objects of their own in every entry, to allocate and to free again when
+    /// it is evicted, long after, from memory no longer in the processor's cache.
+    private let etagValue: Range<Int>
+    private let lastModifiedValue: Range<Int>?
+    private let hasUpstreamETag: Bool
+
+    private func text(at range: Range<Int>) -> String {
+        encodedHead.withUnsafeBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+    }
     /// When the response was stored, on the monotonic clock.
     public let storedAt: NIODeadline
     /// The response's corrected initial age, in seconds.
@@ -172,8 +182,8 @@ public final class CachedResponse: Sendable {
         let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(headers) : nil
         var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
         HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
-        var upstreamETag: String?
-        var lastModified: String?
+        var upstreamETag: Range<Int>?
+        var lastModified: Range<Int>?
         var tags: [String] = []
         var keptForDirectives: [(String, String)] = []
         for (name, value) in headers {
@@ -182,10 +192,12 @@ public final class CachedResponse: Sendable {
             {
                 continue
             }
+            // The value's place in the line about to be written: `name: value` and CRLF.
+            let valueStart = encodedHead.writerIndex + name.utf8.count + 2
             if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(name, "etag") {
-                upstreamETag = value
+                upstreamETag = valueStart..<(valueStart + value.utf8.count)
             } else if lastModified == nil, HTTPSyntax.equalsIgnoringCase(name, "last-modified") {
-                lastModified = value
+                lastModified = valueStart..<(valueStart + value.utf8.count)
             }
             if HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) {
                 // Tags are separated by spaces; lists of them (`a b, c`) by commas.
@@ -194,15 +206,17 @@ public final class CachedResponse: Sendable {
             HTTPWireFormat.writeHeaderLine(name, value, into: &encodedHead)
             if directives == nil { keptForDirectives.append((name, value)) }
         }
-        self.upstreamETag = upstreamETag
-        self.lastModified = lastModified
+        self.hasUpstreamETag = upstreamETag != nil
+        self.lastModifiedValue = lastModified
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
         let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
         if let upstreamETag {
-            self.etag = upstreamETag
+            self.etagValue = upstreamETag
         } else {
-            self.etag = ContentHash.entityTag(hash: hash!, length: body.readableBytes)
+            let etag = ContentHash.entityTag(hash: hash!, length: body.readableBytes)
+            let valueStart = encodedHead.writerIndex + "ETag: ".utf8.count
             HTTPWireFormat.writeHeaderLine("ETag", etag, into: &encodedHead)
+            self.etagValue = valueStart..<(valueStart + etag.utf8.count)
         }
         self.storedContentHash = hash
         self.status = status
@@ -261,7 +275,7 @@ public final class CachedResponse: Sendable {
     /// the one the 304 brought).
     public func headers(updatedBy notModifiedHeaders: HTTPHeaders) -> HTTPHeaders {
         var merged = headers
-        if upstreamETag == nil { merged.remove(name: "etag") }
+        if !hasUpstreamETag { merged.remove(name: "etag") }
         var replaced: Set<String> = []
         for (name, value) in notModifiedHeaders {
             let lowercased = name.lowercased()
