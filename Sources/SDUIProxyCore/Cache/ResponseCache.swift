@@ -167,12 +167,30 @@ public final class ResponseCache: Sendable {
     }
 
     private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {
-        shard(for: key).state.withLock { state in
-            var evictions = 0
-            let stored = state.store.insert(slot, forKey: key, cost: cost) { _, _ in evictions += 1 }
-            state.statistics.evictions += evictions
+        var evicted = Evicted()
+        let stored = shard(for: key).state.withLock { state in
+            let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in evicted.keep(key, slot) }
+            state.statistics.evictions += evicted.count
             if stored { state.statistics.stores += 1 } else { state.statistics.rejectedAsTooLarge += 1 }
             return stored
+        }
+        // The evicted entries are freed here, after the lock: freeing reads memory long out of the processor's
+        // caches and can wait for the allocator of the thread that made them, and lookups on the shard would
+        // wait for both.
+        withExtendedLifetime(evicted) {}
+        return stored
+    }
+
+    /// What one insert evicted, held until the shard's lock is released; the usual single eviction needs no
+    /// allocation.
+    private struct Evicted {
+        private var first: (CacheKey, Slot)?
+        private var more: [(CacheKey, Slot)] = []
+        private(set) var count = 0
+
+        mutating func keep(_ key: CacheKey, _ slot: Slot) {
+            if first == nil { first = (key, slot) } else { more.append((key, slot)) }
+            count += 1
         }
     }
 
