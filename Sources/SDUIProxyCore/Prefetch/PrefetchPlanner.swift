@@ -214,9 +214,9 @@ public struct PrefetchPlanner: Sendable {
 
     // MARK: - Recording
 
-    /// What planning has found so far. Targets and skipped URLs are checked for repeats in the plan's own lists:
-    /// each holds at most 64, and sets beside them cost a component's miss two allocations more for each list
-    /// it grows.
+    /// What planning has found so far. Repeated targets and skipped URLs are looked for in the plan's own lists,
+    /// which hold at most 64 entries each: a set beside each list cost every planned component allocations of
+    /// its own.
     private struct Walk {
         var plan = Plan()
         /// Set when the target limit is reached and another target appears: nothing more is recorded.
