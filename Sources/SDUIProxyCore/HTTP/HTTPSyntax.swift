@@ -38,9 +38,13 @@ public enum HTTPSyntax {
     public static func equalsIgnoringCase<Bytes: Collection<UInt8>>(bytes: Bytes, _ lowercased: StaticString) -> Bool {
         let expected = UnsafeBufferPointer(start: lowercased.utf8Start, count: lowercased.utf8CodeUnitCount)
         guard bytes.count == expected.count else { return false }
-        return zip(bytes, expected).allSatisfy { byte, lower in
-            (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte) == lower
-        }
+        return zip(bytes, expected).allSatisfy { byte, lower in lowercasedASCII(byte) == lower }
+    }
+
+    /// `byte` with an ASCII capital letter made small; any other byte as it is.
+    @inlinable @inline(__always)
+    public static func lowercasedASCII(_ byte: UInt8) -> UInt8 {
+        byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
     }
 
     /// `bytes` without the optional whitespace (spaces and tabs, RFC 9110 section 5.6.3) at either end.
@@ -61,10 +65,7 @@ public enum HTTPSyntax {
         guard name.utf8.count == other.utf8.count else { return false }
         return name.withContiguousUTF8 { name in
             other.withContiguousUTF8 { other in
-                zip(name, other).allSatisfy { lhs, rhs in
-                    (lhs >= UInt8(ascii: "A") && lhs <= UInt8(ascii: "Z") ? lhs | 0x20 : lhs)
-                        == (rhs >= UInt8(ascii: "A") && rhs <= UInt8(ascii: "Z") ? rhs | 0x20 : rhs)
-                }
+                zip(name, other).allSatisfy { lowercasedASCII($0) == lowercasedASCII($1) }
             }
         }
     }
