@@ -75,6 +75,9 @@ public final class ComponentFetcher: Sendable {
     private let computesContentHash: Bool
     private let metrics: ProxyMetrics
     private let logger: Logger
+    /// Whether debug lines are written, read once: asking the logger copies its handler, whose reference count
+    /// every loop writes, and the miss path would ask on every entry stored.
+    private let logsDebug: Bool
     /// Told about every component stored with hops left to follow that mentions `shouldPrefetch`, with the
     /// plan made in the pass that validated it.
     ///
@@ -116,6 +119,7 @@ public final class ComponentFetcher: Sendable {
         self.computesContentHash = computesContentHash
         self.coalescer = coalescer
         self.logger = logger
+        self.logsDebug = logger.logLevel <= .debug
     }
 
     /// What a fetch hands its caller, on the event loop it was made on.
@@ -299,7 +303,12 @@ public final class ComponentFetcher: Sendable {
         guard cache.store(entry, for: request.key) else {
             return .notStored(response, reason: "larger than a cache shard's budget")
         }
-        logger.debug("stored", metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"])
+        if logsDebug {
+            logger.debug(
+                "stored",
+                metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"]
+            )
+        }
         if let (plan, observer) = plan {
             observer.componentStored(plan, by: request)
         }

@@ -108,7 +108,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Whether the current request's end has been read, so further parts belong to the next requests.
     private var currentRequestRead = false
     private var handlingPipelined = false
-    private let flags = ConnectionFlags()
+    private let connectionState: ConnectionResponseState
     /// Reads are held while a forwarded body waits for the backend to take it.
     private var readsPaused = false
     private var readRequestedWhilePaused = false
@@ -143,6 +143,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.generation = runtime.generation
         self.proxy = runtime.context
         self.settings = RequestSettings(runtime.context.configuration)
+        self.connectionState = ConnectionResponseState(metrics: runtime.context.metrics)
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
         // own 414 or 431.
@@ -204,8 +205,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
             )
             state = .responding
-            ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: accounting)
-                .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
+            ResponseWriter(
+                context: context,
+                keepAlive: false,
+                isHead: false,
+                connectionState: connectionState,
+                accounting: accounting
+            )
+            .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
         case (.request, .forwarding(let stream)):
             stream?.fail(ProxyError(.requestTimeout, "the client's body did not arrive in time"))
             context.close(promise: nil)
@@ -326,8 +333,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func flushIfNeeded(context: ChannelHandlerContext) {
-        if flags.needsFlush {
-            flags.needsFlush = false
+        if connectionState.needsFlush {
+            connectionState.needsFlush = false
             context.flush()
         }
     }
@@ -399,9 +406,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func refuseNow(_ error: ProxyError, context: ChannelHandlerContext) {
         state = .responding
         disarmTimer()
-        ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: accounting).write(
-            error
+        ResponseWriter(
+            context: context,
+            keepAlive: false,
+            isHead: false,
+            connectionState: connectionState,
+            accounting: accounting
         )
+        .write(error)
     }
 
     private func receiveEnd(context: ChannelHandlerContext) {
@@ -412,8 +424,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .rejecting(let error, let keepAlive, let isHead):
             // The next pipelined request may arrive as soon as this response's end is written.
             state = .idle
-            ResponseWriter(context: context, keepAlive: keepAlive, isHead: isHead, flags: flags, accounting: accounting)
-                .write(error)
+            ResponseWriter(
+                context: context,
+                keepAlive: keepAlive,
+                isHead: isHead,
+                connectionState: connectionState,
+                accounting: accounting
+            )
+            .write(error)
         case .forwarding(let stream):
             stream?.finish()
             state = .responding
@@ -474,24 +492,23 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     ) {
         state = .idle
         let now = NIODeadline.now()
-        let logger = proxy.logger
+        // Stored and revalidated entries are logged by the fetcher, with their size and lifetime. The logger is
+        // not copied for them: it is shared by every loop, and a copy writes its reference count.
         switch result {
         case .success(.stored(let entry)):
-            logger.debug("miss, stored", metadata: ["key": "\(request.key)"])
             writer.write(entry, presentation(of: entry, .miss, request: request, now: now))
         case .success(.revalidated(let entry)):
-            logger.debug("revalidated", metadata: ["key": "\(request.key)"])
             writer.write(entry, presentation(of: entry, .revalidated, request: request, now: now))
         case .success(.servedStale(let entry, let reason)):
-            logger.info("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            proxy.logger.info("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
             proxy.cache.recordStaleServe(request.key)
             writer.write(entry, presentation(of: entry, .stale, request: request, now: now))
         case .success(.notStored(let response, let reason)):
-            logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
             writer.write(response, cacheStatus: .bypass)
         case .failure(let error):
             let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
-            logger.log(
+            proxy.logger.log(
                 level: proxyError.kind == .decoding ? .warning : .info,
                 "miss, upstream failed",
                 metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
@@ -509,7 +526,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             context: context,
             keepAlive: request.head.keepsConnectionOpen,
             isHead: request.head.method == .HEAD,
-            flags: flags,
+            connectionState: connectionState,
             accounting: accounting,
             flushesWithReadBurst: flushesWithReadBurst
         )
@@ -619,7 +636,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             isHead: head.method == .HEAD,
             cacheStatus: cacheStatus,
             accounting: accounting,
-            flags: flags,
+            connectionState: connectionState,
             receivedHead: { status, headers in
                 Invalidation.apply(
                     method: head.method,
@@ -654,7 +671,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                             context: context,
                             keepAlive: false,
                             isHead: head.method == .HEAD,
-                            flags: self.flags,
+                            connectionState: self.connectionState,
                             accounting: accounting
                         )
                         .write(proxyError, cacheStatus: cacheStatus)
@@ -692,7 +709,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             context: context,
             keepAlive: write.head.keepsConnectionOpen,
             isHead: false,
-            flags: flags,
+            connectionState: connectionState,
             accounting: accounting
         )
         let eventLoop = context.eventLoop
@@ -801,8 +818,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             fallthrough
         case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
             state = .responding
-            ResponseWriter(context: context, keepAlive: false, isHead: false, flags: flags, accounting: nil)
-                .write(refusal)
+            ResponseWriter(
+                context: context,
+                keepAlive: false,
+                isHead: false,
+                connectionState: connectionState,
+                accounting: nil
+            )
+            .write(refusal)
         case .responding:
             context.close(promise: nil)
         }
@@ -819,7 +842,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         // Draining: an idle connection closes now; a busy one answers its request with Connection: close.
-        flags.closing = true
+        connectionState.closing = true
         if isIdle, pipelined.isEmpty { context.close(promise: nil) }
     }
 }
@@ -838,7 +861,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     private let progress: NIOLoopBoundBox<(status: HTTPResponseStatus, bytes: Int)>
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     private let beforeEnd: NIOLoopBound<() -> Void>
-    private let flags: NIOLoopBound<ConnectionFlags>
+    private let connectionState: NIOLoopBound<ConnectionResponseState>
 
     /// - Parameter beforeEnd: called just before the end is written, when the connection may take the next
     ///   pipelined request.
@@ -848,11 +871,11 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         isHead: Bool,
         cacheStatus: CacheResult?,
         accounting: RequestAccounting?,
-        flags: ConnectionFlags,
+        connectionState: ConnectionResponseState,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void,
         beforeEnd: @escaping () -> Void
     ) {
-        self.flags = NIOLoopBound(flags, eventLoop: context.eventLoop)
+        self.connectionState = NIOLoopBound(connectionState, eventLoop: context.eventLoop)
         self.receivedHead = receivedHead
         self.accounting = NIOLoopBound(accounting, eventLoop: context.eventLoop)
         self.progress = NIOLoopBoundBox((.ok, 0), eventLoop: context.eventLoop)
@@ -872,7 +895,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
         progress.value.status = status
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if let cacheStatus { headers.add(name: "X-Cache", value: cacheStatus.rawValue) }
-        if !keepAlive || flags.value.closing { headers.replaceOrAdd(name: "Connection", value: "close") }
+        if !keepAlive || connectionState.value.closing { headers.replaceOrAdd(name: "Connection", value: "close") }
         headSent.value = true
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
         let framing: ResponseEncoding.Framing
@@ -904,10 +927,15 @@ private final class ChannelResponseSink: ForwardedResponseSink {
     }
 
     func receiveEnd() {
-        accounting.value?.record(status: progress.value.status, cacheResult: cacheStatus, bytes: progress.value.bytes)
+        accounting.value?.record(
+            status: progress.value.status,
+            cacheResult: cacheStatus,
+            bytes: progress.value.bytes,
+            in: connectionState.value.metrics
+        )
         beforeEnd.value()
         let context = self.context.value
-        let keepAlive = self.keepAlive && !flags.value.closing
+        let keepAlive = self.keepAlive && !connectionState.value.closing
         // The last write completes once everything before it is out, so a closing connection loses nothing.
         let last =
             framing.value == .chunked ? ResponseEncoding.lastChunk : context.channel.allocator.buffer(capacity: 0)

@@ -5,10 +5,10 @@ import SDUIProxyCore
 
 /// Records how one request ended: the request counter, and the access-log line when `log.access` is on.
 ///
-/// Without an access log it is two words, copied with each response writer: the details a log line needs
-/// are only gathered (and the clock only read) when a line will be written.
+/// Without an access log it is the method and a nil reference, copied with each response writer: the details a
+/// log line needs are only gathered (and the clock only read) when a line will be written. The counter it
+/// records into comes from the connection (``ConnectionResponseState/metrics``).
 struct RequestAccounting {
-    let metrics: ProxyMetrics
     let method: HTTPMethod
     private let access: AccessDetails?
 
@@ -28,14 +28,13 @@ struct RequestAccounting {
     }
 
     init(proxy: ProxyContext, head: HTTPRequestHead, clientAddress: @autoclosure () -> String?) {
-        self.metrics = proxy.metrics
         self.method = head.method
         self.access = proxy.accessLogger.map {
             AccessDetails(logger: $0, uri: head.uri, clientAddress: clientAddress())
         }
     }
 
-    func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int) {
+    func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, in metrics: ProxyMetrics) {
         metrics.requestCompleted(method: method, statusCode: Int(status.code), cacheResult: cacheResult)
         guard let access else { return }
         AccessLogEntry(

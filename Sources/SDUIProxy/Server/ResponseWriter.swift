@@ -2,14 +2,23 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// What a connection's responses share: whether the connection is closing (a drain has begun), and whether
-/// written bytes still wait for a flush.
-final class ConnectionFlags {
+/// What a connection's responses share: whether the connection is closing (a drain has begun), whether
+/// written bytes still wait for a flush, and the metrics they are counted in.
+final class ConnectionResponseState {
+    /// The proxy's metrics: one instance for the life of the server, kept across reloads. Held here, by the
+    /// connection, rather than by each request's accounting: every loop's responses count into it, so each copy
+    /// of a reference to it (a response writer is copied several times on a miss) wrote its reference count,
+    /// from both processors in turn, where a reference to this object stays with the loop that owns it.
+    let metrics: ProxyMetrics
     /// Set when the proxy drains: the response in progress says `Connection: close` and the connection closes
     /// after it.
     var closing = false
     /// Responses written while a read burst is handled are flushed once, when it ends.
     var needsFlush = false
+
+    init(metrics: ProxyMetrics) {
+        self.metrics = metrics
+    }
 }
 
 /// Writes the responses the proxy composes itself: cached entries, fetched responses and errors.
@@ -21,7 +30,7 @@ final class ConnectionFlags {
 struct ResponseWriter {
     let context: ChannelHandlerContext
     let isHead: Bool
-    let flags: ConnectionFlags
+    let connectionState: ConnectionResponseState
     /// Counts the response and writes its access-log line.
     var accounting: RequestAccounting?
     /// Flush with the read burst (the response is written while the request's bytes are being handled).
@@ -32,20 +41,20 @@ struct ResponseWriter {
         context: ChannelHandlerContext,
         keepAlive: Bool,
         isHead: Bool,
-        flags: ConnectionFlags,
+        connectionState: ConnectionResponseState,
         accounting: RequestAccounting?,
         flushesWithReadBurst: Bool = false
     ) {
         self.context = context
         self.requestKeepAlive = keepAlive
         self.isHead = isHead
-        self.flags = flags
+        self.connectionState = connectionState
         self.accounting = accounting
         self.flushesWithReadBurst = flushesWithReadBurst
     }
 
     /// Whether the connection stays open after this response (decided when the response is written).
-    var keepAlive: Bool { requestKeepAlive && !flags.closing }
+    var keepAlive: Bool { requestKeepAlive && !connectionState.closing }
 
     /// How a stored entry is presented to the client.
     struct EntryPresentation {
@@ -87,7 +96,12 @@ struct ResponseWriter {
     func write(_ entry: CachedResponse, _ presentation: EntryPresentation) {
         let status = presentation.notModified ? .notModified : entry.status
         let bodyBytes = isHead || presentation.notModified ? 0 : entry.bodyLength
-        accounting?.record(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
+        accounting?.record(
+            status: status,
+            cacheResult: presentation.cacheResult,
+            bytes: bodyBytes,
+            in: connectionState.metrics
+        )
         let keepAlive = self.keepAlive
         var head = context.channel.allocator.buffer(capacity: entry.encodedHead.count + 128 + bodyBytes)
         if !presentation.notModified, presentation.beagleMaxAge == nil {
@@ -137,7 +151,12 @@ struct ResponseWriter {
         body: ByteBuffer,
         cacheResult: CacheResult?
     ) {
-        accounting?.record(status: status, cacheResult: cacheResult, bytes: isHead ? 0 : body.readableBytes)
+        accounting?.record(
+            status: status,
+            cacheResult: cacheResult,
+            bytes: isHead ? 0 : body.readableBytes,
+            in: connectionState.metrics
+        )
         let keepAlive = self.keepAlive
         var headers = headers
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
@@ -163,7 +182,7 @@ struct ResponseWriter {
         }
         if flushesWithReadBurst {
             context.write(NIOAny(last), promise: nil)
-            flags.needsFlush = true
+            connectionState.needsFlush = true
         } else {
             context.writeAndFlush(NIOAny(last), promise: nil)
         }
