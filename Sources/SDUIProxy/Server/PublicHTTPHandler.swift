@@ -205,14 +205,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
             )
             state = .responding
-            ResponseWriter(
-                context: context,
-                keepAlive: false,
-                isHead: false,
-                connectionState: connectionState,
-                accounting: accounting
-            )
-            .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
+            closingResponseWriter(context: context, accounting: accounting)
+                .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
         case (.request, .forwarding(let stream)):
             stream?.fail(ProxyError(.requestTimeout, "the client's body did not arrive in time"))
             context.close(promise: nil)
@@ -406,6 +400,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func refuseNow(_ error: ProxyError, context: ChannelHandlerContext) {
         state = .responding
         disarmTimer()
+        closingResponseWriter(context: context, accounting: accounting).write(error)
+    }
+
+    /// A writer for a response after which the connection closes.
+    private func closingResponseWriter(
+        context: ChannelHandlerContext,
+        accounting: RequestAccounting?
+    ) -> ResponseWriter {
         ResponseWriter(
             context: context,
             keepAlive: false,
@@ -413,7 +415,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             connectionState: connectionState,
             accounting: accounting
         )
-        .write(error)
     }
 
     private func receiveEnd(context: ChannelHandlerContext) {
@@ -818,14 +819,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             fallthrough
         case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
             state = .responding
-            ResponseWriter(
-                context: context,
-                keepAlive: false,
-                isHead: false,
-                connectionState: connectionState,
-                accounting: nil
-            )
-            .write(refusal)
+            closingResponseWriter(context: context, accounting: nil).write(refusal)
         case .responding:
             context.close(promise: nil)
         }
