@@ -49,7 +49,10 @@ private func parseOurs(
         switch part {
         case .head(let head, let keeps, _):
             #expect(response == nil, "a second head")
-            response = ParsedResponse(head: head)
+            // The fields as a collection: what the paths that do not read them in place see.
+            response = ParsedResponse(
+                head: HTTPResponseHead(version: head.version, status: head.status, headers: head.headers)
+            )
             keepAlive = keeps
         case .body(let part):
             #expect(response != nil && !ended, "a body part outside the response")

@@ -177,9 +177,8 @@ public final class ComponentFetcher: Sendable {
                 || ResponseCache.variantValue(names: entry.varyNames, requestHeaders: request.clientHeaders)
                     == entry.variant
         case .notStored(let response, _):
-            let cacheControl = CacheControl(headers: response.headers)
-            return response.status.code >= 400 && !cacheControl.isPrivate
-                && !response.headers.contains(name: "set-cookie")
+            let cacheControl = CacheControl(fields: response.fields)
+            return response.status.code >= 400 && !cacheControl.isPrivate && !response.fields.contains("set-cookie")
         }
     }
 
@@ -256,7 +255,7 @@ public final class ComponentFetcher: Sendable {
         let isSuccess = (200..<300).contains(response.status.code)
         var plan: (PrefetchPlanner.Plan, observer: any StoredComponentObserver)?
         if isSuccess, request.policy.validateComponents,
-            ComponentDecoder.isJSON(contentType: response.headers.first(name: "content-type"))
+            response.fields.withFirstValue(of: "content-type", { ComponentDecoder.isJSON(contentType: $0) }) == true
         {
             do {
                 // A component that never says "shouldPrefetch" has no navigation to follow.
@@ -279,10 +278,10 @@ public final class ComponentFetcher: Sendable {
         }
 
         // Parsed once: the decision to store and the stored entry follow the same directives.
-        let directives = CacheControl(headers: response.headers)
+        let directives = CacheControl(fields: response.fields)
         let decision = Self.decide(
             status: response.status,
-            headers: response.headers,
+            fields: response.fields,
             directives: directives,
             for: request
         )
@@ -294,9 +293,9 @@ public final class ComponentFetcher: Sendable {
 
         let entry = CachedResponse(
             status: response.status,
-            headers: response.headers,
+            fields: response.fields,
             body: response.body,
-            metadata: metadata(for: response.headers, request: request, lifetime: lifetime, requestTime: requestTime),
+            metadata: metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime),
             directives: directives,
             endToEndOnly: true
         )
@@ -323,7 +322,8 @@ public final class ComponentFetcher: Sendable {
         requestTime: Int64
     ) -> Outcome {
         let merged = stale.headers(updatedBy: UpstreamRequestBuilder.endToEndResponseHeaders(headers))
-        let decision = Self.decide(status: stale.status, headers: merged, for: request)
+        let mergedFields = HTTPFieldLines(merged)
+        let decision = Self.decide(status: stale.status, fields: mergedFields, for: request)
         guard case .store(let lifetime) = decision else {
             cache.purge(target: request.key.target)
             let response = UpstreamResponse(status: stale.status, headers: merged, body: stale.body)
@@ -331,9 +331,9 @@ public final class ComponentFetcher: Sendable {
         }
         let refreshed = CachedResponse(
             status: stale.status,
-            headers: merged,
+            fields: mergedFields,
             body: stale.body,
-            metadata: metadata(for: merged, request: request, lifetime: lifetime, requestTime: requestTime)
+            metadata: metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime)
         )
         cache.store(refreshed, for: request.key)
         cache.recordRevalidation(request.key)
@@ -344,21 +344,21 @@ public final class ComponentFetcher: Sendable {
     /// Whether and for how long a response to `request` may be stored, under the request's route policy.
     private static func decide(
         status: HTTPResponseStatus,
-        headers: HTTPHeaders,
+        fields: HTTPFieldLines,
         directives: CacheControl? = nil,
         for request: Request
     ) -> FreshnessPolicy.Decision {
         FreshnessPolicy.decide(
             requestHeaders: request.clientHeaders,
             status: status,
-            responseHeaders: headers,
+            responseFields: fields,
             defaultTTL: request.policy.defaultTTL.wholeSeconds,
             cacheControl: directives
         )
     }
 
     private func metadata(
-        for headers: HTTPHeaders,
+        for fields: HTTPFieldLines,
         request: Request,
         lifetime: Int64,
         requestTime: Int64
@@ -366,7 +366,7 @@ public final class ComponentFetcher: Sendable {
         var metadata = CachedResponse.Metadata(
             storedAt: .now(),
             initialAge: FreshnessPolicy.initialAge(
-                headers: headers,
+                fields: fields,
                 requestTime: requestTime,
                 responseTime: HTTPDate.now()
             ),
@@ -375,19 +375,21 @@ public final class ComponentFetcher: Sendable {
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
         metadata.tagHeader = tagHeader
         metadata.computesContentHash = computesContentHash
-        metadata.varyNames = varyNames(in: headers)
+        metadata.varyNames = varyNames(in: fields)
         metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)
         return metadata
     }
 
     /// The request headers a response varies on that the cache key does not already cover. The proxy always
     /// fetches unencoded bodies, so `Accept-Encoding` never splits entries.
-    private func varyNames(in headers: HTTPHeaders) -> [String] {
+    private func varyNames(in fields: HTTPFieldLines) -> [String] {
         var names: [String] = []
-        for line in headers[canonicalForm: "vary"] {
-            let name = line.trimmingWhitespace().lowercased()
-            if !name.isEmpty, name != "accept-encoding", !keyedHeaders.contains(name), !names.contains(name) {
-                names.append(name)
+        fields.forEachValue(of: "vary") { value in
+            for member in value.split(separator: UInt8(ascii: ",")) {
+                let name = String(decoding: HTTPSyntax.trimmingOptionalWhitespace(member), as: UTF8.self).lowercased()
+                if !name.isEmpty, name != "accept-encoding", !keyedHeaders.contains(name), !names.contains(name) {
+                    names.append(name)
+                }
             }
         }
         return names.sorted()

@@ -371,7 +371,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         var completion: Completion
         var deadline: NIODeadline
         var maxBodyBytes: Int
-        var head: HTTPResponseHead?
+        var head: HTTPResponseParser.Head?
         /// The body's length, when the head gave it.
         var length: Int?
         var body: ByteBuffer?
@@ -488,7 +488,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             }
             exchange.completion(
                 .success(
-                    UpstreamResponse(status: head.status, headers: head.headers, body: exchange.body ?? ByteBuffer())
+                    UpstreamResponse(status: head.status, fields: head.fields, body: exchange.body ?? ByteBuffer())
                 )
             )
         }

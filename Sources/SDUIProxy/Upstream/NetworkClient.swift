@@ -22,13 +22,21 @@ public struct UpstreamRequest: Sendable {
 /// A whole backend response, read into memory.
 public struct UpstreamResponse: Sendable {
     public var status: HTTPResponseStatus
-    public var headers: HTTPHeaders
+    /// The header fields as the backend sent them: a cache fill reads them in place.
+    public var fields: HTTPFieldLines
     public var body: ByteBuffer
 
-    public init(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer) {
+    /// The header fields as a collection, made when asked for: for the answers a cache fill does not store.
+    public var headers: HTTPHeaders { fields.headers }
+
+    public init(status: HTTPResponseStatus, fields: HTTPFieldLines, body: ByteBuffer) {
         self.status = status
-        self.headers = headers
+        self.fields = fields
         self.body = body
+    }
+
+    public init(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer) {
+        self.init(status: status, fields: HTTPFieldLines(headers), body: body)
     }
 }
 

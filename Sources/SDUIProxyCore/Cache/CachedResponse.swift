@@ -121,9 +121,6 @@ public final class CachedResponse: Sendable {
         }
     }
 
-    /// Headers an entry does not keep: the proxy sets the framing, and `Age` is the entry's own.
-    private static let headersNotStored: [StaticString] = ["content-length", "age"]
-
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10
 
@@ -169,7 +166,7 @@ public final class CachedResponse: Sendable {
     /// `Cache-Control` when the caller has parsed it already. With `endToEndOnly`, the headers are as the backend
     /// sent them, and those that do not travel end to end (``UpstreamRequestBuilder/EndToEndFilter``) are
     /// dropped in the same pass.
-    public init(
+    public convenience init(
         status: HTTPResponseStatus,
         headers: HTTPHeaders,
         body: ByteBuffer,
@@ -177,54 +174,104 @@ public final class CachedResponse: Sendable {
         directives: CacheControl? = nil,
         endToEndOnly: Bool = false
     ) {
-        // One pass over the headers reads what the entry needs and encodes the head. The headers are kept only
-        // as those bytes (see ``headers``); they are gathered as a list only for a `Cache-Control` still to parse.
-        let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(headers) : nil
-        var encodedHead = ByteBufferAllocator().buffer(capacity: 64 + headers.count * 48)
-        HTTPWireFormat.writeStatusLine(status, into: &encodedHead)
-        var upstreamETag: Range<Int>?
-        var lastModified: Range<Int>?
+        self.init(
+            status: status,
+            fields: HTTPFieldLines(headers),
+            body: body,
+            metadata: metadata,
+            directives: directives,
+            endToEndOnly: endToEndOnly
+        )
+    }
+
+    /// ``init(status:headers:body:metadata:directives:endToEndOnly:)`` for the fields as a backend sent them,
+    /// read and copied where they lie.
+    public init(
+        status: HTTPResponseStatus,
+        fields: HTTPFieldLines,
+        body: ByteBuffer,
+        metadata: Metadata,
+        directives: CacheControl? = nil,
+        endToEndOnly: Bool = false
+    ) {
+        let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(fields) : nil
+        func isStored(_ name: UnsafeRawBufferPointer) -> Bool {
+            !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length")
+                && !HTTPSyntax.equalsIgnoringCase(bytes: name, "age") && filter?.passes(name) != false
+        }
+        // A first pass measures the head and reads what the entry needs from the lines it keeps; the second
+        // writes them into the entry's one array, sized exactly.
+        let code = String(status.code)
+        var headBytes = Self.statusLineBytes(code: code, reason: status.reasonPhrase)
+        var hasUpstreamETag = false
         var tags: [String] = []
-        var keptForDirectives: [(String, String)] = []
-        for (name, value) in headers {
-            if Self.headersNotStored.contains(where: { HTTPSyntax.equalsIgnoringCase(name, $0) })
-                || filter?.passes(name) == false
-            {
-                continue
+        var keptDirectives = CacheControl()
+        fields.forEachField { name, value in
+            guard isStored(name) else { return }
+            headBytes += name.count + 2 + value.count + 2
+            if HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
+                hasUpstreamETag = true
+            } else if directives == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control") {
+                keptDirectives.read(value)
             }
-            // The value's place in the line about to be written: `name: value` and CRLF.
-            let valueStart = encodedHead.writerIndex + name.utf8.count + 2
-            if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(name, "etag") {
-                upstreamETag = valueStart..<(valueStart + value.utf8.count)
-            } else if lastModified == nil, HTTPSyntax.equalsIgnoringCase(name, "last-modified") {
-                lastModified = valueStart..<(valueStart + value.utf8.count)
-            }
-            if HTTPSyntax.sameIgnoringCase(name, metadata.tagHeader) {
+            if HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader) {
                 // Tags are separated by spaces; lists of them (`a b, c`) by commas.
-                tags += value.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "\t" }).map(String.init)
+                tags += value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
+                    .map { String(decoding: $0, as: UTF8.self) }
             }
-            HTTPWireFormat.writeHeaderLine(name, value, into: &encodedHead)
-            if directives == nil { keptForDirectives.append((name, value)) }
         }
-        self.hasUpstreamETag = upstreamETag != nil
-        self.lastModifiedValue = lastModified
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
-        let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
-        if let upstreamETag {
-            self.etagValue = upstreamETag
-        } else {
-            let etag = ContentHash.entityTag(hash: hash!, length: body.readableBytes)
-            let valueStart = encodedHead.writerIndex + "ETag: ".utf8.count
-            HTTPWireFormat.writeHeaderLine("ETag", etag, into: &encodedHead)
-            self.etagValue = valueStart..<(valueStart + etag.utf8.count)
+        let hash = !hasUpstreamETag || metadata.computesContentHash ? ContentHash.hash64(body) : nil
+        let computedETag = hasUpstreamETag ? nil : ContentHash.entityTag(hash: hash!, length: body.readableBytes)
+        if let computedETag { headBytes += "ETag: ".utf8.count + computedETag.utf8.count + 2 }
+        let length = String(body.readableBytes)
+        headBytes += "Content-Length: ".utf8.count + length.utf8.count + 2
+        let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
+
+        var upstreamETagValue: Range<Int>?
+        var computedETagValue = 0..<0
+        var lastModifiedValue: Range<Int>?
+        let wire = [UInt8](unsafeUninitializedCapacity: headBytes + (keepsBodyExact ? body.readableBytes : 0)) {
+            array,
+            count in
+            var head = HeadWriter(into: UnsafeMutableRawBufferPointer(array))
+            head.writeStatusLine(code: code, reason: status.reasonPhrase)
+            fields.forEachField { name, value in
+                guard isStored(name) else { return }
+                // The value's place in the line about to be written: `name: value` and CRLF.
+                let valueStart = head.position + name.count + 2
+                if upstreamETagValue == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
+                    upstreamETagValue = valueStart..<(valueStart + value.count)
+                }
+                if lastModifiedValue == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "last-modified") {
+                    lastModifiedValue = valueStart..<(valueStart + value.count)
+                }
+                head.writeLine(name, value)
+            }
+            if let computedETag {
+                computedETag.withContiguousUTF8 { tag in
+                    let valueStart = head.position + "ETag: ".utf8.count
+                    computedETagValue = valueStart..<(valueStart + tag.count)
+                    head.writeLine("ETag", UnsafeRawBufferPointer(tag))
+                }
+            }
+            length.withContiguousUTF8 { head.writeLine("Content-Length", UnsafeRawBufferPointer($0)) }
+            precondition(head.position == headBytes, "the head was measured wrong")
+            if keepsBodyExact {
+                body.withUnsafeReadableBytes { head.write($0) }
+            }
+            count = head.position
         }
+        self.hasUpstreamETag = hasUpstreamETag
+        self.etagValue = upstreamETagValue ?? computedETagValue
+        self.lastModifiedValue = lastModifiedValue
         self.storedContentHash = hash
         self.status = status
         self.bodyLength = body.readableBytes
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
         self.freshnessLifetime = metadata.freshnessLifetime
-        let directives = directives ?? CacheControl(headers: HTTPHeaders(keptForDirectives))
+        let directives = directives ?? keptDirectives
         self.directives = directives
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
         self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0
@@ -232,22 +279,6 @@ public final class CachedResponse: Sendable {
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
         self.tags = tags
-        HTTPWireFormat.writeHeaderLine("Content-Length", String(body.readableBytes), into: &encodedHead)
-        let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
-        let headBytes = encodedHead.readableBytes
-        // Copied from the buffers' own memory: a view of each would be one more reference count to take and drop.
-        let wire = [UInt8](unsafeUninitializedCapacity: headBytes + (keepsBodyExact ? body.readableBytes : 0)) {
-            array,
-            count in
-            let start = UnsafeMutableRawBufferPointer(array)
-            encodedHead.withUnsafeReadableBytes { start.copyMemory(from: $0) }
-            if keepsBodyExact {
-                body.withUnsafeReadableBytes {
-                    UnsafeMutableRawBufferPointer(rebasing: start[headBytes...]).copyMemory(from: $0)
-                }
-            }
-            count = start.count
-        }
         if keepsBodyExact {
             self.encodedHead = wire[..<headBytes]
             self.storedBody = .exact(wire[headBytes...])
@@ -257,6 +288,11 @@ public final class CachedResponse: Sendable {
         }
         // The fixed part approximates the entry's own object, key and table slot.
         self.byteCost = body.readableBytes + self.encodedHead.count + 256
+    }
+
+    /// The bytes of `HTTP/1.1 <code> <reason>` and CRLF.
+    private static func statusLineBytes(code: String, reason: String) -> Int {
+        "HTTP/1.1 ".utf8.count + code.utf8.count + 1 + reason.utf8.count + 2
     }
 
     /// A large body accumulated from reads can carry spare capacity; an exact copy keeps the byte budget honest.
@@ -328,5 +364,52 @@ public final class CachedResponse: Sendable {
     /// Whether a stale entry may be served because the backend failed.
     public func mayServeOnError(at now: NIODeadline) -> Bool {
         staleIfError > 0 && stalenessNanoseconds(at: now) <= staleIfError &* 1_000_000_000
+    }
+}
+
+/// Writes an entry's head into memory measured for it beforehand.
+private struct HeadWriter {
+    private let memory: UnsafeMutableRawBufferPointer
+    private(set) var position = 0
+
+    init(into memory: UnsafeMutableRawBufferPointer) {
+        self.memory = memory
+    }
+
+    mutating func write(_ bytes: UnsafeRawBufferPointer) {
+        UnsafeMutableRawBufferPointer(rebasing: memory[position..<(position + bytes.count)]).copyMemory(from: bytes)
+        position += bytes.count
+    }
+
+    mutating func write(_ text: StaticString) {
+        write(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    mutating func write(_ text: String) {
+        text.withContiguousUTF8 { write(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// `HTTP/1.1 <code> <reason>` and CRLF, as ``HTTPWireFormat/writeStatusLine(_:into:)`` writes it.
+    mutating func writeStatusLine(code: String, reason: String) {
+        write("HTTP/1.1 ")
+        write(code)
+        write(" ")
+        write(reason)
+        write("\r\n")
+    }
+
+    /// `name: value` and CRLF.
+    mutating func writeLine(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+        write(name)
+        write(": ")
+        write(value)
+        write("\r\n")
+    }
+
+    mutating func writeLine(_ name: StaticString, _ value: UnsafeRawBufferPointer) {
+        write(name)
+        write(": ")
+        write(value)
+        write("\r\n")
     }
 }

@@ -21,17 +21,17 @@ public enum FreshnessPolicy {
     /// - Parameters:
     ///   - requestHeaders: the client's request headers (`Authorization` restricts what may be stored).
     ///   - status: the response status.
-    ///   - responseHeaders: the response headers.
+    ///   - responseFields: the response's header fields.
     ///   - defaultTTL: lifetime in seconds for responses without explicit freshness; 0 leaves them unstored.
     ///   - cacheControl: the response's `Cache-Control`, when the caller has parsed it already.
     public static func decide(
         requestHeaders: HTTPHeaders,
         status: HTTPResponseStatus,
-        responseHeaders: HTTPHeaders,
+        responseFields: HTTPFieldLines,
         defaultTTL: Int64,
         cacheControl: CacheControl? = nil
     ) -> Decision {
-        let cacheControl = cacheControl ?? CacheControl(headers: responseHeaders)
+        let cacheControl = cacheControl ?? CacheControl(fields: responseFields)
         if cacheControl.noStore { return .doNotStore(reason: "no-store") }
         if cacheControl.isPrivate { return .doNotStore(reason: "private") }
         if CacheControl(headers: requestHeaders).noStore { return .doNotStore(reason: "request no-store") }
@@ -40,15 +40,15 @@ public enum FreshnessPolicy {
         {
             return .doNotStore(reason: "authorization")
         }
-        if responseHeaders.contains(name: "set-cookie") { return .doNotStore(reason: "set-cookie") }
-        if responseHeaders[canonicalForm: "vary"].contains("*") { return .doNotStore(reason: "vary *") }
+        if responseFields.contains("set-cookie") { return .doNotStore(reason: "set-cookie") }
+        if variesOnEverything(responseFields) { return .doNotStore(reason: "vary *") }
         guard cacheableStatuses.contains(status.code) else { return .doNotStore(reason: "status \(status.code)") }
         // A response that must be validated before every use is only worth keeping when it can be validated.
-        let hasValidator = responseHeaders.contains(name: "etag") || responseHeaders.contains(name: "last-modified")
+        let hasValidator = responseFields.contains("etag") || responseFields.contains("last-modified")
         if cacheControl.noCache {
             return hasValidator ? .store(lifetime: 0) : .doNotStore(reason: "no-cache without a validator")
         }
-        if let lifetime = explicitLifetime(cacheControl: cacheControl, headers: responseHeaders) {
+        if let lifetime = explicitLifetime(cacheControl: cacheControl, fields: responseFields) {
             if lifetime > 0 || hasValidator { return .store(lifetime: lifetime) }
             return .doNotStore(reason: "already stale")
         }
@@ -60,22 +60,39 @@ public enum FreshnessPolicy {
 
     /// The freshness lifetime the response states (RFC 9111 section 4.2.1): `s-maxage`, else `max-age`, else
     /// `Expires` minus `Date`. An `Expires` that is invalid or appears twice means "already expired".
-    public static func explicitLifetime(cacheControl: CacheControl, headers: HTTPHeaders) -> Int64? {
+    public static func explicitLifetime(cacheControl: CacheControl, fields: HTTPFieldLines) -> Int64? {
         if let shared = cacheControl.sharedMaxAge { return shared }
         if let maxAge = cacheControl.maxAge { return maxAge }
         // Dates contain commas, so the raw field lines are read, not the comma-split list.
-        let expiresLines = headers["expires"]
-        guard !expiresLines.isEmpty else { return nil }
-        guard expiresLines.count == 1, let expires = HTTPDate.parse(expiresLines[0]) else { return 0 }
-        let date = headers.first(name: "date").flatMap { HTTPDate.parse($0) } ?? HTTPDate.now()
-        return max(0, expires - date)
+        var expiresLines = 0
+        var expires: Int64?
+        fields.forEachValue(of: "expires") { value in
+            expiresLines += 1
+            expires = HTTPDate.parse(bytes: value)
+        }
+        guard expiresLines > 0 else { return nil }
+        guard expiresLines == 1, let expires else { return 0 }
+        let date = fields.withFirstValue(of: "date") { HTTPDate.parse(bytes: $0) } ?? nil
+        return max(0, expires - (date ?? HTTPDate.now()))
+    }
+
+    /// Whether a `Vary` member is `*`: the response varies on things outside the request.
+    private static func variesOnEverything(_ fields: HTTPFieldLines) -> Bool {
+        var found = false
+        fields.forEachValue(of: "vary") { value in
+            for member in value.split(separator: UInt8(ascii: ","))
+            where HTTPSyntax.trimmingOptionalWhitespace(member).elementsEqual(CollectionOfOne(UInt8(ascii: "*"))) {
+                found = true
+            }
+        }
+        return found
     }
 
     /// The corrected initial age of a response (RFC 9111 section 4.2.3), in seconds: the larger of the age
     /// implied by its `Date` and the `Age` it carries plus the time the exchange took.
-    public static func initialAge(headers: HTTPHeaders, requestTime: Int64, responseTime: Int64) -> Int64 {
-        let ageValue = headers.first(name: "age").flatMap { Int64($0.trimmingWhitespace()) }.map { max(0, $0) } ?? 0
-        let dateValue = headers.first(name: "date").flatMap { HTTPDate.parse($0) } ?? responseTime
+    public static func initialAge(fields: HTTPFieldLines, requestTime: Int64, responseTime: Int64) -> Int64 {
+        let ageValue = fields.first("age").flatMap { Int64($0.trimmingWhitespace()) }.map { max(0, $0) } ?? 0
+        let dateValue = (fields.withFirstValue(of: "date") { HTTPDate.parse(bytes: $0) } ?? nil) ?? responseTime
         let apparentAge = max(0, responseTime - dateValue)
         let responseDelay = max(0, responseTime - requestTime)
         return max(apparentAge, min(ageValue, CacheControl.maximumDeltaSeconds) + responseDelay)

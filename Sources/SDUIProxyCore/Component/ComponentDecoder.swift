@@ -19,19 +19,21 @@ public struct ComponentDecoder: Sendable {
     /// Whether a response with this `Content-Type` is JSON (`application/json` or any `+json` type).
     public static func isJSON(contentType: String?) -> Bool {
         guard let contentType else { return false }
-        // Read in place: this runs for every backend answer.
-        return contentType.withContiguousUTF8 { bytes in
-            let parameters = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
-            let mediaType = HTTPSyntax.trimmingOptionalWhitespace(bytes[..<parameters])
-            let type: StaticString = "application/"
-            let suffix: StaticString = "+json"
-            guard mediaType.count > type.utf8CodeUnitCount,
-                HTTPSyntax.equalsIgnoringCase(bytes: mediaType.prefix(type.utf8CodeUnitCount), type)
-            else { return false }
-            let subtype = mediaType.dropFirst(type.utf8CodeUnitCount)
-            return HTTPSyntax.equalsIgnoringCase(bytes: subtype, "json")
-                || HTTPSyntax.equalsIgnoringCase(bytes: subtype.suffix(suffix.utf8CodeUnitCount), suffix)
-        }
+        return contentType.withContiguousUTF8 { isJSON(contentType: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// ``isJSON(contentType:)`` for a value read in place: this runs for every backend answer.
+    public static func isJSON(contentType bytes: UnsafeRawBufferPointer) -> Bool {
+        let parameters = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
+        let mediaType = HTTPSyntax.trimmingOptionalWhitespace(bytes[..<parameters])
+        let type: StaticString = "application/"
+        let suffix: StaticString = "+json"
+        guard mediaType.count > type.utf8CodeUnitCount,
+            HTTPSyntax.equalsIgnoringCase(bytes: mediaType.prefix(type.utf8CodeUnitCount), type)
+        else { return false }
+        let subtype = mediaType.dropFirst(type.utf8CodeUnitCount)
+        return HTTPSyntax.equalsIgnoringCase(bytes: subtype, "json")
+            || HTTPSyntax.equalsIgnoringCase(bytes: subtype.suffix(suffix.utf8CodeUnitCount), suffix)
     }
 
     /// Parses `body` as JSON, whatever its shape.

@@ -37,6 +37,16 @@ public struct CacheControl: Equatable, Sendable {
         }
     }
 
+    /// The directives of a backend response's fields, read where they lie.
+    public init(fields: HTTPFieldLines) {
+        fields.forEachValue(of: "cache-control") { read($0) }
+    }
+
+    /// Adds the directives of one `Cache-Control` field value, read where it lies.
+    mutating func read(_ value: UnsafeRawBufferPointer) {
+        parse(value.assumingMemoryBound(to: UInt8.self))
+    }
+
     /// The largest delta-seconds value RFC 9111 section 1.2.2 asks caches to work with.
     public static let maximumDeltaSeconds: Int64 = 2_147_483_648
 

@@ -24,6 +24,11 @@ public enum HTTPDate {
         return Int64(spec.tv_sec)
     }
 
+    /// ``parse(_:)`` for a value read in place: an IMF-fixdate is read without making a string.
+    public static func parse(bytes: UnsafeRawBufferPointer) -> Int64? {
+        parseFixdate(bytes.assumingMemoryBound(to: UInt8.self)) ?? parse(String(decoding: bytes, as: UTF8.self))
+    }
+
     /// Parses IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the obsolete RFC 850 form
     /// (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6 08:49:37 1994`). Nil for anything else.
     public static func parse(_ text: some StringProtocol) -> Int64? {

@@ -70,37 +70,61 @@ enum HTTPMessageSyntax {
         }
     }
 
-    /// Reads the field lines left in `lines`, failing with `kind` on anything two parsers could read differently.
+    /// Reads the field lines left in `lines` into ``FieldSection/headers``, failing with `kind` on anything two
+    /// parsers could read differently.
     static func parseFields(
         _ lines: inout LineReader,
         failing kind: ProxyError.Kind
     ) throws(HTTPParseFailure) -> FieldSection {
-        var section = FieldSection()
-        let bytes = lines.bytes
         // The fields are gathered as a plain list and handed to `HTTPHeaders` whole: its `add` retains the name
         // and value it is given and walks the name again. One allocation for the list rather than one per
-        // doubling (four for a backend's usual nine lines). (After the last line the reader's position is past
-        // the end.)
+        // doubling (four for a backend's usual nine lines).
         var fields: [(String, String)] = []
-        if lines.position < bytes.count {
-            var lineCount = 1
-            for byte in bytes[lines.position...] where byte == 0x0A { lineCount += 1 }
-            fields.reserveCapacity(lineCount)
+        fields.reserveCapacity(lines.remainingLineCount)
+        var section = try readFields(&lines, failing: kind) { name, value in
+            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
         }
+        // The names are tokens, so ASCII, as `HTTPHeaders` requires.
+        section.headers = HTTPHeaders(fields)
+        return section
+    }
+
+    /// Reads the field lines left in `lines` as ``HTTPFieldLines``, held to the same rules as
+    /// ``parseFields(_:failing:)``: the backend's answers, whose fields a cache fill reads in place.
+    static func parseFieldLines(
+        _ lines: inout LineReader,
+        failing kind: ProxyError.Kind
+    ) throws(HTTPParseFailure) -> (FieldSection, HTTPFieldLines) {
+        var fields = HTTPFieldLines(
+            reservingFields: lines.remainingLineCount,
+            bytes: max(0, lines.bytes.count - lines.position)
+        )
+        let section = try readFields(&lines, failing: kind) { name, value in fields.append(name: name, value: value) }
+        return (section, fields)
+    }
+
+    /// The fields' framing and `Connection` tokens, each field handed to `collect` once checked.
+    private static func readFields(
+        _ lines: inout LineReader,
+        failing kind: ProxyError.Kind,
+        collect: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void
+    ) throws(HTTPParseFailure) -> FieldSection {
+        var section = FieldSection()
+        let bytes = lines.bytes
         while let line = lines.next() {
             let field = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]), failing: kind)
-            // Names are compared where they lie, before they become strings.
+            // Names are compared where they lie; only the framing fields' values become strings.
             let isLength = HTTPSyntax.equalsIgnoringCase(bytes: field.name, "content-length")
             let isCoding = !isLength && HTTPSyntax.equalsIgnoringCase(bytes: field.name, "transfer-encoding")
-            let isConnection = HTTPSyntax.equalsIgnoringCase(bytes: field.name, "connection")
-            let name = String(decoding: field.name, as: UTF8.self)
-            let value = String(decoding: field.value, as: UTF8.self)
             // The framing fields are held to llhttp's strictness: whitespace after them is refused.
             if isLength || isCoding, field.padded {
-                throw HTTPParseFailure(kind: kind, reason: "whitespace after the value of \(name)")
+                throw HTTPParseFailure(
+                    kind: kind,
+                    reason: "whitespace after the value of \(String(decoding: field.name, as: UTF8.self))"
+                )
             }
             if isLength {
-                guard let length = parseContentLength(value) else {
+                guard let length = parseContentLength(field.value) else {
                     throw HTTPParseFailure(kind: kind, reason: "an invalid Content-Length")
                 }
                 guard section.contentLength == nil || section.contentLength == length else {
@@ -108,6 +132,7 @@ enum HTTPMessageSyntax {
                 }
                 section.contentLength = length
             } else if isCoding {
+                let value = String(decoding: field.value, as: UTF8.self)
                 for coding in value.split(separator: ",", omittingEmptySubsequences: false) {
                     let coding = coding.trimmingWhitespace()
                     guard !coding.isEmpty else {
@@ -115,12 +140,11 @@ enum HTTPMessageSyntax {
                     }
                     section.codings.append(coding)
                 }
+            } else if HTTPSyntax.equalsIgnoringCase(bytes: field.name, "connection") {
+                section.connection.read(field.value)
             }
-            if isConnection { section.connection.read(value) }
-            fields.append((name, value))
+            collect(field.name, field.value)
         }
-        // The names are tokens, so ASCII, as `HTTPHeaders` requires.
-        section.headers = HTTPHeaders(fields)
         guard lines.isValid else { throw HTTPParseFailure(kind: kind, reason: "a bare line feed in the head") }
         return section
     }
@@ -153,10 +177,15 @@ enum HTTPMessageSyntax {
 
     /// One decimal number. RFC 9110 section 8.6 lets a recipient accept a list of copies (`5, 5`); llhttp does
     /// not, and neither do these parsers: two parsers must never disagree on framing.
-    static func parseContentLength(_ value: String) -> Int? {
-        let digits = value.utf8
-        guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-        return Int(value)
+    static func parseContentLength(_ digits: UnsafeRawBufferPointer) -> Int? {
+        guard !digits.isEmpty, digits.count <= 18 else { return nil }
+        var length = 0
+        for byte in digits {
+            let digit = byte &- UInt8(ascii: "0")
+            guard digit < 10 else { return nil }
+            length = length * 10 + Int(digit)
+        }
+        return length
     }
 
     /// The length of the line at the start of `buffer` without its CRLF; nil when it is not complete yet.
@@ -259,6 +288,14 @@ struct LineReader {
 
     init(bytes: UnsafeRawBufferPointer) {
         self.bytes = bytes
+    }
+
+    /// How many lines are left at most: one more than the line feeds ahead (the last line has none).
+    var remainingLineCount: Int {
+        guard position < bytes.count else { return 0 }
+        var count = 1
+        for byte in bytes[position...] where byte == 0x0A { count += 1 }
+        return count
     }
 
     mutating func next() -> Range<Int>? {
@@ -445,7 +482,12 @@ struct ConnectionOptions {
 
     /// Reads one `Connection` field value.
     mutating func read(_ value: String) {
-        var rest = value.utf8[...]
+        value.withContiguousUTF8 { read(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Reads one `Connection` field value where it lies.
+    mutating func read(_ value: UnsafeRawBufferPointer) {
+        var rest = value[...]
         while !rest.isEmpty {
             let comma = rest.firstIndex(of: UInt8(ascii: ",")) ?? rest.endIndex
             let token = HTTPSyntax.trimmingOptionalWhitespace(rest[..<comma])

@@ -10,11 +10,21 @@ import NIOHTTP1
 /// (only a final `chunked` is accepted), then `Content-Length`, else the body runs to the end of the
 /// connection. Interim 1xx responses are skipped.
 public struct HTTPResponseParser: Sendable {
+    /// A response's status and its header fields as they came (``HTTPFieldLines``).
+    public struct Head: Sendable {
+        public var status: HTTPResponseStatus
+        public var version: HTTPVersion
+        public var fields: HTTPFieldLines
+
+        /// The fields as a collection.
+        public var headers: HTTPHeaders { fields.headers }
+    }
+
     public enum Part: Sendable {
         /// The head; `keepAlive` says whether the connection may carry another exchange after this one;
         /// `bodyLength` is the body's length as the framing states it (0 when there is no body), nil for
         /// chunks or a body that runs to the close.
-        case head(HTTPResponseHead, keepAlive: Bool, bodyLength: Int?)
+        case head(Head, keepAlive: Bool, bodyLength: Int?)
         case body(ByteBuffer)
         case end
     }
@@ -112,23 +122,23 @@ public struct HTTPResponseParser: Sendable {
                 scanned = 0
                 continue
             }
-            var keepAlive = parsed.fields.connection.keepsConnectionOpen(version: parsed.head.version)
+            var keepAlive = parsed.framing.connection.keepsConnectionOpen(version: parsed.head.version)
             var bodyLength: Int?
             let body: HTTPBodyDecoder
             if isHEAD || code == 204 || code == 304 {
                 bodyLength = 0
                 body = .length(0, failing: .network)
-            } else if !parsed.fields.codings.isEmpty {
-                guard parsed.fields.contentLength == nil else {
+            } else if !parsed.framing.codings.isEmpty {
+                guard parsed.framing.contentLength == nil else {
                     throw Self.bad("both Content-Length and Transfer-Encoding")
                 }
-                if parsed.fields.isChunked {
+                if parsed.framing.isChunked {
                     body = .chunked(maximumTrailerBytes: maximumHeadBytes, failing: .network)
                 } else {
                     body = .untilClose(failing: .network)
                     keepAlive = false
                 }
-            } else if let length = parsed.fields.contentLength {
+            } else if let length = parsed.framing.contentLength {
                 bodyLength = length
                 body = .length(length, failing: .network)
             } else {
@@ -143,12 +153,12 @@ public struct HTTPResponseParser: Sendable {
     /// Parses a head without its final CRLFCRLF.
     private static func parseHead(
         _ bytes: UnsafeRawBufferPointer
-    ) throws(HTTPParseFailure) -> (head: HTTPResponseHead, fields: HTTPMessageSyntax.FieldSection) {
+    ) throws(HTTPParseFailure) -> (head: Head, framing: HTTPMessageSyntax.FieldSection) {
         var lines = LineReader(bytes: bytes)
         guard let statusLine = lines.next() else { throw bad("an empty status line") }
         let (version, status) = try parseStatusLine(UnsafeRawBufferPointer(rebasing: bytes[statusLine]))
-        let fields = try HTTPMessageSyntax.parseFields(&lines, failing: .network)
-        return (HTTPResponseHead(version: version, status: status, headers: fields.headers), fields)
+        let (framing, fields) = try HTTPMessageSyntax.parseFieldLines(&lines, failing: .network)
+        return (Head(status: status, version: version, fields: fields), framing)
     }
 
     /// `HTTP/1.1 200 OK`: the version, a three-digit status and a reason phrase, which may be empty.

@@ -70,9 +70,21 @@ public enum HTTPSyntax {
         }
     }
 
+    /// ``sameIgnoringCase(_:_:)`` for a name read in place.
+    public static func sameIgnoringCase(bytes name: UnsafeRawBufferPointer, _ other: String) -> Bool {
+        other.withContiguousUTF8 { other in
+            name.count == other.count && zip(name, other).allSatisfy { lowercasedASCII($0) == lowercasedASCII($1) }
+        }
+    }
+
     /// Whether `name` is a hop-by-hop header (``hopByHopHeaders``), in any letter case, without allocating.
     public static func isHopByHop(_ name: String) -> Bool {
         hopByHopHeaders.contains { equalsIgnoringCase(name, $0) }
+    }
+
+    /// ``isHopByHop(_:)`` for a name read in place.
+    public static func isHopByHop(_ name: UnsafeRawBufferPointer) -> Bool {
+        hopByHopHeaders.contains { equalsIgnoringCase(bytes: name, $0) }
     }
 
     /// The value of an ASCII hex digit, or nil.

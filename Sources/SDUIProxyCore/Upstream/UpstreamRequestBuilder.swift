@@ -43,7 +43,7 @@ public struct UpstreamRequestBuilder: Sendable {
     ) -> HTTPHeaders {
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
         // further fields costs a list of its own.
-        let named = Self.connectionTokens(clientHeaders)
+        let endToEnd = EndToEndFilter(clientHeaders)
         // Everything is gathered as a list and handed to `HTTPHeaders` whole: its `add` and `replaceOrAdd` walk
         // the headers, check the name again and retain each name and value again.
         var forwarded: [(String, String)] = []
@@ -51,8 +51,8 @@ public struct UpstreamRequestBuilder: Sendable {
         var forwardedFor: String?
         var clientSentContentType = false
         for (name, value) in clientHeaders {
-            if HTTPSyntax.isHopByHop(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
-                || HTTPSyntax.sameIgnoringCase(name, platformHeader) || Self.isNamed(name, in: named)
+            if !endToEnd.passes(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
+                || HTTPSyntax.sameIgnoringCase(name, platformHeader)
             {
                 continue
             }
@@ -116,33 +116,45 @@ public struct UpstreamRequestBuilder: Sendable {
         private let named: [String]
 
         public init(_ headers: HTTPHeaders) {
-            named = UpstreamRequestBuilder.connectionTokens(headers)
+            var tokens: [String] = []
+            for value in headers["connection"] {
+                value.withContiguousUTF8 {
+                    UpstreamRequestBuilder.readConnectionTokens(UnsafeRawBufferPointer($0), into: &tokens)
+                }
+            }
+            named = tokens
+        }
+
+        public init(_ fields: HTTPFieldLines) {
+            var tokens: [String] = []
+            fields.forEachValue(of: "connection") { UpstreamRequestBuilder.readConnectionTokens($0, into: &tokens) }
+            named = tokens
         }
 
         public func passes(_ name: String) -> Bool {
-            !HTTPSyntax.isHopByHop(name) && !UpstreamRequestBuilder.isNamed(name, in: named)
+            !HTTPSyntax.isHopByHop(name) && !named.contains { HTTPSyntax.sameIgnoringCase(name, $0) }
+        }
+
+        /// ``passes(_:)`` for a name read in place.
+        public func passes(_ name: UnsafeRawBufferPointer) -> Bool {
+            !HTTPSyntax.isHopByHop(name) && !named.contains { HTTPSyntax.sameIgnoringCase(bytes: name, $0) }
         }
     }
 
-    /// Whether `name` is one of the `Connection` header's `tokens`, ignoring case, without allocating.
-    fileprivate static func isNamed(_ name: String, in tokens: [String]) -> Bool {
-        tokens.contains { HTTPSyntax.sameIgnoringCase(name, $0) }
-    }
-
-    /// The field names a message's `Connection` header lists (RFC 9110 section 7.6.1); usually none beyond
-    /// `keep-alive` or `close`, which are hop-by-hop anyway.
-    fileprivate static func connectionTokens(_ headers: HTTPHeaders) -> [String] {
-        var tokens: [String] = []
-        for value in headers["connection"] {
-            // The usual values name no header: no splitting for them (this runs for every backend answer).
-            if HTTPSyntax.equalsIgnoringCase(value, "keep-alive") || HTTPSyntax.equalsIgnoringCase(value, "close") {
-                continue
-            }
-            for token in value.split(separator: ",") {
-                let trimmed = token.trimmingWhitespace()
-                if !trimmed.isEmpty, !HTTPSyntax.isHopByHop(trimmed) { tokens.append(trimmed) }
-            }
+    /// The field names one `Connection` value lists (RFC 9110 section 7.6.1), added to `tokens`; usually none
+    /// beyond `keep-alive` or `close`, which are hop-by-hop anyway and need no splitting (this runs for every
+    /// backend answer).
+    fileprivate static func readConnectionTokens(_ value: UnsafeRawBufferPointer, into tokens: inout [String]) {
+        if HTTPSyntax.equalsIgnoringCase(bytes: value, "keep-alive")
+            || HTTPSyntax.equalsIgnoringCase(bytes: value, "close")
+        {
+            return
         }
-        return tokens
+        for token in value.split(separator: UInt8(ascii: ",")) {
+            let trimmed = HTTPSyntax.trimmingOptionalWhitespace(token)
+            guard !trimmed.isEmpty else { continue }
+            let name = String(decoding: trimmed, as: UTF8.self)
+            if !HTTPSyntax.isHopByHop(name) { tokens.append(name) }
+        }
     }
 }

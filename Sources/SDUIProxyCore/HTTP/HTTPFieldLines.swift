@@ -1,0 +1,122 @@
+import NIOHTTP1
+
+/// A response's header fields as the backend sent them: each name and value's bytes, in order, read in place by
+/// name.
+///
+/// A cache fill reads a handful of fields by name and copies the rest into its entry's encoded head; as strings
+/// (`HTTPHeaders`), every value over 15 bytes was an allocation of its own, and every lookup, copy and release of
+/// the list a reference count on each. Here they are two arrays, whatever their number. The paths that want a
+/// collection (a 304 merged into an entry, a response passed on unstored) ask for ``headers``.
+///
+/// Names are looked up by their lower-case spelling, ignoring the case they were sent in.
+public struct HTTPFieldLines: Sendable {
+    /// Where one field's name lies in ``bytes``; its value follows the name at once.
+    private struct Field: Sendable {
+        var start: Int
+        var nameCount: Int
+        var valueCount: Int
+
+        var nameRange: Range<Int> { start..<(start + nameCount) }
+        var valueRange: Range<Int> { (start + nameCount)..<(start + nameCount + valueCount) }
+    }
+
+    /// Every field's name and value bytes, back to back.
+    private var bytes: [UInt8] = []
+    private var fields: [Field] = []
+
+    public init() {}
+
+    /// Room for `fieldCount` fields of `byteCount` bytes in all, so a parser's appends allocate once.
+    init(reservingFields fieldCount: Int, bytes byteCount: Int) {
+        fields.reserveCapacity(fieldCount)
+        bytes.reserveCapacity(byteCount)
+    }
+
+    /// The fields of `headers`, for backends whose client hands over a collection.
+    public init(_ headers: HTTPHeaders) {
+        var byteCount = 0
+        for (name, value) in headers { byteCount += name.utf8.count + value.utf8.count }
+        self.init(reservingFields: headers.count, bytes: byteCount)
+        for (name, value) in headers {
+            name.withContiguousUTF8 { name in
+                value.withContiguousUTF8 { value in
+                    append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value))
+                }
+            }
+        }
+    }
+
+    /// Adds a field; the caller has checked `name` is a token and `value` a field value.
+    mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        fields.append(Field(start: bytes.count, nameCount: name.count, valueCount: value.count))
+        bytes.append(contentsOf: name)
+        bytes.append(contentsOf: value)
+    }
+
+    public var count: Int { fields.count }
+
+    public var isEmpty: Bool { fields.isEmpty }
+
+    /// The name and value bytes of every field, in the order they came.
+    public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
+        bytes.withUnsafeBytes { bytes in
+            for field in fields {
+                body(
+                    UnsafeRawBufferPointer(rebasing: bytes[field.nameRange]),
+                    UnsafeRawBufferPointer(rebasing: bytes[field.valueRange])
+                )
+            }
+        }
+    }
+
+    /// The value bytes of every field named `name` (lower-case), in order.
+    public func forEachValue(of name: StaticString, _ body: (_ value: UnsafeRawBufferPointer) -> Void) {
+        bytes.withUnsafeBytes { bytes in
+            for field in fields where field.nameCount == name.utf8CodeUnitCount {
+                guard HTTPSyntax.equalsIgnoringCase(bytes: bytes[field.nameRange], name) else { continue }
+                body(UnsafeRawBufferPointer(rebasing: bytes[field.valueRange]))
+            }
+        }
+    }
+
+    /// `read` applied to the first field named `name` (lower-case), in place; nil when there is none.
+    public func withFirstValue<Result>(
+        of name: StaticString,
+        _ read: (_ value: UnsafeRawBufferPointer) -> Result
+    ) -> Result? {
+        bytes.withUnsafeBytes { bytes in
+            for field in fields where field.nameCount == name.utf8CodeUnitCount {
+                guard HTTPSyntax.equalsIgnoringCase(bytes: bytes[field.nameRange], name) else { continue }
+                return read(UnsafeRawBufferPointer(rebasing: bytes[field.valueRange]))
+            }
+            return nil
+        }
+    }
+
+    /// Whether a field is named `name` (lower-case).
+    public func contains(_ name: StaticString) -> Bool {
+        withFirstValue(of: name) { _ in true } ?? false
+    }
+
+    /// The first value of the fields named `name` (lower-case).
+    public func first(_ name: StaticString) -> String? {
+        withFirstValue(of: name) { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Every value of the fields named `name` (lower-case), one per field line.
+    public func values(_ name: StaticString) -> [String] {
+        var values: [String] = []
+        forEachValue(of: name) { values.append(String(decoding: $0, as: UTF8.self)) }
+        return values
+    }
+
+    /// The fields as a collection, for the paths that merge or pass on a response's headers.
+    public var headers: HTTPHeaders {
+        var list: [(String, String)] = []
+        list.reserveCapacity(fields.count)
+        forEachField { name, value in
+            list.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        }
+        return HTTPHeaders(list)
+    }
+}
