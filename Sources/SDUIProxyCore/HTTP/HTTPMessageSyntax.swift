@@ -33,9 +33,13 @@ enum HTTPMessageSyntax {
 
     /// `HTTP/1.1` or `HTTP/1.0`; nil for any other version.
     static func version(_ bytes: UnsafeRawBufferPointer) -> HTTPVersion? {
-        if bytes.elementsEqual("HTTP/1.1".utf8) { return .http1_1 }
-        if bytes.elementsEqual("HTTP/1.0".utf8) { return .http1_0 }
-        return nil
+        // Compared as one 8-byte word: every request and response line has a version to read.
+        guard bytes.count == 8 else { return nil }
+        switch UInt64(littleEndian: bytes.loadUnaligned(as: UInt64.self)) {
+        case 0x312E_312F_5054_5448: return .http1_1  // "HTTP/1.1"
+        case 0x302E_312F_5054_5448: return .http1_0  // "HTTP/1.0"
+        default: return nil
+        }
     }
 
     /// Where the blank line that ends a head starts, resuming a scan that stopped after `scanned` bytes.
