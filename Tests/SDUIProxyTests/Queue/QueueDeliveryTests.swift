@@ -194,17 +194,25 @@ import Testing
 
     @Test func concurrentRoutesDeliverInParallelUpToTheLimit() async throws {
         let origin = try await QueueTestOrigin.start()
-        origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .milliseconds(150)) }
+        origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .milliseconds(300)) }
         let route = Route(method: "POST", pathPrefix: "/api/events", ordering: .concurrent, retry: QueueTest.retry())
-        try await withQueue(port: origin.port, routes: [route], concurrency: 3) { queue in
-            var ids: Set<String> = []
-            for index in 0..<9 {
-                ids.insert(try await queue.enqueue(QueueTest.request(.POST, "/api/events", body: "\(index)")).id)
+        var ids: Set<String> = []
+        // All nine are queued before the deliverer starts: enqueued one by one while it runs, on a busy machine
+        // each could be delivered before the next was written, and the limit would never be reached.
+        try await withQueue(
+            port: origin.port,
+            routes: [route],
+            concurrency: 3,
+            before: { queue in
+                for index in 0..<9 {
+                    ids.insert(try await queue.enqueue(QueueTest.request(.POST, "/api/events", body: "\(index)")).id)
+                }
             }
+        ) { queue in
             let drained = await QueueTest.waitUntil { queue.depth == 0 }
             #expect(drained)
-            #expect(Set(origin.requests.compactMap(\.idempotencyKey)) == ids)
         }
+        #expect(Set(origin.requests.compactMap(\.idempotencyKey)) == ids)
         #expect(origin.requests.count == 9)
         #expect(origin.maxInFlight == 3)
         try await origin.stop()
@@ -262,6 +270,7 @@ import Testing
         routes: [Route],
         concurrency: Int = 16,
         pollInterval: Duration = .seconds(5),
+        before: (WriteQueue) async throws -> Void = { _ in },
         _ body: (WriteQueue) async throws -> Void,
         after: (WriteQueue) async throws -> Void = { _ in }
     ) async throws {
@@ -278,6 +287,7 @@ import Testing
             logger: QueueTest.logger
         )
         do {
+            try await before(queue)
             try await QueueTest.withRunningService(service) { try await body(queue) }
             try await after(queue)
         } catch {
