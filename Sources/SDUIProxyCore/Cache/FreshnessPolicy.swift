@@ -72,8 +72,7 @@ public enum FreshnessPolicy {
         }
         guard expiresLines > 0 else { return nil }
         guard expiresLines == 1, let expires else { return 0 }
-        let date = fields.withFirstValue(of: "date") { HTTPDate.parse(bytes: $0) } ?? nil
-        return max(0, expires - (date ?? HTTPDate.now()))
+        return max(0, expires - (fields.date("date") ?? HTTPDate.now()))
     }
 
     /// Whether a `Vary` member is `*`: the response varies on things outside the request.
@@ -92,7 +91,7 @@ public enum FreshnessPolicy {
     /// implied by its `Date` and the `Age` it carries plus the time the exchange took.
     public static func initialAge(fields: HTTPFieldLines, requestTime: Int64, responseTime: Int64) -> Int64 {
         let ageValue = fields.first("age").flatMap { Int64($0.trimmingWhitespace()) }.map { max(0, $0) } ?? 0
-        let dateValue = (fields.withFirstValue(of: "date") { HTTPDate.parse(bytes: $0) } ?? nil) ?? responseTime
+        let dateValue = fields.date("date") ?? responseTime
         let apparentAge = max(0, responseTime - dateValue)
         let responseDelay = max(0, responseTime - requestTime)
         return max(apparentAge, min(ageValue, CacheControl.maximumDeltaSeconds) + responseDelay)

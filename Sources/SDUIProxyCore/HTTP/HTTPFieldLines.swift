@@ -103,6 +103,12 @@ public struct HTTPFieldLines: Sendable {
         withFirstValue(of: name) { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// The first field named `name` (lower-case) as an HTTP date, in seconds; nil when there is none or it is
+    /// not a date.
+    public func date(_ name: StaticString) -> Int64? {
+        withFirstValue(of: name) { HTTPDate.parse(bytes: $0) } ?? nil
+    }
+
     /// Every value of the fields named `name` (lower-case), one per field line.
     public func values(_ name: StaticString) -> [String] {
         var values: [String] = []
