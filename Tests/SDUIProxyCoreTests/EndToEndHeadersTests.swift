@@ -74,7 +74,7 @@ struct EndToEndHeadersTests {
                 let lines = headers.map { "\($0.name): \($0.value)" }.joined(separator: "\r\n")
                 let parsed = try? Array(lines.utf8).withUnsafeBytes { bytes in
                     var reader = LineReader(bytes: bytes)
-                    return try HTTPMessageSyntax.parseFields(&reader, failing: .network)
+                    return try HTTPMessageSyntax.parseFields(&reader, failing: .network).0
                 }
                 #expect(parsed?.connection.keepsConnectionOpen(version: version) == nio, "\(version) \(connection)")
                 compared += 1

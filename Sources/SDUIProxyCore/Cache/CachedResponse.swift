@@ -91,7 +91,7 @@ public final class CachedResponse: Sendable {
             var lines = LineReader(bytes: head)
             _ = lines.next()  // the status line
             // Lines this entry wrote from fields already parsed and checked: they parse again.
-            guard var headers = try? HTTPMessageSyntax.parseFields(&lines, failing: .internalError).headers else {
+            guard var (_, headers) = try? HTTPMessageSyntax.parseFields(&lines, failing: .internalError) else {
                 return HTTPHeaders()
             }
             headers.remove(name: "content-length")

@@ -58,9 +58,8 @@ enum HTTPMessageSyntax {
         }
     }
 
-    /// The header fields of a head (the lines after its start line), with what framing needs of them.
+    /// What framing needs of a head's fields (the lines after its start line), read as they are parsed.
     struct FieldSection {
-        var headers = HTTPHeaders()
         var contentLength: Int?
         /// The transfer codings, in order; empty when there is no `Transfer-Encoding`.
         var codings: [String] = []
@@ -74,23 +73,22 @@ enum HTTPMessageSyntax {
         }
     }
 
-    /// Reads the field lines left in `lines` into ``FieldSection/headers``, failing with `kind` on anything two
-    /// parsers could read differently.
+    /// Reads the field lines left in `lines` as `HTTPHeaders`, failing with `kind` on anything two parsers could
+    /// read differently.
     static func parseFields(
         _ lines: inout LineReader,
         failing kind: ProxyError.Kind
-    ) throws(HTTPParseFailure) -> FieldSection {
+    ) throws(HTTPParseFailure) -> (FieldSection, HTTPHeaders) {
         // The fields are gathered as a plain list and handed to `HTTPHeaders` whole: its `add` retains the name
         // and value it is given and walks the name again. One allocation for the list rather than one per
         // doubling (four for a backend's usual nine lines).
         var fields: [(String, String)] = []
         fields.reserveCapacity(lines.remainingLineCount)
-        var section = try readFields(&lines, failing: kind) { name, value in
+        let section = try readFields(&lines, failing: kind) { name, value in
             fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
         }
         // The names are tokens, so ASCII, as `HTTPHeaders` requires.
-        section.headers = HTTPHeaders(fields)
-        return section
+        return (section, HTTPHeaders(fields))
     }
 
     /// Reads the field lines left in `lines` as ``HTTPFieldLines``, held to the same rules as

@@ -102,7 +102,7 @@ public struct HTTPRequestParser: Sendable {
         var lines = LineReader(bytes: bytes)
         guard let requestLine = lines.next() else { throw bad("an empty request line") }
         let (method, uri, version) = try parseRequestLine(UnsafeRawBufferPointer(rebasing: bytes[requestLine]))
-        let fields = try HTTPMessageSyntax.parseFields(&lines, failing: .badRequest)
+        let (fields, headers) = try HTTPMessageSyntax.parseFields(&lines, failing: .badRequest)
 
         let body: HTTPBodyDecoder
         if !fields.codings.isEmpty {
@@ -112,7 +112,7 @@ public struct HTTPRequestParser: Sendable {
         } else {
             body = .length(fields.contentLength ?? 0, failing: .badRequest)
         }
-        return (HTTPRequestHead(version: version, method: method, uri: uri, headers: fields.headers), .body(body))
+        return (HTTPRequestHead(version: version, method: method, uri: uri, headers: headers), .body(body))
     }
 
     private static func parseRequestLine(
