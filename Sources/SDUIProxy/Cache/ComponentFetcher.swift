@@ -384,12 +384,10 @@ public final class ComponentFetcher: Sendable {
     /// fetches unencoded bodies, so `Accept-Encoding` never splits entries.
     private func varyNames(in fields: HTTPFieldLines) -> [String] {
         var names: [String] = []
-        fields.forEachValue(of: "vary") { value in
-            for member in value.split(separator: UInt8(ascii: ",")) {
-                let name = String(decoding: HTTPSyntax.trimmingOptionalWhitespace(member), as: UTF8.self).lowercased()
-                if !name.isEmpty, name != "accept-encoding", !keyedHeaders.contains(name), !names.contains(name) {
-                    names.append(name)
-                }
+        fields.forEachListMember(of: "vary") { member in
+            let name = String(decoding: member, as: UTF8.self).lowercased()
+            if name != "accept-encoding", !keyedHeaders.contains(name), !names.contains(name) {
+                names.append(name)
             }
         }
         return names.sorted()

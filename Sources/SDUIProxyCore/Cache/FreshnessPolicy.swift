@@ -78,11 +78,8 @@ public enum FreshnessPolicy {
     /// Whether a `Vary` member is `*`: the response varies on things outside the request.
     private static func variesOnEverything(_ fields: HTTPFieldLines) -> Bool {
         var found = false
-        fields.forEachValue(of: "vary") { value in
-            for member in value.split(separator: UInt8(ascii: ","))
-            where HTTPSyntax.trimmingOptionalWhitespace(member).elementsEqual(CollectionOfOne(UInt8(ascii: "*"))) {
-                found = true
-            }
+        fields.forEachListMember(of: "vary") { member in
+            if member.count == 1, member[0] == UInt8(ascii: "*") { found = true }
         }
         return found
     }

@@ -55,8 +55,6 @@ public struct HTTPFieldLines: Sendable {
 
     public var count: Int { fields.count }
 
-    public var isEmpty: Bool { fields.isEmpty }
-
     /// The name and value bytes of every field, in the order they came.
     public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
         bytes.withUnsafeBytes { bytes in
@@ -109,11 +107,15 @@ public struct HTTPFieldLines: Sendable {
         withFirstValue(of: name) { HTTPDate.parse(bytes: $0) } ?? nil
     }
 
-    /// Every value of the fields named `name` (lower-case), one per field line.
-    public func values(_ name: StaticString) -> [String] {
-        var values: [String] = []
-        forEachValue(of: name) { values.append(String(decoding: $0, as: UTF8.self)) }
-        return values
+    /// The members of the comma-separated lists (RFC 9110 section 5.6.1) in the fields named `name`
+    /// (lower-case), across lines, without the whitespace around them; empty members are skipped.
+    public func forEachListMember(of name: StaticString, _ body: (_ member: UnsafeRawBufferPointer) -> Void) {
+        forEachValue(of: name) { value in
+            for member in value.split(separator: UInt8(ascii: ",")) {
+                let trimmed = HTTPSyntax.trimmingOptionalWhitespace(member)
+                if !trimmed.isEmpty { body(UnsafeRawBufferPointer(rebasing: trimmed)) }
+            }
+        }
     }
 
     /// The fields as a collection, for the paths that merge or pass on a response's headers.
