@@ -50,6 +50,30 @@ struct ConnectionTests {
         }
     }
 
+    @Test("pipelined hits composed in one read burst each keep their own bytes")
+    func pipelinedHitsInOneBurst() async throws {
+        try await ProxyHarness.run(origin: { request in
+            TestOrigin.Response.component(extra: #","uri":"\#(request.uri)""#)
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            for index in 0..<3 {
+                try await connection.send("GET /burst/\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                _ = try #require(try await connection.readResponse())
+            }
+            // One send, so the proxy reads them together and composes each hit while the ones before it still
+            // wait for the burst's flush.
+            let order = [2, 0, 1, 1, 2, 0, 2]
+            try await connection.send(order.map { "GET /burst/\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined())
+            for index in order {
+                let response = try #require(try await connection.readResponse())
+                #expect(response.head.contains("X-Cache: HIT"))
+                #expect(response.body.contains(#""uri":"/burst/\#(index)""#))
+            }
+            await connection.close()
+            #expect(proxy.origin.requestCount == 3)
+        }
+    }
+
     @Test("requests that arrive in pieces, split anywhere, are answered as if they had arrived whole")
     func requestsInPieces() async throws {
         try await ProxyHarness.run(origin: { request in

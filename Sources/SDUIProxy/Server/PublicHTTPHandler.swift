@@ -138,12 +138,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var isIdleTimerArmed: Bool { deadline?.kind == .idle }
     private var context: ChannelHandlerContext?
 
-    init(runtime: ProxyRuntime) {
+    /// Made on the connection's event loop: `buffers` is that loop's.
+    init(runtime: ProxyRuntime, buffers: ResponseBufferRecycler) {
         self.runtime = runtime
         self.generation = runtime.generation
         self.proxy = runtime.context
         self.settings = RequestSettings(runtime.context.configuration)
-        self.connectionState = ConnectionResponseState(metrics: runtime.context.metrics)
+        self.connectionState = ConnectionResponseState(metrics: runtime.context.metrics, buffers: buffers)
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
         // own 414 or 431.

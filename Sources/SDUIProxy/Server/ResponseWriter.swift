@@ -10,14 +10,17 @@ final class ConnectionResponseState {
     /// of a reference to it (a response writer is copied several times on a miss) wrote its reference count,
     /// from both processors in turn, where a reference to this object stays with the loop that owns it.
     let metrics: ProxyMetrics
+    /// The connection's loop's buffer for composing responses.
+    let buffers: ResponseBufferRecycler
     /// Set when the proxy drains: the response in progress says `Connection: close` and the connection closes
     /// after it.
     var closing = false
     /// Responses written while a read burst is handled are flushed once, when it ends.
     var needsFlush = false
 
-    init(metrics: ProxyMetrics) {
+    init(metrics: ProxyMetrics, buffers: ResponseBufferRecycler) {
         self.metrics = metrics
+        self.buffers = buffers
     }
 }
 
@@ -103,7 +106,7 @@ struct ResponseWriter {
             in: connectionState.metrics
         )
         let keepAlive = self.keepAlive
-        var head = context.channel.allocator.buffer(capacity: entry.encodedHead.count + 128 + bodyBytes)
+        var head = connectionState.buffers.buffer(minimumCapacity: entry.encodedHead.count + 128 + bodyBytes)
         if !presentation.notModified, presentation.beagleMaxAge == nil {
             head.writeBytes(entry.encodedHead)
         } else {
@@ -134,14 +137,13 @@ struct ResponseWriter {
         head.writeStaticString("\r\nX-Cache: ")
         head.writeString(presentation.cacheResult.rawValue)
         head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
-        guard bodyBytes > 0 else { return finish(with: head, keepAlive: keepAlive) }
+        guard bodyBytes > 0 else { return send(head, then: nil, keepAlive: keepAlive) }
         switch entry.storedBody {
         case .exact(let body):
             head.writeBytes(body)
-            finish(with: head, keepAlive: keepAlive)
+            send(head, then: nil, keepAlive: keepAlive)
         case .buffer(let body):
-            context.write(NIOAny(head), promise: nil)
-            finish(with: body, keepAlive: keepAlive)
+            send(head, then: body, keepAlive: keepAlive)
         }
     }
 
@@ -163,13 +165,21 @@ struct ResponseWriter {
         let head = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
         let bodyBytes = isHead ? 0 : body.readableBytes
         let copiesBody = bodyBytes <= CachedResponse.maximumExactBodyBytes
-        var buffer = context.channel.allocator.buffer(capacity: 256 + (copiesBody ? bodyBytes : 0))
+        var buffer = connectionState.buffers.buffer(minimumCapacity: 256 + (copiesBody ? bodyBytes : 0))
         ResponseEncoding.writeHead(head, framing: .contentLength, into: &buffer)
         guard bodyBytes > 0, !copiesBody else {
             if bodyBytes > 0 { buffer.writeImmutableBuffer(body) }
-            return finish(with: buffer, keepAlive: keepAlive)
+            return send(buffer, then: nil, keepAlive: keepAlive)
         }
-        context.write(NIOAny(buffer), promise: nil)
+        send(buffer, then: body, keepAlive: keepAlive)
+    }
+
+    /// Writes a response composed in the loop's buffer, and `body` behind it when it was not copied in; the
+    /// buffer goes back to the loop for its next response.
+    private func send(_ composed: ByteBuffer, then body: ByteBuffer?, keepAlive: Bool) {
+        connectionState.buffers.recycle(composed)
+        guard let body else { return finish(with: composed, keepAlive: keepAlive) }
+        context.write(NIOAny(composed), promise: nil)
         finish(with: body, keepAlive: keepAlive)
     }
 

@@ -145,6 +145,7 @@ public final class ProxyServer: Sendable {
         do {
             let publicQuiescing = ServerQuiescingHelper(group: group)
             let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
+            let responseBuffers = ResponseBufferRecyclers(group: group)
             let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
@@ -152,7 +153,8 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     // The handler parses requests, does its own pipelining and error answers, and writes
                     // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
-                    try sync.addHandler(PublicHTTPHandler(runtime: runtime))
+                    let buffers = responseBuffers.recycler(for: channel.eventLoop)
+                    try sync.addHandler(PublicHTTPHandler(runtime: runtime, buffers: buffers))
                 }
             }
             let prefetcher = Prefetcher(runtime: runtime, eventLoopGroup: group)
