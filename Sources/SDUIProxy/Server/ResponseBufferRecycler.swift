@@ -3,10 +3,10 @@ import NIOCore
 /// The buffer an event loop composes its responses in, taken back once the channel has written it.
 ///
 /// A response the proxy composes (a cached entry's head and body, a fetched component, an error) is one buffer,
-/// and a 2 KB component makes it 4 KiB. Allocations that size are past malloc's per-thread cache: each one went
-/// through the allocator's shared bins, which on a miss, with evicted entries freed beside it, was several
-/// percent of the proxy's cycles. With keep-alive and a client that reads, the channel has written and released
-/// the buffer before its loop composes the next response, so clearing it costs no allocation.
+/// and a 2 KB component makes it 4 KiB. Allocations that size are past malloc's per-thread cache and go through
+/// its shared bins every time. With keep-alive and a client that reads, the channel has written and released the
+/// buffer before its loop composes the next response, so clearing it costs no allocation (per hit, 2.9 mallocs
+/// instead of 4.8, and 5 % fewer instructions).
 ///
 /// When the channel still holds the bytes (a write waiting for a slow client, or a response in the same read
 /// burst), clearing allocates fresh storage, as a new buffer would: copy-on-write keeps what the channel holds
