@@ -16,15 +16,10 @@ final class ResponseBufferRecycler {
     static let maximumRecycledCapacity = 64 << 10
 
     private var spare: ByteBuffer?
-    private let allocator: ByteBufferAllocator
-
-    init(allocator: ByteBufferAllocator = ByteBufferAllocator()) {
-        self.allocator = allocator
-    }
 
     /// An empty buffer with room for `minimumCapacity` bytes: the spare one when there is one.
     func buffer(minimumCapacity: Int) -> ByteBuffer {
-        guard var buffer = spare.take() else { return allocator.buffer(capacity: minimumCapacity) }
+        guard var buffer = spare.take() else { return ByteBufferAllocator().buffer(capacity: minimumCapacity) }
         buffer.clear(minimumCapacity: minimumCapacity)
         return buffer
     }
