@@ -56,17 +56,25 @@ struct ResponseBufferRecyclerTests {
         #expect(grown.capacity >= 10_000)
     }
 
-    @Test("each loop of a group has its own recycler, found again for every connection on that loop")
+    @Test("each loop of a group has its own value, found again on every call; a loop outside gets a new one")
     func onePerLoop() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
-        let recyclers = ResponseBufferRecyclers(group: group)
+        let outside = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let recyclers = PerEventLoop(group: group) { ResponseBufferRecycler() }
         let loops = Array(group.makeIterator())
         func identity(on loop: any EventLoop) async throws -> ObjectIdentifier {
-            try await loop.submit { ObjectIdentifier(recyclers.recycler(for: loop)) }.get()
+            try await loop.submit { ObjectIdentifier(recyclers.value(on: loop)) }.get()
         }
         let firstLoop = try await identity(on: loops[0])
         #expect(try await identity(on: loops[0]) == firstLoop)
         #expect(try await identity(on: loops[1]) != firstLoop)
+        let outsideLoop = outside.next()
+        let outsideGetsNewOnes = try await outsideLoop.submit {
+            let first = recyclers.value(on: outsideLoop)
+            return recyclers.value(on: outsideLoop) !== first
+        }.get()
+        #expect(outsideGetsNewOnes)
+        try await outside.shutdownGracefully()
         try await group.shutdownGracefully()
     }
 }

@@ -30,23 +30,3 @@ final class ResponseBufferRecycler {
         spare = buffer
     }
 }
-
-/// One ``ResponseBufferRecycler`` for each loop of the server's group, made up front so that a connection finds
-/// its loop's without a lock.
-struct ResponseBufferRecyclers: Sendable {
-    private let byLoop: [ObjectIdentifier: NIOLoopBoundBox<ResponseBufferRecycler>]
-
-    /// Callable off the loops: each recycler is handed to its loop's box and reachable only on that loop.
-    init(group: any EventLoopGroup) {
-        var byLoop: [ObjectIdentifier: NIOLoopBoundBox<ResponseBufferRecycler>] = [:]
-        for eventLoop in group.makeIterator() {
-            byLoop[ObjectIdentifier(eventLoop)] = .makeBoxSendingValue(ResponseBufferRecycler(), eventLoop: eventLoop)
-        }
-        self.byLoop = byLoop
-    }
-
-    /// The recycler of `eventLoop`; call it on that loop. A loop outside the group gets one of its own.
-    func recycler(for eventLoop: any EventLoop) -> ResponseBufferRecycler {
-        byLoop[ObjectIdentifier(eventLoop)]?.value ?? ResponseBufferRecycler()
-    }
-}

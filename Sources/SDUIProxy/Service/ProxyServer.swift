@@ -145,7 +145,7 @@ public final class ProxyServer: Sendable {
         do {
             let publicQuiescing = ServerQuiescingHelper(group: group)
             let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
-            let responseBuffers = ResponseBufferRecyclers(group: group)
+            let responseBuffers = PerEventLoop(group: group) { ResponseBufferRecycler() }
             let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
@@ -153,7 +153,7 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     // The handler parses requests, does its own pipelining and error answers, and writes
                     // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
-                    let buffers = responseBuffers.recycler(for: channel.eventLoop)
+                    let buffers = responseBuffers.value(on: channel.eventLoop)
                     try sync.addHandler(PublicHTTPHandler(runtime: runtime, buffers: buffers))
                 }
             }
