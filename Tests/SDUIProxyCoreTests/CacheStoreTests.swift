@@ -115,6 +115,15 @@ struct CacheStoreTests {
         #expect(web.platform == "WEB")
     }
 
+    @Test("a key's platform is its variant up to the first vary value, whatever the platform's characters")
+    func platformOfKey() {
+        #expect(CacheKey(target: "/a", platform: "ANDROID", varyValues: ["en", "dark"]).platform == "ANDROID")
+        #expect(CacheKey(target: "/a", platform: "IOS").selectingVariant("pt").platform == "IOS")
+        #expect(CacheKey(target: "/a", platform: "").platform == "")
+        // A combining mark after the first byte: a byte scan must not split or drop it.
+        #expect(CacheKey(target: "/a", platform: "tv\u{301}", varyValues: ["x"]).platform == "tv\u{301}")
+    }
+
     @Test("many threads at once keep the budget and lose nothing")
     func concurrentUse() async {
         let cache = ResponseCache(maxBytes: 64 << 20, maxEntries: 1000, shardCount: 8)

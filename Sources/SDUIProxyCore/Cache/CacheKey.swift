@@ -44,7 +44,9 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
 
     /// The platform part of the variant.
     public var platform: Substring {
-        variant.prefix { $0 != "\u{0}" && $0 != "\u{1}" }
+        // Over the UTF-8 bytes: both separators are ASCII, and a `Character` loop would break graphemes.
+        let end = variant.utf8.firstIndex { $0 == 0 || $0 == 1 } ?? variant.utf8.endIndex
+        return variant[..<end]
     }
 
     public var description: String {
