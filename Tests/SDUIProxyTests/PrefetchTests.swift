@@ -316,4 +316,57 @@ struct PrefetchLoadTests {
             #expect(proxy.origin.requests(to: "/shared-b").count == 1)
         }
     }
+
+    @Test("a linked screen found fresh is not asked about again on that loop for a second, and is after that")
+    func freshLinkRecheckedAfterAnInterval() async throws {
+        // One loop, so that every component is stored where the first one found the linked screen fresh.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        try await ProxyHarness.run(
+            origin: { request in
+                request.uri.hasPrefix("/linked") ? .component() : PrefetchTests.component(linkingTo: ["/linked"])
+            },
+            eventLoopGroup: group
+        ) { proxy async throws in
+            _ = try await proxy.get("/page/1")
+            try await waitUntil { proxy.server.context.cache.statistics.entries == 2 }
+            _ = try await proxy.get("/page/2")  // finds /linked fresh
+            #expect(proxy.server.context.cache.purge(target: "/linked") == 1)
+            _ = try await proxy.get("/page/3")  // takes it as fresh still
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(proxy.origin.requests(to: "/linked").count == 1)
+            try await Task.sleep(for: .milliseconds(1100))
+            _ = try await proxy.get("/page/4")  // asks again, and prefetches it
+            try await waitUntil { proxy.origin.requests(to: "/linked").count == 2 }
+        }
+        try await group.shutdownGracefully()
+    }
+}
+
+@Suite("The navigation targets a loop found fresh lately")
+struct RecentlyFreshTargetsTests {
+    let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+
+    @Test("a target counts as fresh for the recheck interval after it was found fresh, for its platform only")
+    func interval() {
+        let recent = RecentlyFreshTargets(recheckInterval: .seconds(1))
+        #expect(!recent.contains("/a", platform: "IOS", at: start))
+        recent.insert("/a", platform: "IOS", at: start)
+        #expect(recent.contains("/a", platform: "IOS", at: start + .milliseconds(999)))
+        #expect(!recent.contains("/a", platform: "IOS", at: start + .seconds(1)))
+        #expect(!recent.contains("/a", platform: "WEB", at: start))
+        #expect(!recent.contains("/b", platform: "IOS", at: start))
+        recent.insert("/a", platform: "IOS", at: start + .seconds(5))
+        #expect(recent.contains("/a", platform: "IOS", at: start + .seconds(5)))
+    }
+
+    @Test("past its capacity it forgets every target, and holds no more than that")
+    func capacity() {
+        let recent = RecentlyFreshTargets(capacity: 3)
+        for index in 0..<3 { recent.insert("/\(index)", platform: "IOS", at: start) }
+        #expect(recent.count == 3)
+        recent.insert("/3", platform: "IOS", at: start)
+        #expect(recent.count == 1)
+        #expect(recent.contains("/3", platform: "IOS", at: start))
+        #expect(!recent.contains("/0", platform: "IOS", at: start))
+    }
 }

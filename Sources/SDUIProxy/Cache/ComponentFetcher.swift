@@ -5,9 +5,13 @@ import SDUIProxyCore
 import Synchronization
 
 /// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
-/// in the same pass over the body that validates it, by the fetcher's planner).
+/// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch.
 public protocol StoredComponentObserver: AnyObject, Sendable {
-    func componentStored(_ plan: PrefetchPlanner.Plan, by request: ComponentFetcher.Request)
+    func componentStored(
+        _ plan: PrefetchPlanner.Plan,
+        by request: ComponentFetcher.Request,
+        on eventLoop: any EventLoop
+    )
 }
 
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
@@ -197,10 +201,17 @@ public final class ComponentFetcher: Sendable {
             // Clients complete on `eventLoop`, and callers rely on it; one that did not is brought back to it.
             guard eventLoop.inEventLoop else {
                 return eventLoop.execute {
-                    self.exchangeCompleted(result, request, requestTime: requestTime, started: started, completion)
+                    self.exchangeCompleted(
+                        result,
+                        request,
+                        eventLoop,
+                        requestTime: requestTime,
+                        started: started,
+                        completion
+                    )
                 }
             }
-            self.exchangeCompleted(result, request, requestTime: requestTime, started: started, completion)
+            self.exchangeCompleted(result, request, eventLoop, requestTime: requestTime, started: started, completion)
         }
     }
 
@@ -208,6 +219,7 @@ public final class ComponentFetcher: Sendable {
     private func exchangeCompleted(
         _ result: Result<UpstreamResponse, any Error>,
         _ request: Request,
+        _ eventLoop: any EventLoop,
         requestTime: Int64,
         started: NIODeadline,
         _ completion: Completion
@@ -217,7 +229,9 @@ public final class ComponentFetcher: Sendable {
         case .success(let response):
             metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
             do {
-                return completion(.success(try process(response, for: request, requestTime: requestTime)))
+                return completion(
+                    .success(try process(response, for: request, on: eventLoop, requestTime: requestTime))
+                )
             } catch {
                 failure = error
             }
@@ -235,6 +249,7 @@ public final class ComponentFetcher: Sendable {
     private func process(
         _ response: UpstreamResponse,
         for request: Request,
+        on eventLoop: any EventLoop,
         requestTime: Int64
     ) throws(ProxyError)
         -> Outcome
@@ -309,7 +324,7 @@ public final class ComponentFetcher: Sendable {
             )
         }
         if let (plan, observer) = plan {
-            observer.componentStored(plan, by: request)
+            observer.componentStored(plan, by: request, on: eventLoop)
         }
         return .stored(entry)
     }

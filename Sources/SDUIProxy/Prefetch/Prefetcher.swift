@@ -62,10 +62,13 @@ public final class Prefetcher: StoredComponentObserver {
     private let runtime: ProxyRuntime
     private let eventLoopGroup: any EventLoopGroup
     private let state = Mutex(State())
+    /// Each loop's navigation targets found fresh lately, which the components it stores do not ask about again.
+    private let recentlyFresh: PerEventLoop<RecentlyFreshTargets>
 
     public init(runtime: ProxyRuntime, eventLoopGroup: any EventLoopGroup) {
         self.runtime = runtime
         self.eventLoopGroup = eventLoopGroup
+        self.recentlyFresh = PerEventLoop(group: eventLoopGroup) { RecentlyFreshTargets() }
         runtime.context.fetcher.observeStoredComponents(self)
     }
 
@@ -223,43 +226,69 @@ public final class Prefetcher: StoredComponentObserver {
         return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
     }
 
-    public func componentStored(_ plan: PrefetchPlanner.Plan, by request: ComponentFetcher.Request) {
+    public func componentStored(
+        _ plan: PrefetchPlanner.Plan,
+        by request: ComponentFetcher.Request,
+        on eventLoop: any EventLoop
+    ) {
+        if !plan.skipped.isEmpty { logSkipped(plan.skipped, from: request) }
+        guard !plan.targets.isEmpty else { return }
+        let recent = recentlyFresh.value(on: eventLoop)
+        let platform = request.key.platform
+        let now = NIODeadline.now()
+        // Only targets this loop has not found fresh lately are asked about: on a busy proxy, mostly none.
+        let unknown = plan.targets.filter {
+            $0 != request.key.target && !recent.contains($0, platform: platform, at: now)
+        }
+        guard !unknown.isEmpty else { return }
         let proxy = self.proxy
-        let platform = String(request.key.platform)
-        for skipped in plan.skipped {
-            proxy.logger.debug(
+        let platformName = String(platform)
+        var headers = HTTPHeaders()
+        headers.add(name: proxy.configuration.platform.header, value: platformName)
+        for target in unknown {
+            if isFresh(target: target, platform: platformName, headers: headers, proxy: proxy, now: now) {
+                recent.insert(target, platform: platform, at: now)
+            } else {
+                followNavigation(to: target, platform: platformName, from: request, logger: proxy.logger)
+            }
+        }
+    }
+
+    private func logSkipped(_ skipped: [PrefetchPlanner.Skipped], from request: ComponentFetcher.Request) {
+        let logger = proxy.logger
+        for skipped in skipped {
+            logger.debug(
                 "navigation target not prefetched",
                 metadata: ["from": "\(request.key.target)", "url": "\(skipped.url)", "reason": "\(skipped.reason)"]
             )
         }
-        guard !plan.targets.isEmpty else { return }
-        let now = NIODeadline.now()
-        var headers = HTTPHeaders()
-        headers.add(name: proxy.configuration.platform.header, value: platform)
-        for target in plan.targets where target != request.key.target {
-            guard !isFresh(target: target, platform: platform, headers: headers, proxy: proxy, now: now) else {
-                continue
+    }
+
+    /// Prefetches a navigation target the cache does not hold fresh, unless it is queued or running already.
+    private func followNavigation(
+        to target: String,
+        platform: String,
+        from request: ComponentFetcher.Request,
+        logger: Logger
+    ) {
+        let token = target + "\u{0}" + platform
+        let admitted = state.withLock { state -> Bool in
+            guard !state.followed.contains(token) else { return false }
+            guard state.backlog.count < Self.maximumBacklog else {
+                state.counts.dropped += 1
+                return false
             }
-            let token = target + "\u{0}" + platform
-            let admitted = state.withLock { state -> Bool in
-                guard !state.followed.contains(token) else { return false }
-                guard state.backlog.count < Self.maximumBacklog else {
-                    state.counts.dropped += 1
-                    return false
-                }
-                state.followed.insert(token)
-                return true
-            }
-            guard admitted else { continue }
-            let logger = proxy.logger
-            prefetch(target: target, platform: platform, followActions: request.followActions - 1).whenSuccess {
-                outcome in
-                self.state.withLock { _ = $0.followed.remove(token) }
-                logger.debug(
-                    "prefetched navigation target",
-                    metadata: ["from": "\(request.key.target)", "target": "\(target)", "outcome": "\(outcome.name)"]
-                )
-            }
+            state.followed.insert(token)
+            return true
+        }
+        guard admitted else { return }
+        prefetch(target: target, platform: platform, followActions: request.followActions - 1).whenSuccess {
+            outcome in
+            self.state.withLock { _ = $0.followed.remove(token) }
+            logger.debug(
+                "prefetched navigation target",
+                metadata: ["from": "\(request.key.target)", "target": "\(target)", "outcome": "\(outcome.name)"]
+            )
         }
     }
 }

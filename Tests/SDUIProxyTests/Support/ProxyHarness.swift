@@ -39,6 +39,7 @@ struct ProxyHarness {
         origin responder: @escaping TestOrigin.Responder = { _ in .component() },
         configure: ((inout ProxyConfiguration) -> Void)? = nil,
         adminToken: String? = nil,
+        eventLoopGroup: (any EventLoopGroup)? = nil,
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
         let origin = try await TestOrigin(responder: responder)
@@ -47,7 +48,8 @@ struct ProxyHarness {
         let server = try await ProxyServer.start(
             configuration: configuration,
             logger: logger,
-            adminAuthorization: AdminAuthorization(token: adminToken)
+            adminAuthorization: AdminAuthorization(token: adminToken),
+            eventLoopGroup: eventLoopGroup
         )
         var clientConfiguration = HTTPClient.Configuration(redirectConfiguration: .disallow)
         // Enough connections that concurrent test requests really are concurrent.
