@@ -1,4 +1,4 @@
-import Atomics
+import NIOCore
 import NIOHTTP1
 import Prometheus
 import SDUIProxyCore
@@ -9,8 +9,8 @@ import Synchronization
 /// Each instance owns its ``registry`` and makes its metrics there directly (it does not bootstrap the global
 /// `MetricsSystem`), so tests and several proxies in one process keep separate numbers.
 ///
-/// Recording is cheap enough for the hit path: a request is counted through a counter looked up by index in a
-/// small table (no label strings are built or hashed), and counters and gauges are atomics. The cache figures
+/// Recording is cheap enough for the hit path: a response is counted in its event loop's ``RequestTally``, by
+/// index in a small table (no label strings are built or hashed), and counters and gauges are atomics. The cache figures
 /// are read from a closure when the metrics are rendered, so the cache does no metrics work at all.
 public final class ProxyMetrics: Sendable {
     /// How the cache took part in answering a request (the `cache` label; pass-through requests have none).
@@ -81,15 +81,10 @@ public final class ProxyMetrics: Sendable {
     /// The registry that holds every metric of this instance.
     public let registry: PrometheusCollectorRegistry
 
-    // The request counter's labels, each mapped to a small index; the table slot is
-    // (method * statusClasses + statusClass) * cacheResults + cacheResult.
-    private static let methodLabels = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"]
-    private static let statusClassLabels = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"]
-    private static let cacheLabels = ["none"] + CacheResult.allCases.map(\.rawValue)
-
-    /// One per label combination, made on first use. Every response reads one, from every event loop, so the
-    /// read is a single atomic load rather than a lock both loops contend for.
-    private let requestCounters: [ManagedAtomicLazyReference<Counter>]
+    /// Each event loop's tally of responses, made when a connection on that loop first asks.
+    private let loopTallies = Mutex<[ObjectIdentifier: RequestTally]>([:])
+    /// Responses counted by callers that hold no loop's tally.
+    private let sharedTally = RequestTally()
     private let upstreamDuration: DurationHistogram
     private let upstreamErrors: Mutex<[String: Counter]>
     private let coalescedWaits: Counter
@@ -106,6 +101,10 @@ public final class ProxyMetrics: Sendable {
         let cacheHits: Counter
         let cacheMisses: Counter
         var queueDepth: Gauge?
+        /// `sdui_requests_total`, one counter per label combination, made when its first response is rendered.
+        var requestCounters = [Counter?](repeating: nil, count: RequestTally.slotCount)
+        /// What the tallies held when last rendered, per label combination.
+        var renderedRequests = [Int](repeating: 0, count: RequestTally.slotCount)
     }
 
     /// Makes the metrics on `registry`.
@@ -117,8 +116,6 @@ public final class ProxyMetrics: Sendable {
         snapshot: (@Sendable () -> Snapshot)? = nil
     ) {
         self.registry = registry
-        let slots = Self.methodLabels.count * Self.statusClassLabels.count * Self.cacheLabels.count
-        self.requestCounters = (0..<slots).map { _ in ManagedAtomicLazyReference() }
         self.upstreamDuration = registry.makeDurationHistogram(
             descriptor: Self.descriptor(
                 "upstream_duration",
@@ -182,17 +179,22 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Recording
 
-    /// Counts a response sent to a client: `sdui_requests_total{method,status_class,cache}`.
+    /// The tally a connection on `eventLoop` counts its responses in (`sdui_requests_total`): that loop's own.
+    public func requestTally(for eventLoop: any EventLoop) -> RequestTally {
+        loopTallies.withLock { tallies in
+            if let tally = tallies[ObjectIdentifier(eventLoop)] { return tally }
+            let tally = RequestTally()
+            tallies[ObjectIdentifier(eventLoop)] = tally
+            return tally
+        }
+    }
+
+    /// Counts a response sent to a client: `sdui_requests_total{method,status_class,cache}`. Connections count
+    /// in their loop's ``requestTally(for:)`` instead.
     ///
     /// - Parameter cacheResult: how the cache took part; nil (label `none`) for pass-through requests.
     public func requestCompleted(method: HTTPMethod, statusCode: Int, cacheResult: CacheResult?) {
-        let slot =
-            (Self.methodIndex(method) * Self.statusClassLabels.count + Self.statusClassIndex(statusCode))
-            * Self.cacheLabels.count + Self.cacheIndex(cacheResult)
-        let reference = requestCounters[slot]
-        // Two loops racing on a first use get the same counter: the registry hands out one per label set.
-        let counter = reference.load() ?? reference.storeIfNilThenLoad(makeRequestCounter(slot: slot))
-        counter.increment()
+        sharedTally.count(method: method, statusCode: statusCode, cacheResult: cacheResult)
     }
 
     /// Records the time one backend request took, to its complete response.
@@ -266,6 +268,7 @@ public final class ProxyMetrics: Sendable {
                     state.queueDepth?.set(Double(depth))
                 }
             }
+            addTallies(into: &state)
             return registry.emitToString()
         }
     }
@@ -275,56 +278,35 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Labels
 
+    /// Adds what the tallies counted since the last rendering to the registry's request counters.
+    private func addTallies(into state: inout ScrapeState) {
+        let tallies = [sharedTally] + loopTallies.withLock { Array($0.values) }
+        for slot in 0..<RequestTally.slotCount {
+            let total = tallies.reduce(0) { $0 + $1.count(inSlot: slot) }
+            let added = total - state.renderedRequests[slot]
+            guard added > 0 else { continue }
+            let counter = state.requestCounters[slot] ?? makeRequestCounter(slot: slot)
+            state.requestCounters[slot] = counter
+            counter.increment(by: Int64(added))
+            state.renderedRequests[slot] = total
+        }
+    }
+
     private func makeRequestCounter(slot: Int) -> Counter {
-        let cache = slot % Self.cacheLabels.count
-        let rest = slot / Self.cacheLabels.count
-        let statusClass = rest % Self.statusClassLabels.count
-        let method = rest / Self.statusClassLabels.count
+        let labels = RequestTally.labels(ofSlot: slot)
         return registry.makeCounter(
             descriptor: Self.descriptor(
                 "requests",
                 unit: "total",
                 help: "Responses sent to clients, by method, status class and how the cache took part."
             ),
-            labels: [
-                ("method", Self.methodLabels[method]),
-                ("status_class", Self.statusClassLabels[statusClass]),
-                ("cache", Self.cacheLabels[cache]),
-            ]
+            labels: [("method", labels.method), ("status_class", labels.statusClass), ("cache", labels.cache)]
         )
     }
 
     /// `sdui_<name>[_<unit>]`, with its help text.
     private static func descriptor(_ name: String, unit: String = "", help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(namespace: "sdui", metricName: name, unitName: unit, helpText: help)
-    }
-
-    private static func methodIndex(_ method: HTTPMethod) -> Int {
-        switch method {
-        case .GET: 0
-        case .HEAD: 1
-        case .POST: 2
-        case .PUT: 3
-        case .PATCH: 4
-        case .DELETE: 5
-        case .OPTIONS: 6
-        default: 7
-        }
-    }
-
-    private static func statusClassIndex(_ code: Int) -> Int {
-        (100...599).contains(code) ? code / 100 - 1 : 5
-    }
-
-    private static func cacheIndex(_ result: CacheResult?) -> Int {
-        switch result {
-        case nil: 0
-        case .hit: 1
-        case .miss: 2
-        case .bypass: 3
-        case .stale: 4
-        case .revalidated: 5
-        }
     }
 
     /// Sets a counter that mirrors a monotonic figure kept elsewhere (the cache's own statistics).

@@ -138,13 +138,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var isIdleTimerArmed: Bool { deadline?.kind == .idle }
     private var context: ChannelHandlerContext?
 
-    /// Made on the connection's event loop: `buffers` is that loop's.
-    init(runtime: ProxyRuntime, buffers: ResponseBufferRecycler) {
+    /// Made on the connection's event loop: `buffers` and `requests` are that loop's.
+    init(runtime: ProxyRuntime, buffers: ResponseBufferRecycler, requests: RequestTally) {
         self.runtime = runtime
         self.generation = runtime.generation
         self.proxy = runtime.context
         self.settings = RequestSettings(runtime.context.configuration)
-        self.connectionState = ConnectionResponseState(metrics: runtime.context.metrics, buffers: buffers)
+        self.connectionState = ConnectionResponseState(requests: requests, buffers: buffers)
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
         // own 414 or 431.
@@ -926,7 +926,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
             status: progress.value.status,
             cacheResult: cacheStatus,
             bytes: progress.value.bytes,
-            in: connectionState.value.metrics
+            in: connectionState.value.requests
         )
         beforeEnd.value()
         let context = self.context.value

@@ -34,8 +34,8 @@ struct RequestAccounting {
         }
     }
 
-    func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, in metrics: ProxyMetrics) {
-        metrics.requestCompleted(method: method, statusCode: Int(status.code), cacheResult: cacheResult)
+    func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, in tally: RequestTally) {
+        tally.count(method: method, statusCode: Int(status.code), cacheResult: cacheResult)
         guard let access else { return }
         AccessLogEntry(
             method: method,

@@ -3,13 +3,10 @@ import NIOHTTP1
 import SDUIProxyCore
 
 /// What a connection's responses share: whether the connection is closing (a drain has begun), whether
-/// written bytes still wait for a flush, and the metrics they are counted in.
+/// written bytes still wait for a flush, and where they are counted.
 final class ConnectionResponseState {
-    /// The proxy's metrics: one instance for the life of the server, kept across reloads. Held here, by the
-    /// connection, rather than by each request's accounting: every loop's responses count into it, so each copy
-    /// of a reference to it (a response writer is copied several times on a miss) wrote its reference count,
-    /// from both processors in turn, where a reference to this object stays with the loop that owns it.
-    let metrics: ProxyMetrics
+    /// The connection's loop's tally of responses, for the metrics.
+    let requests: RequestTally
     /// The connection's loop's buffer for composing responses.
     let buffers: ResponseBufferRecycler
     /// Set when the proxy drains: the response in progress says `Connection: close` and the connection closes
@@ -18,8 +15,8 @@ final class ConnectionResponseState {
     /// Responses written while a read burst is handled are flushed once, when it ends.
     var needsFlush = false
 
-    init(metrics: ProxyMetrics, buffers: ResponseBufferRecycler) {
-        self.metrics = metrics
+    init(requests: RequestTally, buffers: ResponseBufferRecycler) {
+        self.requests = requests
         self.buffers = buffers
     }
 }
@@ -103,7 +100,7 @@ struct ResponseWriter {
             status: status,
             cacheResult: presentation.cacheResult,
             bytes: bodyBytes,
-            in: connectionState.metrics
+            in: connectionState.requests
         )
         let keepAlive = self.keepAlive
         var head = connectionState.buffers.buffer(minimumCapacity: entry.encodedHead.count + 128 + bodyBytes)
@@ -157,7 +154,7 @@ struct ResponseWriter {
             status: status,
             cacheResult: cacheResult,
             bytes: isHead ? 0 : body.readableBytes,
-            in: connectionState.metrics
+            in: connectionState.requests
         )
         let keepAlive = self.keepAlive
         var headers = headers

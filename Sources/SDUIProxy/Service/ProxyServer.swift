@@ -153,8 +153,12 @@ public final class ProxyServer: Sendable {
                     let sync = channel.pipeline.syncOperations
                     // The handler parses requests, does its own pipelining and error answers, and writes
                     // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
-                    let buffers = responseBuffers.value(on: channel.eventLoop)
-                    try sync.addHandler(PublicHTTPHandler(runtime: runtime, buffers: buffers))
+                    let handler = PublicHTTPHandler(
+                        runtime: runtime,
+                        buffers: responseBuffers.value(on: channel.eventLoop),
+                        requests: runtime.context.metrics.requestTally(for: channel.eventLoop)
+                    )
+                    try sync.addHandler(handler)
                 }
             }
             let prefetcher = Prefetcher(runtime: runtime, eventLoopGroup: group)

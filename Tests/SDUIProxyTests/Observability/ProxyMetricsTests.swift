@@ -55,6 +55,30 @@ struct ProxyMetricsTests {
         )
     }
 
+    @Test("each loop counts in a tally of its own; rendering adds them up, and adds only what is new each time")
+    func loopTallies() async throws {
+        let metrics = ProxyMetrics()
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        #expect(metrics.requestTally(for: loops[0]) === metrics.requestTally(for: loops[0]))
+        #expect(metrics.requestTally(for: loops[0]) !== metrics.requestTally(for: loops[1]))
+        func count(_ times: Int, on loop: any EventLoop) async throws {
+            try await loop.submit {
+                let tally = metrics.requestTally(for: loop)
+                for _ in 0..<times { tally.count(method: .GET, statusCode: 200, cacheResult: .hit) }
+            }.get()
+        }
+        let hits = #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} "#
+        try await count(5, on: loops[0])
+        try await count(7, on: loops[1])
+        metrics.requestCompleted(method: .GET, statusCode: 200, cacheResult: .hit)
+        #expect(samples(metrics.render()).contains(hits + "13"))
+        #expect(samples(metrics.render()).contains(hits + "13"))
+        try await count(2, on: loops[1])
+        #expect(samples(metrics.render()).contains(hits + "15"))
+        try await group.shutdownGracefully()
+    }
+
     @Test("upstream latency goes into cumulative histogram buckets in seconds")
     func upstreamHistogram() {
         let metrics = ProxyMetrics()

@@ -1,0 +1,91 @@
+import Atomics
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Responses sent to clients (`sdui_requests_total`), as one event loop counts them: a count for each
+/// combination of method, status class and cache result, added into the registry's counters when the metrics
+/// are rendered.
+///
+/// A registry counter is one atomic that every loop adds to, and the object holding it is retained and
+/// released by every loop too: each response moved those cache lines from one processor to the other (6 % of
+/// a hit's user-space cycles). A tally is written by its own loop only, so its lines stay where they are.
+/// Counts are atomics all the same, so a tally shared by callers off the loops stays exact, and rendering may
+/// read it from any thread.
+public final class RequestTally: @unchecked Sendable {
+    static let methodLabels = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"]
+    static let statusClassLabels = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"]
+    static let cacheLabels = ["none"] + CacheResult.allCases.map(\.rawValue)
+    /// One count per label combination: slot = (method * status classes + status class) * cache results + cache.
+    static let slotCount = methodLabels.count * statusClassLabels.count * cacheLabels.count
+
+    /// The counts, alone on their cache lines (the allocation is aligned to a line and padded to whole ones).
+    /// Only reached through `UnsafeAtomic`, which is what makes sharing the class across threads sound.
+    private let counts: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
+    private static let cacheLineBytes = 64
+
+    public init() {
+        let bytes = Self.slotCount * MemoryLayout<UnsafeAtomic<Int>.Storage>.stride
+        let padded = (bytes + Self.cacheLineBytes - 1) / Self.cacheLineBytes * Self.cacheLineBytes
+        counts = UnsafeMutableRawPointer.allocate(byteCount: padded, alignment: Self.cacheLineBytes)
+            .bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: Self.slotCount)
+        counts.initialize(repeating: UnsafeAtomic<Int>.Storage(0), count: Self.slotCount)
+    }
+
+    deinit {
+        counts.deinitialize(count: Self.slotCount)
+        UnsafeMutableRawPointer(counts).deallocate()
+    }
+
+    /// Counts one response.
+    ///
+    /// - Parameter cacheResult: how the cache took part; nil (label `none`) for pass-through requests.
+    public func count(method: HTTPMethod, statusCode: Int, cacheResult: CacheResult?) {
+        let slot =
+            (Self.methodIndex(method) * Self.statusClassLabels.count + Self.statusClassIndex(statusCode))
+            * Self.cacheLabels.count + Self.cacheIndex(cacheResult)
+        UnsafeAtomic<Int>(at: counts + slot).wrappingIncrement(ordering: .relaxed)
+    }
+
+    /// The responses counted in `slot` so far.
+    func count(inSlot slot: Int) -> Int {
+        UnsafeAtomic<Int>(at: counts + slot).load(ordering: .relaxed)
+    }
+
+    /// The label values of `slot`: method, status class, cache result.
+    static func labels(ofSlot slot: Int) -> (method: String, statusClass: String, cache: String) {
+        let cache = slot % cacheLabels.count
+        let rest = slot / cacheLabels.count
+        return (
+            methodLabels[rest / statusClassLabels.count], statusClassLabels[rest % statusClassLabels.count],
+            cacheLabels[cache]
+        )
+    }
+
+    private static func methodIndex(_ method: HTTPMethod) -> Int {
+        switch method {
+        case .GET: 0
+        case .HEAD: 1
+        case .POST: 2
+        case .PUT: 3
+        case .PATCH: 4
+        case .DELETE: 5
+        case .OPTIONS: 6
+        default: 7
+        }
+    }
+
+    private static func statusClassIndex(_ code: Int) -> Int {
+        (100...599).contains(code) ? code / 100 - 1 : 5
+    }
+
+    private static func cacheIndex(_ result: CacheResult?) -> Int {
+        switch result {
+        case nil: 0
+        case .hit: 1
+        case .miss: 2
+        case .bypass: 3
+        case .stale: 4
+        case .revalidated: 5
+        }
+    }
+}
