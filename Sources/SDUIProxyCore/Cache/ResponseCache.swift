@@ -77,9 +77,17 @@ public final class ResponseCache: Sendable {
         return count
     }
 
+    /// Runs `body` under the lock of `key`'s shard. The shard is reached without a reference count: every loop
+    /// locks the same shards, and retaining one wrote its count from both processors in turn, on every hit.
+    /// Sound because ``shards`` holds every shard for the cache's life.
     @inline(__always)
-    private func shard(for key: CacheKey) -> Shard {
-        shards[key.hashCode & shardMask]
+    private func withShard<Result: Sendable>(
+        for key: CacheKey,
+        _ body: (inout sending Shard.State) -> Result
+    ) -> Result {
+        Unmanaged.passUnretained(shards[key.hashCode & shardMask])._withUnsafeGuaranteedRef { shard in
+            shard.state.withLock { state in body(&state) }
+        }
     }
 
     /// The key of the variant `requestHeaders` select, given the header names the backend varies on.
@@ -112,10 +120,10 @@ public final class ResponseCache: Sendable {
     /// Whether a fresh entry exists for `key`, without counting a hit or a miss or touching recency: for
     /// deciding whether background work is needed.
     public func hasFreshEntry(_ key: CacheKey, requestHeaders: HTTPHeaders, now: NIODeadline) -> Bool {
-        var slot = shard(for: key).state.withLock { $0.store.peek(key) }
+        var slot = withShard(for: key) { $0.store.peek(key) }
         if case .variants(let names)? = slot {
             let variant = Self.variantKey(key, names: names, requestHeaders: requestHeaders)
-            slot = shard(for: variant).state.withLock { $0.store.peek(variant) }
+            slot = withShard(for: variant) { $0.store.peek(variant) }
         }
         guard case .response(let entry)? = slot else { return false }
         return entry.isFresh(at: now) && !entry.directives.noCache
@@ -129,7 +137,7 @@ public final class ResponseCache: Sendable {
     /// One locked visit to a shard: find, classify and count.
     @inline(__always)
     private func lookupOne(_ key: CacheKey, now: NIODeadline) -> SlotLookup {
-        shard(for: key).state.withLock { state -> SlotLookup in
+        withShard(for: key) { state -> SlotLookup in
             switch state.store.value(forKey: key) {
             case .response(let entry)?:
                 guard entry.isFresh(at: now), !entry.directives.noCache else { return .found(.stale(entry)) }
@@ -146,12 +154,12 @@ public final class ResponseCache: Sendable {
 
     /// Counts a request answered from a stale entry.
     public func recordStaleServe(_ key: CacheKey) {
-        shard(for: key).state.withLock { $0.statistics.staleServes += 1 }
+        withShard(for: key) { $0.statistics.staleServes += 1 }
     }
 
     /// Counts a successful revalidation with the backend.
     public func recordRevalidation(_ key: CacheKey) {
-        shard(for: key).state.withLock { $0.statistics.revalidations += 1 }
+        withShard(for: key) { $0.statistics.revalidations += 1 }
     }
 
     /// Stores `response` for `key`, evicting least recently used entries of its shard as needed. A response
@@ -168,7 +176,7 @@ public final class ResponseCache: Sendable {
 
     private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {
         var evicted = Evicted()
-        let stored = shard(for: key).state.withLock { state in
+        let stored = withShard(for: key) { state in
             let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in evicted.keep(key, slot) }
             state.statistics.evictions += evicted.count
             if stored { state.statistics.stores += 1 } else { state.statistics.rejectedAsTooLarge += 1 }
