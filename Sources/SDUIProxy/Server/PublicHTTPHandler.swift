@@ -90,8 +90,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let runtime: ProxyRuntime
     /// The context in force when the current request started; refreshed when a reload replaced it.
     private var proxy: ProxyContext {
-        didSet { settings = RequestSettings(proxy.configuration) }
+        didSet {
+            settings = RequestSettings(proxy.configuration)
+            unretainedProxy = Unmanaged.passUnretained(proxy)
+        }
     }
+    /// ``proxy`` without a reference count, for ``withProxy(_:)``.
+    private var unretainedProxy: Unmanaged<ProxyContext>
     /// What every request reads of the configuration, copied out when the context changes.
     private var settings: RequestSettings
     private var generation: Int
@@ -143,6 +148,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.runtime = runtime
         self.generation = runtime.generation
         self.proxy = runtime.context
+        self.unretainedProxy = Unmanaged.passUnretained(runtime.context)
         self.settings = RequestSettings(runtime.context.configuration)
         self.connectionState = ConnectionResponseState(requests: requests, buffers: buffers)
         // A head may be as long as the URL and header limits together (plus slack for the request line and
@@ -281,6 +287,15 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// Calls `body` with ``proxy``, not retained: for the calls every request makes on it. Every loop shares the
+    /// context, and each call through ``proxy`` retained it (or the cache it holds), writing the count from both
+    /// processors in turn, three times a hit. Sound because ``proxy`` holds the context, and only this handler
+    /// replaces it, on its loop, between requests.
+    @inline(__always)
+    private func withProxy<Result>(_ body: (ProxyContext) -> Result) -> Result {
+        unretainedProxy._withUnsafeGuaranteedRef(body)
+    }
+
     private func handle(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         switch part {
         case .head(let head):
@@ -357,9 +372,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         let platform: String
-        do {
-            platform = try proxy.platform(of: head.headers)
-        } catch {
+        let found = withProxy { proxy in
+            Result<String, ProxyError> { () throws(ProxyError) in try proxy.platform(of: head.headers) }
+        }
+        switch found {
+        case .success(let found):
+            platform = found
+        case .failure(let error):
             state = .rejecting(error, keepAlive: head.keepsConnectionOpen, isHead: isHead)
             return
         }
@@ -390,7 +409,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             startForwarding(head, target: target, platform: platform, cacheStatus: .bypass, context: context)
             return
         }
-        let key = proxy.cacheKey(target: target, platform: platform, headers: head.headers, policy: policy)
+        let key = withProxy { proxy in
+            proxy.cacheKey(target: target, platform: platform, headers: head.headers, policy: policy)
+        }
         state = .readingCacheRequest(
             CacheRequest(head: head, key: key, target: target, platform: platform, policy: policy)
         )
@@ -452,7 +473,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var staleEntry: CachedResponse?
         if !hasAuthorization {
             let now = NIODeadline.now()
-            switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
+            let lookup = withProxy { proxy in
+                proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
+            }
+            switch lookup {
             case .fresh(let entry):
                 state = .idle
                 responseWriter(for: request, context: context, flushesWithReadBurst: true)
