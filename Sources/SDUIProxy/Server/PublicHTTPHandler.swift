@@ -504,9 +504,12 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let writer = responseWriter(for: request, context: context)
         let fetch = fetchRequest(for: request, staleEntry: staleEntry, context: context)
         let answer = NIOLoopBound((handler: self, request: request, writer: writer), eventLoop: context.eventLoop)
-        proxy.fetcher.fetch(fetch, on: context.eventLoop) { result in
-            let (handler, request, writer) = answer.value
-            handler.answer(request, with: result, writer: writer)
+        let eventLoop = context.eventLoop
+        withProxy { proxy in
+            proxy.fetcher.fetch(fetch, on: eventLoop) { result in
+                let (handler, request, writer) = answer.value
+                handler.answer(request, with: result, writer: writer)
+            }
         }
     }
 
