@@ -146,15 +146,18 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Made on the connection's event loop: `buffers` and `requests` are that loop's.
     init(runtime: ProxyRuntime, buffers: ResponseBufferRecycler, requests: RequestTally) {
         self.runtime = runtime
+        // The generation first, then the context, read once: a reload in between leaves an older generation,
+        // which the first request sees and refreshes, and `proxy` and `unretainedProxy` are the same context.
         self.generation = runtime.generation
-        self.proxy = runtime.context
-        self.unretainedProxy = Unmanaged.passUnretained(runtime.context)
-        self.settings = RequestSettings(runtime.context.configuration)
+        let proxyContext = runtime.context
+        self.proxy = proxyContext
+        self.unretainedProxy = Unmanaged.passUnretained(proxyContext)
+        self.settings = RequestSettings(proxyContext.configuration)
         self.connectionState = ConnectionResponseState(requests: requests, buffers: buffers)
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
         // own 414 or 431.
-        let limits = runtime.context.configuration.limits
+        let limits = proxyContext.configuration.limits
         self.parser = HTTPRequestParser(maximumHeadBytes: limits.maxURLBytes + limits.maxHeaderBytes + 1024)
     }
 
