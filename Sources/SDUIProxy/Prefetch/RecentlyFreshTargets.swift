@@ -6,8 +6,9 @@ import NIOCore
 /// Every stored component that links to other screens asks whether they are cached, and on a busy proxy the
 /// answer is nearly always yes: the same few screens, asked about on every miss. Asking takes the lock of the
 /// entry's cache shard and a reference to the entry, both written by every loop in turn (1.4 % of a miss's
-/// user-space cycles with two linked screens). A target counts as fresh here for ``recheckInterval`` (a second) after it
-/// was found fresh, so a screen evicted or purged meanwhile is prefetched at most that much later.
+/// user-space cycles with two linked screens). A target counts as fresh here for ``recheckInterval`` (a second)
+/// after it was found fresh. A screen evicted, purged or gone stale within that second is not prefetched for the
+/// components this loop stores in it; the first one stored after it asks the cache again.
 final class RecentlyFreshTargets {
     /// How long a target found fresh is taken to stay fresh without asking the cache.
     let recheckInterval: TimeAmount
@@ -21,7 +22,8 @@ final class RecentlyFreshTargets {
 
     private struct Key: Hashable {
         let target: String
-        let platform: Substring
+        /// A string of its own, not a slice of the cache key's variant, which would keep the vary values alive.
+        let platform: String
     }
 
     /// When each target was found fresh.
@@ -31,13 +33,13 @@ final class RecentlyFreshTargets {
 
     /// Whether `target` was found fresh for `platform` less than ``recheckInterval`` before `now`.
     func contains(_ target: String, platform: Substring, at now: NIODeadline) -> Bool {
-        guard let found = foundFreshAt[Key(target: target, platform: platform)] else { return false }
+        guard let found = foundFreshAt[Key(target: target, platform: String(platform))] else { return false }
         return now - found < recheckInterval
     }
 
     /// Records that the cache holds a fresh entry for `target` and `platform` at `now`.
     func insert(_ target: String, platform: Substring, at now: NIODeadline) {
         if foundFreshAt.count >= capacity { foundFreshAt.removeAll(keepingCapacity: true) }
-        foundFreshAt[Key(target: target, platform: platform)] = now
+        foundFreshAt[Key(target: target, platform: String(platform))] = now
     }
 }
