@@ -18,15 +18,16 @@ public final class RequestTally: @unchecked Sendable {
     /// One count per label combination: slot = (method * status classes + status class) * cache results + cache.
     static let slotCount = methodLabels.count * statusClassLabels.count * cacheLabels.count
 
-    /// The counts, alone on their cache lines (the allocation is aligned to a line and padded to whole ones).
+    /// The counts, alone on their cache lines: the allocation is aligned to 128 bytes and padded to a multiple of
+    /// it, two 64-byte lines, since processors may fetch lines in adjacent pairs.
     /// Only reached through `UnsafeAtomic`, which is what makes sharing the class across threads sound.
     private let counts: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
-    private static let cacheLineBytes = 64
+    private static let alignmentBytes = 128
 
     public init() {
         let bytes = Self.slotCount * MemoryLayout<UnsafeAtomic<Int>.Storage>.stride
-        let padded = (bytes + Self.cacheLineBytes - 1) / Self.cacheLineBytes * Self.cacheLineBytes
-        counts = UnsafeMutableRawPointer.allocate(byteCount: padded, alignment: Self.cacheLineBytes)
+        let padded = (bytes + Self.alignmentBytes - 1) / Self.alignmentBytes * Self.alignmentBytes
+        counts = UnsafeMutableRawPointer.allocate(byteCount: padded, alignment: Self.alignmentBytes)
             .bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: Self.slotCount)
         counts.initialize(repeating: UnsafeAtomic<Int>.Storage(0), count: Self.slotCount)
     }

@@ -44,7 +44,8 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
 
     /// The platform part of the variant.
     public var platform: Substring {
-        // Over the UTF-8 bytes: both separators are ASCII, and a `Character` loop would break graphemes.
+        // Over the UTF-8 bytes: both separators are ASCII, and stepping `Character`s checks for a grapheme break
+        // at every step.
         let end = variant.utf8.firstIndex { $0 == 0 || $0 == 1 } ?? variant.utf8.endIndex
         return variant[..<end]
     }
