@@ -277,6 +277,29 @@ struct CachedResponseStorageTests {
         #expect(stored.byteCost == body.readableBytes + stored.encodedHead.count + 256)
     }
 
+    @Test("the encoded bytes are handed over where the entry keeps them: the head, then an exact body, or no body")
+    func encodedBytesInPlace() {
+        let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text","text":"hi"}"#)
+        let small = entry(body)
+        let headStorage = small.encodedHead.withUnsafeBufferPointer { $0.baseAddress }
+        var handed: (head: [UInt8], body: [UInt8]?, sameStorage: Bool) = ([], nil, false)
+        small.withEncodedBytes { head, exactBody in
+            handed = (Array(head), exactBody.map(Array.init), head.baseAddress == UnsafeRawPointer(headStorage))
+        }
+        #expect(handed.head == Array(small.encodedHead))
+        #expect(handed.head.count == small.encodedHeadCount)
+        #expect(handed.body == Array(body.readableBytesView))
+        #expect(handed.sameStorage)
+
+        let large = entry(ByteBuffer(repeating: UInt8(ascii: "x"), count: CachedResponse.maximumExactBodyBytes + 1))
+        var largeHandsBody = true
+        large.withEncodedBytes { head, exactBody in
+            largeHandsBody = exactBody != nil
+            #expect(Array(head) == Array(large.encodedHead))
+        }
+        #expect(!largeHandsBody)
+    }
+
     @Test("a body over the limit stays in its buffer")
     func largeBodyBuffer() {
         let body = ByteBuffer(repeating: UInt8(ascii: "x"), count: CachedResponse.maximumExactBodyBytes + 1)

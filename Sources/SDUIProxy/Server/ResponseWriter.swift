@@ -103,44 +103,56 @@ struct ResponseWriter {
             in: connectionState.requests
         )
         let keepAlive = self.keepAlive
-        var head = connectionState.buffers.buffer(minimumCapacity: entry.encodedHead.count + 128 + bodyBytes)
-        if !presentation.notModified, presentation.beagleMaxAge == nil {
-            head.writeBytes(entry.encodedHead)
-        } else {
-            let replacesCacheControl = presentation.beagleMaxAge != nil
-            entry.writeHead(
-                status: status,
-                keepingLines: { name in
-                    if presentation.notModified,
-                        !ConditionalRequest.notModifiedHeaderNames.contains(where: {
-                            HTTPSyntax.equalsIgnoringCase(bytes: name, $0)
-                        })
-                    {
-                        return false
-                    }
-                    return !replacesCacheControl
-                        || !(HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control")
-                            || HTTPSyntax.equalsIgnoringCase(bytes: name, "beagle-hash"))
-                },
-                into: &head
-            )
-            if let maxAge = presentation.beagleMaxAge {
-                HTTPWireFormat.writeHeaderLine("Cache-Control", "max-age=\(maxAge)", into: &head)
-                HTTPWireFormat.writeHeaderLine("beagle-hash", entry.contentHash, into: &head)
+        var head = connectionState.buffers.buffer(minimumCapacity: entry.encodedHeadCount + 128 + bodyBytes)
+        var sendsStoredBuffer = false
+        entry.withEncodedBytes { encodedHead, exactBody in
+            if !presentation.notModified, presentation.beagleMaxAge == nil {
+                head.writeBytes(encodedHead)
+            } else {
+                Self.writeHead(of: entry, status: status, presentation, into: &head)
             }
+            head.writeStaticString("Age: ")
+            head.writeString(String(presentation.age))
+            head.writeStaticString("\r\nX-Cache: ")
+            head.writeString(presentation.cacheResult.rawValue)
+            head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
+            guard bodyBytes > 0 else { return }
+            if let exactBody { head.writeBytes(exactBody) } else { sendsStoredBuffer = true }
         }
-        head.writeStaticString("Age: ")
-        head.writeString(String(presentation.age))
-        head.writeStaticString("\r\nX-Cache: ")
-        head.writeString(presentation.cacheResult.rawValue)
-        head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
-        guard bodyBytes > 0 else { return send(head, then: nil, keepAlive: keepAlive) }
-        switch entry.storedBody {
-        case .exact(let body):
-            head.writeBytes(body)
-            send(head, then: nil, keepAlive: keepAlive)
-        case .buffer(let body):
-            send(head, then: body, keepAlive: keepAlive)
+        guard sendsStoredBuffer, case .buffer(let body) = entry.storedBody else {
+            return send(head, then: nil, keepAlive: keepAlive)
+        }
+        send(head, then: body, keepAlive: keepAlive)
+    }
+
+    /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats, and
+    /// Beagle 1.x's form has its own `Cache-Control` and `beagle-hash`.
+    private static func writeHead(
+        of entry: CachedResponse,
+        status: HTTPResponseStatus,
+        _ presentation: EntryPresentation,
+        into head: inout ByteBuffer
+    ) {
+        let replacesCacheControl = presentation.beagleMaxAge != nil
+        entry.writeHead(
+            status: status,
+            keepingLines: { name in
+                if presentation.notModified,
+                    !ConditionalRequest.notModifiedHeaderNames.contains(where: {
+                        HTTPSyntax.equalsIgnoringCase(bytes: name, $0)
+                    })
+                {
+                    return false
+                }
+                return !replacesCacheControl
+                    || !(HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control")
+                        || HTTPSyntax.equalsIgnoringCase(bytes: name, "beagle-hash"))
+            },
+            into: &head
+        )
+        if let maxAge = presentation.beagleMaxAge {
+            HTTPWireFormat.writeHeaderLine("Cache-Control", "max-age=\(maxAge)", into: &head)
+            HTTPWireFormat.writeHeaderLine("beagle-hash", entry.contentHash, into: &head)
         }
     }
 

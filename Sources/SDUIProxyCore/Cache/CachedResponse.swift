@@ -15,7 +15,15 @@ import NIOHTTP1
 public final class CachedResponse: Sendable {
     public let status: HTTPResponseStatus
     /// The body as stored.
-    public let storedBody: StoredBody
+    public var storedBody: StoredBody {
+        if let largeBody { .buffer(largeBody) } else { .exact(wire[headCount...]) }
+    }
+    /// The encoded head, then the body when it is kept exact: one array.
+    private let wire: [UInt8]
+    /// Where the encoded head ends in ``wire``.
+    private let headCount: Int
+    /// A body over ``maximumExactBodyBytes``, in the buffer it arrived in; nil when the body is in ``wire``.
+    private let largeBody: ByteBuffer?
     /// The body's length in bytes.
     public let bodyLength: Int
     /// The strong validator clients see: the backend's `ETag`, or one computed from the content.
@@ -77,7 +85,24 @@ public final class CachedResponse: Sendable {
     public let byteCost: Int
     /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
     /// own `Age` and `X-Cache`, then the body. Shares its array with a body kept exact.
-    public let encodedHead: ArraySlice<UInt8>
+    public var encodedHead: ArraySlice<UInt8> { wire[..<headCount] }
+    /// The length of ``encodedHead``.
+    public var encodedHeadCount: Int { headCount }
+
+    /// Calls `body` with the encoded head and, when the entry keeps the body as exact bytes, the body, where the
+    /// entry keeps them. A hit writes both this way: taking them as slices (or out of ``storedBody``) retained
+    /// the entry's array, which every loop serving the entry shares, so its count moved between the processors
+    /// on every hit.
+    public func withEncodedBytes(
+        _ body: (_ head: UnsafeRawBufferPointer, _ exactBody: UnsafeRawBufferPointer?) -> Void
+    ) {
+        wire.withUnsafeBytes { all in
+            body(
+                UnsafeRawBufferPointer(rebasing: all[..<headCount]),
+                largeBody == nil ? UnsafeRawBufferPointer(rebasing: all[headCount...]) : nil
+            )
+        }
+    }
 
     /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers: read
     /// back from ``encodedHead``, where the entry keeps them.
@@ -279,15 +304,11 @@ public final class CachedResponse: Sendable {
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
         self.tags = tags
-        if keepsBodyExact {
-            self.encodedHead = wire[..<headBytes]
-            self.storedBody = .exact(wire[headBytes...])
-        } else {
-            self.encodedHead = wire[...]
-            self.storedBody = .buffer(Self.withoutSpareCapacity(body))
-        }
+        self.wire = wire
+        self.headCount = headBytes
+        self.largeBody = keepsBodyExact ? nil : Self.withoutSpareCapacity(body)
         // The fixed part approximates the entry's own object, key and table slot.
-        self.byteCost = body.readableBytes + self.encodedHead.count + 256
+        self.byteCost = body.readableBytes + headBytes + 256
     }
 
     /// The bytes of `HTTP/1.1 <code> <reason>` and CRLF.
