@@ -10,8 +10,8 @@ import Synchronization
 /// `MetricsSystem`), so tests and several proxies in one process keep separate numbers.
 ///
 /// Recording is cheap enough for the hit path: a response is counted in its event loop's ``RequestTally``, by
-/// index in a small table (no label strings are built or hashed), and counters and gauges are atomics. The cache figures
-/// are read from a closure when the metrics are rendered, so the cache does no metrics work at all.
+/// index in a small table (no label strings are built or hashed), and counters and gauges are atomics. The cache
+/// figures are read from a closure when the metrics are rendered, so the cache does no metrics work at all.
 public final class ProxyMetrics: Sendable {
     /// How the cache took part in answering a request (the `cache` label; pass-through requests have none).
     public typealias CacheResult = SDUIProxyCore.CacheResult
