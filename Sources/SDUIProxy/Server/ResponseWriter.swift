@@ -104,7 +104,6 @@ struct ResponseWriter {
         )
         let keepAlive = self.keepAlive
         var head = connectionState.buffers.buffer(minimumCapacity: entry.encodedHeadCount + 128 + bodyBytes)
-        var sendsStoredBuffer = false
         entry.withEncodedBytes { encodedHead, exactBody in
             if !presentation.notModified, presentation.beagleMaxAge == nil {
                 head.writeBytes(encodedHead)
@@ -116,13 +115,9 @@ struct ResponseWriter {
             head.writeStaticString("\r\nX-Cache: ")
             head.writeString(presentation.cacheResult.rawValue)
             head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
-            guard bodyBytes > 0 else { return }
-            if let exactBody { head.writeBytes(exactBody) } else { sendsStoredBuffer = true }
+            if bodyBytes > 0, let exactBody { head.writeBytes(exactBody) }
         }
-        guard sendsStoredBuffer, case .buffer(let body) = entry.storedBody else {
-            return send(head, then: nil, keepAlive: keepAlive)
-        }
-        send(head, then: body, keepAlive: keepAlive)
+        send(head, then: bodyBytes > 0 ? entry.largeBody : nil, keepAlive: keepAlive)
     }
 
     /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats, and

@@ -22,8 +22,9 @@ public final class CachedResponse: Sendable {
     private let wire: [UInt8]
     /// Where the encoded head ends in ``wire``.
     private let headCount: Int
-    /// A body over ``maximumExactBodyBytes``, in the buffer it arrived in; nil when the body is in ``wire``.
-    private let largeBody: ByteBuffer?
+    /// A body over ``maximumExactBodyBytes``, in the buffer it arrived in, which hits write as it is; nil when
+    /// the body is kept exact, behind the encoded head.
+    public let largeBody: ByteBuffer?
     /// The body's length in bytes.
     public let bodyLength: Int
     /// The strong validator clients see: the backend's `ETag`, or one computed from the content.
