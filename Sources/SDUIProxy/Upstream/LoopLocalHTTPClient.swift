@@ -197,44 +197,45 @@ final class PoolState: @unchecked Sendable {
         start(exchange, retryOnStaleConnection: true, completion: completion)
     }
 
-    /// The common case, an idle connection ready, takes no future at all: `completion` is called from the
-    /// connection's callback.
+    /// The common case, an idle connection ready, takes no future and no callback: the connection keeps
+    /// `completion` and hands it back to ``exchangeEnded(_:on:_:retryIfStale:_:)``.
     private func start(
         _ exchange: LoopLocalHTTPClient.Exchange,
         retryOnStaleConnection: Bool,
         completion: @escaping Completion
     ) {
         if let connection = takeIdleConnection() {
-            send(exchange, on: connection, retryIfStale: retryOnStaleConnection, completion)
+            connection.send(exchange, retryIfStale: retryOnStaleConnection, completion: completion)
             return
         }
         acquireNew(deadline: exchange.deadline).whenComplete { result in
             switch result {
             case .success(let connection):
-                self.send(exchange, on: connection, retryIfStale: false, completion)
+                connection.send(exchange, retryIfStale: false, completion: completion)
             case .failure(let error):
                 completion(.failure(Self.proxyError(error)))
             }
         }
     }
 
-    private func send(
-        _ exchange: LoopLocalHTTPClient.Exchange,
+    /// What `connection` tells its pool when the exchange it was sent ends: the connection is free again, or
+    /// the exchange goes once more on another one.
+    func exchangeEnded(
+        _ result: Result<UpstreamResponse, any Error>,
         on connection: UpstreamConnectionHandler,
+        _ exchange: LoopLocalHTTPClient.Exchange,
         retryIfStale: Bool,
         _ completion: @escaping Completion
     ) {
-        connection.send(exchange) { result in
-            switch result {
-            case .success(let response):
-                self.release(connection)
-                completion(.success(response))
-            case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) where retryIfStale:
-                // The backend closed a reused idle connection as the request went out: nothing was answered.
-                self.start(exchange, retryOnStaleConnection: false, completion: completion)
-            case .failure(let error):
-                completion(.failure(Self.proxyError(error)))
-            }
+        switch result {
+        case .success(let response):
+            release(connection)
+            completion(.success(response))
+        case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) where retryIfStale:
+            // The backend closed a reused idle connection as the request went out: nothing was answered.
+            start(exchange, retryOnStaleConnection: false, completion: completion)
+        case .failure(let error):
+            completion(.failure(Self.proxyError(error)))
         }
     }
 
@@ -276,7 +277,7 @@ final class PoolState: @unchecked Sendable {
 
     private func connect(deadline: NIODeadline) -> EventLoopFuture<UpstreamConnectionHandler> {
         open += 1
-        let handler = UpstreamConnectionHandler(eventLoop: eventLoop)
+        let handler = UpstreamConnectionHandler(eventLoop: eventLoop, pool: self)
         let timeout = min(connectTimeout, deadline - .now())
         return ClientBootstrap(group: eventLoop)
             .connectTimeout(max(timeout, .milliseconds(1)))
@@ -342,7 +343,8 @@ final class PoolState: @unchecked Sendable {
     }
 }
 
-/// One keep-alive connection to the backend: one exchange at a time, the response read whole.
+/// One keep-alive connection to the backend: one exchange at a time, the response read whole, and its end told
+/// to the connection's pool.
 ///
 /// It speaks HTTP/1.1 itself, with no codec handlers in the pipeline: the request goes out as the bytes
 /// ``HTTPWireFormat/encodeRequest(method:target:host:headers:body:)`` made, and the answer is read with
@@ -362,15 +364,16 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         case malformed(HTTPParseFailure)
     }
 
-    typealias Completion = (Result<UpstreamResponse, any Error>) -> Void
-
     /// The longest response head accepted from the backend.
     static let maximumResponseHeadBytes = 64 << 10
 
+    /// The exchange in flight, and what its end is told with. The exchange and its caller's completion are kept
+    /// here rather than in a callback of the pool's: a closure that captured them would be an allocation on
+    /// every exchange.
     private struct Current {
-        var completion: Completion
-        var deadline: NIODeadline
-        var maxBodyBytes: Int
+        var exchange: LoopLocalHTTPClient.Exchange
+        var retryIfStale: Bool
+        var completion: PoolState.Completion
         var head: HTTPResponseParser.Head?
         /// The body's length, when the head gave it.
         var length: Int?
@@ -383,6 +386,9 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     static let maximumBorrowedBodyBytes = CachedResponse.maximumExactBodyBytes
 
     private let eventLoop: any EventLoop
+    /// The pool this connection belongs to, and reports to. A strong reference: the pool holds an idle
+    /// connection only until the connection closes or the pool closes all.
+    private let pool: PoolState
     private var context: ChannelHandlerContext?
     private var current: Current?
     private var parser = HTTPResponseParser(maximumHeadBytes: UpstreamConnectionHandler.maximumResponseHeadBytes)
@@ -395,8 +401,9 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     private var timer: Scheduled<Void>?
     private var timerDeadline = NIODeadline.distantFuture
 
-    init(eventLoop: any EventLoop) {
+    init(eventLoop: any EventLoop, pool: PoolState) {
         self.eventLoop = eventLoop
+        self.pool = pool
     }
 
     /// Whether the connection can take another exchange.
@@ -411,15 +418,30 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         disarmTimer()
     }
 
-    /// Sends `exchange`; `completion` is called once, on this connection's loop, with the whole response or
-    /// the failure.
-    func send(_ exchange: LoopLocalHTTPClient.Exchange, completion: @escaping Completion) {
-        guard let context else { return completion(.failure(Failure.closedBeforeResponse)) }
-        guard current == nil else { return completion(.failure(Failure.busy)) }
-        current = Current(completion: completion, deadline: exchange.deadline, maxBodyBytes: exchange.maxBodyBytes)
+    /// Sends `exchange`; the pool is told once, on this connection's loop, when it ends, with the whole response
+    /// or the failure, and `completion` to pass it on to.
+    func send(
+        _ exchange: LoopLocalHTTPClient.Exchange,
+        retryIfStale: Bool,
+        completion: @escaping PoolState.Completion
+    ) {
+        let sent = Current(exchange: exchange, retryIfStale: retryIfStale, completion: completion)
+        guard let context else { return end(sent, with: .failure(Failure.closedBeforeResponse)) }
+        guard current == nil else { return end(sent, with: .failure(Failure.busy)) }
+        current = sent
         parser.expectResponse(isHEAD: exchange.isHEAD)
         armTimer(for: exchange.deadline)
         context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
+    }
+
+    private func end(_ exchange: Current, with result: Result<UpstreamResponse, any Error>) {
+        pool.exchangeEnded(
+            result,
+            on: self,
+            exchange.exchange,
+            retryIfStale: exchange.retryIfStale,
+            exchange.completion
+        )
     }
 
     func close() {
@@ -450,7 +472,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     /// out and back: a copy retained its completion, head and body, and made the body's buffer shared while it
     /// grew.
     private func receive(_ part: HTTPResponseParser.Part) {
-        guard let maxBodyBytes = current?.maxBodyBytes else { return }
+        guard let maxBodyBytes = current?.exchange.maxBodyBytes else { return }
         switch part {
         case .head(let head, let keepAlive, let length):
             if let length, length > maxBodyBytes {
@@ -484,10 +506,11 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             guard let exchange = current.take() else { return }
             if !exchange.keepAlive { close() }
             guard let head = exchange.head else {
-                return exchange.completion(.failure(Failure.closedDuringResponse))
+                return end(exchange, with: .failure(Failure.closedDuringResponse))
             }
-            exchange.completion(
-                .success(
+            end(
+                exchange,
+                with: .success(
                     UpstreamResponse(status: head.status, fields: head.fields, body: exchange.body ?? ByteBuffer())
                 )
             )
@@ -515,7 +538,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         reusable = false
         if let exchange = current {
             current = nil
-            exchange.completion(.failure(error))
+            end(exchange, with: .failure(error))
         }
         context.close(promise: nil)
     }
@@ -524,7 +547,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         let exchange = current
         current = nil
         if closing { close() }
-        exchange?.completion(.failure(failure))
+        if let exchange { end(exchange, with: .failure(failure)) }
     }
 
     private func armTimer(for deadline: NIODeadline) {
@@ -538,10 +561,10 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     private func timerFired() {
         timer = nil
         guard let exchange = current else { return }
-        if exchange.deadline <= .now() {
+        if exchange.exchange.deadline <= .now() {
             fail(with: .timedOut, closing: true)
         } else {
-            armTimer(for: exchange.deadline)
+            armTimer(for: exchange.exchange.deadline)
         }
     }
 
