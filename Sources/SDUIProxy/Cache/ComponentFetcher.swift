@@ -32,7 +32,14 @@ public final class ComponentFetcher: Sendable {
 
     /// One fetch to make. A reference: the miss path hands it to the coalescer, the exchange and the callbacks
     /// after it, and each copy of a value this size retained all of its members.
-    public final class Request: Sendable {
+    ///
+    /// While its upstream exchange is in flight it also holds what the exchange's end needs (``Exchange``), so
+    /// that the client's callback captures the request alone. A closure that captures a single reference uses
+    /// it as its context; one that captures more is given a context object of its own, an allocation on every
+    /// miss. `@unchecked Sendable` for that state: it is written before the exchange is handed to the client,
+    /// and read and cleared when the exchange ends, on the fetch's loop; nothing touches it in between. A
+    /// request is fetched once at a time (checked).
+    public final class Request: @unchecked Sendable {
         public let key: CacheKey
         public let upstream: UpstreamRequest
         public let policy: ProxyConfiguration.RoutePolicy
@@ -44,6 +51,8 @@ public final class ComponentFetcher: Sendable {
         public let staleEntry: CachedResponse?
         /// How many more hops of `shouldPrefetch` navigation to follow from the component this fetch stores.
         public let followActions: Int
+        /// The upstream exchange in flight for this request, if any.
+        fileprivate var exchange: Exchange?
 
         public init(
             key: CacheKey,
@@ -62,6 +71,19 @@ public final class ComponentFetcher: Sendable {
             self.mayCoalesce = mayCoalesce
             self.staleEntry = staleEntry
         }
+    }
+
+    /// An upstream exchange in flight: who made it, where and when, and who hears its outcome.
+    fileprivate struct Exchange {
+        let fetcher: ComponentFetcher
+        let eventLoop: any EventLoop
+        let completion: Completion
+        /// Whether the exchange leads a coalesced run, whose waiters get its outcome first.
+        let leadsCoalescedRun: Bool
+        /// When the request went out, in the two clocks its uses need: the response's age (RFC 9111 section
+        /// 4.2.3) and the exchange's duration.
+        let requestTime: Int64
+        let started: NIODeadline
     }
 
     public let cache: ResponseCache
@@ -139,24 +161,22 @@ public final class ComponentFetcher: Sendable {
     /// ``fetch(_:on:)`` with the outcome handed to `completion` on `eventLoop`: the cache miss's form, which
     /// makes no future when the fetch leads or does not coalesce.
     public func fetch(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
-        guard request.mayCoalesce else { return exchange(request, on: eventLoop, completion: completion) }
-        let leaderResult = coalescer.run(
-            key: request.key,
-            on: eventLoop,
-            work: { done in exchange(request, on: eventLoop, completion: done) },
-            leaderCompletion: completion
-        )
-        guard let leaderResult else { return }
+        guard request.mayCoalesce else {
+            return exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
+        }
+        guard let leaderResult = coalescer.join(key: request.key, on: eventLoop) else {
+            return exchange(request, on: eventLoop, leadingCoalescedRun: true, completion: completion)
+        }
         metrics.coalescedWait()
         leaderResult.whenComplete { result in
             switch result {
             case .success(let outcome) where self.mayShare(outcome, with: request):
                 completion(.success(outcome))
             case .success:
-                self.exchange(request, on: eventLoop, completion: completion)
+                self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
             case .failure(RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong):
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
-                self.exchange(request, on: eventLoop, completion: completion)
+                self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
             case .failure(let error):
                 completion(.failure(error))
             }
@@ -187,7 +207,12 @@ public final class ComponentFetcher: Sendable {
     }
 
     /// One upstream exchange: request (conditional when revalidating), validate, decide, store.
-    private func exchange(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
+    private func exchange(
+        _ request: Request,
+        on eventLoop: any EventLoop,
+        leadingCoalescedRun: Bool,
+        completion: @escaping Completion
+    ) {
         var upstream = request.upstream
         if let stale = request.staleEntry {
             if let etag = stale.upstreamETag { upstream.headers.replaceOrAdd(name: "If-None-Match", value: etag) }
@@ -195,42 +220,50 @@ public final class ComponentFetcher: Sendable {
                 upstream.headers.replaceOrAdd(name: "If-Modified-Since", value: lastModified)
             }
         }
-        let requestTime = HTTPDate.now()
-        let started = NIODeadline.now()
+        precondition(request.exchange == nil, "a fetch request is fetched once at a time")
+        request.exchange = Exchange(
+            fetcher: self,
+            eventLoop: eventLoop,
+            completion: completion,
+            leadsCoalescedRun: leadingCoalescedRun,
+            requestTime: HTTPDate.now(),
+            started: .now()
+        )
+        // `ComponentFetcher`, not `Self`: naming `Self` captures the dynamic type too, and the closure then needs
+        // a context of its own.
         client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop) { result in
-            // Clients complete on `eventLoop`, and callers rely on it; one that did not is brought back to it.
-            guard eventLoop.inEventLoop else {
-                return eventLoop.execute {
-                    self.exchangeCompleted(
-                        result,
-                        request,
-                        eventLoop,
-                        requestTime: requestTime,
-                        started: started,
-                        completion
-                    )
-                }
-            }
-            self.exchangeCompleted(result, request, eventLoop, requestTime: requestTime, started: started, completion)
+            ComponentFetcher.exchangeEnded(result, of: request)
         }
     }
 
-    /// Decides what an upstream exchange's outcome means for the fetch, on the fetch's event loop.
-    private func exchangeCompleted(
-        _ result: Result<UpstreamResponse, any Error>,
-        _ request: Request,
-        _ eventLoop: any EventLoop,
-        requestTime: Int64,
-        started: NIODeadline,
-        _ completion: Completion
-    ) {
+    /// Ends the exchange `request` is in, on the fetch's event loop: its outcome goes to the coalesced run's
+    /// waiters, if it leads one, then to the fetch's caller.
+    private static func exchangeEnded(_ result: Result<UpstreamResponse, any Error>, of request: Request) {
+        guard let exchange = request.exchange else { preconditionFailure("an exchange ended twice") }
+        // Clients complete on the fetch's loop, and callers rely on it; one that did not is brought back to it.
+        guard exchange.eventLoop.inEventLoop else {
+            return exchange.eventLoop.execute { exchangeEnded(result, of: request) }
+        }
+        request.exchange = nil
+        let fetcher = exchange.fetcher
+        let outcome = fetcher.outcome(of: result, for: request, exchange)
+        if exchange.leadsCoalescedRun { fetcher.coalescer.finish(key: request.key, with: outcome) }
+        exchange.completion(outcome)
+    }
+
+    /// What an upstream exchange's result means for the fetch.
+    private func outcome(
+        of result: Result<UpstreamResponse, any Error>,
+        for request: Request,
+        _ exchange: Exchange
+    ) -> Result<Outcome, any Error> {
         let failure: any Error
         switch result {
         case .success(let response):
-            metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - started).nanoseconds))
+            metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - exchange.started).nanoseconds))
             do {
-                return completion(
-                    .success(try process(response, for: request, on: eventLoop, requestTime: requestTime))
+                return .success(
+                    try process(response, for: request, on: exchange.eventLoop, requestTime: exchange.requestTime)
                 )
             } catch {
                 failure = error
@@ -241,9 +274,9 @@ public final class ComponentFetcher: Sendable {
         }
         if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {
             logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "error": "\(failure)"])
-            return completion(.success(.servedStale(stale, because: "\(failure)")))
+            return .success(.servedStale(stale, because: "\(failure)"))
         }
-        completion(.failure(failure))
+        return .failure(failure)
     }
 
     private func process(

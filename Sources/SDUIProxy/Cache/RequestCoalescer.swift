@@ -40,23 +40,15 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     /// How many keys have work in flight.
     public var inFlightCount: Int { state.withLock { $0.inFlight.count } }
 
-    /// How the outcome of a run is delivered.
-    public typealias Completion = @Sendable (Result<Value, any Error>) -> Void
-
-    /// Runs `work` for `key`, or joins the run already in flight.
+    /// Leads the run for `key`, or joins the run already in flight.
     ///
-    /// The leader's `work` is handed a completion to call with its outcome (on the leader's event loop): the
-    /// outcome goes to every waiter, then to `leaderCompletion`. Callbacks rather than futures, because the
-    /// leader is every plain cache miss and a future costs a promise and a callback allocation each.
+    /// The leader runs the work itself and hands its outcome to ``finish(key:with:)``, which passes it to every
+    /// waiter. No closure is handed over for the work: the leader is every plain cache miss, and a closure that
+    /// captures what the work needs is an allocation each.
     ///
-    /// - Returns: nil when this caller leads the work; otherwise the leader's outcome, on `eventLoop`, or
+    /// - Returns: nil when this caller leads; otherwise the leader's outcome, on `eventLoop`, or
     ///   ``Failure/waitedTooLong``.
-    public func run(
-        key: Key,
-        on eventLoop: any EventLoop,
-        work: (@escaping Completion) -> Void,
-        leaderCompletion: @escaping Completion
-    ) -> EventLoopFuture<Value>? {
+    public func join(key: Key, on eventLoop: any EventLoop) -> EventLoopFuture<Value>? {
         let joined = state.withLock { state -> (UInt64, EventLoopPromise<Value>)? in
             guard state.inFlight[key] != nil else {
                 state.inFlight[key] = InFlight()
@@ -68,16 +60,16 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
             state.coalescedWaits += 1
             return (waiter.id, waiter.promise)
         }
-        if let (id, promise) = joined {
-            scheduleTimeout(for: id, key: key, promise: promise, on: eventLoop)
-            return promise.futureResult
-        }
-        work { outcome in
-            let waiters = self.state.withLock { state in state.inFlight.removeValue(forKey: key)?.waiters ?? [] }
-            for waiter in waiters { waiter.promise.completeWith(outcome) }
-            leaderCompletion(outcome)
-        }
-        return nil
+        guard let (id, promise) = joined else { return nil }
+        scheduleTimeout(for: id, key: key, promise: promise, on: eventLoop)
+        return promise.futureResult
+    }
+
+    /// Ends the run for `key` that the caller leads: every waiter gets `outcome`, on its own loop, and the next
+    /// caller for `key` leads a new run.
+    public func finish(key: Key, with outcome: Result<Value, any Error>) {
+        let waiters = state.withLock { state in state.inFlight.removeValue(forKey: key)?.waiters ?? [] }
+        for waiter in waiters { waiter.promise.completeWith(outcome) }
     }
 
     private func scheduleTimeout(

@@ -31,8 +31,17 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         /// A request on a queued write route, whose body is held whole so it can be stored if the backend
         /// cannot take it now.
         case bufferingWrite(QueuedWrite)
+        /// A cache-path request that missed: its fetch is in flight, and `writer` answers it when the fetch ends.
+        case answeringMiss(CacheRequest, writer: ResponseWriter)
         /// The request has been read; its response is being produced.
         case responding
+    }
+
+    /// The handler, for the fetcher's callback, which runs on the handler's loop. Not `NIOLoopBound`, which also
+    /// holds the loop: a closure that captures more than one reference is given a context object of its own, an
+    /// allocation on every miss, while one that captures a single reference uses it as its context.
+    private struct FetchCallbackTarget: @unchecked Sendable {
+        let handler: PublicHTTPHandler
     }
 
     /// Reading these through the shared context cost a reference count per access; a copy per connection
@@ -464,7 +473,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .bufferingWrite(let write):
             state = .responding
             submitQueuedWrite(write, context: context)
-        case .idle, .responding:
+        case .idle, .answeringMiss, .responding:
             break
         }
     }
@@ -502,18 +511,22 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
         }
 
-        // Made here, not before the lookup: a writer the callback below captures is moved to the heap where it
-        // is declared, and copied there, on every hit too.
-        let writer = responseWriter(for: request, context: context)
+        state = .answeringMiss(request, writer: responseWriter(for: request, context: context))
         let fetch = fetchRequest(for: request, staleEntry: staleEntry, context: context)
-        let answer = NIOLoopBound((handler: self, request: request, writer: writer), eventLoop: context.eventLoop)
+        let target = FetchCallbackTarget(handler: self)
         let eventLoop = context.eventLoop
         withProxy { proxy in
-            proxy.fetcher.fetch(fetch, on: eventLoop) { result in
-                let (handler, request, writer) = answer.value
-                handler.answer(request, with: result, writer: writer)
-            }
+            proxy.fetcher.fetch(fetch, on: eventLoop) { result in target.handler.fetchEnded(result) }
         }
+    }
+
+    /// Answers the miss in flight with what its fetch produced.
+    private func fetchEnded(_ result: Result<ComponentFetcher.Outcome, any Error>) {
+        assert(context?.eventLoop.inEventLoop ?? true, "a fetch ended off the connection's loop")
+        guard case .answeringMiss(let request, let writer) = state else {
+            preconditionFailure("a fetch ended with no miss in flight")
+        }
+        answer(request, with: result, writer: writer)
     }
 
     /// Answers a cache-path request with what its fetch produced.
@@ -851,7 +864,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .idle, .readingCacheRequest, .rejecting, .bufferingWrite:
             state = .responding
             closingResponseWriter(context: context, accounting: nil).write(refusal)
-        case .responding:
+        case .answeringMiss, .responding:
             context.close(promise: nil)
         }
     }
