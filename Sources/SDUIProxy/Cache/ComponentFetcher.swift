@@ -239,15 +239,23 @@ public final class ComponentFetcher: Sendable {
     /// Ends the exchange `request` is in, on the fetch's event loop: its outcome goes to the coalesced run's
     /// waiters, if it leads one, then to the fetch's caller.
     private static func exchangeEnded(_ result: Result<UpstreamResponse, any Error>, of request: Request) {
-        guard let exchange = request.exchange else { preconditionFailure("an exchange ended twice") }
+        guard let eventLoop = request.exchange?.eventLoop else { preconditionFailure("an exchange ended twice") }
         // Clients complete on the fetch's loop, and callers rely on it; one that did not is brought back to it.
-        guard exchange.eventLoop.inEventLoop else {
-            return exchange.eventLoop.execute { exchangeEnded(result, of: request) }
+        guard eventLoop.inEventLoop else {
+            return eventLoop.execute { exchangeEnded(result, of: request) }
         }
-        request.exchange = nil
-        let fetcher = exchange.fetcher
-        let outcome = fetcher.outcome(of: result, for: request, exchange)
-        if exchange.leadsCoalescedRun { fetcher.coalescer.finish(key: request.key, with: outcome) }
+        // Moved out, not copied: a copy retains the fetcher, which every loop's misses retain.
+        let exchange = request.exchange.take()!
+        exchange.fetcher.exchangeEnded(result, of: request, exchange)
+    }
+
+    private func exchangeEnded(
+        _ result: Result<UpstreamResponse, any Error>,
+        of request: Request,
+        _ exchange: borrowing Exchange
+    ) {
+        let outcome = outcome(of: result, for: request, exchange)
+        if exchange.leadsCoalescedRun { coalescer.finish(key: request.key, with: outcome) }
         exchange.completion(outcome)
     }
 
@@ -255,7 +263,7 @@ public final class ComponentFetcher: Sendable {
     private func outcome(
         of result: Result<UpstreamResponse, any Error>,
         for request: Request,
-        _ exchange: Exchange
+        _ exchange: borrowing Exchange
     ) -> Result<Outcome, any Error> {
         let failure: any Error
         switch result {
