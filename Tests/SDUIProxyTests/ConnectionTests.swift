@@ -127,6 +127,48 @@ struct ConnectionTests {
         }
     }
 
+    @Test("a miss whose client left still ends its fetch: the entry is stored and a waiter gets the answer")
+    func missOutlivesItsClient() async throws {
+        try await ProxyHarness.run(origin: { _ in
+            var response = TestOrigin.Response.component()
+            response.delay = .seconds(1)
+            return response
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /left/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            try await waitUntil { proxy.origin.requestCount == 1 }
+            await connection.close()
+
+            // Joins the fetch the departed client led (a second earlier it would be a hit on what that fetch
+            // stored): had the fetch not ended its coalesced run, this request would fetch again after waiting.
+            let waiter = try await proxy.get("/left/1")
+            #expect(waiter.status == .ok)
+            #expect(["MISS", "HIT"].contains(waiter.headers.first(name: "X-Cache")))
+            let hit = try await proxy.get("/left/1")
+            #expect(hit.headers.first(name: "X-Cache") == "HIT")
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
+    @Test("malformed bytes while a miss is in flight close the connection; the fetch still stores its entry")
+    func malformedDuringMiss() async throws {
+        try await ProxyHarness.run(origin: { _ in
+            var response = TestOrigin.Response.component()
+            response.delay = .milliseconds(300)
+            return response
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /broken/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            try await waitUntil { proxy.origin.requestCount == 1 }
+            try await connection.send("THIS IS NOT HTTP\r\n\r\n")
+            // The miss's response had begun, so there is no 400 to send: the connection just closes.
+            #expect(try await connection.readUntilClosed() == "")
+
+            try await waitUntil { try await proxy.get("/broken/1").headers.first(name: "X-Cache") == "HIT" }
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
     @Test("malformed HTTP gets a 400 and the connection is closed")
     func malformed() async throws {
         try await ProxyHarness.run { proxy async throws in

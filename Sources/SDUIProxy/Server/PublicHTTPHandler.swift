@@ -524,7 +524,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func fetchEnded(_ result: Result<ComponentFetcher.Outcome, any Error>) {
         assert(context?.eventLoop.inEventLoop ?? true, "a fetch ended off the connection's loop")
         guard case .answeringMiss(let request, let writer) = state else {
-            preconditionFailure("a fetch ended with no miss in flight")
+            // Only a fetch this handler started ends here, and nothing else leaves `answeringMiss`.
+            assertionFailure("a fetch ended with no miss in flight")
+            return
         }
         answer(request, with: result, writer: writer)
     }
