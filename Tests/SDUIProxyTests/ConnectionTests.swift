@@ -129,14 +129,8 @@ struct ConnectionTests {
 
     @Test("a miss whose client left still ends its fetch: the entry is stored and a waiter gets the answer")
     func missOutlivesItsClient() async throws {
-        try await ProxyHarness.run(origin: { _ in
-            var response = TestOrigin.Response.component()
-            response.delay = .seconds(1)
-            return response
-        }) { proxy async throws in
-            let connection = try await RawConnection(port: proxy.server.publicPort)
-            try await connection.send("GET /left/1 HTTP/1.1\r\nHost: x\r\n\r\n")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await ProxyHarness.run(origin: { _ in .component(delay: .seconds(1)) }) { proxy async throws in
+            let connection = try await missInFlight("/left/1", on: proxy)
             await connection.close()
 
             // Joins the fetch the departed client led (a second earlier it would be a hit on what that fetch
@@ -152,14 +146,8 @@ struct ConnectionTests {
 
     @Test("malformed bytes while a miss is in flight close the connection; the fetch still stores its entry")
     func malformedDuringMiss() async throws {
-        try await ProxyHarness.run(origin: { _ in
-            var response = TestOrigin.Response.component()
-            response.delay = .milliseconds(300)
-            return response
-        }) { proxy async throws in
-            let connection = try await RawConnection(port: proxy.server.publicPort)
-            try await connection.send("GET /broken/1 HTTP/1.1\r\nHost: x\r\n\r\n")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await ProxyHarness.run(origin: { _ in .component(delay: .milliseconds(300)) }) { proxy async throws in
+            let connection = try await missInFlight("/broken/1", on: proxy)
             try await connection.send("THIS IS NOT HTTP\r\n\r\n")
             // The miss's response had begun, so there is no 400 to send: the connection just closes.
             #expect(try await connection.readUntilClosed() == "")
@@ -167,6 +155,14 @@ struct ConnectionTests {
             try await waitUntil { try await proxy.get("/broken/1").headers.first(name: "X-Cache") == "HIT" }
             #expect(proxy.origin.requestCount == 1)
         }
+    }
+
+    /// A connection whose GET for `path` is a miss the origin has received and not yet answered.
+    private func missInFlight(_ path: String, on proxy: ProxyHarness) async throws -> RawConnection {
+        let connection = try await RawConnection(port: proxy.server.publicPort)
+        try await connection.send("GET \(path) HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await waitUntil { proxy.origin.requestCount == 1 }
+        return connection
     }
 
     @Test("malformed HTTP gets a 400 and the connection is closed")

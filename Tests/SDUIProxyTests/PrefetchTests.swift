@@ -240,11 +240,7 @@ struct PrefetchTests {
 
     @Test("a client and a prefetch racing for one key send one request upstream")
     func clientAndPrefetchRace() async throws {
-        try await ProxyHarness.run(origin: { _ in
-            var response = TestOrigin.Response.component()
-            response.delay = .milliseconds(700)
-            return response
-        }) { proxy async throws in
+        try await ProxyHarness.run(origin: { _ in .component(delay: .milliseconds(700)) }) { proxy async throws in
             async let prefetched = proxy.admin(
                 "/prefetch",
                 method: .POST,

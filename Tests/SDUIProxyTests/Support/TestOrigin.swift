@@ -40,11 +40,12 @@ final class TestOrigin: Sendable {
         static func component(
             _ type: String = "beagle:screenComponent",
             maxAge: Int? = 60,
-            extra: String = ""
+            extra: String = "",
+            delay: TimeAmount = .zero
         )
             -> Response
         {
-            var response = Response()
+            var response = Response(delay: delay)
             if let maxAge { response.headers.append(("Cache-Control", "max-age=\(maxAge)")) }
             response.body = #"{"_beagleComponent_":"\#(type)","id":"x"\#(extra)}"#
             return response
