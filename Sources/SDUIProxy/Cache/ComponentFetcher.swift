@@ -246,13 +246,14 @@ public final class ComponentFetcher: Sendable {
         }
         // Moved out, not copied: a copy retains the fetcher, which every loop's misses retain.
         let exchange = request.exchange.take()!
-        exchange.fetcher.exchangeEnded(result, of: request, exchange)
+        exchange.fetcher.finish(exchange, with: result, of: request)
     }
 
-    private func exchangeEnded(
-        _ result: Result<UpstreamResponse, any Error>,
-        of request: Request,
-        _ exchange: borrowing Exchange
+    /// Decides what the ended exchange's result means, and hands the outcome on.
+    private func finish(
+        _ exchange: borrowing Exchange,
+        with result: Result<UpstreamResponse, any Error>,
+        of request: Request
     ) {
         let outcome = outcome(of: result, for: request, exchange)
         if exchange.leadsCoalescedRun { coalescer.finish(key: request.key, with: outcome) }

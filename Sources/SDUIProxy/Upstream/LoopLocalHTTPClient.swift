@@ -58,7 +58,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         return promise.futureResult
     }
 
-    /// The exchange is completed straight from the connection's callback, without a promise of its own.
+    /// The exchange is completed when its connection reports its end to the pool, without a promise of its own.
     public func fetch(
         _ request: UpstreamRequest,
         maxBodyBytes: Int,
@@ -434,13 +434,13 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
     }
 
-    private func end(_ exchange: Current, with result: Result<UpstreamResponse, any Error>) {
+    private func end(_ inFlight: Current, with result: Result<UpstreamResponse, any Error>) {
         pool.exchangeEnded(
             result,
             on: self,
-            exchange.exchange,
-            retryIfStale: exchange.retryIfStale,
-            exchange.completion
+            inFlight.exchange,
+            retryIfStale: inFlight.retryIfStale,
+            inFlight.completion
         )
     }
 
@@ -503,15 +503,15 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             }
             current?.body?.writeBuffer(&part)
         case .end:
-            guard let exchange = current.take() else { return }
-            if !exchange.keepAlive { close() }
-            guard let head = exchange.head else {
-                return end(exchange, with: .failure(Failure.closedDuringResponse))
+            guard let inFlight = current.take() else { return }
+            if !inFlight.keepAlive { close() }
+            guard let head = inFlight.head else {
+                return end(inFlight, with: .failure(Failure.closedDuringResponse))
             }
             end(
-                exchange,
+                inFlight,
                 with: .success(
-                    UpstreamResponse(status: head.status, fields: head.fields, body: exchange.body ?? ByteBuffer())
+                    UpstreamResponse(status: head.status, fields: head.fields, body: inFlight.body ?? ByteBuffer())
                 )
             )
         }
@@ -520,13 +520,13 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     func channelInactive(context: ChannelHandlerContext) {
         reusable = false
         disarmTimer()
-        if let exchange = current {
+        if let inFlight = current {
             // A body that runs to the close ends here; anything else was cut short.
             if parser.bodyEndsWithConnection, let part = try? parser.finish() {
                 receive(part)
             } else {
                 fail(
-                    with: exchange.head == nil ? .closedBeforeResponse : .closedDuringResponse,
+                    with: inFlight.head == nil ? .closedBeforeResponse : .closedDuringResponse,
                     closing: false
                 )
             }
@@ -536,18 +536,18 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         reusable = false
-        if let exchange = current {
+        if let inFlight = current {
             current = nil
-            end(exchange, with: .failure(error))
+            end(inFlight, with: .failure(error))
         }
         context.close(promise: nil)
     }
 
     private func fail(with failure: Failure, closing: Bool) {
-        let exchange = current
+        let inFlight = current
         current = nil
         if closing { close() }
-        if let exchange { end(exchange, with: .failure(failure)) }
+        if let inFlight { end(inFlight, with: .failure(failure)) }
     }
 
     private func armTimer(for deadline: NIODeadline) {
@@ -560,11 +560,11 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
 
     private func timerFired() {
         timer = nil
-        guard let exchange = current else { return }
-        if exchange.exchange.deadline <= .now() {
+        guard let inFlight = current else { return }
+        if inFlight.exchange.deadline <= .now() {
             fail(with: .timedOut, closing: true)
         } else {
-            armTimer(for: exchange.exchange.deadline)
+            armTimer(for: inFlight.exchange.deadline)
         }
     }
 
