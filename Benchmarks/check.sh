@@ -136,6 +136,8 @@ if command -v python3 >/dev/null; then
         printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\n'
         printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\n'
         printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\n'
+        printf 'speeds\tproxy\t64\t1\t40000\t10000000\t4000.0\t1000\t5000\t0\t1200000\t40000\t0\t0\t0\n'
+        printf 'speeds\tnginx-nocache\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t800000\t20000\t0\t0\t0\n'
     } >"$sample/runs.tsv"
     printf 'target\tclients\tanswered\tok\torigin_requests\tx_cache\tfailures\nproxy\t1000\t1000\t1000\t1\tHIT 999, MISS 1\t-\n' >"$sample/stampede.tsv"
     printf 'target\tentries\tmisses\trss_before_kb\trss_after_kb\tpayload_bytes\nproxy\t100000\t100000\t20000\t400000\t2427\n' >"$sample/memory.tsv"
@@ -146,10 +148,16 @@ if command -v python3 >/dev/null; then
         printf 'miss\tproxy\t1\t1000\t470000000\t510000000\t250000000\n'
         printf 'miss\tnginx-nocache\t1\t1000\t30000000\t60000000\t40000000\n'
     } >"$sample/instructions.tsv"
+    {
+        printf 'target\trestart\trequests\tuser_instructions\tuser_cycles\tkernel_instructions\tkernel_cycles\n'
+        printf 'proxy\t1\t20000\t3000000000\t1200000000\t600000000\t1000000000\n'
+        printf 'nginx-nocache\t1\t40000\t1000000000\t450000000\t1200000000\t800000000\n'
+    } >"$sample/speeds.tsv"
     if out=$(python3 "$BENCH_DIR/tools/report.py" "$sample" 2>&1) &&
         [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
-        grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out"; then
-        pass "report.py renders a sample (instructions table included); last line is the hit CPU ratio"
+        grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out" &&
+        grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out"; then
+        pass "report.py renders a sample (instructions and speeds tables included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

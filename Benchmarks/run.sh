@@ -6,6 +6,7 @@
 #   ROUNDS=1 DURATION=3 SCENARIOS="hit" Benchmarks/run.sh
 #   SKIP_BUILD=1 BIN=/path/to/sdui-proxy Benchmarks/run.sh
 #   SCENARIOS=instructions Benchmarks/run.sh            # CPU instructions per hit and per miss (perf stat)
+#   SCENARIOS=speeds Benchmarks/run.sh                  # miss rates across origin restarts (the two speeds)
 #
 # stdout carries only the final report (markdown); progress goes to stderr. The last line on stdout is always
 #   hit-cpu-per-request ratio vs nginx: X.XX
@@ -46,6 +47,9 @@ MEMORY_CACHE_MB=${MEMORY_CACHE_MB:-1024}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-180}
 INSTRUCTION_TARGETS=${INSTRUCTION_TARGETS:-"proxy nginx"}
 INSTRUCTION_CONNECTIONS=${INSTRUCTION_CONNECTIONS:-64}
+SPEED_RESTARTS=${SPEED_RESTARTS:-6}
+SPEED_TARGETS=${SPEED_TARGETS:-"proxy nginx-nocache"}
+SPEED_CONNECTIONS=${SPEED_CONNECTIONS:-64}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-3600}
@@ -267,7 +271,8 @@ ensure_tools() {
     command -v varnishd >/dev/null || missing+=(varnish)
     command -v curl >/dev/null || missing+=(curl)
     command -v python3 >/dev/null || missing+=(python3)
-    [[ " $SCENARIOS " != *" instructions "* ]] || command -v perf >/dev/null || missing+=(linux-perf)
+    [[ " $SCENARIOS " != *" instructions "* && " $SCENARIOS " != *" speeds "* ]] || command -v perf >/dev/null ||
+        missing+=(linux-perf)
     ((${#missing[@]} == 0)) && return 0
     [[ $SKIP_INSTALL == 1 ]] && die "missing tools: ${missing[*]} (SKIP_INSTALL=1)"
     [[ $(id -u) == 0 ]] || die "missing tools: ${missing[*]}; install them or run as root so apt-get can"
@@ -642,28 +647,49 @@ scenario_instructions() {
     done
 }
 
+# speeds: the miss rate of each target across restarts of the origin. A restart gives every target new backend
+# connections (and the origin a new process); on a small shared machine the same binary then runs at one of two
+# speeds, and this shows it for each target, with the user-space and kernel instructions and cycles per request
+# when perf can count them (the same instructions at more cycles: the work did not change, its cost did).
+scenario_speeds() {
+    local targets target restart counters=0 requests stat_file
+    read -ra targets <<<"$SPEED_TARGETS"
+    perf stat -e instructions:k true >/dev/null 2>&1 && counters=1
+    ((counters)) || note "speeds: perf cannot count kernel instructions here; rates and CPU only"
+    start_targets "$CACHE_MB" "${targets[@]}"
+    printf 'target\trestart\trequests\tuser_instructions\tuser_cycles\tkernel_instructions\tkernel_cycles\n' \
+        >"$RESULTS/speeds.tsv"
+    for ((restart = 1; restart <= SPEED_RESTARTS; restart++)); do
+        stop_server origin
+        start_origin
+        for target in "${targets[@]}"; do
+            # Not recorded: it re-opens the backend connections (and lets each target retry a closed one).
+            run_load speeds "$target" "$SPEED_CONNECTIONS" warm "$WARMUP" / miss.lua "$RUN_ID-speeds-$restart-warm-$target"
+            run_load speeds "$target" "$SPEED_CONNECTIONS" "$restart" "$DURATION" / miss.lua "$RUN_ID-speeds-$restart-$target"
+            ((counters)) || continue
+            # Counted on its own run, on the same connections, since counting slows the server.
+            stat_file=$RESULTS/perf-speeds-$target-$restart.csv
+            requests=$(counted_load "$target" "$SPEED_CONNECTIONS" instructions:u,cycles:u,instructions:k,cycles:k \
+                "$stat_file" / miss.lua "$RUN_ID-speeds-$restart-counted-$target") ||
+                die "wrk failed for speeds/$target (counted run)"
+            awk -F, -v target="$target" -v restart="$restart" -v n="$requests" '
+                { c[$3] = $1 }
+                END {
+                    printf "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", target, restart, n,
+                        c["instructions:u"], c["cycles:u"], c["instructions:k"], c["cycles:k"]
+                }' "$stat_file" >>"$RESULTS/speeds.tsv"
+        done
+    done
+}
+
 # count_instructions KIND TARGET ROUND PATH SCRIPT [ARGS]: one wrk run at INSTRUCTION_CONNECTIONS while perf
 # counts the target's processes; appends a line to instructions.tsv.
 count_instructions() {
     local kind=$1 target=$2 round=$3 path=$4 script=$5
     shift 5
-    local root pids stat_file perf_pid out requests
-    root=$(registered_pid "$(target_server "$target")")
-    [[ -n $root ]] || die "no running server for $target"
-    pids=$(tree_pids "$root" | paste -sd, -)
-    stat_file=$RESULTS/perf-$kind-$target-$round.csv
-    perf stat -x, -e instructions:u,instructions,cycles -p "$pids" -o "$stat_file" &
-    perf_pid=$!
-    out=$(timeout --foreground --kill-after=10 $((DURATION + 30)) \
-        wrk -t"$WRK_THREADS" -c"$INSTRUCTION_CONNECTIONS" -d"${DURATION}s" --timeout 5s -s "$LUA_DIR/$script" \
-        "http://127.0.0.1:$(target_port "$target")$path" -- "$@" 2>&1) || {
-        kill -INT "$perf_pid" 2>/dev/null || true
-        die "wrk failed for instructions/$kind/$target"
-    }
-    kill -INT "$perf_pid"
-    wait "$perf_pid" || true
-    requests=$(grep -o 'BENCH requests=[0-9]*' <<<"$out" | cut -d= -f2)
-    [[ -n $requests && $requests -gt 0 ]] || die "wrk printed no request count for instructions/$kind/$target"
+    local stat_file=$RESULTS/perf-$kind-$target-$round.csv requests
+    requests=$(counted_load "$target" "$INSTRUCTION_CONNECTIONS" instructions:u,instructions,cycles "$stat_file" \
+        "$path" "$script" "$@") || die "wrk failed for instructions/$kind/$target"
     awk -F, -v kind="$kind" -v target="$target" -v round="$round" -v n="$requests" '
         $3 == "instructions:u" { user = $1 } $3 == "instructions" { all = $1 } $3 == "cycles" { cycles = $1 }
         END {
@@ -674,12 +700,37 @@ count_instructions() {
         "$(tail -1 "$RESULTS/instructions.tsv" | awk -F'\t' '{ printf "%d", $5 / $4 }')")"
 }
 
+# counted_load TARGET CONNS EVENTS STAT_FILE PATH SCRIPT [ARGS]: one wrk run of DURATION while `perf stat`
+# counts EVENTS in the target's processes into STAT_FILE; prints the number of requests wrk made. Counting slows
+# a server down (on a virtual machine, by a third or more), so rates are never taken from these runs.
+counted_load() {
+    local target=$1 conns=$2 events=$3 stat_file=$4 path=$5 script=$6
+    shift 6
+    local root pids perf_pid out requests
+    root=$(registered_pid "$(target_server "$target")")
+    [[ -n $root ]] || die "no running server for $target"
+    pids=$(tree_pids "$root" | paste -sd, -)
+    perf stat -x, -e "$events" -p "$pids" -o "$stat_file" &
+    perf_pid=$!
+    out=$(timeout --foreground --kill-after=10 $((DURATION + 30)) \
+        wrk -t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --timeout 5s -s "$LUA_DIR/$script" \
+        "http://127.0.0.1:$(target_port "$target")$path" -- "$@" 2>&1) || {
+        kill -INT "$perf_pid" 2>/dev/null || true
+        return 1
+    }
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
+    requests=$(grep -o 'BENCH requests=[0-9]*' <<<"$out" | cut -d= -f2)
+    [[ -n $requests && $requests -gt 0 ]] || return 1
+    echo "$requests"
+}
+
 main() {
     local scenario rc failed=()
     for scenario in $SCENARIOS; do
         case $scenario in
-        hit | miss | mixed | stampede | memory | instructions) ;;
-        *) die "unknown scenario '$scenario' (hit, miss, mixed, stampede, memory, instructions)" ;;
+        hit | miss | mixed | stampede | memory | instructions | speeds) ;;
+        *) die "unknown scenario '$scenario' (hit, miss, mixed, stampede, memory, instructions, speeds)" ;;
         esac
     done
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"

@@ -8,6 +8,7 @@ RESULTS_DIR holds (each optional, tab-separated, with a header line):
   stampede.tsv  target clients answered ok origin_requests x_cache failures
   memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
   instructions.tsv  kind target round requests user_instructions instructions cycles
+  speeds.tsv    target restart requests user_instructions user_cycles kernel_instructions kernel_cycles
   notes.txt     free-form lines printed under "Notes"
   meta.txt      key=value lines (date, host, rounds, duration, ...)
 The last line printed is always `hit-cpu-per-request ratio vs nginx: X.XX` (or n/a when no hit data exists).
@@ -157,6 +158,42 @@ def print_instructions(rows):
     print()
 
 
+def print_speeds(runs, counters):
+    """Miss rates per origin restart (runs.tsv rows of the speeds scenario), with perf's counts per request."""
+    rows = [row for row in runs if row["scenario"] == "speeds" and row["round"] != "warm"]
+    if not rows:
+        return
+    counted = {(row["target"], row["restart"]): row for row in counters}
+    rates = {}
+    print("### Miss speeds across origin restarts (each restart: new backend connections for every target)")
+    print()
+    print(
+        "| restart | target | req/s | CPU µs/req | user instructions | user cycles | kernel instructions | kernel cycles |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for row in sorted(rows, key=lambda r: (int(r["round"]), target_order(r["target"]))):
+        requests = num(row["requests"])
+        if not requests:
+            continue
+        rates.setdefault(row["target"], []).append(num(row["rps"]))
+        # The counts come from a run of their own (counting slows a server), so per request of that run.
+        counts = counted.get((row["target"], row["round"]), {})
+        counted_requests = num(counts.get("requests"))
+        per = [
+            num(counts.get(k)) / counted_requests if counted_requests and num(counts.get(k)) else None
+            for k in ("user_instructions", "user_cycles", "kernel_instructions", "kernel_cycles")
+        ]
+        print(
+            f"| {row['round']} | {LABEL.get(row['target'], row['target'])} | {fmt(num(row['rps']))} | "
+            f"{fmt(num(row['cpu_us']) / requests, 1)} | " + " | ".join(fmt(value) for value in per) + " |"
+        )
+    print()
+    for target in sorted(rates, key=target_order):
+        values = rates[target]
+        print(f"- {LABEL.get(target, target)}: {fmt(min(values))} to {fmt(max(values))} req/s, median {fmt(median(values))}")
+    print()
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -231,6 +268,7 @@ def main():
         )
 
     print_instructions(read_tsv(os.path.join(directory, "instructions.tsv")))
+    print_speeds(runs, read_tsv(os.path.join(directory, "speeds.tsv")))
 
     stampede = read_tsv(os.path.join(directory, "stampede.tsv"))
     proxy_stampede = None
