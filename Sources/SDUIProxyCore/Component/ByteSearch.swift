@@ -8,8 +8,19 @@ import Musl
 import Darwin
 #endif
 
-/// Finding a byte string in a body without parsing it (whether a component mentions `shouldPrefetch` at all).
+/// Finding bytes without parsing around them: a byte string in a body (whether a component mentions
+/// `shouldPrefetch` at all), a delimiter in a head.
 public enum ByteSearch {
+    /// The index in `bytes` of the first `byte` at or after `start`, by `memchr`, which reads a word or a vector
+    /// at a time where a loop in Swift reads a byte.
+    @inline(__always)
+    static func firstIndex(of byte: UInt8, in bytes: UnsafeRawBufferPointer, from start: Int = 0) -> Int? {
+        guard start < bytes.count, let base = bytes.baseAddress,
+            let found = memchr(base + start, Int32(byte), bytes.count - start)
+        else { return nil }
+        return base.distance(to: UnsafeRawPointer(found))
+    }
+
     /// Whether `needle` occurs in `body`.
     ///
     /// The search runs `memchr` for the needle's first capital letter (its first byte when it has none) and

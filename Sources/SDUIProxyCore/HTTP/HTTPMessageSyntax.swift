@@ -159,7 +159,7 @@ enum HTTPMessageSyntax {
         guard let first = line.first, first != 0x20, first != 0x09 else {
             throw HTTPParseFailure(kind: kind, reason: "a header folded over lines (obs-fold)")
         }
-        guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > 0 else {
+        guard let colon = ByteSearch.firstIndex(of: UInt8(ascii: ":"), in: line), colon > 0 else {
             throw HTTPParseFailure(kind: kind, reason: "a malformed header line")
         }
         let name = UnsafeRawBufferPointer(rebasing: line[..<colon])
@@ -171,7 +171,7 @@ enum HTTPMessageSyntax {
         while start < end, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
         while end > start, line[end - 1] == 0x20 || line[end - 1] == 0x09 { end -= 1 }
         let value = UnsafeRawBufferPointer(rebasing: line[start..<end])
-        guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+        guard HTTPSyntax.isFieldValue(bytes: value) else {
             throw HTTPParseFailure(kind: kind, reason: "a control character in a header value")
         }
         return (name, value, end < line.count)
@@ -296,27 +296,27 @@ struct LineReader {
     var remainingLineCount: Int {
         guard position < bytes.count else { return 0 }
         var count = 1
-        for byte in bytes[position...] where byte == 0x0A { count += 1 }
+        var from = position
+        while let lineFeed = ByteSearch.firstIndex(of: 0x0A, in: bytes, from: from) {
+            count += 1
+            from = lineFeed + 1
+        }
         return count
     }
 
     mutating func next() -> Range<Int>? {
         guard isValid, position < bytes.count || (position == 0 && bytes.isEmpty) else { return nil }
         let start = position
-        var index = start
-        while index < bytes.count {
-            if bytes[index] == 0x0A {
-                guard index > start, bytes[index - 1] == 0x0D else {
-                    isValid = false
-                    return nil
-                }
-                position = index + 1
-                return start..<(index - 1)
-            }
-            index += 1
+        guard let lineFeed = ByteSearch.firstIndex(of: 0x0A, in: bytes, from: start) else {
+            position = bytes.count + 1
+            return start..<bytes.count
         }
-        position = bytes.count + 1
-        return start..<bytes.count
+        guard lineFeed > start, bytes[lineFeed - 1] == 0x0D else {
+            isValid = false
+            return nil
+        }
+        position = lineFeed + 1
+        return start..<(lineFeed - 1)
     }
 }
 

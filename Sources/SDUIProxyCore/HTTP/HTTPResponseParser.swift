@@ -180,7 +180,7 @@ public struct HTTPResponseParser: Sendable {
         let reason =
             line.count > 13
             ? UnsafeRawBufferPointer(rebasing: line[13...]) : UnsafeRawBufferPointer(start: nil, count: 0)
-        guard reason.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+        guard HTTPSyntax.isFieldValue(bytes: reason) else {
             throw bad("a control character in the reason phrase")
         }
         return (version, HTTPResponseStatus(statusCode: code, reasonPhrase: String(decoding: reason, as: UTF8.self)))

@@ -1,0 +1,93 @@
+import Testing
+
+@testable import SDUIProxyCore
+
+/// The byte classes every head is checked against, read a word at a time or from bit masks, held to their
+/// definitions in RFC 9110 byte by byte.
+@Suite("HTTP byte classes")
+struct HTTPByteClassTests {
+    /// `tchar` as RFC 9110 section 5.6.2 spells it.
+    private static let tokenCharacters = Set(
+        "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8
+    )
+
+    /// `field-vchar` or whitespace (RFC 9110 section 5.5): a tab, a space, VCHAR or obs-text.
+    private static func isFieldValueByte(_ byte: UInt8) -> Bool {
+        byte == 0x09 || byte == 0x20 || (0x21...0x7E).contains(byte) || byte >= 0x80
+    }
+
+    @Test("a token byte is exactly a tchar, for all 256 bytes")
+    func tokenBytes() {
+        for byte in UInt8.min...UInt8.max {
+            #expect(HTTPSyntax.isTokenByte(byte) == Self.tokenCharacters.contains(byte), "byte \(byte)")
+        }
+    }
+
+    @Test("one byte at any place of a value up to 24 bytes long decides it alone, for all 256 bytes")
+    func everyByteAtEveryPlace() {
+        // The word-at-a-time check must see a byte in the first word, in a later one and in the tail; the bytes
+        // around it (a space and `!`, just above the bytes refused) are where a borrow would show.
+        for length in 1...24 {
+            for place in 0..<length {
+                for byte in UInt8.min...UInt8.max {
+                    var value = (0..<length).map { $0.isMultiple(of: 2) ? UInt8(ascii: " ") : UInt8(ascii: "!") }
+                    value[place] = byte
+                    let accepted = value.withUnsafeBytes { HTTPSyntax.isFieldValue(bytes: $0) }
+                    #expect(accepted == Self.isFieldValueByte(byte), "byte \(byte) at \(place) of \(length)")
+                }
+            }
+        }
+    }
+
+    @Test("random values are judged as byte by byte")
+    func randomValues() {
+        var random = SplitMix64(seed: 0x5EED_F1E1D)
+        // Mostly printable bytes, so that accepted values are common, with tabs, controls, DEL and obs-text.
+        let alphabet: [UInt8] = Array(0x20...0x7E) + [0x09, 0x00, 0x0A, 0x0D, 0x1F, 0x7F, 0x80, 0xFF]
+        var accepted = 0
+        for _ in 0..<20_000 {
+            let length = Int(random.next() % 40)
+            let value = (0..<length).map { _ in
+                random.next() % 8 == 0
+                    ? alphabet[Int(random.next() % UInt64(alphabet.count))]
+                    : UInt8(0x20 + random.next() % 0x5F)
+            }
+            let expected = value.allSatisfy(Self.isFieldValueByte)
+            if expected { accepted += 1 }
+            #expect(value.withUnsafeBytes { HTTPSyntax.isFieldValue(bytes: $0) } == expected, "\(value)")
+        }
+        // Both answers were exercised.
+        #expect(accepted > 1_000 && accepted < 19_000)
+    }
+
+    @Test("a string is a field value by the same rule as its bytes")
+    func stringValues() {
+        #expect(HTTPSyntax.isFieldValue("max-age=60, stale-while-revalidate=30\tx"))
+        #expect(HTTPSyntax.isFieldValue("caf\u{E9}"))
+        #expect(!HTTPSyntax.isFieldValue("a value long enough for two words\r\nX-Injected: 1"))
+        #expect(!HTTPSyntax.isFieldValue("delete\u{7F}"))
+    }
+
+    @Test("lines end at CRLF; a bare line feed ends the reading; the last line needs no line ending")
+    func lines() {
+        func read(_ text: String) -> (lines: [String], valid: Bool, counted: Int) {
+            let bytes = Array(text.utf8)
+            return bytes.withUnsafeBytes { raw in
+                var reader = LineReader(bytes: raw)
+                let counted = reader.remainingLineCount
+                var lines: [String] = []
+                while let line = reader.next() { lines.append(String(decoding: raw[line], as: UTF8.self)) }
+                return (lines, reader.isValid, counted)
+            }
+        }
+        let head = read("Host: a\r\nAccept: */*\r\n\r\nlast")
+        #expect(head.lines == ["Host: a", "Accept: */*", "", "last"])
+        #expect(head.valid && head.counted == 4)
+        let bare = read("Host: a\nAccept: */*\r\n")
+        #expect(bare.lines.isEmpty && !bare.valid)
+        let leading = read("\nHost: a")
+        #expect(leading.lines.isEmpty && !leading.valid)
+        let empty = read("")
+        #expect(empty.lines == [""] && empty.valid && empty.counted == 0)
+    }
+}
