@@ -68,6 +68,25 @@ struct HTTPByteClassTests {
         #expect(!HTTPSyntax.isFieldValue("delete\u{7F}"))
     }
 
+    @Test("a hop-by-hop name is one of the list, in any letter case, and nothing else is")
+    func hopByHopNames() {
+        let listed = HTTPSyntax.hopByHopHeaders.map { $0.description }
+        for name in listed {
+            for spelling in [name, name.uppercased(), name.prefix(1).uppercased() + name.dropFirst()] {
+                #expect(HTTPSyntax.isHopByHop(spelling), "\(spelling)")
+                #expect(Array(spelling.utf8).withUnsafeBytes { HTTPSyntax.isHopByHop($0) }, "\(spelling)")
+            }
+            // One letter off, or one letter more or less, is another name.
+            let changed = String(name.dropLast()) + (name.last == "e" ? "x" : "e")
+            for other in [changed, name + "s", String(name.dropFirst()), "x-" + name] {
+                #expect(!HTTPSyntax.isHopByHop(other), "\(other)")
+            }
+        }
+        for name in ["content-length", "cache-control", "etag", "date", "server", "vary", "age", "x-cache", ""] {
+            #expect(!HTTPSyntax.isHopByHop(name), "\(name)")
+        }
+    }
+
     @Test("lines end at CRLF; a bare line feed ends the reading; the last line needs no line ending")
     func lines() {
         func read(_ text: String) -> (lines: [String], valid: Bool, counted: Int) {

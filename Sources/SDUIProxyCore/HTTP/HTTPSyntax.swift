@@ -111,12 +111,24 @@ public enum HTTPSyntax {
 
     /// Whether `name` is a hop-by-hop header (``hopByHopHeaders``), in any letter case, without allocating.
     public static func isHopByHop(_ name: String) -> Bool {
-        hopByHopHeaders.contains { equalsIgnoringCase(name, $0) }
+        name.withContiguousUTF8 { isHopByHop(UnsafeRawBufferPointer($0)) }
     }
 
     /// ``isHopByHop(_:)`` for a name read in place.
+    ///
+    /// Every field a response is stored or forwarded with is asked this, and almost none is hop-by-hop: the
+    /// name's length turns most away before any letter is compared.
     public static func isHopByHop(_ name: UnsafeRawBufferPointer) -> Bool {
-        hopByHopHeaders.contains { equalsIgnoringCase(bytes: name, $0) }
+        switch name.count {
+        case 2: equalsIgnoringCase(bytes: name, "te")
+        case 7: equalsIgnoringCase(bytes: name, "trailer") || equalsIgnoringCase(bytes: name, "upgrade")
+        case 10: equalsIgnoringCase(bytes: name, "connection") || equalsIgnoringCase(bytes: name, "keep-alive")
+        case 16: equalsIgnoringCase(bytes: name, "proxy-connection")
+        case 17: equalsIgnoringCase(bytes: name, "transfer-encoding")
+        case 18: equalsIgnoringCase(bytes: name, "proxy-authenticate")
+        case 19: equalsIgnoringCase(bytes: name, "proxy-authorization")
+        default: false
+        }
     }
 
     /// The value of an ASCII hex digit, or nil.
@@ -131,6 +143,7 @@ public enum HTTPSyntax {
     }
 
     /// Hop-by-hop headers (RFC 9110 section 7.6.1): they describe one connection and are never forwarded.
+    /// ``isHopByHop(_:)`` spells them out by length; a test holds the two to each other.
     public static let hopByHopHeaders: [StaticString] = [
         "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
         "trailer", "transfer-encoding", "upgrade",
