@@ -110,11 +110,12 @@ public struct HTTPResponseParser: Sendable {
                 return nil
             }
             guard end + 4 <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
-            let parsed = try buffer.withUnsafeReadableBytes { bytes throws(HTTPParseFailure) in
+            // The parts are taken apart at once and the framing read into plain values: each read of a member of
+            // the parsed tuple copied all of it, retaining and releasing every array in it.
+            let (head, code, framing) = try buffer.withUnsafeReadableBytes { bytes throws(HTTPParseFailure) in
                 try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[0..<end]))
             }
             buffer.moveReaderIndex(forwardBy: end + 4)
-            let code = parsed.head.status.code
             if (100..<200).contains(code) {
                 // An interim response (100 Continue, 103 Early Hints) precedes the real one; 101 would switch
                 // protocols, which the proxy never asks for.
@@ -122,23 +123,24 @@ public struct HTTPResponseParser: Sendable {
                 scanned = 0
                 continue
             }
-            var keepAlive = parsed.framing.connection.keepsConnectionOpen(version: parsed.head.version)
+            let contentLength = framing.contentLength
+            let hasCodings = !framing.codings.isEmpty
+            let isChunked = framing.isChunked
+            var keepAlive = framing.connection.keepsConnectionOpen(version: head.version)
             var bodyLength: Int?
             let body: HTTPBodyDecoder
             if isHEAD || code == 204 || code == 304 {
                 bodyLength = 0
                 body = .length(0, failing: .network)
-            } else if !parsed.framing.codings.isEmpty {
-                guard parsed.framing.contentLength == nil else {
-                    throw Self.bad("both Content-Length and Transfer-Encoding")
-                }
-                if parsed.framing.isChunked {
+            } else if hasCodings {
+                guard contentLength == nil else { throw Self.bad("both Content-Length and Transfer-Encoding") }
+                if isChunked {
                     body = .chunked(maximumTrailerBytes: maximumHeadBytes, failing: .network)
                 } else {
                     body = .untilClose(failing: .network)
                     keepAlive = false
                 }
-            } else if let length = parsed.framing.contentLength {
+            } else if let length = contentLength {
                 bodyLength = length
                 body = .length(length, failing: .network)
             } else {
@@ -146,25 +148,26 @@ public struct HTTPResponseParser: Sendable {
                 keepAlive = false
             }
             state = .body(body)
-            return .head(parsed.head, keepAlive: keepAlive, bodyLength: bodyLength)
+            return .head(head, keepAlive: keepAlive, bodyLength: bodyLength)
         }
     }
 
-    /// Parses a head without its final CRLFCRLF.
+    /// Parses a head without its final CRLFCRLF; `code` is the head's status code.
     private static func parseHead(
         _ bytes: UnsafeRawBufferPointer
-    ) throws(HTTPParseFailure) -> (head: Head, framing: HTTPMessageSyntax.FieldSection) {
+    ) throws(HTTPParseFailure) -> (head: Head, code: Int, framing: HTTPMessageSyntax.FieldSection) {
         var lines = LineReader(bytes: bytes)
         guard let statusLine = lines.next() else { throw bad("an empty status line") }
-        let (version, status) = try parseStatusLine(UnsafeRawBufferPointer(rebasing: bytes[statusLine]))
+        let (version, status, code) = try parseStatusLine(UnsafeRawBufferPointer(rebasing: bytes[statusLine]))
         let (framing, fields) = try HTTPMessageSyntax.parseFieldLines(&lines, failing: .network)
-        return (Head(status: status, version: version, fields: fields), framing)
+        return (Head(status: status, version: version, fields: fields), code, framing)
     }
 
-    /// `HTTP/1.1 200 OK`: the version, a three-digit status and a reason phrase, which may be empty.
+    /// `HTTP/1.1 200 OK`: the version, a three-digit status (as `HTTPResponseStatus` and as its code) and a
+    /// reason phrase, which may be empty.
     private static func parseStatusLine(
         _ line: UnsafeRawBufferPointer
-    ) throws(HTTPParseFailure) -> (HTTPVersion, HTTPResponseStatus) {
+    ) throws(HTTPParseFailure) -> (HTTPVersion, HTTPResponseStatus, Int) {
         guard line.count >= 12, line[8] == UInt8(ascii: " ") else { throw bad("a malformed status line") }
         guard let version = HTTPMessageSyntax.version(UnsafeRawBufferPointer(rebasing: line[0..<8])) else {
             throw bad("an unsupported HTTP version")
@@ -183,7 +186,8 @@ public struct HTTPResponseParser: Sendable {
         guard HTTPSyntax.isFieldValue(bytes: reason) else {
             throw bad("a control character in the reason phrase")
         }
-        return (version, HTTPResponseStatus(statusCode: code, reasonPhrase: String(decoding: reason, as: UTF8.self)))
+        let status = HTTPResponseStatus(statusCode: code, reasonPhrase: String(decoding: reason, as: UTF8.self))
+        return (version, status, code)
     }
 
     private static func headTooLarge(_ limit: Int) -> HTTPParseFailure {
