@@ -523,11 +523,16 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Answers the miss in flight with what its fetch produced.
     private func fetchEnded(_ result: Result<ComponentFetcher.Outcome, any Error>) {
         assert(context?.eventLoop.inEventLoop ?? true, "a fetch ended off the connection's loop")
-        guard case .answeringMiss(let request, let writer) = state else {
+        guard case .answeringMiss = state else {
             // Only a fetch this handler started ends here, and nothing else leaves `answeringMiss`.
             assertionFailure("a fetch ended with no miss in flight")
             return
         }
+        // The request and its writer are moved out of the state, which becomes idle: bound in place, they were
+        // copies, each of their references retained here and released again when the state was replaced.
+        var ended = State.idle
+        swap(&ended, &state)
+        guard case .answeringMiss(let request, let writer) = consume ended else { return }
         answer(request, with: result, writer: writer)
     }
 
@@ -537,7 +542,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         with result: Result<ComponentFetcher.Outcome, any Error>,
         writer: ResponseWriter
     ) {
-        state = .idle
         let now = NIODeadline.now()
         // Stored and revalidated entries are logged by the fetcher, with their size and lifetime. The logger is
         // not copied for them: it is shared by every loop, and a copy writes its reference count.
