@@ -1,5 +1,4 @@
 import NIOCore
-import NIOHTTP1
 import Prometheus
 import SDUIProxyCore
 import Synchronization
@@ -83,8 +82,6 @@ public final class ProxyMetrics: Sendable {
 
     /// Each event loop's tally of responses, made when a connection on that loop first asks.
     private let loopTallies = Mutex<[ObjectIdentifier: RequestTally]>([:])
-    /// Responses counted by callers that hold no loop's tally.
-    private let sharedTally = RequestTally()
     private let upstreamDuration: DurationHistogram
     private let upstreamErrors: Mutex<[String: Counter]>
     private let coalescedWaits: Counter
@@ -179,7 +176,8 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Recording
 
-    /// The tally a connection on `eventLoop` counts its responses in (`sdui_requests_total`): that loop's own.
+    /// The tally a connection on `eventLoop` counts its responses in (`sdui_requests_total{method,status_class,
+    /// cache}`): that loop's own.
     public func requestTally(for eventLoop: any EventLoop) -> RequestTally {
         loopTallies.withLock { tallies in
             if let tally = tallies[ObjectIdentifier(eventLoop)] { return tally }
@@ -187,14 +185,6 @@ public final class ProxyMetrics: Sendable {
             tallies[ObjectIdentifier(eventLoop)] = tally
             return tally
         }
-    }
-
-    /// Counts a response sent to a client: `sdui_requests_total{method,status_class,cache}`. Connections count
-    /// in their loop's ``requestTally(for:)`` instead.
-    ///
-    /// - Parameter cacheResult: how the cache took part; nil (label `none`) for pass-through requests.
-    public func requestCompleted(method: HTTPMethod, statusCode: Int, cacheResult: CacheResult?) {
-        sharedTally.count(method: method, statusCode: statusCode, cacheResult: cacheResult)
     }
 
     /// Records the time one backend request took, to its complete response.
@@ -280,7 +270,7 @@ public final class ProxyMetrics: Sendable {
 
     /// Adds what the tallies counted since the last rendering to the registry's request counters.
     private func addTallies(into state: inout ScrapeState) {
-        let tallies = [sharedTally] + loopTallies.withLock { Array($0.values) }
+        let tallies = loopTallies.withLock { Array($0.values) }
         for slot in 0..<RequestTally.slotCount {
             let total = tallies.reduce(0) { $0 + $1.count(inSlot: slot) }
             let added = total - state.renderedRequests[slot]

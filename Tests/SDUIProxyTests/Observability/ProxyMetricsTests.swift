@@ -17,13 +17,14 @@ struct ProxyMetricsTests {
     @Test("requests are counted by method, status class and cache result")
     func requestCounter() {
         let metrics = ProxyMetrics()
-        for _ in 0..<3 { metrics.requestCompleted(method: .GET, statusCode: 200, cacheResult: .hit) }
-        metrics.requestCompleted(method: .GET, statusCode: 200, cacheResult: .miss)
-        metrics.requestCompleted(method: .HEAD, statusCode: 304, cacheResult: .revalidated)
-        metrics.requestCompleted(method: .GET, statusCode: 502, cacheResult: .miss)
-        metrics.requestCompleted(method: .POST, statusCode: 201, cacheResult: nil)
-        metrics.requestCompleted(method: .RAW(value: "PROPFIND"), statusCode: 404, cacheResult: nil)
-        metrics.requestCompleted(method: .GET, statusCode: 999, cacheResult: .bypass)
+        let tally = metrics.requestTally(for: MultiThreadedEventLoopGroup.singleton.next())
+        for _ in 0..<3 { tally.count(method: .GET, statusCode: 200, cacheResult: .hit) }
+        tally.count(method: .GET, statusCode: 200, cacheResult: .miss)
+        tally.count(method: .HEAD, statusCode: 304, cacheResult: .revalidated)
+        tally.count(method: .GET, statusCode: 502, cacheResult: .miss)
+        tally.count(method: .POST, statusCode: 201, cacheResult: nil)
+        tally.count(method: .RAW(value: "PROPFIND"), statusCode: 404, cacheResult: nil)
+        tally.count(method: .GET, statusCode: 999, cacheResult: .bypass)
 
         let lines = samples(metrics.render())
         #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} 3"#))
@@ -38,13 +39,14 @@ struct ProxyMetricsTests {
         #expect(metrics.render().contains("# TYPE sdui_requests_total counter\n"))
     }
 
-    @Test("counting from many tasks at once loses nothing")
+    @Test("counting in one tally from many tasks at once loses nothing")
     func concurrentRecording() async {
         let metrics = ProxyMetrics()
+        let tally = metrics.requestTally(for: MultiThreadedEventLoopGroup.singleton.next())
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<8 {
                 group.addTask {
-                    for _ in 0..<1000 { metrics.requestCompleted(method: .GET, statusCode: 200, cacheResult: .hit) }
+                    for _ in 0..<1000 { tally.count(method: .GET, statusCode: 200, cacheResult: .hit) }
                 }
             }
         }
@@ -71,7 +73,9 @@ struct ProxyMetricsTests {
         let hits = #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} "#
         try await count(5, on: loops[0])
         try await count(7, on: loops[1])
-        metrics.requestCompleted(method: .GET, statusCode: 200, cacheResult: .hit)
+        // A third loop, outside the group, has a tally of its own too.
+        metrics.requestTally(for: MultiThreadedEventLoopGroup.singleton.next())
+            .count(method: .GET, statusCode: 200, cacheResult: .hit)
         #expect(samples(metrics.render()).contains(hits + "13"))
         #expect(samples(metrics.render()).contains(hits + "13"))
         try await count(2, on: loops[1])
