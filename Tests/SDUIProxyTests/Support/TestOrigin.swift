@@ -29,6 +29,8 @@ final class TestOrigin: Sendable {
         var body: String = ""
         /// How long to wait before answering.
         var delay: TimeAmount = .zero
+        /// Answer only once this gate is open (and then after `delay`).
+        var heldBy: OriginGate?
         /// Send the body with chunked encoding instead of a Content-Length.
         var chunked = false
         /// The Content-Length to declare instead of the body's own (for answers that have no body, like 304).
@@ -41,11 +43,12 @@ final class TestOrigin: Sendable {
             _ type: String = "beagle:screenComponent",
             maxAge: Int? = 60,
             extra: String = "",
-            delay: TimeAmount = .zero
+            delay: TimeAmount = .zero,
+            heldBy gate: OriginGate? = nil
         )
             -> Response
         {
-            var response = Response(delay: delay)
+            var response = Response(delay: delay, heldBy: gate)
             if let maxAge { response.headers.append(("Cache-Control", "max-age=\(maxAge)")) }
             response.body = #"{"_beagleComponent_":"\#(type)","id":"x"\#(extra)}"#
             return response
@@ -198,10 +201,14 @@ private final class OriginHandler: ChannelInboundHandler {
             let keepAlive = head.isKeepAlive
             let isHead = head.method == .HEAD
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            context.eventLoop.scheduleTask(in: response.delay) {
-                let (handler, context) = loopBound.value
-                handler.write(response, keepAlive: keepAlive, isHead: isHead, context: context)
+            let eventLoop = context.eventLoop
+            let answer: @Sendable () -> Void = {
+                eventLoop.scheduleTask(in: response.delay) {
+                    let (handler, context) = loopBound.value
+                    handler.write(response, keepAlive: keepAlive, isHead: isHead, context: context)
+                }
             }
+            if let gate = response.heldBy { gate.whenOpen(answer) } else { answer() }
         }
     }
 
