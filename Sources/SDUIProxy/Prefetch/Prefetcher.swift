@@ -65,10 +65,18 @@ public final class Prefetcher: StoredComponentObserver {
     /// Each loop's navigation targets found fresh lately, which the components it stores do not ask about again.
     private let recentlyFresh: PerEventLoop<RecentlyFreshTargets>
 
-    public init(runtime: ProxyRuntime, eventLoopGroup: any EventLoopGroup) {
+    /// - Parameter freshTargetRecheckInterval: how long each loop takes a navigation target it found fresh to stay
+    ///   fresh without asking the cache (``RecentlyFreshTargets``).
+    public init(
+        runtime: ProxyRuntime,
+        eventLoopGroup: any EventLoopGroup,
+        freshTargetRecheckInterval: TimeAmount
+    ) {
         self.runtime = runtime
         self.eventLoopGroup = eventLoopGroup
-        self.recentlyFresh = PerEventLoop(group: eventLoopGroup) { RecentlyFreshTargets() }
+        self.recentlyFresh = PerEventLoop(group: eventLoopGroup) {
+            RecentlyFreshTargets(recheckInterval: freshTargetRecheckInterval)
+        }
         runtime.context.fetcher.observeStoredComponents(self)
     }
 

@@ -15,7 +15,9 @@ final class RecentlyFreshTargets {
     /// The most targets remembered; past this all are forgotten, and found again on the next components stored.
     let capacity: Int
 
-    init(recheckInterval: TimeAmount = .seconds(1), capacity: Int = 1024) {
+    static let defaultRecheckInterval = TimeAmount.seconds(1)
+
+    init(recheckInterval: TimeAmount = defaultRecheckInterval, capacity: Int = 1024) {
         self.recheckInterval = recheckInterval
         self.capacity = capacity
     }

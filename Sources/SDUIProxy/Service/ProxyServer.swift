@@ -100,6 +100,29 @@ public final class ProxyServer: Sendable {
         adminAuthorization: AdminAuthorization = AdminAuthorization(token: nil),
         eventLoopGroup: (any EventLoopGroup)? = nil
     ) async throws -> ProxyServer {
+        try await start(
+            configuration: configuration,
+            logger: logger,
+            adminAuthorization: adminAuthorization,
+            eventLoopGroup: eventLoopGroup,
+            tuning: Tuning()
+        )
+    }
+
+    /// Settings no deployment has reason to change, which tests set so that what they check does not hang on
+    /// how fast the machine runs them.
+    struct Tuning {
+        /// How long a loop takes a navigation target it found fresh to stay fresh (``RecentlyFreshTargets``).
+        var freshTargetRecheckInterval = RecentlyFreshTargets.defaultRecheckInterval
+    }
+
+    static func start(
+        configuration: ProxyConfiguration,
+        logger: Logger,
+        adminAuthorization: AdminAuthorization,
+        eventLoopGroup: (any EventLoopGroup)?,
+        tuning: Tuning
+    ) async throws -> ProxyServer {
         try adminAuthorization.checkBinding(host: configuration.admin.host)
         let group = eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton
         let threadPool = NIOThreadPool(numberOfThreads: 2)
@@ -161,7 +184,11 @@ public final class ProxyServer: Sendable {
                     try sync.addHandler(handler)
                 }
             }
-            let prefetcher = Prefetcher(runtime: runtime, eventLoopGroup: group)
+            let prefetcher = Prefetcher(
+                runtime: runtime,
+                eventLoopGroup: group,
+                freshTargetRecheckInterval: tuning.freshTargetRecheckInterval
+            )
             let warmUps = WarmUps(
                 WarmUp(
                     prefetcher: prefetcher,

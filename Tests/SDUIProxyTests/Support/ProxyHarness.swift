@@ -5,8 +5,9 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import SDUIProxy
 import SDUIProxyCore
+
+@testable import SDUIProxy
 
 /// A real proxy on 127.0.0.1 ephemeral ports in front of a ``TestOrigin``, with an HTTP client to talk to it.
 struct ProxyHarness {
@@ -40,6 +41,7 @@ struct ProxyHarness {
         configure: ((inout ProxyConfiguration) -> Void)? = nil,
         adminToken: String? = nil,
         eventLoopGroup: (any EventLoopGroup)? = nil,
+        tuning: ProxyServer.Tuning = ProxyServer.Tuning(),
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
         let origin = try await TestOrigin(responder: responder)
@@ -49,7 +51,8 @@ struct ProxyHarness {
             configuration: configuration,
             logger: logger,
             adminAuthorization: AdminAuthorization(token: adminToken),
-            eventLoopGroup: eventLoopGroup
+            eventLoopGroup: eventLoopGroup,
+            tuning: tuning
         )
         var clientConfiguration = HTTPClient.Configuration(redirectConfiguration: .disallow)
         // Enough connections that concurrent test requests really are concurrent.
