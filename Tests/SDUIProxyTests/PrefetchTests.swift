@@ -274,6 +274,59 @@ struct PrefetchTests {
             #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
         }
     }
+
+    @Test(
+        "a refresh the backend fails, or answers with something not to store, is tried again at the same interval",
+        arguments: [
+            TestOrigin.Response(status: .serviceUnavailable, body: "down"),
+            TestOrigin.Response.component(maxAge: nil).withHeader("Cache-Control", "no-store"),
+        ]
+    )
+    func refreshOutlivesABadAnswer(badAnswer: TestOrigin.Response) async throws {
+        let answered = NIOLockedValueBox(0)
+        try await ProxyHarness.run(
+            origin: { _ in
+                let number = answered.withLockedValue {
+                    $0 += 1
+                    return $0
+                }
+                return number == 2 ? badAnswer : .component(maxAge: 2)
+            },
+            configure: {
+                $0.prefetch.urls = ["/declared"]
+                $0.prefetch.platforms = ["WEB"]
+                $0.prefetch.refresh = true
+            }
+        ) { proxy async throws in
+            // The warm-up, the refresh that gets the bad answer, then the one a second later that stores.
+            try await waitUntil { proxy.server.context.cache.statistics.stores >= 2 }
+            #expect(proxy.origin.requestCount >= 3)
+            #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
+        }
+    }
+
+    @Test("an answer that arrives with no whole second of its lifetime left is still refreshed")
+    func refreshOfAnAnswerStaleOnArrival() async throws {
+        let answered = NIOLockedValueBox(0)
+        try await ProxyHarness.run(
+            origin: { _ in
+                let number = answered.withLockedValue {
+                    $0 += 1
+                    return $0
+                }
+                let response = TestOrigin.Response.component(maxAge: 2)
+                return number == 1 ? response.withHeader("Age", "2") : response
+            },
+            configure: {
+                $0.prefetch.urls = ["/declared"]
+                $0.prefetch.platforms = ["WEB"]
+                $0.prefetch.refresh = true
+            }
+        ) { proxy async throws in
+            // No client asks: only a refresh can send the second request.
+            try await waitUntil { proxy.origin.requestCount >= 2 }
+        }
+    }
 }
 
 @Suite("Prefetch under load")

@@ -83,7 +83,7 @@ struct PrefetchEndpoint {
         let bytes: Int
         let error: String
         switch outcome {
-        case .cached(let size, _):
+        case .cached(let size, _, _):
             bytes = size
             error = "null"
         case .uncacheable(let reason):

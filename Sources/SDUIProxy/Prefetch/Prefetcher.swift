@@ -14,12 +14,21 @@ import Synchronization
 public final class Prefetcher: StoredComponentObserver {
     /// How one prefetch ended.
     public enum Outcome: Sendable, Equatable {
-        /// The response is in the cache (fetched now, or already fresh) and stays fresh for `freshFor` seconds.
-        case cached(bytes: Int, freshFor: Int64)
+        /// The response is in the cache (fetched now, or already fresh) and stays fresh for `freshFor` of the
+        /// `lifetime` seconds it is fresh for in all.
+        case cached(bytes: Int, freshFor: Int64, lifetime: Int64)
         /// The backend answered with something that may not be stored.
         case uncacheable(reason: String)
         /// No answer could be had.
         case failed(ProxyError)
+
+        static func cached(_ entry: CachedResponse, at now: NIODeadline) -> Outcome {
+            .cached(
+                bytes: entry.bodyLength,
+                freshFor: entry.remainingLifetime(at: now),
+                lifetime: entry.freshnessLifetime
+            )
+        }
 
         public var name: String {
             switch self {
@@ -174,7 +183,7 @@ public final class Prefetcher: StoredComponentObserver {
         switch proxy.cache.lookup(key, requestHeaders: clientHeaders, now: now) {
         case .fresh(let entry) where !job.forceRefresh:
             return eventLoop.makeSucceededFuture(
-                .cached(bytes: entry.bodyLength, freshFor: entry.remainingLifetime(at: now))
+                .cached(entry, at: now)
             )
         case .fresh(let entry), .stale(let entry):
             staleEntry = entry
@@ -203,7 +212,7 @@ public final class Prefetcher: StoredComponentObserver {
         return proxy.fetcher.fetch(request, on: eventLoop).map { outcome in
             switch outcome {
             case .stored(let entry), .revalidated(let entry):
-                return .cached(bytes: entry.bodyLength, freshFor: entry.remainingLifetime(at: .now()))
+                return .cached(entry, at: .now())
             case .servedStale(_, let reason):
                 return .failed(ProxyError(.network, "the backend failed (\(reason)); the stale entry was kept"))
             case .notStored(let response, let reason):

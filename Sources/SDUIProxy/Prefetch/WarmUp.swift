@@ -73,7 +73,13 @@ public final class WarmUp: Sendable {
         for scheduled in pending { scheduled.cancel() }
     }
 
-    private func run(url: String, platform: String, forceRefresh: Bool = false) -> EventLoopFuture<Prefetcher.Outcome> {
+    /// Prefetches `url` for `platform`; with `prefetch.refresh`, schedules the next refresh from what came of
+    /// it. A refresh passes the interval it was scheduled at, kept when it does not store a fresh entry.
+    private func run(
+        url: String,
+        platform: String,
+        refreshedEvery interval: TimeAmount? = nil
+    ) -> EventLoopFuture<Prefetcher.Outcome> {
         switch prefetcher.resolve(url) {
         case .failure(let reason):
             return eventLoopGroup.any().makeSucceededFuture(.failed(ProxyError(.url, "\(url): \(reason)")))
@@ -82,9 +88,9 @@ public final class WarmUp: Sendable {
                 target: target,
                 platform: platform,
                 followActions: configuration.followActions,
-                forceRefresh: forceRefresh
+                forceRefresh: interval != nil
             )
-            outcome.whenSuccess { self.scheduleRefresh(after: $0, url: url, platform: platform) }
+            outcome.whenSuccess { self.scheduleRefresh(after: $0, url: url, platform: platform, interval: interval) }
             return outcome
         }
     }
@@ -108,26 +114,53 @@ public final class WarmUp: Sendable {
     }
 
     /// With `prefetch.refresh`, fetches the URL again when a tenth of its lifetime (at least a second) is
-    /// left, and keeps doing so.
-    private func scheduleRefresh(after outcome: Prefetcher.Outcome, url: String, platform: String) {
-        guard configuration.refresh, case .cached(_, let freshFor) = outcome, freshFor > 0 else { return }
-        let margin = max(1, freshFor / 10)
-        let delay = TimeAmount.seconds(max(1, freshFor - margin))
+    /// left, and keeps doing so. A refresh that stores no fresh entry (the backend failed, or answered with
+    /// something that may not be stored) is tried again at the same interval, so one bad answer does not end
+    /// the refreshing; a declared URL whose first fetch stored nothing is not refreshed.
+    private func scheduleRefresh(
+        after outcome: Prefetcher.Outcome,
+        url: String,
+        platform: String,
+        interval previous: TimeAmount?
+    ) {
+        guard configuration.refresh else { return }
+        let delay: TimeAmount
+        let interval: TimeAmount
+        if case .cached(_, let freshFor, let lifetime) = outcome, lifetime > 0 {
+            let margin = max(1, lifetime / 10)
+            // An answer can arrive with no whole second of its lifetime left (it was slow, or came with an Age):
+            // it is fetched again after the margin, not at once, and not never.
+            delay = .seconds(freshFor > 0 ? max(1, freshFor - margin) : margin)
+            interval = .seconds(max(1, lifetime - margin))
+        } else if let previous {
+            logger.warning(
+                "refresh of a declared URL stored nothing; trying again at its interval",
+                metadata: [
+                    "url": "\(url)", "platform": "\(platform)", "outcome": "\(outcome.name)",
+                    "reason": "\(Self.reason(outcome))", "retryInSeconds": "\(previous.nanoseconds / 1_000_000_000)",
+                ]
+            )
+            delay = previous
+            interval = previous
+        } else {
+            return
+        }
         state.withLock { state in
             guard !state.stopped else { return }
             let scheduled = eventLoopGroup.any().scheduleTask(in: delay) {
                 guard !self.state.withLock({ $0.stopped }) else { return }
                 self.logger.debug("refreshing declared URL", metadata: ["url": "\(url)", "platform": "\(platform)"])
-                self.run(url: url, platform: platform, forceRefresh: true).whenSuccess { outcome in
-                    if case .failed(let error) = outcome {
-                        self.logger.warning(
-                            "refresh of a declared URL failed",
-                            metadata: ["url": "\(url)", "error": "\(error)"]
-                        )
-                    }
-                }
+                _ = self.run(url: url, platform: platform, refreshedEvery: interval)
             }
             state.refreshes[url + "\u{0}" + platform] = scheduled
+        }
+    }
+
+    private static func reason(_ outcome: Prefetcher.Outcome) -> String {
+        switch outcome {
+        case .cached: "the answer is stale on arrival"
+        case .uncacheable(let reason): reason
+        case .failed(let error): error.message
         }
     }
 }

@@ -53,6 +53,13 @@ final class TestOrigin: Sendable {
             response.body = #"{"_beagleComponent_":"\#(type)","id":"x"\#(extra)}"#
             return response
         }
+
+        /// This response with one more header line.
+        func withHeader(_ name: String, _ value: String) -> Response {
+            var response = self
+            response.headers.append((name, value))
+            return response
+        }
     }
 
     typealias Responder = @Sendable (Request) -> Response
