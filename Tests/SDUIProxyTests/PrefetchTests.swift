@@ -327,6 +327,111 @@ struct PrefetchTests {
             try await waitUntil { proxy.origin.requestCount >= 2 }
         }
     }
+
+    @Test("with refresh on, a declared URL the backend failed at start-up is warmed once the backend is back")
+    func warmUpRetriedAfterAFailure() async throws {
+        let answered = NIOLockedValueBox(0)
+        try await ProxyHarness.run(
+            origin: { _ in
+                let number = answered.withLockedValue {
+                    $0 += 1
+                    return $0
+                }
+                return number == 1 ? TestOrigin.Response(status: .badGateway, body: "down") : .component(maxAge: 60)
+            },
+            configure: {
+                $0.prefetch.urls = ["/declared"]
+                $0.prefetch.platforms = ["WEB"]
+                $0.prefetch.refresh = true
+            }
+        ) { proxy async throws in
+            try await waitUntil { proxy.server.context.cache.statistics.stores == 1 }
+            #expect(proxy.origin.requestCount == 2)
+            #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
+        }
+    }
+}
+
+@Suite("When a declared URL is fetched again")
+struct RefreshScheduleTests {
+    typealias Next = RefreshSchedule.Next
+
+    static func stored(freshFor: Int64, lifetime: Int64) -> Prefetcher.Outcome {
+        .cached(bytes: 10, freshFor: freshFor, lifetime: lifetime)
+    }
+
+    @Test("a stored answer is fetched again when a tenth of its lifetime, at least a second, is left")
+    func stored() {
+        let first = RefreshSchedule().next(after: Self.stored(freshFor: 100, lifetime: 100))
+        guard case .fetch(let delay, let schedule) = first else {
+            Issue.record("stopped")
+            return
+        }
+        #expect(delay == .seconds(90))
+        #expect(schedule.interval == .seconds(90))
+        #expect(schedule.refreshesStoredAnswer)
+        guard case .fetch(let short, _) = RefreshSchedule().next(after: Self.stored(freshFor: 5, lifetime: 5)) else {
+            Issue.record("stopped")
+            return
+        }
+        #expect(short == .seconds(4))
+        guard case .fetch(let tiny, _) = RefreshSchedule().next(after: Self.stored(freshFor: 1, lifetime: 1)) else {
+            Issue.record("stopped")
+            return
+        }
+        #expect(tiny == .seconds(1))
+    }
+
+    @Test("an answer with none of its lifetime left is fetched again after a tenth of it")
+    func noLifetimeLeft() {
+        #expect(
+            RefreshSchedule().next(after: Self.stored(freshFor: 0, lifetime: 300))
+                == .fetch(after: .seconds(30), schedule: RefreshSchedule(interval: .seconds(270)))
+        )
+    }
+
+    @Test("after a stored answer, a failure or an answer not to store keeps the interval")
+    func keepsTheInterval() {
+        let schedule = RefreshSchedule(interval: .seconds(54))
+        let failed = Prefetcher.Outcome.failed(ProxyError(.network, "down"))
+        #expect(schedule.next(after: failed) == .fetch(after: .seconds(54), schedule: schedule))
+        #expect(
+            schedule.next(after: .uncacheable(reason: "no-store")) == .fetch(after: .seconds(54), schedule: schedule)
+        )
+        #expect(
+            schedule.next(after: Self.stored(freshFor: 0, lifetime: 0))
+                == .fetch(after: .seconds(54), schedule: schedule)
+        )
+    }
+
+    @Test("before anything was stored, failures are retried after 1, 2, 4 ... seconds, at most a minute apart")
+    func backoffBeforeStoring() {
+        let failed = Prefetcher.Outcome.failed(ProxyError(.timeout, "slow"))
+        var schedule = RefreshSchedule()
+        var delays: [TimeAmount] = []
+        for _ in 0..<9 {
+            guard case .fetch(let delay, let next) = schedule.next(after: failed) else {
+                Issue.record("stopped")
+                return
+            }
+            #expect(!next.refreshesStoredAnswer)
+            delays.append(delay)
+            schedule = next
+        }
+        #expect(delays == [1, 2, 4, 8, 16, 32, 60, 60, 60].map { TimeAmount.seconds($0) })
+        // The first answer stored sets the interval and ends the backoff.
+        guard case .fetch(_, let afterStoring) = schedule.next(after: Self.stored(freshFor: 60, lifetime: 60)) else {
+            Issue.record("stopped")
+            return
+        }
+        #expect(afterStoring == RefreshSchedule(interval: .seconds(54)))
+    }
+
+    @Test("a first answer that may not be stored, or has no lifetime, is not asked for again")
+    func stops() {
+        #expect(RefreshSchedule().next(after: .uncacheable(reason: "no-store")) == .stop)
+        #expect(RefreshSchedule().next(after: Self.stored(freshFor: 0, lifetime: 0)) == .stop)
+    }
 }
 
 @Suite("Prefetch under load")

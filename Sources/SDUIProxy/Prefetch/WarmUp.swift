@@ -73,12 +73,11 @@ public final class WarmUp: Sendable {
         for scheduled in pending { scheduled.cancel() }
     }
 
-    /// Prefetches `url` for `platform`; with `prefetch.refresh`, schedules the next refresh from what came of
-    /// it. A refresh passes the interval it was scheduled at, kept when it does not store a fresh entry.
+    /// Prefetches `url` for `platform`; with `prefetch.refresh`, schedules the next fetch from what came of it.
     private func run(
         url: String,
         platform: String,
-        refreshedEvery interval: TimeAmount? = nil
+        schedule: RefreshSchedule = RefreshSchedule()
     ) -> EventLoopFuture<Prefetcher.Outcome> {
         switch prefetcher.resolve(url) {
         case .failure(let reason):
@@ -88,9 +87,9 @@ public final class WarmUp: Sendable {
                 target: target,
                 platform: platform,
                 followActions: configuration.followActions,
-                forceRefresh: interval != nil
+                forceRefresh: schedule.refreshesStoredAnswer
             )
-            outcome.whenSuccess { self.scheduleRefresh(after: $0, url: url, platform: platform, interval: interval) }
+            outcome.whenSuccess { self.scheduleRefresh(after: $0, url: url, platform: platform, schedule: schedule) }
             return outcome
         }
     }
@@ -113,44 +112,38 @@ public final class WarmUp: Sendable {
         )
     }
 
-    /// With `prefetch.refresh`, fetches the URL again when a tenth of its lifetime (at least a second) is
-    /// left, and keeps doing so. A refresh that stores no fresh entry (the backend failed, or answered with
-    /// something that may not be stored) is tried again at the same interval, so one bad answer does not end
-    /// the refreshing; a declared URL whose first fetch stored nothing is not refreshed.
+    /// With `prefetch.refresh`, schedules the URL's next fetch (``RefreshSchedule``).
     private func scheduleRefresh(
         after outcome: Prefetcher.Outcome,
         url: String,
         platform: String,
-        interval previous: TimeAmount?
+        schedule: RefreshSchedule
     ) {
         guard configuration.refresh else { return }
-        let delay: TimeAmount
-        let interval: TimeAmount
-        if case .cached(_, let freshFor, let lifetime) = outcome, lifetime > 0 {
-            let margin = max(1, lifetime / 10)
-            // An answer can arrive with no whole second of its lifetime left (it was slow, or came with an Age):
-            // it is fetched again after the margin, not at once, and not never.
-            delay = .seconds(freshFor > 0 ? max(1, freshFor - margin) : margin)
-            interval = .seconds(max(1, lifetime - margin))
-        } else if let previous {
-            logger.warning(
-                "refresh of a declared URL stored nothing; trying again at its interval",
-                metadata: [
-                    "url": "\(url)", "platform": "\(platform)", "outcome": "\(outcome.name)",
-                    "reason": "\(Self.reason(outcome))", "retryInSeconds": "\(previous.nanoseconds / 1_000_000_000)",
-                ]
-            )
-            delay = previous
-            interval = previous
-        } else {
+        let metadata: Logger.Metadata = [
+            "url": "\(url)", "platform": "\(platform)", "outcome": "\(outcome.name)",
+            "reason": "\(Self.reason(outcome))",
+        ]
+        guard case .fetch(let delay, let nextSchedule) = schedule.next(after: outcome) else {
+            logger.warning("declared URL not refreshed", metadata: metadata)
             return
+        }
+        if case .cached(_, _, let lifetime) = outcome, lifetime > 0 {
+            // Stored, the usual case: not worth a line.
+        } else {
+            logger.warning(
+                nextSchedule.refreshesStoredAnswer
+                    ? "refresh of a declared URL stored nothing; trying again at its interval"
+                    : "declared URL not stored yet; trying again",
+                metadata: metadata.merging(["retryInSeconds": "\(delay.nanoseconds / 1_000_000_000)"]) { $1 }
+            )
         }
         state.withLock { state in
             guard !state.stopped else { return }
             let scheduled = eventLoopGroup.any().scheduleTask(in: delay) {
                 guard !self.state.withLock({ $0.stopped }) else { return }
                 self.logger.debug("refreshing declared URL", metadata: ["url": "\(url)", "platform": "\(platform)"])
-                _ = self.run(url: url, platform: platform, refreshedEvery: interval)
+                _ = self.run(url: url, platform: platform, schedule: nextSchedule)
             }
             state.refreshes[url + "\u{0}" + platform] = scheduled
         }
@@ -158,7 +151,7 @@ public final class WarmUp: Sendable {
 
     private static func reason(_ outcome: Prefetcher.Outcome) -> String {
         switch outcome {
-        case .cached: "the answer is stale on arrival"
+        case .cached: "the answer has no lifetime left"
         case .uncacheable(let reason): reason
         case .failed(let error): error.message
         }
