@@ -256,18 +256,9 @@ struct PrefetchTests {
 
     @Test("with refresh on, declared URLs are fetched again shortly before they expire")
     func refresh() async throws {
-        try await ProxyHarness.run(
-            origin: { _ in
-                var response = TestOrigin.Response.component(maxAge: 2)
-                response.headers.append(("ETag", "\"same\""))
-                return response
-            },
-            configure: {
-                $0.prefetch.urls = ["/declared"]
-                $0.prefetch.platforms = ["WEB"]
-                $0.prefetch.refresh = true
-            }
-        ) { proxy async throws in
+        try await Self.refreshingDeclaredURL(answers: { _ in
+            TestOrigin.Response.component(maxAge: 2).withHeader("ETag", "\"same\"")
+        }) { proxy async throws in
             // The refresh is done when its answer is stored, a moment after the origin has seen it.
             try await waitUntil { proxy.server.context.cache.statistics.stores >= 2 }
             #expect(proxy.origin.requests[1].headers.first(name: "if-none-match") == "\"same\"")
@@ -283,21 +274,8 @@ struct PrefetchTests {
         ]
     )
     func refreshOutlivesABadAnswer(badAnswer: TestOrigin.Response) async throws {
-        let answered = NIOLockedValueBox(0)
-        try await ProxyHarness.run(
-            origin: { _ in
-                let number = answered.withLockedValue {
-                    $0 += 1
-                    return $0
-                }
-                return number == 2 ? badAnswer : .component(maxAge: 2)
-            },
-            configure: {
-                $0.prefetch.urls = ["/declared"]
-                $0.prefetch.platforms = ["WEB"]
-                $0.prefetch.refresh = true
-            }
-        ) { proxy async throws in
+        try await Self.refreshingDeclaredURL(answers: { $0 == 2 ? badAnswer : .component(maxAge: 2) }) {
+            proxy async throws in
             // The warm-up, the refresh that gets the bad answer, then the one a second later that stores.
             try await waitUntil { proxy.server.context.cache.statistics.stores >= 2 }
             #expect(proxy.origin.requestCount >= 3)
@@ -307,22 +285,10 @@ struct PrefetchTests {
 
     @Test("an answer that arrives with no whole second of its lifetime left is still refreshed")
     func refreshOfAnAnswerStaleOnArrival() async throws {
-        let answered = NIOLockedValueBox(0)
-        try await ProxyHarness.run(
-            origin: { _ in
-                let number = answered.withLockedValue {
-                    $0 += 1
-                    return $0
-                }
-                let response = TestOrigin.Response.component(maxAge: 2)
-                return number == 1 ? response.withHeader("Age", "2") : response
-            },
-            configure: {
-                $0.prefetch.urls = ["/declared"]
-                $0.prefetch.platforms = ["WEB"]
-                $0.prefetch.refresh = true
-            }
-        ) { proxy async throws in
+        try await Self.refreshingDeclaredURL(answers: { number in
+            let response = TestOrigin.Response.component(maxAge: 2)
+            return number == 1 ? response.withHeader("Age", "2") : response
+        }) { proxy async throws in
             // No client asks: only a refresh can send the second request.
             try await waitUntil { proxy.origin.requestCount >= 2 }
         }
@@ -330,25 +296,38 @@ struct PrefetchTests {
 
     @Test("with refresh on, a declared URL the backend failed at start-up is warmed once the backend is back")
     func warmUpRetriedAfterAFailure() async throws {
+        try await Self.refreshingDeclaredURL(answers: { number in
+            number == 1 ? TestOrigin.Response(status: .badGateway, body: "down") : .component(maxAge: 60)
+        }) { proxy async throws in
+            try await waitUntil { proxy.server.context.cache.statistics.stores == 1 }
+            #expect(proxy.origin.requestCount == 2)
+            #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
+        }
+    }
+
+    /// Runs `body` with a proxy that declares `/declared` for WEB with refresh on, in front of an origin that
+    /// gives its n-th request (from 1) `answers(n)`.
+    private static func refreshingDeclaredURL(
+        answers: @escaping @Sendable (Int) -> TestOrigin.Response,
+        _ body: (ProxyHarness) async throws -> Void
+    ) async throws {
         let answered = NIOLockedValueBox(0)
         try await ProxyHarness.run(
             origin: { _ in
-                let number = answered.withLockedValue {
-                    $0 += 1
-                    return $0
-                }
-                return number == 1 ? TestOrigin.Response(status: .badGateway, body: "down") : .component(maxAge: 60)
+                answers(
+                    answered.withLockedValue {
+                        $0 += 1
+                        return $0
+                    }
+                )
             },
             configure: {
                 $0.prefetch.urls = ["/declared"]
                 $0.prefetch.platforms = ["WEB"]
                 $0.prefetch.refresh = true
-            }
-        ) { proxy async throws in
-            try await waitUntil { proxy.server.context.cache.statistics.stores == 1 }
-            #expect(proxy.origin.requestCount == 2)
-            #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
-        }
+            },
+            body
+        )
     }
 }
 
