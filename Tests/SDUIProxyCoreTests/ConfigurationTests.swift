@@ -159,6 +159,25 @@ struct ConfigurationTests {
         #expect(ConfigValueParsing.duration("5") == nil)
         #expect(ConfigValueParsing.duration("1y") == nil)
     }
+
+    @Test(
+        "a duration past ten years is refused with an error that names its key, however large its number",
+        arguments: [
+            ("upstream: { timeout: 999999999999999999m }", "upstream.timeout"),
+            ("upstream: { timeout: 3651d }", "upstream.timeout"),
+            (
+                "queue: { store: /tmp/q, routes: [{ match: POST /a, retry: { maxBackoff: 999999999999999999d } }] }",
+                "maxBackoff"
+            ),
+            ("queue: { store: /tmp/q, routes: [{ match: POST /a, retry: { maxAge: 200000000h } }] }", "maxAge"),
+        ]
+    )
+    func durationTooLong(yaml: String, key: String) {
+        let refused = error(yaml)
+        #expect(refused?.key.hasSuffix(key) == true)
+        #expect(refused?.problem.contains("at most 3650d") == true)
+        #expect(throws: Never.self) { try load("upstream: { timeout: 3650d }") }
+    }
 }
 
 @Suite("Durations as NIO time amounts")

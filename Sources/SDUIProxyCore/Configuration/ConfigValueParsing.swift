@@ -22,19 +22,27 @@ public enum ConfigValueParsing {
         return overflow ? nil : product
     }
 
-    /// Parses a duration: a whole number followed by `ms`, `s`, `m`, `h` or `d`. A bare `0` is zero.
+    /// The longest duration a setting may have: ten years. Longer ones are refused, so that no arithmetic on a
+    /// duration (nanoseconds in an `Int64`, a deadline added to the clock) can overflow.
+    public static let maximumDuration = Duration.seconds(3650 * 86400)
+
+    /// Parses a duration: a whole number followed by `ms`, `s`, `m`, `h` or `d`. A bare `0` is zero. A number
+    /// too large to count in seconds gives `Int64.max` seconds, which is past ``maximumDuration``.
     public static func duration(_ text: String) -> Duration? {
         let (number, unit) = splitNumber(text)
         guard let number, number >= 0 else { return nil }
+        let secondsPerUnit: Int
         switch unit {
         case "ms": return .milliseconds(number)
-        case "s": return .seconds(number)
-        case "m": return .seconds(number * 60)
-        case "h": return .seconds(number * 3600)
-        case "d": return .seconds(number * 86400)
+        case "s": secondsPerUnit = 1
+        case "m": secondsPerUnit = 60
+        case "h": secondsPerUnit = 3600
+        case "d": secondsPerUnit = 86400
         case "" where number == 0: return .zero
         default: return nil
         }
+        let (seconds, overflow) = number.multipliedReportingOverflow(by: secondsPerUnit)
+        return .seconds(overflow ? .max : seconds)
     }
 
     private static func splitNumber(_ text: String) -> (Int?, String) {

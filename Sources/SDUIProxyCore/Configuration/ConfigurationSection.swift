@@ -91,6 +91,9 @@ struct ConfigurationSection {
         guard case .scalar(let scalar) = node, let parsed = ConfigValueParsing.duration(scalar.string) else {
             throw mismatch(key, "a duration like 250ms, 5s, 10m, 1h or 1d", node)
         }
+        guard parsed <= ConfigValueParsing.maximumDuration else {
+            throw ConfigurationError(key: keyPath(key), problem: "must be at most 3650d\(origin(key))")
+        }
         return parsed
     }
 
