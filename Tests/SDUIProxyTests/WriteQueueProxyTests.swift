@@ -59,6 +59,33 @@ struct WriteQueueProxyTests {
         }
     }
 
+    @Test("on a sequential route a new write queues behind the backlog instead of overtaking it")
+    func newWriteQueuesBehindTheBacklog() async throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var queue = Self.queueConfiguration(directory: directory)
+        // The first delivery comes a second after the backend is back: time for the second write to arrive.
+        queue.routes[0].retry.backoff = .seconds(2)
+        queue.routes[0].retry.maxBackoff = .seconds(2)
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(status: .created, headers: [], body: "ok") },
+            configure: { $0.queue = queue }
+        ) { proxy async throws in
+            try await proxy.origin.stop()
+            let first = try await proxy.get("/api/orders", method: .POST, body: "A")
+            #expect(first.status == .accepted)
+            try await proxy.origin.restart()
+            let second = try await proxy.get("/api/orders", method: .POST, body: "B")
+            #expect(second.status == .accepted)
+            try await waitUntil(timeout: .seconds(10)) { proxy.origin.requests(to: "/api/orders").count == 2 }
+            #expect(proxy.origin.requests(to: "/api/orders").map { String(buffer: $0.body) } == ["A", "B"])
+            // With the backlog delivered, the next write goes straight through.
+            try await waitUntil { try await proxy.admin("/queue").body.contains(#""depth":0"#) }
+            let third = try await proxy.get("/api/orders", method: .POST, body: "C")
+            #expect(third.status == .created)
+        }
+    }
+
     @Test("a write the backend answers is passed through, 4xx included, and not queued")
     func answeredWritesPassThrough() async throws {
         let directory = Self.temporaryDirectory()

@@ -298,7 +298,7 @@ public final class QueueDeliveryService: Service, Sendable {
                 logger.debug("delivery will be retried", metadata: metadata.merging(["error": "\(error)"]) { $1 })
             case .delivered(let status):
                 if try await queue.store.markDelivered(id: entry.id, status: status, attempts: attempts, at: .now()) {
-                    queue.didFinish()
+                    queue.didFinish(route: entry.route)
                     logger.info("delivered", metadata: metadata.merging(["status": "\(status)"]) { $1 })
                     handlers?.submit(
                         .init(id: entry.id, route: entry.route, outcome: .delivered, status: status, attempts: attempts)
@@ -312,7 +312,7 @@ public final class QueueDeliveryService: Service, Sendable {
                     attempts: attempts,
                     at: .now()
                 ) {
-                    queue.didFinish()
+                    queue.didFinish(route: entry.route)
                     logger.warning("delivery failed for good", metadata: metadata.merging(["error": "\(error)"]) { $1 })
                     handlers?.submit(
                         .init(

@@ -26,6 +26,14 @@ public final class WriteQueue: Sendable {
     let routeSignals: [String: WakeSignal]
     /// Waited on by the dispatcher of all concurrent routes.
     let concurrentSignal = WakeSignal()
+    /// Per sequential route key: its requests pending in the store, and the last write admitted on it, which
+    /// the next one waits for (``admitWrite(on:eventLoop:_:)``).
+    private let sequentialLanes: Mutex<[String: SequentialLane]>
+
+    private struct SequentialLane {
+        var pending = 0
+        var lastAdmitted: EventLoopFuture<Void>?
+    }
 
     /// Uses `store`, whose pending entries count towards the depth.
     public init(
@@ -40,10 +48,16 @@ public final class WriteQueue: Sendable {
         self.logger = logger
         self.pendingCount = Atomic(try await store.pendingCount())
         var signals: [String: WakeSignal] = [:]
+        var lanes: [String: SequentialLane] = [:]
         for route in configuration.routes where route.ordering == .sequential {
             signals[route.key] = WakeSignal()
+            lanes[route.key] = SequentialLane()
+        }
+        for depth in try await store.depths() where lanes[depth.route] != nil {
+            lanes[depth.route]?.pending = depth.depth
         }
         self.routeSignals = signals
+        self.sequentialLanes = Mutex(lanes)
     }
 
     /// Opens the SQLite store in `configuration.store` and the queue over it.
@@ -83,6 +97,40 @@ public final class WriteQueue: Sendable {
 
     /// Requests waiting for delivery, for metrics.
     public var depth: Int { pendingCount.load(ordering: .relaxed) }
+
+    /// Runs `write` for a request on `route` and returns its response.
+    ///
+    /// On a sequential route one request at a time decides between the backend and the queue, in the order
+    /// they arrived, and `write` is told to queue when the route has requests waiting in the store: sent
+    /// straight to a backend that is back, it would overtake them. (Decided one at a time, a request that
+    /// waits for a slow backend and then queues still comes before the next one.) On a concurrent route
+    /// `write` runs at once and is never told to queue.
+    ///
+    /// - Parameter write: sends the request to the backend, or queues it when its argument is true; it must
+    ///   complete (the backend's timeout bounds it), or the route's later writes wait for ever.
+    func admitWrite(
+        on route: QueueConfiguration.Route,
+        eventLoop: any EventLoop,
+        _ write: @escaping @Sendable (_ queueBehindBacklog: Bool) -> EventLoopFuture<UpstreamResponse>
+    ) -> EventLoopFuture<UpstreamResponse> {
+        guard route.ordering == .sequential else { return write(false) }
+        let admitted = eventLoop.makePromise(of: Void.self)
+        let previous = sequentialLanes.withLock { lanes in
+            defer { lanes[route.key, default: SequentialLane()].lastAdmitted = admitted.futureResult }
+            return lanes[route.key]?.lastAdmitted
+        }
+        let turn = previous.map { $0.hop(to: eventLoop) } ?? eventLoop.makeSucceededVoidFuture()
+        let response = turn.flatMap {
+            write(self.sequentialLanes.withLock { ($0[route.key]?.pending ?? 0) > 0 })
+        }
+        response.whenComplete { _ in
+            self.sequentialLanes.withLock { lanes in
+                if lanes[route.key]?.lastAdmitted === admitted.futureResult { lanes[route.key]?.lastAdmitted = nil }
+            }
+            admitted.succeed()
+        }
+        return response
+    }
 
     /// Stores `request` durably for later delivery; when this returns it survives a crash.
     ///
@@ -135,6 +183,7 @@ public final class WriteQueue: Sendable {
             logger.error("cannot store a queued request", metadata: ["route": "\(route.key)", "error": "\(error)"])
             throw ProxyError(.unavailable, "the write queue cannot store the request: \(error)")
         }
+        sequentialLanes.withLock { $0[route.key]?.pending += 1 }
         logger.debug("queued", metadata: ["id": "\(id)", "route": "\(route.key)", "target": "\(request.target)"])
         signal(route: route)
         return QueueReceipt(id: id, route: route.key, location: statusPathPrefix + id)
@@ -191,9 +240,10 @@ public final class WriteQueue: Sendable {
 
     // MARK: Delivery side
 
-    /// Called by the delivery service when a request reached a final outcome.
-    func didFinish() {
+    /// Called by the delivery service when a request on `route` (its key) reached a final outcome.
+    func didFinish(route: String) {
         pendingCount.subtract(1, ordering: .relaxed)
+        sequentialLanes.withLock { $0[route]?.pending -= 1 }
     }
 
     func signal(route: QueueConfiguration.Route) {

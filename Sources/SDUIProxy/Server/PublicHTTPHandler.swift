@@ -738,9 +738,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// Forwards a write at once; when the backend cannot take it (unreachable, timed out, or a retryable
-    /// status) the request is stored durably and the client gets 202 with where to follow it.
+    /// status) the request is stored durably and the client gets 202 with where to follow it. On a sequential
+    /// route with requests waiting in the queue it is queued behind them instead (``WriteQueue/admitWrite``).
     private func submitQueuedWrite(_ write: QueuedWrite, context: ChannelHandlerContext) {
-        guard let queue = proxy.writeQueue else { return }
+        guard let queue = proxy.writeQueue, let route = queue.route(for: write.head.method, path: write.target.path)
+        else { return }
         let id = WriteQueue.newID()
         var headers = proxy.requestBuilder.headers(
             from: write.head.headers,
@@ -766,56 +768,65 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let eventLoop = context.eventLoop
         let cache = proxy.cache
         let logger = proxy.logger
+        let client = proxy.client
+        let maxResponseBytes = proxy.configuration.upstream.maxResponseBytes
 
-        proxy.client.fetch(upstream, maxBodyBytes: proxy.configuration.upstream.maxResponseBytes, on: eventLoop)
-            .flatMap { response -> EventLoopFuture<UpstreamResponse> in
-                guard queue.configuration.retryableStatuses.contains(Int(response.status.code)) else {
-                    Invalidation.apply(
-                        method: write.head.method,
-                        target: write.target,
-                        status: response.status,
-                        responseHeaders: response.headers,
-                        requestHost: write.head.headers.first(name: "host"),
-                        cache: cache
+        queue.admitWrite(on: route, eventLoop: eventLoop) { queueBehindBacklog in
+            if queueBehindBacklog {
+                return Self.enqueue(upstream, id: id, failure: nil, queue: queue, on: eventLoop)
+            }
+            return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop)
+                .flatMap { response -> EventLoopFuture<UpstreamResponse> in
+                    guard queue.configuration.retryableStatuses.contains(Int(response.status.code)) else {
+                        Invalidation.apply(
+                            method: write.head.method,
+                            target: write.target,
+                            status: response.status,
+                            responseHeaders: response.headers,
+                            requestHost: write.head.headers.first(name: "host"),
+                            cache: cache
+                        )
+                        return eventLoop.makeSucceededFuture(response)
+                    }
+                    return Self.enqueue(
+                        upstream,
+                        id: id,
+                        failure: "backend answered \(response.status.code)",
+                        queue: queue,
+                        on: eventLoop
                     )
-                    return eventLoop.makeSucceededFuture(response)
                 }
-                return Self.enqueue(
-                    upstream,
-                    id: id,
-                    failure: "backend answered \(response.status.code)",
-                    queue: queue,
-                    on: eventLoop
+                .flatMapError { error -> EventLoopFuture<UpstreamResponse> in
+                    guard let proxyError = error as? ProxyError,
+                        proxyError.kind == .network || proxyError.kind == .timeout
+                    else {
+                        return eventLoop.makeFailedFuture(error)
+                    }
+                    return Self.enqueue(upstream, id: id, failure: proxyError.message, queue: queue, on: eventLoop)
+                }
+        }
+        .hop(to: eventLoop).assumeIsolated().whenComplete { result in
+            self.state = .idle
+            switch result {
+            case .success(let response):
+                writer.write(response, cacheStatus: nil)
+            case .failure(let error):
+                let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
+                logger.error(
+                    "queued write failed",
+                    metadata: ["target": "\(write.target)", "error": "\(proxyError)"]
                 )
+                writer.write(proxyError)
             }
-            .flatMapError { error -> EventLoopFuture<UpstreamResponse> in
-                guard let proxyError = error as? ProxyError, proxyError.kind == .network || proxyError.kind == .timeout
-                else {
-                    return eventLoop.makeFailedFuture(error)
-                }
-                return Self.enqueue(upstream, id: id, failure: proxyError.message, queue: queue, on: eventLoop)
-            }
-            .hop(to: eventLoop).assumeIsolated().whenComplete { result in
-                self.state = .idle
-                switch result {
-                case .success(let response):
-                    writer.write(response, cacheStatus: nil)
-                case .failure(let error):
-                    let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
-                    logger.error(
-                        "queued write failed",
-                        metadata: ["target": "\(write.target)", "error": "\(proxyError)"]
-                    )
-                    writer.write(proxyError)
-                }
-            }
+        }
     }
 
-    /// Stores the request durably; the 202 is only built once the store has it.
+    /// Stores the request durably; the 202 is only built once the store has it. `failure` is why the backend
+    /// did not take it, nil when it was queued behind the route's backlog without being sent.
     private static func enqueue(
         _ request: UpstreamRequest,
         id: String,
-        failure: String,
+        failure: String?,
         queue: WriteQueue,
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<UpstreamResponse> {
