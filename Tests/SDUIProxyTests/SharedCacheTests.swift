@@ -108,6 +108,39 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("a backend Vary on a header another route keys on still splits this route's entries")
+    func varyOnAnotherRoutesKeyedHeader() async throws {
+        try await ProxyHarness.run(
+            origin: { request in
+                let tier = request.headers.first(name: "x-tier") ?? "none"
+                return TestOrigin.Response(
+                    headers: [
+                        ("Content-Type", "application/json"), ("Cache-Control", "max-age=60"), ("Vary", "X-Tier"),
+                    ],
+                    body: #"{"_beagleComponent_":"a","tier":"\#(tier)"}"#
+                )
+            },
+            configure: {
+                var tiered = $0.cache.policy
+                tiered.vary = ["x-tier"]
+                $0.cache.routes = [.init(prefix: "/tiered", policy: tiered)]
+            }
+        ) { proxy async throws in
+            // /home is not under /tiered: its key leaves X-Tier out, so only the backend's Vary can tell them apart.
+            let gold = try await proxy.get("/home", headers: [("X-Tier", "gold")])
+            let free = try await proxy.get("/home", headers: [("X-Tier", "free")])
+            #expect(gold.body.contains(#""tier":"gold""#))
+            #expect(free.body.contains(#""tier":"free""#))
+            #expect(free["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/home", headers: [("X-Tier", "gold")])["X-Cache"] == "HIT")
+            // On the route that keys on it, X-Tier is in the key already.
+            _ = try await proxy.get("/tiered/a", headers: [("X-Tier", "gold")])
+            let tieredFree = try await proxy.get("/tiered/a", headers: [("X-Tier", "free")])
+            #expect(tieredFree.body.contains(#""tier":"free""#))
+            #expect(try await proxy.get("/tiered/a", headers: [("X-Tier", "free")])["X-Cache"] == "HIT")
+        }
+    }
+
     @Test("conditional requests from clients get a 304 from a fresh entry")
     func clientConditionals() async throws {
         let lastModified = HTTPDate.format(HTTPDate.now() - 3600)

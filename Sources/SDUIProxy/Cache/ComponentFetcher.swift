@@ -94,8 +94,9 @@ public final class ComponentFetcher: Sendable {
     /// was made for, held here so that a miss reads no shared state to find it.
     let prefetchPlanner: PrefetchPlanner
     private let maxResponseBytes: Int
-    /// Headers the cache key already accounts for; a `Vary` on them needs no variant of its own.
-    private let keyedHeaders: Set<String>
+    /// The platform header (lower case), which every cache key accounts for: a `Vary` on it needs no variant
+    /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
+    private let platformHeader: String
     private let tagHeader: String
     /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
     private let computesContentHash: Bool
@@ -127,7 +128,7 @@ public final class ComponentFetcher: Sendable {
         cache: ResponseCache,
         client: any NetworkClient,
         maxResponseBytes: Int,
-        keyedHeaders: Set<String>,
+        platformHeader: String,
         tagHeader: String,
         computesContentHash: Bool = true,
         metrics: ProxyMetrics,
@@ -140,7 +141,7 @@ public final class ComponentFetcher: Sendable {
         self.cache = cache
         self.client = client
         self.maxResponseBytes = maxResponseBytes
-        self.keyedHeaders = keyedHeaders
+        self.platformHeader = platformHeader.lowercased()
         self.tagHeader = tagHeader.lowercased()
         self.computesContentHash = computesContentHash
         self.coalescer = coalescer
@@ -432,18 +433,19 @@ public final class ComponentFetcher: Sendable {
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
         metadata.tagHeader = tagHeader
         metadata.computesContentHash = computesContentHash
-        metadata.varyNames = varyNames(in: fields)
+        metadata.varyNames = varyNames(in: fields, keyedBy: request.policy.vary)
         metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)
         return metadata
     }
 
-    /// The request headers a response varies on that the cache key does not already cover. The proxy always
-    /// fetches unencoded bodies, so `Accept-Encoding` never splits entries.
-    private func varyNames(in fields: HTTPFieldLines) -> [String] {
+    /// The request headers a response varies on that its cache key does not already cover: the platform, and
+    /// `keyed`, the headers of the request's own route. (Another route's keyed headers are not in this key.)
+    /// The proxy always fetches unencoded bodies, so `Accept-Encoding` never splits entries.
+    private func varyNames(in fields: HTTPFieldLines, keyedBy keyed: [String]) -> [String] {
         var names: [String] = []
         fields.forEachListMember(of: "vary") { member in
             let name = String(decoding: member, as: UTF8.self).lowercased()
-            if name != "accept-encoding", !keyedHeaders.contains(name), !names.contains(name) {
+            if name != "accept-encoding", name != platformHeader, !keyed.contains(name), !names.contains(name) {
                 names.append(name)
             }
         }

@@ -94,14 +94,11 @@ public final class ProxyContext: Sendable {
                 client = try FileNetworkClient(directory: path, threadPool: threadPool)
             }
         }
-        var keyedHeaders = Set(configuration.cache.policy.vary)
-        for route in configuration.cache.routes { keyedHeaders.formUnion(route.policy.vary) }
-        keyedHeaders.insert(configuration.platform.header.lowercased())
         let fetcher = ComponentFetcher(
             cache: cache,
             client: client,
             maxResponseBytes: configuration.upstream.maxResponseBytes,
-            keyedHeaders: keyedHeaders,
+            platformHeader: configuration.platform.header,
             tagHeader: configuration.cache.tagHeader,
             computesContentHash: configuration.compat.beagleHash,
             metrics: metrics,
