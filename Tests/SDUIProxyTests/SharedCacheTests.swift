@@ -141,6 +141,17 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("an Expires far in the future is a long lifetime, not a negative one")
+    func farFutureExpires() async throws {
+        try await ProxyHarness.run(
+            origin: Self.origin([("Expires", "Fri, 31 Dec 9999 23:59:59 GMT")])
+        ) { proxy async throws in
+            #expect(try await proxy.get("/far")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/far")["X-Cache"] == "HIT")
+            #expect(proxy.origin.requestCount == 1)
+        }
+    }
+
     @Test("conditional requests from clients get a 304 from a fresh entry")
     func clientConditionals() async throws {
         let lastModified = HTTPDate.format(HTTPDate.now() - 3600)

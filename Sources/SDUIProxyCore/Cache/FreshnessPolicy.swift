@@ -72,7 +72,9 @@ public enum FreshnessPolicy {
         }
         guard expiresLines > 0 else { return nil }
         guard expiresLines == 1, let expires else { return 0 }
-        return max(0, expires - (fields.date("date") ?? HTTPDate.now()))
+        // Capped like a delta-seconds value: an Expires in the year 9999 would otherwise wrap the lifetime's
+        // nanoseconds negative, and the entry would never be fresh.
+        return min(max(0, expires - (fields.date("date") ?? HTTPDate.now())), CacheControl.maximumDeltaSeconds)
     }
 
     /// Whether a `Vary` member is `*`: the response varies on things outside the request.
