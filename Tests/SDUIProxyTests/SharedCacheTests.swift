@@ -152,6 +152,37 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("a stale entry goes when the backend's answer may not be stored, but not for a client's own no-store")
+    func staleEntryDroppedOnlyByTheBackend() async throws {
+        let noStoreFor = NIOLockedValueBox<String?>(nil)
+        try await ProxyHarness.run(origin: { request in
+            let platform = request.headers.first(name: "beagle-platform")
+            let cacheControl = platform == noStoreFor.withLockedValue({ $0 }) ? "no-store" : "no-cache"
+            return TestOrigin.Response(
+                headers: [("Content-Type", "application/json"), ("Cache-Control", cacheControl), ("ETag", "\"e\"")],
+                body: #"{"_beagleComponent_":"a"}"#
+            )
+        }) { proxy async throws in
+            // no-cache entries are always stale: each request asks the backend, conditionally while one is kept.
+            func asksConditionally(_ platform: String, _ extra: [(String, String)] = []) async throws -> Bool {
+                _ = try await proxy.get("/n", headers: [("beagle-platform", platform)] + extra)
+                return proxy.origin.requests.last?.headers.first(name: "if-none-match") == "\"e\""
+            }
+            #expect(try await !asksConditionally("IOS"))
+            #expect(try await !asksConditionally("ANDROID"))
+            // A client that asks for no-store keeps the answer out of the cache, and takes nothing else out.
+            #expect(try await asksConditionally("IOS", [("Cache-Control", "no-store")]))
+            #expect(try await asksConditionally("IOS"))
+            #expect(try await asksConditionally("ANDROID"))
+            // The backend's no-store for IOS drops the IOS entry, and only that one.
+            noStoreFor.withLockedValue { $0 = "IOS" }
+            #expect(try await asksConditionally("IOS"))
+            noStoreFor.withLockedValue { $0 = nil }
+            #expect(try await !asksConditionally("IOS"))
+            #expect(try await asksConditionally("ANDROID"))
+        }
+    }
+
     @Test("conditional requests from clients get a 304 from a fresh entry")
     func clientConditionals() async throws {
         let lastModified = HTTPDate.format(HTTPDate.now() - 3600)

@@ -345,7 +345,7 @@ public final class ComponentFetcher: Sendable {
         )
         guard case .store(let lifetime) = decision else {
             guard case .doNotStore(let reason) = decision else { fatalError("unreachable") }
-            if request.staleEntry != nil { cache.purge(target: request.key.target) }
+            dropStaleEntry(of: request, status: response.status, fields: response.fields, directives: directives)
             return .notStored(response, reason: reason)
         }
 
@@ -383,7 +383,7 @@ public final class ComponentFetcher: Sendable {
         let mergedFields = HTTPFieldLines(merged)
         let decision = Self.decide(status: stale.status, fields: mergedFields, for: request)
         guard case .store(let lifetime) = decision else {
-            cache.purge(target: request.key.target)
+            dropStaleEntry(of: request, status: stale.status, fields: mergedFields, directives: nil)
             let response = UpstreamResponse(status: stale.status, headers: merged, body: stale.body)
             return .notStored(response, reason: "revalidated, no longer storable")
         }
@@ -400,6 +400,29 @@ public final class ComponentFetcher: Sendable {
     }
 
     /// Whether and for how long a response to `request` may be stored, under the request's route policy.
+    /// The backend's answer for the request's stale entry may not be stored: that entry goes, so it is not
+    /// served stale later. Unless the request is what kept the answer out (its own `no-store`, an
+    /// `Authorization`): one client's request removes nothing other clients are served. Only that entry goes,
+    /// not the target's other platforms and variants, which other answers filled.
+    private func dropStaleEntry(
+        of request: Request,
+        status: HTTPResponseStatus,
+        fields: HTTPFieldLines,
+        directives: CacheControl?
+    ) {
+        guard let stale = request.staleEntry else { return }
+        let storableForOthers = FreshnessPolicy.decide(
+            requestHeaders: HTTPHeaders(),
+            status: status,
+            responseFields: fields,
+            defaultTTL: request.policy.defaultTTL.wholeSeconds,
+            cacheControl: directives
+        )
+        if case .store = storableForOthers { return }
+        let target = request.key.target
+        cache.purge { candidate, entry in candidate == target && entry === stale }
+    }
+
     private static func decide(
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,
