@@ -175,7 +175,7 @@ public final class QueueDeliveryService: Service, Sendable {
             }
             if run.isStopping { return }
             cachedHead = nil
-            if !(await attempt(head, route: route)) {
+            if !(await attempt(head, route: route, run: run)) {
                 await signal.wait(upTo: storeRetryDelay)
             }
         }
@@ -207,7 +207,7 @@ public final class QueueDeliveryService: Service, Sendable {
                             launched.insert(entry.id)
                             inFlight.ids.withLock { _ = $0.insert(entry.id) }
                             group.addTask {
-                                let recorded = await self.attempt(entry, route: route)
+                                let recorded = await self.attempt(entry, route: route, run: run)
                                 if !recorded { try? await Task.sleep(for: self.storeRetryDelay) }
                                 inFlight.ids.withLock { _ = $0.remove(entry.id) }
                                 signal.signal()
@@ -252,7 +252,7 @@ public final class QueueDeliveryService: Service, Sendable {
 
     /// Makes one attempt of `entry` (or gives it up when too old) and records the result; false when the
     /// store could not record it (the entry stays pending).
-    private func attempt(_ entry: QueueEntry, route: QueueConfiguration.Route) async -> Bool {
+    private func attempt(_ entry: QueueEntry, route: QueueConfiguration.Route, run: RunState) async -> Bool {
         let rules = DeliveryRules(retry: route.retry, retryableStatuses: queue.configuration.retryableStatuses)
         if let decision = rules.beforeAttempt(entry, now: .now()) {
             return await record(decision, for: entry, attempts: entry.attempts)
@@ -278,9 +278,22 @@ public final class QueueDeliveryService: Service, Sendable {
             now: .now(),
             unitRandom: .random(in: 0...1)
         )
-        // The backend has answered: record that even when this task is being cancelled, so a delivered request
-        // is not sent again (an unstructured task does not inherit the cancellation).
-        return await Task { await self.record(decision, for: entry, attempts: attempts) }.value
+        // The backend has answered: record that, trying the store again (never the backend) until it takes it
+        // or the service stops, so a request the backend has taken is not sent again while the store fails for
+        // a while (a disk full, or remounted read-only). In an unstructured task, so that cancelling this one
+        // does not cut the recording short; the cancellation stops the run, which ends the retries.
+        let recording = Task {
+            while true {
+                if await self.record(decision, for: entry, attempts: attempts) { return true }
+                if run.isStopping { return false }
+                try? await Task.sleep(for: self.storeRetryDelay)
+            }
+        }
+        return await withTaskCancellationHandler {
+            await recording.value
+        } onCancel: {
+            run.stop()
+        }
     }
 
     private func record(_ decision: DeliveryRules.Decision, for entry: QueueEntry, attempts: Int) async -> Bool {

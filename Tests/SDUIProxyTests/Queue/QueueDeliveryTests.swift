@@ -129,6 +129,39 @@ import Testing
         try await origin.stop()
     }
 
+    /// Once the backend has answered, a store that fails to record it is tried again; the backend is not.
+    @Test func aStoreThatCannotRecordADeliveryDoesNotSendItAgain() async throws {
+        let origin = try await QueueTestOrigin.start()
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let route = Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential, retry: QueueTest.retry())
+        let configuration = QueueTest.configuration(directory: directory, routes: [route])
+        let store = FailingQueueStore(
+            try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger),
+            failingMarkDelivered: 3
+        )
+        let queue = try await WriteQueue(configuration: configuration, store: store, logger: QueueTest.logger)
+        let receipt = try await queue.enqueue(QueueTest.request(.POST, "/api/orders", body: "once"))
+        let client = try QueueTest.client(port: origin.port)
+        let service = QueueDeliveryService(
+            queue: queue,
+            client: client,
+            eventLoopGroup: QueueTest.group,
+            storeRetryDelay: .milliseconds(50),
+            logger: QueueTest.logger
+        )
+        try await QueueTest.withRunningService(service) {
+            let drained = await QueueTest.waitUntil { queue.depth == 0 }
+            #expect(drained)
+        }
+        #expect(store.markDeliveredCalls == 4)
+        #expect(origin.requests.map(\.body) == ["once"])
+        #expect(await QueueTest.status(queue, receipt.id).state == "delivered")
+        try await client.shutdown()
+        try await queue.close()
+        try await origin.stop()
+    }
+
     @Test func aClientErrorFailsAfterOneAttempt() async throws {
         let origin = try await QueueTestOrigin.start()
         origin.setBehaviour { _, _, _ in .init(status: .badRequest) }

@@ -1,0 +1,85 @@
+import SDUIProxy
+import Synchronization
+
+/// A queue store whose first `failures` calls to `markDelivered` throw, as a store does while its disk is full
+/// or remounted read-only; everything else goes to `base`.
+final class FailingQueueStore: QueueStore {
+    struct WriteFailed: Error {}
+
+    private let base: any QueueStore
+    private let failuresLeft: Mutex<Int>
+    private let calls = Mutex(0)
+
+    init(_ base: any QueueStore, failingMarkDelivered failures: Int) {
+        self.base = base
+        self.failuresLeft = Mutex(failures)
+    }
+
+    /// How many times `markDelivered` was called, failed calls included.
+    var markDeliveredCalls: Int { calls.withLock { $0 } }
+
+    func markDelivered(id: String, status: Int, attempts: Int, at time: QueueInstant) async throws -> Bool {
+        calls.withLock { $0 += 1 }
+        let fails = failuresLeft.withLock { left -> Bool in
+            defer { left = max(0, left - 1) }
+            return left > 0
+        }
+        if fails { throw WriteFailed() }
+        return try await base.markDelivered(id: id, status: status, attempts: attempts, at: time)
+    }
+
+    func insert(_ entry: QueueEntry) async throws { try await base.insert(entry) }
+
+    func firstPending(route: String) async throws -> QueueEntry? { try await base.firstPending(route: route) }
+
+    func duePending(
+        routes: [String],
+        at now: QueueInstant,
+        excluding: Set<String>,
+        limit: Int
+    ) async throws -> [QueueEntry] {
+        try await base.duePending(routes: routes, at: now, excluding: excluding, limit: limit)
+    }
+
+    func earliestAttempt(routes: [String], excluding: Set<String>) async throws -> QueueInstant? {
+        try await base.earliestAttempt(routes: routes, excluding: excluding)
+    }
+
+    func recordAttempt(
+        id: String,
+        attempts: Int,
+        nextAttemptAt: QueueInstant,
+        lastError: String,
+        status: Int?
+    ) async throws {
+        try await base.recordAttempt(
+            id: id,
+            attempts: attempts,
+            nextAttemptAt: nextAttemptAt,
+            lastError: lastError,
+            status: status
+        )
+    }
+
+    func markFailed(
+        id: String,
+        lastError: String,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant
+    ) async throws -> Bool {
+        try await base.markFailed(id: id, lastError: lastError, status: status, attempts: attempts, at: time)
+    }
+
+    func status(id: String) async throws -> QueueEntryStatus? { try await base.status(id: id) }
+
+    func depths() async throws -> [QueueRouteDepth] { try await base.depths() }
+
+    func pendingCount() async throws -> Int { try await base.pendingCount() }
+
+    func removeFinished(before time: QueueInstant) async throws -> Int {
+        try await base.removeFinished(before: time)
+    }
+
+    func close() async throws { try await base.close() }
+}
