@@ -399,7 +399,6 @@ public final class ComponentFetcher: Sendable {
         return .revalidated(refreshed)
     }
 
-    /// Whether and for how long a response to `request` may be stored, under the request's route policy.
     /// The backend's answer for the request's stale entry may not be stored: that entry goes, so it is not
     /// served stale later. Unless the request is what kept the answer out (its own `no-store`, an
     /// `Authorization`): one client's request removes nothing other clients are served. Only that entry goes,
@@ -423,6 +422,7 @@ public final class ComponentFetcher: Sendable {
         cache.purge { candidate, entry in candidate == target && entry === stale }
     }
 
+    /// Whether and for how long a response to `request` may be stored, under the request's route policy.
     private static func decide(
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,

@@ -128,9 +128,8 @@ public final class WarmUp: Sendable {
             logger.warning("declared URL not refreshed", metadata: metadata)
             return
         }
-        if case .cached(_, _, let lifetime) = outcome, lifetime > 0 {
-            // Stored, the usual case: not worth a line.
-        } else {
+        let stored = if case .cached(_, _, let lifetime) = outcome { lifetime > 0 } else { false }
+        if !stored {
             logger.warning(
                 nextSchedule.refreshesStoredAnswer
                     ? "refresh of a declared URL stored nothing; trying again at its interval"
