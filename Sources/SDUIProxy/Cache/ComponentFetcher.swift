@@ -410,27 +410,29 @@ public final class ComponentFetcher: Sendable {
         directives: CacheControl?
     ) {
         guard let stale = request.staleEntry else { return }
-        let storableForOthers = FreshnessPolicy.decide(
-            requestHeaders: HTTPHeaders(),
+        let storableForOthers = Self.decide(
             status: status,
-            responseFields: fields,
-            defaultTTL: request.policy.defaultTTL.wholeSeconds,
-            cacheControl: directives
+            fields: fields,
+            directives: directives,
+            for: request,
+            requestHeaders: HTTPHeaders()
         )
         if case .store = storableForOthers { return }
         let target = request.key.target
         cache.purge { candidate, entry in candidate == target && entry === stale }
     }
 
-    /// Whether and for how long a response to `request` may be stored, under the request's route policy.
+    /// Whether and for how long a response to `request` may be stored, under the request's route policy; with
+    /// `requestHeaders` given, as if the request had sent those instead of its own.
     private static func decide(
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,
         directives: CacheControl? = nil,
-        for request: Request
+        for request: Request,
+        requestHeaders: HTTPHeaders? = nil
     ) -> FreshnessPolicy.Decision {
         FreshnessPolicy.decide(
-            requestHeaders: request.clientHeaders,
+            requestHeaders: requestHeaders ?? request.clientHeaders,
             status: status,
             responseFields: fields,
             defaultTTL: request.policy.defaultTTL.wholeSeconds,
