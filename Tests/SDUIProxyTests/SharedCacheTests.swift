@@ -538,6 +538,68 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("a waiter whose own variant has a stale-if-error entry gets it when the leader's fetch fails")
+    func coalescedWaiterServesItsOwnStaleEntry() async throws {
+        let gate = OriginGate()
+        let failing = NIOLockedValueBox(false)
+        try await ProxyHarness.run(
+            origin: { request in
+                if failing.withLockedValue({ $0 }) {
+                    return TestOrigin.Response(status: .serviceUnavailable, body: "down", heldBy: gate)
+                }
+                let tier = request.headers.first(name: "x-tier") ?? "none"
+                return TestOrigin.Response(
+                    headers: [
+                        ("Content-Type", "application/json"), ("Age", "5"), ("Vary", "X-Tier"),
+                        ("Cache-Control", "max-age=1, stale-if-error=60"),
+                    ],
+                    body: #"{"_beagleComponent_":"a","tier":"\#(tier)"}"#
+                )
+            }
+        ) { proxy async throws in
+            _ = try await proxy.get("/home", headers: [("X-Tier", "gold")])
+            failing.withLockedValue { $0 = true }
+            // The free user's miss leads (no entry of that variant), the gold user's stale entry joins it.
+            async let free = proxy.get("/home", headers: [("X-Tier", "free")])
+            try await waitUntil { proxy.origin.requestCount == 2 }
+            async let gold = proxy.get("/home", headers: [("X-Tier", "gold")])
+            try await Self.waitForCoalescedWaits(1, proxy)
+            gate.open()
+            #expect(try await free.status == .serviceUnavailable)
+            let goldReply = try await gold
+            #expect(goldReply.status == .ok)
+            #expect(goldReply["X-Cache"] == "STALE")
+            #expect(goldReply.body.contains(#""tier":"gold""#))
+        }
+    }
+
+    @Test("a 401 answered to one client's credentials is not handed to a waiter with a cookie of its own")
+    func coalescedAuthenticationFailure() async throws {
+        let gate = OriginGate()
+        try await ProxyHarness.run(
+            origin: { request in
+                guard request.headers.first(name: "cookie") == "session=valid" else {
+                    return TestOrigin.Response(status: .unauthorized, body: "sign in", heldBy: gate)
+                }
+                return .component(maxAge: nil, heldBy: gate).withHeader("Cache-Control", "private")
+            }
+        ) { proxy async throws in
+            async let anonymous = proxy.get("/account")
+            try await waitUntil { proxy.origin.requestCount == 1 }
+            async let signedIn = proxy.get("/account", headers: [("Cookie", "session=valid")])
+            try await Self.waitForCoalescedWaits(1, proxy)
+            gate.open()
+            #expect(try await anonymous.status == .unauthorized)
+            #expect(try await signedIn.status == .ok)
+            #expect(proxy.origin.requestCount == 2)
+        }
+    }
+
+    /// Waits until `count` requests have joined a fetch in flight.
+    private static func waitForCoalescedWaits(_ count: Int, _ proxy: ProxyHarness) async throws {
+        try await waitUntil { try await proxy.admin("/cache/stats").body.contains(#""coalescedWaits":\#(count)"#) }
+    }
+
     @Test("requests with Authorization are stored only when the response allows it")
     func authorizationAndPublic() async throws {
         try await ProxyHarness.run(origin: { request in

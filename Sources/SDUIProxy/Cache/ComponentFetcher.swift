@@ -171,17 +171,32 @@ public final class ComponentFetcher: Sendable {
         metrics.coalescedWait()
         leaderResult.whenComplete { result in
             switch result {
-            case .success(let outcome) where self.mayShare(outcome, with: request):
-                completion(.success(outcome))
-            case .success:
-                self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
+            case .success(let outcome):
+                if case .notStored(let response, _) = outcome, response.status.code >= 500,
+                    let stale = self.staleStandIn(for: request, because: "backend status \(response.status.code)")
+                {
+                    // The waiter's own stale entry stands in where the leader had none (another variant's miss).
+                    completion(.success(stale))
+                } else if self.mayShare(outcome, with: request) {
+                    completion(.success(outcome))
+                } else {
+                    self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
+                }
             case .failure(RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong):
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
                 self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
             case .failure(let error):
-                completion(.failure(error))
+                completion(self.staleStandIn(for: request, because: "\(error)").map { .success($0) } ?? .failure(error))
             }
         }
+    }
+
+    /// The request's own stale entry, standing in for a backend that failed, when its `stale-if-error` window
+    /// allows (RFC 5861 section 4).
+    private func staleStandIn(for request: Request, because reason: String) -> Outcome? {
+        guard let stale = request.staleEntry, stale.mayServeOnError(at: .now()) else { return nil }
+        logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+        return .servedStale(stale, because: reason)
     }
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
@@ -193,8 +208,8 @@ public final class ComponentFetcher: Sendable {
     }
 
     /// Whether a waiter may take the leader's outcome: only what every client could have received (a stored
-    /// entry of the waiter's own variant, or an error status that is not private). Anything else the waiter
-    /// fetches for itself.
+    /// entry of the waiter's own variant, or an error status that is not private and does not depend on who
+    /// asked). Anything else the waiter fetches for itself.
     private func mayShare(_ outcome: Outcome, with request: Request) -> Bool {
         switch outcome {
         case .stored(let entry), .revalidated(let entry), .servedStale(let entry, _):
@@ -202,8 +217,10 @@ public final class ComponentFetcher: Sendable {
                 || ResponseCache.variantValue(names: entry.varyNames, requestHeaders: request.clientHeaders)
                     == entry.variant
         case .notStored(let response, _):
-            let cacheControl = CacheControl(fields: response.fields)
-            return response.status.code >= 400 && !cacheControl.isPrivate && !response.fields.contains("set-cookie")
+            // 401, 403 and 407 answer the leader's credentials (a cookie, say), which a waiter's may not share.
+            let code = response.status.code
+            guard code >= 400, code != 401, code != 403, code != 407 else { return false }
+            return !CacheControl(fields: response.fields).isPrivate && !response.fields.contains("set-cookie")
         }
     }
 
@@ -282,10 +299,7 @@ public final class ComponentFetcher: Sendable {
             metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
             failure = error
         }
-        if let stale = request.staleEntry, stale.mayServeOnError(at: .now()) {
-            logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "error": "\(failure)"])
-            return .success(.servedStale(stale, because: "\(failure)"))
-        }
+        if let stale = staleStandIn(for: request, because: "\(failure)") { return .success(stale) }
         return .failure(failure)
     }
 
@@ -301,12 +315,10 @@ public final class ComponentFetcher: Sendable {
             if response.status == .notModified {
                 return revalidate(stale, with: response.headers, for: request, requestTime: requestTime)
             }
-            if response.status.code >= 500, stale.mayServeOnError(at: .now()) {
-                logger.info(
-                    "backend answered \(response.status.code), serving stale",
-                    metadata: ["key": "\(request.key)"]
-                )
-                return .servedStale(stale, because: "backend status \(response.status.code)")
+            if response.status.code >= 500,
+                let stale = staleStandIn(for: request, because: "backend status \(response.status.code)")
+            {
+                return stale
             }
         }
 
