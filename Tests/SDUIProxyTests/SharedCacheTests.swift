@@ -440,7 +440,9 @@ struct SharedCacheTests {
         }
     }
 
-    @Test("the configured staleIfError covers 5xx answers, and must-revalidate forbids serving stale")
+    @Test(
+        "the configured staleIfError covers 5xx answers; must-revalidate forbids serving stale, s-maxage the configured window"
+    )
     func configuredStaleIfError() async throws {
         let failing = NIOLockedValueBox(false)
         try await ProxyHarness.run(
@@ -448,26 +450,31 @@ struct SharedCacheTests {
                 if failing.withLockedValue({ $0 }) {
                     return TestOrigin.Response(status: .serviceUnavailable, body: "down")
                 }
-                let strict = request.uri == "/strict" ? ", must-revalidate" : ""
+                let cacheControl =
+                    switch request.uri {
+                    case "/strict": "max-age=1, must-revalidate"
+                    case "/shared": "s-maxage=1"
+                    case "/shared-asking": "s-maxage=1, stale-if-error=60"
+                    default: "max-age=1"
+                    }
                 return TestOrigin.Response(
-                    headers: [
-                        ("Content-Type", "application/json"), ("Age", "5"), ("Cache-Control", "max-age=1\(strict)"),
-                    ],
+                    headers: [("Content-Type", "application/json"), ("Age", "5"), ("Cache-Control", cacheControl)],
                     body: #"{"_beagleComponent_":"a"}"#
                 )
             },
             configure: { $0.cache.policy.staleIfError = .seconds(300) }
         ) { proxy async throws in
-            _ = try await proxy.get("/lenient")
-            _ = try await proxy.get("/strict")
+            for path in ["/lenient", "/strict", "/shared", "/shared-asking"] { _ = try await proxy.get(path) }
             failing.withLockedValue { $0 = true }
             let lenient = try await proxy.get("/lenient")
             #expect(lenient.status == .ok)
             #expect(lenient["X-Cache"] == "STALE")
-            let strict = try await proxy.get("/strict")
-            #expect(strict.status == .serviceUnavailable)
+            #expect(try await proxy.get("/strict").status == .serviceUnavailable)
+            // s-maxage forbids the route's stale window, but not one the response asks for itself.
+            #expect(try await proxy.get("/shared").status == .serviceUnavailable)
+            #expect(try await proxy.get("/shared-asking")["X-Cache"] == "STALE")
             let stats = try await proxy.admin("/cache/stats")
-            #expect(stats.body.contains(#""staleServes":1"#))
+            #expect(stats.body.contains(#""staleServes":2"#))
         }
     }
 

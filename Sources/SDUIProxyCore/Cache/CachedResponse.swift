@@ -301,7 +301,11 @@ public final class CachedResponse: Sendable {
         self.directives = directives
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
         self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0
-        self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? metadata.configuredStaleIfError
+        // `s-maxage` carries `proxy-revalidate` for a shared cache (RFC 9111 section 5.2.2.10), so the route's
+        // own `staleIfError` does not apply to it. A `stale-if-error` in the same response still does: the
+        // backend asked for it in so many words (RFC 5861 section 4), as in the `s-maxage=N, stale-*=M` idiom.
+        let configuredStaleIfError = directives.sharedMaxAge == nil ? metadata.configuredStaleIfError : 0
+        self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
         self.tags = tags
