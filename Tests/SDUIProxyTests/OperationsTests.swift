@@ -88,4 +88,22 @@ struct OperationsTests {
             #expect(try await proxy.get("/kept")["X-Cache"] == "HIT")
         }
     }
+
+    @Test("a reload applies limits.maxConnections and the coalesced wait of a new upstream.timeout")
+    func reloadLimits() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            var configuration = proxy.server.context.configuration
+            configuration.limits.maxConnections = 1
+            configuration.upstream.timeout = .seconds(3)
+            try await proxy.server.reload(configuration)
+            #expect(proxy.server.context.fetcher.coalescer.maximumWait == .seconds(4))
+
+            let first = try await RawConnection(port: proxy.server.publicPort)
+            try await first.send("GET /screens/home HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await first.readResponse()?.head.hasPrefix("HTTP/1.1 200") == true)
+            let refused = try await HardeningTests.exchange(proxy, "GET /screens/home HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(refused.hasPrefix("HTTP/1.1 503"))
+            await first.close()
+        }
+    }
 }

@@ -196,7 +196,8 @@ struct ProcessTests {
         let base = "http://127.0.0.1:\(proxy.publicPort)"
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "BYPASS")
 
-        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\n".write(
+        // The new log level is in force for the new configuration's parts: the store is logged at debug.
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\nlog: { level: debug }\n".write(
             toFile: file,
             atomically: true,
             encoding: .utf8
@@ -204,6 +205,7 @@ struct ProcessTests {
         proxy.signal(SIGHUP)
         try await waitUntil { proxy.log.contains("configuration reloaded") }
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "MISS")
+        try await waitUntil { proxy.log.contains("[SDUIProxy] stored") }
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "HIT")
 
         try "cache: { defaultTTL: forever }\n".write(toFile: file, atomically: true, encoding: .utf8)

@@ -53,4 +53,15 @@ struct RequestCoalescerTests {
         #expect(coalescer.inFlightCount == 0)
         #expect(coalescer.join(key: "slow", on: group.next()) == nil)
     }
+
+    @Test("a maximum wait set later applies to the waiters that join after it")
+    func changedWait() async throws {
+        let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(60))
+        #expect(coalescer.join(key: "k", on: group.next()) == nil)
+        coalescer.maximumWait = .milliseconds(50)
+        let waiter = try #require(coalescer.join(key: "k", on: group.next()))
+        await #expect(throws: RequestCoalescer<String, Int>.Failure.waitedTooLong) { try await waiter.get() }
+        coalescer.finish(key: "k", with: .success(1))
+        #expect(coalescer.maximumWait == .milliseconds(50))
+    }
 }

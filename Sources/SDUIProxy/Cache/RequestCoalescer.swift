@@ -28,10 +28,17 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     }
 
     private let state = Mutex(State())
-    public let maximumWait: TimeAmount
+    private let maximumWaitNanoseconds: Atomic<Int64>
 
     public init(maximumWait: TimeAmount) {
-        self.maximumWait = maximumWait
+        maximumWaitNanoseconds = Atomic(maximumWait.nanoseconds)
+    }
+
+    /// The longest a waiter waits for a leader. A reload sets it (the coalescer and its runs in flight are
+    /// kept); waiters that joined before keep the wait they were given.
+    public var maximumWait: TimeAmount {
+        get { .nanoseconds(maximumWaitNanoseconds.load(ordering: .relaxed)) }
+        set { maximumWaitNanoseconds.store(newValue.nanoseconds, ordering: .relaxed) }
     }
 
     /// How many callers joined an exchange that was already in flight, since start.

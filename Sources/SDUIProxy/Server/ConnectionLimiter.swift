@@ -10,12 +10,18 @@ import Synchronization
 /// limiter's, so its requests pay nothing for the cap.
 final class ConnectionLimiter: Sendable {
     private let open = Atomic<Int>(0)
-    let maximum: Int
+    private let maximumCount: Atomic<Int>
     private let metrics: ProxyMetrics?
 
     init(maximum: Int, metrics: ProxyMetrics? = nil) {
-        self.maximum = maximum
+        maximumCount = Atomic(maximum)
         self.metrics = metrics
+    }
+
+    /// The cap. A reload sets it; connections open over a lowered cap are left to finish.
+    var maximum: Int {
+        get { maximumCount.load(ordering: .relaxed) }
+        set { maximumCount.store(newValue, ordering: .relaxed) }
     }
 
     var openConnections: Int { open.load(ordering: .relaxed) }

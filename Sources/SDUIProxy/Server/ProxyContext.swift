@@ -94,6 +94,9 @@ public final class ProxyContext: Sendable {
                 client = try FileNetworkClient(directory: path, threadPool: threadPool)
             }
         }
+        let maximumWait = configuration.upstream.timeout.timeAmount + .seconds(1)
+        let coalescer = coalescer ?? RequestCoalescer(maximumWait: maximumWait)
+        coalescer.maximumWait = maximumWait
         let fetcher = ComponentFetcher(
             cache: cache,
             client: client,
@@ -102,10 +105,7 @@ public final class ProxyContext: Sendable {
             tagHeader: configuration.cache.tagHeader,
             computesContentHash: configuration.compat.beagleHash,
             metrics: metrics,
-            coalescer: coalescer
-                ?? RequestCoalescer(
-                    maximumWait: configuration.upstream.timeout.timeAmount + .seconds(1)
-                ),
+            coalescer: coalescer,
             prefetchPlanner: prefetchPlanner(for: configuration),
             logger: logger
         )

@@ -36,6 +36,8 @@ public final class ProxyServer: Sendable {
     /// Delivers queued writes; cancelled after the listeners have drained.
     private let queueDelivery: Task<Void, Never>?
     private let warmUps: WarmUps
+    /// Caps the public listener's connections; a reload sets a new `limits.maxConnections` on it.
+    private let connectionLimiter: ConnectionLimiter
 
     /// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once the first
     /// has finished, so a reload never takes a warm proxy out of rotation.
@@ -76,7 +78,8 @@ public final class ProxyServer: Sendable {
         quiescing: [ServerQuiescingHelper],
         queueDelivery: Task<Void, Never>?,
         prefetcher: Prefetcher,
-        warmUps: WarmUps
+        warmUps: WarmUps,
+        connectionLimiter: ConnectionLimiter
     ) {
         self.runtime = runtime
         self.publicPort = publicChannel.localAddress?.port ?? 0
@@ -88,6 +91,7 @@ public final class ProxyServer: Sendable {
         self.queueDelivery = queueDelivery
         self.prefetcher = prefetcher
         self.warmUps = warmUps
+        self.connectionLimiter = connectionLimiter
     }
 
     /// Builds the proxy from `configuration` and binds its listeners.
@@ -241,7 +245,8 @@ public final class ProxyServer: Sendable {
                 quiescing: [publicQuiescing, adminQuiescing],
                 queueDelivery: queueDelivery,
                 prefetcher: prefetcher,
-                warmUps: warmUps
+                warmUps: warmUps,
+                connectionLimiter: limiter
             )
             logger.info(
                 "listening",
@@ -322,6 +327,7 @@ public final class ProxyServer: Sendable {
             logger: logger
         )
         context.fetcher.observeStoredComponents(old.fetcher.storedComponentObserver)
+        connectionLimiter.maximum = configuration.limits.maxConnections
         runtime.replace(with: context)
         logger.info("configuration reloaded", metadata: ["upstream": "\(configuration.upstream.url)"])
 

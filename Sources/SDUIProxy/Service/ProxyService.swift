@@ -61,8 +61,15 @@ public struct ProxyService: Service {
         logger.info("SIGHUP: reloading the configuration")
         do {
             let configuration = try source()
-            try await server.reload(configuration)
+            // The level first: the new context's parts read it as they are built (the fetcher, once).
+            let previousLevel = logLevel?.level
             if let logLevel, let level = Logger.Level(rawValue: configuration.log.level) { logLevel.level = level }
+            do {
+                try await server.reload(configuration)
+            } catch {
+                if let logLevel, let previousLevel { logLevel.level = previousLevel }
+                throw error
+            }
         } catch {
             logger.error("config reload refused; the running configuration stays", metadata: ["error": "\(error)"])
         }
