@@ -69,7 +69,8 @@ struct ProcessTests {
             }
             guard let ports else {
                 process.terminate()
-                throw ProxyDidNotStart(log: output.withLockedValue { $0 })
+                process.waitUntilExit()
+                throw ProxyDidNotStart(log: output.withLockedValue { $0 }, status: process.terminationStatus)
             }
             (publicPort, adminPort) = ports
         }
@@ -83,6 +84,7 @@ struct ProcessTests {
 
         struct ProxyDidNotStart: Error {
             var log: String
+            var status: Int32
         }
 
         private static func ports(in log: String) -> (Int, Int)? {
@@ -281,5 +283,36 @@ struct ProcessTests {
         second.signal(SIGTERM)
         #expect(try await second.waitForExit() == 0)
         try await origin.stop()
+    }
+
+    @Test("a second proxy on a queue store in use does not start, and names the process that has it")
+    func queueStoreInUse() async throws {
+        let directory = NSTemporaryDirectory() + "sdui-locked-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + ".yaml"
+        try """
+        upstream: { url: "http://127.0.0.1:9" }
+        queue:
+          store: \(directory)
+          routes:
+            - { match: POST /api/orders }
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+
+        let first = try await RunningProxy(arguments: ["--config", config])
+        let refusal = await #expect(throws: RunningProxy.ProxyDidNotStart.self) {
+            let second = try await RunningProxy(arguments: ["--config", config])
+            second.signal(SIGTERM)
+            _ = try await second.waitForExit()
+        }
+        #expect(refusal?.status == 1)
+        #expect(refusal?.log.contains("is in use by another process (pid \(first.process.processIdentifier))") == true)
+        first.signal(SIGTERM)
+        #expect(try await first.waitForExit() == 0)
+
+        // Once the first has stopped, the store is free again.
+        let third = try await RunningProxy(arguments: ["--config", config])
+        third.signal(SIGTERM)
+        #expect(try await third.waitForExit() == 0)
     }
 }

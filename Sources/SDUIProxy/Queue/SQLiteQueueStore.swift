@@ -21,10 +21,13 @@ public final class SQLiteQueueStore: QueueStore {
     /// The database file.
     public let path: String
     private let connection: SQLiteConnection
+    /// Held while the store is open: one process per store.
+    private let lock: QueueStoreLock
 
-    private init(path: String, connection: SQLiteConnection) {
+    private init(path: String, connection: SQLiteConnection, lock: QueueStoreLock) {
         self.path = path
         self.connection = connection
+        self.lock = lock
     }
 
     /// The file name inside the store directory.
@@ -42,13 +45,20 @@ public final class SQLiteQueueStore: QueueStore {
         logger: Logger = Logger(label: "sdui-proxy.queue.store")
     ) async throws -> SQLiteQueueStore {
         try makeDirectory(directory)
+        let lock = try QueueStoreLock.acquire(directory: directory)
         let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
-        let connection = try await SQLiteConnection.open(
-            storage: .file(path: path),
-            threadPool: threadPool,
-            logger: logger,
-            on: eventLoop
-        )
+        let connection: SQLiteConnection
+        do {
+            connection = try await SQLiteConnection.open(
+                storage: .file(path: path),
+                threadPool: threadPool,
+                logger: logger,
+                on: eventLoop
+            )
+        } catch {
+            lock.release()
+            throw error
+        }
         do {
             let mode = try await connection.query("PRAGMA journal_mode=WAL").first?.column("journal_mode")?.string
             guard mode?.lowercased() == "wal" else {
@@ -59,9 +69,10 @@ public final class SQLiteQueueStore: QueueStore {
             }
         } catch {
             try? await connection.close()
+            lock.release()
             throw error
         }
-        return SQLiteQueueStore(path: path, connection: connection)
+        return SQLiteQueueStore(path: path, connection: connection, lock: lock)
     }
 
     private static let schema = [
@@ -274,6 +285,7 @@ public final class SQLiteQueueStore: QueueStore {
     }
 
     public func close() async throws {
+        defer { lock.release() }
         try await connection.close()
     }
 
