@@ -31,6 +31,28 @@ struct WriteQueueProxyTests {
         return path
     }
 
+    @Test("a client's own Idempotency-Key goes with the write, at once and on every delivery")
+    func clientsIdempotencyKeyKept() async throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(status: .created, headers: [], body: "ok") },
+            configure: { $0.queue = Self.queueConfiguration(directory: directory) }
+        ) { proxy async throws in
+            let key = [("Idempotency-Key", "order-7f3a")]
+            #expect(try await proxy.get("/api/orders", headers: key, method: .POST, body: "{}").status == .created)
+            try await proxy.origin.stop()
+            #expect(try await proxy.get("/api/orders", headers: key, method: .POST, body: "{}").status == .accepted)
+            try await proxy.origin.restart()
+            try await waitUntil(timeout: .seconds(10)) { proxy.origin.requests(to: "/api/orders").count == 2 }
+            #expect(
+                proxy.origin.requests(to: "/api/orders").map { $0.headers["idempotency-key"] } == [
+                    ["order-7f3a"], ["order-7f3a"],
+                ]
+            )
+        }
+    }
+
     @Test("a write the backend cannot take is stored, answered 202, and delivered once the backend is back")
     func storedAndDelivered() async throws {
         let directory = Self.temporaryDirectory()

@@ -112,14 +112,23 @@ public struct QueueEntry: Sendable {
         self.lastStatus = lastStatus
     }
 
-    /// The request sent to the backend for this entry: its headers without framing headers, plus
-    /// `Idempotency-Key: <id>`.
+    /// The request sent to the backend for this entry: its headers without framing headers, with an
+    /// `Idempotency-Key` (``setIdempotencyKey(in:queueID:)``).
     var upstreamRequest: UpstreamRequest {
         var headers = self.headers
         headers.remove(name: "Content-Length")
         headers.remove(name: "Transfer-Encoding")
-        headers.replaceOrAdd(name: "Idempotency-Key", value: id)
+        Self.setIdempotencyKey(in: &headers, queueID: id)
         return UpstreamRequest(method: method, target: target, headers: headers, body: body)
+    }
+
+    /// Gives a write its `Idempotency-Key`: the client's own, when it sent one, so that the backend recognises
+    /// the client's retries of it (a retry after a lost 202 is a new queue entry); else the queue id. Several
+    /// keys say nothing clear, and are replaced by the queue id.
+    static func setIdempotencyKey(in headers: inout HTTPHeaders, queueID: String) {
+        let clientKeys = headers["idempotency-key"]
+        guard clientKeys.count != 1 || clientKeys[0].isEmpty else { return }
+        headers.replaceOrAdd(name: "Idempotency-Key", value: queueID)
     }
 }
 

@@ -12,7 +12,7 @@ public struct QueuedRequest: Sendable {
     /// The request target relative to the backend's base (`/api/orders?x=1`), already normalised.
     public var target: String
     /// The headers sent upstream; framing headers (`Content-Length`, `Transfer-Encoding`) are recomputed on
-    /// delivery, and `Idempotency-Key` is set to the queue id.
+    /// delivery, and `Idempotency-Key` is set to the queue id unless the client sent one.
     public var headers: HTTPHeaders
     /// The whole body, nil when there is none.
     public var body: ByteBuffer?

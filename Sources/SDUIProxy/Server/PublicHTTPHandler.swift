@@ -751,7 +751,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             purpose: .passThrough
         )
         headers.remove(name: "transfer-encoding")
-        headers.replaceOrAdd(name: "Idempotency-Key", value: id)
+        QueueEntry.setIdempotencyKey(in: &headers, queueID: id)
         let upstream = UpstreamRequest(
             method: write.head.method,
             target: write.target.description,

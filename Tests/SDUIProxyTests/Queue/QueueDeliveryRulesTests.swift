@@ -115,10 +115,14 @@ import Testing
         }
     }
 
-    @Test func deliveriesCarryTheIdempotencyKeyAndNoFramingHeaders() {
+    @Test(
+        "deliveries carry the client's one Idempotency-Key, else the queue id, and no framing headers",
+        arguments: [(["client-chosen"], "client-chosen"), ([], "abc"), (["one", "two"], "abc"), ([""], "abc")]
+    )
+    func deliveriesCarryAnIdempotencyKeyAndNoFramingHeaders(clientKeys: [String], sent: String) {
         var headers = HTTPHeaders()
         headers.add(name: "Content-Length", value: "2")
-        headers.add(name: "Idempotency-Key", value: "client-chosen")
+        for key in clientKeys { headers.add(name: "Idempotency-Key", value: key) }
         headers.add(name: "X-Custom", value: "kept")
         let entry = QueueEntry(
             id: "abc",
@@ -131,7 +135,7 @@ import Testing
             nextAttemptAt: start
         )
         let request = entry.upstreamRequest
-        #expect(request.headers[canonicalForm: "Idempotency-Key"] == ["abc"])
+        #expect(request.headers["Idempotency-Key"] == [sent])
         #expect(request.headers.contains(name: "Content-Length") == false)
         #expect(request.headers.first(name: "X-Custom") == "kept")
         #expect(request.target == "/api?x=1")
