@@ -11,9 +11,9 @@ import Synchronization
 /// - All `concurrent` routes share one dispatcher that runs up to `queue.concurrency` deliveries at once.
 /// - A worker wakes when something is enqueued on its route, when a backoff ends, and every
 ///   `pollInterval` as a safety net.
-/// - Each delivery carries the client's `Idempotency-Key`, else `Idempotency-Key: <queue id>`. 2xx and 3xx deliver; network errors, timeouts and
-///   `queue.retryableStatuses` are retried with the route's backoff (with jitter) until `maxAttempts` or
-///   `maxAge` run out; any other status fails at once. Final outcomes go to the ``QueueResponseHandlers``.
+/// - Each delivery carries the client's `Idempotency-Key`, else `Idempotency-Key: <queue id>`. 2xx and 3xx
+///   deliver; network errors, timeouts and `queue.retryableStatuses` are retried with the route's backoff
+///   (with jitter) until `maxAttempts` or `maxAge` run out; any other status fails at once. Final outcomes go to the ``QueueResponseHandlers``.
 /// - Pending requests found at start (after a restart or a crash) are delivered first, in order; requests on
 ///   routes no longer configured are delivered with the default retry policy, in order.
 /// - On graceful shutdown no new delivery starts; those in flight finish and are recorded (or, if the process
