@@ -663,8 +663,9 @@ struct SharedCacheTests {
             #expect(byTag.body.contains(#""purged":2"#))
             #expect(try await proxy.get("/screens/1")["X-Cache"] == "MISS")
 
-            let byPrefix = try await proxy.admin("/cache?prefix=/screens/", method: .DELETE)
-            #expect(byPrefix.body.contains(#""purged":1"#))
+            // The prefix is normalised as request targets are: this one is /screens/.
+            let byPrefix = try await proxy.admin("/cache?prefix=/x/../%2573creens/", method: .DELETE)
+            #expect(byPrefix.body == #"{"purged":1,"prefix":"/screens/"}"#)
 
             let everything = try await proxy.admin("/cache", method: .DELETE)
             #expect(everything.body.contains(#""purged":2"#))

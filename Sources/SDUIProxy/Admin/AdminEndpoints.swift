@@ -62,10 +62,13 @@ enum AdminEndpoints {
             }
             removed = cache.purge(target: target.description)
             scope = #""url":\#(JSONText.quoted(target.description))"#
-        } else if let prefix = request.query["prefix"] {
-            guard prefix.hasPrefix("/") else {
-                return AdminResponse(ProxyError(.badRequest, "prefix must start with /"))
+        } else if let given = request.query["prefix"] {
+            // Normalised as request targets are, so that it meets the keys' spelling; a trailing `?` (every
+            // query of one path) is kept, where a target would drop it as an empty query.
+            guard given.hasPrefix("/"), let target = try? RequestTarget(parsing: given) else {
+                return AdminResponse(ProxyError(.badRequest, "prefix must be a path starting with /"))
             }
+            let prefix = given.hasSuffix("?") && target.query == nil ? target.description + "?" : target.description
             removed = cache.purge(prefix: prefix)
             scope = #""prefix":\#(JSONText.quoted(prefix))"#
         } else if let tag = request.query["tag"] {
