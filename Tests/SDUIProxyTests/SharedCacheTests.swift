@@ -244,6 +244,31 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("a 304 without a Date dates the refreshed entry now, so it is fresh for the 304's max-age")
+    func revalidationWithoutDate() async throws {
+        let tenMinutesAgo = HTTPDate.format(HTTPDate.now() - 600)
+        try await ProxyHarness.run(origin: { request in
+            if request.headers.first(name: "if-none-match") == "\"v1\"" {
+                return TestOrigin.Response(status: .notModified, headers: [("Cache-Control", "max-age=60")])
+            }
+            return TestOrigin.Response(
+                headers: [
+                    ("Content-Type", "application/json"), ("Date", tenMinutesAgo), ("Cache-Control", "max-age=1"),
+                    ("ETag", "\"v1\""),
+                ],
+                body: #"{"_beagleComponent_":"a"}"#
+            )
+        }) { proxy async throws in
+            #expect(try await proxy.get("/r")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/r")["X-Cache"] == "REVALIDATED")
+            let refreshed = try await proxy.get("/r")
+            #expect(refreshed["X-Cache"] == "HIT")
+            let date = try #require(refreshed["Date"].flatMap { HTTPDate.parse($0) })
+            #expect(abs(date - HTTPDate.now()) < 60)
+            #expect(proxy.origin.requestCount == 2)
+        }
+    }
+
     @Test("a 304's headers replace the entry's as sent: values with commas are not split into lines")
     func revalidationKeepsValuesWhole() async throws {
         try await ProxyHarness.run(origin: { request in

@@ -391,7 +391,11 @@ public final class ComponentFetcher: Sendable {
         for request: Request,
         requestTime: Int64
     ) -> Outcome {
-        let merged = stale.headers(updatedBy: UpstreamRequestBuilder.endToEndResponseHeaders(headers))
+        var updates = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
+        // A 304 without a Date is dated on receipt (RFC 9110 section 6.6.1). The entry's old Date would make
+        // the refreshed entry as old as the first answer: stale again at once, revalidated on every request.
+        if !updates.contains(name: "date") { updates.add(name: "Date", value: HTTPDate.format(HTTPDate.now())) }
+        let merged = stale.headers(updatedBy: updates)
         let mergedFields = HTTPFieldLines(merged)
         let decision = Self.decide(status: stale.status, fields: mergedFields, for: request)
         guard case .store(let lifetime) = decision else {
