@@ -179,7 +179,12 @@ public final class ResponseCache: Sendable {
         let stored = withShard(for: key) { state in
             let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in evicted.keep(key, slot) }
             state.statistics.evictions += evicted.count
-            if stored { state.statistics.stores += 1 } else { state.statistics.rejectedAsTooLarge += 1 }
+            if !stored {
+                state.statistics.rejectedAsTooLarge += 1
+            } else if case .response = slot {
+                // The list of a target's varying headers, stored with each varying response, is not a store.
+                state.statistics.stores += 1
+            }
             return stored
         }
         // The evicted entries are freed here, after the lock: freeing reads memory long out of the processor's
@@ -209,14 +214,20 @@ public final class ResponseCache: Sendable {
         var removed = 0
         for shard in shards {
             removed += shard.state.withLock { state in
-                let count = state.store.removeAll { key, slot in
+                // Responses are counted; the lists of a target's varying headers go with them uncounted.
+                var responses = 0
+                state.store.removeAll { key, slot in
                     switch slot {
-                    case .response(let entry): matches(key.target, entry)
-                    case .variants: matches(key.target, nil)
+                    case .response(let entry):
+                        guard matches(key.target, entry) else { return false }
+                        responses += 1
+                        return true
+                    case .variants:
+                        return matches(key.target, nil)
                     }
                 }
-                state.statistics.purged += count
-                return count
+                state.statistics.purged += responses
+                return responses
             }
         }
         return removed
