@@ -127,17 +127,17 @@ if command -v python3 >/dev/null; then
     sample=$TMP/results
     mkdir -p "$sample"
     {
-        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\n'
+        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\n'
         for t in proxy nginx varnish; do
             for c in 16 64 256; do
-                printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\n' "$t" "$c"
+                printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\t2.5\n' "$t" "$c"
             done
         done
-        printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\n'
-        printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\n'
-        printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\n'
-        printf 'speeds\tproxy\t64\t1\t40000\t10000000\t4000.0\t1000\t5000\t0\t1200000\t40000\t0\t0\t0\n'
-        printf 'speeds\tnginx-nocache\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t800000\t20000\t0\t0\t0\n'
+        printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
+        printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
+        printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\t2.5\n'
+        printf 'speeds\tproxy\t64\t1\t40000\t10000000\t4000.0\t1000\t5000\t0\t1200000\t40000\t0\t0\t0\t2.5\n'
+        printf 'speeds\tnginx-nocache\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t800000\t20000\t0\t0\t0\t2.5\n'
     } >"$sample/runs.tsv"
     printf 'target\tclients\tanswered\tok\torigin_requests\tx_cache\tfailures\nproxy\t1000\t1000\t1000\t1\tHIT 999, MISS 1\t-\n' >"$sample/stampede.tsv"
     printf 'target\tentries\tmisses\trss_before_kb\trss_after_kb\tpayload_bytes\nproxy\t100000\t100000\t20000\t400000\t2427\n' >"$sample/memory.tsv"
@@ -156,8 +156,9 @@ if command -v python3 >/dev/null; then
     if out=$(python3 "$BENCH_DIR/tools/report.py" "$sample" 2>&1) &&
         [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
         grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out" &&
+        grep -q '^| sdui-proxy | 16 | 10,000 | 0.90 | 3.00 | 20.0 | 29.3 | 0 | 2.5 |$' <<<"$out" &&
         grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out"; then
-        pass "report.py renders a sample (instructions and speeds tables included); last line is the hit CPU ratio"
+        pass "report.py renders a sample (steal, instructions and speeds tables included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

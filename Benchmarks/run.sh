@@ -200,6 +200,18 @@ cpu_delta_us() {
         <(printf '%s\n' "$1") <(printf '%s\n' "$2")
 }
 
+# steal_snapshot: the machine's steal and total CPU time so far, in ticks (/proc/stat's cpu line). Steal is time a
+# virtual CPU was ready to run and the hypervisor ran something else: on a shared host it stalls every process for
+# milliseconds at a time, which shows up as tail latency no server caused.
+steal_snapshot() {
+    awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' /proc/stat
+}
+
+# steal_pct BEFORE AFTER: steal as a percentage of all CPU time between two snapshots.
+steal_pct() {
+    awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " "); t = y[2] - x[2]; printf "%.1f\n", (t > 0 ? (y[1] - x[1]) * 100 / t : 0) }'
+}
+
 rss_kb() {
     local p total=0 kb
     for p in "$@"; do
@@ -395,7 +407,7 @@ curl_head() {
 run_load() {
     local scenario=$1 target=$2 conns=$3 round=$4 seconds=$5 path=$6 script=$7
     shift 7
-    local root pids before after out cpu_us rss line
+    local root pids before after out cpu_us rss line steal_before steal
     root=$(registered_pid "$(target_server "$target")")
     [[ -n $root ]] || die "no running server for $target"
     read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
@@ -403,6 +415,7 @@ run_load() {
     url="http://127.0.0.1:$(target_port "$target")$path"
     local outfile=$RESULTS/wrk/$scenario-$target-c$conns-$round.txt
     before=$(cpu_snapshot "${pids[@]}")
+    steal_before=$(steal_snapshot)
     # --foreground keeps wrk in our process group, so Ctrl-C reaches it (wrk then stops and prints its summary).
     if ! out=$(timeout --foreground --kill-after=10 $((seconds + 30)) \
         wrk -t"$WRK_THREADS" -c"$conns" -d"${seconds}s" --timeout 5s -s "$LUA_DIR/$script" "$url" -- "$@" 2>&1); then
@@ -410,6 +423,7 @@ run_load() {
         die "wrk failed for $scenario/$target/c$conns (output in $outfile)"
     fi
     after=$(cpu_snapshot "${pids[@]}")
+    steal=$(steal_pct "$steal_before" "$(steal_snapshot)")
     printf '%s\n' "$out" >"$outfile"
     if ! server_alive "$target"; then
         server_died "$target" "during $scenario/c$conns/$round"
@@ -425,16 +439,16 @@ run_load() {
     for kv in ${line#BENCH }; do r[${kv%%=*}]=${kv#*=}; done
     local per_req=n/a
     ((r[requests] > 0)) && per_req=$(awk -v c="$cpu_us" -v n="${r[requests]}" 'BEGIN { printf "%.1f", c / n }')
-    log "$(printf '%-8s %-14s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s' \
+    log "$(printf '%-8s %-14s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s  steal %s%%' \
         "$scenario" "$target" "$conns" "$round" "${r[rps]}" "$(awk -v u="${r[p50_us]}" 'BEGIN { print u / 1000 }')" \
-        "$(awk -v u="${r[p99_us]}" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "${r[hits]}" "${r[misses]}")"
+        "$(awk -v u="${r[p99_us]}" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "${r[hits]}" "${r[misses]}" "$steal")"
     [[ $round == warm ]] && return 0
     if ((r[errors] > 0)); then
         note "$scenario/$target/c$conns round $round: ${r[errors]} errors (connect ${r[connect]}, read ${r[read]}, write ${r[write]}, non-2xx/3xx ${r[status]}, timeout ${r[timeout]})"
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$scenario" "$target" "$conns" "$round" "${r[requests]}" "${r[duration_us]}" "${r[rps]}" "${r[p50_us]}" \
-        "${r[p99_us]}" "${r[errors]}" "$cpu_us" "$rss" "${r[hits]}" "${r[misses]}" "${r[other]}" >>"$RESULTS/runs.tsv"
+        "${r[p99_us]}" "${r[errors]}" "$cpu_us" "$rss" "${r[hits]}" "${r[misses]}" "${r[other]}" "$steal" >>"$RESULTS/runs.tsv"
 }
 
 # ---- scenarios ---------------------------------------------------------------------------------------------
@@ -750,7 +764,7 @@ main() {
 
     ensure_tools
     build_proxy
-    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\n' >"$RESULTS/runs.tsv"
+    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\n' >"$RESULTS/runs.tsv"
     : >"$RESULTS/notes.txt"
     {
         echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -5,6 +5,7 @@ usage: report.py RESULTS_DIR
 
 RESULTS_DIR holds (each optional, tab-separated, with a header line):
   runs.tsv      scenario target conns round requests duration_us rps p50_us p99_us errors cpu_us rss_kb hits misses other
+                [steal_pct: the machine's CPU steal during the run, in %]
   stampede.tsv  target clients answered ok origin_requests x_cache failures
   memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
   instructions.tsv  kind target round requests user_instructions instructions cycles
@@ -87,6 +88,7 @@ def summarize(runs, scenario):
             "rss": median(num(r["rss_kb"]) for r in rows),
             "errors": sum(int(num(r["errors"]) or 0) for r in rows),
             "hit_ratio": median(hit_ratio),
+            "steal": median(num(r.get("steal_pct")) for r in rows),
         }
     return result
 
@@ -108,8 +110,8 @@ def print_scenario_table(title, stats, with_hits=False):
     if with_hits:
         header += " hit ratio |"
         line += "---:|"
-    header += " errors |"
-    line += "---:|"
+    header += " errors | steal % |"
+    line += "---:|---:|"
     print(header)
     print(line)
     for (target, conns) in sorted(stats, key=lambda k: (k[1], target_order(k[0]))):
@@ -121,7 +123,7 @@ def print_scenario_table(title, stats, with_hits=False):
         if with_hits:
             hit_ratio = s["hit_ratio"]
             row += " n/a |" if hit_ratio is None else f" {hit_ratio * 100:.1f} % |"
-        row += f" {s['errors']} |"
+        row += f" {s['errors']} | {fmt(s['steal'], 1)} |"
         print(row)
     print()
 
