@@ -62,9 +62,11 @@ public final class QueueDeliveryService: Service, Sendable {
     /// Delivers until graceful shutdown or cancellation, then waits for deliveries in flight and handlers.
     public func run() async throws {
         let run = RunState()
+        // Read before any delivery ends, so that an outcome of this run is not among them.
+        let unnotified = await handlers?.unnotifiedOutcomes() ?? []
         await withTaskGroup(of: Void.self) { outer in
             if let handlers {
-                outer.addTask { await handlers.run() }
+                outer.addTask { await handlers.run(replaying: unnotified) }
             }
             await withGracefulShutdownHandler {
                 await self.deliver(until: run)
@@ -310,33 +312,44 @@ public final class QueueDeliveryService: Service, Sendable {
                 )
                 logger.debug("delivery will be retried", metadata: metadata.merging(["error": "\(error)"]) { $1 })
             case .delivered(let status):
-                if try await queue.store.markDelivered(id: entry.id, status: status, attempts: attempts, at: .now()) {
+                let event = QueueOutcomeEvent(
+                    id: entry.id,
+                    route: entry.route,
+                    outcome: .delivered,
+                    status: status,
+                    attempts: attempts
+                )
+                if try await queue.store.markDelivered(
+                    id: entry.id,
+                    status: status,
+                    attempts: attempts,
+                    at: .now(),
+                    awaitingNotification: handlers?.awaitsNotification(event) ?? false
+                ) {
                     queue.didFinish(route: entry.route)
                     logger.info("delivered", metadata: metadata.merging(["status": "\(status)"]) { $1 })
-                    handlers?.submit(
-                        .init(id: entry.id, route: entry.route, outcome: .delivered, status: status, attempts: attempts)
-                    )
+                    handlers?.submit(event)
                 }
             case .failed(let error, let status):
+                let event = QueueOutcomeEvent(
+                    id: entry.id,
+                    route: entry.route,
+                    outcome: .failed,
+                    status: status,
+                    attempts: attempts,
+                    error: error
+                )
                 if try await queue.store.markFailed(
                     id: entry.id,
                     lastError: error,
                     status: status,
                     attempts: attempts,
-                    at: .now()
+                    at: .now(),
+                    awaitingNotification: handlers?.awaitsNotification(event) ?? false
                 ) {
                     queue.didFinish(route: entry.route)
                     logger.warning("delivery failed for good", metadata: metadata.merging(["error": "\(error)"]) { $1 })
-                    handlers?.submit(
-                        .init(
-                            id: entry.id,
-                            route: entry.route,
-                            outcome: .failed,
-                            status: status,
-                            attempts: attempts,
-                            error: error
-                        )
-                    )
+                    handlers?.submit(event)
                 }
             }
             return true

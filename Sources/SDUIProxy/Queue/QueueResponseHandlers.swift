@@ -53,10 +53,14 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
 /// Runs the `queue.handlers` (Lucid's response handlers) when queued requests reach their final outcome:
 /// cache invalidations through an injected closure and webhook notifications over their own `HTTPClient`.
 ///
-/// ``submit(_:)`` never waits: events go into a bounded buffer that ``run()`` works through, so a slow webhook
-/// never holds up delivery. When the buffer is full an event is dropped and logged as an error. Webhooks are
-/// retried (network errors, 429 and 5xx) with backoff, a few at a time. The ``QueueDeliveryService`` runs this;
-/// ``run()`` may be called once.
+/// ``submit(_:)`` never waits: events go into a bounded buffer that ``run(replaying:)`` works through, so a slow
+/// webhook never holds up delivery. Webhooks are retried (network errors, 429 and 5xx) with backoff, a few at a
+/// time. The ``QueueDeliveryService`` runs this; ``run(replaying:)`` may be called once.
+///
+/// With a store, webhook notifications are durable: the store marks an outcome that a webhook must hear of in
+/// the same change that records it, and the mark goes once every webhook took the notification or gave up on
+/// it. A notification cut short by a shutdown or a crash, or dropped from a full buffer, is sent at the next
+/// start (``unnotifiedOutcomes()``), under the same `Idempotency-Key`.
 public final class QueueResponseHandlers: Sendable {
     /// How webhook notifications are sent.
     public struct WebhookPolicy: Sendable {
@@ -88,13 +92,18 @@ public final class QueueResponseHandlers: Sendable {
     private let events: AsyncStream<QueueOutcomeEvent>
     private let input: AsyncStream<QueueOutcomeEvent>.Continuation
     private let finished = WakeSignal()
+    private let capacity: Int
+    /// Where outcomes awaiting notification are marked, when notifications are durable.
+    private let store: (any QueueStore)?
 
     /// - Parameters:
     ///   - invalidate: removes cache entries; returns how many went.
     ///   - eventLoopGroup: for the webhook client.
     ///   - capacity: the most events waiting to be handled.
-    ///   - drainTimeout: how long ``run()`` goes on after ``finish()`` to handle what is left; webhook calls
-    ///     still running then are cancelled, and those not started are logged as not sent.
+    ///   - drainTimeout: how long ``run(replaying:)`` goes on after ``finish()`` to handle what is left; webhook
+    ///     calls still running then are cancelled, and those not started are logged as not sent.
+    ///   - store: the queue's store, which keeps the outcomes awaiting notification; without one, notifications
+    ///     live in memory only.
     public init(
         handlers: [QueueConfiguration.Handler],
         invalidate: @escaping Invalidate,
@@ -102,8 +111,11 @@ public final class QueueResponseHandlers: Sendable {
         webhook: WebhookPolicy = .init(),
         capacity: Int = 10_000,
         drainTimeout: Duration = .seconds(5),
+        store: (any QueueStore)? = nil,
         logger: Logger = Logger(label: "sdui-proxy.queue.handlers")
     ) {
+        self.capacity = capacity
+        self.store = store
         self.handlers = handlers
         self.invalidate = invalidate
         self.eventLoopGroup = eventLoopGroup
@@ -116,12 +128,52 @@ public final class QueueResponseHandlers: Sendable {
         )
     }
 
+    /// Whether the store keeps `event` until its webhooks have heard of it: with a store, when a webhook
+    /// applies to it.
+    public func awaitsNotification(_ event: QueueOutcomeEvent) -> Bool {
+        store != nil && !webhookURLs(for: event).isEmpty
+    }
+
+    private func webhookURLs(for event: QueueOutcomeEvent) -> [String] {
+        handlers.compactMap { handler in
+            guard handler.applies(to: event.outcome, routeKey: event.route), case .webhook(let url) = handler.action
+            else { return nil }
+            return url
+        }
+    }
+
+    /// The outcomes whose notification an earlier run did not finish (a buffer's worth at most); read them
+    /// before deliveries start and hand them to ``run(replaying:)``.
+    public func unnotifiedOutcomes() async -> [QueueOutcomeEvent] {
+        guard let store, handlers.contains(where: { if case .webhook = $0.action { true } else { false } }) else {
+            return []
+        }
+        do {
+            let outcomes = try await store.unnotifiedOutcomes(limit: capacity)
+            if !outcomes.isEmpty {
+                logger.info(
+                    "sending webhook notifications an earlier run did not",
+                    metadata: ["count": "\(outcomes.count)"]
+                )
+            }
+            return outcomes
+        } catch {
+            logger.error("cannot read the notifications an earlier run did not send", metadata: ["error": "\(error)"])
+            return []
+        }
+    }
+
     /// Hands over an outcome without waiting.
     public func submit(_ event: QueueOutcomeEvent) {
         guard handlers.contains(where: { $0.applies(to: event.outcome, routeKey: event.route) }) else { return }
         switch input.yield(event) {
         case .enqueued:
             break
+        case .dropped where awaitsNotification(event):
+            logger.warning(
+                "queue handlers are behind; an outcome's notification waits for the next start",
+                metadata: ["id": "\(event.id)"]
+            )
         case .dropped:
             logger.error("queue handlers are behind; an outcome is not handled", metadata: ["id": "\(event.id)"])
         case .terminated:
@@ -131,19 +183,21 @@ public final class QueueResponseHandlers: Sendable {
         }
     }
 
-    /// No more events come: ``run()`` returns once those submitted are handled, or after the drain timeout.
+    /// No more events come: ``run(replaying:)`` returns once those submitted are handled, or after the drain
+    /// timeout.
     public func finish() {
         input.finish()
         finished.signal()
     }
 
-    /// Handles events until ``finish()`` and the buffer is empty (or the drain timeout passed).
-    public func run() async {
+    /// Sends the notifications of `unnotified` (``unnotifiedOutcomes()``), then handles events until ``finish()``
+    /// and the buffer is empty (or the drain timeout passed).
+    public func run(replaying unnotified: [QueueOutcomeEvent] = []) async {
         let needsClient = handlers.contains { if case .webhook = $0.action { true } else { false } }
         let client =
             needsClient ? HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: .init()) : nil
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.process(client: client) }
+            group.addTask { await self.process(replaying: unnotified, client: client) }
             group.addTask {
                 await self.finished.wait()
                 guard !Task.isCancelled else { return }
@@ -158,39 +212,43 @@ public final class QueueResponseHandlers: Sendable {
         try? await client?.shutdown()
     }
 
-    private func process(client: HTTPClient?) async {
+    private func process(replaying unnotified: [QueueOutcomeEvent], client: HTTPClient?) async {
         var notSent: [String] = []
         await withTaskGroup(of: Void.self) { group in
             var running = 0
+            /// Sends `event` to its webhooks, a few events at a time.
+            func notify(_ event: QueueOutcomeEvent, at urls: [String]) async {
+                guard let client, !urls.isEmpty else { return }
+                if running >= webhook.concurrency {
+                    await group.next()
+                    running -= 1
+                }
+                // Cancelled once the drain timeout passed: a notification started now would be cancelled at once,
+                // and might still reach the webhook half sent.
+                guard !Task.isCancelled else { return notSent.append(event.id) }
+                running += 1
+                group.addTask { await self.notify(urls, of: event, using: client) }
+            }
+            // An earlier run's outcomes: the cache they would invalidate is gone with that run.
+            for event in unnotified { await notify(event, at: webhookURLs(for: event)) }
             for await event in events {
                 for handler in handlers where handler.applies(to: event.outcome, routeKey: event.route) {
                     switch handler.action {
-                    case .invalidatePrefix(let prefix):
-                        runInvalidation(.prefix(prefix), for: event)
-                    case .invalidateTag(let tag):
-                        runInvalidation(.tag(tag), for: event)
-                    case .webhook(let url):
-                        guard let client else { continue }
-                        if running >= webhook.concurrency {
-                            await group.next()
-                            running -= 1
-                        }
-                        // Cancelled once the drain timeout passed: a notification started now would be cancelled
-                        // at once, and might still reach the webhook half sent.
-                        guard !Task.isCancelled else {
-                            notSent.append(event.id)
-                            continue
-                        }
-                        running += 1
-                        group.addTask { await self.notify(url, of: event, using: client) }
+                    case .invalidatePrefix(let prefix): runInvalidation(.prefix(prefix), for: event)
+                    case .invalidateTag(let tag): runInvalidation(.tag(tag), for: event)
+                    case .webhook: break
                     }
                 }
+                await notify(event, at: webhookURLs(for: event))
             }
             await group.waitForAll()
         }
         if !notSent.isEmpty {
-            logger.error(
-                "queue webhook notifications not sent: shutting down",
+            logger.log(
+                level: store == nil ? .error : .warning,
+                store == nil
+                    ? "queue webhook notifications not sent: shutting down"
+                    : "queue webhook notifications not sent: shutting down; they are sent at the next start",
                 metadata: [
                     "count": "\(notSent.count)",
                     "ids": "\(notSent.prefix(Self.idsLoggedAtMost).joined(separator: ","))",
@@ -208,6 +266,21 @@ public final class QueueResponseHandlers: Sendable {
             "invalidated cache entries",
             metadata: ["id": "\(event.id)", "invalidation": "\(request)", "removed": "\(removed)"]
         )
+    }
+
+    /// Sends `event` to each of `urls`, then records it notified, unless a shutdown cut the sending short: it
+    /// then stays in the store for the next start.
+    private func notify(_ urls: [String], of event: QueueOutcomeEvent, using client: HTTPClient) async {
+        for url in urls { await notify(url, of: event, using: client) }
+        guard let store, !Task.isCancelled else { return }
+        do {
+            try await store.markNotified(id: event.id)
+        } catch {
+            logger.error(
+                "cannot record a webhook notification as sent; it is sent again at the next start",
+                metadata: ["id": "\(event.id)", "error": "\(error)"]
+            )
+        }
     }
 
     private func notify(_ url: String, of event: QueueOutcomeEvent, using client: HTTPClient) async {
@@ -237,6 +310,12 @@ public final class QueueResponseHandlers: Sendable {
             } catch {
                 lastProblem = "\(error)"
             }
+        }
+        guard !Task.isCancelled || store == nil else {
+            return logger.warning(
+                "a queue webhook notification was cut short by the shutdown; it is sent at the next start",
+                metadata: ["id": "\(event.id)", "url": "\(url)"]
+            )
         }
         logger.error(
             "a queue webhook notification was not delivered",

@@ -34,16 +34,32 @@ public protocol QueueStore: Sendable {
     ) async throws
 
     /// Marks a pending entry delivered with the backend's `status`; returns false when it was not pending.
-    func markDelivered(id: String, status: Int, attempts: Int, at time: QueueInstant) async throws -> Bool
+    /// With `awaitingNotification`, the outcome is listed by ``unnotifiedOutcomes(limit:)`` until
+    /// ``markNotified(id:)``, in the same atomic change.
+    func markDelivered(
+        id: String,
+        status: Int,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool
 
-    /// Marks a pending entry finally failed; returns false when it was not pending.
+    /// Marks a pending entry finally failed; returns false when it was not pending. `awaitingNotification` as
+    /// for ``markDelivered(id:status:attempts:at:awaitingNotification:)``.
     func markFailed(
         id: String,
         lastError: String,
         status: Int?,
         attempts: Int,
-        at time: QueueInstant
+        at time: QueueInstant,
+        awaitingNotification: Bool
     ) async throws -> Bool
+
+    /// Final outcomes whose webhook notification has not been sent or given up on, oldest first; at most `limit`.
+    func unnotifiedOutcomes(limit: Int) async throws -> [QueueOutcomeEvent]
+
+    /// Records that the outcome of `id` was notified, or given up on; it is not listed any more.
+    func markNotified(id: String) async throws
 
     /// The state of the entry with `id`, pending or finished; nil when the store does not know it.
     func status(id: String) async throws -> QueueEntryStatus?

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SDUIProxyCore
 import SQLiteNIO
 
 #if canImport(Glibc)
@@ -67,6 +68,7 @@ public final class SQLiteQueueStore: QueueStore {
             for statement in schema {
                 _ = try await connection.query(statement)
             }
+            try await migrate(connection)
         } catch {
             try? await connection.close()
             lock.release()
@@ -92,7 +94,8 @@ public final class SQLiteQueueStore: QueueStore {
             next_attempt_at INTEGER NOT NULL,
             last_error TEXT,
             status INTEGER,
-            finished_at INTEGER
+            finished_at INTEGER,
+            notify_pending INTEGER NOT NULL DEFAULT 0
         )
         """,
         "CREATE INDEX IF NOT EXISTS queued_requests_pending ON queued_requests (route, seq) WHERE state = 'pending'",
@@ -105,6 +108,25 @@ public final class SQLiteQueueStore: QueueStore {
         WHERE state <> 'pending'
         """,
     ]
+
+    /// Brings a store made by an earlier version up to this schema: columns added since are added with their
+    /// defaults, then the indexes over them are made.
+    private static func migrate(_ connection: SQLiteConnection) async throws {
+        let columns = try await connection.query("PRAGMA table_info(queued_requests)").compactMap {
+            $0.column("name")?.string
+        }
+        if !columns.contains("notify_pending") {
+            _ = try await connection.query(
+                "ALTER TABLE queued_requests ADD COLUMN notify_pending INTEGER NOT NULL DEFAULT 0"
+            )
+        }
+        _ = try await connection.query(
+            """
+            CREATE INDEX IF NOT EXISTS queued_requests_unnotified ON queued_requests (finished_at, seq)
+            WHERE notify_pending = 1
+            """
+        )
+    }
 
     private static let entryColumns =
         "id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
@@ -187,8 +209,22 @@ public final class SQLiteQueueStore: QueueStore {
         )
     }
 
-    public func markDelivered(id: String, status: Int, attempts: Int, at time: QueueInstant) async throws -> Bool {
-        try await finish(id: id, state: "delivered", lastError: nil, status: status, attempts: attempts, at: time)
+    public func markDelivered(
+        id: String,
+        status: Int,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        try await finish(
+            id: id,
+            state: .delivered,
+            lastError: nil,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
     }
 
     public func markFailed(
@@ -196,33 +232,71 @@ public final class SQLiteQueueStore: QueueStore {
         lastError: String,
         status: Int?,
         attempts: Int,
-        at time: QueueInstant
+        at time: QueueInstant,
+        awaitingNotification: Bool
     ) async throws -> Bool {
-        try await finish(id: id, state: "failed", lastError: lastError, status: status, attempts: attempts, at: time)
+        try await finish(
+            id: id,
+            state: .failed,
+            lastError: lastError,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
     }
 
     private func finish(
         id: String,
-        state: String,
+        state: QueueConfiguration.Outcome,
         lastError: String?,
         status: Int?,
         attempts: Int,
-        at time: QueueInstant
+        at time: QueueInstant,
+        awaitingNotification: Bool
     ) async throws -> Bool {
         // The body and headers are not needed any more: only the status stays readable.
         let rows = try await connection.query(
             """
             UPDATE queued_requests
             SET state = ?, last_error = COALESCE(?, last_error), status = ?, attempts = ?, finished_at = ?,
-                body = NULL, headers = NULL
+                body = NULL, headers = NULL, notify_pending = ?
             WHERE id = ? AND state = 'pending' RETURNING seq
             """,
             [
-                .text(state), lastError.map { .text($0) } ?? .null, status.map { .integer($0) } ?? .null,
-                .integer(attempts), .integer(Int(time.millisecondsSinceEpoch)), .text(id),
+                .text(state.rawValue), lastError.map { .text($0) } ?? .null, status.map { .integer($0) } ?? .null,
+                .integer(attempts), .integer(Int(time.millisecondsSinceEpoch)), .integer(awaitingNotification ? 1 : 0),
+                .text(id),
             ]
         )
         return !rows.isEmpty
+    }
+
+    public func unnotifiedOutcomes(limit: Int) async throws -> [QueueOutcomeEvent] {
+        let rows = try await connection.query(
+            """
+            SELECT id, route, state, status, attempts, last_error FROM queued_requests
+            WHERE notify_pending = 1 ORDER BY finished_at, seq LIMIT ?
+            """,
+            [.integer(limit)]
+        )
+        return try rows.map { row in
+            guard let id = row.column("id")?.string, let route = row.column("route")?.string,
+                let outcome = row.column("state")?.string.flatMap(QueueConfiguration.Outcome.init(rawValue:))
+            else { throw QueueStoreError("an outcome awaiting notification is unreadable") }
+            return QueueOutcomeEvent(
+                id: id,
+                route: route,
+                outcome: outcome,
+                status: row.column("status")?.integer,
+                attempts: row.column("attempts")?.integer ?? 0,
+                error: outcome == .failed ? row.column("last_error")?.string : nil
+            )
+        }
+    }
+
+    public func markNotified(id: String) async throws {
+        _ = try await connection.query("UPDATE queued_requests SET notify_pending = 0 WHERE id = ?", [.text(id)])
     }
 
     public func status(id: String) async throws -> QueueEntryStatus? {

@@ -224,6 +224,7 @@ public final class ProxyServer: Sendable {
                     handlers: writeQueue.configuration.handlers,
                     invalidate: QueueResponseHandlers.invalidation(of: context.cache),
                     eventLoopGroup: group,
+                    store: writeQueue.store,
                     logger: logger
                 )
                 let delivery = QueueDeliveryService(

@@ -18,14 +18,26 @@ final class FailingQueueStore: QueueStore {
     /// How many times `markDelivered` was called, failed calls included.
     var markDeliveredCalls: Int { calls.withLock { $0 } }
 
-    func markDelivered(id: String, status: Int, attempts: Int, at time: QueueInstant) async throws -> Bool {
+    func markDelivered(
+        id: String,
+        status: Int,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
         calls.withLock { $0 += 1 }
         let fails = failuresLeft.withLock { left -> Bool in
             defer { left = max(0, left - 1) }
             return left > 0
         }
         if fails { throw WriteFailed() }
-        return try await base.markDelivered(id: id, status: status, attempts: attempts, at: time)
+        return try await base.markDelivered(
+            id: id,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
     }
 
     func insert(_ entry: QueueEntry) async throws { try await base.insert(entry) }
@@ -66,10 +78,24 @@ final class FailingQueueStore: QueueStore {
         lastError: String,
         status: Int?,
         attempts: Int,
-        at time: QueueInstant
+        at time: QueueInstant,
+        awaitingNotification: Bool
     ) async throws -> Bool {
-        try await base.markFailed(id: id, lastError: lastError, status: status, attempts: attempts, at: time)
+        try await base.markFailed(
+            id: id,
+            lastError: lastError,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
     }
+
+    func unnotifiedOutcomes(limit: Int) async throws -> [QueueOutcomeEvent] {
+        try await base.unnotifiedOutcomes(limit: limit)
+    }
+
+    func markNotified(id: String) async throws { try await base.markNotified(id: id) }
 
     func status(id: String) async throws -> QueueEntryStatus? { try await base.status(id: id) }
 

@@ -177,4 +177,79 @@ import Testing
         try await backend.stop()
         try await webhook.stop()
     }
+
+    @Test func notificationsCutShortByAShutdownAreSentAtTheNextStartOnce() async throws {
+        let backend = try await QueueTestOrigin.start()
+        let webhook = try await QueueTestOrigin.start()
+        webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
+        let configuration = QueueTest.configuration(
+            directory: directory,
+            routes: [route],
+            handlers: [.init(action: .webhook(webhook.url + "/hook"))]
+        )
+        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let client = try QueueTest.client(port: backend.port)
+        var policy = QueueResponseHandlers.WebhookPolicy()
+        policy.concurrency = 1
+        policy.timeout = .seconds(30)
+        /// A delivery service whose handlers keep their notifications in the queue's store.
+        func service() -> QueueDeliveryService {
+            QueueDeliveryService(
+                queue: queue,
+                client: client,
+                handlers: QueueResponseHandlers(
+                    handlers: configuration.handlers,
+                    invalidate: { _ in 0 },
+                    eventLoopGroup: QueueTest.group,
+                    webhook: policy,
+                    drainTimeout: .milliseconds(200),
+                    store: queue.store,
+                    logger: QueueTest.logger
+                ),
+                eventLoopGroup: QueueTest.group,
+                logger: QueueTest.logger
+            )
+        }
+
+        // The first run delivers three writes and stops while the webhook holds the first notification.
+        var ids: Set<String> = []
+        try await QueueTest.withRunningService(service()) {
+            for index in 0..<3 {
+                ids.insert(try await queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "{}")).id)
+            }
+            let delivered = await QueueTest.waitUntil { queue.depth == 0 }
+            #expect(delivered)
+            let notifying = await QueueTest.waitUntil { webhook.inFlight == 1 }
+            #expect(notifying)
+        }
+        #expect(Set(try await queue.store.unnotifiedOutcomes(limit: 10).map(\.id)) == ids)
+        let firstRunPosts = webhook.requests.count
+
+        // The next run sends all three, and records them sent.
+        webhook.setBehaviour { _, _, _ in .init(status: .noContent) }
+        let keys = Set(ids.map { "\($0)-delivered" })
+        try await QueueTest.withRunningService(service()) {
+            let sent = await QueueTest.waitUntil {
+                Set(webhook.requests.dropFirst(firstRunPosts).compactMap(\.idempotencyKey)) == keys
+            }
+            #expect(sent)
+            let recorded = await QueueTest.waitUntil {
+                (try? await queue.store.unnotifiedOutcomes(limit: 10).isEmpty) == true
+            }
+            #expect(recorded)
+        }
+        // A third run has nothing left to send.
+        let sentBefore = webhook.requests.count
+        try await QueueTest.withRunningService(service()) {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(webhook.requests.count == sentBefore)
+        try await client.shutdown()
+        try await queue.close()
+        try await backend.stop()
+        try await webhook.stop()
+    }
 }

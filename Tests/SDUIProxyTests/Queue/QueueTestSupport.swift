@@ -31,7 +31,7 @@ enum QueueTest {
     }
 
     static func removeDirectory(_ path: String) {
-        for name in ["queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"] {
+        for name in ["queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm", "queue.lock"] {
             unlink(path + "/" + name)
         }
         rmdir(path)

@@ -1,5 +1,7 @@
 import NIOCore
 import NIOHTTP1
+import NIOPosix
+import SQLiteNIO
 import Testing
 
 @testable import SDUIProxy
@@ -100,9 +102,23 @@ import Darwin
         // The head of a sequential route stays the head while it backs off.
         #expect(try await reopened.firstPending(route: "POST /api")?.id == "b")
 
-        #expect(try await reopened.markDelivered(id: "b", status: 201, attempts: 2, at: now))
-        #expect(try await reopened.markDelivered(id: "b", status: 201, attempts: 2, at: now) == false)
-        #expect(try await reopened.markFailed(id: "b", lastError: "x", status: nil, attempts: 3, at: now) == false)
+        #expect(
+            try await reopened.markDelivered(id: "b", status: 201, attempts: 2, at: now, awaitingNotification: false)
+        )
+        #expect(
+            try await reopened.markDelivered(id: "b", status: 201, attempts: 2, at: now, awaitingNotification: false)
+                == false
+        )
+        #expect(
+            try await reopened.markFailed(
+                id: "b",
+                lastError: "x",
+                status: nil,
+                attempts: 3,
+                at: now,
+                awaitingNotification: false
+            ) == false
+        )
         let delivered = try await reopened.status(id: "b")
         #expect(delivered?.state == .delivered)
         #expect(delivered?.status == 201)
@@ -111,7 +127,16 @@ import Darwin
         #expect(delivered?.nextAttemptAt == nil)
         #expect(try await reopened.firstPending(route: "POST /api")?.id == "a")
 
-        #expect(try await reopened.markFailed(id: "a", lastError: "gave up", status: 400, attempts: 1, at: now))
+        #expect(
+            try await reopened.markFailed(
+                id: "a",
+                lastError: "gave up",
+                status: 400,
+                attempts: 1,
+                at: now,
+                awaitingNotification: false
+            )
+        )
         let failed = try await reopened.status(id: "a")
         #expect(failed?.state == .failed)
         #expect(failed?.lastError == "gave up")
@@ -135,6 +160,89 @@ import Darwin
         #expect(access(directory + "/queue.sqlite-wal", F_OK) == 0)
         #expect(try await store.pragma("journal_mode") == "wal")
         #expect(try await store.pragma("synchronous") == "2")  // FULL
+        try await store.close()
+    }
+
+    @Test func outcomesAwaitingNotificationAreListedUntilMarkedAcrossReopening() async throws {
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let store = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
+        for id in ["quiet", "heard", "refused"] { try await store.insert(entry(id, at: 1000)) }
+        let now = QueueInstant(millisecondsSinceEpoch: 5000)
+        #expect(
+            try await store.markDelivered(id: "quiet", status: 200, attempts: 1, at: now, awaitingNotification: false)
+        )
+        #expect(
+            try await store.markDelivered(id: "heard", status: 201, attempts: 2, at: now, awaitingNotification: true)
+        )
+        #expect(
+            try await store.markFailed(
+                id: "refused",
+                lastError: "the backend answered 422",
+                status: 422,
+                attempts: 1,
+                at: now.advanced(by: .seconds(1)),
+                awaitingNotification: true
+            )
+        )
+        try await store.close()
+
+        let reopened = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
+        #expect(
+            try await reopened.unnotifiedOutcomes(limit: 10) == [
+                QueueOutcomeEvent(id: "heard", route: "POST /api", outcome: .delivered, status: 201, attempts: 2),
+                QueueOutcomeEvent(
+                    id: "refused",
+                    route: "POST /api",
+                    outcome: .failed,
+                    status: 422,
+                    attempts: 1,
+                    error: "the backend answered 422"
+                ),
+            ]
+        )
+        #expect(try await reopened.unnotifiedOutcomes(limit: 1).map(\.id) == ["heard"])
+        try await reopened.markNotified(id: "heard")
+        #expect(try await reopened.unnotifiedOutcomes(limit: 10).map(\.id) == ["refused"])
+        try await reopened.close()
+    }
+
+    @Test func aStoreFromBeforeNotificationsWereKeptIsBroughtUpToDate() async throws {
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        // The table as the first versions made it, with one pending entry.
+        let old = try await SQLiteConnection.open(
+            storage: .file(path: directory + "/" + SQLiteQueueStore.fileName),
+            threadPool: .singleton,
+            logger: QueueTest.logger,
+            on: QueueTest.group.any()
+        )
+        _ = try await old.query(
+            """
+            CREATE TABLE queued_requests (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, route TEXT NOT NULL,
+                method TEXT NOT NULL, target TEXT NOT NULL, headers BLOB, body BLOB, enqueued_at INTEGER NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')), attempts INTEGER NOT NULL,
+                next_attempt_at INTEGER NOT NULL, last_error TEXT, status INTEGER, finished_at INTEGER
+            )
+            """
+        )
+        _ = try await old.query(
+            """
+            INSERT INTO queued_requests (id, route, method, target, enqueued_at, state, attempts, next_attempt_at)
+            VALUES ('kept', 'POST /api', 'POST', '/api/kept', 1000, 'pending', 0, 1000)
+            """
+        )
+        try await old.close()
+
+        let store = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
+        #expect(try await store.firstPending(route: "POST /api")?.id == "kept")
+        #expect(try await store.unnotifiedOutcomes(limit: 10).isEmpty)
+        let now = QueueInstant(millisecondsSinceEpoch: 2000)
+        #expect(
+            try await store.markDelivered(id: "kept", status: 200, attempts: 1, at: now, awaitingNotification: true)
+        )
+        #expect(try await store.unnotifiedOutcomes(limit: 10).map(\.id) == ["kept"])
         try await store.close()
     }
 }
