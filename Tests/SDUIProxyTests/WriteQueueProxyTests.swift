@@ -31,6 +31,31 @@ struct WriteQueueProxyTests {
         return path
     }
 
+    @Test("a delivery is judged by the backend's status, whatever the size of the answer's body")
+    func deliveryWithALargeAnswer() async throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await ProxyHarness.run(
+            origin: { _ in
+                TestOrigin.Response(status: .created, headers: [], body: String(repeating: "x", count: 64 << 10))
+            },
+            configure: {
+                $0.queue = Self.queueConfiguration(directory: directory)
+                $0.upstream.maxResponseBytes = 1024
+            }
+        ) { proxy async throws in
+            try await proxy.origin.stop()
+            let accepted = try await proxy.get("/api/orders", method: .POST, body: "{}")
+            let location = try #require(accepted["Location"])
+            try await proxy.origin.restart()
+            try await waitUntil(timeout: .seconds(10)) { !(try await proxy.admin(location).body.contains("pending")) }
+            let status = try await proxy.admin(location).body
+            #expect(status.contains(#""state":"delivered""#))
+            #expect(status.contains(#""status":201"#))
+            #expect(proxy.origin.requests(to: "/api/orders").count == 1)
+        }
+    }
+
     @Test("a client's own Idempotency-Key goes with the write, at once and on every delivery")
     func clientsIdempotencyKeyKept() async throws {
         let directory = Self.temporaryDirectory()

@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import NIOHTTP1
 import SDUIProxyCore
 import ServiceLifecycle
 import Synchronization
@@ -27,7 +28,6 @@ public final class QueueDeliveryService: Service, Sendable {
     private let client: any NetworkClient
     private let handlers: QueueResponseHandlers?
     private let eventLoopGroup: any EventLoopGroup
-    private let maxResponseBytes: Int
     private let pollInterval: Duration
     private let storeRetryDelay: Duration
     private let logger: Logger
@@ -35,8 +35,6 @@ public final class QueueDeliveryService: Service, Sendable {
     /// - Parameters:
     ///   - client: sends deliveries to the backend (the proxy's upstream client).
     ///   - handlers: run on final outcomes; this service runs them and finishes them when it stops.
-    ///   - maxResponseBytes: the most of a backend's answer read into memory; a larger answer fails the
-    ///     request (it is not retried, since the backend did answer).
     ///   - pollInterval: how often the store is looked at without any wake-up.
     ///   - storeRetryDelay: the wait after the store failed.
     public init(
@@ -44,7 +42,6 @@ public final class QueueDeliveryService: Service, Sendable {
         client: any NetworkClient,
         handlers: QueueResponseHandlers? = nil,
         eventLoopGroup: any EventLoopGroup,
-        maxResponseBytes: Int = 8 << 20,
         pollInterval: Duration = .seconds(5),
         storeRetryDelay: Duration = .seconds(1),
         logger: Logger = Logger(label: "sdui-proxy.queue.delivery")
@@ -53,7 +50,6 @@ public final class QueueDeliveryService: Service, Sendable {
         self.client = client
         self.handlers = handlers
         self.eventLoopGroup = eventLoopGroup
-        self.maxResponseBytes = maxResponseBytes
         self.pollInterval = pollInterval
         self.storeRetryDelay = storeRetryDelay
         self.logger = logger
@@ -262,12 +258,7 @@ public final class QueueDeliveryService: Service, Sendable {
         let attempts = entry.attempts + 1
         let result: DeliveryRules.AttemptResult
         do {
-            let response = try await client.fetch(
-                entry.upstreamRequest,
-                maxBodyBytes: maxResponseBytes,
-                on: eventLoopGroup.next()
-            ).get()
-            result = .response(status: Int(response.status.code))
+            result = .response(status: Int(try await send(entry.upstreamRequest).code))
         } catch let error as ProxyError {
             result = .error(error)
         } catch {
@@ -296,6 +287,46 @@ public final class QueueDeliveryService: Service, Sendable {
         } onCancel: {
             run.stop()
         }
+    }
+
+    /// Sends a delivery and reads the answer's status: all a delivery needs. The body is read past, not kept,
+    /// so an answer of any size tells whether the backend took the request.
+    private func send(_ request: UpstreamRequest) async throws -> HTTPResponseStatus {
+        let eventLoop = eventLoopGroup.next()
+        let answer = StatusOnlySink(eventLoop: eventLoop)
+        try await eventLoop.flatSubmit { [client] in
+            let body = request.body.map { bytes in
+                let stream = RequestBodyStream(eventLoop: eventLoop, contentLength: bytes.readableBytes)
+                _ = stream.append(bytes)
+                stream.finish()
+                return stream
+            }
+            return client.forward(request, body: body, on: eventLoop, to: answer)
+        }.get()
+        guard let status = answer.status else { throw ProxyError(.network, "the backend's answer had no head") }
+        return status
+    }
+
+    /// Keeps a forwarded answer's status and lets its body go.
+    private final class StatusOnlySink: ForwardedResponseSink {
+        private let eventLoop: any EventLoop
+        private let received = Mutex<HTTPResponseStatus?>(nil)
+
+        init(eventLoop: any EventLoop) {
+            self.eventLoop = eventLoop
+        }
+
+        var status: HTTPResponseStatus? { received.withLock { $0 } }
+
+        func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+            received.withLock { $0 = status }
+        }
+
+        func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+            eventLoop.makeSucceededVoidFuture()
+        }
+
+        func receiveEnd() {}
     }
 
     private func record(_ decision: DeliveryRules.Decision, for entry: QueueEntry, attempts: Int) async -> Bool {

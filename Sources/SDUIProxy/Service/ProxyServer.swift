@@ -232,7 +232,6 @@ public final class ProxyServer: Sendable {
                     client: CurrentNetworkClient(runtime: runtime),
                     handlers: handlers,
                     eventLoopGroup: group,
-                    maxResponseBytes: configuration.upstream.maxResponseBytes,
                     logger: logger
                 )
                 queueDelivery = Task { try? await delivery.run() }
