@@ -31,18 +31,32 @@ struct WriteQueueProxyTests {
         return path
     }
 
-    @Test("a delivery is judged by the backend's status, whatever the size of the answer's body")
-    func deliveryWithALargeAnswer() async throws {
-        let directory = Self.temporaryDirectory()
+    /// Runs `body` against a proxy whose `/api/orders` writes are queued in a store of their own, removed after.
+    private static func withQueuedWrites(
+        origin: @escaping TestOrigin.Responder = { _ in TestOrigin.Response(status: .created, headers: [], body: "ok")
+        },
+        configure: ((inout ProxyConfiguration) -> Void)? = nil,
+        _ body: (ProxyHarness) async throws -> Void
+    ) async throws {
+        let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try await ProxyHarness.run(
+            origin: origin,
+            configure: {
+                $0.queue = queueConfiguration(directory: directory)
+                configure?(&$0)
+            },
+            body
+        )
+    }
+
+    @Test("a delivery is judged by the backend's status, whatever the size of the answer's body")
+    func deliveryWithALargeAnswer() async throws {
+        try await Self.withQueuedWrites(
             origin: { _ in
                 TestOrigin.Response(status: .created, headers: [], body: String(repeating: "x", count: 64 << 10))
             },
-            configure: {
-                $0.queue = Self.queueConfiguration(directory: directory)
-                $0.upstream.maxResponseBytes = 1024
-            }
+            configure: { $0.upstream.maxResponseBytes = 1024 }
         ) { proxy async throws in
             try await proxy.origin.stop()
             let accepted = try await proxy.get("/api/orders", method: .POST, body: "{}")
@@ -58,12 +72,7 @@ struct WriteQueueProxyTests {
 
     @Test("a client's own Idempotency-Key goes with the write, at once and on every delivery")
     func clientsIdempotencyKeyKept() async throws {
-        let directory = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try await ProxyHarness.run(
-            origin: { _ in TestOrigin.Response(status: .created, headers: [], body: "ok") },
-            configure: { $0.queue = Self.queueConfiguration(directory: directory) }
-        ) { proxy async throws in
+        try await Self.withQueuedWrites { proxy async throws in
             let key = [("Idempotency-Key", "order-7f3a")]
             #expect(try await proxy.get("/api/orders", headers: key, method: .POST, body: "{}").status == .created)
             try await proxy.origin.stop()
@@ -80,12 +89,7 @@ struct WriteQueueProxyTests {
 
     @Test("a write the backend cannot take is stored, answered 202, and delivered once the backend is back")
     func storedAndDelivered() async throws {
-        let directory = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try await ProxyHarness.run(
-            origin: { _ in TestOrigin.Response(status: .created, headers: [], body: "ok") },
-            configure: { $0.queue = Self.queueConfiguration(directory: directory) }
-        ) { proxy async throws in
+        try await Self.withQueuedWrites { proxy async throws in
             try await proxy.origin.stop()
             let accepted = try await proxy.get("/api/orders", method: .POST, body: #"{"n":1}"#)
             #expect(accepted.status == .accepted)
@@ -108,16 +112,11 @@ struct WriteQueueProxyTests {
 
     @Test("on a sequential route a new write queues behind the backlog instead of overtaking it")
     func newWriteQueuesBehindTheBacklog() async throws {
-        let directory = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        var queue = Self.queueConfiguration(directory: directory)
         // The first delivery comes a second after the backend is back: time for the second write to arrive.
-        queue.routes[0].retry.backoff = .seconds(2)
-        queue.routes[0].retry.maxBackoff = .seconds(2)
-        try await ProxyHarness.run(
-            origin: { _ in TestOrigin.Response(status: .created, headers: [], body: "ok") },
-            configure: { $0.queue = queue }
-        ) { proxy async throws in
+        try await Self.withQueuedWrites(configure: {
+            $0.queue?.routes[0].retry.backoff = .seconds(2)
+            $0.queue?.routes[0].retry.maxBackoff = .seconds(2)
+        }) { proxy async throws in
             try await proxy.origin.stop()
             let first = try await proxy.get("/api/orders", method: .POST, body: "A")
             #expect(first.status == .accepted)
@@ -135,18 +134,13 @@ struct WriteQueueProxyTests {
 
     @Test("a write the backend answers is passed through, 4xx included, and not queued")
     func answeredWritesPassThrough() async throws {
-        let directory = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try await ProxyHarness.run(
-            origin: { _ in
-                TestOrigin.Response(
-                    status: .unprocessableEntity,
-                    headers: [("Content-Type", "text/plain")],
-                    body: "bad order"
-                )
-            },
-            configure: { $0.queue = Self.queueConfiguration(directory: directory) }
-        ) { proxy async throws in
+        try await Self.withQueuedWrites(origin: { _ in
+            TestOrigin.Response(
+                status: .unprocessableEntity,
+                headers: [("Content-Type", "text/plain")],
+                body: "bad order"
+            )
+        }) { proxy async throws in
             let reply = try await proxy.get("/api/orders", method: .POST, body: "{}")
             #expect(reply.status == .unprocessableEntity)
             #expect(reply.body == "bad order")
@@ -158,10 +152,7 @@ struct WriteQueueProxyTests {
 
     @Test("a body over queue.maxBodyBytes is refused with 413 and never forwarded")
     func bodyTooLarge() async throws {
-        let directory = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try await ProxyHarness.run(configure: { $0.queue = Self.queueConfiguration(directory: directory) }) {
-            proxy async throws in
+        try await Self.withQueuedWrites { proxy async throws in
             let reply = try await proxy.get("/api/orders", method: .POST, body: String(repeating: "x", count: 2048))
             #expect(reply.status == .payloadTooLarge)
             #expect(reply.body.contains(#""kind":"tooLarge""#))

@@ -111,41 +111,74 @@ import Testing
         try await webhook.stop()
     }
 
+    /// A backend, a webhook that holds every notification for 10 s, and a queue whose `/api` route notifies it,
+    /// with a policy that sends one notification at a time and never gives up on the stuck one during a test.
+    private struct StuckWebhook {
+        let backend: QueueTestOrigin
+        let webhook: QueueTestOrigin
+        let configuration: QueueConfiguration
+        let queue: WriteQueue
+        let client: HTTPNetworkClient
+        let policy: QueueResponseHandlers.WebhookPolicy
+
+        init(directory: String) async throws {
+            backend = try await QueueTestOrigin.start()
+            webhook = try await QueueTestOrigin.start()
+            webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
+            let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
+            configuration = QueueTest.configuration(
+                directory: directory,
+                routes: [route],
+                handlers: [.init(action: .webhook(webhook.url + "/hook"))]
+            )
+            queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+            client = try QueueTest.client(port: backend.port)
+            var policy = QueueResponseHandlers.WebhookPolicy()
+            policy.concurrency = 1
+            // Longer than the webhook is stuck, so the stuck notification is not retried during the test.
+            policy.timeout = .seconds(30)
+            self.policy = policy
+        }
+
+        /// A delivery service for the queue, whose handlers drain for 200 ms and keep their notifications in
+        /// `store` (none: in memory only).
+        func service(store: (any QueueStore)?, logger: Logger = QueueTest.logger) -> QueueDeliveryService {
+            QueueDeliveryService(
+                queue: queue,
+                client: client,
+                handlers: QueueResponseHandlers(
+                    handlers: configuration.handlers,
+                    invalidate: { _ in 0 },
+                    eventLoopGroup: QueueTest.group,
+                    webhook: policy,
+                    drainTimeout: .milliseconds(200),
+                    store: store,
+                    logger: logger
+                ),
+                eventLoopGroup: QueueTest.group,
+                logger: QueueTest.logger
+            )
+        }
+
+        func stop() async throws {
+            try await client.shutdown()
+            try await queue.close()
+            try await backend.stop()
+            try await webhook.stop()
+        }
+    }
+
     @Test func aStuckWebhookDoesNotHoldUpDelivery() async throws {
-        let backend = try await QueueTestOrigin.start()
-        let webhook = try await QueueTestOrigin.start()
-        webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
-        let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
-        let configuration = QueueTest.configuration(
-            directory: directory,
-            routes: [route],
-            handlers: [.init(action: .webhook(webhook.url + "/slow"))]
-        )
-        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
-        let client = try QueueTest.client(port: backend.port)
-        var policy = QueueResponseHandlers.WebhookPolicy()
-        policy.concurrency = 1
-        // Longer than the webhook is stuck, so the stuck notification is not retried during the test.
-        policy.timeout = .seconds(30)
+        let fixture = try await StuckWebhook(directory: directory)
+        let (queue, backend, webhook) = (fixture.queue, fixture.backend, fixture.webhook)
         let logs = LineCollector()
-        let handlers = QueueResponseHandlers(
-            handlers: configuration.handlers,
-            invalidate: { _ in 0 },
-            eventLoopGroup: QueueTest.group,
-            webhook: policy,
-            drainTimeout: .milliseconds(200),
+        let service = fixture.service(
+            store: nil,
             logger: Logger(label: "queue-handlers") {
                 LoggingBootstrap.makeHandler(label: $0, format: .json, level: .info, sink: logs.sink)
             }
-        )
-        let service = QueueDeliveryService(
-            queue: queue,
-            client: client,
-            handlers: handlers,
-            eventLoopGroup: QueueTest.group,
-            logger: QueueTest.logger
         )
         let clock = ContinuousClock()
         var stopping = clock.now
@@ -172,47 +205,15 @@ import Testing
         #expect(notDelivered.count == 1)
         let notSent = entries.first { $0["msg"] as? String == "queue webhook notifications not sent: shutting down" }
         #expect(notSent?["count"] as? String == "4")
-        try await client.shutdown()
-        try await queue.close()
-        try await backend.stop()
-        try await webhook.stop()
+        try await fixture.stop()
     }
 
     @Test func notificationsCutShortByAShutdownAreSentAtTheNextStartOnce() async throws {
-        let backend = try await QueueTestOrigin.start()
-        let webhook = try await QueueTestOrigin.start()
-        webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
-        let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
-        let configuration = QueueTest.configuration(
-            directory: directory,
-            routes: [route],
-            handlers: [.init(action: .webhook(webhook.url + "/hook"))]
-        )
-        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
-        let client = try QueueTest.client(port: backend.port)
-        var policy = QueueResponseHandlers.WebhookPolicy()
-        policy.concurrency = 1
-        policy.timeout = .seconds(30)
-        /// A delivery service whose handlers keep their notifications in the queue's store.
-        func service() -> QueueDeliveryService {
-            QueueDeliveryService(
-                queue: queue,
-                client: client,
-                handlers: QueueResponseHandlers(
-                    handlers: configuration.handlers,
-                    invalidate: { _ in 0 },
-                    eventLoopGroup: QueueTest.group,
-                    webhook: policy,
-                    drainTimeout: .milliseconds(200),
-                    store: queue.store,
-                    logger: QueueTest.logger
-                ),
-                eventLoopGroup: QueueTest.group,
-                logger: QueueTest.logger
-            )
-        }
+        let fixture = try await StuckWebhook(directory: directory)
+        let (queue, webhook) = (fixture.queue, fixture.webhook)
+        func service() -> QueueDeliveryService { fixture.service(store: queue.store) }
 
         // The first run delivers three writes and stops while the webhook holds the first notification.
         var ids: Set<String> = []
@@ -247,9 +248,6 @@ import Testing
             try await Task.sleep(for: .milliseconds(100))
         }
         #expect(webhook.requests.count == sentBefore)
-        try await client.shutdown()
-        try await queue.close()
-        try await backend.stop()
-        try await webhook.stop()
+        try await fixture.stop()
     }
 }
