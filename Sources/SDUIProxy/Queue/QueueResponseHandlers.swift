@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
+import Synchronization
 
 /// A queued request that reached its final outcome, as handlers and webhooks see it.
 public struct QueueOutcomeEvent: Sendable, Equatable {
@@ -54,13 +55,17 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
 /// cache invalidations through an injected closure and webhook notifications over their own `HTTPClient`.
 ///
 /// ``submit(_:)`` never waits: events go into a bounded buffer that ``run(replaying:)`` works through, so a slow
-/// webhook never holds up delivery. Webhooks are retried (network errors, 429 and 5xx) with backoff, a few at a
-/// time. The ``QueueDeliveryService`` runs this; ``run(replaying:)`` may be called once.
+/// webhook never holds up delivery. Invalidations run as each event is taken; webhook notifications wait in a
+/// queue of their own, so a slow or unreachable webhook never holds up an invalidation. Webhooks are retried
+/// (network errors, 429 and 5xx) with backoff, a few notifications at a time. The ``QueueDeliveryService`` runs
+/// this; ``run(replaying:)`` may be called once.
 ///
 /// With a store, webhook notifications are durable: the store marks an outcome that a webhook must hear of in
-/// the same change that records it, and the mark goes once every webhook took the notification or gave up on
-/// it. A notification cut short by a shutdown or a crash, or dropped from a full buffer, is sent at the next
-/// start (``unnotifiedOutcomes()``), under the same `Idempotency-Key`.
+/// the same change that records it, and the mark goes once every webhook took the notification or refused it
+/// for good (a 4xx other than 429). A notification the webhook could not be reached for, cut short by a
+/// shutdown or a crash, or dropped from a full queue stays marked: the store is looked at again every
+/// ``WebhookPolicy/rescanInterval`` and at the next start (``unnotifiedOutcomes()``), and it is sent again under
+/// the same `Idempotency-Key`.
 public final class QueueResponseHandlers: Sendable {
     /// How webhook notifications are sent.
     public struct WebhookPolicy: Sendable {
@@ -74,8 +79,11 @@ public final class QueueResponseHandlers: Sendable {
         public var timeout: Duration = .seconds(5)
         /// Notifications sent at once.
         public var concurrency = 4
+        /// How often the store is looked at for notifications still to send (with a store).
+        public var rescanInterval: Duration = .seconds(60)
 
-        /// The defaults: 5 tries, 200 ms doubling up to 5 s, 5 s per try, 4 at once.
+        /// The defaults: 5 tries, 200 ms doubling up to 5 s, 5 s per try, 4 at once, the store looked at every
+        /// minute.
         public init() {}
     }
 
@@ -91,7 +99,14 @@ public final class QueueResponseHandlers: Sendable {
     private let drainTimeout: Duration
     private let events: AsyncStream<QueueOutcomeEvent>
     private let input: AsyncStream<QueueOutcomeEvent>.Continuation
+    /// Outcomes waiting for their webhooks: taken events, and those read back from the store.
+    private let notifications: AsyncStream<QueueOutcomeEvent>
+    private let notificationInput: AsyncStream<QueueOutcomeEvent>.Continuation
+    /// The ids in `notifications` or being sent, which a rescan of the store passes over.
+    private let notifying = Mutex<Set<String>>([])
     private let finished = WakeSignal()
+    private let rescansEnd = WakeSignal()
+    private let isFinishing = Atomic(false)
     private let capacity: Int
     /// Where outcomes awaiting notification are marked, when notifications are durable.
     private let store: (any QueueStore)?
@@ -126,6 +141,10 @@ public final class QueueResponseHandlers: Sendable {
             of: QueueOutcomeEvent.self,
             bufferingPolicy: .bufferingOldest(capacity)
         )
+        (notifications, notificationInput) = AsyncStream.makeStream(
+            of: QueueOutcomeEvent.self,
+            bufferingPolicy: .bufferingOldest(capacity)
+        )
     }
 
     /// Whether the store keeps `event` until its webhooks have heard of it: with a store, when a webhook
@@ -142,23 +161,25 @@ public final class QueueResponseHandlers: Sendable {
         }
     }
 
-    /// The outcomes whose notification an earlier run did not finish (a buffer's worth at most); read them
-    /// before deliveries start and hand them to ``run(replaying:)``.
+    /// The outcomes whose notification an earlier run did not finish (a queue's worth at most, the rest come
+    /// with the rescans); read them before deliveries start and hand them to ``run(replaying:)``.
     public func unnotifiedOutcomes() async -> [QueueOutcomeEvent] {
-        guard let store, handlers.contains(where: { if case .webhook = $0.action { true } else { false } }) else {
-            return []
+        let outcomes = await storedUnnotifiedOutcomes()
+        if !outcomes.isEmpty {
+            logger.info(
+                "sending webhook notifications an earlier run did not",
+                metadata: ["count": "\(outcomes.count)"]
+            )
         }
+        return outcomes
+    }
+
+    private func storedUnnotifiedOutcomes() async -> [QueueOutcomeEvent] {
+        guard let store else { return [] }
         do {
-            let outcomes = try await store.unnotifiedOutcomes(limit: capacity)
-            if !outcomes.isEmpty {
-                logger.info(
-                    "sending webhook notifications an earlier run did not",
-                    metadata: ["count": "\(outcomes.count)"]
-                )
-            }
-            return outcomes
+            return try await store.unnotifiedOutcomes(limit: capacity)
         } catch {
-            logger.error("cannot read the notifications an earlier run did not send", metadata: ["error": "\(error)"])
+            logger.error("cannot read the notifications still to send", metadata: ["error": "\(error)"])
             return []
         }
     }
@@ -169,12 +190,8 @@ public final class QueueResponseHandlers: Sendable {
         switch input.yield(event) {
         case .enqueued:
             break
-        case .dropped where awaitsNotification(event):
-            logger.warning(
-                "queue handlers are behind; an outcome's notification waits for the next start",
-                metadata: ["id": "\(event.id)"]
-            )
         case .dropped:
+            // Invalidations are lost with the event; a notification the store keeps is sent by a rescan.
             logger.error("queue handlers are behind; an outcome is not handled", metadata: ["id": "\(event.id)"])
         case .terminated:
             logger.warning("queue handlers have stopped; an outcome is not handled", metadata: ["id": "\(event.id)"])
@@ -186,18 +203,27 @@ public final class QueueResponseHandlers: Sendable {
     /// No more events come: ``run(replaying:)`` returns once those submitted are handled, or after the drain
     /// timeout.
     public func finish() {
+        isFinishing.store(true, ordering: .relaxed)
         input.finish()
+        rescansEnd.signal()
         finished.signal()
     }
 
-    /// Sends the notifications of `unnotified` (``unnotifiedOutcomes()``), then handles events until ``finish()``
-    /// and the buffer is empty (or the drain timeout passed).
+    /// Sends the notifications of `unnotified` (``unnotifiedOutcomes()``) and handles events until ``finish()``
+    /// and the buffers are empty (or the drain timeout passed).
     public func run(replaying unnotified: [QueueOutcomeEvent] = []) async {
         let needsClient = handlers.contains { if case .webhook = $0.action { true } else { false } }
         let client =
             needsClient ? HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: .init()) : nil
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.process(replaying: unnotified, client: client) }
+            group.addTask {
+                await withTaskGroup(of: Void.self) { work in
+                    work.addTask { await self.takeEvents() }
+                    work.addTask { await self.sendNotifications(using: client) }
+                    work.addTask { await self.rescanStore(startingWith: unnotified) }
+                    await work.waitForAll()
+                }
+            }
             group.addTask {
                 await self.finished.wait()
                 guard !Task.isCancelled else { return }
@@ -212,34 +238,79 @@ public final class QueueResponseHandlers: Sendable {
         try? await client?.shutdown()
     }
 
-    private func process(replaying unnotified: [QueueOutcomeEvent], client: HTTPClient?) async {
+    /// Runs each event's invalidations and queues its notification, until ``finish()``; then no more
+    /// notifications come.
+    private func takeEvents() async {
+        for await event in events {
+            for handler in handlers where handler.applies(to: event.outcome, routeKey: event.route) {
+                switch handler.action {
+                case .invalidatePrefix(let prefix): runInvalidation(.prefix(prefix), for: event)
+                case .invalidateTag(let tag): runInvalidation(.tag(tag), for: event)
+                case .webhook: break
+                }
+            }
+            if !webhookURLs(for: event).isEmpty { queueNotification(event) }
+        }
+        // The rescans have stopped too, or stop at their next look.
+        notificationInput.finish()
+    }
+
+    /// Reads back from the store, every rescan interval, the notifications still to send (none without a store),
+    /// starting with those an earlier run left.
+    private func rescanStore(startingWith unnotified: [QueueOutcomeEvent]) async {
+        guard store != nil else { return }
+        var found = unnotified
+        while true {
+            for event in found where !isFinishing.load(ordering: .relaxed) { queueNotification(event) }
+            await rescansEnd.wait(upTo: webhook.rescanInterval)
+            guard !isFinishing.load(ordering: .relaxed), !Task.isCancelled else { return }
+            found = await storedUnnotifiedOutcomes()
+        }
+    }
+
+    /// Queues `event` for its webhooks, unless it is queued or being sent already.
+    private func queueNotification(_ event: QueueOutcomeEvent) {
+        guard notifying.withLock({ $0.insert(event.id).inserted }) else { return }
+        switch notificationInput.yield(event) {
+        case .enqueued:
+            return
+        case .terminated:
+            // Shutting down: an outcome read back from the store stays there.
+            notifying.withLock { _ = $0.remove(event.id) }
+        case .dropped:
+            notifying.withLock { _ = $0.remove(event.id) }
+            if store != nil {
+                logger.warning(
+                    "queue webhook notifications are behind; this one waits in the store",
+                    metadata: ["id": "\(event.id)"]
+                )
+            } else {
+                logger.error("queue webhook notifications are behind; one is not sent", metadata: ["id": "\(event.id)"])
+            }
+        @unknown default:
+            return
+        }
+    }
+
+    /// Sends the queued notifications, a few at a time, until their queue ends; once the drain timeout has
+    /// passed, those not started are left (in the store, when there is one).
+    private func sendNotifications(using client: HTTPClient?) async {
         var notSent: [String] = []
         await withTaskGroup(of: Void.self) { group in
             var running = 0
-            /// Sends `event` to its webhooks, a few events at a time.
-            func notify(_ event: QueueOutcomeEvent, at urls: [String]) async {
-                guard let client, !urls.isEmpty else { return }
+            for await event in notifications {
                 if running >= webhook.concurrency {
                     await group.next()
                     running -= 1
                 }
                 // Cancelled once the drain timeout passed: a notification started now would be cancelled at once,
                 // and might still reach the webhook half sent.
-                guard !Task.isCancelled else { return notSent.append(event.id) }
-                running += 1
-                group.addTask { await self.notify(urls, of: event, using: client) }
-            }
-            // An earlier run's outcomes: the cache they would invalidate is gone with that run.
-            for event in unnotified { await notify(event, at: webhookURLs(for: event)) }
-            for await event in events {
-                for handler in handlers where handler.applies(to: event.outcome, routeKey: event.route) {
-                    switch handler.action {
-                    case .invalidatePrefix(let prefix): runInvalidation(.prefix(prefix), for: event)
-                    case .invalidateTag(let tag): runInvalidation(.tag(tag), for: event)
-                    case .webhook: break
-                    }
+                guard !Task.isCancelled else {
+                    notSent.append(event.id)
+                    continue
                 }
-                await notify(event, at: webhookURLs(for: event))
+                running += 1
+                group.addTask { await self.notifyWebhooks(of: event, using: client) }
             }
             await group.waitForAll()
         }
@@ -268,22 +339,44 @@ public final class QueueResponseHandlers: Sendable {
         )
     }
 
-    /// Sends `event` to each of `urls`, then records it notified, unless a shutdown cut the sending short: it
-    /// then stays in the store for the next start.
-    private func notify(_ urls: [String], of event: QueueOutcomeEvent, using client: HTTPClient) async {
-        for url in urls { await notify(url, of: event, using: client) }
-        guard let store, !Task.isCancelled else { return }
+    /// How sending a notification to one webhook ended.
+    private enum Delivery {
+        /// The webhook took it (2xx, 3xx).
+        case taken
+        /// The webhook refused it for good (a 4xx other than 429).
+        case refused
+        /// Every try failed on the network, a timeout, 429 or 5xx.
+        case unreachable
+        /// The shutdown cancelled it.
+        case interrupted
+    }
+
+    /// Sends `event` to each of its webhooks (those of the configuration in force: an outcome read back from the
+    /// store whose webhooks were removed since has none left), then clears its mark in the store when none was
+    /// unreachable or cut short. Either of those leaves the mark for a rescan or the next start.
+    private func notifyWebhooks(of event: QueueOutcomeEvent, using client: HTTPClient?) async {
+        defer { notifying.withLock { _ = $0.remove(event.id) } }
+        var settled = true
+        // There is a client whenever a webhook is configured.
+        for url in webhookURLs(for: event) {
+            guard let client else { break }
+            switch await notify(url, of: event, using: client) {
+            case .taken, .refused: continue
+            case .unreachable, .interrupted: settled = false
+            }
+        }
+        guard settled, let store else { return }
         do {
             try await store.markNotified(id: event.id)
         } catch {
             logger.error(
-                "cannot record a webhook notification as sent; it is sent again at the next start",
+                "cannot record a webhook notification as sent; it is sent again",
                 metadata: ["id": "\(event.id)", "error": "\(error)"]
             )
         }
     }
 
-    private func notify(_ url: String, of event: QueueOutcomeEvent, using client: HTTPClient) async {
+    private func notify(_ url: String, of event: QueueOutcomeEvent, using client: HTTPClient) async -> Delivery {
         let body = ByteBuffer(string: event.json)
         var lastProblem = ""
         for attempt in 1...max(1, webhook.maxAttempts) {
@@ -304,23 +397,41 @@ public final class QueueResponseHandlers: Sendable {
                 )
                 _ = try? await response.body.collect(upTo: 64 * 1024)
                 let code = Int(response.status.code)
-                if (200..<400).contains(code) { return }
+                if (200..<400).contains(code) { return .taken }
                 lastProblem = "the webhook answered \(code)"
-                guard code == 429 || code >= 500 else { break }
+                guard code == 429 || code >= 500 else {
+                    logger.error(
+                        "a queue webhook refused a notification",
+                        metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
+                    )
+                    return .refused
+                }
             } catch {
                 lastProblem = "\(error)"
             }
         }
-        guard !Task.isCancelled || store == nil else {
-            return logger.warning(
-                "a queue webhook notification was cut short by the shutdown; it is sent at the next start",
-                metadata: ["id": "\(event.id)", "url": "\(url)"]
-            )
+        if Task.isCancelled {
+            if store != nil {
+                logger.warning(
+                    "a queue webhook notification was cut short by the shutdown; it is sent at the next start",
+                    metadata: ["id": "\(event.id)", "url": "\(url)"]
+                )
+            } else {
+                logger.error(
+                    "a queue webhook notification was not delivered",
+                    metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
+                )
+            }
+            return .interrupted
         }
-        logger.error(
-            "a queue webhook notification was not delivered",
+        logger.log(
+            level: store == nil ? .error : .warning,
+            store == nil
+                ? "a queue webhook notification was not delivered"
+                : "a queue webhook could not be reached; the notification is sent again at the next rescan",
             metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
         )
+        return .unreachable
     }
 }
 

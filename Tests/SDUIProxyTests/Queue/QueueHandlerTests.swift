@@ -121,7 +121,7 @@ import Testing
         let client: HTTPNetworkClient
         let policy: QueueResponseHandlers.WebhookPolicy
 
-        init(directory: String) async throws {
+        init(directory: String, otherHandlers: [QueueConfiguration.Handler] = []) async throws {
             backend = try await QueueTestOrigin.start()
             webhook = try await QueueTestOrigin.start()
             webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
@@ -129,7 +129,7 @@ import Testing
             configuration = QueueTest.configuration(
                 directory: directory,
                 routes: [route],
-                handlers: [.init(action: .webhook(webhook.url + "/hook"))]
+                handlers: [.init(action: .webhook(webhook.url + "/hook"))] + otherHandlers
             )
             queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
             client = try QueueTest.client(port: backend.port)
@@ -142,13 +142,17 @@ import Testing
 
         /// A delivery service for the queue, whose handlers drain for 200 ms and keep their notifications in
         /// `store` (none: in memory only).
-        func service(store: (any QueueStore)?, logger: Logger = QueueTest.logger) -> QueueDeliveryService {
+        func service(
+            store: (any QueueStore)?,
+            invalidate: @escaping QueueResponseHandlers.Invalidate = { _ in 0 },
+            logger: Logger = QueueTest.logger
+        ) -> QueueDeliveryService {
             QueueDeliveryService(
                 queue: queue,
                 client: client,
                 handlers: QueueResponseHandlers(
                     handlers: configuration.handlers,
-                    invalidate: { _ in 0 },
+                    invalidate: invalidate,
                     eventLoopGroup: QueueTest.group,
                     webhook: policy,
                     drainTimeout: .milliseconds(200),
@@ -242,12 +246,103 @@ import Testing
             }
             #expect(recorded)
         }
-        // A third run has nothing left to send.
-        let sentBefore = webhook.requests.count
-        try await QueueTest.withRunningService(service()) {
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        #expect(webhook.requests.count == sentBefore)
         try await fixture.stop()
+    }
+
+    @Test func invalidationsDoNotWaitForAStuckWebhook() async throws {
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let fixture = try await StuckWebhook(
+            directory: directory,
+            otherHandlers: [.init(action: .invalidatePrefix("/screens/orders"))]
+        )
+        let invalidations = Invalidations()
+        let service = fixture.service(store: fixture.queue.store, invalidate: { invalidations.record($0) })
+        try await QueueTest.withRunningService(service) {
+            for index in 0..<5 {
+                _ = try await fixture.queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "{}"))
+            }
+            // The webhook holds the first notification for 10 s; every write's invalidation runs meanwhile.
+            let invalidated = await QueueTest.waitUntil(timeout: .seconds(5)) {
+                invalidations.requests.withLock { $0.count } == 5
+            }
+            #expect(invalidated)
+            #expect(fixture.webhook.requests.count == 1)
+        }
+        try await fixture.stop()
+    }
+
+    @Test func anUnreachableWebhookHearsAtALaterRescanAndRemovedWebhooksAreCleared() async throws {
+        let backend = try await QueueTestOrigin.start()
+        let webhook = try await QueueTestOrigin.start()
+        // Unreachable for the first notification's two tries; then it takes them.
+        webhook.setBehaviour { _, _, count in .init(status: count < 2 ? .serviceUnavailable : .noContent) }
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
+        let configuration = QueueTest.configuration(
+            directory: directory,
+            routes: [route],
+            handlers: [.init(route: "POST /api", action: .webhook(webhook.url + "/hook"))]
+        )
+        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        // An outcome an earlier configuration had a webhook for: none applies to its route now.
+        let now = QueueInstant.now()
+        try await queue.store.insert(
+            QueueEntry(
+                id: "old",
+                route: "POST /gone",
+                method: .POST,
+                target: "/gone",
+                headers: HTTPHeaders(),
+                body: nil,
+                enqueuedAt: now,
+                nextAttemptAt: now
+            )
+        )
+        #expect(
+            try await queue.store.markDelivered(
+                id: "old",
+                status: 200,
+                attempts: 1,
+                at: now,
+                awaitingNotification: true
+            )
+        )
+        let client = try QueueTest.client(port: backend.port)
+        var policy = QueueResponseHandlers.WebhookPolicy()
+        policy.maxAttempts = 2
+        policy.backoff = .milliseconds(10)
+        policy.rescanInterval = .milliseconds(200)
+        let service = QueueDeliveryService(
+            queue: queue,
+            client: client,
+            handlers: QueueResponseHandlers(
+                handlers: configuration.handlers,
+                invalidate: { _ in 0 },
+                eventLoopGroup: QueueTest.group,
+                webhook: policy,
+                store: queue.store,
+                logger: QueueTest.logger
+            ),
+            eventLoopGroup: QueueTest.group,
+            logger: QueueTest.logger
+        )
+        try await QueueTest.withRunningService(service) {
+            let receipt = try await queue.enqueue(QueueTest.request(.POST, "/api/1", body: "{}"))
+            let heard = await QueueTest.waitUntil {
+                webhook.successfulRequests.map(\.idempotencyKey) == ["\(receipt.id)-delivered"]
+            }
+            #expect(heard)
+            let cleared = await QueueTest.waitUntil {
+                (try? await queue.store.unnotifiedOutcomes(limit: 10).isEmpty) == true
+            }
+            #expect(cleared)
+        }
+        #expect(webhook.requests.count == 3)
+        try await client.shutdown()
+        try await queue.close()
+        try await backend.stop()
+        try await webhook.stop()
     }
 }
