@@ -70,6 +70,26 @@ struct WriteQueueProxyTests {
         }
     }
 
+    @Test("a delivery whose answer is cut short after its head is recorded with that status, not sent again")
+    func deliveryWithAnAnswerCutShort() async throws {
+        try await Self.withQueuedWrites(
+            origin: { _ in
+                // The head promises 100 bytes of body; 2 come, and the upstream timeout ends the exchange.
+                var response = TestOrigin.Response(status: .created, headers: [], body: "ok")
+                response.declaredLength = 100
+                return response
+            },
+            configure: { $0.upstream.timeout = .seconds(1) }
+        ) { proxy async throws in
+            try await proxy.origin.stop()
+            let location = try #require(try await proxy.get("/api/orders", method: .POST, body: "{}")["Location"])
+            try await proxy.origin.restart()
+            try await waitUntil(timeout: .seconds(10)) { try await proxy.admin(location).body.contains("delivered") }
+            #expect(try await proxy.admin(location).body.contains(#""status":201"#))
+            #expect(proxy.origin.requests(to: "/api/orders").count == 1)
+        }
+    }
+
     @Test("a client's own Idempotency-Key goes with the write, at once and on every delivery")
     func clientsIdempotencyKeyKept() async throws {
         try await Self.withQueuedWrites { proxy async throws in

@@ -12,9 +12,10 @@ import Synchronization
 /// - All `concurrent` routes share one dispatcher that runs up to `queue.concurrency` deliveries at once.
 /// - A worker wakes when something is enqueued on its route, when a backoff ends, and every
 ///   `pollInterval` as a safety net.
-/// - Each delivery carries the client's `Idempotency-Key`, else `Idempotency-Key: <queue id>`. 2xx and 3xx
+/// - Each delivery carries the client's one `Idempotency-Key`, else `Idempotency-Key: <queue id>`. 2xx and 3xx
 ///   deliver; network errors, timeouts and `queue.retryableStatuses` are retried with the route's backoff
-///   (with jitter) until `maxAttempts` or `maxAge` run out; any other status fails at once. Final outcomes go to the ``QueueResponseHandlers``.
+///   (with jitter) until `maxAttempts` or `maxAge` run out; any other status fails at once. Final outcomes go
+///   to the ``QueueResponseHandlers``.
 /// - Pending requests found at start (after a restart or a crash) are delivered first, in order; requests on
 ///   routes no longer configured are delivered with the default retry policy, in order.
 /// - On graceful shutdown no new delivery starts; those in flight finish and are recorded (or, if the process
@@ -294,15 +295,23 @@ public final class QueueDeliveryService: Service, Sendable {
     private func send(_ request: UpstreamRequest) async throws -> HTTPResponseStatus {
         let eventLoop = eventLoopGroup.next()
         let answer = StatusOnlySink(eventLoop: eventLoop)
-        try await eventLoop.flatSubmit { [client] in
-            let body = request.body.map { bytes in
-                let stream = RequestBodyStream(eventLoop: eventLoop, contentLength: bytes.readableBytes)
-                _ = stream.append(bytes)
-                stream.finish()
-                return stream
-            }
-            return client.forward(request, body: body, on: eventLoop, to: answer)
-        }.get()
+        do {
+            try await eventLoop.flatSubmit { [client] in
+                let body = request.body.map { bytes in
+                    let stream = RequestBodyStream(eventLoop: eventLoop, contentLength: bytes.readableBytes)
+                    _ = stream.append(bytes)
+                    stream.finish()
+                    return stream
+                }
+                return client.forward(request, body: body, on: eventLoop, to: answer)
+            }.get()
+        } catch {
+            // A body cut short (a reset, the deadline) after the head came: the backend has answered, and sending
+            // the write again would make it twice.
+            guard let status = answer.status else { throw error }
+            logger.debug("a delivery's answer was cut short after its head", metadata: ["error": "\(error)"])
+            return status
+        }
         guard let status = answer.status else { throw ProxyError(.network, "the backend's answer had no head") }
         return status
     }
