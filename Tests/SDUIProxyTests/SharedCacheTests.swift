@@ -608,6 +608,42 @@ struct SharedCacheTests {
         }
     }
 
+    @Test("when the backend fails a leader that served its own stale entry, a waiter of another variant serves its own")
+    func coalescedWaiterOfAnotherVariantServesItsOwnStaleEntry() async throws {
+        let gate = OriginGate()
+        let failing = NIOLockedValueBox(false)
+        try await ProxyHarness.run(
+            origin: { request in
+                if failing.withLockedValue({ $0 }) {
+                    return TestOrigin.Response(status: .serviceUnavailable, body: "down", heldBy: gate)
+                }
+                let tier = request.headers.first(name: "x-tier") ?? "none"
+                return TestOrigin.Response(
+                    headers: [
+                        ("Content-Type", "application/json"), ("Age", "5"), ("Vary", "X-Tier"),
+                        ("Cache-Control", "max-age=1, stale-if-error=60"),
+                    ],
+                    body: #"{"_beagleComponent_":"a","tier":"\#(tier)"}"#
+                )
+            }
+        ) { proxy async throws in
+            _ = try await proxy.get("/home", headers: [("X-Tier", "gold")])
+            _ = try await proxy.get("/home", headers: [("X-Tier", "free")])
+            failing.withLockedValue { $0 = true }
+            async let free = proxy.get("/home", headers: [("X-Tier", "free")])
+            try await waitUntil { proxy.origin.requestCount == 3 }
+            async let gold = proxy.get("/home", headers: [("X-Tier", "gold")])
+            try await Self.waitForCoalescedWaits(1, proxy)
+            gate.open()
+            #expect(try await free.body.contains(#""tier":"free""#))
+            let goldReply = try await gold
+            #expect(goldReply["X-Cache"] == "STALE")
+            #expect(goldReply.body.contains(#""tier":"gold""#))
+            // The failing backend was asked once, by the leader.
+            #expect(proxy.origin.requestCount == 3)
+        }
+    }
+
     @Test("a 401 answered to one client's credentials is not handed to a waiter with a cookie of its own")
     func coalescedAuthenticationFailure() async throws {
         let gate = OriginGate()

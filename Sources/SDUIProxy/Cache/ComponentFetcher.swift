@@ -172,10 +172,12 @@ public final class ComponentFetcher: Sendable {
         leaderResult.whenComplete { result in
             switch result {
             case .success(let outcome):
-                if case .notStored(let response, _) = outcome, response.status.code >= 500,
-                    let stale = self.staleStandIn(for: request, because: "backend status \(response.status.code)")
+                if let failure = Self.backendFailure(in: outcome),
+                    let stale = self.staleStandIn(for: request, because: failure)
                 {
-                    // The waiter's own stale entry stands in where the leader had none (another variant's miss).
+                    // The backend failed the leader, which may have had no stale entry of this waiter's variant
+                    // (another variant's miss): the waiter's own stands in, and the failing backend is not asked
+                    // again.
                     completion(.success(stale))
                 } else if self.mayShare(outcome, with: request) {
                     completion(.success(outcome))
@@ -195,8 +197,18 @@ public final class ComponentFetcher: Sendable {
     /// allows (RFC 5861 section 4).
     private func staleStandIn(for request: Request, because reason: String) -> Outcome? {
         guard let stale = request.staleEntry, stale.mayServeOnError(at: .now()) else { return nil }
-        logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+        logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "error": "\(reason)"])
         return .servedStale(stale, because: reason)
+    }
+
+    /// How the backend failed a leader's fetch, when it did: a 5xx not stored, or an error a stale entry stood
+    /// in for.
+    private static func backendFailure(in outcome: Outcome) -> String? {
+        switch outcome {
+        case .notStored(let response, _) where response.status.code >= 500: "backend status \(response.status.code)"
+        case .servedStale(_, let reason): reason
+        case .stored, .revalidated, .notStored: nil
+        }
     }
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
