@@ -40,12 +40,19 @@ public final class ResponseCache: Sendable {
         case response(CachedResponse)
         /// The backend varies on these request headers: look again under the variant key.
         case variants(names: [String])
+
+        var isVariantList: Bool {
+            if case .variants = self { true } else { false }
+        }
     }
 
     private final class Shard: Sendable {
         struct State {
             var store: LRUStore<CacheKey, Slot>
             var statistics = Statistics()
+            /// How many of the store's slots are lists of varying headers, not responses: the entries
+            /// reported are the responses.
+            var variantLists = 0
         }
 
         let state: Mutex<State>
@@ -177,11 +184,13 @@ public final class ResponseCache: Sendable {
     private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {
         var evicted = Evicted()
         let stored = withShard(for: key) { state in
+            let replacesList = state.store.peek(key)?.isVariantList ?? false
             let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in evicted.keep(key, slot) }
-            state.statistics.evictions += evicted.count
+            state.statistics.evictions += evicted.responses
+            state.variantLists += (stored && slot.isVariantList ? 1 : 0) - (replacesList ? 1 : 0) - evicted.lists
             if !stored {
                 state.statistics.rejectedAsTooLarge += 1
-            } else if case .response = slot {
+            } else if !slot.isVariantList {
                 // The list of a target's varying headers, stored with each varying response, is not a store.
                 state.statistics.stores += 1
             }
@@ -199,11 +208,12 @@ public final class ResponseCache: Sendable {
     private struct Evicted {
         private var first: (CacheKey, Slot)?
         private var more: [(CacheKey, Slot)] = []
-        private(set) var count = 0
+        private(set) var responses = 0
+        private(set) var lists = 0
 
         mutating func keep(_ key: CacheKey, _ slot: Slot) {
             if first == nil { first = (key, slot) } else { more.append((key, slot)) }
-            count += 1
+            if slot.isVariantList { lists += 1 } else { responses += 1 }
         }
     }
 
@@ -216,6 +226,7 @@ public final class ResponseCache: Sendable {
             removed += shard.state.withLock { state in
                 // Responses are counted; the lists of a target's varying headers go with them uncounted.
                 var responses = 0
+                var lists = 0
                 state.store.removeAll { key, slot in
                     switch slot {
                     case .response(let entry):
@@ -223,9 +234,12 @@ public final class ResponseCache: Sendable {
                         responses += 1
                         return true
                     case .variants:
-                        return matches(key.target, nil)
+                        guard matches(key.target, nil) else { return false }
+                        lists += 1
+                        return true
                     }
                 }
+                state.variantLists -= lists
                 state.statistics.purged += responses
                 return responses
             }
@@ -262,7 +276,7 @@ public final class ResponseCache: Sendable {
         var total = Statistics()
         for shard in shards {
             shard.state.withLock { state in
-                total.entries += state.store.count
+                total.entries += state.store.count - state.variantLists
                 total.bytes += state.store.totalCost
                 total.hits += state.statistics.hits
                 total.misses += state.statistics.misses
