@@ -70,7 +70,10 @@ struct ProcessTests {
             guard let ports else {
                 process.terminate()
                 process.waitUntilExit()
-                throw ProxyDidNotStart(log: output.withLockedValue { $0 }, status: process.terminationStatus)
+                // What the process wrote last may not have reached the handler yet: read the rest here.
+                errors.fileHandleForReading.readabilityHandler = nil
+                let rest = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                throw ProxyDidNotStart(log: output.withLockedValue { $0 } + rest, status: process.terminationStatus)
             }
             (publicPort, adminPort) = ports
         }
