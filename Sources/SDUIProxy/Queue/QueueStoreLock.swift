@@ -13,8 +13,9 @@ import Darwin
 ///
 /// A POSIX record lock (`fcntl(F_SETLK)`) on `queue.lock` in the store directory, held while the store is open.
 /// The kernel lets it go when the process ends, however it ends, so a crash leaves no stale lock to clean up.
-/// It belongs to the process, not the descriptor, so a store opened again in the same process is not refused;
-/// closing any descriptor of the lock file ends it, so the file is opened nowhere else.
+/// It belongs to the process, not the descriptor: it keeps other processes off, not a second store opened in
+/// this one (one store per directory is the caller's to keep; the proxy opens one). A POSIX lock ends when the
+/// process closes any descriptor of its file, so only this type opens it, and only ``release()`` closes it.
 final class QueueStoreLock: Sendable {
     /// The lock file's name inside the store directory.
     static let fileName = "queue.lock"

@@ -302,8 +302,9 @@ public final class CachedResponse: Sendable {
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
         self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0
         // `s-maxage` carries `proxy-revalidate` for a shared cache (RFC 9111 section 5.2.2.10), so the route's
-        // own `staleIfError` does not apply to it. A `stale-if-error` in the same response still does: the
-        // backend asked for it in so many words (RFC 5861 section 4), as in the `s-maxage=N, stale-*=M` idiom.
+        // own `staleIfError` does not apply to it. Unlike `proxy-revalidate`, it leaves a `stale-*` directive in
+        // the same response in force: `s-maxage=N, stale-while-revalidate=M` is how backends ask CDNs for
+        // stale serving in so many words (RFC 5861), and reading it as a prohibition would defeat that.
         let configuredStaleIfError = directives.sharedMaxAge == nil ? metadata.configuredStaleIfError : 0
         self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError
         self.varyNames = metadata.varyNames
