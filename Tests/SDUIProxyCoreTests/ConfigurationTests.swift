@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import SDUIProxyCore
 import Testing
@@ -139,6 +140,31 @@ struct ConfigurationTests {
         #expect(failure?.problem.contains("SDUI_PROXY_LISTEN_PORT") == true)
         let unknown = error("", environment: ["SDUI_PROXY_LISTEN_PROT": "1"])
         #expect(unknown?.key == "SDUI_PROXY_LISTEN_PROT")
+    }
+
+    /// The README's configuration table: each key with its default and the environment variable that sets it.
+    private static let documentedVariables: [(key: String, value: String, variable: String)] = {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("README.md")
+        let text = (try? String(contentsOf: readme, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count >= 3, cells[2].hasPrefix("`SDUI_PROXY_"), !cells[2].contains("*") else { return nil }
+            func unquoted(_ cell: String) -> String { cell.trimmingCharacters(in: CharacterSet(charactersIn: "`")) }
+            return (unquoted(cells[0]), unquoted(cells[1]), unquoted(cells[2]))
+        }
+    }()
+
+    @Test("every environment variable the README documents sets its key")
+    func documentedVariablesAreKnown() throws {
+        #expect(Self.documentedVariables.count > 40)
+        for (key, value, variable) in Self.documentedVariables {
+            // The default, given through the variable: the loader must read it (an unknown name is refused
+            // whatever its value), and it must mean what it does in the file.
+            let yaml = key.hasPrefix("queue.") ? "queue: { routes: [{ match: POST /api }] }" : ""
+            let fromVariable = error(yaml, environment: [variable: value])
+            #expect(fromVariable == nil, "\(variable)=\(value): \(String(describing: fromVariable))")
+        }
     }
 
     @Test("a missing file is an error that names the file")

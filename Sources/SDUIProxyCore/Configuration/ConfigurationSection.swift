@@ -207,10 +207,23 @@ struct ConfigurationSection {
         (path + [key]).joined(separator: ".")
     }
 
+    /// `maxBodyBytes` → `MAX_BODY_BYTES`. An acronym is one word, plural or not: `defaultTTL` → `DEFAULT_TTL`,
+    /// `maxURLBytes` → `MAX_URL_BYTES`, `maxURLsPerRequest` → `MAX_URLS_PER_REQUEST`.
     private static func screamingSnakeCase(_ name: String) -> String {
+        let characters = Array(name)
         var result = ""
-        for character in name {
-            if character.isUppercase, !result.isEmpty { result += "_" }
+        for (index, character) in characters.enumerated() {
+            let previous = index > 0 ? characters[index - 1] : nil
+            let next = index + 1 < characters.count ? characters[index + 1] : nil
+            let afterNext = index + 2 < characters.count ? characters[index + 2] : nil
+            if character.isUppercase, let previous {
+                // A word starts after a lower-case letter or a digit, and at the last capital of an acronym that
+                // a capitalised word follows (`URLBytes`), but not at one only a plural `s` follows (`URLs`).
+                let endsAcronym =
+                    previous.isUppercase && next?.isLowercase == true
+                    && !(next == "s" && (afterNext == nil || afterNext?.isUppercase == true))
+                if previous.isLowercase || previous.isNumber || endsAcronym { result += "_" }
+            }
             if character.isLetter || character.isNumber { result += character.uppercased() } else { result += "_" }
         }
         return result
