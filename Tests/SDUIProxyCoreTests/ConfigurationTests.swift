@@ -133,6 +133,12 @@ struct ConfigurationTests {
         #expect(failure?.description.contains("\n") == false)
     }
 
+    @Test("prefetch.maxRequestBytes may not pass the admin listener's 1MiB")
+    func prefetchRequestBytesCapped() throws {
+        #expect(try load("prefetch: { maxRequestBytes: 1MiB }").prefetch.maxRequestBytes == 1 << 20)
+        #expect(error("prefetch: { maxRequestBytes: 2MiB }")?.key == "prefetch.maxRequestBytes")
+    }
+
     @Test("a bad environment value names the variable, and unknown variables are refused")
     func badEnvironment() {
         let failure = error("", environment: ["SDUI_PROXY_LISTEN_PORT": "x"])

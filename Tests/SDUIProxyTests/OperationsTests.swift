@@ -61,6 +61,57 @@ struct OperationsTests {
         }
     }
 
+    @Test("a request without the admin token is refused on its head, before its body is read")
+    func adminRefusesOnTheHead() async throws {
+        try await ProxyHarness.run(adminToken: "s3cret") { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.adminPort)
+            // A megabyte announced and none of it sent: the answer must not wait for it.
+            try await connection.send(
+                "POST /prefetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+            )
+            let answer = try await connection.readUntilClosed(timeout: .seconds(5))
+            #expect(answer.hasPrefix("HTTP/1.1 401"))
+            #expect(answer.contains(#""kind":"unauthorized""#))
+        }
+    }
+
+    @Test("the admin listener caps its connections")
+    func adminConnectionCap() async throws {
+        var tuning = ProxyServer.Tuning()
+        tuning.maximumAdminConnections = 2
+        try await ProxyHarness.run(tuning: tuning) { proxy async throws in
+            let first = try await RawConnection(port: proxy.server.adminPort)
+            let second = try await RawConnection(port: proxy.server.adminPort)
+            try await second.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await second.readResponse()?.head.hasPrefix("HTTP/1.1 200") == true)
+            let third = try await RawConnection(port: proxy.server.adminPort)
+            let refused = try await third.readUntilClosed(timeout: .seconds(5))
+            #expect(refused.hasPrefix("HTTP/1.1 503"))
+            #expect(refused.contains("too many open admin connections"))
+            await first.close()
+            await second.close()
+        }
+    }
+
+    @Test("an admin connection idle past limits.idleTimeout, or slow to finish a request, is closed")
+    func adminTimeouts() async throws {
+        try await ProxyHarness.run(configure: {
+            $0.limits.idleTimeout = .seconds(1)
+            $0.limits.requestTimeout = .seconds(1)
+        }) { proxy async throws in
+            let idle = try await RawConnection(port: proxy.server.adminPort)
+            try await idle.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await idle.readResponse()?.head.hasPrefix("HTTP/1.1 200") == true)
+            _ = try await idle.readUntilClosed(timeout: .seconds(10))
+            #expect(idle.isClosed)
+
+            let slow = try await RawConnection(port: proxy.server.adminPort)
+            try await slow.send("POST /prefetch HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            _ = try await slow.readUntilClosed(timeout: .seconds(10))
+            #expect(slow.isClosed)
+        }
+    }
+
     @Test("an admin listener on a public address without a token does not start")
     func publicAdminWithoutToken() async throws {
         var configuration = ProxyHarness.testConfiguration(upstream: "http://127.0.0.1:9")

@@ -23,6 +23,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let full = unwrapInboundIn(data)
         let keepAlive = full.head.keepsConnectionOpen
         let response: EventLoopFuture<AdminResponse>
+        // ``AdminGate`` refuses a request without the token on its head; checked again here all the same.
         if let request = Self.adminRequest(from: full) {
             response =
                 authorization.isAuthorized(request.headers, path: request.path)
@@ -42,22 +43,23 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 logger.error("admin endpoint failed", metadata: ["path": "\(full.head.uri)", "error": "\(error)"])
                 answer = AdminResponse(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
             }
-            let body = context.channel.allocator.buffer(string: answer.json)
-            var headers = HTTPHeaders()
-            headers.add(name: "Content-Type", value: answer.contentType)
-            headers.add(name: "Content-Length", value: String(body.readableBytes))
-            headers.add(name: "Cache-Control", value: "no-store")
-            if !keepAlive { headers.add(name: "Connection", value: "close") }
-            context.write(
-                self.wrapOutboundOut(
-                    .head(HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers))
-                ),
-                promise: nil
-            )
-            if full.head.method != .HEAD { context.write(self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
-            let written = context.writeAndFlush(self.wrapOutboundOut(.end(nil)))
-            if !keepAlive { written.assumeIsolated().whenComplete { _ in context.close(promise: nil) } }
+            Self.write(answer, isHead: full.head.method == .HEAD, keepAlive: keepAlive, context: context)
         }
+    }
+
+    /// Writes `answer` as a whole response, and closes the connection after it unless `keepAlive`.
+    static func write(_ answer: AdminResponse, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
+        let body = context.channel.allocator.buffer(string: answer.json)
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: answer.contentType)
+        headers.add(name: "Content-Length", value: String(body.readableBytes))
+        headers.add(name: "Cache-Control", value: "no-store")
+        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        let head = HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers)
+        context.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
+        if !isHead { context.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil) }
+        let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
+        if !keepAlive { written.assumeIsolated().whenComplete { _ in context.close(promise: nil) } }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

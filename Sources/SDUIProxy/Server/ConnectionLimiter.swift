@@ -12,10 +12,17 @@ final class ConnectionLimiter: Sendable {
     private let open = Atomic<Int>(0)
     private let maximumCount: Atomic<Int>
     private let metrics: ProxyMetrics?
+    /// What a refused connection is told: which setting, or limit, it ran into.
+    private let refusal: String
 
-    init(maximum: Int, metrics: ProxyMetrics? = nil) {
+    init(
+        maximum: Int,
+        metrics: ProxyMetrics? = nil,
+        refusal: String = "too many open connections (limits.maxConnections)"
+    ) {
         maximumCount = Atomic(maximum)
         self.metrics = metrics
+        self.refusal = refusal
     }
 
     /// The cap. A reload sets it; connections open over a lowered cap are left to finish.
@@ -34,7 +41,7 @@ final class ConnectionLimiter: Sendable {
         let count = open.wrappingAdd(1, ordering: .relaxed).newValue
         guard count <= maximum else {
             open.wrappingSubtract(1, ordering: .relaxed)
-            try channel.pipeline.syncOperations.addHandler(Refusal())
+            try channel.pipeline.syncOperations.addHandler(Refusal(message: refusal))
             return false
         }
         metrics?.connectionOpened()
@@ -50,8 +57,14 @@ final class ConnectionLimiter: Sendable {
         typealias InboundIn = ByteBuffer
         typealias OutboundOut = ByteBuffer
 
+        private let message: String
+
+        init(message: String) {
+            self.message = message
+        }
+
         func channelActive(context: ChannelHandlerContext) {
-            let error = ProxyError(.unavailable, "too many open connections (limits.maxConnections)")
+            let error = ProxyError(.unavailable, message)
             let body = error.jsonBody()
             let response =
                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"

@@ -118,6 +118,9 @@ public final class ProxyServer: Sendable {
     struct Tuning {
         /// How long a loop takes a navigation target it found fresh to stay fresh (``RecentlyFreshTargets``).
         var freshTargetRecheckInterval = RecentlyFreshTargets.defaultRecheckInterval
+        /// The admin listener's connection cap: enough for operators and probes, few enough that connections
+        /// without the token cannot take the process's descriptors.
+        var maximumAdminConnections = 256
     }
 
     static func start(
@@ -207,12 +210,29 @@ public final class ProxyServer: Sendable {
                 readiness: { warmUps.readiness }
             )
             let adminQuiescing = ServerQuiescingHelper(group: group)
+            let adminLimiter = ConnectionLimiter(
+                maximum: tuning.maximumAdminConnections,
+                refusal: "too many open admin connections"
+            )
+            let adminTimeouts = (idle: configuration.limits.idleTimeout, request: configuration.limits.requestTimeout)
             let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
+                    guard try adminLimiter.admit(channel) else { return }
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
-                    try sync.addHandler(NIOHTTPServerRequestAggregator(maxContentLength: 1 << 20))
+                    try sync.addHandler(
+                        AdminGate(
+                            authorization: adminAuthorization,
+                            idleTimeout: adminTimeouts.idle.timeAmount,
+                            requestTimeout: adminTimeouts.request.timeAmount
+                        )
+                    )
+                    try sync.addHandler(
+                        NIOHTTPServerRequestAggregator(
+                            maxContentLength: ProxyConfiguration.Prefetch.largestRequestBytes
+                        )
+                    )
                     try sync.addHandler(
                         AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger)
                     )

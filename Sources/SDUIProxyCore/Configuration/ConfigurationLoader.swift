@@ -241,6 +241,10 @@ public struct ConfigurationLoader: Sendable {
             default: prefetch.maxRequestBytes,
             minimum: 64
         )
+        // The admin listener reads no request body larger than this.
+        guard prefetch.maxRequestBytes <= ProxyConfiguration.Prefetch.largestRequestBytes else {
+            throw section.fail("maxRequestBytes", "must be at most 1MiB")
+        }
         return prefetch
     }
 

@@ -136,6 +136,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var maxURLsPerRequest = 256
         /// The largest body the prefetch endpoint reads.
         public var maxRequestBytes = 256 << 10
+        /// The largest `maxRequestBytes`: the admin listener buffers no larger body.
+        public static let largestRequestBytes = 1 << 20
 
         public init() {}
     }

@@ -1,0 +1,82 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Stands between the admin listener's HTTP decoder and the body aggregator, so that a client without the token
+/// costs the listener nothing: its request is answered 401 on its head, before any of its body is read, and
+/// the connection closed. It also closes a connection idle for `idleTimeout` between requests, and one whose
+/// request is not complete `requestTimeout` after its head: without them, a client could hold a connection and
+/// a part-read body for as long as it liked.
+final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let authorization: AdminAuthorization
+    private let idleTimeout: TimeAmount
+    private let requestTimeout: TimeAmount
+    /// Closes the connection when it fires: the idle wait, or the wait for the rest of a request.
+    private var deadline: Scheduled<Void>?
+    /// The refused request's remaining parts are dropped while its answer is written and the connection closes.
+    private var refusing = false
+
+    init(authorization: AdminAuthorization, idleTimeout: TimeAmount, requestTimeout: TimeAmount) {
+        self.authorization = authorization
+        self.idleTimeout = idleTimeout
+        self.requestTimeout = requestTimeout
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { closeAfter(idleTimeout, context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        closeAfter(idleTimeout, context: context)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !refusing else { return }
+        let part = unwrapInboundIn(data)
+        switch part {
+        case .head(let head):
+            guard authorization.isAuthorized(head.headers, path: head.uri) else {
+                refusing = true
+                deadline?.cancel()
+                AdminHTTPHandler.write(
+                    AdminAuthorization.unauthorizedResponse,
+                    isHead: false,
+                    keepAlive: false,
+                    context: context
+                )
+                return
+            }
+            closeAfter(requestTimeout, context: context)
+        case .end:
+            // The answer may take a while (a prefetch): no deadline until it is written.
+            deadline?.cancel()
+            deadline = nil
+        case .body:
+            break
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = unwrapOutboundIn(data) { closeAfter(idleTimeout, context: context) }
+        context.write(data, promise: promise)
+    }
+
+    private func closeAfter(_ timeout: TimeAmount, context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: timeout) { loopBound.value.close(promise: nil) }
+    }
+}
