@@ -121,6 +121,28 @@ struct PrefetchTests {
         }
     }
 
+    @Test("the prefetch endpoint fetches for each platform once, and refuses more than 16 of them")
+    func endpointPlatforms() async throws {
+        try await ProxyHarness.run(configure: { $0.platform.allowed = [] }) { proxy async throws in
+            let many = "ABCDEFGHIJKLMNOPQ".map { #""X\#($0)""# }.joined(separator: ",")
+            let refused = try await proxy.admin(
+                "/prefetch",
+                method: .POST,
+                body: #"{"urls":["/a"],"platforms":[\#(many)]}"#
+            )
+            #expect(refused.status == .badRequest)
+            #expect(refused.body.contains("at most 16"))
+            #expect(proxy.origin.requestCount == 0)
+            let reply = try await proxy.admin(
+                "/prefetch",
+                method: .POST,
+                body: #"{"urls":["/a"],"platforms":["IOS","IOS","ios"]}"#
+            )
+            #expect(reply.status == .ok)
+            #expect(proxy.origin.requests(to: "/a").count == 1)
+        }
+    }
+
     @Test(
         "malformed bodies, wrong types and limits are refused with the error body",
         arguments: [

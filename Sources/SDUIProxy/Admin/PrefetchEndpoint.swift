@@ -17,6 +17,9 @@ struct PrefetchEndpoint {
         var followActions: Int?
     }
 
+    /// The most distinct platforms one request may name.
+    static let maximumPlatforms = 16
+
     func respond(to request: AdminRequest, on eventLoop: any EventLoop) -> EventLoopFuture<AdminResponse> {
         let limits = proxy.configuration.prefetch
         guard let bytes = request.body, bytes.readableBytes > 0 else {
@@ -48,20 +51,29 @@ struct PrefetchEndpoint {
                 AdminResponse(ProxyError(.badRequest, "followActions must be 0 to 10"))
             )
         }
+        // Each platform once, and few of them: every URL is fetched for each, so a long list of names (any name
+        // is a platform when `platform.allowed` is empty) would multiply one request into millions of fetches.
         var platforms: [String] = []
         for name in body.platforms ?? limits.platforms {
             do {
-                platforms.append(try proxy.platform(of: .init([(proxy.configuration.platform.header, name)])))
+                let platform = try proxy.platform(of: .init([(proxy.configuration.platform.header, name)]))
+                if !platforms.contains(platform) { platforms.append(platform) }
             } catch {
                 return eventLoop.makeSucceededFuture(AdminResponse(error))
             }
         }
+        guard platforms.count <= Self.maximumPlatforms else {
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(ProxyError(.badRequest, "platforms must list at most \(Self.maximumPlatforms) names"))
+            )
+        }
 
         var pairs: [(url: String, platform: String, outcome: EventLoopFuture<Prefetcher.Outcome>)] = []
         for url in body.urls {
+            let resolved = prefetcher.resolve(url)
             for platform in platforms {
                 let outcome: EventLoopFuture<Prefetcher.Outcome>
-                switch prefetcher.resolve(url) {
+                switch resolved {
                 case .success(let target):
                     outcome = prefetcher.prefetch(target: target, platform: platform, followActions: followActions)
                 case .failure(let reason):
