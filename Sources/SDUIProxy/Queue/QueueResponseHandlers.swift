@@ -61,11 +61,12 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
 /// this; ``run(replaying:)`` may be called once.
 ///
 /// With a store, webhook notifications are durable: the store marks an outcome that a webhook must hear of in
-/// the same change that records it, and the mark goes once every webhook took the notification or refused it
-/// for good (a 4xx other than 429). A notification the webhook could not be reached for, cut short by a
-/// shutdown or a crash, or dropped from a full queue stays marked: the store is looked at again every
-/// ``WebhookPolicy/rescanInterval`` and at the next start (``unnotifiedOutcomes()``), and it is sent again under
-/// the same `Idempotency-Key`.
+/// the same change that records it, and the mark goes once every webhook took the notification, refused it (a
+/// 4xx other than 429) or could not be reached in ``WebhookPolicy/maxAttempts`` tries (logged at error): a dead
+/// webhook must not pile up notifications that every rescan sends again. One cut short by a shutdown or a
+/// crash, or dropped from a full queue, stays marked: the store is looked at again every
+/// ``WebhookPolicy/rescanInterval`` and at the next start (``unnotifiedOutcomes()``), and it is sent under the
+/// same `Idempotency-Key`.
 public final class QueueResponseHandlers: Sendable {
     /// How webhook notifications are sent.
     public struct WebhookPolicy: Sendable {
@@ -102,8 +103,29 @@ public final class QueueResponseHandlers: Sendable {
     /// Outcomes waiting for their webhooks: taken events, and those read back from the store.
     private let notifications: AsyncStream<QueueOutcomeEvent>
     private let notificationInput: AsyncStream<QueueOutcomeEvent>.Continuation
-    /// The ids in `notifications` or being sent, which a rescan of the store passes over.
-    private let notifying = Mutex<Set<String>>([])
+    /// Which notifications a rescan of the store passes over.
+    private let notifying = Mutex(NotificationsInHand())
+
+    /// The ids queued or being sent, and those settled in this run: a rescan may read a row just before its
+    /// mark is cleared, and an outcome a rescan already sent may still be on its way through `events`.
+    private struct NotificationsInHand {
+        var queuedOrSending: Set<String> = []
+        var settled: Set<String> = []
+
+        /// Takes `id` in hand, unless it is already.
+        mutating func take(_ id: String) -> Bool {
+            guard !settled.contains(id) else { return false }
+            return queuedOrSending.insert(id).inserted
+        }
+
+        mutating func release(_ id: String, settled isSettled: Bool, remembering limit: Int) {
+            queuedOrSending.remove(id)
+            guard isSettled else { return }
+            // Forgetting them all now and then is enough: the store's mark is the record that counts.
+            if settled.count >= limit { settled.removeAll(keepingCapacity: true) }
+            settled.insert(id)
+        }
+    }
     private let finished = WakeSignal()
     private let rescansEnd = WakeSignal()
     private let isFinishing = Atomic(false)
@@ -270,15 +292,15 @@ public final class QueueResponseHandlers: Sendable {
 
     /// Queues `event` for its webhooks, unless it is queued or being sent already.
     private func queueNotification(_ event: QueueOutcomeEvent) {
-        guard notifying.withLock({ $0.insert(event.id).inserted }) else { return }
+        guard notifying.withLock({ $0.take(event.id) }) else { return }
         switch notificationInput.yield(event) {
         case .enqueued:
             return
         case .terminated:
             // Shutting down: an outcome read back from the store stays there.
-            notifying.withLock { _ = $0.remove(event.id) }
+            notifying.withLock { $0.release(event.id, settled: false, remembering: capacity) }
         case .dropped:
-            notifying.withLock { _ = $0.remove(event.id) }
+            notifying.withLock { $0.release(event.id, settled: false, remembering: capacity) }
             if store != nil {
                 logger.warning(
                     "queue webhook notifications are behind; this one waits in the store",
@@ -340,7 +362,7 @@ public final class QueueResponseHandlers: Sendable {
     }
 
     /// How sending a notification to one webhook ended.
-    private enum Delivery {
+    private enum Delivery: Equatable {
         /// The webhook took it (2xx, 3xx).
         case taken
         /// The webhook refused it for good (a 4xx other than 429).
@@ -352,23 +374,21 @@ public final class QueueResponseHandlers: Sendable {
     }
 
     /// Sends `event` to each of its webhooks (those of the configuration in force: an outcome read back from the
-    /// store whose webhooks were removed since has none left), then clears its mark in the store when none was
-    /// unreachable or cut short. Either of those leaves the mark for a rescan or the next start.
+    /// store whose webhooks were removed since has none left), then clears its mark in the store unless the
+    /// shutdown cut a sending short, which leaves the mark for the next start.
     private func notifyWebhooks(of event: QueueOutcomeEvent, using client: HTTPClient?) async {
-        defer { notifying.withLock { _ = $0.remove(event.id) } }
         var settled = true
-        // There is a client whenever a webhook is configured.
+        defer { notifying.withLock { $0.release(event.id, settled: settled, remembering: capacity) } }
         for url in webhookURLs(for: event) {
-            guard let client else { break }
-            switch await notify(url, of: event, using: client) {
-            case .taken, .refused: continue
-            case .unreachable, .interrupted: settled = false
-            }
+            // There is a client whenever a webhook is configured.
+            guard let client else { preconditionFailure("a webhook is configured, and no client was made") }
+            if await notify(url, of: event, using: client) == .interrupted { settled = false }
         }
         guard settled, let store else { return }
         do {
             try await store.markNotified(id: event.id)
         } catch {
+            settled = false
             logger.error(
                 "cannot record a webhook notification as sent; it is sent again",
                 metadata: ["id": "\(event.id)", "error": "\(error)"]
@@ -424,11 +444,8 @@ public final class QueueResponseHandlers: Sendable {
             }
             return .interrupted
         }
-        logger.log(
-            level: store == nil ? .error : .warning,
-            store == nil
-                ? "a queue webhook notification was not delivered"
-                : "a queue webhook could not be reached; the notification is sent again at the next rescan",
+        logger.error(
+            "a queue webhook notification was not delivered",
             metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
         )
         return .unreachable
