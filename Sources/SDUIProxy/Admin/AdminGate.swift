@@ -4,9 +4,10 @@ import SDUIProxyCore
 
 /// Stands between the admin listener's HTTP decoder and the body aggregator, so that a client without the token
 /// costs the listener nothing: its request is answered 401 on its head, before any of its body is read, and
-/// the connection closed. It also closes a connection idle for `idleTimeout` between requests, and one whose
-/// request is not complete `requestTimeout` after its head: without them, a client could hold a connection and
-/// a part-read body for as long as it liked.
+/// the connection closed. It also closes a connection idle for `idleTimeout` between requests (or for
+/// ``firstRequestTimeout`` before its first), and one whose request is not complete `requestTimeout` after
+/// its head: without them, a client could hold a connection, or one of the listener's few slots, and a
+/// part-read body for as long as it liked.
 final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
@@ -20,6 +21,14 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
     private var deadline: Scheduled<Void>?
     /// The refused request's remaining parts are dropped while its answer is written and the connection closes.
     private var refusing = false
+    /// Whether a request's head has come and its end not yet.
+    private var readingRequest = false
+    /// Whether the current request's answer has been written to its end.
+    private var answered = true
+
+    /// How long a new connection may wait before its first request: probes and operators send theirs at once,
+    /// and a connection that sends nothing holds one of the listener's slots.
+    static let firstRequestTimeout: TimeAmount = .seconds(5)
 
     init(authorization: AdminAuthorization, idleTimeout: TimeAmount, requestTimeout: TimeAmount) {
         self.authorization = authorization
@@ -28,11 +37,11 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { closeAfter(idleTimeout, context: context) }
+        if context.channel.isActive { closeAfter(min(idleTimeout, Self.firstRequestTimeout), context: context) }
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        closeAfter(idleTimeout, context: context)
+        closeAfter(min(idleTimeout, Self.firstRequestTimeout), context: context)
         context.fireChannelActive()
     }
 
@@ -52,17 +61,25 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
                 deadline?.cancel()
                 AdminHTTPHandler.write(
                     AdminAuthorization.unauthorizedResponse,
-                    isHead: false,
+                    isHead: head.method == .HEAD,
                     keepAlive: false,
                     context: context
                 )
                 return
             }
+            readingRequest = true
+            answered = false
             closeAfter(requestTimeout, context: context)
         case .end:
-            // The answer may take a while (a prefetch): no deadline until it is written.
-            deadline?.cancel()
-            deadline = nil
+            readingRequest = false
+            if answered {
+                // Answered before it was read to its end (a body too large): idle from now.
+                closeAfter(idleTimeout, context: context)
+            } else {
+                // The answer may take a while (a prefetch): no deadline until it is written.
+                deadline?.cancel()
+                deadline = nil
+            }
         case .body:
             break
         }
@@ -70,12 +87,17 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { closeAfter(idleTimeout, context: context) }
+        if case .end = unwrapOutboundIn(data) {
+            answered = true
+            if !readingRequest { closeAfter(idleTimeout, context: context) }
+        }
         context.write(data, promise: promise)
     }
 
     private func closeAfter(_ timeout: TimeAmount, context: ChannelHandlerContext) {
         deadline?.cancel()
+        deadline = nil
+        guard context.channel.isActive else { return }
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         deadline = context.eventLoop.scheduleTask(in: timeout) { loopBound.value.close(promise: nil) }
     }

@@ -61,11 +61,12 @@ struct PrefetchEndpoint {
             } catch {
                 return eventLoop.makeSucceededFuture(AdminResponse(error))
             }
-        }
-        guard platforms.count <= Self.maximumPlatforms else {
-            return eventLoop.makeSucceededFuture(
-                AdminResponse(ProxyError(.badRequest, "platforms must list at most \(Self.maximumPlatforms) names"))
-            )
+            // Checked as the list is read, which keeps `contains` over at most this many.
+            guard platforms.count <= Self.maximumPlatforms else {
+                return eventLoop.makeSucceededFuture(
+                    AdminResponse(ProxyError(.badRequest, "platforms must list at most \(Self.maximumPlatforms) names"))
+                )
+            }
         }
 
         var pairs: [(url: String, platform: String, outcome: EventLoopFuture<Prefetcher.Outcome>)] = []

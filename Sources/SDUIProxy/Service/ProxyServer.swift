@@ -214,18 +214,19 @@ public final class ProxyServer: Sendable {
                 maximum: tuning.maximumAdminConnections,
                 refusal: "too many open admin connections"
             )
-            let adminTimeouts = (idle: configuration.limits.idleTimeout, request: configuration.limits.requestTimeout)
             let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
                 channel in
                 channel.pipeline.eventLoop.makeCompletedFuture {
                     guard try adminLimiter.admit(channel) else { return }
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    // The limits in force when the connection opens: a reload's apply to the next ones.
+                    let limits = runtime.context.configuration.limits
                     try sync.addHandler(
                         AdminGate(
                             authorization: adminAuthorization,
-                            idleTimeout: adminTimeouts.idle.timeAmount,
-                            requestTimeout: adminTimeouts.request.timeAmount
+                            idleTimeout: limits.idleTimeout.timeAmount,
+                            requestTimeout: limits.requestTimeout.timeAmount
                         )
                     )
                     try sync.addHandler(
