@@ -79,6 +79,28 @@ struct PrefetchTests {
         }
     }
 
+    @Test("a reload with new declared URLs keeps a warm proxy ready, though no probe saw the first warm-up end")
+    func readinessAcrossReload() async throws {
+        let gate = OriginGate()
+        try await ProxyHarness.run(
+            origin: { request in request.uri == "/later" ? .component(heldBy: gate) : .component() },
+            configure: {
+                $0.prefetch.urls = ["/first"]
+                $0.prefetch.platforms = ["WEB"]
+            }
+        ) { proxy async throws in
+            try await waitUntil { try await proxy.get("/first")["X-Cache"] == "HIT" }
+            // Time for the warm-up to see its one fetch end; no probe asks meanwhile.
+            try await Task.sleep(for: .milliseconds(500))
+            var configuration = proxy.server.context.configuration
+            configuration.prefetch.urls = ["/first", "/later"]
+            try await proxy.server.reload(configuration)
+            let ready = try await proxy.admin("/ready")
+            #expect(ready.status == .ok)
+            gate.open()
+        }
+    }
+
     @Test("the prefetch endpoint answers per URL and platform, and bad URLs fail alone")
     func endpointResults() async throws {
         try await ProxyHarness.run(origin: { request in

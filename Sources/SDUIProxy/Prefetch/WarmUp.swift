@@ -37,6 +37,8 @@ public final class WarmUp: Sendable {
         self.configuration = configuration
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
+        // Known before the start, so that a warm-up not started yet does not read as finished (0 of 0).
+        state.withLock { $0.progress.total = configuration.urls.count * configuration.platforms.count }
     }
 
     public var progress: Progress { state.withLock { $0.progress } }
@@ -46,7 +48,6 @@ public final class WarmUp: Sendable {
     @discardableResult
     public func start() -> EventLoopFuture<Progress> {
         let jobs = configuration.urls.flatMap { url in configuration.platforms.map { (url, $0) } }
-        state.withLock { $0.progress.total = jobs.count }
         let eventLoop = eventLoopGroup.any()
         guard !jobs.isEmpty else { return eventLoop.makeSucceededFuture(progress) }
         logger.info("warm-up started", metadata: ["urls": "\(configuration.urls.count)", "total": "\(jobs.count)"])

@@ -42,7 +42,7 @@ public final class ProxyServer: Sendable {
     /// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once the first
     /// has finished, so a reload never takes a warm proxy out of rotation.
     final class WarmUps: Sendable {
-        private let state: Mutex<(current: WarmUp, firstFinished: Bool)>
+        private let state: Mutex<(current: WarmUp, anyFinished: Bool)>
 
         init(_ first: WarmUp) {
             state = Mutex((first, false))
@@ -50,20 +50,26 @@ public final class ProxyServer: Sendable {
 
         var current: WarmUp { state.withLock { $0.current } }
 
+        /// Starts the warm-up in force; its end makes the proxy ready for good.
+        func startCurrent() {
+            current.start().whenComplete { _ in self.state.withLock { $0.anyFinished = true } }
+        }
+
+        /// Stops the warm-up in force and starts `warmUp` in its place.
         func replace(with warmUp: WarmUp) {
             let old = state.withLock { state -> WarmUp in
                 defer { state.current = warmUp }
                 return state.current
             }
             old.stop()
+            startCurrent()
         }
 
         /// Progress of the warm-up in force, reported as finished once any has finished.
         var readiness: WarmUp.Progress {
             state.withLock { state in
                 var progress = state.current.progress
-                if progress.isFinished { state.firstFinished = true }
-                if state.firstFinished { progress.done = progress.total }
+                if state.anyFinished { progress.done = progress.total }
                 return progress
             }
         }
@@ -277,7 +283,7 @@ public final class ProxyServer: Sendable {
                     "upstream": "\(configuration.upstream.url)",
                 ]
             )
-            warmUps.current.start()
+            warmUps.startCurrent()
             return server
         } catch {
             try? await writeQueue?.close()
@@ -368,7 +374,6 @@ public final class ProxyServer: Sendable {
                 logger: logger
             )
             warmUps.replace(with: warmUp)
-            warmUp.start()
         }
     }
 
