@@ -22,13 +22,20 @@ public struct AdminAuthorization: Sendable {
 
     private let token: [UInt8]?
 
-    /// - Parameter token: the bearer token; nil or empty means no token is required.
+    /// - Parameter token: the bearer token; nil or empty means no token is required. Whitespace around it (the
+    ///   newline of a token read from a file) is not part of it.
     public init(token: String?) {
-        if let token, !token.isEmpty {
-            self.token = Array(token.utf8)
-        } else {
-            self.token = nil
-        }
+        let bytes = token.map(Self.trimmed) ?? []
+        self.token = bytes.isEmpty ? nil : bytes
+    }
+
+    /// `text` without the spaces, tabs and line breaks around it.
+    private static func trimmed(_ text: String) -> [UInt8] {
+        let bytes = Array(text.utf8)
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        guard let first = bytes.firstIndex(where: { !isSpace($0) }), let last = bytes.lastIndex(where: { !isSpace($0) })
+        else { return [] }
+        return Array(bytes[first...last])
     }
 
     /// Reads the token from ``tokenVariable`` in `environment`.
@@ -91,8 +98,26 @@ public struct AdminAuthorization: Sendable {
 
     /// Refuses to bind the admin listener to `host` when that would expose it without this token.
     public func checkBinding(host: String) throws(ConfigurationError) {
-        guard !requiresToken else { return }
-        try Self.checkBinding(host: host, token: nil)
+        guard let token else { return try Self.checkBinding(host: host, token: nil) }
+        // A token no client could present would lock every admin endpoint but /health.
+        guard Self.isBearerToken(token[...]) else {
+            throw ConfigurationError(
+                key: Self.tokenVariable,
+                problem: "must be a bearer token: letters, digits and - . _ ~ + / only, then = padding (RFC 6750)"
+            )
+        }
+    }
+
+    /// Whether `bytes` is a `b64token` (RFC 6750 section 2.1): what `Authorization: Bearer` may carry.
+    static func isBearerToken(_ bytes: ArraySlice<UInt8>) -> Bool {
+        let body = bytes.reversed().drop { $0 == UInt8(ascii: "=") }
+        return !body.isEmpty
+            && body.allSatisfy { byte in
+                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
+                    || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                    || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+                    || "-._~+/".utf8.contains(byte)
+            }
     }
 
     /// Refuses to expose the admin listener beyond this host without a token.

@@ -112,4 +112,17 @@ struct AdminAuthorizationTests {
         #expect(error?.problem.contains("0.0.0.0") == true)
         #expect(throws: ConfigurationError.self) { try AdminAuthorization.checkBinding(host: "10.1.2.3", token: "") }
     }
+
+    @Test("a token read with a trailing newline is the token; one no client could send is refused at start")
+    func tokenShape() throws {
+        let fromFile = AdminAuthorization(token: "s3cret-token\n")
+        #expect(fromFile.isAuthorized(headers(("Authorization", "Bearer s3cret-token")), path: "/metrics"))
+        try fromFile.checkBinding(host: "0.0.0.0")
+        for unusable in ["two,parts", "inner space", "quote\"d", "=only"] {
+            #expect(throws: ConfigurationError.self, "\(unusable)") {
+                try AdminAuthorization(token: unusable).checkBinding(host: "127.0.0.1")
+            }
+        }
+        try AdminAuthorization(token: "abc+/_~.-XYZ09==").checkBinding(host: "0.0.0.0")
+    }
 }
