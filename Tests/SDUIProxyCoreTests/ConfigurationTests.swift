@@ -133,6 +133,23 @@ struct ConfigurationTests {
         #expect(failure?.description.contains("\n") == false)
     }
 
+    @Test("declared URLs that could never be prefetched are refused at load, naming the URL")
+    func unfetchablePrefetchURLs() throws {
+        let upstream = "upstream: { url: \"http://backend.internal:8080/api\" }\n"
+        let fine = try load(
+            upstream + "prefetch: { urls: [/api/home, \"http://backend.internal:8080/api/x\"] }"
+        )
+        #expect(fine.prefetch.urls.count == 2)
+        for bad in [
+            "relative", "\"http://elsewhere.example/api/x\"", "\"http://backend.internal:8080/other\"",
+            "\"/api/@{user.id}\"",
+        ] {
+            let failure = error(upstream + "prefetch: { urls: [\(bad)] }")
+            #expect(failure?.key == "prefetch.urls", "\(bad)")
+            #expect(failure?.problem.contains("cannot be prefetched") == true, "\(bad)")
+        }
+    }
+
     @Test("prefetch.maxRequestBytes may not pass the admin listener's 1MiB")
     func prefetchRequestBytesCapped() throws {
         #expect(try load("prefetch: { maxRequestBytes: 1MiB }").prefetch.maxRequestBytes == 1 << 20)

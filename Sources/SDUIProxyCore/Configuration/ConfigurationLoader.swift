@@ -94,6 +94,16 @@ public struct ConfigurationLoader: Sendable {
             try Self.checkUpstreamURL(upstream, key: "--upstream")
             config.upstream.url = upstream
         }
+        // Declared URLs are checked against the upstream they will be fetched from (the flags' included): one
+        // that can never be fetched would otherwise fail, and be retried, for as long as the proxy runs.
+        if let upstream = try? UpstreamOrigin(parsing: config.upstream.url) {
+            let planner = PrefetchPlanner(upstream: upstream, allowedHosts: config.prefetch.allowedHosts)
+            for url in config.prefetch.urls {
+                if case .failure(let reason) = planner.resolve(url) {
+                    throw ConfigurationError(key: "prefetch.urls", problem: "\(url) cannot be prefetched: \(reason)")
+                }
+            }
+        }
         if config.listen.port != 0, config.listen.port == config.admin.port,
             config.listen.host == config.admin.host
                 || [config.listen.host, config.admin.host].contains(where: Self.isWildcard)
