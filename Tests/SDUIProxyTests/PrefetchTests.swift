@@ -494,6 +494,21 @@ struct PrefetchLoadTests {
         }
     }
 
+    @Test("a linked screen whose prefetch stored nothing is not prefetched again for every component that links it")
+    func unstorableLinkNotRefetched() async throws {
+        try await ProxyHarness.run(origin: { request in
+            request.uri == "/account"
+                ? TestOrigin.Response.component().withHeader("Cache-Control", "private")
+                : PrefetchTests.component(linkingTo: ["/account"])
+        }) { proxy async throws in
+            _ = try await proxy.get("/page/1")
+            try await waitUntil { proxy.origin.requests(to: "/account").count == 1 }
+            for index in 2...5 { _ = try await proxy.get("/page/\(index)") }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(proxy.origin.requests(to: "/account").count == 1)
+        }
+    }
+
     @Test(
         "a linked screen found fresh is not asked about again on that loop within the recheck interval, and is after it",
         arguments: [(TimeAmount.seconds(60), 1), (.zero, 2)]

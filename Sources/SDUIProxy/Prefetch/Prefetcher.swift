@@ -63,7 +63,16 @@ public final class Prefetcher: StoredComponentObserver {
         /// Navigation targets queued or running (`target` NUL `platform`), so a storm of components linking to
         /// the same screens prefetches each once.
         var followed: Set<String> = []
+        /// Navigation targets whose last prefetch stored nothing (an answer that may not be stored, or none), and
+        /// until when they are not followed again: each component stored that links to a personalised or failing
+        /// screen would otherwise send the backend another request for it.
+        var storedNothing: [String: NIODeadline] = [:]
     }
+
+    /// How long a navigation target whose prefetch stored nothing is not followed again.
+    public static let storedNothingRecheckInterval = TimeAmount.seconds(60)
+    /// The most such targets remembered; past this all are forgotten.
+    static let storedNothingCapacity = 4096
 
     /// Action-driven prefetches beyond this many waiting are dropped (and counted), bounding memory.
     public static let maximumBacklog = 10_000
@@ -289,8 +298,13 @@ public final class Prefetcher: StoredComponentObserver {
         logger: Logger
     ) {
         let token = target + "\u{0}" + platform
+        let now = NIODeadline.now()
         let admitted = state.withLock { state -> Bool in
             guard !state.followed.contains(token) else { return false }
+            if let until = state.storedNothing[token] {
+                guard until <= now else { return false }
+                state.storedNothing[token] = nil
+            }
             guard state.backlog.count < Self.maximumBacklog else {
                 state.counts.dropped += 1
                 return false
@@ -301,7 +315,12 @@ public final class Prefetcher: StoredComponentObserver {
         guard admitted else { return }
         prefetch(target: target, platform: platform, followActions: request.followActions - 1).whenSuccess {
             outcome in
-            self.state.withLock { _ = $0.followed.remove(token) }
+            self.state.withLock { state in
+                state.followed.remove(token)
+                if case .cached = outcome { return }
+                if state.storedNothing.count >= Self.storedNothingCapacity { state.storedNothing.removeAll() }
+                state.storedNothing[token] = .now() + Self.storedNothingRecheckInterval
+            }
             logger.debug(
                 "prefetched navigation target",
                 metadata: ["from": "\(request.key.target)", "target": "\(target)", "outcome": "\(outcome.name)"]
