@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
@@ -48,6 +49,47 @@ struct WriteQueueProxyTests {
             },
             body
         )
+    }
+
+    @Test("a write's answer goes to the client as it streams in, whatever its size")
+    func immediateAnswerOfAnySize() async throws {
+        let large = String(repeating: "x", count: 64 << 10)
+        try await Self.withQueuedWrites(
+            origin: { _ in TestOrigin.Response(status: .created, headers: [("Content-Type", "text/plain")], body: large)
+            },
+            configure: { $0.upstream.maxResponseBytes = 1024 }
+        ) { proxy async throws in
+            let reply = try await proxy.get("/api/orders", method: .POST, body: "{}")
+            #expect(reply.status == .created)
+            #expect(reply.body == large)
+            #expect(try await proxy.admin("/queue").body.contains(#""depth":0"#))
+            #expect(proxy.origin.requests(to: "/api/orders").count == 1)
+        }
+    }
+
+    @Test("a write the backend answers with a retryable status is queued; its answer does not reach the client")
+    func retryableAnswerQueues() async throws {
+        let refusing = NIOLockedValueBox(true)
+        try await Self.withQueuedWrites(origin: { _ in
+            refusing.withLockedValue { $0 }
+                ? TestOrigin.Response(
+                    status: .serviceUnavailable,
+                    headers: [("Content-Type", "text/plain")],
+                    body: "busy"
+                )
+                : TestOrigin.Response(status: .created, headers: [], body: "ok")
+        }) { proxy async throws in
+            let accepted = try await proxy.get("/api/orders", method: .POST, body: #"{"n":1}"#)
+            #expect(accepted.status == .accepted)
+            #expect(accepted.body.contains(#""queued":true"#))
+            #expect(!accepted.body.contains("busy"))
+            let location = try #require(accepted["Location"])
+            refusing.withLockedValue { $0 = false }
+            try await waitUntil(timeout: .seconds(10)) { try await proxy.admin("/queue").body.contains(#""depth":0"#) }
+            #expect(try await proxy.admin(location).body.contains("delivered"))
+            let next = try await proxy.get("/api/orders", method: .POST, body: #"{"n":2}"#)
+            #expect(next.status == .created, "\(next.status) \(next.body)")
+        }
     }
 
     @Test("a delivery is judged by the backend's status, whatever the size of the answer's body")

@@ -297,12 +297,7 @@ public final class QueueDeliveryService: Service, Sendable {
         let answer = StatusOnlySink(eventLoop: eventLoop)
         do {
             try await eventLoop.flatSubmit { [client] in
-                let body = request.body.map { bytes in
-                    let stream = RequestBodyStream(eventLoop: eventLoop, contentLength: bytes.readableBytes)
-                    _ = stream.append(bytes)
-                    stream.finish()
-                    return stream
-                }
+                let body = request.body.map { RequestBodyStream.complete($0, on: eventLoop) }
                 return client.forward(request, body: body, on: eventLoop, to: answer)
             }.get()
         } catch {

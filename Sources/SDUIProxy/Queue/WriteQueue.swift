@@ -108,11 +108,11 @@ public final class WriteQueue: Sendable {
     ///
     /// - Parameter write: sends the request to the backend, or queues it when its argument is true; it must
     ///   complete (the backend's timeout bounds it), or the route's later writes wait for ever.
-    func admitWrite(
+    func admitWrite<Answer: Sendable>(
         on route: QueueConfiguration.Route,
         eventLoop: any EventLoop,
-        _ write: @escaping @Sendable (_ queueBehindBacklog: Bool) -> EventLoopFuture<UpstreamResponse>
-    ) -> EventLoopFuture<UpstreamResponse> {
+        _ write: @escaping @Sendable (_ queueBehindBacklog: Bool) -> EventLoopFuture<Answer>
+    ) -> EventLoopFuture<Answer> {
         guard route.ordering == .sequential else { return write(false) }
         let admitted = eventLoop.makePromise(of: Void.self)
         let previous = sequentialLanes.withLock { lanes in

@@ -766,57 +766,84 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             accounting: accounting
         )
         let eventLoop = context.eventLoop
-        let cache = proxy.cache
         let logger = proxy.logger
         let client = proxy.client
-        let maxResponseBytes = proxy.configuration.upstream.maxResponseBytes
-
-        queue.admitWrite(on: route, eventLoop: eventLoop) { queueBehindBacklog in
-            if queueBehindBacklog {
-                return Self.enqueue(upstream, id: id, failure: nil, queue: queue, on: eventLoop)
-            }
-            return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop)
-                .flatMap { response -> EventLoopFuture<UpstreamResponse> in
-                    guard queue.configuration.retryableStatuses.contains(Int(response.status.code)) else {
-                        Invalidation.apply(
-                            method: write.head.method,
-                            target: write.target,
-                            status: response.status,
-                            responseHeaders: response.headers,
-                            requestHost: write.head.headers.first(name: "host"),
-                            cache: cache
-                        )
-                        return eventLoop.makeSucceededFuture(response)
-                    }
-                    return Self.enqueue(
-                        upstream,
-                        id: id,
-                        failure: "backend answered \(response.status.code)",
-                        queue: queue,
-                        on: eventLoop
+        let cache = proxy.cache
+        let requestHost = write.head.headers.first(name: "host")
+        let loopBoundHandler = NIOLoopBound(self, eventLoop: eventLoop)
+        // The backend's answer streams to the client as pass-through answers do, whatever its size; only an
+        // answer whose status queues the write is held back.
+        let answer = QueuedWriteAnswerSink(
+            passingTo: ChannelResponseSink(
+                context: context,
+                keepAlive: write.head.keepsConnectionOpen,
+                isHead: false,
+                cacheStatus: nil,
+                accounting: accounting,
+                connectionState: connectionState,
+                receivedHead: { status, headers in
+                    Invalidation.apply(
+                        method: write.head.method,
+                        target: write.target,
+                        status: status,
+                        responseHeaders: headers,
+                        requestHost: requestHost,
+                        cache: cache
                     )
+                },
+                beforeEnd: { loopBoundHandler.value.state = .idle }
+            ),
+            retryableStatuses: Set(queue.configuration.retryableStatuses),
+            eventLoop: eventLoop
+        )
+
+        // Succeeds with the 202 when the write was queued, with nil when the backend's answer went to the client.
+        queue.admitWrite(on: route, eventLoop: eventLoop) { queueBehindBacklog -> EventLoopFuture<UpstreamResponse?> in
+            if queueBehindBacklog {
+                return Self.enqueue(upstream, id: id, failure: nil, queue: queue, on: eventLoop).map { $0 }
+            }
+            let body = upstream.body.map { RequestBodyStream.complete($0, on: eventLoop) }
+            return client.forward(upstream, body: body, on: eventLoop, to: answer)
+                .flatMap { () -> EventLoopFuture<UpstreamResponse?> in
+                    guard let status = answer.statusToQueueFor else { return eventLoop.makeSucceededFuture(nil) }
+                    let failure = "backend answered \(status.code)"
+                    return Self.enqueue(upstream, id: id, failure: failure, queue: queue, on: eventLoop).map { $0 }
                 }
-                .flatMapError { error -> EventLoopFuture<UpstreamResponse> in
-                    guard let proxyError = error as? ProxyError,
+                .flatMapError { error -> EventLoopFuture<UpstreamResponse?> in
+                    let failure: String
+                    if let status = answer.statusToQueueFor {
+                        failure = "backend answered \(status.code)"
+                    } else if !answer.headWasSent, let proxyError = error as? ProxyError,
                         proxyError.kind == .network || proxyError.kind == .timeout
-                    else {
+                    {
+                        failure = proxyError.message
+                    } else {
                         return eventLoop.makeFailedFuture(error)
                     }
-                    return Self.enqueue(upstream, id: id, failure: proxyError.message, queue: queue, on: eventLoop)
+                    return Self.enqueue(upstream, id: id, failure: failure, queue: queue, on: eventLoop).map { $0 }
                 }
         }
         .hop(to: eventLoop).assumeIsolated().whenComplete { result in
-            self.state = .idle
             switch result {
-            case .success(let response):
-                writer.write(response, cacheStatus: nil)
+            case .success(.none):
+                // The backend's answer went to the client; the sink ended it and made the connection idle.
+                break
+            case .success(.some(let queued)):
+                self.state = .idle
+                writer.write(queued, cacheStatus: nil)
             case .failure(let error):
                 let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
                 logger.error(
                     "queued write failed",
                     metadata: ["target": "\(write.target)", "error": "\(proxyError)"]
                 )
-                writer.write(proxyError)
+                if answer.headWasSent {
+                    // Part of the backend's answer is out; the only honest signal left is to cut it short.
+                    context.close(promise: nil)
+                } else {
+                    self.state = .idle
+                    writer.write(proxyError)
+                }
             }
         }
     }
@@ -899,6 +926,44 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         // Draining: an idle connection closes now; a busy one answers its request with Connection: close.
         connectionState.closing = true
         if isIdle, pipelined.isEmpty { context.close(promise: nil) }
+    }
+}
+
+/// A queued write's answer: passed to the client as it streams in, unless its status is one that queues the
+/// write (`queue.retryableStatuses`); such an answer is read past, and the write is queued.
+private final class QueuedWriteAnswerSink: ForwardedResponseSink {
+    private let client: ChannelResponseSink
+    private let retryableStatuses: Set<Int>
+    private let eventLoop: any EventLoop
+    private let heldBackStatus: NIOLoopBoundBox<HTTPResponseStatus?>
+
+    init(passingTo client: ChannelResponseSink, retryableStatuses: Set<Int>, eventLoop: any EventLoop) {
+        self.client = client
+        self.retryableStatuses = retryableStatuses
+        self.eventLoop = eventLoop
+        self.heldBackStatus = NIOLoopBoundBox(nil, eventLoop: eventLoop)
+    }
+
+    /// The status the backend answered that queues the write, if it did.
+    var statusToQueueFor: HTTPResponseStatus? { heldBackStatus.value }
+
+    /// Whether the client has been sent the head of the backend's answer.
+    var headWasSent: Bool { client.headWasSent }
+
+    func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        guard !retryableStatuses.contains(Int(status.code)) else {
+            heldBackStatus.value = status
+            return
+        }
+        client.receiveHead(status: status, headers: headers)
+    }
+
+    func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        heldBackStatus.value == nil ? client.receiveBodyPart(buffer) : eventLoop.makeSucceededVoidFuture()
+    }
+
+    func receiveEnd() {
+        if heldBackStatus.value == nil { client.receiveEnd() }
     }
 }
 

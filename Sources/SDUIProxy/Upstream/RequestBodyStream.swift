@@ -24,6 +24,15 @@ public final class RequestBodyStream: Sendable {
     /// The body's length when the client declared it.
     public let contentLength: Int?
 
+    /// A stream that holds all of `body` already: for a body read whole before it is sent (a queued write).
+    /// Call it on `eventLoop`.
+    public static func complete(_ body: ByteBuffer, on eventLoop: any EventLoop) -> RequestBodyStream {
+        let stream = RequestBodyStream(eventLoop: eventLoop, contentLength: body.readableBytes)
+        _ = stream.append(body)
+        stream.finish()
+        return stream
+    }
+
     public init(eventLoop: any EventLoop, contentLength: Int?) {
         self.eventLoop = eventLoop
         self.contentLength = contentLength
