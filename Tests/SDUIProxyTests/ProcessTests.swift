@@ -81,8 +81,8 @@ struct ProcessTests {
         var log: String { output.withLockedValue { $0 } }
 
         deinit {
-            // A test that failed half-way must not leave its proxy running.
-            if process.isRunning { process.terminate() }
+            // A test that failed half-way must not leave its proxy running, nor wait for it to drain: SIGKILL.
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
 
         struct ProxyDidNotStart: Error {
@@ -110,7 +110,8 @@ struct ProcessTests {
             let deadline = ContinuousClock.now + timeout
             while process.isRunning {
                 guard ContinuousClock.now < deadline else {
-                    process.terminate()
+                    // It did not stop when asked: it must not outlive the test.
+                    kill(process.processIdentifier, SIGKILL)
                     throw CancellationError()
                 }
                 try await Task.sleep(for: .milliseconds(20))
