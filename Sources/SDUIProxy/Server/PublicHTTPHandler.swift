@@ -677,29 +677,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 purpose: .passThrough
             )
         )
-        let loopBoundHandler = NIOLoopBound(self, eventLoop: context.eventLoop)
         let accounting = self.accounting
-        let cache = proxy.cache
-        let requestHost = head.headers.first(name: "host")
-        let sink = ChannelResponseSink(
-            context: context,
-            keepAlive: head.keepsConnectionOpen,
-            isHead: head.method == .HEAD,
-            cacheStatus: cacheStatus,
-            accounting: accounting,
-            connectionState: connectionState,
-            receivedHead: { status, headers in
-                Invalidation.apply(
-                    method: head.method,
-                    target: target,
-                    status: status,
-                    responseHeaders: headers,
-                    requestHost: requestHost,
-                    cache: cache
-                )
-            },
-            beforeEnd: { loopBoundHandler.value.state = .idle }
-        )
+        let sink = streamingSink(for: head, target: target, cacheStatus: cacheStatus, context: context)
         let logger = proxy.logger
         proxy.client.forward(upstream, body: stream, on: context.eventLoop, to: sink).hop(to: context.eventLoop)
             .assumeIsolated().whenComplete { result in
@@ -729,6 +708,38 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     }
                 }
             }
+    }
+
+    /// Streams a backend's answer to `head` to this connection: the cache entries an unsafe method's answer
+    /// invalidates go when its head comes, and the connection takes its next request when its end is written.
+    private func streamingSink(
+        for head: HTTPRequestHead,
+        target: RequestTarget,
+        cacheStatus: CacheResult?,
+        context: ChannelHandlerContext
+    ) -> ChannelResponseSink {
+        let loopBoundHandler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let cache = proxy.cache
+        let requestHost = head.headers.first(name: "host")
+        return ChannelResponseSink(
+            context: context,
+            keepAlive: head.keepsConnectionOpen,
+            isHead: head.method == .HEAD,
+            cacheStatus: cacheStatus,
+            accounting: accounting,
+            connectionState: connectionState,
+            receivedHead: { status, headers in
+                Invalidation.apply(
+                    method: head.method,
+                    target: target,
+                    status: status,
+                    responseHeaders: headers,
+                    requestHost: requestHost,
+                    cache: cache
+                )
+            },
+            beforeEnd: { loopBoundHandler.value.state = .idle }
+        )
     }
 
     // MARK: Queued writes
@@ -768,31 +779,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let eventLoop = context.eventLoop
         let logger = proxy.logger
         let client = proxy.client
-        let cache = proxy.cache
-        let requestHost = write.head.headers.first(name: "host")
-        let loopBoundHandler = NIOLoopBound(self, eventLoop: eventLoop)
         // The backend's answer streams to the client as pass-through answers do, whatever its size; only an
         // answer whose status queues the write is held back.
         let answer = QueuedWriteAnswerSink(
-            passingTo: ChannelResponseSink(
-                context: context,
-                keepAlive: write.head.keepsConnectionOpen,
-                isHead: false,
-                cacheStatus: nil,
-                accounting: accounting,
-                connectionState: connectionState,
-                receivedHead: { status, headers in
-                    Invalidation.apply(
-                        method: write.head.method,
-                        target: write.target,
-                        status: status,
-                        responseHeaders: headers,
-                        requestHost: requestHost,
-                        cache: cache
-                    )
-                },
-                beforeEnd: { loopBoundHandler.value.state = .idle }
-            ),
+            passingTo: streamingSink(for: write.head, target: write.target, cacheStatus: nil, context: context),
             retryableStatuses: Set(queue.configuration.retryableStatuses),
             eventLoop: eventLoop
         )
