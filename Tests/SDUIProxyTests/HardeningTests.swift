@@ -161,4 +161,63 @@ struct HardeningTests {
             await admitted?.close()
         }
     }
+
+    /// Which listener a refused upload goes to, and what refuses it there.
+    enum RefusedUpload: String, CaseIterable, CustomTestStringConvertible {
+        case publicTooLarge, adminWithoutToken, adminTooLarge
+        var testDescription: String { rawValue }
+    }
+
+    @Test(
+        "a refused upload still gets its answer: the rest of its body is read and dropped, then the connection closes",
+        arguments: RefusedUpload.allCases
+    )
+    func refusedUploadKeepsItsAnswer(_ upload: RefusedUpload) async throws {
+        try await ProxyHarness.run(configure: Self.limited, adminToken: "s3cret") { proxy async throws in
+            // 16 MiB: more than the sockets' buffers hold, so the client is still sending when the answer comes.
+            let bodyBytes = 16 << 20
+            let (port, head, status) =
+                switch upload {
+                case .publicTooLarge:
+                    (proxy.server.publicPort, "POST /api HTTP/1.1\r\nHost: x\r\n", "413")
+                case .adminWithoutToken:
+                    (proxy.server.adminPort, "POST /prefetch HTTP/1.1\r\nHost: x\r\n", "401")
+                case .adminTooLarge:
+                    (
+                        proxy.server.adminPort,
+                        "POST /prefetch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n",
+                        "413"
+                    )
+                }
+            let connection = try await RawConnection(port: port, allowHalfClosure: true)
+            try await connection.send(head + "Content-Length: \(bodyBytes)\r\n\r\n")
+            // Closing with the body unread would reset the connection: this send would fail, and a client that
+            // stops at a failed send never reads the answer.
+            try await connection.send(ByteBuffer(repeating: UInt8(ascii: "x"), count: bodyBytes))
+            let answer = try #require(try await connection.readResponse())
+            #expect(answer.head.hasPrefix("HTTP/1.1 \(status)"), "\(answer.head)")
+            #expect(connection.serverClosedItsSide)
+            #expect(try await Self.openPublicConnections(proxy) == (upload == .publicTooLarge ? 1 : 0))
+            try await connection.closeOutput()
+            try await Self.waitForOpenPublicConnections(0, proxy)
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
+    static func openPublicConnections(_ proxy: ProxyHarness) async throws -> Int? {
+        let metrics = try await proxy.admin("/metrics", headers: [("Authorization", "Bearer s3cret")]).body
+        return metrics.split(separator: "\n").first { $0.hasPrefix("sdui_open_connections ") }
+            .flatMap { Double($0.split(separator: " ")[1]) }.map { Int($0) }
+    }
+
+    static func waitForOpenPublicConnections(_ count: Int, _ proxy: ProxyHarness) async throws {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while try await openPublicConnections(proxy) != count {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("open connections stayed at \(try await openPublicConnections(proxy) ?? -1)")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
 }

@@ -94,6 +94,18 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(data, promise: promise)
     }
 
+    /// A close from the handlers behind the gate follows an answer (the aggregator's 413, the decoder's 400),
+    /// and the client may still be sending: it lingers, so that the answer is not lost to a reset. The gate's own
+    /// deadlines close from its context, past this.
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        guard mode == .all, context.channel.isActive else {
+            context.close(mode: mode, promise: promise)
+            return
+        }
+        context.closeAfterAnswer()
+        context.channel.closeFuture.cascade(to: promise)
+    }
+
     private func closeAfter(_ timeout: TimeAmount, context: ChannelHandlerContext) {
         deadline?.cancel()
         deadline = nil

@@ -59,7 +59,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
         if !isHead { context.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(body))), promise: nil) }
         let written = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
-        if !keepAlive { written.assumeIsolated().whenComplete { _ in context.close(promise: nil) } }
+        if !keepAlive { written.assumeIsolated().whenComplete { _ in context.closeAfterAnswer() } }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

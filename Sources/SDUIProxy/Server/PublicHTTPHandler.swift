@@ -1051,7 +1051,7 @@ private final class ChannelResponseSink: ForwardedResponseSink {
             framing.value == .chunked ? ResponseEncoding.lastChunk : context.channel.allocator.buffer(capacity: 0)
         let written = context.writeAndFlush(NIOAny(last))
         if !keepAlive {
-            written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            written.assumeIsolated().whenComplete { _ in context.closeAfterAnswer() }
         }
     }
 }

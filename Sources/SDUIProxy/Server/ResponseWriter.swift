@@ -191,7 +191,7 @@ struct ResponseWriter {
     private func finish(with last: ByteBuffer, keepAlive: Bool) {
         guard keepAlive else {
             let context = self.context
-            context.writeAndFlush(NIOAny(last)).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            context.writeAndFlush(NIOAny(last)).assumeIsolated().whenComplete { _ in context.closeAfterAnswer() }
             return
         }
         if flushesWithReadBurst {

@@ -114,10 +114,12 @@ final class RawConnection: Sendable {
     private let channel: any Channel
     private let collector: ByteCollector
 
-    init(port: Int) async throws {
+    /// `allowHalfClosure`: keep sending after the server has closed its side, as a client still uploading does.
+    init(port: Int, allowHalfClosure: Bool = false) async throws {
         let collector = ByteCollector()
         self.collector = collector
         channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.allowRemoteHalfClosure, value: allowHalfClosure)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(collector) }
             }
@@ -127,6 +129,18 @@ final class RawConnection: Sendable {
     func send(_ text: String) async throws {
         try await channel.writeAndFlush(ByteBuffer(string: text))
     }
+
+    func send(_ bytes: ByteBuffer) async throws {
+        try await channel.writeAndFlush(bytes)
+    }
+
+    /// Ends what this side sends; the server's side stays open to read from.
+    func closeOutput() async throws {
+        try await channel.close(mode: .output)
+    }
+
+    /// Whether the server has ended what it sends (with half-closure allowed, the connection stays open).
+    var serverClosedItsSide: Bool { collector.inputClosed }
 
     /// Reads one response with a Content-Length body (or none); nil when the server closed the connection first.
     /// `bodyless` is for responses to HEAD.
@@ -163,7 +177,9 @@ final class RawConnection: Sendable {
 private final class ByteCollector: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
 
-    private let state = NIOLockedValueBox<(buffer: ByteBuffer, closed: Bool)>((ByteBuffer(), false))
+    private let state = NIOLockedValueBox<(buffer: ByteBuffer, closed: Bool, inputClosed: Bool)>(
+        (ByteBuffer(), false, false)
+    )
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var part = unwrapInboundIn(data)
@@ -174,7 +190,13 @@ private final class ByteCollector: ChannelInboundHandler, Sendable {
         state.withLockedValue { $0.closed = true }
     }
 
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case ChannelEvent.inputClosed = event { state.withLockedValue { $0.inputClosed = true } }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     var isClosed: Bool { state.withLockedValue { $0.closed } }
+    var inputClosed: Bool { state.withLockedValue { $0.inputClosed || $0.closed } }
     var remainder: String { state.withLockedValue { String(buffer: $0.buffer) } }
 
     func takeResponse(bodyless: Bool) -> (head: String, body: String)? {
