@@ -133,6 +133,8 @@ if command -v python3 >/dev/null; then
                 printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\t2.5\n' "$t" "$c"
             done
         done
+        printf 'latency\tproxy\t16\t1\t300000\t10000000\t30000.0\t120\t400\t0\t2000000\t30000\t0\t0\t0\t0.1\n'
+        printf 'latency\tnginx\t16\t1\t300000\t10000000\t30000.0\t150\t500\t0\t3000000\t30000\t0\t0\t0\t0.1\n'
         printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
         printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
         printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\t2.5\n'
@@ -157,8 +159,9 @@ if command -v python3 >/dev/null; then
         [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
         grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out" &&
         grep -q '^| sdui-proxy | 16 | 10,000 | 0.90 | 3.00 | 20.0 | 29.3 | 0 | 2.5 |$' <<<"$out" &&
-        grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, instructions and speeds tables included); last line is the hit CPU ratio"
+        grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out" &&
+        grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out"; then
+        pass "report.py renders a sample (steal, latency, instructions and speeds tables included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

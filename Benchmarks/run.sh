@@ -20,7 +20,7 @@ ROOT=$(cd "$BENCH_DIR/.." && pwd)
 source "$BENCH_DIR/lib/configs.sh"
 
 # ---- knobs -------------------------------------------------------------------------------------------------
-SCENARIOS=${SCENARIOS:-"hit miss mixed stampede memory"}
+SCENARIOS=${SCENARIOS:-"hit latency miss mixed stampede memory"}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 DURATION=${DURATION%s}
@@ -31,6 +31,8 @@ WARMUP=${WARMUP%s}
 HIT_TARGETS=${HIT_TARGETS:-"proxy nginx varnish"}
 HIT_PATH=${HIT_PATH:-/screens/home}
 CACHE_MB=${CACHE_MB:-256}
+LATENCY_TARGETS=${LATENCY_TARGETS:-"proxy nginx varnish"}
+LATENCY_RATE=${LATENCY_RATE:-30000}
 MISS_CONNECTIONS=${MISS_CONNECTIONS:-$CONNECTIONS}
 MISS_TARGETS=${MISS_TARGETS:-"proxy nginx-nocache"}
 MIXED_TARGETS=${MIXED_TARGETS:-"proxy nginx varnish"}
@@ -469,6 +471,29 @@ scenario_hit() {
     done
 }
 
+# The hit URL at LATENCY_RATE requests/s in all, spread over the connections, for every target: latency compared at
+# one offered load. At saturation the faster server also takes more of the CPU the client shares with it, and
+# the client's own waits for a core end up in the percentiles.
+scenario_latency() {
+    local targets target round conns got per_connection
+    read -ra targets <<<"$LATENCY_TARGETS"
+    start_targets "$CACHE_MB" "${targets[@]}"
+    for target in "${targets[@]}"; do
+        curl_head "$target" "$HIT_PATH" >/dev/null
+        got=$(curl_head "$target" "$HIT_PATH")
+        [[ $got == "200 HIT" ]] || die "$target: the second GET $HIT_PATH answered '$got', expected '200 HIT'"
+    done
+    for target in "${targets[@]}"; do run_load latency "$target" 64 warm "$WARMUP" "$HIT_PATH" hit.lua; done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for conns in $CONNECTIONS; do
+            per_connection=$(awk -v r="$LATENCY_RATE" -v c="$conns" 'BEGIN { printf "%.3f", r / c }')
+            for target in "${targets[@]}"; do
+                run_load latency "$target" "$conns" "$round" "$DURATION" "$HIT_PATH" paced.lua "$per_connection"
+            done
+        done
+    done
+}
+
 scenario_miss() {
     local targets target round conns got
     read -ra targets <<<"$MISS_TARGETS"
@@ -743,13 +768,14 @@ main() {
     local scenario rc failed=()
     for scenario in $SCENARIOS; do
         case $scenario in
-        hit | miss | mixed | stampede | memory | instructions | speeds) ;;
-        *) die "unknown scenario '$scenario' (hit, miss, mixed, stampede, memory, instructions, speeds)" ;;
+        hit | latency | miss | mixed | stampede | memory | instructions | speeds) ;;
+        *) die "unknown scenario '$scenario' (hit, latency, miss, mixed, stampede, memory, instructions, speeds)" ;;
         esac
     done
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
     [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be whole seconds, e.g. 10 or 10s"
     [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be whole seconds"
+    [[ $LATENCY_RATE =~ ^[1-9][0-9]*$ ]] || die "LATENCY_RATE must be a positive number of requests per second"
     ((WARMUP > 0)) || WARMUP=1
 
     mkdir -p "$RUN_DIR" "$RESULTS/wrk"
@@ -774,6 +800,7 @@ main() {
         echo "duration=${DURATION}s"
         echo "payload_bytes=$(wc -c <"$FIXTURE")"
         echo "scenarios=$SCENARIOS"
+        echo "latency_rate=$LATENCY_RATE"
     } >"$RESULTS/meta.txt"
     log "run $RUN_ID: scenarios '$SCENARIOS', $ROUNDS round(s) of ${DURATION}s, connections '$CONNECTIONS'; results in $RESULTS"
     log "proxy $BIN ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')), $(nginx -v 2>&1), $(varnishd -V 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -c1-40)"

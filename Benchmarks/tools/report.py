@@ -248,6 +248,30 @@ def main():
                 hit_cpu_ratio = ratio(p and p["cpu"], n and n["cpu"])
         print()
 
+    latency = summarize(runs, "latency")
+    if latency:
+        print_scenario_table(
+            "Latency at one offered load: the hit URL at {rate} requests/s in all, paced per connection".format(
+                rate=meta.get("latency_rate", "?")
+            ),
+            latency,
+        )
+        print("Ratios, proxy / anchor at the same offered load (lower is better):")
+        print()
+        print("| conns | p50 ÷ nginx | p50 ÷ Varnish | p99 ÷ nginx | p99 ÷ Varnish |")
+        print("|---:|---:|---:|---:|---:|")
+        for conns in sorted({c for (_, c) in latency}):
+            p = latency.get(("proxy", conns))
+            n = latency.get(("nginx", conns))
+            v = latency.get(("varnish", conns))
+            cells = [
+                fmt_ratio(ratio(p and p[metric], anchor and anchor[metric]))
+                for metric in ("p50", "p99")
+                for anchor in (n, v)
+            ]
+            print(f"| {conns} | " + " | ".join(cells) + " |")
+        print()
+
     misses = summarize(runs, "miss")
     if misses:
         print_scenario_table("Misses: every URL unique (proxy fills its cache; nginx forwards without a cache)", misses)
