@@ -8,14 +8,13 @@ import Musl
 import Darwin
 #endif
 
-/// Keeps a second process off a queue store: two deliverers over one store would send each pending write
-/// twice, and their sequential routes would interleave.
+/// Keeps a second deliverer off a queue store: two over one store would send each pending write twice, and
+/// their sequential routes would interleave.
 ///
-/// A POSIX record lock (`fcntl(F_SETLK)`) on `queue.lock` in the store directory, held while the store is open.
-/// The kernel lets it go when the process ends, however it ends, so a crash leaves no stale lock to clean up.
-/// It belongs to the process, not the descriptor: it keeps other processes off, not a second store opened in
-/// this one (one store per directory is the caller's to keep; the proxy opens one). A POSIX lock ends when the
-/// process closes any descriptor of its file, so only this type opens it, and only ``release()`` closes it.
+/// An exclusive `flock(2)` on `queue.lock` in the store directory, held while the store is open. It belongs to the
+/// open file, not to the process: it keeps both another process and a second store opened in this one off. The
+/// kernel lets it go when the process ends, however it ends, so a crash leaves no stale lock to clean up. The
+/// holder writes its pid into the file, so that a refused process can say who holds the store.
 final class QueueStoreLock: Sendable {
     /// The lock file's name inside the store directory.
     static let fileName = "queue.lock"
@@ -28,26 +27,32 @@ final class QueueStoreLock: Sendable {
         self.descriptor = Atomic(descriptor)
     }
 
-    /// Takes the lock of the store in `directory`, or says which process holds it.
+    /// Takes the lock of the store in `directory`, or says who holds it.
     static func acquire(directory: String) throws -> QueueStoreLock {
         let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o640)
         guard descriptor >= 0 else {
             throw QueueStoreError("cannot open the queue lock file \(path) (errno \(errno))")
         }
-        var lock = wholeFileWriteLock()
-        guard fcntl(descriptor, F_SETLK, &lock) == 0 else {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
-            var holder = wholeFileWriteLock()
-            let pid = fcntl(descriptor, F_GETLK, &holder) == 0 && holder.l_type != Int16(F_UNLCK) ? holder.l_pid : 0
+            let holder = holderPID(descriptor)
             close(descriptor)
-            guard code == EAGAIN || code == EACCES else {
+            guard code == EWOULDBLOCK else {
                 throw QueueStoreError("cannot lock the queue store \(directory) (errno \(code))")
             }
+            if holder == getpid() {
+                throw QueueStoreError("the queue store \(directory) is already open in this process")
+            }
             throw QueueStoreError(
-                "the queue store \(directory) is in use by another process\(pid > 0 ? " (pid \(pid))" : ""); "
+                "the queue store \(directory) is in use by another process\(holder.map { " (pid \($0))" } ?? ""); "
                     + "each proxy needs a queue.store of its own"
             )
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        // The pid only names the holder in a refusal; the lock holds whether or not it could be written.
+        if ftruncate(descriptor, 0) == 0 {
+            _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
         }
         return QueueStoreLock(descriptor: descriptor)
     }
@@ -58,12 +63,12 @@ final class QueueStoreLock: Sendable {
         if open >= 0 { close(open) }
     }
 
-    private static func wholeFileWriteLock() -> flock {
-        var lock = flock()
-        lock.l_type = Int16(F_WRLCK)
-        lock.l_whence = Int16(SEEK_SET)
-        lock.l_start = 0
-        lock.l_len = 0
-        return lock
+    /// The pid the holder wrote, if it has written one yet.
+    private static func holderPID(_ descriptor: Int32) -> pid_t? {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        let count = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
+        guard count > 0 else { return nil }
+        let text = String(decoding: bytes[..<count], as: UTF8.self)
+        return text.split(separator: "\n").first.flatMap { pid_t($0) }.flatMap { $0 > 0 ? $0 : nil }
     }
 }

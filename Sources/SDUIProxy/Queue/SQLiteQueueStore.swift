@@ -363,6 +363,12 @@ public final class SQLiteQueueStore: QueueStore {
         try await connection.close()
     }
 
+    /// Lets the store's lock go as the kernel does when the process dies, and leaves everything else as it is:
+    /// for tests that play a crash and a restart in one process.
+    func releaseLockAsProcessDeathWould() {
+        lock.release()
+    }
+
     /// The value of a pragma on this connection (`journal_mode`, `synchronous`), as text.
     func pragma(_ name: String) async throws -> String? {
         guard name.utf8.allSatisfy({ $0 == UInt8(ascii: "_") || ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "z")) })

@@ -1,8 +1,9 @@
 import NIOCore
 import NIOHTTP1
-import SDUIProxy
 import SDUIProxyCore
 import Testing
+
+@testable import SDUIProxy
 
 /// The delivery service against a real origin on 127.0.0.1, with a real SQLite store in a temporary directory.
 @Suite struct QueueDeliveryTests {
@@ -98,6 +99,7 @@ import Testing
         #expect(tried)
         firstLife.cancel()
         _ = try? await firstLife.value
+        firstStore.releaseLockAsProcessDeathWould()
 
         // Second life: a new store and queue over the same directory, and the backend is healthy.
         origin.setBehaviour { _, _, _ in .init(status: .created) }

@@ -163,6 +163,22 @@ import Darwin
         try await store.close()
     }
 
+    @Test func aSecondStoreOverTheSameDirectoryInThisProcessIsRefusedUntilTheFirstCloses() async throws {
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        let first = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
+        let refusal = await #expect(throws: QueueStoreError.self) {
+            let second = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
+            try await second.close()
+        }
+        #expect(refusal?.message.contains("is already open in this process") == true)
+        // The holder's pid is in the lock file, for the refusal a second process gets.
+        #expect(try String(contentsOfFile: directory + "/queue.lock", encoding: .utf8) == "\(getpid())\n")
+        try await first.close()
+        let second = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
+        try await second.close()
+    }
+
     @Test func outcomesAwaitingNotificationAreListedUntilMarkedAcrossReopening() async throws {
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
