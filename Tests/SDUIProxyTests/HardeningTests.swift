@@ -211,7 +211,8 @@ struct HardeningTests {
     }
 
     static func waitForOpenPublicConnections(_ count: Int, _ proxy: ProxyHarness) async throws {
-        let deadline = ContinuousClock.now + .seconds(5)
+        // Shorter than the lingering close's quiet timeout, so only the client's end of stream can close it.
+        let deadline = ContinuousClock.now + .seconds(2)
         while try await openPublicConnections(proxy) != count {
             guard ContinuousClock.now < deadline else {
                 Issue.record("open connections stayed at \(try await openPublicConnections(proxy) ?? -1)")

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOEmbedded
+import NIOExtras
 import Testing
 
 @testable import SDUIProxy
@@ -41,10 +42,10 @@ struct LingeringCloseTests {
         #expect(!channel.isActive)
     }
 
-    @Test("a client that closes its side ends the connection at once")
-    func clientEndIsTheEnd() throws {
+    @Test("a drain closes a lingering connection at once: its answer is out")
+    func drainEndsTheLinger() throws {
         let (channel, _) = try lingering()
-        channel.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
         #expect(!channel.isActive)
     }
 }

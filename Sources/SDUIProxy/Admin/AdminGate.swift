@@ -96,7 +96,8 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A close from the handlers behind the gate follows an answer (the aggregator's 413, the decoder's 400),
     /// and the client may still be sending: it lingers, so that the answer is not lost to a reset. The gate's own
-    /// deadlines close from its context, past this.
+    /// deadlines close from its context, past this. A close once lingering has begun (the aggregator reports a
+    /// body too large, then closes) waits for the lingering close's end.
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         guard mode == .all, context.channel.isActive else {
             context.close(mode: mode, promise: promise)

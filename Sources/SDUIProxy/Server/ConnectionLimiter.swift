@@ -10,6 +10,8 @@ import Synchronization
 /// limiter's, so its requests pay nothing for the cap.
 final class ConnectionLimiter: Sendable {
     private let open = Atomic<Int>(0)
+    /// The admitted connections still open, so that a shutdown past its drain deadline can close them.
+    private let admitted = Mutex<[ObjectIdentifier: any Channel]>([:])
     private let maximumCount: Atomic<Int>
     private let metrics: ProxyMetrics?
     /// What a refused connection is told: which setting, or limit, it ran into.
@@ -45,11 +47,19 @@ final class ConnectionLimiter: Sendable {
             return false
         }
         metrics?.connectionOpened()
+        let id = ObjectIdentifier(channel)
+        admitted.withLock { $0[id] = channel }
         channel.closeFuture.whenComplete { _ in
+            self.admitted.withLock { _ = $0.removeValue(forKey: id) }
             self.open.wrappingSubtract(1, ordering: .relaxed)
             self.metrics?.connectionClosed()
         }
         return true
+    }
+
+    /// Closes every admitted connection still open, whatever it is doing.
+    func closeAll() {
+        for channel in admitted.withLock({ Array($0.values) }) { channel.close(promise: nil) }
     }
 
     /// Answers a connection over the cap and closes it; nothing it sends is read.

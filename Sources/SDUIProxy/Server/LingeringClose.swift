@@ -1,4 +1,5 @@
 import NIOCore
+import NIOExtras
 
 extension ChannelHandlerContext {
     /// Ends the connection after its last answer was written, without losing that answer.
@@ -18,11 +19,12 @@ extension ChannelHandlerContext {
             close(promise: nil)
             return
         }
-        channel.close(mode: .output).assumeIsolated().whenFailure { [channel] _ in channel.close(promise: nil) }
+        channel.close(mode: .output).assumeIsolated().whenFailure { _ in closer.closeNow() }
     }
 }
 
-/// Drops what a connection reads after its answer, and closes it when the client does or when it is over.
+/// Drops what a connection reads after its answer, and closes it when the client does (the listeners do not
+/// allow half-closed connections, so the client's end of stream closes the channel) or when time is up.
 ///
 /// It sits first in the pipeline, so nothing read after the answer reaches the handlers that answered, and it
 /// asks for reads itself, since those handlers may have paused reading.
@@ -35,25 +37,34 @@ final class LingeringClose: ChannelInboundHandler, RemovableChannelHandler {
         /// The longest the client may keep sending (nginx's `lingering_time`): a refused upload that never ends
         /// does not hold the connection for good.
         var maximumTime: TimeAmount = .seconds(30)
+
+        /// While the proxy drains, a closing connection must not hold up its shutdown for long.
+        static let whileDraining = Limits(quietTimeout: .seconds(1), maximumTime: .seconds(2))
     }
 
     private let limits: Limits
+    private var context: ChannelHandlerContext?
     private var giveUpAt: NIODeadline = .distantFuture
-    private var timer: Scheduled<Void>?
+    private var lastRead: NIODeadline = .distantPast
+    /// One wake-up at a time: a read only moves ``lastRead``, and the wake-up looks again when it fires.
+    private var wakeUp: Scheduled<Void>?
 
     init(limits: Limits) {
         self.limits = limits
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        giveUpAt = context.eventLoop.now + limits.maximumTime
-        armTimer(context: context)
+        self.context = context
+        lastRead = context.eventLoop.now
+        giveUpAt = lastRead + limits.maximumTime
+        scheduleWakeUp(context: context)
         context.read()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
+        wakeUp?.cancel()
+        wakeUp = nil
+        self.context = nil
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -61,12 +72,13 @@ final class LingeringClose: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        armTimer(context: context)
+        lastRead = context.eventLoop.now
         context.read()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case ChannelEvent.inputClosed = event {
+        // The proxy is shutting down: the answer is out, and the drain waits for nothing else of this connection.
+        if event is ChannelShouldQuiesceEvent {
             context.close(promise: nil)
             return
         }
@@ -74,15 +86,29 @@ final class LingeringClose: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
+        wakeUp?.cancel()
+        wakeUp = nil
         context.fireChannelInactive()
     }
 
-    private func armTimer(context: ChannelHandlerContext) {
-        timer?.cancel()
-        let at = min(context.eventLoop.now + limits.quietTimeout, giveUpAt)
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(deadline: at) { loopBound.value.close(promise: nil) }
+    /// Closes the connection now: half-closing it failed.
+    func closeNow() {
+        context?.close(promise: nil)
+    }
+
+    private func scheduleWakeUp(context: ChannelHandlerContext) {
+        let at = min(lastRead + limits.quietTimeout, giveUpAt)
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        wakeUp = context.eventLoop.scheduleTask(deadline: at) { loopBound.value.wokeUp() }
+    }
+
+    private func wokeUp() {
+        wakeUp = nil
+        guard let context else { return }
+        if context.eventLoop.now >= min(lastRead + limits.quietTimeout, giveUpAt) {
+            context.close(promise: nil)
+        } else {
+            scheduleWakeUp(context: context)
+        }
     }
 }

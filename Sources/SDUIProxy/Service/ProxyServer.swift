@@ -38,6 +38,8 @@ public final class ProxyServer: Sendable {
     private let warmUps: WarmUps
     /// Caps the public listener's connections; a reload sets a new `limits.maxConnections` on it.
     private let connectionLimiter: ConnectionLimiter
+    /// Caps the admin listener's connections.
+    private let adminConnectionLimiter: ConnectionLimiter
 
     /// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once the first
     /// has finished, so a reload never takes a warm proxy out of rotation.
@@ -85,7 +87,8 @@ public final class ProxyServer: Sendable {
         queueDelivery: Task<Void, Never>?,
         prefetcher: Prefetcher,
         warmUps: WarmUps,
-        connectionLimiter: ConnectionLimiter
+        connectionLimiter: ConnectionLimiter,
+        adminConnectionLimiter: ConnectionLimiter
     ) {
         self.runtime = runtime
         self.publicPort = publicChannel.localAddress?.port ?? 0
@@ -98,6 +101,7 @@ public final class ProxyServer: Sendable {
         self.prefetcher = prefetcher
         self.warmUps = warmUps
         self.connectionLimiter = connectionLimiter
+        self.adminConnectionLimiter = adminConnectionLimiter
     }
 
     /// Builds the proxy from `configuration` and binds its listeners.
@@ -273,7 +277,8 @@ public final class ProxyServer: Sendable {
                 queueDelivery: queueDelivery,
                 prefetcher: prefetcher,
                 warmUps: warmUps,
-                connectionLimiter: limiter
+                connectionLimiter: limiter,
+                adminConnectionLimiter: adminLimiter
             )
             logger.info(
                 "listening",
@@ -403,8 +408,16 @@ public final class ProxyServer: Sendable {
         if try! await outcome.futureResult.get() {
             deadline.cancel()
         } else {
-            logger.warning("drain deadline reached, closing the remaining connections")
+            logger.warning(
+                "drain deadline reached, closing the remaining connections",
+                metadata: [
+                    "public": "\(connectionLimiter.openConnections)",
+                    "admin": "\(adminConnectionLimiter.openConnections)",
+                ]
+            )
             for channel in channels { try? await channel.close() }
+            connectionLimiter.closeAll()
+            adminConnectionLimiter.closeAll()
         }
         // Deliveries in flight finish and are recorded; what is still pending stays in the store.
         queueDelivery?.cancel()
