@@ -195,6 +195,41 @@ struct ConnectionTests {
         }
     }
 
+    @Test("a request pipelined behind one that closes the connection is not handled, nor sent to the backend")
+    func nothingAfterTheLastAnswer() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send(
+                "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    + "POST /after HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+                    + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            let rest = try await connection.readUntilClosed()
+            #expect(rest.hasPrefix("HTTP/1.1 200"))
+            #expect(rest.components(separatedBy: "HTTP/1.1 ").count == 2, "one response only: \(rest)")
+            #expect(proxy.origin.requests.map(\.uri) == ["/last"])
+        }
+    }
+
+    @Test("past the drain deadline, shutdown closes the connections still open")
+    func drainDeadline() async throws {
+        let gate = OriginGate()
+        defer { gate.open() }
+        let origin = try await TestOrigin { _ in .component(heldBy: gate) }
+        let server = try await ProxyServer.start(
+            configuration: ProxyHarness.testConfiguration(upstream: origin.url),
+            logger: ProxyHarness.logger
+        )
+        let connection = try await RawConnection(port: server.publicPort)
+        try await connection.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await waitUntil { origin.requestCount == 1 }
+        await server.shutdown(drainTimeout: .milliseconds(200))
+        // The backend still holds its answer; the connection waiting for it is closed all the same.
+        #expect(try await connection.readUntilClosed(timeout: .seconds(5)) == "")
+        gate.open()
+        try await origin.stop()
+    }
+
     @Test("shutdown stops accepting, finishes requests in flight, then closes")
     func gracefulShutdown() async throws {
         let origin = try await TestOrigin { _ in

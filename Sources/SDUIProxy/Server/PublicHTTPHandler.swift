@@ -129,8 +129,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var parser: HTTPRequestParser
     /// The bytes after the last complete part of a read that ended inside one; the next read is appended.
     private var unparsed: ByteBuffer?
-    /// Set once the bytes were not HTTP this proxy accepts: the connection is being answered and closed, and
-    /// nothing it sends after that is read.
+    /// Set once the bytes were not HTTP this proxy accepts, or a request came behind a response that closes the
+    /// connection: the connection is being answered and closed, and nothing it sends after that is read.
     private var stoppedParsing = false
     /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
     private var bodyBytes = 0
@@ -247,8 +247,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         do {
             while let part = try parser.next(from: &bytes) {
                 receive(part, context: context)
-                // A handler removed while answering a part (the channel closed under it) reads no more.
-                guard self.context != nil else { return }
+                // A handler removed while answering a part (the channel closed under it) reads no more, and
+                // nothing is read past a response that ends the connection.
+                guard self.context != nil, !stoppedParsing else { return }
             }
         } catch {
             // The rest of this read is dropped, and later reads are ignored until the answer has closed the
@@ -289,7 +290,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let context else { return }
         handlingPipelined = true
         // A request's parts are handled up to its end; the next request waits until the connection is idle.
-        while !pipelined.isEmpty, isIdle || !currentRequestRead {
+        while !pipelined.isEmpty, !stoppedParsing, isIdle || !currentRequestRead {
             handle(pipelined.removeFirst(), context: context)
         }
         handlingPipelined = false
@@ -311,6 +312,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func handle(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         switch part {
         case .head(let head):
+            guard !connectionState.answeredLast else {
+                // Pipelined behind a response that closes the connection: neither this request nor anything
+                // after it is handled.
+                stoppedParsing = true
+                pipelined.removeAll()
+                unparsed = nil
+                return
+            }
             currentRequestRead = false
             if runtime.generation != generation {
                 generation = runtime.generation
@@ -1043,15 +1052,18 @@ private final class ChannelResponseSink: ForwardedResponseSink {
             bytes: progress.value.bytes,
             in: connectionState.value.requests
         )
+        let connectionState = self.connectionState.value
+        let keepAlive = self.keepAlive && !connectionState.closing
+        if !keepAlive { connectionState.answeredLast = true }
         beforeEnd.value()
         let context = self.context.value
-        let keepAlive = self.keepAlive && !connectionState.value.closing
         // The last write completes once everything before it is out, so a closing connection loses nothing.
         let last =
             framing.value == .chunked ? ResponseEncoding.lastChunk : context.channel.allocator.buffer(capacity: 0)
         let written = context.writeAndFlush(NIOAny(last))
         if !keepAlive {
-            written.assumeIsolated().whenComplete { _ in context.closeAfterAnswer() }
+            let lingering = connectionState.lingering
+            written.assumeIsolated().whenComplete { _ in context.closeAfterAnswer(lingering: lingering) }
         }
     }
 }

@@ -14,6 +14,11 @@ final class ConnectionResponseState {
     var closing = false
     /// Responses written while a read burst is handled are flushed once, when it ends.
     var needsFlush = false
+    /// Set once a response that closes the connection is written: requests the client pipelined behind it are
+    /// not handled (RFC 9112 9.6), since their answers could not be sent.
+    var answeredLast = false
+    /// How long the connection may linger after that response: shorter while draining.
+    var lingering: LingeringClose.Limits { closing ? .whileDraining : .init() }
 
     init(requests: RequestTally, buffers: ResponseBufferRecycler) {
         self.requests = requests
@@ -190,8 +195,12 @@ struct ResponseWriter {
     /// Writes the last part, then flushes now or with the read burst, and closes when the connection ends here.
     private func finish(with last: ByteBuffer, keepAlive: Bool) {
         guard keepAlive else {
+            connectionState.answeredLast = true
             let context = self.context
-            context.writeAndFlush(NIOAny(last)).assumeIsolated().whenComplete { _ in context.closeAfterAnswer() }
+            let lingering = connectionState.lingering
+            context.writeAndFlush(NIOAny(last)).assumeIsolated().whenComplete { _ in
+                context.closeAfterAnswer(lingering: lingering)
+            }
             return
         }
         if flushesWithReadBurst {
