@@ -14,7 +14,9 @@ import Darwin
 /// An exclusive `flock(2)` on `queue.lock` in the store directory, held while the store is open. It belongs to the
 /// open file, not to the process: it keeps both another process and a second store opened in this one off. The
 /// kernel lets it go when the process ends, however it ends, so a crash leaves no stale lock to clean up. The
-/// holder writes its pid into the file, so that a refused process can say who holds the store.
+/// holder writes its pid into the file, so that a refused process can say who holds the store. On a network
+/// file system, whether another machine's proxy is kept off is the file system's to say (Linux's NFS client
+/// maps `flock` to a lock the server keeps).
 final class QueueStoreLock: Sendable {
     /// The lock file's name inside the store directory.
     static let fileName = "queue.lock"
@@ -22,9 +24,29 @@ final class QueueStoreLock: Sendable {
     /// The lock file's descriptor; -1 once released, so that a second release closes nothing (the number may
     /// name another file by then).
     private let descriptor: Atomic<Int32>
+    /// The lock file, as the device and inode this process holds it by.
+    private let file: FileIdentity
 
-    private init(descriptor: Int32) {
+    /// A file as the kernel knows it, whatever path led to it.
+    private struct FileIdentity: Hashable, Sendable {
+        var device: UInt64
+        var inode: UInt64
+
+        init?(descriptor: Int32) {
+            var status = stat()
+            guard fstat(descriptor, &status) == 0 else { return nil }
+            device = UInt64(status.st_dev)
+            inode = UInt64(status.st_ino)
+        }
+    }
+
+    /// The lock files this process holds: a refusal says whether the holder is this process without trusting
+    /// the pid in the file (in a container, another process may be pid 1 too).
+    private static let heldHere = Mutex<Set<FileIdentity>>([])
+
+    private init(descriptor: Int32, file: FileIdentity) {
         self.descriptor = Atomic(descriptor)
+        self.file = file
     }
 
     /// Takes the lock of the store in `directory`, or says who holds it.
@@ -34,6 +56,11 @@ final class QueueStoreLock: Sendable {
         guard descriptor >= 0 else {
             throw QueueStoreError("cannot open the queue lock file \(path) (errno \(errno))")
         }
+        guard let file = FileIdentity(descriptor: descriptor) else {
+            let code = errno
+            close(descriptor)
+            throw QueueStoreError("cannot read the queue lock file \(path) (errno \(code))")
+        }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
             let holder = holderPID(descriptor)
@@ -41,7 +68,7 @@ final class QueueStoreLock: Sendable {
             guard code == EWOULDBLOCK else {
                 throw QueueStoreError("cannot lock the queue store \(directory) (errno \(code))")
             }
-            if holder == getpid() {
+            if heldHere.withLock({ $0.contains(file) }) {
                 throw QueueStoreError("the queue store \(directory) is already open in this process")
             }
             throw QueueStoreError(
@@ -54,13 +81,16 @@ final class QueueStoreLock: Sendable {
         if ftruncate(descriptor, 0) == 0 {
             _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
         }
-        return QueueStoreLock(descriptor: descriptor)
+        heldHere.withLock { _ = $0.insert(file) }
+        return QueueStoreLock(descriptor: descriptor, file: file)
     }
 
     /// Lets the lock go.
     func release() {
         let open = descriptor.exchange(-1, ordering: .relaxed)
-        if open >= 0 { close(open) }
+        guard open >= 0 else { return }
+        Self.heldHere.withLock { _ = $0.remove(file) }
+        close(open)
     }
 
     /// The pid the holder wrote, if it has written one yet.
