@@ -39,15 +39,16 @@ struct LoopLocalHTTPClientTests {
     func reuse() async throws {
         let origin = try await TestOrigin { _ in .component() }
         let client = try Self.client(for: origin)
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        for index in 0..<20 {
-            let response = try await Self.get(client, "/r/\(index)", loop: loop)
-            #expect(response.status == .ok)
+        try await Self.shuttingDown(client) {
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            for index in 0..<20 {
+                let response = try await Self.get(client, "/r/\(index)", loop: loop)
+                #expect(response.status == .ok)
+            }
+            #expect(origin.requestCount == 20)
+            #expect(origin.acceptedConnections == 1)
+            #expect(origin.requests.allSatisfy { $0.headers.first(name: "host") == "127.0.0.1:\(origin.port)" })
         }
-        #expect(origin.requestCount == 20)
-        #expect(origin.acceptedConnections == 1)
-        #expect(origin.requests.allSatisfy { $0.headers.first(name: "host") == "127.0.0.1:\(origin.port)" })
-        try await client.shutdown()
         try await origin.stop()
     }
 
@@ -70,18 +71,19 @@ struct LoopLocalHTTPClientTests {
             return response
         }
         let client = try Self.client(for: origin)
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        let first = try await Self.get(client, "/a", loop: loop)
-        let pieces = try await Self.get(client, "/split", loop: loop)
-        let big = try await Self.get(client, "/large", loop: loop)
-        let second = try await Self.get(client, "/b", loop: loop)
-        #expect(String(buffer: first.body) == "/a" + small)
-        #expect(String(buffer: pieces.body) == split)
-        #expect(String(buffer: big.body) == large)
-        #expect(big.body.readableBytes > UpstreamConnectionHandler.maximumBorrowedBodyBytes)
-        #expect(String(buffer: second.body) == "/b" + small)
-        #expect(origin.acceptedConnections == 1)
-        try await client.shutdown()
+        try await Self.shuttingDown(client) {
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            let first = try await Self.get(client, "/a", loop: loop)
+            let pieces = try await Self.get(client, "/split", loop: loop)
+            let big = try await Self.get(client, "/large", loop: loop)
+            let second = try await Self.get(client, "/b", loop: loop)
+            #expect(String(buffer: first.body) == "/a" + small)
+            #expect(String(buffer: pieces.body) == split)
+            #expect(String(buffer: big.body) == large)
+            #expect(big.body.readableBytes > UpstreamConnectionHandler.maximumBorrowedBodyBytes)
+            #expect(String(buffer: second.body) == "/b" + small)
+            #expect(origin.acceptedConnections == 1)
+        }
         try await origin.stop()
     }
 
@@ -118,13 +120,14 @@ struct LoopLocalHTTPClientTests {
     func staleConnection() async throws {
         let origin = try await TestOrigin { _ in .component() }
         let client = try Self.client(for: origin)
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        _ = try await Self.get(client, "/a", loop: loop)
-        await origin.closeOpenConnections()
-        let again = try await Self.get(client, "/b", loop: loop)
-        #expect(again.status == .ok)
-        #expect(origin.acceptedConnections == 2)
-        try await client.shutdown()
+        try await Self.shuttingDown(client) {
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            _ = try await Self.get(client, "/a", loop: loop)
+            await origin.closeOpenConnections()
+            let again = try await Self.get(client, "/b", loop: loop)
+            #expect(again.status == .ok)
+            #expect(origin.acceptedConnections == 2)
+        }
         try await origin.stop()
     }
 
@@ -140,28 +143,38 @@ struct LoopLocalHTTPClientTests {
         let client = try Self.client(for: origin, timeout: .seconds(10))
         let impatient = try Self.client(for: origin, timeout: .seconds(1))
         let loop = MultiThreadedEventLoopGroup.singleton.next()
-        await #expect(throws: ProxyError(.upstreamTooLarge, "the backend's response is larger than 100 bytes")) {
-            _ = try await Self.get(client, "/big", loop: loop, maxBodyBytes: 100)
+        try await Self.shuttingDown(client, impatient) {
+            await #expect(throws: ProxyError(.upstreamTooLarge, "the backend's response is larger than 100 bytes")) {
+                _ = try await Self.get(client, "/big", loop: loop, maxBodyBytes: 100)
+            }
+            do {
+                _ = try await Self.get(impatient, "/slow", loop: loop)
+                Issue.record("expected a timeout")
+            } catch let error as ProxyError {
+                #expect(error.kind == .timeout)
+            }
+            try await origin.stop()
+            do {
+                _ = try await Self.get(client, "/down", loop: loop)
+                Issue.record("expected a network error")
+            } catch let error as ProxyError {
+                #expect(error.kind == .network)
+            }
         }
-        do {
-            _ = try await Self.get(impatient, "/slow", loop: loop)
-            Issue.record("expected a timeout")
-        } catch let error as ProxyError {
-            #expect(error.kind == .timeout)
-        }
-        try await impatient.shutdown()
-        try await origin.stop()
-        do {
-            _ = try await Self.get(client, "/down", loop: loop)
-            Issue.record("expected a network error")
-        } catch let error as ProxyError {
-            #expect(error.kind == .network)
-        }
-        try await client.shutdown()
     }
 
-    /// Runs `body` with a client of `origin`, then shuts both down even when `body` fails: a client left
-    /// running would end the whole test process.
+    /// Runs `body`, then shuts `clients` down even when `body` fails: a client left running would end the whole
+    /// test process, and with it every other test's result.
+    static func shuttingDown(_ clients: LoopLocalHTTPClient..., after body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch {
+            Issue.record(error)
+        }
+        for client in clients { try await client.shutdown() }
+    }
+
+    /// Runs `body` with a client of `origin`, then shuts both down even when `body` fails.
     static func withClient(
         for origin: TestOrigin,
         timeout: Duration,
@@ -177,12 +190,7 @@ struct LoopLocalHTTPClientTests {
             configuration: configuration,
             eventLoopGroup: MultiThreadedEventLoopGroup.singleton
         )
-        do {
-            try await body(client)
-        } catch {
-            Issue.record(error)
-        }
-        try await client.shutdown()
+        try await shuttingDown(client) { try await body(client) }
         try await origin.stop()
     }
 
@@ -196,11 +204,11 @@ struct LoopLocalHTTPClientTests {
         }
         // Wide margins: with all tests running at once on a loaded machine, an answer the origin delays by a
         // second can arrive a second late.
-        try await Self.withClient(for: origin, timeout: .milliseconds(2500)) { client in
+        try await Self.withClient(for: origin, timeout: .seconds(3)) { client in
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             _ = try await Self.get(client, "/first", loop: loop)
-            try await Task.sleep(for: .milliseconds(1800))
-            // The first exchange's deadline passes while this one runs; it still has its own 2.5 seconds.
+            try await Task.sleep(for: .milliseconds(2000))
+            // The first exchange's deadline passes while this one runs; it still has its own 3 seconds.
             let late = try await Self.get(client, "/late", loop: loop)
             #expect(late.status == .ok)
             #expect(origin.acceptedConnections == 1)
@@ -214,8 +222,8 @@ struct LoopLocalHTTPClientTests {
                 #expect(error.kind == .timeout)
             }
             let waited = clock.now - started
-            #expect(waited >= .milliseconds(2490))
-            #expect(waited < .seconds(4))
+            #expect(waited >= .milliseconds(2990))
+            #expect(waited < .seconds(5))
         }
     }
 
@@ -279,20 +287,21 @@ struct LoopLocalHTTPClientTests {
     func body() async throws {
         let origin = try await TestOrigin { _ in TestOrigin.Response(status: .created, headers: [], body: "") }
         let client = try Self.client(for: origin)
-        let response = try await client.fetch(
-            UpstreamRequest(
-                method: .POST,
-                target: "/orders",
-                headers: ["Content-Type": "application/json"],
-                body: ByteBuffer(string: #"{"n":1}"#)
-            ),
-            maxBodyBytes: 1024,
-            on: MultiThreadedEventLoopGroup.singleton.next()
-        ).get()
-        #expect(response.status == .created)
-        #expect(String(buffer: try #require(origin.requests.first).body) == #"{"n":1}"#)
-        #expect(origin.requests.first?.headers.first(name: "content-length") == "7")
-        try await client.shutdown()
+        try await Self.shuttingDown(client) {
+            let response = try await client.fetch(
+                UpstreamRequest(
+                    method: .POST,
+                    target: "/orders",
+                    headers: ["Content-Type": "application/json"],
+                    body: ByteBuffer(string: #"{"n":1}"#)
+                ),
+                maxBodyBytes: 1024,
+                on: MultiThreadedEventLoopGroup.singleton.next()
+            ).get()
+            #expect(response.status == .created)
+            #expect(String(buffer: try #require(origin.requests.first).body) == #"{"n":1}"#)
+            #expect(origin.requests.first?.headers.first(name: "content-length") == "7")
+        }
         try await origin.stop()
     }
 }
