@@ -2,7 +2,7 @@
 -- load instead of at its own saturation (where the faster server also takes more of the client's CPU).
 -- Args: [requests per second per connection]
 -- wrk waits delay() milliseconds after each response before the next request, in whole milliseconds; the pause
--- owed is carried from request to request, so 0.53 ms per request becomes 0, 1, 0, 1, ...
+-- owed is carried over (per wrk thread, whose connections share one Lua state), so 0.53 ms becomes 0, 1, 0, 1, ...
 local dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local bench = dofile(dir .. "common.lua")
 
@@ -13,7 +13,10 @@ setup = bench.setup
 done = bench.done
 
 function init(args)
-  local per_connection = tonumber(args[1]) or 1000
+  local per_connection = tonumber(args[1])
+  if not per_connection or per_connection <= 0 then
+    error("paced.lua: the requests per second per connection must be a positive number, got " .. tostring(args[1]))
+  end
   gap_ms = 1000 / per_connection
 end
 
