@@ -454,16 +454,24 @@ run_load() {
 }
 
 # ---- scenarios ---------------------------------------------------------------------------------------------
-scenario_hit() {
-    local targets target round conns got
-    read -ra targets <<<"$HIT_TARGETS"
-    start_targets "$CACHE_MB" "${targets[@]}"
-    for target in "${targets[@]}"; do
+# start_cached SCENARIO TARGET...: starts the targets, caches HIT_PATH on each (checking the second GET is a hit),
+# and warms each with unrecorded hits.
+start_cached() {
+    local scenario=$1 target got
+    shift
+    start_targets "$CACHE_MB" "$@"
+    for target in "$@"; do
         curl_head "$target" "$HIT_PATH" >/dev/null
         got=$(curl_head "$target" "$HIT_PATH")
         [[ $got == "200 HIT" ]] || die "$target: the second GET $HIT_PATH answered '$got', expected '200 HIT'"
     done
-    for target in "${targets[@]}"; do run_load hit "$target" 64 warm "$WARMUP" "$HIT_PATH" hit.lua; done
+    for target in "$@"; do run_load "$scenario" "$target" 64 warm "$WARMUP" "$HIT_PATH" hit.lua; done
+}
+
+scenario_hit() {
+    local targets target round conns
+    read -ra targets <<<"$HIT_TARGETS"
+    start_cached hit "${targets[@]}"
     for ((round = 1; round <= ROUNDS; round++)); do
         for conns in $CONNECTIONS; do
             for target in "${targets[@]}"; do run_load hit "$target" "$conns" "$round" "$DURATION" "$HIT_PATH" hit.lua; done
@@ -475,15 +483,9 @@ scenario_hit() {
 # one offered load. At saturation the faster server also takes more of the CPU the client shares with it, and
 # the client's own waits for a core end up in the percentiles.
 scenario_latency() {
-    local targets target round conns got per_connection
+    local targets target round conns per_connection
     read -ra targets <<<"$LATENCY_TARGETS"
-    start_targets "$CACHE_MB" "${targets[@]}"
-    for target in "${targets[@]}"; do
-        curl_head "$target" "$HIT_PATH" >/dev/null
-        got=$(curl_head "$target" "$HIT_PATH")
-        [[ $got == "200 HIT" ]] || die "$target: the second GET $HIT_PATH answered '$got', expected '200 HIT'"
-    done
-    for target in "${targets[@]}"; do run_load latency "$target" 64 warm "$WARMUP" "$HIT_PATH" hit.lua; done
+    start_cached latency "${targets[@]}"
     for ((round = 1; round <= ROUNDS; round++)); do
         for conns in $CONNECTIONS; do
             per_connection=$(awk -v r="$LATENCY_RATE" -v c="$conns" 'BEGIN { printf "%.3f", r / c }')

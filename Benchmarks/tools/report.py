@@ -128,6 +128,18 @@ def print_scenario_table(title, stats, with_hits=False):
     print()
 
 
+def print_anchor_ratios(stats, metrics):
+    """One row per connection count: proxy ÷ nginx and proxy ÷ Varnish for each (key, label) in metrics."""
+    print("| conns | " + " | ".join(f"{label} ÷ {anchor}" for _, label in metrics for anchor in ("nginx", "Varnish")) + " |")
+    print("|---:|" + "---:|" * (2 * len(metrics)))
+    for conns in sorted({c for (_, c) in stats}):
+        p = stats.get(("proxy", conns))
+        anchors = (stats.get(("nginx", conns)), stats.get(("varnish", conns)))
+        cells = [fmt_ratio(ratio(p and p[key], a and a[key])) for key, _ in metrics for a in anchors]
+        print(f"| {conns} | " + " | ".join(cells) + " |")
+    print()
+
+
 def print_instructions(rows):
     """Instructions and cycles per request (medians over rounds), from perf stat, and the proxy ÷ nginx ratios."""
     if not rows:
@@ -233,20 +245,9 @@ def main():
         print_scenario_table("Hits: one cached component, every request a fresh hit", hits)
         print("Ratios, proxy / anchor (throughput: higher is better; p99 and CPU/request: lower is better):")
         print()
-        print("| conns | req/s ÷ nginx | req/s ÷ Varnish | p99 ÷ nginx | p99 ÷ Varnish | CPU/req ÷ nginx | CPU/req ÷ Varnish |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for conns in sorted({c for (_, c) in hits}):
-            p = hits.get(("proxy", conns))
-            n = hits.get(("nginx", conns))
-            v = hits.get(("varnish", conns))
-            cells = []
-            for metric in ("rps", "p99", "cpu"):
-                for anchor in (n, v):
-                    cells.append(fmt_ratio(ratio(p and p[metric], anchor and anchor[metric])))
-            print(f"| {conns} | " + " | ".join(cells) + " |")
-            if conns == 64:
-                hit_cpu_ratio = ratio(p and p["cpu"], n and n["cpu"])
-        print()
+        print_anchor_ratios(hits, [("rps", "req/s"), ("p99", "p99"), ("cpu", "CPU/req")])
+        p, n = hits.get(("proxy", 64)), hits.get(("nginx", 64))
+        hit_cpu_ratio = ratio(p and p["cpu"], n and n["cpu"])
 
     latency = summarize(runs, "latency")
     if latency:
@@ -258,19 +259,7 @@ def main():
         )
         print("Ratios, proxy / anchor at the same offered load (lower is better):")
         print()
-        print("| conns | p50 ÷ nginx | p50 ÷ Varnish | p99 ÷ nginx | p99 ÷ Varnish |")
-        print("|---:|---:|---:|---:|---:|")
-        for conns in sorted({c for (_, c) in latency}):
-            p = latency.get(("proxy", conns))
-            n = latency.get(("nginx", conns))
-            v = latency.get(("varnish", conns))
-            cells = [
-                fmt_ratio(ratio(p and p[metric], anchor and anchor[metric]))
-                for metric in ("p50", "p99")
-                for anchor in (n, v)
-            ]
-            print(f"| {conns} | " + " | ".join(cells) + " |")
-        print()
+        print_anchor_ratios(latency, [("p50", "p50"), ("p99", "p99")])
 
     misses = summarize(runs, "miss")
     if misses:

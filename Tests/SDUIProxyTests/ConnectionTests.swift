@@ -112,21 +112,6 @@ struct ConnectionTests {
         }
     }
 
-    @Test("nothing after malformed bytes is read: one 400, no request upstream, the connection closed")
-    func nothingReadAfterMalformed() async throws {
-        try await ProxyHarness.run { proxy async throws in
-            let connection = try await RawConnection(port: proxy.server.publicPort)
-            // One write, so one read: the valid request behind the malformed one is in the bytes parsed.
-            try await connection.send(
-                "GET /screens/1 HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\nGET /screens/2 HTTP/1.1\r\nHost: x\r\n\r\n"
-            )
-            let rest = try await connection.readUntilClosed()
-            #expect(rest.hasPrefix("HTTP/1.1 400"))
-            #expect(rest.components(separatedBy: "HTTP/1.1 ").count == 2)
-            #expect(proxy.origin.requestCount == 0)
-        }
-    }
-
     @Test("a miss whose client left still ends its fetch: the entry is stored and a waiter gets the answer")
     func missOutlivesItsClient() async throws {
         try await ProxyHarness.run(origin: { _ in .component(delay: .seconds(1)) }) { proxy async throws in
@@ -195,20 +180,56 @@ struct ConnectionTests {
         }
     }
 
-    @Test("a request pipelined behind one that closes the connection is not handled, nor sent to the backend")
-    func nothingAfterTheLastAnswer() async throws {
+    /// Bytes sent in one write, so read at once: a request the proxy must answer last, and requests behind it.
+    struct LastAnswer: Sendable, CustomTestStringConvertible {
+        var testDescription: String
+        var bytes: String
+        var status: String
+        var forwarded: [String]
+    }
+
+    @Test(
+        "nothing behind an answer that ends the connection is handled or sent to the backend; the connection closes",
+        arguments: [
+            LastAnswer(
+                testDescription: "malformed bytes",
+                bytes: "GET /screens/1 HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n"
+                    + "GET /screens/2 HTTP/1.1\r\nHost: x\r\n\r\n",
+                status: "400",
+                forwarded: []
+            ),
+            LastAnswer(
+                testDescription: "Connection: close",
+                bytes: "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    + "POST /after HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+                    + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n",
+                status: "200",
+                forwarded: ["/last"]
+            ),
+        ]
+    )
+    func nothingAfterTheLastAnswer(_ exchange: LastAnswer) async throws {
         try await ProxyHarness.run { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort)
-            try await connection.send(
-                "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-                    + "POST /after HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-                    + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
-            )
+            try await connection.send(exchange.bytes)
             let rest = try await connection.readUntilClosed()
-            #expect(rest.hasPrefix("HTTP/1.1 200"))
+            #expect(rest.hasPrefix("HTTP/1.1 \(exchange.status)"))
             #expect(rest.components(separatedBy: "HTTP/1.1 ").count == 2, "one response only: \(rest)")
-            #expect(proxy.origin.requests.map(\.uri) == ["/last"])
+            #expect(proxy.origin.requests.map(\.uri) == exchange.forwarded)
         }
+    }
+
+    /// A proxy in front of `origin`, and a connection whose GET for `path` the proxy has read and sent on: it is
+    /// waiting for the origin.
+    private func requestInFlight(_ path: String, to origin: TestOrigin) async throws -> (ProxyServer, RawConnection) {
+        let server = try await ProxyServer.start(
+            configuration: ProxyHarness.testConfiguration(upstream: origin.url),
+            logger: ProxyHarness.logger
+        )
+        let connection = try await RawConnection(port: server.publicPort)
+        try await connection.send("GET \(path) HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await waitUntil { origin.requestCount == 1 }
+        return (server, connection)
     }
 
     @Test("past the drain deadline, shutdown closes the connections still open")
@@ -216,13 +237,7 @@ struct ConnectionTests {
         let gate = OriginGate()
         defer { gate.open() }
         let origin = try await TestOrigin { _ in .component(heldBy: gate) }
-        let server = try await ProxyServer.start(
-            configuration: ProxyHarness.testConfiguration(upstream: origin.url),
-            logger: ProxyHarness.logger
-        )
-        let connection = try await RawConnection(port: server.publicPort)
-        try await connection.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
-        try await waitUntil { origin.requestCount == 1 }
+        let (server, connection) = try await requestInFlight("/held", to: origin)
         await server.shutdown(drainTimeout: .milliseconds(200))
         // The backend still holds its answer; the connection waiting for it is closed all the same.
         #expect(try await connection.readUntilClosed(timeout: .seconds(5)) == "")
@@ -237,14 +252,7 @@ struct ConnectionTests {
             response.delay = .milliseconds(600)
             return response
         }
-        let server = try await ProxyServer.start(
-            configuration: ProxyHarness.testConfiguration(upstream: origin.url),
-            logger: ProxyHarness.logger
-        )
-        let connection = try await RawConnection(port: server.publicPort)
-        try await connection.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        // In flight: the proxy has read it and is waiting for the origin.
-        try await waitUntil { origin.requestCount == 1 }
+        let (server, connection) = try await requestInFlight("/slow", to: origin)
         let shutdown = Task { await server.shutdown(drainTimeout: .seconds(5)) }
         try await Task.sleep(for: .milliseconds(100))
 
