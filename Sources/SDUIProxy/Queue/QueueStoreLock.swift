@@ -35,6 +35,16 @@ final class QueueStoreLock: Sendable {
         init?(descriptor: Int32) {
             var status = stat()
             guard fstat(descriptor, &status) == 0 else { return nil }
+            self.init(status)
+        }
+
+        init?(path: String) {
+            var status = stat()
+            guard stat(path, &status) == 0 else { return nil }
+            self.init(status)
+        }
+
+        private init(_ status: stat) {
             device = UInt64(status.st_dev)
             inode = UInt64(status.st_ino)
         }
@@ -52,6 +62,12 @@ final class QueueStoreLock: Sendable {
     /// Takes the lock of the store in `directory`, or says who holds it.
     static func acquire(directory: String) throws -> QueueStoreLock {
         let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
+        // Asked first, from the path, and not left to the lock: where `flock` is emulated with POSIX locks (Linux's
+        // NFS client), a second lock in this process would be granted, and closing a second descriptor of the
+        // file would end the first one's lock.
+        if let held = FileIdentity(path: path), heldHere.withLock({ $0.contains(held) }) {
+            throw QueueStoreError("the queue store \(directory) is already open in this process")
+        }
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o640)
         guard descriptor >= 0 else {
             throw QueueStoreError("cannot open the queue lock file \(path) (errno \(errno))")
@@ -67,9 +83,6 @@ final class QueueStoreLock: Sendable {
             close(descriptor)
             guard code == EWOULDBLOCK else {
                 throw QueueStoreError("cannot lock the queue store \(directory) (errno \(code))")
-            }
-            if heldHere.withLock({ $0.contains(file) }) {
-                throw QueueStoreError("the queue store \(directory) is already open in this process")
             }
             throw QueueStoreError(
                 "the queue store \(directory) is in use by another process\(holder.map { " (pid \($0))" } ?? ""); "
