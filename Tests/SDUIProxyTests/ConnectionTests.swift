@@ -238,9 +238,20 @@ struct ConnectionTests {
         defer { gate.open() }
         let origin = try await TestOrigin { _ in .component(heldBy: gate) }
         let (server, connection) = try await requestInFlight("/held", to: origin)
+        // An admin request whose body has not all come: the admin listener would linger after answering it.
+        let admin = try await RawConnection(port: server.adminPort, allowHalfClosure: true)
+        try await admin.send("POST /prefetch HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         await server.shutdown(drainTimeout: .milliseconds(200))
         // The backend still holds its answer; the connection waiting for it is closed all the same.
         #expect(try await connection.readUntilClosed(timeout: .seconds(5)) == "")
+        // Closed, not lingering: what the admin client sends from now on is refused.
+        await #expect(throws: (any Error).self) {
+            for _ in 0..<40 {
+                try await admin.send("x")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        await admin.close()
         gate.open()
         try await origin.stop()
     }

@@ -204,6 +204,29 @@ struct HardeningTests {
         }
     }
 
+    @Test("a lingering close is not cut short by the idle timeout while the client still sends")
+    func idleTimeoutLeavesTheLingerAlone() async throws {
+        try await ProxyHarness.run(configure: {
+            Self.limited(&$0)
+            $0.limits.idleTimeout = .seconds(1)
+        }) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort, allowHalfClosure: true)
+            // Chunked, so the body is forwarded as it comes and refused when it passes the limit.
+            let chunk = "3e8\r\n" + String(repeating: "x", count: 1000) + "\r\n"
+            try await connection.send(
+                "POST /api HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + chunk
+            )
+            let answer = try #require(try await connection.readResponse())
+            #expect(answer.head.hasPrefix("HTTP/1.1 413"))
+            // Past the idle timeout, the client is still sending its body: it must not be reset.
+            for _ in 0..<8 {
+                try await connection.send(String(repeating: chunk, count: 10))
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            try await connection.closeOutput()
+        }
+    }
+
     static func openPublicConnections(_ proxy: ProxyHarness) async throws -> Int? {
         let metrics = try await proxy.admin("/metrics", headers: [("Authorization", "Bearer s3cret")]).body
         return metrics.split(separator: "\n").first { $0.hasPrefix("sdui_open_connections ") }

@@ -17,6 +17,21 @@ struct LingeringCloseTests {
         return (channel, loop)
     }
 
+    /// A client that sends a little every `interval`, `times` times; the connection is open before each send.
+    private func keepSending(
+        on channel: EmbeddedChannel,
+        _ loop: EmbeddedEventLoop,
+        every interval: TimeAmount,
+        times: Int
+    ) throws {
+        for _ in 0..<times {
+            loop.advanceTime(by: interval)
+            #expect(channel.isActive)
+            try channel.writeInbound(ByteBuffer(string: "more"))
+            channel.pipeline.fireChannelReadComplete()
+        }
+    }
+
     @Test("what the client sends is dropped, and a client that goes quiet is closed after the quiet timeout")
     func quietClientIsClosed() throws {
         let (channel, loop) = try lingering()
@@ -31,21 +46,32 @@ struct LingeringCloseTests {
     @Test("each read restarts the quiet timeout, but a client that never stops is closed at the maximum")
     func endlessClientIsClosed() throws {
         let (channel, loop) = try lingering()
-        for _ in 0..<7 {
-            loop.advanceTime(by: .seconds(4))
-            #expect(channel.isActive)
-            try channel.writeInbound(ByteBuffer(string: "more"))
-            channel.pipeline.fireChannelReadComplete()
-        }
+        try keepSending(on: channel, loop, every: .seconds(4), times: 7)
         // 28 s in: the quiet timeout would end at 32 s, the maximum ends it at 30 s.
         loop.advanceTime(by: .seconds(2))
         #expect(!channel.isActive)
     }
 
-    @Test("a drain closes a lingering connection at once: its answer is out")
-    func drainEndsTheLinger() throws {
+    @Test("a drain cuts a lingering close to the draining limits: 1 s of quiet, 2 s in all")
+    func drainShortensTheLinger() throws {
+        let (quiet, quietLoop) = try lingering()
+        quiet.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        quietLoop.advanceTime(by: .milliseconds(900))
+        #expect(quiet.isActive)
+        quietLoop.advanceTime(by: .milliseconds(100))
+        #expect(!quiet.isActive)
+
+        let (busy, busyLoop) = try lingering()
+        busy.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        try keepSending(on: busy, busyLoop, every: .milliseconds(600), times: 3)
+        busyLoop.advanceTime(by: .milliseconds(200))
+        #expect(!busy.isActive)
+    }
+
+    @Test("a shutdown past its drain deadline closes a lingering connection at once")
+    func closeNowEndsTheLinger() throws {
         let (channel, _) = try lingering()
-        channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        channel.pipeline.fireUserInboundEventTriggered(ConnectionLimiter.CloseNow())
         #expect(!channel.isActive)
     }
 }

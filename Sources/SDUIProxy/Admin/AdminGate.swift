@@ -51,6 +51,14 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelInactive()
     }
 
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ConnectionLimiter.CloseNow {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !refusing else { return }
         let part = unwrapInboundIn(data)
@@ -94,10 +102,10 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(data, promise: promise)
     }
 
-    /// A close from the handlers behind the gate follows an answer (the aggregator's 413, the decoder's 400),
+    /// A close from the handlers behind the gate follows an answer (the aggregator's 413, the handler's 401),
     /// and the client may still be sending: it lingers, so that the answer is not lost to a reset. The gate's own
-    /// deadlines close from its context, past this. A close once lingering has begun (the aggregator reports a
-    /// body too large, then closes) waits for the lingering close's end.
+    /// deadlines, and ``ConnectionLimiter/CloseNow``, close from its context, past this. A close once lingering
+    /// has begun (the aggregator reports a body too large, then closes) waits for the lingering close's end.
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         guard mode == .all, context.channel.isActive else {
             context.close(mode: mode, promise: promise)

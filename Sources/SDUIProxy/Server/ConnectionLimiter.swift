@@ -59,8 +59,15 @@ final class ConnectionLimiter: Sendable {
 
     /// Closes every admitted connection still open, whatever it is doing.
     func closeAll() {
-        for channel in admitted.withLock({ Array($0.values) }) { channel.close(promise: nil) }
+        for channel in admitted.withLock({ Array($0.values) }) {
+            // Handlers that turn a close into a lingering one let this one through.
+            channel.pipeline.fireUserInboundEventTriggered(CloseNow())
+            channel.close(promise: nil)
+        }
     }
+
+    /// Asks the handlers of a connection that hold closes back (to linger after an answer) to close it now.
+    struct CloseNow: Sendable {}
 
     /// Answers a connection over the cap and closes it; nothing it sends is read.
     private final class Refusal: ChannelInboundHandler {

@@ -42,7 +42,7 @@ final class LingeringClose: ChannelInboundHandler, RemovableChannelHandler {
         static let whileDraining = Limits(quietTimeout: .seconds(1), maximumTime: .seconds(2))
     }
 
-    private let limits: Limits
+    private var limits: Limits
     private var context: ChannelHandlerContext?
     private var giveUpAt: NIODeadline = .distantFuture
     private var lastRead: NIODeadline = .distantPast
@@ -77,12 +77,18 @@ final class LingeringClose: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        // The proxy is shutting down: the answer is out, and the drain waits for nothing else of this connection.
-        if event is ChannelShouldQuiesceEvent {
+        switch event {
+        case is ChannelShouldQuiesceEvent:
+            // The proxy is draining: the client still gets the time to read its answer, but not more.
+            limits.quietTimeout = min(limits.quietTimeout, Limits.whileDraining.quietTimeout)
+            giveUpAt = min(giveUpAt, context.eventLoop.now + Limits.whileDraining.maximumTime)
+            wakeUp?.cancel()
+            scheduleWakeUp(context: context)
+        case is ConnectionLimiter.CloseNow:
             context.close(promise: nil)
-            return
+        default:
+            context.fireUserInboundEventTriggered(event)
         }
-        context.fireUserInboundEventTriggered(event)
     }
 
     func channelInactive(context: ChannelHandlerContext) {

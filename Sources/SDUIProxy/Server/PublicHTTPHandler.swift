@@ -216,6 +216,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let context else { return }
         switch (kind, state) {
         case (.idle, .idle):
+            // After its last answer, a connection is the lingering close's to end: closing it here could reset a
+            // client still sending. (Until that answer is written, this timer is what ends it.)
+            if connectionState.answeredLast,
+                (try? context.pipeline.syncOperations.handler(type: LingeringClose.self)) != nil
+            {
+                return
+            }
             proxy.logger.debug("closing an idle connection")
             context.close(promise: nil)
         case (.request, .readingCacheRequest), (.request, .rejecting), (.request, .bufferingWrite):
@@ -922,9 +929,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             context.fireUserInboundEventTriggered(event)
             return
         }
-        // Draining: an idle connection closes now; a busy one answers its request with Connection: close.
+        // Draining: an idle connection closes now, once what it was sent is out; a busy one answers its request
+        // with Connection: close.
         connectionState.closing = true
-        if isIdle, pipelined.isEmpty { context.close(promise: nil) }
+        if isIdle, pipelined.isEmpty { context.closeAfterAnswer(lingering: .whileDraining) }
     }
 }
 
@@ -1062,8 +1070,9 @@ private final class ChannelResponseSink: ForwardedResponseSink {
             framing.value == .chunked ? ResponseEncoding.lastChunk : context.channel.allocator.buffer(capacity: 0)
         let written = context.writeAndFlush(NIOAny(last))
         if !keepAlive {
-            let lingering = connectionState.lingering
-            written.assumeIsolated().whenComplete { _ in context.closeAfterAnswer(lingering: lingering) }
+            written.assumeIsolated().whenComplete { _ in
+                context.closeAfterAnswer(lingering: connectionState.lingering)
+            }
         }
     }
 }

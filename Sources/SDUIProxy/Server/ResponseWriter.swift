@@ -197,9 +197,9 @@ struct ResponseWriter {
         guard keepAlive else {
             connectionState.answeredLast = true
             let context = self.context
-            let lingering = connectionState.lingering
+            let connectionState = self.connectionState
             context.writeAndFlush(NIOAny(last)).assumeIsolated().whenComplete { _ in
-                context.closeAfterAnswer(lingering: lingering)
+                context.closeAfterAnswer(lingering: connectionState.lingering)
             }
             return
         }
