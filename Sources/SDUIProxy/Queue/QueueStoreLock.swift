@@ -11,12 +11,14 @@ import Darwin
 /// Keeps a second deliverer off a queue store: two over one store would send each pending write twice, and
 /// their sequential routes would interleave.
 ///
-/// An exclusive `flock(2)` on `queue.lock` in the store directory, held while the store is open. It belongs to the
-/// open file, not to the process: it keeps both another process and a second store opened in this one off. The
-/// kernel lets it go when the process ends, however it ends, so a crash leaves no stale lock to clean up. The
-/// holder writes its pid into the file, so that a refused process can say who holds the store. On a network
-/// file system, whether another machine's proxy is kept off is the file system's to say (Linux's NFS client
-/// maps `flock` to a lock the server keeps).
+/// Two guards, one for each kind of second deliverer:
+/// - another process: a POSIX record lock (`fcntl(F_SETLK)`) on `queue.lock` in the store directory, held while
+///   the store is open. The kernel lets it go when the process ends, however it ends, so a crash leaves no stale
+///   lock to clean up, and a refused process learns the holder's pid from the kernel. Unlike `flock`, it is not
+///   shared with a child forked while the store is open, so a store closed and opened again is free at once.
+/// - this process: the lock files it holds, by device and inode. A POSIX lock belongs to the process, so it
+///   would grant this process a second lock, and it ends when the process closes any descriptor of the file:
+///   the file is looked up by its path, and a held one is never opened again.
 final class QueueStoreLock: Sendable {
     /// The lock file's name inside the store directory.
     static let fileName = "queue.lock"
@@ -50,8 +52,8 @@ final class QueueStoreLock: Sendable {
         }
     }
 
-    /// The lock files this process holds: a refusal says whether the holder is this process without trusting
-    /// the pid in the file (in a container, another process may be pid 1 too).
+    /// The lock files this process holds. Acquiring and releasing take its mutex for their whole work, so two
+    /// stores opened at once in this process cannot both pass the check.
     private static let heldHere = Mutex<Set<FileIdentity>>([])
 
     private init(descriptor: Int32, file: FileIdentity) {
@@ -62,56 +64,55 @@ final class QueueStoreLock: Sendable {
     /// Takes the lock of the store in `directory`, or says who holds it.
     static func acquire(directory: String) throws -> QueueStoreLock {
         let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
-        // Asked first, from the path, and not left to the lock: where `flock` is emulated with POSIX locks (Linux's
-        // NFS client), a second lock in this process would be granted, and closing a second descriptor of the
-        // file would end the first one's lock.
-        if let held = FileIdentity(path: path), heldHere.withLock({ $0.contains(held) }) {
-            throw QueueStoreError("the queue store \(directory) is already open in this process")
-        }
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o640)
-        guard descriptor >= 0 else {
-            throw QueueStoreError("cannot open the queue lock file \(path) (errno \(errno))")
-        }
-        guard let file = FileIdentity(descriptor: descriptor) else {
-            let code = errno
-            close(descriptor)
-            throw QueueStoreError("cannot read the queue lock file \(path) (errno \(code))")
-        }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            let code = errno
-            let holder = holderPID(descriptor)
-            close(descriptor)
-            guard code == EWOULDBLOCK else {
-                throw QueueStoreError("cannot lock the queue store \(directory) (errno \(code))")
+        return try heldHere.withLock { held in
+            if let existing = FileIdentity(path: path), held.contains(existing) {
+                throw QueueStoreError("the queue store \(directory) is already open in this process")
             }
-            throw QueueStoreError(
-                "the queue store \(directory) is in use by another process\(holder.map { " (pid \($0))" } ?? ""); "
-                    + "each proxy needs a queue.store of its own"
-            )
+            let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o640)
+            guard descriptor >= 0 else {
+                throw QueueStoreError("cannot open the queue lock file \(path) (errno \(errno))")
+            }
+            guard let file = FileIdentity(descriptor: descriptor) else {
+                let code = errno
+                close(descriptor)
+                throw QueueStoreError("cannot read the queue lock file \(path) (errno \(code))")
+            }
+            var lock = wholeFileWriteLock()
+            guard fcntl(descriptor, F_SETLK, &lock) == 0 else {
+                let code = errno
+                var holder = wholeFileWriteLock()
+                let pid =
+                    fcntl(descriptor, F_GETLK, &holder) == 0 && holder.l_type != Int16(F_UNLCK) ? holder.l_pid : 0
+                close(descriptor)
+                guard code == EAGAIN || code == EACCES else {
+                    throw QueueStoreError("cannot lock the queue store \(directory) (errno \(code))")
+                }
+                throw QueueStoreError(
+                    "the queue store \(directory) is in use by another process\(pid > 0 ? " (pid \(pid))" : ""); "
+                        + "each proxy needs a queue.store of its own"
+                )
+            }
+            held.insert(file)
+            return QueueStoreLock(descriptor: descriptor, file: file)
         }
-        let pid = Array("\(getpid())\n".utf8)
-        // The pid only names the holder in a refusal; the lock holds whether or not it could be written.
-        if ftruncate(descriptor, 0) == 0 {
-            _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
-        }
-        heldHere.withLock { _ = $0.insert(file) }
-        return QueueStoreLock(descriptor: descriptor, file: file)
     }
 
     /// Lets the lock go.
     func release() {
-        let open = descriptor.exchange(-1, ordering: .relaxed)
-        guard open >= 0 else { return }
-        Self.heldHere.withLock { _ = $0.remove(file) }
-        close(open)
+        Self.heldHere.withLock { held in
+            let open = descriptor.exchange(-1, ordering: .relaxed)
+            guard open >= 0 else { return }
+            close(open)
+            held.remove(file)
+        }
     }
 
-    /// The pid the holder wrote, if it has written one yet.
-    private static func holderPID(_ descriptor: Int32) -> pid_t? {
-        var bytes = [UInt8](repeating: 0, count: 16)
-        let count = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
-        guard count > 0 else { return nil }
-        let text = String(decoding: bytes[..<count], as: UTF8.self)
-        return text.split(separator: "\n").first.flatMap { pid_t($0) }.flatMap { $0 > 0 ? $0 : nil }
+    private static func wholeFileWriteLock() -> flock {
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = 0
+        lock.l_len = 0
+        return lock
     }
 }

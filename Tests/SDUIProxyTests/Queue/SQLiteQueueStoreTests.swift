@@ -172,8 +172,6 @@ import Darwin
             try await second.close()
         }
         #expect(refusal?.message.contains("is already open in this process") == true)
-        // The holder's pid is in the lock file, for the refusal a second process gets.
-        #expect(try String(contentsOfFile: directory + "/queue.lock", encoding: .utf8) == "\(getpid())\n")
         try await first.close()
         let second = try await SQLiteQueueStore.open(directory: directory, logger: QueueTest.logger)
         try await second.close()
