@@ -430,25 +430,18 @@ public final class QueueResponseHandlers: Sendable {
                 lastProblem = "\(error)"
             }
         }
-        if Task.isCancelled {
-            if store != nil {
-                logger.warning(
-                    "a queue webhook notification was cut short by the shutdown; it is sent at the next start",
-                    metadata: ["id": "\(event.id)", "url": "\(url)"]
-                )
-            } else {
-                logger.error(
-                    "a queue webhook notification was not delivered",
-                    metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
-                )
-            }
+        if Task.isCancelled, store != nil {
+            logger.warning(
+                "a queue webhook notification was cut short by the shutdown; it is sent at the next start",
+                metadata: ["id": "\(event.id)", "url": "\(url)"]
+            )
             return .interrupted
         }
         logger.error(
             "a queue webhook notification was not delivered",
             metadata: ["id": "\(event.id)", "url": "\(url)", "error": "\(lastProblem)"]
         )
-        return .unreachable
+        return Task.isCancelled ? .interrupted : .unreachable
     }
 }
 
