@@ -42,8 +42,8 @@ fi
 mkdir -p "$TMP/www"
 cp "$BENCH_DIR/fixtures/screen.json" "$TMP/www/screen.json"
 gen_origin_conf "$TMP/origin" 18000 "$TMP/www" 2k
-gen_nginx_conf "$TMP/nginx" 18081 18082 18000 256m
-gen_nginx_conf "$TMP/nginx-small" 18081 18082 18000 8m
+gen_nginx_conf "$TMP/nginx" 18081 18082 18084 18000 256m
+gen_nginx_conf "$TMP/nginx-small" 18081 18082 18084 18000 8m
 gen_vcl "$TMP/varnish/bench.vcl" 18000
 gen_proxy_yaml "$TMP/proxy/sdui-proxy.yaml" 18080 19090 18000 256MiB
 
@@ -127,12 +127,13 @@ if command -v python3 >/dev/null; then
     sample=$TMP/results
     mkdir -p "$sample"
     {
-        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\n'
+        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\n'
         for t in proxy nginx varnish; do
             for c in 16 64 256; do
-                printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\t2.5\n' "$t" "$c"
+                printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\t2.5\t%s\n' "$t" "$c" "$c"
             done
         done
+        printf 'hit\tnginx-reuseport\t16\t1\t100000\t10000000\t10000.0\t900\t6000\t0\t2000000\t30000\t0\t0\t0\t2.5\t9/7\n'
         printf 'latency\tproxy\t16\t1\t300000\t10000000\t30000.0\t120\t400\t0\t2000000\t30000\t0\t0\t0\t0.1\n'
         printf 'latency\tnginx\t16\t1\t300000\t10000000\t30000.0\t150\t500\t0\t3000000\t30000\t0\t0\t0\t0.1\n'
         printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
@@ -158,10 +159,12 @@ if command -v python3 >/dev/null; then
     if out=$(python3 "$BENCH_DIR/tools/report.py" "$sample" 2>&1) &&
         [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
         grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out" &&
-        grep -q '^| sdui-proxy | 16 | 10,000 | 0.90 | 3.00 | 20.0 | 29.3 | 0 | 2.5 |$' <<<"$out" &&
+        grep -q '^| sdui-proxy | 16 | 10,000 | 0.90 | 3.00 | 20.0 | 29.3 | 0 | 2.5 | 16 |$' <<<"$out" &&
+        grep -q '^| nginx proxy_cache, reuseport | 16 | 10,000 | 0.90 | 6.00 | 20.0 | 29.3 | 0 | 2.5 | 9/7 |$' <<<"$out" &&
+        grep -q '^| 16 | 1.00 | 1.00 | 1.00 | 1.00 | 0.50 | 1.00 | 1.00 | 1.00 | 1.00 |$' <<<"$out" &&
         grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out" &&
         grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, latency, instructions and speeds tables included); last line is the hit CPU ratio"
+        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions and speeds tables included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

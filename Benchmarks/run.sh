@@ -28,7 +28,7 @@ CONNECTIONS=${CONNECTIONS:-"16 64 256"}
 WRK_THREADS=${WRK_THREADS:-2}
 WARMUP=${WARMUP:-2}
 WARMUP=${WARMUP%s}
-HIT_TARGETS=${HIT_TARGETS:-"proxy nginx varnish"}
+HIT_TARGETS=${HIT_TARGETS:-"proxy nginx nginx-reuseport varnish"}
 HIT_PATH=${HIT_PATH:-/screens/home}
 CACHE_MB=${CACHE_MB:-256}
 LATENCY_TARGETS=${LATENCY_TARGETS:-"proxy nginx varnish"}
@@ -64,6 +64,7 @@ PROXY_ADMIN_PORT=${PROXY_ADMIN_PORT:-19090}
 NGINX_PORT=${NGINX_PORT:-18081}
 NGINX_NOCACHE_PORT=${NGINX_NOCACHE_PORT:-18082}
 VARNISH_PORT=${VARNISH_PORT:-18083}
+NGINX_REUSEPORT_PORT=${NGINX_REUSEPORT_PORT:-18084}
 
 SCENARIO_PID=
 RUN_ID=$(date +%Y%m%d-%H%M%S)-$$
@@ -214,6 +215,18 @@ steal_pct() {
     awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " "); t = y[2] - x[2]; printf "%.1f\n", (t > 0 ? (y[1] - x[1]) * 100 / t : 0) }'
 }
 
+# connection_split PORT: established connections to PORT per owning process, largest first ("12/4"; "n/a" without
+# ss). nginx's workers take connections from one shared listening socket unless it is a reuseport one, and how
+# they share them out decides how much of a core each one needs.
+connection_split() {
+    command -v ss >/dev/null || {
+        echo n/a
+        return 0
+    }
+    ss -tnpH state established "( sport = :$1 )" 2>/dev/null | grep -o 'pid=[0-9]*' | sort | uniq -c | sort -rn |
+        awk '{ printf "%s%s", (NR > 1 ? "/" : ""), $1 } END { if (NR == 0) printf "0"; printf "\n" }'
+}
+
 rss_kb() {
     local p total=0 kb
     for p in "$@"; do
@@ -228,6 +241,7 @@ target_port() {
     proxy) echo "$PROXY_PORT" ;;
     nginx) echo "$NGINX_PORT" ;;
     nginx-nocache) echo "$NGINX_NOCACHE_PORT" ;;
+    nginx-reuseport) echo "$NGINX_REUSEPORT_PORT" ;;
     varnish) echo "$VARNISH_PORT" ;;
     *) die "unknown target $1" ;;
     esac
@@ -236,7 +250,7 @@ target_port() {
 # The registry name of the server that answers for a target.
 target_server() {
     case $1 in
-    nginx-nocache) echo nginx ;;
+    nginx-nocache | nginx-reuseport) echo nginx ;;
     *) echo "$1" ;;
     esac
 }
@@ -351,13 +365,16 @@ start_nginx() {
     local mb=$1 dir=$RUN_DIR/nginx
     require_free_port "$NGINX_PORT" nginx
     require_free_port "$NGINX_NOCACHE_PORT" "nginx no-cache"
+    require_free_port "$NGINX_REUSEPORT_PORT" "nginx reuseport"
     rm -rf "$dir"
-    gen_nginx_conf "$dir" "$NGINX_PORT" "$NGINX_NOCACHE_PORT" "$ORIGIN_PORT" "${mb}m"
+    gen_nginx_conf "$dir" "$NGINX_PORT" "$NGINX_NOCACHE_PORT" "$NGINX_REUSEPORT_PORT" "$ORIGIN_PORT" "${mb}m"
     nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" >"$dir/stdout.log" 2>&1 &
     register nginx $!
     wait_http "http://127.0.0.1:$NGINX_PORT/ready" "$!" nginx
     wait_http "http://127.0.0.1:$NGINX_NOCACHE_PORT/ready" "$!" nginx
-    log "nginx proxy_cache on :$NGINX_PORT, no cache on :$NGINX_NOCACHE_PORT (max_size ${mb}m), pid $(registered_pid nginx)"
+    wait_http "http://127.0.0.1:$NGINX_REUSEPORT_PORT/ready" "$!" nginx
+    log "nginx proxy_cache on :$NGINX_PORT (and with reuseport on :$NGINX_REUSEPORT_PORT), no cache on" \
+        ":$NGINX_NOCACHE_PORT (max_size ${mb}m), pid $(registered_pid nginx)"
 }
 
 # start_varnish MAX_MB
@@ -409,7 +426,7 @@ curl_head() {
 run_load() {
     local scenario=$1 target=$2 conns=$3 round=$4 seconds=$5 path=$6 script=$7
     shift 7
-    local root pids before after out cpu_us rss line steal_before steal
+    local root pids before after out cpu_us rss line steal_before steal split_file split sampler
     root=$(registered_pid "$(target_server "$target")")
     [[ -n $root ]] || die "no running server for $target"
     read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
@@ -418,6 +435,12 @@ run_load() {
     local outfile=$RESULTS/wrk/$scenario-$target-c$conns-$round.txt
     before=$(cpu_snapshot "${pids[@]}")
     steal_before=$(steal_snapshot)
+    split_file=$RESULTS/wrk/$scenario-$target-c$conns-$round.split
+    (
+        sleep "$(awk -v s="$seconds" 'BEGIN { print s / 2 }')"
+        connection_split "$(target_port "$target")" >"$split_file"
+    ) &
+    sampler=$!
     # --foreground keeps wrk in our process group, so Ctrl-C reaches it (wrk then stops and prints its summary).
     if ! out=$(timeout --foreground --kill-after=10 $((seconds + 30)) \
         wrk -t"$WRK_THREADS" -c"$conns" -d"${seconds}s" --timeout 5s -s "$LUA_DIR/$script" "$url" -- "$@" 2>&1); then
@@ -426,6 +449,8 @@ run_load() {
     fi
     after=$(cpu_snapshot "${pids[@]}")
     steal=$(steal_pct "$steal_before" "$(steal_snapshot)")
+    wait "$sampler" || true
+    split=$(cat "$split_file" 2>/dev/null || echo n/a)
     printf '%s\n' "$out" >"$outfile"
     if ! server_alive "$target"; then
         server_died "$target" "during $scenario/c$conns/$round"
@@ -441,16 +466,17 @@ run_load() {
     for kv in ${line#BENCH }; do r[${kv%%=*}]=${kv#*=}; done
     local per_req=n/a
     ((r[requests] > 0)) && per_req=$(awk -v c="$cpu_us" -v n="${r[requests]}" 'BEGIN { printf "%.1f", c / n }')
-    log "$(printf '%-8s %-14s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s  steal %s%%' \
+    log "$(printf '%-8s %-15s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s  steal %s%%  conns/process %s' \
         "$scenario" "$target" "$conns" "$round" "${r[rps]}" "$(awk -v u="${r[p50_us]}" 'BEGIN { print u / 1000 }')" \
-        "$(awk -v u="${r[p99_us]}" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "${r[hits]}" "${r[misses]}" "$steal")"
+        "$(awk -v u="${r[p99_us]}" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "${r[hits]}" "${r[misses]}" "$steal" "$split")"
     [[ $round == warm ]] && return 0
     if ((r[errors] > 0)); then
         note "$scenario/$target/c$conns round $round: ${r[errors]} errors (connect ${r[connect]}, read ${r[read]}, write ${r[write]}, non-2xx/3xx ${r[status]}, timeout ${r[timeout]})"
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$scenario" "$target" "$conns" "$round" "${r[requests]}" "${r[duration_us]}" "${r[rps]}" "${r[p50_us]}" \
-        "${r[p99_us]}" "${r[errors]}" "$cpu_us" "$rss" "${r[hits]}" "${r[misses]}" "${r[other]}" "$steal" >>"$RESULTS/runs.tsv"
+        "${r[p99_us]}" "${r[errors]}" "$cpu_us" "$rss" "${r[hits]}" "${r[misses]}" "${r[other]}" "$steal" "$split" \
+        >>"$RESULTS/runs.tsv"
 }
 
 # ---- scenarios ---------------------------------------------------------------------------------------------
@@ -792,7 +818,7 @@ main() {
 
     ensure_tools
     build_proxy
-    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\n' >"$RESULTS/runs.tsv"
+    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\n' >"$RESULTS/runs.tsv"
     : >"$RESULTS/notes.txt"
     {
         echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

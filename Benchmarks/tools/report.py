@@ -6,6 +6,7 @@ usage: report.py RESULTS_DIR
 RESULTS_DIR holds (each optional, tab-separated, with a header line):
   runs.tsv      scenario target conns round requests duration_us rps p50_us p99_us errors cpu_us rss_kb hits misses other
                 [steal_pct: the machine's CPU steal during the run, in %]
+                [conn_split: established connections per server process, mid-run, largest first ("12/4")]
   stampede.tsv  target clients answered ok origin_requests x_cache failures
   memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
   instructions.tsv  kind target round requests user_instructions instructions cycles
@@ -24,6 +25,7 @@ LABEL = {
     "proxy": "sdui-proxy",
     "nginx": "nginx proxy_cache",
     "nginx-nocache": "nginx (no cache)",
+    "nginx-reuseport": "nginx proxy_cache, reuseport",
     "varnish": "Varnish",
 }
 
@@ -89,12 +91,13 @@ def summarize(runs, scenario):
             "errors": sum(int(num(r["errors"]) or 0) for r in rows),
             "hit_ratio": median(hit_ratio),
             "steal": median(num(r.get("steal_pct")) for r in rows),
+            "splits": [r["conn_split"] for r in rows if r.get("conn_split") not in (None, "", "n/a")],
         }
     return result
 
 
 def target_order(target):
-    order = ["proxy", "nginx", "nginx-nocache", "varnish"]
+    order = ["proxy", "nginx", "nginx-reuseport", "nginx-nocache", "varnish"]
     return order.index(target) if target in order else len(order)
 
 
@@ -112,6 +115,10 @@ def print_scenario_table(title, stats, with_hits=False):
         line += "---:|"
     header += " errors | steal % |"
     line += "---:|---:|"
+    with_splits = any(s["splits"] for s in stats.values())
+    if with_splits:
+        header += " conns per process, each round |"
+        line += "---|"
     print(header)
     print(line)
     for (target, conns) in sorted(stats, key=lambda k: (k[1], target_order(k[0]))):
@@ -124,18 +131,24 @@ def print_scenario_table(title, stats, with_hits=False):
             hit_ratio = s["hit_ratio"]
             row += " n/a |" if hit_ratio is None else f" {hit_ratio * 100:.1f} % |"
         row += f" {s['errors']} | {fmt(s['steal'], 1)} |"
+        if with_splits:
+            row += f" {', '.join(s['splits']) or 'n/a'} |"
         print(row)
     print()
 
 
 def print_anchor_ratios(stats, metrics):
-    """One row per connection count: proxy ÷ nginx and proxy ÷ Varnish for each (key, label) in metrics."""
-    print("| conns | " + " | ".join(f"{label} ÷ {anchor}" for _, label in metrics for anchor in ("nginx", "Varnish")) + " |")
-    print("|---:|" + "---:|" * (2 * len(metrics)))
+    """One row per connection count: proxy ÷ each anchor (nginx, Varnish, and nginx with reuseport when it ran)
+    for each (key, label) in metrics."""
+    anchors = [("nginx", "nginx"), ("varnish", "Varnish")]
+    if any(target == "nginx-reuseport" for (target, _) in stats):
+        anchors.insert(1, ("nginx-reuseport", "nginx reuseport"))
+    print("| conns | " + " | ".join(f"{label} ÷ {name}" for _, label in metrics for _, name in anchors) + " |")
+    print("|---:|" + "---:|" * (len(anchors) * len(metrics)))
     for conns in sorted({c for (_, c) in stats}):
         p = stats.get(("proxy", conns))
-        anchors = (stats.get(("nginx", conns)), stats.get(("varnish", conns)))
-        cells = [fmt_ratio(ratio(p and p[key], a and a[key])) for key, _ in metrics for a in anchors]
+        rows = [stats.get((target, conns)) for target, _ in anchors]
+        cells = [fmt_ratio(ratio(p and p[key], a and a[key])) for key, _ in metrics for a in rows]
         print(f"| {conns} | " + " | ".join(cells) + " |")
     print()
 
