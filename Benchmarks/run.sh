@@ -445,6 +445,7 @@ run_load() {
     if ! out=$(timeout --foreground --kill-after=10 $((seconds + 30)) \
         wrk -t"$WRK_THREADS" -c"$conns" -d"${seconds}s" --timeout 5s -s "$LUA_DIR/$script" "$url" -- "$@" 2>&1); then
         printf '%s\n' "$out" >"$outfile"
+        kill "$sampler" 2>/dev/null || true
         die "wrk failed for $scenario/$target/c$conns (output in $outfile)"
     fi
     after=$(cpu_snapshot "${pids[@]}")

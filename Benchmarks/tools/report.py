@@ -91,7 +91,7 @@ def summarize(runs, scenario):
             "errors": sum(int(num(r["errors"]) or 0) for r in rows),
             "hit_ratio": median(hit_ratio),
             "steal": median(num(r.get("steal_pct")) for r in rows),
-            "splits": [r["conn_split"] for r in rows if r.get("conn_split") not in (None, "", "n/a")],
+            "splits": [r.get("conn_split") or "n/a" for r in rows],
         }
     return result
 
@@ -115,7 +115,7 @@ def print_scenario_table(title, stats, with_hits=False):
         line += "---:|"
     header += " errors | steal % |"
     line += "---:|---:|"
-    with_splits = any(s["splits"] for s in stats.values())
+    with_splits = any(split != "n/a" for s in stats.values() for split in s["splits"])
     if with_splits:
         header += " conns per process, each round |"
         line += "---|"
@@ -132,7 +132,7 @@ def print_scenario_table(title, stats, with_hits=False):
             row += " n/a |" if hit_ratio is None else f" {hit_ratio * 100:.1f} % |"
         row += f" {s['errors']} | {fmt(s['steal'], 1)} |"
         if with_splits:
-            row += f" {', '.join(s['splits']) or 'n/a'} |"
+            row += f" {', '.join(s['splits'])} |"
         print(row)
     print()
 
