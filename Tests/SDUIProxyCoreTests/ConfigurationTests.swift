@@ -61,6 +61,7 @@ struct ConfigurationTests {
                 - { prefix: /assets/, defaultTTL: 1d, validateComponents: false }
                 - { prefix: /assets/private/, bypass: true }
             log: { level: debug }
+            eventLoops: { count: 3, yieldAfter: 100us }
             """
         )
         #expect(configuration.listen == .init(host: "127.0.0.1", port: 8081))
@@ -77,6 +78,8 @@ struct ConfigurationTests {
         #expect(configuration.cache.policy(forPath: "/assets/private/a").bypass)
         #expect(!configuration.cache.policy(forPath: "/screens/home").bypass)
         #expect(configuration.log.level == "debug")
+        #expect(configuration.eventLoops.count == 3)
+        #expect(configuration.eventLoops.yieldAfter == .microseconds(100))
     }
 
     @Test("environment variables override the file, flags override both")
@@ -122,6 +125,9 @@ struct ConfigurationTests {
             ("headers: { \"Bad Name\": x }", "headers", "not a header name"),
             ("prefetch: { followActions: -1 }", "prefetch.followActions", "out of range"),
             ("admin: { port: 8080 }", "admin.port", "cannot share"),
+            ("eventLoops: { yieldAfter: 10us }", "eventLoops.yieldAfter", "from 50us to 100ms"),
+            ("eventLoops: { yieldAfter: 1s }", "eventLoops.yieldAfter", "from 50us to 100ms"),
+            ("eventLoops: { count: -1 }", "eventLoops.count", "out of range"),
             ("- just\n- a list", "(top level)", "expected a mapping"),
             ("cache: [1", "(file)", "not valid YAML"),
         ]
@@ -203,6 +209,8 @@ struct ConfigurationTests {
         #expect(ConfigValueParsing.byteSize("-1MiB") == nil)
         #expect(ConfigValueParsing.byteSize("99999999999999GiB") == nil)
         #expect(ConfigValueParsing.duration("250ms") == .milliseconds(250))
+        #expect(ConfigValueParsing.duration("250us") == .microseconds(250))
+        #expect(ConfigValueParsing.duration("40µs") == .microseconds(40))
         #expect(ConfigValueParsing.duration("1d") == .seconds(86400))
         #expect(ConfigValueParsing.duration("0") == .zero)
         #expect(ConfigValueParsing.duration("5") == nil)

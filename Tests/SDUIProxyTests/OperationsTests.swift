@@ -159,4 +159,25 @@ struct OperationsTests {
             await first.close()
         }
     }
+
+    @Test("a reload keeps the running event loops; a shutdown retires a replaced upstream client before they stop")
+    func reloadThenShutdown() async throws {
+        let origin = try await TestOrigin { _ in .component() }
+        var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
+        configuration.eventLoops.count = 1
+        let server = try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger)
+        var reloaded = configuration
+        reloaded.eventLoops.count = 3
+        reloaded.upstream.timeout = .seconds(30)
+        try await server.reload(reloaded)
+        #expect(server.context.configuration.eventLoops.count == 1)
+        #expect(Array(server.eventLoopGroup.makeIterator()).count == 1)
+        // The old client would otherwise be shut down 31 s from now, on loops that no longer run.
+        #expect(server.retiringClientCount == 1)
+        let started = ContinuousClock.now
+        await server.shutdown(drainTimeout: .seconds(2))
+        #expect(server.retiringClientCount == 0)
+        #expect(ContinuousClock.now - started < .seconds(10))
+        try await origin.stop()
+    }
 }

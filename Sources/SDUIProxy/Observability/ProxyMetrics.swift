@@ -39,6 +39,8 @@ public final class ProxyMetrics: Sendable {
         public var cacheMisses: Int
         /// The durable write queue's depth; nil when there is no queue (the metric is then left out).
         public var queueDepth: Int?
+        /// How often a busy event loop let the threads waiting for its core run (`sdui_event_loop_yields_total`).
+        public var eventLoopYields = 0
 
         /// Creates a snapshot from figures gathered by the caller.
         public init(
@@ -97,6 +99,7 @@ public final class ProxyMetrics: Sendable {
         let cacheEvictions: Counter
         let cacheHits: Counter
         let cacheMisses: Counter
+        let eventLoopYields: Counter
         var queueDepth: Gauge?
         /// `sdui_requests_total`, one counter per label combination, made when its first response is rendered.
         var requestCounters = [Counter?](repeating: nil, count: RequestTally.slotCount)
@@ -162,6 +165,14 @@ public final class ProxyMetrics: Sendable {
                         "cache_misses",
                         unit: "total",
                         help: "Cache lookups that found no usable entry."
+                    )
+                ),
+                eventLoopYields: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "event_loop_yields",
+                        unit: "total",
+                        help:
+                            "Times a busy event loop let the threads waiting for its core run (eventLoops.yieldAfter)."
                     )
                 ),
                 queueDepth: nil
@@ -249,6 +260,7 @@ public final class ProxyMetrics: Sendable {
                 Self.setCounter(state.cacheEvictions, to: snapshot.cacheEvictions)
                 Self.setCounter(state.cacheHits, to: snapshot.cacheHits)
                 Self.setCounter(state.cacheMisses, to: snapshot.cacheMisses)
+                Self.setCounter(state.eventLoopYields, to: snapshot.eventLoopYields)
                 if let depth = snapshot.queueDepth {
                     if state.queueDepth == nil {
                         state.queueDepth = registry.makeGauge(

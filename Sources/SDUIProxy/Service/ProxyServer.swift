@@ -28,10 +28,17 @@ public final class ProxyServer: Sendable {
     /// Whether either listener still accepts connections (false once a shutdown has begun).
     public var isAcceptingConnections: Bool { channels.contains { $0.isActive } }
 
-    private let eventLoopGroup: any EventLoopGroup
+    let eventLoopGroup: any EventLoopGroup
+    /// The loops the server made itself (``start`` was given no group); shut down last.
+    private let ownEventLoops: ProxyEventLoops?
+    /// Clients a reload replaced, shut down once the exchanges they started can have ended; a shutdown does it at
+    /// once, before the loops they run on stop.
+    private let retiringClients = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
+    var retiringClientCount: Int { retiringClients.withLock { $0.tasks.count } }
     private let threadPool: NIOThreadPool
-    /// One per listener: a helper tracks the connections of a single server channel.
-    private let quiescing: [ServerQuiescingHelper]
+    /// One per listener: a helper tracks the connections of a single server channel. Let go of once the
+    /// listeners have drained: a helper's deinit completes a promise on a loop, which must still be running.
+    private let quiescing: Mutex<[ServerQuiescingHelper]>
     private let channels: [any Channel]
     /// Delivers queued writes; cancelled after the listeners have drained.
     private let queueDelivery: Task<Void, Never>?
@@ -82,6 +89,7 @@ public final class ProxyServer: Sendable {
         publicChannel: any Channel,
         adminChannel: any Channel,
         eventLoopGroup: any EventLoopGroup,
+        ownEventLoops: ProxyEventLoops?,
         threadPool: NIOThreadPool,
         quiescing: [ServerQuiescingHelper],
         queueDelivery: Task<Void, Never>?,
@@ -95,8 +103,9 @@ public final class ProxyServer: Sendable {
         self.adminPort = adminChannel.localAddress?.port ?? 0
         self.channels = [publicChannel, adminChannel]
         self.eventLoopGroup = eventLoopGroup
+        self.ownEventLoops = ownEventLoops
         self.threadPool = threadPool
-        self.quiescing = quiescing
+        self.quiescing = Mutex(quiescing)
         self.queueDelivery = queueDelivery
         self.prefetcher = prefetcher
         self.warmUps = warmUps
@@ -106,7 +115,8 @@ public final class ProxyServer: Sendable {
 
     /// Builds the proxy from `configuration` and binds its listeners.
     ///
-    /// - Parameter eventLoopGroup: the group to run on; by default NIO's process-wide group, a loop per core.
+    /// - Parameter eventLoopGroup: the group to run on; by default the server makes its own from
+    ///   `eventLoops` and shuts it down with the server.
     ///   - adminAuthorization: who may use the admin endpoints; by default anyone who can reach the listener.
     public static func start(
         configuration: ProxyConfiguration,
@@ -141,7 +151,8 @@ public final class ProxyServer: Sendable {
         tuning: Tuning
     ) async throws -> ProxyServer {
         try adminAuthorization.checkBinding(host: configuration.admin.host)
-        let group = eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton
+        let ownEventLoops = eventLoopGroup == nil ? ProxyEventLoops(configuration.eventLoops) : nil
+        let group = eventLoopGroup ?? ownEventLoops!.group
         let threadPool = NIOThreadPool(numberOfThreads: 2)
         threadPool.start()
 
@@ -161,8 +172,11 @@ public final class ProxyServer: Sendable {
                 maxBytes: configuration.cache.maxBytes,
                 maxEntries: configuration.cache.maxEntries
             )
+            let yielding = ownEventLoops?.yielding
             let metrics = ProxyMetrics(snapshot: { [writeQueue] in
-                ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
+                var snapshot = ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
+                snapshot.eventLoopYields = yielding?.yieldCount ?? 0
+                return snapshot
             })
             context = try ProxyContext.build(
                 configuration: configuration,
@@ -178,6 +192,7 @@ public final class ProxyServer: Sendable {
         } catch {
             try? await writeQueue?.close()
             try? await threadPool.shutdownGracefully()
+            try? await ownEventLoops?.group.shutdownGracefully()
             throw error
         }
         let runtime = ProxyRuntime(context)
@@ -272,6 +287,7 @@ public final class ProxyServer: Sendable {
                 publicChannel: publicChannel,
                 adminChannel: adminChannel,
                 eventLoopGroup: group,
+                ownEventLoops: ownEventLoops,
                 threadPool: threadPool,
                 quiescing: [publicQuiescing, adminQuiescing],
                 queueDelivery: queueDelivery,
@@ -286,6 +302,8 @@ public final class ProxyServer: Sendable {
                     "public": "\(configuration.listen.host):\(server.publicPort)",
                     "admin": "\(configuration.admin.host):\(server.adminPort)",
                     "upstream": "\(configuration.upstream.url)",
+                    "eventLoops": "\(group.makeIterator().reduce(0) { count, _ in count + 1 })",
+                    "yieldAfter": "\(ownEventLoops?.yielding == nil ? "never" : ownEventLoops!.yieldAfterDescription)",
                 ]
             )
             warmUps.startCurrent()
@@ -294,6 +312,7 @@ public final class ProxyServer: Sendable {
             try? await writeQueue?.close()
             try? await context.client.shutdown()
             try? await threadPool.shutdownGracefully()
+            try? await ownEventLoops?.group.shutdownGracefully()
             throw error
         }
     }
@@ -337,6 +356,7 @@ public final class ProxyServer: Sendable {
             ("cache.maxBytes", configuration.cache.maxBytes != old.configuration.cache.maxBytes),
             ("cache.maxEntries", configuration.cache.maxEntries != old.configuration.cache.maxEntries),
             ("queue", configuration.queue != old.configuration.queue),
+            ("eventLoops", configuration.eventLoops != old.configuration.eventLoops),
         ] where changed {
             logger.warning("config reload: \(name) only changes on restart; keeping the running value")
         }
@@ -345,6 +365,7 @@ public final class ProxyServer: Sendable {
         configuration.cache.maxBytes = old.configuration.cache.maxBytes
         configuration.cache.maxEntries = old.configuration.cache.maxEntries
         configuration.queue = old.configuration.queue
+        configuration.eventLoops = old.configuration.eventLoops
 
         let upstreamChanged = configuration.upstream != old.configuration.upstream
         let context = try ProxyContext.build(
@@ -366,9 +387,14 @@ public final class ProxyServer: Sendable {
         if upstreamChanged {
             // Exchanges already started on the old client may run for up to its timeout.
             let grace = old.configuration.upstream.timeout + .seconds(1)
-            Task {
-                try? await Task.sleep(for: grace)
-                try? await old.client.shutdown()
+            retiringClients.withLock { retiring in
+                let id = retiring.next
+                retiring.next += 1
+                retiring.tasks[id] = Task {
+                    try? await Task.sleep(for: grace)
+                    try? await old.client.shutdown()
+                    _ = self.retiringClients.withLock { $0.tasks.removeValue(forKey: id) }
+                }
             }
         }
         if configuration.prefetch != old.configuration.prefetch {
@@ -389,7 +415,7 @@ public final class ProxyServer: Sendable {
         let logger = context.logger
         logger.info("draining connections")
         warmUps.current.stop()
-        let drainedListeners = quiescing.map { helper in
+        let drainedListeners = quiescing.withLock { $0 }.map { helper in
             let promise = eventLoopGroup.any().makePromise(of: Void.self)
             helper.initiateShutdown(promise: promise)
             return promise.futureResult
@@ -424,7 +450,13 @@ public final class ProxyServer: Sendable {
         await queueDelivery?.value
         try? await context.writeQueue?.close()
         try? await context.client.shutdown()
+        for retiring in retiringClients.withLock({ Array($0.tasks.values) }) {
+            retiring.cancel()
+            await retiring.value
+        }
         try? await threadPool.shutdownGracefully()
+        quiescing.withLock { $0.removeAll() }
+        try? await ownEventLoops?.group.shutdownGracefully()
         logger.info("stopped")
     }
 }

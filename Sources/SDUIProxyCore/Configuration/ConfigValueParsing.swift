@@ -33,6 +33,7 @@ public enum ConfigValueParsing {
         guard let number, number >= 0 else { return nil }
         let secondsPerUnit: Int
         switch unit {
+        case "us", "µs": return .microseconds(number)
         case "ms": return .milliseconds(number)
         case "s": secondsPerUnit = 1
         case "m": secondsPerUnit = 60

@@ -60,7 +60,7 @@ public struct ConfigurationLoader: Sendable {
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
         try top.rejectUnknownKeys([
             "listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue",
-            "limits",
+            "limits", "eventLoops",
         ])
 
         var config = ProxyConfiguration()
@@ -84,6 +84,7 @@ public struct ConfigurationLoader: Sendable {
         try compat.rejectUnknownKeys(["beagleHash"])
         config.compat.beagleHash = try compat.bool("beagleHash", default: false)
         config.limits = try Self.limits(top.section("limits"))
+        config.eventLoops = try Self.eventLoops(top.section("eventLoops"))
         if top.mapping["queue"] != nil || environment.keys.contains(where: { $0.hasPrefix("SDUI_PROXY_QUEUE_") }) {
             config.queue = try QueueConfiguration.parse(top.section("queue"))
         }
@@ -275,6 +276,20 @@ public struct ConfigurationLoader: Sendable {
         guard limits.idleTimeout > .zero else { throw section.fail("idleTimeout", "must be more than 0") }
         limits.maxConnections = try section.int("maxConnections", default: limits.maxConnections, in: 1...1_000_000)
         return limits
+    }
+
+    private static func eventLoops(
+        _ section: ConfigurationSection
+    ) throws(ConfigurationError) -> ProxyConfiguration.EventLoops {
+        try section.rejectUnknownKeys(["count", "yieldAfter"])
+        var eventLoops = ProxyConfiguration.EventLoops()
+        eventLoops.count = try section.int("count", default: eventLoops.count, in: 0...1024)
+        eventLoops.yieldAfter = try section.duration("yieldAfter", default: eventLoops.yieldAfter)
+        // Under 50us a loop would spend more on yielding than on requests; over 100ms it never would.
+        guard
+            eventLoops.yieldAfter == .zero || (.microseconds(50)...(.milliseconds(100))).contains(eventLoops.yieldAfter)
+        else { throw section.fail("yieldAfter", "must be 0 (never) or from 50us to 100ms") }
+        return eventLoops
     }
 
     private static func log(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Log {

@@ -13,6 +13,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var log = Log()
     public var compat = Compatibility()
     public var limits = Limits()
+    public var eventLoops = EventLoops()
     /// The durable write queue; nil (no `queue` section) turns it off.
     public var queue: QueueConfiguration?
 
@@ -23,7 +24,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
             && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
-            && lhs.limits == rhs.limits && lhs.queue == rhs.queue
+            && lhs.limits == rhs.limits && lhs.eventLoops == rhs.eventLoops && lhs.queue == rhs.queue
     }
 
     /// A host and port to listen on.
@@ -158,6 +159,19 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var idleTimeout: Duration = .seconds(60)
         /// Open client connections; more are answered 503 and closed.
         public var maxConnections = 10_000
+
+        public init() {}
+    }
+
+    /// The event loops every connection, upstream exchange and timer runs on.
+    public struct EventLoops: Sendable, Equatable {
+        /// How many; 0 is one per core the process may use (its CPU quota or affinity, when it has one).
+        public var count = 0
+        /// A loop that has kept its core for this long, without pausing, lets the threads waiting for that core
+        /// run before it goes on; zero never does. Linux takes the core from a thread that never pauses only at
+        /// its scheduler tick (every 4 ms at the common 250 Hz), so on a machine with more busy threads than cores
+        /// (another loop, the clients, a sidecar) every connection of the waiting loop would wait that long.
+        public var yieldAfter: Duration = .microseconds(250)
 
         public init() {}
     }

@@ -1,0 +1,125 @@
+import NIOCore
+import NIOPosix
+import SDUIProxyCore
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The event loop group a proxy makes for itself (``ProxyServer/start(configuration:logger:adminAuthorization:eventLoopGroup:)``
+/// without a group): `eventLoops.count` loops, by default one per core the process may use, each yielding its
+/// core when it has kept it for `eventLoops.yieldAfter`.
+struct ProxyEventLoops: Sendable {
+    let group: MultiThreadedEventLoopGroup
+    /// Nil when `eventLoops.yieldAfter` is zero.
+    let yielding: BusyLoopYielding?
+
+    /// `eventLoops.yieldAfter` as the config file writes it, for the start-up log.
+    let yieldAfterDescription: String
+
+    init(_ configuration: ProxyConfiguration.EventLoops) {
+        yieldAfterDescription = "\(configuration.yieldAfter.timeAmount.nanoseconds / 1000)us"
+        // NIO's count honours the process's CPU quota and affinity.
+        let count = configuration.count > 0 ? configuration.count : System.coreCount
+        if configuration.yieldAfter > .zero {
+            let yielding = BusyLoopYielding(yieldAfter: configuration.yieldAfter.timeAmount)
+            self.yielding = yielding
+            group = MultiThreadedEventLoopGroup(numberOfThreads: count, metricsDelegate: yielding)
+        } else {
+            yielding = nil
+            group = MultiThreadedEventLoopGroup(numberOfThreads: count)
+        }
+    }
+}
+
+/// Lets the threads waiting for a busy event loop's core run, once the loop has kept that core for
+/// `eventLoops.yieldAfter` (``ProxyConfiguration/EventLoops/yieldAfter``).
+///
+/// Linux takes the core from a thread that never blocks only at its scheduler tick, every 4 ms at 250 Hz. A loop
+/// under steady load always finds more sockets ready, so it never blocks, and a thread waiting for the same core
+/// (the other loop, a client on the same machine, a sidecar) waits out the tick; every connection on a waiting
+/// loop waits with it. That wait was most of the proxy's p99 on a 2-core machine whose clients shared the cores.
+///
+/// NIO calls ``processedTick(info:)`` on the loop's thread after each turn of the loop, which is where a loop is
+/// between batches of work: what it wrote is out, and yielding delays nothing it has started.
+final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
+    private let yieldAfter: TimeAmount
+    private let policies = ThreadSpecificVariable<PolicyBox>()
+    private let yields = Atomic<Int>(0)
+
+    init(yieldAfter: TimeAmount) {
+        self.yieldAfter = yieldAfter
+    }
+
+    /// How often a loop has let waiting threads run (`sdui_event_loop_yields_total`).
+    var yieldCount: Int { yields.load(ordering: .relaxed) }
+
+    func processedTick(info: NIOEventLoopTickInfo) {
+        let box: PolicyBox
+        if let existing = policies.currentValue {
+            box = existing
+        } else {
+            box = PolicyBox(BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds))
+            policies.currentValue = box
+        }
+        // The tick's own clock reading: the thread's CPU clock (a system call) is read once per window at most.
+        let now = Int64(info.endTime.uptimeNanoseconds)
+        guard box.policy.isDue(now: now) else { return }
+        guard box.policy.closeWindow(now: now, cpuTime: Self.threadCPUTime()) else { return }
+        sched_yield()
+        yields.wrappingAdd(1, ordering: .relaxed)
+        // The window starts when the loop has its core back: the time spent waiting for it is not the loop's.
+        box.policy.startWindow(now: Int64(NIODeadline.now().uptimeNanoseconds), cpuTime: Self.threadCPUTime())
+    }
+
+    /// The calling thread's CPU time, in nanoseconds.
+    private static func threadCPUTime() -> Int64 {
+        var time = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
+    }
+
+    /// One loop's policy, reached through a thread-specific variable: only that loop's thread touches it.
+    private final class PolicyBox: @unchecked Sendable {
+        var policy: BusyLoopYieldPolicy
+
+        init(_ policy: BusyLoopYieldPolicy) {
+            self.policy = policy
+        }
+    }
+}
+
+/// Decides when an event loop has kept its core long enough to let others run: the loop's time is cut into
+/// windows of `yieldAfter`, and at the end of each the loop yields if its thread ran for at least three quarters
+/// of it. A loop that paused for lack of work, or waited for its core, has already let others run.
+struct BusyLoopYieldPolicy {
+    let yieldAfter: Int64
+    private var windowStart: Int64 = 0
+    private var windowCPUStart: Int64 = 0
+
+    init(yieldAfter: Int64) {
+        self.yieldAfter = yieldAfter
+    }
+
+    /// Whether the window is over, at `now` (monotonic nanoseconds); until then nothing else is asked.
+    func isDue(now: Int64) -> Bool {
+        now - windowStart >= yieldAfter
+    }
+
+    /// Ends the window and starts the next; returns whether the loop should yield: whether the thread ran
+    /// (`cpuTime`, its CPU clock) for at least three quarters of the window.
+    mutating func closeWindow(now: Int64, cpuTime: Int64) -> Bool {
+        let elapsed = now - windowStart
+        let ran = cpuTime - windowCPUStart
+        startWindow(now: now, cpuTime: cpuTime)
+        return ran * 4 >= elapsed * 3
+    }
+
+    mutating func startWindow(now: Int64, cpuTime: Int64) {
+        windowStart = now
+        windowCPUStart = cpuTime
+    }
+}
