@@ -5,6 +5,16 @@ import Testing
 
 @testable import SDUIProxy
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The C library's affinity calls, which Glibc's module map leaves out (they need _GNU_SOURCE).
+@_silgen_name("sched_getaffinity")
+private func sched_getaffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeMutableRawPointer) -> Int32
+@_silgen_name("sched_setaffinity")
+private func sched_setaffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeRawPointer) -> Int32
+
 @Suite("Busy event loops let the threads waiting for their core run (eventLoops)")
 struct BusyLoopYieldingTests {
     private static let millisecond: Int64 = 1_000_000
@@ -34,7 +44,7 @@ struct BusyLoopYieldingTests {
         #expect(yields)
     }
 
-    @Test("on a real event loop, a loop kept busy yields and one that mostly sleeps does not")
+    @Test("on a real event loop, a loop kept busy offers its core and one that mostly sleeps does not")
     func realLoop() async throws {
         let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1))
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: yielding)
@@ -44,22 +54,38 @@ struct BusyLoopYieldingTests {
         for _ in 0..<20 {
             try await loop.scheduleTask(in: .milliseconds(2)) { Self.spin(for: .microseconds(20)) }.futureResult.get()
         }
-        #expect(yielding.yieldCount == 0)
+        #expect(yielding.yieldCallCount == 0)
 
-        let yielded = try await Self.keepBusy(loop) { yielding.yieldCount > 0 }
-        #expect(yielded)
+        let offered = try await Self.keepBusy([loop]) { yielding.yieldCallCount > 0 }
+        #expect(offered)
+        try await group.shutdownGracefully()
+    }
+
+    @Test("two busy loops on one core let each other run, and those yields are counted")
+    func sharedCore() async throws {
+        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1))
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2, metricsDelegate: yielding)
+        let loops = Array(group.makeIterator())
+        // Alone on its core, a loop that offers it is not counted.
+        _ = try await Self.keepBusy([loops[0]]) { yielding.yieldCallCount > 0 }
+        let alone = yielding.yieldCount
+        for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
+
+        let gaveWay = try await Self.keepBusy(loops) { yielding.yieldCount > alone }
+        #expect(gaveWay)
         try await group.shutdownGracefully()
     }
 
     @Test("the proxy's own loops follow eventLoops.count, and their yields are counted in /metrics")
     func proxyLoops() async throws {
         try await ProxyHarness.run(configure: {
-            $0.eventLoops.count = 1
+            $0.eventLoops.count = 2
             $0.eventLoops.yieldAfter = .milliseconds(1)
         }) { proxy async throws in
             let loops = Array(proxy.server.eventLoopGroup.makeIterator())
-            #expect(loops.count == 1)
-            let yielded = try await Self.keepBusy(loops[0]) {
+            #expect(loops.count == 2)
+            for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
+            let yielded = try await Self.keepBusy(loops) {
                 let metrics = try await proxy.admin("/metrics").body
                 return Self.yields(in: metrics).map { $0 > 0 } ?? false
             }
@@ -70,11 +96,15 @@ struct BusyLoopYieldingTests {
     @Test("with eventLoops.yieldAfter 0 a busy loop never yields")
     func yieldingOff() async throws {
         try await ProxyHarness.run(configure: {
-            $0.eventLoops.count = 1
+            $0.eventLoops.count = 2
             $0.eventLoops.yieldAfter = .zero
         }) { proxy async throws in
-            let loop = proxy.server.eventLoopGroup.next()
-            try await Self.busyTurns(on: loop, count: 10)
+            #expect(proxy.server.ownEventLoops?.yielding == nil)
+            let loops = Array(proxy.server.eventLoopGroup.makeIterator())
+            for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
+            async let first: Void = Self.busyTurns(on: loops[0], count: 10)
+            async let second: Void = Self.busyTurns(on: loops[1], count: 10)
+            _ = try await (first, second)
             let metrics = try await proxy.admin("/metrics").body
             #expect(Self.yields(in: metrics) == 0)
         }
@@ -83,12 +113,15 @@ struct BusyLoopYieldingTests {
     /// Runs 2 ms of work at a time on `loop`, each in a turn of the loop of its own, until `condition` holds or
     /// 10 s have passed (a machine busy with other tests may not give the loop three quarters of a window).
     private static func keepBusy(
-        _ loop: any EventLoop,
+        _ loops: [any EventLoop],
         until condition: () async throws -> Bool
     ) async throws -> Bool {
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
-            try await busyTurns(on: loop, count: 5)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for loop in loops { group.addTask { try await busyTurns(on: loop, count: 5) } }
+                try await group.waitForAll()
+            }
             if try await condition() { return true }
         }
         return try await condition()
@@ -107,6 +140,24 @@ struct BusyLoopYieldingTests {
             spin(for: .milliseconds(2))
             if count > 1 { busyTurns(on: loop, count: count - 1, then: done) } else { done.succeed() }
         }
+    }
+
+    /// Moves the calling thread onto one core, the first the process may use, so that two loops share it.
+    private static func pinToOneCPU() -> Bool {
+        #if os(Linux)
+        var set = cpu_set_t()
+        guard sched_getaffinity(0, MemoryLayout<cpu_set_t>.size, &set) == 0 else { return false }
+        let found = withUnsafeMutableBytes(of: &set) { bytes -> Bool in
+            guard let index = bytes.firstIndex(where: { $0 != 0 }) else { return false }
+            let bit = bytes[index].trailingZeroBitCount
+            for byte in bytes.indices { bytes[byte] = 0 }
+            bytes[index] = 1 << bit
+            return true
+        }
+        return found && sched_setaffinity(0, MemoryLayout<cpu_set_t>.size, &set) == 0
+        #else
+        return false
+        #endif
     }
 
     private static func spin(for time: TimeAmount) {

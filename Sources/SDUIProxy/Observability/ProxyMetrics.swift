@@ -39,7 +39,7 @@ public final class ProxyMetrics: Sendable {
         public var cacheMisses: Int
         /// The durable write queue's depth; nil when there is no queue (the metric is then left out).
         public var queueDepth: Int?
-        /// How often a busy event loop let the threads waiting for its core run (`sdui_event_loop_yields_total`).
+        /// How often a busy event loop let a thread waiting for its core run (`sdui_event_loop_yields_total`).
         public var eventLoopYields = 0
 
         /// Creates a snapshot from figures gathered by the caller.
@@ -172,7 +172,7 @@ public final class ProxyMetrics: Sendable {
                         "event_loop_yields",
                         unit: "total",
                         help:
-                            "Times a busy event loop let the threads waiting for its core run (eventLoops.yieldAfter)."
+                            "Times a busy event loop let a thread waiting for its core run (eventLoops.yieldAfter)."
                     )
                 ),
                 queueDepth: nil

@@ -67,6 +67,10 @@ public final class Prefetcher: StoredComponentObserver {
         /// until when they are not followed again: each component stored that links to a personalised or failing
         /// screen would otherwise send the backend another request for it.
         var storedNothing: [String: NIODeadline] = [:]
+        /// Set by ``stop()``: nothing new starts.
+        var stopped = false
+        /// Completed when the last running job ends, once stopped.
+        var whenIdle: EventLoopPromise<Void>?
     }
 
     /// How long a navigation target whose prefetch stored nothing is not followed again.
@@ -127,17 +131,44 @@ public final class Prefetcher: StoredComponentObserver {
             forceRefresh: forceRefresh,
             promise: promise
         )
-        let start = state.withLock { state -> Bool in
+        let start = state.withLock { state -> Start in
+            guard !state.stopped else { return .refused }
             guard state.running < concurrency else {
                 state.backlog.append(job)
-                return false
+                return .later
             }
             state.running += 1
-            return true
+            return .now
         }
-        if start { run(job) }
+        switch start {
+        case .now: run(job)
+        case .later: break
+        case .refused: promise.succeed(.failed(Self.stoppedError))
+        }
         return promise.futureResult
     }
+
+    /// Starts nothing more: the backlog's prefetches end as failed, and so does any asked for later. The future
+    /// completes once the prefetches already running have ended, which the upstream client's shutdown hastens;
+    /// the event loops must run until then.
+    func stop() -> EventLoopFuture<Void> {
+        let (dropped, whenIdle, idleNow) = state.withLock { state -> ([Job], EventLoopPromise<Void>, Bool) in
+            if let whenIdle = state.whenIdle { return ([], whenIdle, false) }
+            state.stopped = true
+            let dropped = Array(state.backlog)
+            state.backlog.removeAll()
+            let whenIdle = eventLoopGroup.any().makePromise(of: Void.self)
+            state.whenIdle = whenIdle
+            return (dropped, whenIdle, state.running == 0)
+        }
+        for job in dropped { job.promise.succeed(.failed(Self.stoppedError)) }
+        if idleNow { whenIdle.succeed() }
+        return whenIdle.futureResult
+    }
+
+    private enum Start { case now, later, refused }
+
+    private static let stoppedError = ProxyError(.unavailable, "the proxy is shutting down")
 
     // MARK: Running jobs
 
@@ -149,7 +180,7 @@ public final class Prefetcher: StoredComponentObserver {
             case .success(let value): outcome = value
             case .failure(let error): outcome = .failed(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
             }
-            let next = self.state.withLock { state -> Job? in
+            let (next, idle) = self.state.withLock { state -> (Job?, EventLoopPromise<Void>?) in
                 switch outcome {
                 case .cached: state.counts.cached += 1
                 case .uncacheable: state.counts.uncacheable += 1
@@ -157,9 +188,9 @@ public final class Prefetcher: StoredComponentObserver {
                 }
                 guard let next = state.backlog.popFirst() else {
                     state.running -= 1
-                    return nil
+                    return (nil, state.running == 0 ? state.whenIdle : nil)
                 }
-                return next
+                return (next, nil)
             }
             switch outcome {
             case .cached: self.proxy.metrics.prefetch(outcome: .cached)
@@ -167,6 +198,7 @@ public final class Prefetcher: StoredComponentObserver {
             case .failed: self.proxy.metrics.prefetch(outcome: .failed)
             }
             job.promise.succeed(outcome)
+            idle?.succeed()
             // Through the event loop, not a nested call: jobs that finish at once (already fresh) would
             // otherwise recurse once per job in the backlog.
             if let next { next.promise.futureResult.eventLoop.execute { self.run(next) } }

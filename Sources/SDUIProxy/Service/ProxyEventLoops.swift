@@ -5,6 +5,8 @@ import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
@@ -22,7 +24,7 @@ struct ProxyEventLoops: Sendable {
 
     init(_ configuration: ProxyConfiguration.EventLoops) {
         yieldAfterDescription = "\(configuration.yieldAfter.timeAmount.nanoseconds / 1000)us"
-        // NIO's count honours the process's CPU quota and affinity.
+        // NIO's count honours the container's CPU quota and cpuset.
         let count = configuration.count > 0 ? configuration.count : System.coreCount
         if configuration.yieldAfter > .zero {
             let yielding = BusyLoopYielding(yieldAfter: configuration.yieldAfter.timeAmount)
@@ -48,14 +50,23 @@ struct ProxyEventLoops: Sendable {
 final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
     private let yieldAfter: TimeAmount
     private let policies = ThreadSpecificVariable<PolicyBox>()
-    private let yields = Atomic<Int>(0)
+    private let yieldCalls = Atomic<Int>(0)
+    private let gaveWay = Atomic<Int>(0)
 
     init(yieldAfter: TimeAmount) {
         self.yieldAfter = yieldAfter
     }
 
-    /// How often a loop has let waiting threads run (`sdui_event_loop_yields_total`).
-    var yieldCount: Int { yields.load(ordering: .relaxed) }
+    /// How often a loop has offered its core: on a core of its own, nothing takes it.
+    var yieldCallCount: Int { yieldCalls.load(ordering: .relaxed) }
+
+    /// How often another thread did run when a loop offered its core (`sdui_event_loop_yields_total`): a count
+    /// that climbs says the loops share their cores with other busy threads.
+    var yieldCount: Int { gaveWay.load(ordering: .relaxed) }
+
+    /// Off its core for this long across `sched_yield`, a loop let another thread run; the call alone takes
+    /// about a microsecond.
+    static let gaveWayThreshold: Int64 = 5_000
 
     func processedTick(info: NIOEventLoopTickInfo) {
         let box: PolicyBox
@@ -68,11 +79,18 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
         // The tick's own clock reading: the thread's CPU clock (a system call) is read once per window at most.
         let now = Int64(info.endTime.uptimeNanoseconds)
         guard box.policy.isDue(now: now) else { return }
-        guard box.policy.closeWindow(now: now, cpuTime: Self.threadCPUTime()) else { return }
+        let cpuBefore = Self.threadCPUTime()
+        guard box.policy.closeWindow(now: now, cpuTime: cpuBefore) else { return }
+        let before = Int64(NIODeadline.now().uptimeNanoseconds)
         sched_yield()
-        yields.wrappingAdd(1, ordering: .relaxed)
+        let after = Int64(NIODeadline.now().uptimeNanoseconds)
+        let cpuAfter = Self.threadCPUTime()
+        yieldCalls.wrappingAdd(1, ordering: .relaxed)
+        if (after - before) - (cpuAfter - cpuBefore) >= Self.gaveWayThreshold {
+            gaveWay.wrappingAdd(1, ordering: .relaxed)
+        }
         // The window starts when the loop has its core back: the time spent waiting for it is not the loop's.
-        box.policy.startWindow(now: Int64(NIODeadline.now().uptimeNanoseconds), cpuTime: Self.threadCPUTime())
+        box.policy.startWindow(now: after, cpuTime: cpuAfter)
     }
 
     /// The calling thread's CPU time, in nanoseconds.

@@ -30,11 +30,13 @@ public final class ProxyServer: Sendable {
 
     let eventLoopGroup: any EventLoopGroup
     /// The loops the server made itself (``start`` was given no group); shut down last.
-    private let ownEventLoops: ProxyEventLoops?
+    let ownEventLoops: ProxyEventLoops?
     /// Clients a reload replaced, shut down once the exchanges they started can have ended; a shutdown does it at
     /// once, before the loops they run on stop.
     private let retiringClients = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
     var retiringClientCount: Int { retiringClients.withLock { $0.tasks.count } }
+    /// Set by the first ``shutdown(drainTimeout:)``: the loops may be gone after it, so nothing runs twice.
+    private let shutdownBegan = Atomic(false)
     private let threadPool: NIOThreadPool
     /// One per listener: a helper tracks the connections of a single server channel. Let go of once the
     /// listeners have drained: a helper's deinit completes a promise on a loop, which must still be running.
@@ -115,8 +117,9 @@ public final class ProxyServer: Sendable {
 
     /// Builds the proxy from `configuration` and binds its listeners.
     ///
-    /// - Parameter eventLoopGroup: the group to run on; by default the server makes its own from
-    ///   `eventLoops` and shuts it down with the server.
+    /// - Parameter eventLoopGroup: the group to run on; by default the server makes its own from `eventLoops` and
+    ///   shuts it down with the server. A group passed in is the caller's: `eventLoops` does not apply to it, and
+    ///   `sdui_event_loop_yields_total` stays at zero.
     ///   - adminAuthorization: who may use the admin endpoints; by default anyone who can reach the listener.
     public static func start(
         configuration: ProxyConfiguration,
@@ -347,6 +350,9 @@ public final class ProxyServer: Sendable {
     /// addresses, the cache's size and the queue cannot change without a restart; such changes are logged
     /// and left as they were.
     public func reload(_ configuration: ProxyConfiguration) async throws {
+        guard !shutdownBegan.load(ordering: .relaxed) else {
+            throw ProxyStartupError(message: "the proxy is shutting down; the configuration was not reloaded")
+        }
         let old = runtime.context
         var configuration = configuration
         let logger = old.logger
@@ -410,7 +416,12 @@ public final class ProxyServer: Sendable {
 
     /// Stops accepting connections, lets in-flight requests finish for up to `drainTimeout`, closes any
     /// connection still open after that, and releases the upstream client and threads.
+    ///
+    /// A second call returns at once.
     public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
+        guard shutdownBegan.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else {
+            return
+        }
         let context = runtime.context
         let logger = context.logger
         logger.info("draining connections")
@@ -449,7 +460,9 @@ public final class ProxyServer: Sendable {
         queueDelivery?.cancel()
         await queueDelivery?.value
         try? await context.writeQueue?.close()
+        let prefetchesEnded = prefetcher.stop()
         try? await context.client.shutdown()
+        try? await prefetchesEnded.get()
         for retiring in retiringClients.withLock({ Array($0.tasks.values) }) {
             retiring.cancel()
             await retiring.value

@@ -26,14 +26,15 @@ public enum ConfigValueParsing {
     /// duration (nanoseconds in an `Int64`, a deadline added to the clock) can overflow.
     public static let maximumDuration = Duration.seconds(3650 * 86400)
 
-    /// Parses a duration: a whole number followed by `ms`, `s`, `m`, `h` or `d`. A bare `0` is zero. A number
+    /// Parses a duration: a whole number followed by `us` (or `µs`), `ms`, `s`, `m`, `h` or `d`. A bare `0` is zero. A number
     /// too large to count in seconds gives `Int64.max` seconds, which is past ``maximumDuration``.
     public static func duration(_ text: String) -> Duration? {
         let (number, unit) = splitNumber(text)
         guard let number, number >= 0 else { return nil }
         let secondsPerUnit: Int
         switch unit {
-        case "us", "µs": return .microseconds(number)
+        // The micro sign (U+00B5) and the Greek letter mu (U+03BC) look alike; both are taken.
+        case "us", "\u{B5}s", "\u{3BC}s": return .microseconds(number)
         case "ms": return .milliseconds(number)
         case "s": secondsPerUnit = 1
         case "m": secondsPerUnit = 60

@@ -89,7 +89,7 @@ struct ConfigurationSection {
     func duration(_ key: String, default fallback: Duration) throws(ConfigurationError) -> Duration {
         guard let node = try value(key) else { return fallback }
         guard case .scalar(let scalar) = node, let parsed = ConfigValueParsing.duration(scalar.string) else {
-            throw mismatch(key, "a duration like 250ms, 5s, 10m, 1h or 1d", node)
+            throw mismatch(key, "a duration like 250us, 250ms, 5s, 10m, 1h or 1d", node)
         }
         guard parsed <= ConfigValueParsing.maximumDuration else {
             throw ConfigurationError(key: keyPath(key), problem: "must be at most 3650d\(origin(key))")

@@ -165,7 +165,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
 
     /// The event loops every connection, upstream exchange and timer runs on.
     public struct EventLoops: Sendable, Equatable {
-        /// How many; 0 is one per core the process may use (its CPU quota or affinity, when it has one).
+        /// How many; 0 is one per core the process may use (its cgroup CPU quota or cpuset, when it has one).
         public var count = 0
         /// A loop that has kept its core for this long, without pausing, lets the threads waiting for that core
         /// run before it goes on; zero never does. Linux takes the core from a thread that never pauses only at
