@@ -11,9 +11,9 @@ import Musl
 import Darwin
 #endif
 
-/// The event loop group a proxy makes for itself (``ProxyServer/start(configuration:logger:adminAuthorization:eventLoopGroup:)``
-/// without a group): `eventLoops.count` loops, by default one per core the process may use, each yielding its
-/// core when it has kept it for `eventLoops.yieldAfter`.
+/// The event loop group a ``ProxyServer`` started without one makes for itself: `eventLoops.count` loops, by
+/// default one per core the process may use, each yielding its core when it has kept it for
+/// `eventLoops.yieldAfter`.
 struct ProxyEventLoops: Sendable {
     let group: MultiThreadedEventLoopGroup
     /// Nil when `eventLoops.yieldAfter` is zero.
@@ -76,7 +76,8 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
             box = PolicyBox(BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds))
             policies.currentValue = box
         }
-        // The tick's own clock reading: the thread's CPU clock (a system call) is read once per window at most.
+        // The tick's own clock reading decides whether a window is over; the thread's CPU clock (a system call) is
+        // read only then, and twice more around a yield.
         let now = Int64(info.endTime.uptimeNanoseconds)
         guard box.policy.isDue(now: now) else { return }
         let cpuBefore = Self.threadCPUTime()
