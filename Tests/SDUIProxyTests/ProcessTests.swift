@@ -1,6 +1,5 @@
 import AsyncHTTPClient
 import Foundation
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import Testing
@@ -21,68 +20,56 @@ struct ProcessTests {
         var standardError: String
     }
 
+    /// This process's environment without the proxy's variables, and with `extra`.
+    static func environment(adding extra: [String: String] = [:]) -> [String: String] {
+        ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SDUI_PROXY_") }.merging(extra) { $1 }
+    }
+
     static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Finished {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        process.currentDirectoryURL = repositoryRoot
-        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SDUI_PROXY_") }
-            .merging(environment) { $1 }
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = Pipe()
-        try process.run()
-        let data = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Finished(status: process.terminationStatus, standardError: String(decoding: data, as: UTF8.self))
+        let process = try ChildProcess(
+            executable: executable.path,
+            arguments: arguments,
+            directory: repositoryRoot.path,
+            environment: Self.environment(adding: environment)
+        )
+        let status = process.waitUntilExit()
+        return Finished(status: status, standardError: process.standardError)
     }
 
     /// A proxy process started on ephemeral ports; its ports are read from its start-up log line.
     final class RunningProxy: Sendable {
-        let process: Process
+        let process: ChildProcess
         let publicPort: Int
         let adminPort: Int
-        private let output: NIOLockedValueBox<String>
 
         init(arguments: [String]) async throws {
-            let process = Process()
-            process.executableURL = ProcessTests.executable
-            process.arguments = arguments + ["--port", "0", "--admin-port", "0"]
-            process.currentDirectoryURL = ProcessTests.repositoryRoot
-            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SDUI_PROXY_") }
-            let errors = Pipe()
-            process.standardError = errors
-            process.standardOutput = Pipe()
-            let output = NIOLockedValueBox("")
-            errors.fileHandleForReading.readabilityHandler = { handle in
-                let chunk = String(decoding: handle.availableData, as: UTF8.self)
-                output.withLockedValue { $0 += chunk }
-            }
-            try process.run()
+            let process = try ChildProcess(
+                executable: ProcessTests.executable.path,
+                arguments: arguments + ["--port", "0", "--admin-port", "0"],
+                directory: ProcessTests.repositoryRoot.path,
+                environment: ProcessTests.environment()
+            )
             self.process = process
-            self.output = output
             let deadline = ContinuousClock.now + .seconds(20)
             var ports: (Int, Int)?
             while ports == nil, ContinuousClock.now < deadline, process.isRunning {
-                ports = Self.ports(in: output.withLockedValue { $0 })
+                ports = Self.ports(in: process.standardError)
                 if ports == nil { try await Task.sleep(for: .milliseconds(20)) }
             }
             guard let ports else {
-                process.terminate()
-                process.waitUntilExit()
-                // What the process wrote last may not have reached the handler yet: read the rest here.
-                errors.fileHandleForReading.readabilityHandler = nil
-                let rest = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                throw ProxyDidNotStart(log: output.withLockedValue { $0 } + rest, status: process.terminationStatus)
+                process.signal(SIGTERM)
+                // Waits for the end of its standard error too, so the log is whole.
+                let status = process.waitUntilExit()
+                throw ProxyDidNotStart(log: process.standardError, status: status)
             }
             (publicPort, adminPort) = ports
         }
 
-        var log: String { output.withLockedValue { $0 } }
+        var log: String { process.standardError }
 
         deinit {
             // A test that failed half-way must not leave its proxy running, nor wait for it to drain: SIGKILL.
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.signal(SIGKILL)
         }
 
         struct ProxyDidNotStart: Error {
@@ -103,20 +90,20 @@ struct ProcessTests {
         }
 
         func signal(_ number: Int32) {
-            kill(process.processIdentifier, number)
+            process.signal(number)
         }
 
         func waitForExit(timeout: Duration = .seconds(15)) async throws -> Int32 {
             let deadline = ContinuousClock.now + timeout
-            while process.isRunning {
+            while true {
+                if let status = process.terminationStatus { return status }
                 guard ContinuousClock.now < deadline else {
                     // It did not stop when asked: it must not outlive the test.
-                    kill(process.processIdentifier, SIGKILL)
+                    process.signal(SIGKILL)
                     throw CancellationError()
                 }
                 try await Task.sleep(for: .milliseconds(20))
             }
-            return process.terminationStatus
         }
     }
 
