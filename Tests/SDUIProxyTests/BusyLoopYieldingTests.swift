@@ -9,11 +9,12 @@ import Testing
 import Glibc
 #endif
 
-// The C library's affinity calls, which Glibc's module map leaves out (they need _GNU_SOURCE).
+// The C library's affinity calls, which Glibc's module map leaves out (they need _GNU_SOURCE); named apart from
+// them so that a Glibc that does export them does not make the calls ambiguous.
 @_silgen_name("sched_getaffinity")
-private func sched_getaffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeMutableRawPointer) -> Int32
+private func getAffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeMutableRawPointer) -> Int32
 @_silgen_name("sched_setaffinity")
-private func sched_setaffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeRawPointer) -> Int32
+private func setAffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeRawPointer) -> Int32
 
 @Suite("Busy event loops let the threads waiting for their core run (eventLoops)")
 struct BusyLoopYieldingTests {
@@ -146,7 +147,7 @@ struct BusyLoopYieldingTests {
     private static func pinToOneCPU() -> Bool {
         #if os(Linux)
         var set = cpu_set_t()
-        guard sched_getaffinity(0, MemoryLayout<cpu_set_t>.size, &set) == 0 else { return false }
+        guard getAffinity(0, MemoryLayout<cpu_set_t>.size, &set) == 0 else { return false }
         let found = withUnsafeMutableBytes(of: &set) { bytes -> Bool in
             guard let index = bytes.firstIndex(where: { $0 != 0 }) else { return false }
             let bit = bytes[index].trailingZeroBitCount
@@ -154,7 +155,7 @@ struct BusyLoopYieldingTests {
             bytes[index] = 1 << bit
             return true
         }
-        return found && sched_setaffinity(0, MemoryLayout<cpu_set_t>.size, &set) == 0
+        return found && setAffinity(0, MemoryLayout<cpu_set_t>.size, &set) == 0
         #else
         return false
         #endif

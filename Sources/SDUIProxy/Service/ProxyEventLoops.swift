@@ -19,11 +19,12 @@ struct ProxyEventLoops: Sendable {
     /// Nil when `eventLoops.yieldAfter` is zero.
     let yielding: BusyLoopYielding?
 
-    /// `eventLoops.yieldAfter` as the config file writes it, for the start-up log.
+    /// `eventLoops.yieldAfter` as the config file writes it, or `never`, for the start-up log.
     let yieldAfterDescription: String
 
     init(_ configuration: ProxyConfiguration.EventLoops) {
-        yieldAfterDescription = "\(configuration.yieldAfter.timeAmount.nanoseconds / 1000)us"
+        yieldAfterDescription =
+            configuration.yieldAfter > .zero ? "\(configuration.yieldAfter.timeAmount.nanoseconds / 1000)us" : "never"
         // NIO's count honours the container's CPU quota and cpuset.
         let count = configuration.count > 0 ? configuration.count : System.coreCount
         if configuration.yieldAfter > .zero {

@@ -306,7 +306,7 @@ public final class ProxyServer: Sendable {
                     "admin": "\(configuration.admin.host):\(server.adminPort)",
                     "upstream": "\(configuration.upstream.url)",
                     "eventLoops": "\(group.makeIterator().reduce(0) { count, _ in count + 1 })",
-                    "yieldAfter": "\(ownEventLoops?.yielding == nil ? "never" : ownEventLoops!.yieldAfterDescription)",
+                    "yieldAfter": "\(ownEventLoops?.yieldAfterDescription ?? "n/a (the caller's event loops)")",
                 ]
             )
             warmUps.startCurrent()
@@ -426,6 +426,8 @@ public final class ProxyServer: Sendable {
         let logger = context.logger
         logger.info("draining connections")
         warmUps.current.stop()
+        // No prefetch starts while draining; those running end once the client shuts down, before the loops stop.
+        let prefetchesEnded = prefetcher.stop()
         let drainedListeners = quiescing.withLock { $0 }.map { helper in
             let promise = eventLoopGroup.any().makePromise(of: Void.self)
             helper.initiateShutdown(promise: promise)
@@ -460,7 +462,6 @@ public final class ProxyServer: Sendable {
         queueDelivery?.cancel()
         await queueDelivery?.value
         try? await context.writeQueue?.close()
-        let prefetchesEnded = prefetcher.stop()
         try? await context.client.shutdown()
         try? await prefetchesEnded.get()
         for retiring in retiringClients.withLock({ Array($0.tasks.values) }) {
