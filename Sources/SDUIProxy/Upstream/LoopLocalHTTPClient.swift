@@ -281,7 +281,7 @@ final class PoolState: @unchecked Sendable {
         let timeout = min(connectTimeout, deadline - .now())
         return ClientBootstrap(group: eventLoop)
             .connectTimeout(max(timeout, .milliseconds(1)))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(handler)
