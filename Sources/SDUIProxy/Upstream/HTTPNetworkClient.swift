@@ -117,15 +117,21 @@ public final class HTTPNetworkClient: NetworkClient {
             case .connectTimeout, .getConnectionFromPoolTimeout:
                 return ProxyError(.timeout, "connecting to the backend timed out")
             case .invalidURL, .emptyHost, .emptyScheme:
-                return ProxyError(.url, "cannot build an upstream URL: \(error)")
+                return ProxyError(.url, "cannot build an upstream URL", detail: "\(error)")
+            case .remoteConnectionClosed:
+                return ProxyError(.network, "the backend closed the connection", detail: "\(error)")
             default:
-                return ProxyError(.network, "the backend connection failed: \(error)")
+                return ProxyError(.network, "the backend connection failed", detail: "\(error)")
             }
         }
         if error is NIOConnectionError || error is ChannelError || error is IOError {
-            return ProxyError(.network, "cannot reach the backend: \(error)")
+            return ProxyError(
+                .network,
+                "cannot reach the backend: \(UpstreamFailureReason.reason(for: error))",
+                detail: "\(error)"
+            )
         }
-        return ProxyError(.network, "the backend exchange failed: \(error)")
+        return ProxyError(.network, "the backend exchange failed", detail: "\(error)")
     }
 }
 

@@ -339,7 +339,11 @@ final class PoolState: @unchecked Sendable {
         if case .connectTimeout(_)? = error as? ChannelError {
             return ProxyError(.timeout, "connecting to the backend timed out")
         }
-        return ProxyError(.network, "cannot reach the backend: \(error)")
+        return ProxyError(
+            .network,
+            "cannot reach the backend: \(UpstreamFailureReason.reason(for: error))",
+            detail: "\(error)"
+        )
     }
 }
 

@@ -6,6 +6,10 @@ import NIOHTTP1
 /// Every `ProxyError` becomes exactly one HTTP response: ``status`` and the JSON body from ``jsonBody()``,
 /// `{"error": {"kind": "...", "message": "...", "retryable": true|false}}`. This is the one place where
 /// errors are mapped to HTTP.
+///
+/// ``message`` is what the client reads: short, and free of addresses, paths and library internals.
+/// ``detail`` holds those (the underlying error, the backend's address, an errno) for the log only: it is in
+/// ``description``, never in ``jsonBody()``.
 public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
     /// What went wrong, in the vocabulary clients see in the `kind` field.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
@@ -64,11 +68,24 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public var kind: Kind
+    /// What the client reads.
     public var message: String
+    /// What only the log reads: the underlying error in full. Not part of equality.
+    public var detail: String?
 
-    public init(_ kind: Kind, _ message: String) {
+    public init(_ kind: Kind, _ message: String, detail: String? = nil) {
         self.kind = kind
         self.message = message
+        self.detail = detail
+    }
+
+    public static func == (lhs: ProxyError, rhs: ProxyError) -> Bool {
+        lhs.kind == rhs.kind && lhs.message == rhs.message
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(kind)
+        hasher.combine(message)
     }
 
     /// The status the client receives for this error.
@@ -104,7 +121,11 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         #"{"error":{"kind":"\#(kind)","message":\#(JSONText.quoted(message)),"retryable":\#(isRetryable)}}"#
     }
 
-    public var description: String { "\(kind): \(message)" }
+    /// The log's form: kind, message and, when there is one, the detail.
+    public var description: String {
+        guard let detail else { return "\(kind): \(message)" }
+        return "\(kind): \(message) (\(detail))"
+    }
 }
 
 /// Small helpers to write JSON text without an encoder, for bodies the proxy builds itself.
