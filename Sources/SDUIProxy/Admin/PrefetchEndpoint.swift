@@ -93,19 +93,8 @@ struct PrefetchEndpoint {
     }
 
     private static func resultJSON(url: String, platform: String, _ outcome: Prefetcher.Outcome) -> String {
-        let bytes: Int
-        let error: String
-        switch outcome {
-        case .cached(let size, _, _):
-            bytes = size
-            error = "null"
-        case .uncacheable(let reason):
-            bytes = 0
-            error = JSONText.quoted(reason)
-        case .failed(let failure):
-            bytes = 0
-            error = JSONText.quoted(failure.message)
-        }
+        let bytes = if case .cached(let size, _, _) = outcome { size } else { 0 }
+        let error = outcome.failureReason.map(JSONText.quoted) ?? "null"
         return #"{"url":\#(JSONText.quoted(url)),"platform":\#(JSONText.quoted(platform)),"#
             + #""status":"\#(outcome.name)","bytes":\#(bytes),"error":\#(error)}"#
     }

@@ -19,6 +19,8 @@ public final class Prefetcher: StoredComponentObserver {
         case cached(bytes: Int, freshFor: Int64, lifetime: Int64)
         /// The backend answered with something that may not be stored.
         case uncacheable(reason: String)
+        /// The backend answered with an error status (4xx or 5xx), so nothing was stored.
+        case backendError(status: HTTPResponseStatus)
         /// No answer could be had.
         case failed(ProxyError)
 
@@ -34,7 +36,25 @@ public final class Prefetcher: StoredComponentObserver {
             switch self {
             case .cached: "cached"
             case .uncacheable: "uncacheable"
-            case .failed: "failed"
+            case .backendError, .failed: "failed"
+            }
+        }
+
+        /// Whether no usable answer came: the prefetch counts as failed and a declared URL is tried again.
+        public var isFailure: Bool {
+            switch self {
+            case .backendError, .failed: true
+            case .cached, .uncacheable: false
+            }
+        }
+
+        /// What went wrong, for the log and the prefetch endpoint's `error`; nil for a stored answer.
+        public var failureReason: String? {
+            switch self {
+            case .cached: nil
+            case .uncacheable(let reason): reason
+            case .backendError(let status): "the backend answered \(status.code) \(status.reasonPhrase)"
+            case .failed(let error): error.message
             }
         }
     }
@@ -170,6 +190,11 @@ public final class Prefetcher: StoredComponentObserver {
 
     private static let stoppedError = ProxyError(.unavailable, "the proxy is shutting down")
 
+    /// `error` in the error model; anything else is a fault of the proxy's, in full for the log.
+    private static func proxyError(_ error: any Error) -> ProxyError {
+        error as? ProxyError ?? ProxyError(.internalError, "the prefetch failed inside the proxy", detail: "\(error)")
+    }
+
     // MARK: Running jobs
 
     private func run(_ job: Job) {
@@ -178,13 +203,13 @@ public final class Prefetcher: StoredComponentObserver {
             let outcome: Outcome
             switch result {
             case .success(let value): outcome = value
-            case .failure(let error): outcome = .failed(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
+            case .failure(let error): outcome = .failed(Self.proxyError(error))
             }
             let (next, idle) = self.state.withLock { state -> (Job?, EventLoopPromise<Void>?) in
                 switch outcome {
                 case .cached: state.counts.cached += 1
                 case .uncacheable: state.counts.uncacheable += 1
-                case .failed: state.counts.failed += 1
+                case .backendError, .failed: state.counts.failed += 1
                 }
                 guard let next = state.backlog.popFirst() else {
                     state.running -= 1
@@ -195,7 +220,7 @@ public final class Prefetcher: StoredComponentObserver {
             switch outcome {
             case .cached: self.proxy.metrics.prefetch(outcome: .cached)
             case .uncacheable: self.proxy.metrics.prefetch(outcome: .uncacheable)
-            case .failed: self.proxy.metrics.prefetch(outcome: .failed)
+            case .backendError, .failed: self.proxy.metrics.prefetch(outcome: .failed)
             }
             job.promise.succeed(outcome)
             idle?.succeed()
@@ -257,13 +282,11 @@ public final class Prefetcher: StoredComponentObserver {
             case .servedStale(_, let reason):
                 return .failed(ProxyError(.network, "the backend failed (\(reason)); the stale entry was kept"))
             case .notStored(let response, let reason):
-                if response.status.code >= 400 {
-                    return .failed(ProxyError(.network, "the backend answered \(response.status.code)"))
-                }
+                if response.status.code >= 400 { return .backendError(status: response.status) }
                 return .uncacheable(reason: reason)
             }
         }.flatMapErrorThrowing { error in
-            .failed(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
+            .failed(Self.proxyError(error))
         }
     }
 

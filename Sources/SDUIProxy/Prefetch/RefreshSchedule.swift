@@ -37,7 +37,7 @@ struct RefreshSchedule: Equatable {
             return .fetch(after: delay, schedule: RefreshSchedule(interval: .seconds(max(1, lifetime - margin))))
         }
         if let interval { return .fetch(after: interval, schedule: self) }
-        guard case .failed = outcome else { return .stop }
+        guard outcome.isFailure else { return .stop }
         let retry = min(Self.longestRetry, .seconds(1 << min(failuresBeforeStoring, 6)))
         return .fetch(after: retry, schedule: RefreshSchedule(failuresBeforeStoring: failuresBeforeStoring + 1))
     }

@@ -98,14 +98,22 @@ public final class WarmUp: Sendable {
     private func record(_ outcome: Prefetcher.Outcome, url: String, platform: String) {
         let progress = state.withLock { state -> Progress in
             state.progress.done += 1
-            if case .failed = outcome { state.progress.failed += 1 }
+            if outcome.isFailure { state.progress.failed += 1 }
             return state.progress
         }
-        if case .failed(let error) = outcome {
+        switch outcome {
+        case .failed(let error):
             logger.warning(
                 "warm-up of a declared URL failed",
-                metadata: ["url": "\(url)", "platform": "\(platform)", "error": "\(error)"]
+                metadata: ["url": "\(url)", "platform": "\(platform)", "kind": "\(error.kind)", "error": "\(error)"]
             )
+        case .backendError(let status):
+            logger.warning(
+                "warm-up of a declared URL failed: the backend answered an error",
+                metadata: ["url": "\(url)", "platform": "\(platform)", "status": "\(status.code)"]
+            )
+        case .cached, .uncacheable:
+            break
         }
         logger.info(
             "warm-up progress",
@@ -150,10 +158,6 @@ public final class WarmUp: Sendable {
     }
 
     private static func reason(_ outcome: Prefetcher.Outcome) -> String {
-        switch outcome {
-        case .cached: "the answer has no lifetime left"
-        case .uncacheable(let reason): reason
-        case .failed(let error): error.message
-        }
+        outcome.failureReason ?? "the answer has no lifetime left"
     }
 }
