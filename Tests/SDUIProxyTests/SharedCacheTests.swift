@@ -708,7 +708,9 @@ struct SharedCacheTests {
             #expect(everything.body.contains(#""all":true"#))
             #expect(try await proxy.get("/other")["X-Cache"] == "MISS")
 
-            #expect(try await proxy.admin("/cache?url=/a&tag=x", method: .DELETE).status == .badRequest)
+            // url= takes the rest of the query, so it cannot be followed by another parameter; preceded, it is
+            // one parameter too many.
+            #expect(try await proxy.admin("/cache?tag=x&url=/a", method: .DELETE).status == .badRequest)
             let stats = try await proxy.admin("/cache/stats")
             for field in [
                 "entries", "bytes", "hits", "misses", "staleServes", "revalidations", "coalescedWaits", "evictions",

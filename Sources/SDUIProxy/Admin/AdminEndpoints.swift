@@ -46,7 +46,20 @@ enum AdminEndpoints {
     }
 
     /// `DELETE /cache?url=PATH`, `?prefix=PATH`, `?tag=TAG`, or with no parameter, everything.
+    ///
+    /// `url=` takes the rest of the query string, so a target with a query of its own needs no encoding:
+    /// `url=/search?q=a&page=2` purges `/search?q=a&page=2`. Percent-encoding it whole works too (`%XX` is
+    /// decoded, `+` is kept as it is).
     static func purge(_ request: AdminRequest, cache: ResponseCache) -> AdminResponse {
+        if let raw = request.rawQuery, raw.hasPrefix("url=") {
+            guard let url = AdminHTTPHandler.percentDecoded(raw.dropFirst(4), plusIsSpace: false),
+                let target = try? RequestTarget(parsing: url)
+            else {
+                return AdminResponse(ProxyError(.badRequest, "url must be a path starting with /"))
+            }
+            let removed = cache.purge(target: target.description)
+            return AdminResponse(json: #"{"purged":\#(removed),"url":\#(JSONText.quoted(target.description))}"#)
+        }
         let known: Set<String> = ["url", "prefix", "tag"]
         let given = request.query.keys.filter(known.contains)
         guard given.count <= 1, request.query.keys.allSatisfy(known.contains) else {
@@ -56,12 +69,8 @@ enum AdminEndpoints {
         }
         let removed: Int
         let scope: String
-        if let url = request.query["url"] {
-            guard let target = try? RequestTarget(parsing: url) else {
-                return AdminResponse(ProxyError(.badRequest, "url must be a path starting with /"))
-            }
-            removed = cache.purge(target: target.description)
-            scope = #""url":\#(JSONText.quoted(target.description))"#
+        if request.query["url"] != nil {
+            return AdminResponse(ProxyError(.badRequest, "url= must come first: it takes the rest of the query"))
         } else if let given = request.query["prefix"] {
             // Normalised as request targets are, so that it meets the keys' spelling; a trailing `?` (every
             // query of one path) is kept, where a target would drop it as an empty query.

@@ -41,7 +41,9 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             case .success(let value): answer = value
             case .failure(let error):
                 logger.error("admin endpoint failed", metadata: ["path": "\(full.head.uri)", "error": "\(error)"])
-                answer = AdminResponse(error as? ProxyError ?? ProxyError(.internalError, "\(error)"))
+                answer = AdminResponse(
+                    error as? ProxyError ?? ProxyError(.internalError, "the admin endpoint failed", detail: "\(error)")
+                )
             }
             Self.write(answer, isHead: full.head.method == .HEAD, keepAlive: keepAlive, context: context)
         }
@@ -54,6 +56,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         headers.add(name: "Content-Type", value: answer.contentType)
         headers.add(name: "Content-Length", value: String(body.readableBytes))
         headers.add(name: "Cache-Control", value: "no-store")
+        for (name, value) in answer.headers { headers.add(name: name, value: value) }
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: answer.status, headers: headers)
         context.write(NIOAny(HTTPServerResponsePart.head(head)), promise: nil)
@@ -85,13 +88,15 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             method: full.head.method,
             path: String(parts[0]),
             query: query,
+            rawQuery: parts.count == 2 ? String(parts[1]) : nil,
             headers: full.head.headers,
             body: full.body
         )
     }
 
-    /// Decodes `%XX` and `+` (as a space); nil for a malformed escape or invalid UTF-8.
-    static func percentDecoded(_ text: Substring) -> String? {
+    /// Decodes `%XX` and, unless `plusIsSpace` is false, `+` (as a space); nil for a malformed escape or invalid
+    /// UTF-8.
+    static func percentDecoded(_ text: Substring, plusIsSpace: Bool = true) -> String? {
         var bytes: [UInt8] = []
         var iterator = text.utf8.makeIterator()
         while let byte = iterator.next() {
@@ -100,7 +105,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
                 else { return nil }
                 bytes.append(value)
-            } else if byte == UInt8(ascii: "+") {
+            } else if byte == UInt8(ascii: "+"), plusIsSpace {
                 bytes.append(UInt8(ascii: " "))
             } else {
                 bytes.append(byte)

@@ -8,6 +8,8 @@ public struct AdminRequest: Sendable {
     public var path: String
     /// Query parameters, percent-decoded; a name that repeats keeps its first value.
     public var query: [String: String]
+    /// The query as it came, after the `?`; nil without one.
+    public var rawQuery: String? = nil
     public var headers: HTTPHeaders
     public var body: ByteBuffer?
 }
@@ -19,6 +21,8 @@ public struct AdminResponse: Sendable {
     public var json: String
     /// The `Content-Type` of the body.
     public var contentType = "application/json"
+    /// Fields beyond the ones every admin answer has (`Allow` on a 405).
+    public var headers: [(name: String, value: String)] = []
 
     public init(status: HTTPResponseStatus = .ok, json: String) {
         self.status = status
@@ -65,9 +69,7 @@ public struct AdminRouter: Sendable {
                 request.path.hasPrefix($0.prefix) && request.path.count > $0.prefix.count
             }) {
                 guard match.method == request.method.rawValue else {
-                    return eventLoop.makeSucceededFuture(
-                        AdminResponse(ProxyError(.methodNotAllowed, "\(request.path) takes \(match.method)"))
-                    )
+                    return eventLoop.makeSucceededFuture(Self.methodNotAllowed(request.path, allowed: [match.method]))
                 }
                 return match.endpoint(request, eventLoop)
             }
@@ -77,11 +79,18 @@ public struct AdminRouter: Sendable {
         }
         guard let endpoint = byMethod[request.method.rawValue] ?? (request.method == .HEAD ? byMethod["GET"] : nil)
         else {
-            let allowed = byMethod.keys.sorted().joined(separator: ", ")
-            return eventLoop.makeSucceededFuture(
-                AdminResponse(ProxyError(.methodNotAllowed, "\(request.path) takes \(allowed)"))
-            )
+            // HEAD is answered wherever GET is.
+            let allowed = byMethod.keys.sorted() + (byMethod["GET"] != nil && byMethod["HEAD"] == nil ? ["HEAD"] : [])
+            return eventLoop.makeSucceededFuture(Self.methodNotAllowed(request.path, allowed: allowed))
         }
         return endpoint(request, eventLoop)
+    }
+
+    /// 405 with the `Allow` field RFC 9110 section 15.5.6 requires.
+    private static func methodNotAllowed(_ path: String, allowed: [String]) -> AdminResponse {
+        let list = allowed.joined(separator: ", ")
+        var response = AdminResponse(ProxyError(.methodNotAllowed, "\(path) takes \(list)"))
+        response.headers = [("Allow", list)]
+        return response
     }
 }

@@ -37,15 +37,8 @@ public final class FileNetworkClient: NetworkClient {
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<UpstreamResponse> {
         guard request.method == .GET || request.method == .HEAD else {
-            var headers = HTTPHeaders()
-            headers.add(name: "Allow", value: "GET, HEAD")
-            headers.add(name: "Content-Type", value: "application/json")
-            let body = ByteBuffer(
-                string: ProxyError(.methodNotAllowed, "the file backend only serves GET and HEAD").jsonBody()
-            )
-            return eventLoop.makeSucceededFuture(
-                UpstreamResponse(status: .methodNotAllowed, headers: headers, body: body)
-            )
+            let refusal = ProxyError(.methodNotAllowed, "the file backend only serves GET and HEAD")
+            return eventLoop.makeSucceededFuture(Self.errorResponse(refusal, extraHeaders: [("Allow", "GET, HEAD")]))
         }
         let rootPath = self.rootPath
         let path = request.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
@@ -106,10 +99,18 @@ public final class FileNetworkClient: NetworkClient {
     }
 
     private static func notFound(_ path: String) -> UpstreamResponse {
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "application/json")
-        let body = ByteBuffer(string: ProxyError(.notFound, "no file for \(path)").jsonBody())
-        return UpstreamResponse(status: .notFound, headers: headers, body: body)
+        errorResponse(ProxyError(.notFound, "no file for \(path)"))
+    }
+
+    /// An answer in the error model. Like every error the proxy makes, it is `no-store`: a file added later is
+    /// served at once.
+    private static func errorResponse(
+        _ error: ProxyError,
+        extraHeaders: [(String, String)] = []
+    ) -> UpstreamResponse {
+        var headers = HTTPHeaders([("Content-Type", "application/json"), ("Cache-Control", "no-store")])
+        headers.add(contentsOf: extraHeaders)
+        return UpstreamResponse(status: error.status, headers: headers, body: ByteBuffer(string: error.jsonBody()))
     }
 
     private static func readFile(_ path: String, size: Int) -> ByteBuffer? {

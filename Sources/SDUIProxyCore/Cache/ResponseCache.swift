@@ -253,10 +253,11 @@ public final class ResponseCache: Sendable {
         purge { candidate, _ in candidate == target }
     }
 
-    /// Removes the responses whose target's path starts with `prefix`.
+    /// Removes the responses whose target is under `prefix`, by whole path segments (``PathPrefix``).
     @discardableResult
     public func purge(prefix: String) -> Int {
-        purge { candidate, _ in candidate.hasPrefix(prefix) }
+        let prefix = PathPrefix(prefix)
+        return purge { candidate, _ in prefix.matches(candidate) }
     }
 
     /// Removes the responses that carry `tag`.

@@ -96,10 +96,7 @@ public struct QueueConfiguration: Sendable, Equatable {
 
         /// Whether `path` (without query) is under ``pathPrefix``.
         public func matches(path: String) -> Bool {
-            guard path.hasPrefix(pathPrefix) else { return false }
-            if path.utf8.count == pathPrefix.utf8.count || pathPrefix.hasSuffix("/") { return true }
-            let next = path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: pathPrefix.utf8.count)]
-            return next == UInt8(ascii: "/")
+            PathPrefix(pathPrefix).matches(path)
         }
     }
 
