@@ -102,6 +102,9 @@ public final class ComponentFetcher: Sendable {
     private let computesContentHash: Bool
     private let metrics: ProxyMetrics
     private let logger: Logger
+    /// Where failures of the backend are logged, each key and kind at most once an interval; the connection
+    /// handlers log theirs here too.
+    public let failureLog: FailureLog
     /// Whether debug lines are written, read once: asking the logger copies its handler, whose reference count
     /// every loop writes, and the miss path would ask on every entry stored.
     private let logsDebug: Bool
@@ -146,6 +149,7 @@ public final class ComponentFetcher: Sendable {
         self.computesContentHash = computesContentHash
         self.coalescer = coalescer
         self.logger = logger
+        self.failureLog = FailureLog(logger: logger)
         self.logsDebug = logger.logLevel <= .debug
     }
 
@@ -197,7 +201,13 @@ public final class ComponentFetcher: Sendable {
     /// allows (RFC 5861 section 4).
     private func staleStandIn(for request: Request, because reason: String) -> Outcome? {
         guard let stale = request.staleEntry, stale.mayServeOnError(at: .now()) else { return nil }
-        logger.info("backend failed, serving stale", metadata: ["key": "\(request.key)", "error": "\(reason)"])
+        failureLog.log(
+            level: .info,
+            "backend failed, serving stale",
+            key: request.key.target,
+            kind: "stale",
+            metadata: ["key": "\(request.key)", "error": "\(reason)"]
+        )
         return .servedStale(stale, because: reason)
     }
 
@@ -213,9 +223,15 @@ public final class ComponentFetcher: Sendable {
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
     public func refreshInBackground(_ request: Request, on eventLoop: any EventLoop) {
-        let logger = self.logger
+        let failureLog = self.failureLog
         fetch(request, on: eventLoop).whenFailure { error in
-            logger.info("background refresh failed", metadata: ["key": "\(request.key)", "error": "\(error)"])
+            failureLog.log(
+                level: .info,
+                "background refresh failed",
+                key: request.key.target,
+                kind: (error as? ProxyError)?.kind.description ?? "error",
+                metadata: ["key": "\(request.key)", "error": "\(error)"]
+            )
         }
     }
 
@@ -351,8 +367,11 @@ public final class ComponentFetcher: Sendable {
                     try decoder.validateComponent(response.body)
                 }
             } catch {
-                logger.warning(
+                failureLog.log(
+                    level: .warning,
                     "invalid component from the backend, not cached",
+                    key: request.upstream.target,
+                    kind: "decoding",
                     metadata: ["target": "\(request.upstream.target)", "reason": "\(error.reason)"]
                 )
                 throw ProxyError(.decoding, error.reason)

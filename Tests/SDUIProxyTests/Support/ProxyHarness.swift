@@ -42,6 +42,7 @@ struct ProxyHarness {
         adminToken: String? = nil,
         eventLoopGroup: (any EventLoopGroup)? = nil,
         tuning: ProxyServer.Tuning = ProxyServer.Tuning(),
+        logger: Logger = ProxyHarness.logger,
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
         let origin = try await TestOrigin(responder: responder)
