@@ -123,6 +123,9 @@ struct ConfigurationTests {
             ("platform: { default: TV }", "platform.default", "not one of platform.allowed"),
             ("log: { level: loud }", "log.level", "must be one of"),
             ("headers: { \"Bad Name\": x }", "headers", "not a header name"),
+            ("listen: { trustedProxies: [10.0.0.0/33] }", "listen.trustedProxies", "not an IP address or CIDR"),
+            ("listen: { trustedProxies: [lb.internal] }", "listen.trustedProxies", "not an IP address or CIDR"),
+            ("admin: { trustedProxies: [10.0.0.0/8] }", "admin.trustedProxies", "unknown key"),
             ("prefetch: { followActions: -1 }", "prefetch.followActions", "out of range"),
             ("admin: { port: 8080 }", "admin.port", "cannot share"),
             ("eventLoops: { yieldAfter: 10us }", "eventLoops.yieldAfter", "from 50us to 100ms"),
@@ -137,6 +140,28 @@ struct ConfigurationTests {
         #expect(failure?.key == key, "\(yaml)")
         #expect(failure?.problem.contains(problem) == true, "\(String(describing: failure))")
         #expect(failure?.description.contains("\n") == false)
+    }
+
+    @Test("configured headers add to the default Content-Type; the same name replaces it, an empty value removes it")
+    func headersAddToDefaults() throws {
+        #expect(try load("").headers.map { [$0.name, $0.value] } == [["Content-Type", "application/json"]])
+        let added = try load("headers: { X-Api-Key: k }")
+        #expect(
+            added.headers.map { [$0.name, $0.value] } == [["Content-Type", "application/json"], ["X-Api-Key", "k"]]
+        )
+        let replaced = try load("headers: { content-type: application/vnd.beagle+json }")
+        #expect(replaced.headers.map { [$0.name, $0.value] } == [["content-type", "application/vnd.beagle+json"]])
+        let removed = try load("headers: { Content-Type: \"\", X-Api-Key: k }")
+        #expect(removed.headers.map { [$0.name, $0.value] } == [["X-Api-Key", "k"]])
+    }
+
+    @Test("listen.trustedProxies takes addresses and CIDR blocks, from the file or the environment")
+    func trustedProxies() throws {
+        let configuration = try load("listen: { port: 8080, trustedProxies: [10.0.0.0/8, \"::1\", 192.0.2.7] }")
+        #expect(configuration.trustedProxies.map(\.description) == ["10.0.0.0/8", "::1", "192.0.2.7"])
+        #expect(try load("").trustedProxies.isEmpty)
+        let fromEnvironment = try load("", environment: ["SDUI_PROXY_LISTEN_TRUSTED_PROXIES": "[127.0.0.1]"])
+        #expect(fromEnvironment.trustedProxies.map(\.description) == ["127.0.0.1"])
     }
 
     @Test("declared URLs that could never be prefetched are refused at load, naming the URL")

@@ -24,8 +24,8 @@ struct UpstreamRequestBuilderTests {
             pairs(headers) == [
                 ["Accept", "application/json"], ["Accept-Language", "pt-BR"], ["X-Api-Key", "secret"],
                 ["Content-Type", "application/json"], ["x-tenant", "t1"], ["beagle-platform", "IOS"],
-                ["Accept-Encoding", "identity"], ["Via", "1.1 sdui-proxy"],
-                ["X-Forwarded-For", "10.0.0.1, 10.0.0.2, 127.0.0.1"],
+                ["Accept-Encoding", "identity"], ["Via", "1.1 sdui-proxy"], ["X-Forwarded-For", "127.0.0.1"],
+                ["X-Forwarded-Proto", "http"], ["Forwarded", "for=127.0.0.1;proto=http"],
             ]
         )
     }
@@ -41,17 +41,107 @@ struct UpstreamRequestBuilderTests {
             pairs(headers) == [
                 ["Content-Type", "text/plain"], ["If-None-Match", "\"a\""], ["Accept-Encoding", "gzip"],
                 ["Content-Length", "4"], ["X-Api-Key", "secret"], ["x-tenant", "t1"], ["beagle-platform", "ANDROID"],
-                ["Via", "1.1 sdui-proxy"],
+                ["Via", "1.1 sdui-proxy"], ["X-Forwarded-Proto", "http"], ["Forwarded", "for=unknown;proto=http"],
             ]
         )
     }
 
-    @Test("without the client's address, the X-Forwarded-For the request carried goes on as it was")
+    @Test("from a trusted proxy without the client's address, its X-Forwarded-For goes on as it was")
     func forwardedForWithoutAddress() {
         let client = HTTPHeaders([("X-Forwarded-For", "10.0.0.1"), ("X-Forwarded-For", "10.0.0.2")])
-        let headers = builder.headers(from: client, platform: "WEB", clientAddress: nil, purpose: .cacheFill)
+        let headers = builder.headers(
+            from: client,
+            platform: "WEB",
+            clientAddress: nil,
+            purpose: .cacheFill,
+            clientIsTrustedProxy: true
+        )
         #expect(headers["X-Forwarded-For"] == ["10.0.0.1, 10.0.0.2"])
         let none = builder.headers(from: [:], platform: "WEB", clientAddress: nil, purpose: .cacheFill)
         #expect(!none.contains(name: "x-forwarded-for"))
+    }
+
+    /// What a client may claim about where a request came from.
+    private static let claims = HTTPHeaders([
+        ("Host", "proxy.example"), ("X-Forwarded-For", "10.9.9.9"), ("X-Forwarded-Host", "evil.example"),
+        ("X-Forwarded-Proto", "https"), ("X-Forwarded-Port", "443"), ("X-Forwarded-Prefix", "/evil"),
+        ("Forwarded", "for=10.9.9.9;host=evil.example"), ("X-Real-IP", "10.9.9.9"), ("Accept", "*/*"),
+    ])
+
+    private func forwardingFields(_ headers: HTTPHeaders) -> [[String]] {
+        pairs(headers).filter { pair in
+            let name = pair[0].lowercased()
+            return name == "forwarded" || name == "x-real-ip" || name.hasPrefix("x-forwarded-")
+        }
+    }
+
+    @Test("an untrusted client's forwarding headers are replaced by what the proxy saw, on every purpose")
+    func untrustedClaimsReplaced() {
+        let fill = builder.headers(from: Self.claims, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+        #expect(
+            forwardingFields(fill) == [
+                ["X-Forwarded-For", "192.0.2.7"], ["X-Forwarded-Proto", "http"],
+                ["Forwarded", "for=192.0.2.7;proto=http"],
+            ]
+        )
+        #expect(fill["accept"] == ["*/*"])
+        let passed = builder.headers(
+            from: Self.claims,
+            platform: "WEB",
+            clientAddress: "2001:db8::7",
+            purpose: .passThrough
+        )
+        #expect(
+            forwardingFields(passed) == [
+                ["X-Forwarded-For", "2001:db8::7"], ["X-Forwarded-Proto", "http"],
+                ["X-Forwarded-Host", "proxy.example"],
+                ["Forwarded", #"for="[2001:db8::7]";proto=http;host=proxy.example"#],
+            ]
+        )
+    }
+
+    @Test("a cache fill names the client's Host only when the route's key holds it")
+    func hostOnCacheFillOnlyWhenKeyed() {
+        let client = HTTPHeaders([("Host", "proxy.example:8080")])
+        let unkeyed = builder.headers(from: client, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+        #expect(!unkeyed.contains(name: "x-forwarded-host"))
+        #expect(unkeyed["forwarded"] == ["for=192.0.2.7;proto=http"])
+        let keyed = builder.headers(
+            from: client,
+            platform: "WEB",
+            clientAddress: "192.0.2.7",
+            purpose: .cacheFill,
+            hostIsKeyed: true
+        )
+        #expect(keyed["x-forwarded-host"] == ["proxy.example:8080"])
+        #expect(keyed["forwarded"] == [#"for=192.0.2.7;proto=http;host="proxy.example:8080""#])
+    }
+
+    @Test("a trusted proxy's forwarding headers are kept and this hop appended")
+    func trustedProxyAppends() {
+        let passed = builder.headers(
+            from: Self.claims,
+            platform: "WEB",
+            clientAddress: "10.0.0.2",
+            purpose: .passThrough,
+            clientIsTrustedProxy: true
+        )
+        #expect(
+            forwardingFields(passed) == [
+                ["X-Forwarded-Host", "evil.example"], ["X-Forwarded-Proto", "https"], ["X-Forwarded-Port", "443"],
+                ["X-Forwarded-Prefix", "/evil"], ["X-Real-IP", "10.9.9.9"], ["X-Forwarded-For", "10.9.9.9, 10.0.0.2"],
+                ["Forwarded", "for=10.9.9.9;host=evil.example, for=10.0.0.2;proto=http;host=proxy.example"],
+            ]
+        )
+        // On a cache fill whose key does not hold the Host, not even a trusted proxy's X-Forwarded-Host goes on.
+        let fill = builder.headers(
+            from: Self.claims,
+            platform: "WEB",
+            clientAddress: "10.0.0.2",
+            purpose: .cacheFill,
+            clientIsTrustedProxy: true
+        )
+        #expect(!fill.contains(name: "x-forwarded-host"))
+        #expect(fill["x-forwarded-for"] == ["10.9.9.9, 10.0.0.2"])
     }
 }

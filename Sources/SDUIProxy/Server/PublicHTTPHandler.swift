@@ -136,9 +136,15 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var bodyBytes = 0
     /// Counts and logs the current request when its response is written.
     private var accounting: RequestAccounting?
-    /// The peer's IP address as text, worked out on the connection's first request that needs it: formatting it
-    /// allocates, and a connection's peer does not change.
-    private var clientAddressText: String??
+    /// The peer's IP address as text, and whether it is a trusted proxy, worked out on the connection's first
+    /// request that goes upstream: formatting it allocates, and a connection's peer does not change.
+    private var peer: Peer?
+
+    private struct Peer {
+        var address: String?
+        /// Listed in `listen.trustedProxies`: its forwarding headers are kept, and this hop appended to them.
+        var isTrustedProxy: Bool
+    }
 
     /// The one deadline a connection has: for its next request (idle), or for the rest of the current one
     /// (request). A slow client cannot hold a connection past either.
@@ -334,7 +340,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             armTimer(.request)
             bodyBytes = 0
-            accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: clientAddress(context))
+            accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: peer(context).address)
             receiveHead(head, context: context)
         case .body(var part):
             bodyBytes += part.readableBytes
@@ -567,17 +573,22 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .success(.revalidated(let entry)):
             writer.write(entry, presentation(of: entry, .revalidated, request: request, now: now))
         case .success(.servedStale(let entry, let reason)):
-            proxy.logger.info("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            // The fetcher logged the failure it stood in for, once per key and interval.
+            proxy.logger.debug("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
             proxy.cache.recordStaleServe(request.key)
             writer.write(entry, presentation(of: entry, .stale, request: request, now: now))
         case .success(.notStored(let response, let reason)):
             proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
             writer.write(response, cacheStatus: .bypass)
         case .failure(let error):
-            let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
-            proxy.logger.log(
+            let proxyError =
+                error as? ProxyError
+                ?? ProxyError(.internalError, "the fetch failed inside the proxy", detail: "\(error)")
+            proxy.fetcher.failureLog.log(
                 level: proxyError.kind == .decoding ? .warning : .info,
                 "miss, upstream failed",
+                key: request.key.target,
+                kind: proxyError.kind.description,
                 metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
             )
             writer.write(proxyError, cacheStatus: .miss)
@@ -599,11 +610,36 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         )
     }
 
-    private func clientAddress(_ context: ChannelHandlerContext) -> String? {
-        if let known = clientAddressText { return known }
-        let address = context.channel.remoteAddress?.ipAddress
-        clientAddressText = .some(address)
-        return address
+    private func peer(_ context: ChannelHandlerContext) -> Peer {
+        if let peer { return peer }
+        let remote = context.channel.remoteAddress
+        let trusted = proxy.configuration.trustedProxies
+        let isTrustedProxy =
+            !trusted.isEmpty
+            && remote.flatMap(IPAddressRange.bytes(of:)).map { bytes in trusted.contains { $0.contains(bytes) } }
+                == true
+        let peer = Peer(address: remote?.ipAddress, isTrustedProxy: isTrustedProxy)
+        self.peer = peer
+        return peer
+    }
+
+    /// The upstream headers for a request on this connection.
+    private func upstreamHeaders(
+        _ headers: HTTPHeaders,
+        platform: String,
+        purpose: UpstreamRequestBuilder.Purpose,
+        hostIsKeyed: Bool = false,
+        context: ChannelHandlerContext
+    ) -> HTTPHeaders {
+        let peer = peer(context)
+        return proxy.requestBuilder.headers(
+            from: headers,
+            platform: platform,
+            clientAddress: peer.address,
+            purpose: purpose,
+            clientIsTrustedProxy: peer.isTrustedProxy,
+            hostIsKeyed: hostIsKeyed
+        )
     }
 
     private func fetchRequest(
@@ -614,11 +650,12 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let upstream = UpstreamRequest(
             method: .GET,
             target: request.target.description,
-            headers: proxy.requestBuilder.headers(
-                from: request.head.headers,
+            headers: upstreamHeaders(
+                request.head.headers,
                 platform: request.platform,
-                clientAddress: clientAddress(context),
-                purpose: .cacheFill
+                purpose: .cacheFill,
+                hostIsKeyed: request.policy.vary.contains { $0.lowercased() == "host" },
+                context: context
             )
         )
         return ComponentFetcher.Request(
@@ -686,25 +723,24 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let upstream = UpstreamRequest(
             method: head.method,
             target: target.description,
-            headers: proxy.requestBuilder.headers(
-                from: head.headers,
-                platform: platform,
-                clientAddress: clientAddress(context),
-                purpose: .passThrough
-            )
+            headers: upstreamHeaders(head.headers, platform: platform, purpose: .passThrough, context: context)
         )
         let accounting = self.accounting
         let sink = streamingSink(for: head, target: target, cacheStatus: cacheStatus, context: context)
-        let logger = proxy.logger
+        let failureLog = proxy.fetcher.failureLog
         proxy.client.forward(upstream, body: stream, on: context.eventLoop, to: sink).hop(to: context.eventLoop)
             .assumeIsolated().whenComplete { result in
                 switch result {
                 case .success:
                     break
                 case .failure(let error):
-                    let proxyError = error as? ProxyError ?? ProxyError(.network, "\(error)")
-                    logger.info(
+                    let proxyError =
+                        error as? ProxyError ?? ProxyError(.network, "the backend exchange failed", detail: "\(error)")
+                    failureLog.log(
+                        level: .info,
                         "forwarding failed",
+                        key: "\(head.method) \(target)",
+                        kind: proxyError.kind.description,
                         metadata: ["method": "\(head.method)", "target": "\(target)", "error": "\(proxyError)"]
                     )
                     stream?.fail(proxyError)
@@ -771,11 +807,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let queue = proxy.writeQueue, let route = queue.route(for: write.head.method, path: write.target.path)
         else { return }
         let id = WriteQueue.newID()
-        var headers = proxy.requestBuilder.headers(
-            from: write.head.headers,
+        var headers = upstreamHeaders(
+            write.head.headers,
             platform: write.platform,
-            clientAddress: clientAddress(context),
-            purpose: .passThrough
+            purpose: .passThrough,
+            context: context
         )
         headers.remove(name: "transfer-encoding")
         QueueEntry.setIdempotencyKey(in: &headers, queueID: id)
@@ -838,7 +874,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 self.state = .idle
                 writer.write(queued, cacheStatus: nil)
             case .failure(let error):
-                let proxyError = error as? ProxyError ?? ProxyError(.internalError, "\(error)")
+                let proxyError =
+                    error as? ProxyError ?? ProxyError(.internalError, "the queued write failed", detail: "\(error)")
                 logger.error(
                     "queued write failed",
                     metadata: ["target": "\(write.target)", "error": "\(proxyError)"]

@@ -64,17 +64,27 @@ public struct ConfigurationLoader: Sendable {
         ])
 
         var config = ProxyConfiguration()
-        config.listen = try Self.address(top.section("listen"), default: config.listen)
+        let listen = try top.section("listen")
+        config.listen = try Self.address(listen, default: config.listen, otherKeys: ["trustedProxies"])
+        config.trustedProxies = try listen.stringList("trustedProxies", default: []).map {
+            (text) throws(ConfigurationError) in
+            guard let range = IPAddressRange(text) else {
+                throw listen.fail("trustedProxies", "\"\(text)\" is not an IP address or CIDR block like 10.0.0.0/8")
+            }
+            return range
+        }
         config.admin = try Self.address(top.section("admin"), default: config.admin)
         config.upstream = try Self.upstream(top.section("upstream"))
         config.platform = try Self.platform(top.section("platform"))
         if let pairs = try top.orderedPairs("headers") {
-            config.headers = try pairs.map { (name, value) throws(ConfigurationError) in
+            for (name, value) in pairs {
                 guard HTTPSyntax.isToken(name) else { throw top.fail("headers", "\"\(name)\" is not a header name") }
                 guard HTTPSyntax.isFieldValue(value) else {
                     throw top.fail("headers", "the value of \(name) has characters a header cannot carry")
                 }
-                return (name: name, value: value)
+                // Added to the defaults: a name given again replaces the default, and an empty value removes it.
+                config.headers.removeAll { $0.name.lowercased() == name.lowercased() }
+                if !value.isEmpty { config.headers.append((name: name, value: value)) }
             }
         }
         config.cache = try Self.cache(top.section("cache"))
@@ -128,9 +138,10 @@ public struct ConfigurationLoader: Sendable {
 
     private static func address(
         _ section: ConfigurationSection,
-        default fallback: ProxyConfiguration.ListenAddress
+        default fallback: ProxyConfiguration.ListenAddress,
+        otherKeys: [String] = []
     ) throws(ConfigurationError) -> ProxyConfiguration.ListenAddress {
-        try section.rejectUnknownKeys(["host", "port"])
+        try section.rejectUnknownKeys(Set(["host", "port"] + otherKeys))
         let host = try section.string("host", default: fallback.host)
         guard !host.isEmpty else { throw section.fail("host", "must not be empty") }
         return .init(host: host, port: try section.int("port", default: fallback.port, in: 0...65535))

@@ -3,11 +3,19 @@
 /// Every value has a default, so an empty file is a valid configuration (it proxies to `upstream.url`).
 public struct ProxyConfiguration: Sendable, Equatable {
     public var listen = ListenAddress(host: "0.0.0.0", port: 8080)
+    /// `listen.trustedProxies`: the load balancers and proxies in front of this one. A connection from one of
+    /// these keeps its `X-Forwarded-*` and `Forwarded` headers (this hop is appended); from anywhere else they
+    /// are replaced by what the proxy saw.
+    public var trustedProxies: [IPAddressRange] = []
     public var admin = ListenAddress(host: "127.0.0.1", port: 9090)
     public var upstream = Upstream()
     public var platform = Platform()
-    /// Headers added to every upstream request, after the client's end-to-end headers.
-    public var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+    /// Headers added to every upstream request, after the client's end-to-end headers: ``defaultHeaders`` with
+    /// the configured ones added (a configured name replaces the default of that name; an empty value removes it).
+    public var headers: [(name: String, value: String)] = ProxyConfiguration.defaultHeaders
+
+    /// The headers sent when the configuration names none.
+    public static let defaultHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
     public var cache = Cache()
     public var prefetch = Prefetch()
     public var log = Log()
@@ -20,7 +28,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public init() {}
 
     public static func == (lhs: ProxyConfiguration, rhs: ProxyConfiguration) -> Bool {
-        lhs.listen == rhs.listen && lhs.admin == rhs.admin && lhs.upstream == rhs.upstream
+        lhs.listen == rhs.listen && lhs.trustedProxies == rhs.trustedProxies && lhs.admin == rhs.admin
+            && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
             && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat

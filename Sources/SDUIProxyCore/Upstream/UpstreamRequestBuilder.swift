@@ -34,13 +34,23 @@ public struct UpstreamRequestBuilder: Sendable {
     ///   (the client library sets the backend's) and the client's platform header (replaced by `platform`).
     /// - Configured headers replace the client's values, except `Content-Type` when the client sent one:
     ///   its body is encoded the way it says.
-    /// - `Via` and `X-Forwarded-For` record the hop.
+    /// - `Via` records the hop. The forwarding fields (`X-Forwarded-For`, `-Proto`, `-Host`, `Forwarded`) say
+    ///   what the proxy saw: the client's own are dropped, since a client could otherwise make the backend
+    ///   build links to a host of its choosing into a response every client then gets from the cache. Only
+    ///   when `clientIsTrustedProxy` (the connection comes from `listen.trustedProxies`) are the client's kept
+    ///   and this hop appended.
+    /// - `X-Forwarded-Host` (and `host=` in `Forwarded`) carries the client's `Host`: always when passed
+    ///   through, on a cache fill only when `hostIsKeyed` (the route's `vary` lists `Host`), because a stored
+    ///   answer is shared by every Host that asks for the same target.
     public func headers(
         from clientHeaders: HTTPHeaders,
         platform: String,
         clientAddress: String?,
-        purpose: Purpose
+        purpose: Purpose,
+        clientIsTrustedProxy: Bool = false,
+        hostIsKeyed: Bool = false
     ) -> HTTPHeaders {
+        let forwardsHost = purpose == .passThrough || hostIsKeyed
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
         // further fields costs a list of its own.
         let endToEnd = EndToEndFilter(clientHeaders)
@@ -49,11 +59,18 @@ public struct UpstreamRequestBuilder: Sendable {
         var forwarded: [(String, String)] = []
         forwarded.reserveCapacity(clientHeaders.count + configuredHeaders.count + 4)
         var forwardedFor: String?
+        var forwardedElements: String?
+        var host: String?
+        // Set by a trusted proxy or the configuration: then the proxy does not add its own.
+        var protoIsSet = false
+        var forwardedHostIsSet = false
         var clientSentContentType = false
         for (name, value) in clientHeaders {
-            if !endToEnd.passes(name) || HTTPSyntax.equalsIgnoringCase(name, "host")
-                || HTTPSyntax.sameIgnoringCase(name, platformHeader)
-            {
+            if HTTPSyntax.equalsIgnoringCase(name, "host") {
+                host = value
+                continue
+            }
+            if !endToEnd.passes(name) || HTTPSyntax.sameIgnoringCase(name, platformHeader) {
                 continue
             }
             if purpose == .cacheFill,
@@ -61,10 +78,22 @@ public struct UpstreamRequestBuilder: Sendable {
             {
                 continue
             }
-            if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-for") {
-                // Every hop so far, in order, then this one (below).
-                forwardedFor = forwardedFor.map { $0 + ", " + value } ?? value
-                continue
+            if Self.isForwardingField(name) {
+                guard clientIsTrustedProxy else { continue }
+                if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-for") {
+                    // Every hop so far, in order, then this one (below).
+                    forwardedFor = forwardedFor.map { $0 + ", " + value } ?? value
+                    continue
+                }
+                if HTTPSyntax.equalsIgnoringCase(name, "forwarded") {
+                    forwardedElements = forwardedElements.map { $0 + ", " + value } ?? value
+                    continue
+                }
+                if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-host") {
+                    guard forwardsHost else { continue }
+                    forwardedHostIsSet = true
+                }
+                if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-proto") { protoIsSet = true }
             }
             if HTTPSyntax.equalsIgnoringCase(name, "content-type") { clientSentContentType = true }
             forwarded.append((name, value))
@@ -81,6 +110,12 @@ public struct UpstreamRequestBuilder: Sendable {
                 forwardedFor = value
                 continue
             }
+            if HTTPSyntax.equalsIgnoringCase(name, "forwarded") {
+                forwardedElements = value
+                continue
+            }
+            if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-proto") { protoIsSet = true }
+            if HTTPSyntax.equalsIgnoringCase(name, "x-forwarded-host") { forwardedHostIsSet = true }
             forwarded.removeAll { HTTPSyntax.sameIgnoringCase($0.0, name) }
             forwarded.append((name, value))
         }
@@ -92,9 +127,48 @@ public struct UpstreamRequestBuilder: Sendable {
         } else if let forwardedFor {
             forwarded.append(("X-Forwarded-For", forwardedFor))
         }
+        let hostSent = forwardsHost ? host : nil
+        if !protoIsSet { forwarded.append(("X-Forwarded-Proto", "http")) }
+        if !forwardedHostIsSet, let hostSent { forwarded.append(("X-Forwarded-Host", hostSent)) }
+        let element = Self.forwardedElement(for: clientAddress, host: hostSent)
+        forwarded.append(("Forwarded", forwardedElements.map { $0 + ", " + element } ?? element))
         // Names come from a parsed request, the configuration (both checked as tokens) and literals: ASCII, as
         // `HTTPHeaders` requires.
         return HTTPHeaders(forwarded)
+    }
+
+    /// Whether `name` is a field that says where a request came from: `Forwarded`, `X-Forwarded-*` or
+    /// `X-Real-IP`. Only the proxy itself, or a trusted proxy before it, may set them.
+    static func isForwardingField(_ name: String) -> Bool {
+        HTTPSyntax.equalsIgnoringCase(name, "forwarded") || HTTPSyntax.equalsIgnoringCase(name, "x-real-ip")
+            || (name.utf8.count > 12 && HTTPSyntax.equalsIgnoringCase(bytes: name.utf8.prefix(12), "x-forwarded-"))
+    }
+
+    /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;
+    /// `unknown` without one), `proto=http`, and `host=` when the Host is sent.
+    static func forwardedElement(for clientAddress: String?, host: String?) -> String {
+        var element = "for="
+        if let clientAddress {
+            element += clientAddress.contains(":") ? "\"[\(clientAddress)]\"" : clientAddress
+        } else {
+            element += "unknown"
+        }
+        element += ";proto=http"
+        if let host {
+            element += ";host="
+            element += host.utf8.allSatisfy(HTTPSyntax.isTokenByte) ? host : quotedString(host)
+        }
+        return element
+    }
+
+    /// `text` as an HTTP quoted-string.
+    private static func quotedString(_ text: String) -> String {
+        var result = "\""
+        for character in text {
+            if character == "\"" || character == "\\" { result.append("\\") }
+            result.append(character)
+        }
+        return result + "\""
     }
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
