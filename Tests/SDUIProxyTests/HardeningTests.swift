@@ -130,6 +130,26 @@ struct HardeningTests {
         }
     }
 
+    @Test("a request head that stops half-way gets its 408 at limits.requestTimeout from its first byte")
+    func slowHeadGetsRequestTimeout() async throws {
+        try await ProxyHarness.run(configure: { configuration in
+            configuration.limits.requestTimeout = .milliseconds(500)
+            // Far beyond the request timeout: the 408 must not wait for the idle timer.
+            configuration.limits.idleTimeout = .seconds(30)
+        }) { proxy async throws in
+            let started = ContinuousClock.now
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /screens/home HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+            let response = try #require(try await connection.readResponse(timeout: .seconds(10)))
+            #expect(response.head.hasPrefix("HTTP/1.1 408"))
+            #expect(response.body.contains(#""kind":"requestTimeout""#))
+            #expect(ContinuousClock.now - started < .seconds(10))
+            _ = try await connection.readUntilClosed(timeout: .seconds(5))
+            #expect(connection.isClosed)
+            #expect(proxy.origin.requestCount == 0)
+        }
+    }
+
     @Test("connections over limits.maxConnections get 503 and are closed")
     func connectionLimit() async throws {
         try await ProxyHarness.run(configure: Self.limited) { proxy async throws in
@@ -196,6 +216,8 @@ struct HardeningTests {
             try await connection.send(ByteBuffer(repeating: UInt8(ascii: "x"), count: bodyBytes))
             let answer = try #require(try await connection.readResponse())
             #expect(answer.head.hasPrefix("HTTP/1.1 \(status)"), "\(answer.head)")
+            // The end of the server's side may arrive a moment after the answer it follows.
+            try await waitUntil(timeout: .seconds(5)) { connection.serverClosedItsSide }
             #expect(connection.serverClosedItsSide)
             #expect(try await Self.openPublicConnections(proxy) == (upload == .publicTooLarge ? 1 : 0))
             try await connection.closeOutput()

@@ -231,13 +231,16 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             proxy.logger.debug("closing an idle connection")
             context.close(promise: nil)
-        case (.request, .readingCacheRequest), (.request, .rejecting), (.request, .bufferingWrite):
+        case (.request, .idle) where !parser.isBetweenRequests || unparsed != nil,
+            (.request, .readingCacheRequest), (.request, .rejecting), (.request, .bufferingWrite):
             proxy.logger.info(
                 "request timed out while being read",
                 metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
             )
+            // Without a head there is no request to account for yet (`accounting` is the one before's).
+            let headArrived = !isIdle
             state = .responding
-            closingResponseWriter(context: context, accounting: accounting)
+            closingResponseWriter(context: context, accounting: headArrived ? accounting : nil)
                 .write(ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout"))
         case (.request, .forwarding(let stream)):
             stream?.fail(ProxyError(.requestTimeout, "the client's body did not arrive in time"))
@@ -252,6 +255,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !stoppedParsing else { return }
         var bytes = unwrapInboundIn(data)
+        // The request deadline runs from a request's first byte, not from its parsed head: a head sent slowly,
+        // or stopped half-way, gets its 408 then. Bytes that wait behind a response are timed when handled.
+        if isIdle, pipelined.isEmpty, parser.isBetweenRequests, unparsed == nil, bytes.readableBytes > 0 {
+            armTimer(.request)
+        }
         if var earlier = unparsed {
             unparsed = nil  // so that `earlier` is the only reference and grows in place
             earlier.writeBuffer(&bytes)
@@ -338,7 +346,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 generation = runtime.generation
                 proxy = runtime.context
             }
-            armTimer(.request)
+            // Armed at the first byte already, unless the request waited behind another (pipelined).
+            if deadline?.kind != .request { armTimer(.request) }
             bodyBytes = 0
             accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: peer(context).address)
             receiveHead(head, context: context)
