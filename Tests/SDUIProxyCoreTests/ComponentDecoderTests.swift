@@ -7,7 +7,11 @@ import Testing
 @Suite("Component decoding and the JSON parser")
 struct ComponentDecoderTests {
     let decoder = ComponentDecoder()
-    let planner = PrefetchPlanner(upstream: try! UpstreamOrigin(parsing: "http://localhost:8080"), allowedHosts: [])
+    let planner: PrefetchPlanner
+
+    init() throws {
+        planner = PrefetchPlanner(upstream: try UpstreamOrigin(parsing: "http://localhost:8080"), allowedHosts: [])
+    }
 
     /// Whether the one-pass validation with planning accepts `body`; it must agree with ``validateComponent``.
     func validatesWhilePlanning(_ body: ByteBuffer) -> Bool {
@@ -16,7 +20,7 @@ struct ComponentDecoderTests {
 
     @Test(
         "every Beagle fixture parses to the same tree as Foundation's decoder",
-        arguments: try! Fixtures.beagleFixtureNames()
+        arguments: Fixtures.beagleNames
     )
     func fixturesParse(name: String) throws {
         let data = try Fixtures.data(name)
@@ -27,7 +31,7 @@ struct ComponentDecoderTests {
 
     @Test(
         "components are told from actions and other JSON, the same way with and without a tree",
-        arguments: try! Fixtures.beagleFixtureNames()
+        arguments: Fixtures.beagleNames
     )
     func componentsAndActions(name: String) throws {
         let body = ByteBuffer(bytes: try Fixtures.data(name))
@@ -46,8 +50,7 @@ struct ComponentDecoderTests {
     @Test("the sample screens are components")
     func samples() throws {
         for name in ["home", "products", "products/1"] {
-            let url = Fixtures.repositoryRoot.appendingPathComponent("config/samples/screens/\(name).json")
-            try decoder.validateComponent(ByteBuffer(bytes: try Data(contentsOf: url)))
+            try decoder.validateComponent(ByteBuffer(bytes: try Fixtures.sampleScreenData("\(name).json")))
         }
     }
 
@@ -103,7 +106,7 @@ struct ComponentDecoderTests {
 
     @Test("mutated components: the one-pass scan accepts what the tree parser accepts and plans what the tree holds")
     func scanAgreesWithTheTree() throws {
-        let names = try Fixtures.beagleFixtureNames()
+        let names = Fixtures.beagleNames
         // With every route asking for prefetch, the plans have targets and skipped URLs to compare.
         // Each fixture as a child of a component (most are actions or parts of one), with every route asking for
         // prefetch, and a screen of actions with URLs of each kind the planner tells apart.

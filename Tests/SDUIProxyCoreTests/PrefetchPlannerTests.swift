@@ -68,28 +68,87 @@ private func nested(_ value: JSONValue, levels: Int) -> JSONValue {
     return result
 }
 
-// MARK: - The Beagle iOS fixtures
+// MARK: - The Beagle fixtures
 
-@Suite("PrefetchPlanner on the Beagle iOS fixtures")
+@Suite("PrefetchPlanner on the Beagle fixtures")
 struct PrefetchPlannerFixtureTests {
-    /// The fixtures' own URLs point at `http://localhost:8080`, so that is the upstream here.
+    /// The fixtures' own absolute URLs point at `http://localhost:8080`, so that is the upstream here.
     let localBackend: PrefetchPlanner
 
     init() throws {
         localBackend = try makePlanner("http://localhost:8080")
     }
 
-    @Test("pushview.json asks to prefetch schema://path, which is not an http(s) URL: skipped")
-    func pushView() throws {
-        let plan = localBackend.plan(forFile: try Fixtures.data("pushview.json"))
-        #expect(plan.targets.isEmpty)
-        #expect(plan.skipped == [Skipped(url: "schema://path", reason: .unsupportedURL)])
-        #expect(!plan.truncated)
+    /// The fixtures with a route that asks for prefetching; each has its own test below.
+    static let planning: Set<String> = [
+        "welcome-screen.json", "catalog-list.json", "push-view-custom-scheme.json", "reset-stack-expression.json",
+    ]
+
+    /// The fixtures whose navigation routes all say `"shouldPrefetch": false`.
+    static let prefetchFalse = [
+        "account-screen.json", "actions-list.json", "condition.json", "push-stack-remote-route.json",
+        "push-stack-with-context.json", "push-view-login-post.json", "sign-up-form.json", "touchable-details.json",
+    ]
+
+    @Test("the fixtures named by these tests are all in the fixture list")
+    func namesAreListed() {
+        let listed = Set(Fixtures.beagleNames)
+        #expect(Self.planning.isSubset(of: listed))
+        #expect(Set(Self.prefetchFalse).isSubset(of: listed))
+        #expect(Self.planning.isDisjoint(with: Self.prefetchFalse))
     }
 
     @Test(
-        "no other fixture has a prefetchable navigation action, so its plan is empty",
-        arguments: try Fixtures.beagleFixtureNames().filter { $0 != "pushview.json" && $0 != "UrlBuilderTestSpec.json" }
+        "welcome-screen.json: literal routes on the upstream are targets; an expression and another host are skipped"
+    )
+    func welcomeScreen() throws {
+        let plan = localBackend.plan(forFile: try Fixtures.data("welcome-screen.json"))
+        #expect(plan.targets == ["/screens/profile", "/screens/catalog?sort=price"])
+        #expect(
+            plan.skipped == [
+                Skipped(url: "/screens/@{session.homeScreen}", reason: .expression),
+                Skipped(url: "https://partner.example.org/offers", reason: .foreignHost("partner.example.org")),
+            ]
+        )
+        #expect(!plan.truncated)
+        // Against another backend the absolute URL on localhost:8080 is another host; the relative one still counts.
+        let elsewhere = try makePlanner("http://backend:8081/bff").plan(
+            forFile: try Fixtures.data("welcome-screen.json")
+        )
+        #expect(elsewhere.targets == ["/screens/profile"])
+        #expect(
+            elsewhere.skipped.contains(
+                Skipped(url: "http://localhost:8080/screens/catalog?sort=price", reason: .foreignHost("localhost:8080"))
+            )
+        )
+    }
+
+    @Test("catalog-list.json: a list template's route is an expression, the footer's a target")
+    func catalogList() throws {
+        let plan = localBackend.plan(forFile: try Fixtures.data("catalog-list.json"))
+        #expect(plan.targets == ["/screens/cart"])
+        #expect(plan.skipped == [Skipped(url: "/products/@{product.sku}", reason: .expression)])
+        #expect(!plan.truncated)
+    }
+
+    @Test("push-view-custom-scheme.json asks to prefetch app://orders/latest, which is not an http(s) URL: skipped")
+    func pushViewCustomScheme() throws {
+        let plan = localBackend.plan(forFile: try Fixtures.data("push-view-custom-scheme.json"))
+        #expect(plan.targets.isEmpty)
+        #expect(plan.skipped == [Skipped(url: "app://orders/latest", reason: .unsupportedURL)])
+        #expect(!plan.truncated)
+    }
+
+    @Test("reset-stack-expression.json asks to prefetch a path with an expression in the middle: skipped")
+    func resetStackExpression() throws {
+        let plan = localBackend.plan(forFile: try Fixtures.data("reset-stack-expression.json"))
+        #expect(plan.targets.isEmpty)
+        #expect(plan.skipped == [Skipped(url: "/orders/@{order.id}/tracking", reason: .expression)])
+    }
+
+    @Test(
+        "no other fixture has a route that asks for prefetching, so its plan is empty",
+        arguments: Fixtures.beagleNames.filter { !planning.contains($0) }
     )
     func fixturesWithoutPrefetch(_ name: String) throws {
         let plan = localBackend.plan(forFile: try Fixtures.data(name))
@@ -97,39 +156,44 @@ struct PrefetchPlannerFixtureTests {
     }
 
     @Test(
-        "navigation actions with shouldPrefetch false are not collected, not even as skipped",
-        arguments: ["PushStack-1.json", "PushStack-2.json", "pushViewWithAdditionalData.json", "screen.json"]
+        "navigation actions with shouldPrefetch false are not collected, not even as skipped; true would plan them",
+        arguments: prefetchFalse
     )
     func shouldPrefetchFalse(_ name: String) throws {
-        let text = try String(decoding: Fixtures.data(name), as: UTF8.self)
+        let text = String(decoding: try Fixtures.data(name), as: UTF8.self)
         #expect(text.contains("\"shouldPrefetch\": false"))
         #expect(localBackend.plan(forFile: try Fixtures.data(name)) == PrefetchPlanner.Plan())
+        let asking = localBackend.plan(for: askingForPrefetch(try Fixtures.json(name)))
+        #expect(asking.targets.count + asking.skipped.count == 1)
     }
 
     @Test(
-        "PushStack fixtures asking for prefetch: their URL is the expression @{context.remoteRoute}",
-        arguments: ["PushStack-1.json", "PushStack-2.json"]
+        "pushStack fixtures asking for prefetch: their URL is an expression the device resolves",
+        arguments: [
+            ("push-stack-remote-route.json", "@{checkout.nextStep}"),
+            ("push-stack-with-context.json", "@{global.routes.coupons}"),
+        ]
     )
-    func pushStackExpression(_ name: String) throws {
+    func pushStackExpression(_ name: String, _ url: String) throws {
         let plan = localBackend.plan(for: askingForPrefetch(try Fixtures.json(name)))
         #expect(plan.targets.isEmpty)
-        #expect(plan.skipped == [Skipped(url: "@{context.remoteRoute}", reason: .expression)])
+        #expect(plan.skipped == [Skipped(url: url, reason: .expression)])
     }
 
-    @Test("pushViewWithAdditionalData asking for prefetch: its route is a POST with a body, not a plain GET")
+    @Test("push-view-login-post.json asking for prefetch: its route is a POST with a body, not a plain GET")
     func additionalDataPOST() throws {
-        let plan = localBackend.plan(for: askingForPrefetch(try Fixtures.json("pushViewWithAdditionalData.json")))
+        let plan = localBackend.plan(for: askingForPrefetch(try Fixtures.json("push-view-login-post.json")))
         #expect(plan.targets.isEmpty)
-        #expect(plan.skipped == [Skipped(url: "http://localhost:8080/test/example", reason: .notPlainGET)])
+        #expect(plan.skipped == [Skipped(url: "http://localhost:8080/session/login", reason: .notPlainGET)])
     }
 
-    @Test("screen.json asking for prefetch: its navigation-bar item's pushView resolves against the upstream")
+    @Test("account-screen.json asking for prefetch: its navigation-bar item's pushView resolves against the upstream")
     func screenNavigationBarItem() throws {
-        let screen = askingForPrefetch(try Fixtures.json("screen.json"))
-        let url = "http://localhost:8080/test/example"
+        let screen = askingForPrefetch(try Fixtures.json("account-screen.json"))
+        let url = "http://localhost:8080/account/settings"
 
-        #expect(localBackend.plan(for: screen).targets == ["/test/example"])
-        #expect(try makePlanner("http://localhost:8080/test").plan(for: screen).targets == ["/example"])
+        #expect(localBackend.plan(for: screen).targets == ["/account/settings"])
+        #expect(try makePlanner("http://localhost:8080/account").plan(for: screen).targets == ["/settings"])
         #expect(
             try makePlanner("http://localhost:8080/bff").plan(for: screen).skipped
                 == [Skipped(url: url, reason: .outsideBasePath)]
@@ -140,7 +204,7 @@ struct PrefetchPlannerFixtureTests {
         )
         #expect(
             try makePlanner("http://backend:8081", allowedHosts: ["LocalHost:8080"]).plan(for: screen).targets
-                == ["/test/example"]
+                == ["/account/settings"]
         )
         #expect(
             try makePlanner("http://backend:8081", allowedHosts: ["localhost:9999"]).plan(for: screen).skipped
@@ -148,20 +212,25 @@ struct PrefetchPlannerFixtureTests {
         )
         #expect(
             try makePlanner("file:config/samples", allowedHosts: ["localhost"]).plan(for: screen).targets
-                == ["/test/example"]
+                == ["/account/settings"]
         )
     }
 
-    @Test("openNativeRoute is not a navigation to a screen: never collected, whatever its route says")
-    func openNativeRoute() throws {
-        for name in ["opennativeroute.json", "OpenNativeRoute-1.json"] {
-            guard case .object(var members) = try Fixtures.json(name) else {
-                Issue.record("\(name) is not an object")
-                continue
-            }
-            members["route"] = .object(["url": .string("/screens/native"), "shouldPrefetch": .bool(true)])
-            #expect(localBackend.plan(for: .object(members)) == PrefetchPlanner.Plan())
+    @Test(
+        "openNativeRoute is not a navigation to a screen: never collected, whatever its route says",
+        arguments: ["open-native-route.json", "open-native-route-deeplink.json"]
+    )
+    func openNativeRoute(_ name: String) throws {
+        guard case .object(var members) = try Fixtures.json(name) else {
+            Issue.record("\(name) is not an object")
+            return
         }
+        #expect(members["_beagleAction_"]?.stringValue?.lowercased() == "beagle:opennativeroute")
+        members["route"] = .object(["url": .string("/screens/native"), "shouldPrefetch": .bool(true)])
+        #expect(localBackend.plan(for: .object(members)) == PrefetchPlanner.Plan())
+        // The same route under pushView is a target: it is the action's name that keeps it out.
+        members["_beagleAction_"] = .string("beagle:pushView")
+        #expect(localBackend.plan(for: .object(members)).targets == ["/screens/native"])
     }
 }
 

@@ -1,6 +1,6 @@
 /// Builds URLs from a base URL and a path the way every Beagle client's `UrlBuilder` does (the seed's `URLBuilder`).
 ///
-/// The rules, as the shared Beagle test data (`UrlBuilderTestSpec.json`) states them:
+/// The rules, as Beagle's shared URL-building test data states them (restated in `BeagleURLBuilderTests`):
 /// - an empty path builds nothing (`nil`);
 /// - a path that contains no `%` is percent-encoded first: every character except ASCII letters and digits and
 ///   `-._~:/?#[]@!$&'()*+,;=` is written as `%XX` of its UTF-8 bytes (`/user/Name Of User` becomes

@@ -23,7 +23,8 @@ enum QueueTest {
 
     /// A fresh directory under the system's temporary directory.
     static func makeDirectory() -> String {
-        var template = Array("/tmp/sdui-queue-test-XXXXXX".utf8CString)
+        let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("sdui-queue-test-XXXXXX")
+        var template = Array(temporary.path.utf8CString)
         let path = template.withUnsafeMutableBufferPointer { buffer in
             mkdtemp(buffer.baseAddress!).map { String(cString: $0) }
         }
