@@ -228,10 +228,15 @@ struct HardeningTests {
 
     @Test("a lingering close is not cut short by the idle timeout while the client still sends")
     func idleTimeoutLeavesTheLingerAlone() async throws {
-        try await ProxyHarness.run(configure: {
-            Self.limited(&$0)
-            $0.limits.idleTimeout = .seconds(1)
-        }) { proxy async throws in
+        try await ProxyHarness.run(
+            // The backend answers late, so the proxy's 413 is always the answer (an answer the backend had begun
+            // to stream would be cut short instead).
+            origin: { _ in .component(delay: .seconds(5)) },
+            configure: {
+                Self.limited(&$0)
+                $0.limits.idleTimeout = .seconds(1)
+            }
+        ) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort, allowHalfClosure: true)
             // Chunked, so the body is forwarded as it comes and refused when it passes the limit.
             let chunk = "3e8\r\n" + String(repeating: "x", count: 1000) + "\r\n"
