@@ -115,7 +115,8 @@ public final class ProxyServer: Sendable {
         self.adminConnectionLimiter = adminConnectionLimiter
     }
 
-    /// Builds the proxy from `configuration` and binds its listeners.
+    /// Builds the proxy from `configuration` and binds its listeners. What ``StartupChecks`` refuses is refused
+    /// first, with a ``ConfigurationError``.
     ///
     /// - Parameter eventLoopGroup: the group to run on; by default the server makes its own from `eventLoops` and
     ///   shuts it down with the server. A group passed in is the caller's: `eventLoops` does not apply to it, and
@@ -153,7 +154,7 @@ public final class ProxyServer: Sendable {
         eventLoopGroup: (any EventLoopGroup)?,
         tuning: Tuning
     ) async throws -> ProxyServer {
-        try adminAuthorization.checkBinding(host: configuration.admin.host)
+        try StartupChecks.check(configuration, adminAuthorization: adminAuthorization)
         let ownEventLoops = eventLoopGroup == nil ? ProxyEventLoops(configuration.eventLoops) : nil
         let group = eventLoopGroup ?? ownEventLoops!.group
         let threadPool = NIOThreadPool(numberOfThreads: 2)
@@ -302,6 +303,7 @@ public final class ProxyServer: Sendable {
             logger.info(
                 "listening",
                 metadata: [
+                    "version": "\(SDUIProxyVersion.current)",
                     "public": "\(configuration.listen.host):\(server.publicPort)",
                     "admin": "\(configuration.admin.host):\(server.adminPort)",
                     "upstream": "\(configuration.upstream.url)",
@@ -373,6 +375,7 @@ public final class ProxyServer: Sendable {
         configuration.eventLoops = old.configuration.eventLoops
 
         let upstreamChanged = configuration.upstream != old.configuration.upstream
+        if upstreamChanged { try StartupChecks.checkUpstream(configuration.upstream) }
         let context = try ProxyContext.build(
             configuration: configuration,
             cache: old.cache,

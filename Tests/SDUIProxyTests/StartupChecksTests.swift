@@ -1,0 +1,83 @@
+import Foundation
+import SDUIProxy
+import SDUIProxyCore
+import Testing
+
+@Suite("What start-up refuses short of binding its ports")
+struct StartupChecksTests {
+    private static func temporary(_ name: String) -> String {
+        NSTemporaryDirectory() + "sdui-checks-\(name)-" + UUID().uuidString
+    }
+
+    private func problem(_ check: () throws(ConfigurationError) -> Void) -> ConfigurationError? {
+        do {
+            try check()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("a queue store: an existing or creatable directory passes; under or as a regular file it does not")
+    func queueStore() throws {
+        let directory = Self.temporary("store")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #expect(problem { () throws(ConfigurationError) in try StartupChecks.checkQueueStore(directory) } == nil)
+        #expect(
+            problem { () throws(ConfigurationError) in try StartupChecks.checkQueueStore(directory + "/a/b") } == nil
+        )
+
+        let file = directory + "/plain"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: file))
+        let asFile = problem { () throws(ConfigurationError) in try StartupChecks.checkQueueStore(file) }
+        #expect(asFile?.key == "queue.store")
+        #expect(asFile?.problem.contains("\(file) is not a directory") == true)
+        let underFile = problem { () throws(ConfigurationError) in try StartupChecks.checkQueueStore(file + "/q/r") }
+        #expect(underFile?.problem.contains("cannot create \(file)/q/r: \(file) is not a directory") == true)
+
+        let sqlite = directory + "/bad"
+        try FileManager.default.createDirectory(atPath: sqlite + "/queue.sqlite", withIntermediateDirectories: true)
+        let notAFile = problem { () throws(ConfigurationError) in try StartupChecks.checkQueueStore(sqlite) }
+        #expect(notAFile?.problem.contains("queue.sqlite is not a regular file") == true)
+    }
+
+    @Test("a relative file: upstream that is missing is named with the working directory it was taken from")
+    func relativeUpstream() throws {
+        var upstream = ProxyConfiguration.Upstream()
+        upstream.url = "file:missing-\(UUID().uuidString)"
+        let error = problem { () throws(ConfigurationError) in try StartupChecks.checkUpstream(upstream) }
+        let directory = FileManager.default.currentDirectoryPath
+        #expect(error?.key == "upstream.url")
+        #expect(error?.problem.contains("\(directory)/\(upstream.url.dropFirst(5)) does not exist") == true)
+        #expect(error?.problem.contains("working directory, \(directory)") == true)
+        upstream.url = "http://127.0.0.1:9"
+        #expect(problem { () throws(ConfigurationError) in try StartupChecks.checkUpstream(upstream) } == nil)
+    }
+
+    @Test("a listener host that does not resolve is refused")
+    func unresolvableHost() {
+        var configuration = ProxyConfiguration()
+        configuration.upstream.url = "http://127.0.0.1:9"
+        configuration.listen.host = "[::]"
+        let error = problem { () throws(ConfigurationError) in
+            try StartupChecks.check(configuration, adminAuthorization: AdminAuthorization(token: nil))
+        }
+        #expect(error?.key == "listen.host")
+    }
+
+    @Test("ProxyServer.start and a reload refuse a missing file: directory with a ConfigurationError")
+    func serverRefuses() async throws {
+        var configuration = ProxyHarness.testConfiguration(upstream: "file:/nonexistent-\(UUID().uuidString)")
+        await #expect(throws: ConfigurationError.self) {
+            _ = try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger)
+        }
+        configuration.upstream.url = "http://127.0.0.1:9"
+        let server = try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger)
+        var reloaded = configuration
+        reloaded.upstream.url = "file:/nonexistent-\(UUID().uuidString)"
+        await #expect(throws: ConfigurationError.self) { try await server.reload(reloaded) }
+        #expect(server.context.configuration.upstream.url == "http://127.0.0.1:9")
+        await server.shutdown(drainTimeout: .seconds(2))
+    }
+}
