@@ -15,6 +15,13 @@ struct ConfigurationPrinterTests {
         return try ConfigurationLoader().load(yaml: text)
     }
 
+    @Test("a default header the file removed stays removed when the printed configuration is loaded")
+    func removedDefaultHeaderRoundTrips() throws {
+        let configuration = try ConfigurationLoader().load(yaml: "headers: { Content-Type: \"\", X-A: b }")
+        #expect(configuration.headers.map(\.name) == ["X-A"])
+        #expect(try reloaded(configuration) == configuration)
+    }
+
     @Test("the defaults, printed, load back to the defaults")
     func defaultsRoundTrip() throws {
         #expect(try reloaded(ProxyConfiguration()) == ProxyConfiguration())
@@ -23,7 +30,7 @@ struct ConfigurationPrinterTests {
     @Test("every section, with values off the defaults, loads back to the same configuration")
     func everySectionRoundTrips() throws {
         let yaml = """
-            listen: { host: "::", port: 8181 }
+            listen: { host: "::", port: 8181, trustedProxies: [10.0.0.0/8, "::1"] }
             admin: { host: localhost, port: 0 }
             upstream: { url: "http://backend:8081/bff", timeout: 1500ms, connectTimeout: 250us, maxConnections: 3, maxResponseBytes: 1000 }
             platform: { header: x-platform, default: ios, allowed: [] }

@@ -19,7 +19,10 @@ public enum ConfigurationPrinter {
         out.comment("The configuration in force: the config file, then SDUI_PROXY_* variables, then flags.")
         out.comment("SDUI_PROXY_ADMIN_TOKEN: \(adminTokenIsSet ? redacted : "not set")")
         let config = configuration
-        out.line("listen: { host: \(scalar(config.listen.host, flow: true)), port: \(config.listen.port) }")
+        out.line(
+            "listen: { host: \(scalar(config.listen.host, flow: true)), port: \(config.listen.port), "
+                + "trustedProxies: \(list(config.trustedProxies.map(\.description))) }"
+        )
         out.line("admin: { host: \(scalar(config.admin.host, flow: true)), port: \(config.admin.port) }")
 
         out.line("upstream:")
@@ -34,10 +37,16 @@ public enum ConfigurationPrinter {
         out.pair(1, "default", scalar(config.platform.defaultValue))
         out.pair(1, "allowed", list(config.platform.allowed))
 
-        if config.headers.isEmpty {
+        // Configured headers add to the defaults: a default left out is printed with an empty value, which is
+        // how a file removes it.
+        let removedDefaults = ProxyConfiguration.defaultHeaders.filter { header in
+            !config.headers.contains { $0.name.lowercased() == header.name.lowercased() }
+        }
+        if config.headers.isEmpty, removedDefaults.isEmpty {
             out.line("headers: {}")
         } else {
             out.line("headers:")
+            for header in removedDefaults { out.pair(1, scalar(header.name), scalar("")) }
             for header in config.headers {
                 let value = credentialHeaders.contains(header.name.lowercased()) ? redacted : header.value
                 out.pair(1, scalar(header.name), scalar(value))
