@@ -127,7 +127,7 @@ struct CommonOptions: ParsableArguments {
 }
 
 /// `sdui-proxy health`: asks the admin listener of the configured proxy whether it is alive.
-struct HealthCommand: ParsableCommand {
+struct HealthCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "health",
         abstract: "Ask the running proxy's admin listener for /health; exit 0 when it answers ok, 1 otherwise.",
@@ -148,7 +148,7 @@ struct HealthCommand: ParsableCommand {
         if unused { throw ValidationError("health takes only --config and --admin-port") }
     }
 
-    func run() throws {
+    func run() async throws {
         let environment = ProcessEnvironment.variables()
         let configuration: ProxyConfiguration
         do {
@@ -159,7 +159,7 @@ struct HealthCommand: ParsableCommand {
             throw ExitCode(1)
         }
         let admin = configuration.admin
-        if let problem = HealthProbe.run(host: admin.host, port: admin.port, timeout: .seconds(2)) {
+        if let problem = await HealthProbe.run(host: admin.host, port: admin.port, timeout: .seconds(2)) {
             FileHandleOutput.standardError("sdui-proxy health: \(problem)\n")
             throw ExitCode(1)
         }
