@@ -116,6 +116,66 @@ struct PassThroughTests {
         }
     }
 
+    @Test("a slow upload is the client's time: upstream.timeout starts once the backend has the whole request")
+    func slowUploadIsNotChargedToTheBackend() async throws {
+        try await ProxyHarness.run(
+            origin: { request in
+                TestOrigin.Response(status: .ok, headers: [], body: "got \(request.body.readableBytes)")
+            },
+            configure: { $0.upstream.timeout = .milliseconds(500) }
+        ) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            let piece = String(repeating: "x", count: 20_000)
+            try await connection.send("POST /api/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n")
+            // 200 KB over about 1.5 s: three times the backend's timeout, all of it the client's.
+            for _ in 0..<10 {
+                try await connection.send(piece)
+                try await Task.sleep(for: .milliseconds(150))
+            }
+            let response = try #require(try await connection.readResponse())
+            #expect(response.head.hasPrefix("HTTP/1.1 200"), "\(response.head) \(response.body)")
+            #expect(response.body == "got 200000")
+            await connection.close()
+        }
+    }
+
+    @Test("a backend slower than upstream.timeout after it has the whole body is a 504 of kind timeout")
+    func slowBackendAfterTheBody() async throws {
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(status: .ok, headers: [], body: "late", delay: .seconds(3)) },
+            configure: { $0.upstream.timeout = .milliseconds(300) }
+        ) { proxy async throws in
+            let started = ContinuousClock.now
+            let reply = try await proxy.get("/api/orders", method: .POST, body: #"{"a":1}"#)
+            #expect(reply.status == .gatewayTimeout)
+            #expect(reply.body.contains(#""kind":"timeout""#))
+            #expect(ContinuousClock.now - started < .seconds(3))
+        }
+    }
+
+    @Test(
+        "a body cut off by the request timeout never reaches the backend as a shorter request",
+        arguments: ["Content-Length: 100000", "Transfer-Encoding: chunked"]
+    )
+    func truncatedBodyIsAborted(framing: String) async throws {
+        try await ProxyHarness.run(
+            origin: { request in
+                TestOrigin.Response(status: .ok, headers: [], body: "got \(request.body.readableBytes)")
+            },
+            configure: { $0.limits.requestTimeout = .milliseconds(400) }
+        ) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            let part = framing.hasPrefix("Content-Length") ? "partial body" : "c\r\npartial body\r\n"
+            try await connection.send("POST /api/upload HTTP/1.1\r\nHost: x\r\n\(framing)\r\n\r\n" + part)
+            _ = try await connection.readUntilClosed(timeout: .seconds(5))
+            #expect(connection.isClosed)
+            // The upstream request was aborted, not ended: the origin saw no complete request, only the one after.
+            let after = try await proxy.get("/api/after", method: .POST, body: "{}")
+            #expect(after.body == "got 2")
+            #expect(proxy.origin.requests.map(\.uri) == ["/api/after"])
+        }
+    }
+
     @Test("an unreachable backend answers a forwarded request with a 502 error body")
     func unreachable() async throws {
         try await ProxyHarness.run { proxy async throws in

@@ -79,9 +79,15 @@ public final class HTTPNetworkClient: NetworkClient {
         on eventLoop: any EventLoop,
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void> {
+        // With a body, the backend's time starts once it has the whole request: the upload is the client's time,
+        // bounded by limits.requestTimeout, which fails the stream and so aborts this request (never ends it
+        // short). Without one, the deadline runs from now.
+        let deadline = BodyDeadline(timeout: timeout, eventLoop: body?.eventLoop ?? eventLoop)
         let clientBody = body.map { stream in
             HTTPClient.Body.stream(contentLength: stream.contentLength.map(Int64.init)) { writer in
-                stream.drain { part in writer.write(.byteBuffer(part)) }
+                let drained = stream.drain { part in writer.write(.byteBuffer(part)) }
+                drained.whenSuccess { deadline.start() }
+                return drained
             }
         }
         let clientRequest: HTTPClient.Request
@@ -90,12 +96,15 @@ public final class HTTPNetworkClient: NetworkClient {
         } catch {
             return eventLoop.makeFailedFuture(error)
         }
-        return client.execute(
+        let task = client.execute(
             request: clientRequest,
             delegate: ForwardingDelegate(sink: sink),
             eventLoop: .delegate(on: eventLoop),
-            deadline: .now() + timeout
-        ).futureResult.flatMapErrorThrowing { error in
+            deadline: body == nil ? .now() + timeout : nil
+        )
+        if body != nil { deadline.watch(task) }
+        return task.futureResult.flatMapErrorThrowing { error in
+            if deadline.expired { throw ProxyError(.timeout, "the backend did not answer in time") }
             throw Self.proxyError(for: error, maxBodyBytes: nil)
         }
     }
@@ -132,6 +141,51 @@ public final class HTTPNetworkClient: NetworkClient {
             )
         }
         return ProxyError(.network, "the backend exchange failed", detail: "\(error)")
+    }
+}
+
+/// The deadline of a request with a streamed body: `timeout` from the moment the whole body was written, not
+/// from the start, so a slow upload is not charged to the backend. Confined to the body stream's event loop.
+private final class BodyDeadline: Sendable {
+    private struct State {
+        var task: HTTPClient.Task<Void>?
+        var timer: Scheduled<Void>?
+        var expired = false
+        var finished = false
+    }
+
+    private let timeout: TimeAmount
+    private let state: NIOLoopBoundBox<State>
+
+    init(timeout: TimeAmount, eventLoop: any EventLoop) {
+        self.timeout = timeout
+        self.state = NIOLoopBoundBox(State(), eventLoop: eventLoop)
+    }
+
+    /// Whether the backend ran past its time and the request was cancelled for it. Read on the loop.
+    var expired: Bool { state.value.expired }
+
+    /// Follows `task`: a timer is not armed after it finished, and one armed is cancelled with it.
+    func watch(_ task: HTTPClient.Task<Void>) {
+        let state = self.state
+        let follow: @Sendable () -> Void = {
+            state.value.task = task
+            task.futureResult.hop(to: state.eventLoop).whenComplete { _ in
+                state.value.finished = true
+                state.value.timer?.cancel()
+            }
+        }
+        if state.eventLoop.inEventLoop { follow() } else { state.eventLoop.execute(follow) }
+    }
+
+    /// The whole body is out: the backend's time starts. Called on the loop.
+    func start() {
+        let state = self.state
+        guard !state.value.finished else { return }
+        state.value.timer = state.eventLoop.scheduleTask(in: timeout) {
+            state.value.expired = true
+            state.value.task?.cancel()
+        }
     }
 }
 
