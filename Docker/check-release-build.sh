@@ -56,8 +56,14 @@ else
 fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/sdui-release-check.XXXXXX")"
-PROXY_PID=""
-ORIGIN_PID=""
+# Every proxy started and not yet reaped, so that a failure at any point leaves none running.
+STARTED_PIDS=()
+# Takes a reaped pid off the list: the number may belong to another process by now.
+forget() {
+    local kept=() pid
+    for pid in ${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}; do [[ "${pid}" == "${1}" ]] || kept+=("${pid}"); done
+    STARTED_PIDS=(${kept[@]+"${kept[@]}"})
+}
 PROXY_LOG="${WORK}/proxy.log"
 ORIGIN_LOG="${WORK}/origin.log"
 stop_now() {
@@ -67,8 +73,7 @@ stop_now() {
     fi
 }
 cleanup() {
-    stop_now "${PROXY_PID}"
-    stop_now "${ORIGIN_PID}"
+    for pid in ${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}; do stop_now "${pid}"; done
     rm -rf "${WORK}"
 }
 trap cleanup EXIT
@@ -155,6 +160,7 @@ launch() {
     SDUI_PROXY_LISTEN_HOST=127.0.0.1 ${RUN_AS[@]+"${RUN_AS[@]}"} "${BINARY}" --config "${CONFIG}" \
         --port "${LAUNCHED_PORT}" --admin-port "${LAUNCHED_ADMIN_PORT}" "$@" >"${output}" 2>&1 &
     LAUNCHED_PID=$!
+    STARTED_PIDS+=("${LAUNCHED_PID}")
 }
 
 # Starts a proxy and waits for GET /health: retried with new ports when another process took one meanwhile.
@@ -167,6 +173,7 @@ start_healthy() {
         if ! kill -0 "${LAUNCHED_PID}" 2>/dev/null; then
             if ((attempts < 3)) && grep -q 'cannot listen' "${output}"; then
                 wait "${LAUNCHED_PID}" 2>/dev/null || true
+                forget "${LAUNCHED_PID}"
                 log "${name}: a port was taken meanwhile; retrying with new ports"
                 attempts=$((attempts + 1))
                 launch "${output}" "$@"
@@ -240,13 +247,12 @@ stopped() {
     wait "${1}"
     code=$?
     set -e
+    forget "${1}"
     [[ "${code}" == "0" ]] || fail "the ${2} exited with status ${code} after SIGTERM (expected 0)"
     log "SIGTERM: the ${2} exited with status 0"
 }
 kill -TERM "${PROXY_PID}"
 stopped "${PROXY_PID}" proxy
-PROXY_PID=""
 kill -TERM "${ORIGIN_PID}"
 stopped "${ORIGIN_PID}" origin
-ORIGIN_PID=""
 log "OK"
