@@ -3,12 +3,19 @@
 # (and CI) without a Docker engine:
 #
 #   1. `swift build -c release --static-swift-stdlib` (the Dockerfile's command, same flags);
-#   2. the bundled config copied to <tmp>/etc/sdui-proxy/sdui-proxy.yaml and the samples to
-#      <tmp>/usr/share/sdui-proxy/config/samples, the working directory set to <tmp>/usr/share/sdui-proxy;
+#   2. the binary copied to <tmp>/usr/local/bin, the bundled config to <tmp>/etc/sdui-proxy/sdui-proxy.yaml and
+#      the samples to <tmp>/usr/share/sdui-proxy/config/samples, the working directory set to
+#      <tmp>/usr/share/sdui-proxy;
 #   3. `sdui-proxy --check-config --config <tmp>/etc/sdui-proxy/sdui-proxy.yaml`;
-#   4. the proxy started on that config with free loopback ports, GET /health on the admin port, a sample screen
-#      fetched twice (the second from the cache);
-#   5. SIGTERM to the proxy, which must drain and exit with status 0.
+#   4. two proxies started on that config with free loopback ports: an origin serving the samples from its files,
+#      and in front of it, the proxy under test with `--upstream http://` the origin; GET /health on its admin
+#      port, a sample screen fetched twice (a miss, fetched over HTTP from the origin, then a hit);
+#   5. SIGTERM to both, which must drain and exit with status 0.
+#
+# The image runs the proxy as a user without privileges, so every step runs it as one: as root, through
+# `setpriv` as uid and gid 65534 with no groups and no capabilities (and the run checks /proc that it is so);
+# otherwise as the caller. A socket option that needs a capability then fails here as it does in the container,
+# on the accepted connection and on the one to the backend.
 #
 # Every step has a time limit. Environment: BUILD_TIMEOUT (seconds, default 2400), SKIP_BUILD=1 to reuse an
 # existing release build, PROXY_BINARY=<path> to check a binary built elsewhere, SWIFT (default: swift).
@@ -23,6 +30,10 @@ BUILD_FLAGS=(-c release --static-swift-stdlib)
 log() { printf 'check-release-build: %s\n' "$*" >&2; }
 fail() {
     log "FAILED: $*"
+    if [[ -n "${ORIGIN_LOG:-}" && -s "${ORIGIN_LOG}" ]]; then
+        log "origin output (last 20 lines):"
+        tail -n 20 "${ORIGIN_LOG}" >&2 || true
+    fi
     if [[ -n "${PROXY_LOG:-}" && -s "${PROXY_LOG}" ]]; then
         log "proxy output (last 40 lines):"
         tail -n 40 "${PROXY_LOG}" >&2 || true
@@ -34,14 +45,35 @@ for tool in curl timeout "${SWIFT}"; do
     command -v "${tool}" >/dev/null 2>&1 || fail "${tool} is not installed"
 done
 
+# How the proxy is run: as root, dropped to nobody without capabilities, as the image's USER does.
+UNPRIVILEGED_ID=65534
+if [[ "$(id -u)" == "0" ]]; then
+    command -v setpriv >/dev/null 2>&1 || fail "setpriv (util-linux) is needed to run the proxy unprivileged as root"
+    RUN_AS=(setpriv "--reuid=${UNPRIVILEGED_ID}" "--regid=${UNPRIVILEGED_ID}" --clear-groups --inh-caps=-all
+        --bounding-set=-all --no-new-privs --)
+else
+    RUN_AS=()
+fi
+
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/sdui-release-check.XXXXXX")"
-PROXY_PID=""
+# Every proxy started and not yet reaped, so that a failure at any point leaves none running.
+STARTED_PIDS=()
+# Takes a reaped pid off the list: the number may belong to another process by now.
+forget() {
+    local kept=() pid
+    for pid in ${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}; do [[ "${pid}" == "${1}" ]] || kept+=("${pid}"); done
+    STARTED_PIDS=(${kept[@]+"${kept[@]}"})
+}
 PROXY_LOG="${WORK}/proxy.log"
-cleanup() {
-    if [[ -n "${PROXY_PID}" ]] && kill -0 "${PROXY_PID}" 2>/dev/null; then
-        kill -KILL "${PROXY_PID}" 2>/dev/null || true
-        wait "${PROXY_PID}" 2>/dev/null || true
+ORIGIN_LOG="${WORK}/origin.log"
+stop_now() {
+    if [[ -n "${1}" ]] && kill -0 "${1}" 2>/dev/null; then
+        kill -KILL "${1}" 2>/dev/null || true
+        wait "${1}" 2>/dev/null || true
     fi
+}
+cleanup() {
+    for pid in ${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}; do stop_now "${pid}"; done
     rm -rf "${WORK}"
 }
 trap cleanup EXIT
@@ -69,12 +101,16 @@ if command -v ldd >/dev/null 2>&1 && ldd "${BINARY}" | grep -Eq 'libswift|libFou
 fi
 
 # --- 2. Lay out the files as in the image ---------------------------------------------------------------------
+# Readable by the unprivileged user: the build directory may not be, nor mktemp's directory (mode 0700).
 ETC="${WORK}/etc/sdui-proxy"
 SHARE="${WORK}/usr/share/sdui-proxy"
-mkdir -p "${ETC}" "${SHARE}/config"
+mkdir -p "${ETC}" "${SHARE}/config" "${WORK}/usr/local/bin"
+cp "${BINARY}" "${WORK}/usr/local/bin/sdui-proxy"
+BINARY="${WORK}/usr/local/bin/sdui-proxy"
 cp "${ROOT}/config/sdui-proxy.yaml" "${ETC}/sdui-proxy.yaml"
 cp -R "${ROOT}/config/samples" "${SHARE}/config/"
 ln -s "${ETC}/sdui-proxy.yaml" "${SHARE}/config/sdui-proxy.yaml"
+chmod -R u+rwX,go+rX,go-w "${WORK}"
 CONFIG="${ETC}/sdui-proxy.yaml"
 
 # Only what this script sets may configure the proxy: drop SDUI_PROXY_* variables inherited from the caller.
@@ -86,7 +122,7 @@ done < <(compgen -e | grep '^SDUI_PROXY_' || true)
 cd "${SHARE}"
 
 # --- 3. --check-config ----------------------------------------------------------------------------------------
-if ! output="$(timeout 30 "${BINARY}" --check-config --config "${CONFIG}" 2>&1)"; then
+if ! output="$(timeout 30 ${RUN_AS[@]+"${RUN_AS[@]}"} "${BINARY}" --check-config --config "${CONFIG}" 2>&1)"; then
     fail "--check-config rejected the bundled config: ${output}"
 fi
 log "check-config: ${output}"
@@ -110,67 +146,113 @@ free_port() {
     return 1
 }
 
-start_proxy() {
-    PORT="$(free_port)" || fail "no free port found"
-    ADMIN_PORT="$(free_port)" || fail "no free port found"
-    while [[ "${ADMIN_PORT}" == "${PORT}" ]]; do ADMIN_PORT="$(free_port)" || fail "no free port found"; done
+# Starts a proxy in the background, unprivileged, on two free ports: sets LAUNCHED_PID, LAUNCHED_PORT and
+# LAUNCHED_ADMIN_PORT. Arguments: the log file, then extra arguments for the proxy.
+launch() {
+    local output="${1}"
+    shift
+    LAUNCHED_PORT="$(free_port)" || fail "no free port found"
+    LAUNCHED_ADMIN_PORT="$(free_port)" || fail "no free port found"
+    while [[ "${LAUNCHED_ADMIN_PORT}" == "${LAUNCHED_PORT}" ]]; do
+        LAUNCHED_ADMIN_PORT="$(free_port)" || fail "no free port found"
+    done
     # The image listens on 0.0.0.0; here the public listener stays on loopback.
-    SDUI_PROXY_LISTEN_HOST=127.0.0.1 "${BINARY}" --config "${CONFIG}" --port "${PORT}" --admin-port "${ADMIN_PORT}" \
-        >"${PROXY_LOG}" 2>&1 &
-    PROXY_PID=$!
-    log "started sdui-proxy (pid ${PROXY_PID}) on 127.0.0.1:${PORT}, admin 127.0.0.1:${ADMIN_PORT}"
+    SDUI_PROXY_LISTEN_HOST=127.0.0.1 ${RUN_AS[@]+"${RUN_AS[@]}"} "${BINARY}" --config "${CONFIG}" \
+        --port "${LAUNCHED_PORT}" --admin-port "${LAUNCHED_ADMIN_PORT}" "$@" >"${output}" 2>&1 &
+    LAUNCHED_PID=$!
+    STARTED_PIDS+=("${LAUNCHED_PID}")
 }
 
-start_proxy
-attempts=1
-healthy=0
-for _ in $(seq 1 150); do
-    if ! kill -0 "${PROXY_PID}" 2>/dev/null; then
-        if ((attempts < 3)) && grep -q 'cannot listen' "${PROXY_LOG}"; then
-            wait "${PROXY_PID}" 2>/dev/null || true
-            log "a port was taken meanwhile; retrying with new ports"
-            attempts=$((attempts + 1))
-            start_proxy
-            continue
+# Starts a proxy and waits for GET /health: retried with new ports when another process took one meanwhile.
+# Arguments: a name for the log, the log file, then extra arguments for the proxy.
+start_healthy() {
+    local name="${1}" output="${2}" attempts=1 health=""
+    shift 2
+    launch "${output}" "$@"
+    for _ in $(seq 1 150); do
+        if ! kill -0 "${LAUNCHED_PID}" 2>/dev/null; then
+            if ((attempts < 3)) && grep -q 'cannot listen' "${output}"; then
+                wait "${LAUNCHED_PID}" 2>/dev/null || true
+                forget "${LAUNCHED_PID}"
+                log "${name}: a port was taken meanwhile; retrying with new ports"
+                attempts=$((attempts + 1))
+                launch "${output}" "$@"
+                continue
+            fi
+            fail "the ${name} exited during start-up"
         fi
-        fail "the proxy exited during start-up"
-    fi
-    if health="$(curl -fsS --max-time 2 "http://127.0.0.1:${ADMIN_PORT}/health" 2>/dev/null)"; then
-        healthy=1
-        break
-    fi
-    sleep 0.2
-done
-[[ "${healthy}" == "1" ]] || fail "GET /health did not succeed within 30s"
-[[ "${health}" == *'"ok"'* ]] || fail "unexpected /health body: ${health}"
-log "health: ${health}"
-
-fetch() {
-    curl -sS --max-time 10 -o "${WORK}/body" -D "${WORK}/headers" -w '%{http_code}' \
-        "http://127.0.0.1:${PORT}/screens/home"
+        if health="$(curl -fsS --max-time 2 "http://127.0.0.1:${LAUNCHED_ADMIN_PORT}/health" 2>/dev/null)"; then
+            [[ "${health}" == *'"ok"'* ]] || fail "unexpected /health body from the ${name}: ${health}"
+            log "${name}: sdui-proxy (pid ${LAUNCHED_PID}) on 127.0.0.1:${LAUNCHED_PORT}, admin" \
+                "127.0.0.1:${LAUNCHED_ADMIN_PORT}, health ${health}"
+            return 0
+        fi
+        sleep 0.2
+    done
+    fail "GET /health on the ${name} did not succeed within 30s"
 }
-status="$(fetch)" || fail "GET /screens/home failed"
-[[ "${status}" == "200" ]] || fail "GET /screens/home answered ${status}: $(head -c 300 "${WORK}/body")"
-grep -q '_beagleComponent_' "${WORK}/body" || fail "GET /screens/home did not return a component"
-status="$(fetch)" || fail "the second GET /screens/home failed"
-[[ "${status}" == "200" ]] || fail "the second GET /screens/home answered ${status}"
-grep -qi '^x-cache: HIT' "${WORK}/headers" || fail "the second GET /screens/home was not a cache hit: $(tr -d '\r' <"${WORK}/headers")"
-log "GET /screens/home: 200, $(wc -c <"${WORK}/body") bytes, second answer from the cache"
+
+# The process runs as the unprivileged user, without capabilities (when /proc says).
+check_unprivileged() {
+    local status="/proc/${1}/status"
+    [[ -r "${status}" ]] || return 0
+    local uid capabilities
+    uid="$(awk '/^Uid:/ { print $2, $3, $4, $5 }' "${status}")"
+    capabilities="$(awk '/^Cap(Prm|Eff|Amb):/ { printf "%s", $2 }' "${status}")"
+    if [[ "$(id -u)" == "0" ]]; then
+        [[ "${uid}" == "${UNPRIVILEGED_ID} ${UNPRIVILEGED_ID} ${UNPRIVILEGED_ID} ${UNPRIVILEGED_ID}" ]] \
+            || fail "the ${2} runs as uid ${uid}, not ${UNPRIVILEGED_ID}"
+    fi
+    [[ "${capabilities}" =~ ^0+$ ]] || fail "the ${2} holds capabilities (${capabilities})"
+    log "${2}: uid ${uid%% *}, no capabilities"
+}
+
+# The origin: the samples from its files, over HTTP.
+start_healthy origin "${ORIGIN_LOG}" --upstream file:config/samples
+ORIGIN_PID="${LAUNCHED_PID}"
+ORIGIN_PORT="${LAUNCHED_PORT}"
+check_unprivileged "${ORIGIN_PID}" origin
+# The proxy under test, in front of it: its warm-up and its misses go over TCP.
+start_healthy proxy "${PROXY_LOG}" --upstream "http://127.0.0.1:${ORIGIN_PORT}"
+PROXY_PID="${LAUNCHED_PID}"
+PORT="${LAUNCHED_PORT}"
+check_unprivileged "${PROXY_PID}" proxy
+
+# Not among the screens the warm-up fetches: the first GET is a miss, fetched from the origin then.
+SCREEN=/screens/products/1
+fetch() {
+    curl -sS --max-time 10 -o "${WORK}/body" -D "${WORK}/headers" -w '%{http_code}' "http://127.0.0.1:${PORT}${SCREEN}"
+}
+status="$(fetch)" || fail "GET ${SCREEN} failed"
+[[ "${status}" == "200" ]] || fail "GET ${SCREEN} answered ${status}: $(head -c 300 "${WORK}/body")"
+grep -q '_beagleComponent_' "${WORK}/body" || fail "GET ${SCREEN} did not return a component"
+grep -qi '^x-cache: MISS' "${WORK}/headers" \
+    || fail "the first GET ${SCREEN} was not a miss: $(tr -d '\r' <"${WORK}/headers")"
+status="$(fetch)" || fail "the second GET ${SCREEN} failed"
+[[ "${status}" == "200" ]] || fail "the second GET ${SCREEN} answered ${status}"
+grep -qi '^x-cache: HIT' "${WORK}/headers" \
+    || fail "the second GET ${SCREEN} was not a cache hit: $(tr -d '\r' <"${WORK}/headers")"
+log "GET ${SCREEN}: 200, $(wc -c <"${WORK}/body") bytes, fetched from the origin, then answered from the cache"
 
 # --- 5. SIGTERM -------------------------------------------------------------------------------------------------
+# Waits for a proxy sent SIGTERM to exit 0. Arguments: its pid, a name for the log.
+stopped() {
+    local code
+    for _ in $(seq 1 100); do
+        kill -0 "${1}" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -0 "${1}" 2>/dev/null && fail "the ${2} was still running 20s after SIGTERM"
+    set +e
+    wait "${1}"
+    code=$?
+    set -e
+    forget "${1}"
+    [[ "${code}" == "0" ]] || fail "the ${2} exited with status ${code} after SIGTERM (expected 0)"
+    log "SIGTERM: the ${2} exited with status 0"
+}
 kill -TERM "${PROXY_PID}"
-for _ in $(seq 1 100); do
-    kill -0 "${PROXY_PID}" 2>/dev/null || break
-    sleep 0.2
-done
-if kill -0 "${PROXY_PID}" 2>/dev/null; then
-    fail "the proxy was still running 20s after SIGTERM"
-fi
-set +e
-wait "${PROXY_PID}"
-code=$?
-set -e
-PROXY_PID=""
-[[ "${code}" == "0" ]] || fail "the proxy exited with status ${code} after SIGTERM (expected 0)"
-log "SIGTERM: exited with status 0"
+stopped "${PROXY_PID}" proxy
+kill -TERM "${ORIGIN_PID}"
+stopped "${ORIGIN_PID}" origin
 log "OK"

@@ -42,12 +42,15 @@ struct ProcessTests {
         let publicPort: Int
         let adminPort: Int
 
-        init(arguments: [String]) async throws {
+        /// - Parameters:
+        ///   - environment: variables to set besides this process's own (whose `SDUI_PROXY_*` are left out).
+        ///   - launch: how to start it: by default as this process's user, from the repository.
+        init(arguments: [String], environment: [String: String] = [:], launch: ProxyLaunch = .direct) async throws {
             let process = try ChildProcess(
-                executable: ProcessTests.executable.path,
-                arguments: arguments + ["--port", "0", "--admin-port", "0"],
-                directory: ProcessTests.repositoryRoot.path,
-                environment: ProcessTests.environment()
+                executable: launch.executable,
+                arguments: launch.arguments + arguments + ["--port", "0", "--admin-port", "0"],
+                directory: launch.directory,
+                environment: ProcessTests.environment(adding: environment)
             )
             self.process = process
             let deadline = ContinuousClock.now + .seconds(20)

@@ -13,20 +13,26 @@ import Darwin
 ///
 /// With a token (from `SDUI_PROXY_ADMIN_TOKEN`, never from the config file), every admin path but `/health`
 /// needs `Authorization: Bearer <token>`. Without one, the admin listener must be bound to a loopback
-/// address (``checkBinding(host:token:)`` enforces that at start-up) and every request is allowed.
+/// address (``checkBinding(host:token:)`` enforces that at start-up) and every request is allowed. A token that
+/// is set but holds nothing is refused at start-up (``checkBinding(host:)``): a variable emptied by mistake must
+/// not turn authentication off.
+///
+/// Its descriptions and mirror never show the token: it may be printed, dumped or logged.
 public struct AdminAuthorization: Sendable {
     /// The environment variable that holds the token.
     public static let tokenVariable = "SDUI_PROXY_ADMIN_TOKEN"
     /// The paths anyone may call: liveness checks carry no credentials.
     public static let publicPaths: Set<String> = ["/health"]
 
+    /// The token's bytes; nil without one, empty when one was given that held only whitespace (no request
+    /// matches it, and ``checkBinding(host:)`` refuses it).
     private let token: [UInt8]?
 
-    /// - Parameter token: the bearer token; nil or empty means no token is required. Whitespace around it (the
-    ///   newline of a token read from a file) is not part of it.
+    /// - Parameter token: the bearer token; nil means no token is required. Whitespace around it (the newline of a
+    ///   token read from a file) is not part of it. An empty or whitespace-only token is kept as such: every
+    ///   request but `/health` is refused, and ``checkBinding(host:)`` refuses to start.
     public init(token: String?) {
-        let bytes = token.map(Self.trimmed) ?? []
-        self.token = bytes.isEmpty ? nil : bytes
+        self.token = token.map(Self.trimmed)
     }
 
     /// `text` without the spaces, tabs and line breaks around it.
@@ -96,9 +102,19 @@ public struct AdminAuthorization: Sendable {
 
     // MARK: Binding
 
-    /// Refuses to bind the admin listener to `host` when that would expose it without this token.
+    /// Refuses to bind the admin listener to `host` when that would expose it without this token, and refuses a
+    /// token that is set but empty.
     public func checkBinding(host: String) throws(ConfigurationError) {
         guard let token else { return try Self.checkBinding(host: host, token: nil) }
+        guard !token.isEmpty else {
+            throw ConfigurationError(
+                key: Self.tokenVariable,
+                problem: """
+                    is set but empty: set it to the bearer token admin clients send, or unset it to run the admin \
+                    listener without a token (on a loopback address only)
+                    """
+            )
+        }
         // A token no client could present would lock every admin endpoint but /health.
         guard Self.isBearerToken(token[...]) else {
             throw ConfigurationError(
@@ -157,5 +173,29 @@ public struct AdminAuthorization: Sendable {
         if bytes == loopback { return true }
         let mappedPrefix: [UInt8] = Array(repeating: 0, count: 10) + [0xFF, 0xFF]
         return Array(bytes[0..<12]) == mappedPrefix && bytes[12] == 127
+    }
+}
+
+extension AdminAuthorization: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// Whether a token is set, never the token.
+    public var description: String {
+        switch token {
+        case nil: "AdminAuthorization(token: none)"
+        case .some(let bytes) where bytes.isEmpty: "AdminAuthorization(token: empty)"
+        case .some: "AdminAuthorization(token: <redacted>)"
+        }
+    }
+
+    public var debugDescription: String { description }
+
+    /// A mirror without the token's bytes, for `dump` and `String(reflecting:)` of anything that holds this.
+    public var customMirror: Mirror {
+        let token: String =
+            switch self.token {
+            case nil: "none"
+            case .some(let bytes) where bytes.isEmpty: "empty"
+            case .some: "<redacted>"
+            }
+        return Mirror(self, children: ["token": token], displayStyle: .struct)
     }
 }

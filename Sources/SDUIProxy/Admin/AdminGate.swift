@@ -123,3 +123,20 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
         deadline = context.eventLoop.scheduleTask(in: timeout) { loopBound.value.close(promise: nil) }
     }
 }
+
+extension AdminGate: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// Without the token: see ``AdminAuthorization``'s description.
+    var description: String { "AdminGate(authorization: \(authorization))" }
+
+    var debugDescription: String { description }
+
+    var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "authorization": authorization, "idleTimeout": idleTimeout, "requestTimeout": requestTimeout,
+            ],
+            displayStyle: .class
+        )
+    }
+}

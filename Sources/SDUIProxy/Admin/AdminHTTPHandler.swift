@@ -114,3 +114,14 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         return String(validating: bytes, as: UTF8.self)
     }
 }
+
+extension AdminHTTPHandler: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// Without the token: see ``AdminAuthorization``'s description.
+    var description: String { "AdminHTTPHandler(authorization: \(authorization))" }
+
+    var debugDescription: String { description }
+
+    var customMirror: Mirror {
+        Mirror(self, children: ["authorization": authorization], displayStyle: .class)
+    }
+}

@@ -36,6 +36,11 @@ public final class SQLiteQueueStore: QueueStore {
 
     /// Opens (creating it and its directory when missing) the store in `directory`.
     ///
+    /// Only a missing database file makes a new store, and a new one is built under another name and renamed into
+    /// place once it holds its schema: a `queue.sqlite` that exists has always held the queue. One that is empty,
+    /// is not an SQLite database, or lacks the queue's table has lost what it held, and opening it fails with a
+    /// ``QueueStoreError`` that names it and says what to do, rather than starting an empty queue over it.
+    ///
     /// - Parameters:
     ///   - threadPool: where the blocking SQLite calls run.
     ///   - eventLoop: the loop the connection's futures complete on.
@@ -50,6 +55,9 @@ public final class SQLiteQueueStore: QueueStore {
         let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
         let connection: SQLiteConnection
         do {
+            if try !checkExisting(path) {
+                try await create(path, threadPool: threadPool, eventLoop: eventLoop, logger: logger)
+            }
             connection = try await SQLiteConnection.open(
                 storage: .file(path: path),
                 threadPool: threadPool,
@@ -61,20 +69,103 @@ public final class SQLiteQueueStore: QueueStore {
             throw error
         }
         do {
-            let mode = try await connection.query("PRAGMA journal_mode=WAL").first?.column("journal_mode")?.string
-            guard mode?.lowercased() == "wal" else {
-                throw QueueStoreError("cannot switch \(path) to WAL mode (got \(mode ?? "nothing"))")
-            }
-            for statement in schema {
-                _ = try await connection.query(statement)
-            }
-            try await migrate(connection)
+            try await checkSchema(connection, path: path)
+            try await prepare(connection, path: path)
         } catch {
             try? await connection.close()
             lock.release()
             throw error
         }
         return SQLiteQueueStore(path: path, connection: connection, lock: lock)
+    }
+
+    /// Whether the database file at `path` exists: false when it does not (nor a write-ahead log of it).
+    ///
+    /// - Throws: ``QueueStoreError`` when it is empty or not a file, or when only its write-ahead log is left.
+    private static func checkExisting(_ path: String) throws -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            let code = errno
+            guard code == ENOENT else { throw QueueStoreError("cannot read the queue store \(path) (errno \(code))") }
+            // The log of a store whose file was moved away: a new file would take its frames as its own.
+            var walInfo = stat()
+            if stat(path + "-wal", &walInfo) == 0 {
+                throw damaged(path, "is missing, but its write-ahead log \(path)-wal is still there")
+            }
+            return false
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw damaged(path, "is not a regular file") }
+        guard info.st_size > 0 else { throw damaged(path, "is empty (0 bytes)") }
+        return true
+    }
+
+    /// Builds a new store at `path`: under a temporary name, then renamed into place.
+    private static func create(
+        _ path: String,
+        threadPool: NIOThreadPool,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) async throws {
+        let staging = path + ".new"
+        // What a creation cut short left behind: never the queue, which is only ever at `path`.
+        for leftover in [staging, staging + "-wal", staging + "-shm", staging + "-journal"] { unlink(leftover) }
+        let connection = try await SQLiteConnection.open(
+            storage: .file(path: staging),
+            threadPool: threadPool,
+            logger: logger,
+            on: eventLoop
+        )
+        do {
+            try await prepare(connection, path: staging)
+        } catch {
+            try? await connection.close()
+            unlink(staging)
+            throw error
+        }
+        // The last connection to close checkpoints the log into the file and removes it.
+        try await connection.close()
+        guard rename(staging, path) == 0 else {
+            let code = errno
+            unlink(staging)
+            throw QueueStoreError("cannot create the queue store \(path) (rename failed, errno \(code))")
+        }
+        syncDirectory(of: path)
+    }
+
+    /// Refuses a file that is not an SQLite database, or one without the queue's table.
+    private static func checkSchema(_ connection: SQLiteConnection, path: String) async throws {
+        let tables: [SQLiteRow]
+        do {
+            tables = try await connection.query(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'queued_requests'"
+            )
+        } catch {
+            throw damaged(path, "is not a readable SQLite database (\(error))")
+        }
+        guard !tables.isEmpty else { throw damaged(path, "is an SQLite database without the queue's table") }
+    }
+
+    /// WAL mode, full sync, and the schema.
+    private static func prepare(_ connection: SQLiteConnection, path: String) async throws {
+        let mode = try await connection.query("PRAGMA journal_mode=WAL").first?.column("journal_mode")?.string
+        guard mode?.lowercased() == "wal" else {
+            throw QueueStoreError("cannot switch \(path) to WAL mode (got \(mode ?? "nothing"))")
+        }
+        for statement in schema {
+            _ = try await connection.query(statement)
+        }
+        try await migrate(connection)
+    }
+
+    /// The error for a store file that exists and no longer holds the queue.
+    private static func damaged(_ path: String, _ problem: String) -> QueueStoreError {
+        QueueStoreError(
+            """
+            the queue store \(path) \(problem): the writes it held cannot be read, and it is not replaced by an \
+            empty one. Restore it from a backup, or move it aside (with \(fileName)-wal and \(fileName)-shm if \
+            present) to start with an empty queue
+            """
+        )
     }
 
     private static let schema = [
@@ -457,6 +548,15 @@ public final class SQLiteQueueStore: QueueStore {
             }
         }
     }
+}
+
+/// Makes a rename in the directory of `path` durable; best effort.
+private func syncDirectory(of path: String) {
+    let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+    let descriptor = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY)
+    guard descriptor >= 0 else { return }
+    fsync(descriptor)
+    close(descriptor)
 }
 
 /// A store that cannot do what it was asked.

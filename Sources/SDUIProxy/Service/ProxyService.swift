@@ -75,3 +75,28 @@ public struct ProxyService: Service {
         }
     }
 }
+
+extension ProxyService: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// The listeners and whether an admin token is set: swift-service-lifecycle logs this at debug, and the token
+    /// must not reach a log.
+    public var description: String {
+        let listen = configuration.listen
+        let admin = configuration.admin
+        return "ProxyService(listen: \(listen.host):\(listen.port), admin: \(admin.host):\(admin.port), "
+            + "adminAuthorization: \(adminAuthorization))"
+    }
+
+    public var debugDescription: String { description }
+
+    /// The stored properties, the admin authorization by its redacting mirror.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "configuration": configuration, "adminAuthorization": adminAuthorization,
+                "drainTimeout": drainTimeout, "reloads": reloadSource != nil,
+            ],
+            displayStyle: .struct
+        )
+    }
+}

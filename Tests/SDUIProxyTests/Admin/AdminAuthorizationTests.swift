@@ -51,18 +51,38 @@ struct AdminAuthorizationTests {
         #expect(!authorization.isAuthorized(twice, path: "/prefetch"))
     }
 
-    @Test("without a token (nil or empty) every path is allowed: the listener is loopback-only then")
-    func noToken() {
-        for open in [
-            AdminAuthorization(token: nil), AdminAuthorization(token: ""), AdminAuthorization(environment: [:]),
-        ] {
+    @Test("without a token every path is allowed: the listener is loopback-only then")
+    func noToken() throws {
+        for open in [AdminAuthorization(token: nil), AdminAuthorization(environment: [:])] {
             #expect(!open.requiresToken)
             #expect(open.isAuthorized(HTTPHeaders(), path: "/prefetch"))
+            try open.checkBinding(host: "127.0.0.1")
         }
         let fromEnvironment = AdminAuthorization(environment: ["SDUI_PROXY_ADMIN_TOKEN": "abc"])
         #expect(fromEnvironment.requiresToken)
         #expect(!fromEnvironment.isAuthorized(HTTPHeaders(), path: "/prefetch"))
         #expect(fromEnvironment.isAuthorized(headers(("Authorization", "Bearer abc")), path: "/prefetch"))
+    }
+
+    @Test("a token set but empty or blank refuses to start, names the variable, and lets no request through")
+    func emptyToken() {
+        for value in ["", " ", "\t \r\n", "\n"] {
+            for empty in [
+                AdminAuthorization(token: value), AdminAuthorization(environment: ["SDUI_PROXY_ADMIN_TOKEN": value]),
+            ] {
+                for host in ["127.0.0.1", "0.0.0.0"] {
+                    let error = #expect(throws: ConfigurationError.self) { try empty.checkBinding(host: host) }
+                    #expect(error?.key == "SDUI_PROXY_ADMIN_TOKEN")
+                    #expect(error?.problem.contains("is set but empty") == true)
+                    #expect(error?.description.contains("SDUI_PROXY_ADMIN_TOKEN") == true)
+                }
+                // Were it used all the same, it would lock the endpoints, not open them.
+                #expect(empty.requiresToken)
+                #expect(!empty.isAuthorized(HTTPHeaders(), path: "/prefetch"))
+                #expect(!empty.isAuthorized(headers(("Authorization", "Bearer ")), path: "/prefetch"))
+                #expect(empty.isAuthorized(HTTPHeaders(), path: "/health"))
+            }
+        }
     }
 
     @Test("the constant-time comparison agrees with == for equal, different and differently sized input")
