@@ -217,6 +217,11 @@ start_healthy proxy "${PROXY_LOG}" --upstream "http://127.0.0.1:${ORIGIN_PORT}"
 PROXY_PID="${LAUNCHED_PID}"
 PORT="${LAUNCHED_PORT}"
 check_unprivileged "${PROXY_PID}" proxy
+# The image's HEALTHCHECK: the binary's own health command, on the same config, unprivileged.
+ADMIN_PORT="${LAUNCHED_ADMIN_PORT}"
+health_output="$(timeout 10 ${RUN_AS[@]+"${RUN_AS[@]}"} "${BINARY}" health --config "${CONFIG}" \
+    --admin-port "${ADMIN_PORT}" 2>&1)" || fail "sdui-proxy health failed on a healthy proxy: ${health_output}"
+log "sdui-proxy health: exit 0"
 
 # Not among the screens the warm-up fetches: the first GET is a miss, fetched from the origin then.
 SCREEN=/screens/products/1
