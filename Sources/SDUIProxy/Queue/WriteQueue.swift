@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import SDUIProxyCore
 import Synchronization
 
@@ -61,12 +62,24 @@ public final class WriteQueue: Sendable {
     }
 
     /// Opens the SQLite store in `configuration.store` and the queue over it.
+    ///
+    /// - Parameters:
+    ///   - threadPool: where the store's blocking SQLite calls run: the proxy's own pool, stopped after the
+    ///     queue is closed.
+    ///   - eventLoop: where the store's futures complete: one of the proxy's own loops.
     public static func open(
         configuration: QueueConfiguration,
+        threadPool: NIOThreadPool,
+        eventLoop: any EventLoop,
         statusPathPrefix: String = "/queue/",
         logger: Logger = Logger(label: "sdui-proxy.queue")
     ) async throws -> WriteQueue {
-        let store = try await SQLiteQueueStore.open(directory: configuration.store, logger: logger)
+        let store = try await SQLiteQueueStore.open(
+            directory: configuration.store,
+            threadPool: threadPool,
+            eventLoop: eventLoop,
+            logger: logger
+        )
         do {
             return try await WriteQueue(
                 configuration: configuration,

@@ -165,7 +165,12 @@ public final class ProxyServer: Sendable {
         do {
             if let queueConfiguration = configuration.queue {
                 do {
-                    writeQueue = try await WriteQueue.open(configuration: queueConfiguration, logger: logger)
+                    writeQueue = try await WriteQueue.open(
+                        configuration: queueConfiguration,
+                        threadPool: threadPool,
+                        eventLoop: group.next(),
+                        logger: logger
+                    )
                 } catch {
                     throw ProxyStartupError(
                         message: "cannot open the write queue in \(queueConfiguration.store): \(error)"

@@ -15,10 +15,7 @@ import Testing
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
         let route = Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential, retry: QueueTest.retry())
-        let queue = try await WriteQueue.open(
-            configuration: QueueTest.configuration(directory: directory, routes: [route]),
-            logger: QueueTest.logger
-        )
+        let queue = try await QueueTest.openQueue(QueueTest.configuration(directory: directory, routes: [route]))
         let client = try QueueTest.client(port: origin.port)
 
         var receipts: [QueueReceipt] = []
@@ -103,7 +100,7 @@ import Testing
 
         // Second life: a new store and queue over the same directory, and the backend is healthy.
         origin.setBehaviour { _, _, _ in .init(status: .created) }
-        let secondQueue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let secondQueue = try await QueueTest.openQueue(configuration)
         #expect(secondQueue.depth == 6)
         let secondService = QueueDeliveryService(
             queue: secondQueue,
@@ -312,7 +309,7 @@ import Testing
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
         let configuration = QueueTest.configuration(directory: directory, routes: routes, concurrency: concurrency)
-        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let queue = try await QueueTest.openQueue(configuration)
         let client = try QueueTest.client(port: port)
         let service = QueueDeliveryService(
             queue: queue,

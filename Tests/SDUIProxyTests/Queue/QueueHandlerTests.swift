@@ -42,7 +42,7 @@ import Testing
             routes: routes,
             handlers: handlerConfiguration
         )
-        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let queue = try await QueueTest.openQueue(configuration)
         let client = try QueueTest.client(port: backend.port)
         let invalidations = Invalidations()
         var policy = QueueResponseHandlers.WebhookPolicy()
@@ -131,7 +131,7 @@ import Testing
                 routes: [route],
                 handlers: [.init(action: .webhook(webhook.url + "/hook"))] + otherHandlers
             )
-            queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+            queue = try await QueueTest.openQueue(configuration)
             client = try QueueTest.client(port: backend.port)
             var policy = QueueResponseHandlers.WebhookPolicy()
             policy.concurrency = 1
@@ -287,7 +287,7 @@ import Testing
             routes: [route],
             handlers: [.init(route: "POST /api", action: .webhook(webhook.url + "/hook"))]
         )
-        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let queue = try await QueueTest.openQueue(configuration)
         /// Records a delivered outcome awaiting its notification straight into the store, as a run whose
         /// notification queue was full leaves it.
         func markedOutcome(_ id: String, route: String) async throws {

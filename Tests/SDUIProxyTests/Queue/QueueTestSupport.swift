@@ -21,6 +21,16 @@ enum QueueTest {
     static let logger = Logger(label: "queue-test", factory: { _ in SwiftLogNoOpLogHandler() })
     static let group = MultiThreadedEventLoopGroup.singleton
 
+    /// A queue over the store in `configuration.store`, on the shared test loops and thread pool.
+    static func openQueue(_ configuration: QueueConfiguration) async throws -> WriteQueue {
+        try await WriteQueue.open(
+            configuration: configuration,
+            threadPool: .singleton,
+            eventLoop: group.next(),
+            logger: logger
+        )
+    }
+
     /// A fresh directory under the system's temporary directory.
     static func makeDirectory() -> String {
         let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("sdui-queue-test-XXXXXX")

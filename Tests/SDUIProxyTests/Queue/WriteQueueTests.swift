@@ -23,7 +23,7 @@ import Testing
             maxDepth: maxDepth,
             maxBodyBytes: maxBodyBytes
         )
-        let queue = try await WriteQueue.open(configuration: configuration, logger: QueueTest.logger)
+        let queue = try await QueueTest.openQueue(configuration)
         do {
             try await body(queue)
         } catch {
