@@ -38,6 +38,9 @@ final class TestOrigin: Sendable {
         /// Send the head, then the body in this many pieces, each flushed 20 ms after the one before, so the
         /// peer reads them apart.
         var bodyPieces = 1
+        /// Close the connection once the answer is written, though the answer says keep-alive: a backend that
+        /// drops idle keep-alive connections at once.
+        var closeAfterAnswer = false
 
         static func component(
             _ type: String = "beagle:screenComponent",
@@ -125,6 +128,18 @@ final class TestOrigin: Sendable {
     /// How many connections the origin has accepted since it started.
     var acceptedConnections: Int { accepted.withLockedValue { $0 } }
 
+    private let openCount = NIOLockedValueBox((now: 0, most: 0))
+
+    /// Connections open at the origin's side now, and the most open at once since the start or
+    /// ``resetMaxOpenConnections()``.
+    var openConnections: Int { openCount.withLockedValue { $0.now } }
+    var maxOpenConnections: Int { openCount.withLockedValue { $0.most } }
+
+    /// Starts counting the most connections open at once from the number open now.
+    func resetMaxOpenConnections() {
+        openCount.withLockedValue { $0.most = $0.now }
+    }
+
     /// Closes the connections open now, as a backend does with idle keep-alive connections.
     func closeOpenConnections() async {
         let open = connections.withLockedValue { Array($0.values) }
@@ -169,7 +184,12 @@ final class TestOrigin: Sendable {
             .childChannelInitializer { channel in
                 origin.connections.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
                 origin.accepted.withLockedValue { $0 += 1 }
+                origin.openCount.withLockedValue { count in
+                    count.now += 1
+                    count.most = max(count.most, count.now)
+                }
                 channel.closeFuture.whenComplete { _ in
+                    origin.openCount.withLockedValue { $0.now -= 1 }
                     _ = origin.connections.withLockedValue { $0.removeValue(forKey: ObjectIdentifier(channel)) }
                 }
                 return channel.eventLoop.makeCompletedFuture {
@@ -253,7 +273,7 @@ private final class OriginHandler: ChannelInboundHandler {
         context.eventLoop.assumeIsolated().scheduleTask(in: pause) {
             context.writeAndFlush(self.wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
                 origin.answered()
-                if !keepAlive { context.close(promise: nil) }
+                if !keepAlive || response.closeAfterAnswer { context.close(promise: nil) }
             }
         }
     }

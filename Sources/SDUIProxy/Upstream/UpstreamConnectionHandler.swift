@@ -1,0 +1,242 @@
+import NIOCore
+import SDUIProxyCore
+
+/// One keep-alive connection to the backend: one exchange at a time, the response read whole, and its end told
+/// to the connection's pool.
+///
+/// It speaks HTTP/1.1 itself, with no codec handlers in the pipeline: the request goes out as the bytes
+/// ``HTTPWireFormat/encodeRequest(method:target:host:headers:body:)`` made, and the answer is read with
+/// ``HTTPResponseParser``.
+///
+/// Confined to its channel's event loop, like its pool: every call and callback happens on that loop.
+final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    enum Failure: Error, Equatable {
+        case closedBeforeResponse
+        case closedDuringResponse
+        case timedOut
+        case tooLarge(Int)
+        case busy
+        case malformed(HTTPParseFailure)
+    }
+
+    /// The longest response head accepted from the backend.
+    static let maximumResponseHeadBytes = 64 << 10
+
+    /// The exchange in flight, and what its end is told with. The exchange and its caller's completion are kept
+    /// here rather than in a callback of the pool's: a closure that captured them would be an allocation on
+    /// every exchange.
+    private struct Current {
+        var exchange: LoopLocalHTTPClient.Exchange
+        var retryIfStale: Bool
+        var completion: PoolState.Completion
+        var head: HTTPResponseParser.Head?
+        /// The body's length, when the head gave it.
+        var length: Int?
+        var body: ByteBuffer?
+        var keepAlive = true
+    }
+
+    /// The largest body taken as the read buffer's own slice when it arrives whole in one read (see
+    /// ``receive(_:)``): what a cache entry copies into its own array anyway.
+    static let maximumBorrowedBodyBytes = CachedResponse.maximumExactBodyBytes
+
+    private let eventLoop: any EventLoop
+    /// What the pool knows this connection as.
+    let id: UpstreamPoolStateMachine.ConnectionID
+    /// The pool this connection belongs to, and reports to. A strong reference: the pool holds a
+    /// connection only until it is reported closed.
+    private let pool: PoolState
+    private var context: ChannelHandlerContext?
+    private var current: Current?
+    private var parser = HTTPResponseParser(maximumHeadBytes: UpstreamConnectionHandler.maximumResponseHeadBytes)
+    /// Bytes of a response part that has not arrived whole yet.
+    private var pending: ByteBuffer?
+    private var reusable = true
+    /// One timer per connection, not per exchange: it is armed for the first exchange's deadline and, when it
+    /// fires early for a later exchange, re-armed for that one's. Back-to-back exchanges with the same
+    /// timeout then schedule one task per timeout period instead of one each.
+    private var timer: Scheduled<Void>?
+    private var timerDeadline = NIODeadline.distantFuture
+
+    init(eventLoop: any EventLoop, pool: PoolState, id: UpstreamPoolStateMachine.ConnectionID) {
+        self.eventLoop = eventLoop
+        self.pool = pool
+        self.id = id
+    }
+
+    /// Whether the connection can take another exchange.
+    var isUsable: Bool { reusable && current == nil && context?.channel.isActive == true }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        disarmTimer()
+    }
+
+    /// Sends `exchange`; the pool is told once, on this connection's loop, when it ends, with the whole response
+    /// or the failure, and `completion` to pass it on to.
+    func send(
+        _ exchange: LoopLocalHTTPClient.Exchange,
+        retryIfStale: Bool,
+        completion: @escaping PoolState.Completion
+    ) {
+        let sent = Current(exchange: exchange, retryIfStale: retryIfStale, completion: completion)
+        guard let context else { return end(sent, with: .failure(Failure.closedBeforeResponse)) }
+        guard current == nil else { return end(sent, with: .failure(Failure.busy)) }
+        current = sent
+        parser.expectResponse(isHEAD: exchange.isHEAD)
+        armTimer(for: exchange.deadline)
+        context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
+    }
+
+    private func end(_ inFlight: Current, with result: Result<UpstreamResponse, any Error>) {
+        pool.exchangeEnded(
+            result,
+            on: self,
+            inFlight.exchange,
+            retryIfStale: inFlight.retryIfStale,
+            inFlight.completion
+        )
+    }
+
+    func close() {
+        reusable = false
+        context?.close(promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var buffer = unwrapInboundIn(data)
+        if var earlier = pending {
+            pending = nil
+            earlier.writeBuffer(&buffer)
+            buffer = earlier
+        }
+        do {
+            while reusable, let part = try parser.next(from: &buffer) {
+                receive(part)
+            }
+        } catch {
+            // Bytes that answer nothing, or a response that is not HTTP: the connection is out of step.
+            fail(with: .malformed(error), closing: true)
+            return
+        }
+        if buffer.readableBytes > 0, reusable { pending = buffer }
+    }
+
+    /// Takes one part of the response into the exchange in flight. `current` is changed in place, never copied
+    /// out and back: a copy retained its completion, head and body, and made the body's buffer shared while it
+    /// grew.
+    private func receive(_ part: HTTPResponseParser.Part) {
+        guard let maxBodyBytes = current?.exchange.maxBodyBytes else { return }
+        switch part {
+        case .head(let head, let keepAlive, let length):
+            if let length, length > maxBodyBytes {
+                return fail(with: .tooLarge(maxBodyBytes), closing: true)
+            }
+            current?.head = head
+            current?.keepAlive = keepAlive
+            current?.length = length
+        case .body(var part):
+            // A small body that arrives whole in one read is kept as the read buffer's slice: the exchange
+            // completes within this read, and the cache copies the body into its entry, so the slice is gone
+            // before the channel reads again and reuses its buffer. Any other body is copied out as it arrives,
+            // into one buffer of its own size when the length is known: a slice kept alive across reads would
+            // stop the channel reusing its read buffer, and every read would allocate a new one.
+            if current?.body == nil, let length = current?.length, part.readableBytes == length,
+                length <= Self.maximumBorrowedBodyBytes
+            {
+                current?.body = part
+                return
+            }
+            if current?.body == nil {
+                let capacity = current?.length ?? part.readableBytes
+                current?.body = ByteBufferAllocator().buffer(capacity: capacity)
+            }
+            let size = (current?.body?.readableBytes ?? 0) + part.readableBytes
+            guard size <= maxBodyBytes else {
+                return fail(with: .tooLarge(maxBodyBytes), closing: true)
+            }
+            current?.body?.writeBuffer(&part)
+        case .end:
+            guard let inFlight = current.take() else { return }
+            if !inFlight.keepAlive { close() }
+            guard let head = inFlight.head else {
+                return end(inFlight, with: .failure(Failure.closedDuringResponse))
+            }
+            end(
+                inFlight,
+                with: .success(
+                    UpstreamResponse(status: head.status, fields: head.fields, body: inFlight.body ?? ByteBuffer())
+                )
+            )
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        reusable = false
+        disarmTimer()
+        // The socket is closed: the pool counts the connection out now, before the exchange in flight ends, so
+        // a retry of that exchange finds the room the connection left.
+        pool.connectionClosed(id)
+        if let inFlight = current {
+            // A body that runs to the close ends here; anything else was cut short.
+            if parser.bodyEndsWithConnection, let part = try? parser.finish() {
+                receive(part)
+            } else {
+                fail(
+                    with: inFlight.head == nil ? .closedBeforeResponse : .closedDuringResponse,
+                    closing: false
+                )
+            }
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        reusable = false
+        if let inFlight = current {
+            current = nil
+            // A reused connection reset before any byte of the answer arrived: the backend had closed it and
+            // refused the request, as when the close itself arrives first, so the request may go once more.
+            let unanswered = inFlight.retryIfStale && inFlight.head == nil && pending == nil
+            end(inFlight, with: .failure(unanswered ? Failure.closedBeforeResponse : error))
+        }
+        context.close(promise: nil)
+    }
+
+    private func fail(with failure: Failure, closing: Bool) {
+        let inFlight = current
+        current = nil
+        if closing { close() }
+        if let inFlight { end(inFlight, with: .failure(failure)) }
+    }
+
+    private func armTimer(for deadline: NIODeadline) {
+        // An armed timer that fires no later than this deadline is kept; it re-arms itself when it fires.
+        if timer != nil, timerDeadline <= deadline { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        timer = eventLoop.scheduleTask(deadline: deadline) { self.timerFired() }
+    }
+
+    private func timerFired() {
+        timer = nil
+        guard let inFlight = current else { return }
+        if inFlight.exchange.deadline <= .now() {
+            fail(with: .timedOut, closing: true)
+        } else {
+            armTimer(for: inFlight.exchange.deadline)
+        }
+    }
+
+    private func disarmTimer() {
+        timer?.cancel()
+        timer = nil
+    }
+}

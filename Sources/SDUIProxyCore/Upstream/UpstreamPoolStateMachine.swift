@@ -1,0 +1,245 @@
+import NIOCore
+
+/// The decisions of a pool of connections to the backend, with a limit on how many are open: which request gets
+/// which connection, when a new one is opened, who waits and who fails. It does no I/O; its driver reports
+/// events and runs the ``Action`` each one returns.
+///
+/// A connection counts against the limit from the moment it is to be opened until the moment it is reported
+/// closed: while it connects, while it is idle or leased, and while it closes. Whatever reports a close, and
+/// however often, it is counted out once. When a connection comes free or room opens up, the longest-waiting
+/// request gets it, so a connection is never idle, nor a slot unused, while a request waits.
+///
+/// Identifiers are never reused: an identifier the pool does not know is a connection that closed, or a waiter
+/// that is no longer waiting.
+public struct UpstreamPoolStateMachine: Sendable {
+    /// One connection of the pool.
+    public struct ConnectionID: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: Int
+        public init(_ rawValue: Int) { self.rawValue = rawValue }
+        public var description: String { "connection \(rawValue)" }
+    }
+
+    /// One request for a connection.
+    public struct WaiterID: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: Int
+        public init(_ rawValue: Int) { self.rawValue = rawValue }
+        public var description: String { "waiter \(rawValue)" }
+    }
+
+    /// Where a connection stands.
+    public enum ConnectionState: Hashable, Sendable {
+        /// Being opened for `waiter`, which gets it once it is established.
+        case connecting(for: WaiterID)
+        /// Open, and free for the next request.
+        case idle
+        /// Carrying one request's exchange.
+        case leased
+        /// Asked to close; it counts until it is reported closed.
+        case closing
+        /// Closed, or never known: it no longer counts.
+        case closed
+    }
+
+    /// Why a waiter gets no connection.
+    public enum Failure: Hashable, Sendable {
+        /// No connection came free before the waiter's deadline.
+        case noConnectionInTime
+        /// The pool is shut down.
+        case shuttingDown
+        /// The connection opened for the waiter could not be established.
+        case connectFailed
+        /// The connection opened for the waiter closed before it was established.
+        case closedWhileConnecting
+    }
+
+    /// What the driver does after an event.
+    public enum Action: Hashable, Sendable {
+        /// Nothing.
+        case none
+        /// Send the waiter's exchange on this connection, open already. A waiter that was parked is parked no
+        /// more: its timeout is cancelled.
+        case lease(ConnectionID, to: WaiterID)
+        /// Open this new connection, and report ``connectionEstablished(_:)`` or ``connectFailed(_:)``; it is
+        /// the waiter's once established. A waiter that was parked is parked no more.
+        case open(ConnectionID, for: WaiterID)
+        /// The waiter waits for a connection until its deadline, when the driver reports
+        /// ``waiterTimedOut(_:)``.
+        case park(WaiterID, until: NIODeadline)
+        /// The waiter gets no connection. A waiter that was parked is parked no more.
+        case fail(WaiterID, Failure)
+        /// Close this connection, and report ``connectionClosed(_:)`` when it is.
+        case close(ConnectionID)
+        /// The first waiter fails, and the room its connection left goes to the second, which was parked: open
+        /// the new connection for it.
+        case failAndOpen(WaiterID, Failure, open: ConnectionID, for: WaiterID)
+    }
+
+    /// What the driver does when the pool shuts down.
+    public struct ShutdownAction: Hashable, Sendable {
+        /// Idle connections to close.
+        public var close: [ConnectionID] = []
+        /// Parked waiters to fail with ``Failure/shuttingDown``.
+        public var fail: [WaiterID] = []
+
+        public init(close: [ConnectionID] = [], fail: [WaiterID] = []) {
+            self.close = close
+            self.fail = fail
+        }
+    }
+
+    private struct Parked: Hashable, Sendable {
+        var waiter: WaiterID
+        var deadline: NIODeadline
+    }
+
+    /// The most connections counted at once.
+    public let limit: Int
+    /// The connections that count, by state: an identifier missing here is closed.
+    private var states: [ConnectionID: ConnectionState] = [:]
+    /// The idle connections, the most recently used last: it is the one taken next, and the least recently
+    /// used ones are the ones a backend closes first.
+    private var idle: [ConnectionID] = []
+    /// The parked waiters, the longest waiting first.
+    private var waiters: CircularBuffer<Parked> = []
+    private var nextConnection = 0
+    private var nextWaiter = 0
+    /// Whether ``shutdown()`` happened: no request gets a connection after that, and no connection goes idle.
+    public private(set) var isShutDown = false
+
+    /// A pool of at most `limit` connections (at least one, whatever `limit` says).
+    public init(limit: Int) {
+        self.limit = max(1, limit)
+        idle.reserveCapacity(self.limit)
+        states.reserveCapacity(self.limit)
+    }
+
+    /// The connections that count against the limit: connecting, idle, leased or closing.
+    public var connectionCount: Int { states.count }
+
+    /// The idle connections, the one taken next last.
+    public var idleConnections: [ConnectionID] { idle }
+
+    /// The parked waiters, the longest waiting first.
+    public var parkedWaiters: [WaiterID] { waiters.map(\.waiter) }
+
+    /// The deadline `waiter` is parked until, if it is parked.
+    public func deadline(of waiter: WaiterID) -> NIODeadline? {
+        waiters.first { $0.waiter == waiter }?.deadline
+    }
+
+    public func state(of connection: ConnectionID) -> ConnectionState {
+        states[connection] ?? .closed
+    }
+
+    /// A request wants a connection until `deadline`: an idle one, a new one if there is room, or the first to
+    /// come free (the action names the waiter it is, from now on).
+    public mutating func leaseRequested(deadline: NIODeadline) -> Action {
+        let waiter = WaiterID(nextWaiter)
+        nextWaiter += 1
+        if isShutDown { return .fail(waiter, .shuttingDown) }
+        if let connection = idle.popLast() {
+            states[connection] = .leased
+            return .lease(connection, to: waiter)
+        }
+        if states.count < limit {
+            return .open(newConnection(for: waiter), for: waiter)
+        }
+        waiters.append(Parked(waiter: waiter, deadline: deadline))
+        return .park(waiter, until: deadline)
+    }
+
+    /// The connection opened for a waiter is established. One the pool no longer counts (it closed meanwhile)
+    /// is to be closed; an event about a connection that was not connecting is ignored.
+    public mutating func connectionEstablished(_ connection: ConnectionID) -> Action {
+        switch states[connection] {
+        case .connecting(let waiter):
+            states[connection] = .leased
+            return .lease(connection, to: waiter)
+        case nil:
+            return .close(connection)
+        case .idle, .leased, .closing, .closed:
+            return .none
+        }
+    }
+
+    /// The connection opened for a waiter could not be established: the waiter fails, and the room goes to the
+    /// first parked waiter. An event about a connection that was not connecting is ignored.
+    public mutating func connectFailed(_ connection: ConnectionID) -> Action {
+        guard case .connecting(let waiter) = states[connection] else { return .none }
+        states[connection] = nil
+        return failing(waiter, .connectFailed)
+    }
+
+    /// A leased connection's exchange ended. A reusable one goes to the first parked waiter, or idle; one that
+    /// is not, or any after shutdown, is to be closed (it counts until it is closed). An event about a
+    /// connection that was not leased is ignored.
+    public mutating func connectionReleased(_ connection: ConnectionID, reusable: Bool) -> Action {
+        guard states[connection] == .leased else { return .none }
+        guard reusable, !isShutDown else {
+            states[connection] = .closing
+            return .close(connection)
+        }
+        if let parked = waiters.popFirst() {
+            return .lease(connection, to: parked.waiter)
+        }
+        states[connection] = .idle
+        idle.append(connection)
+        return .none
+    }
+
+    /// The connection closed: it counts no more, and the room goes to the first parked waiter. A connection that
+    /// was still connecting fails its waiter. Reported more than once, it is counted out once.
+    public mutating func connectionClosed(_ connection: ConnectionID) -> Action {
+        guard let state = states.removeValue(forKey: connection) else { return .none }
+        switch state {
+        case .connecting(let waiter):
+            return failing(waiter, .closedWhileConnecting)
+        case .idle:
+            if let index = idle.firstIndex(of: connection) { idle.remove(at: index) }
+        case .leased, .closing, .closed:
+            break
+        }
+        return openForFirstWaiter() ?? .none
+    }
+
+    /// A parked waiter's deadline passed: that waiter, and only that one, fails. One that is not parked any
+    /// more (it got a connection, or failed) is left alone.
+    public mutating func waiterTimedOut(_ waiter: WaiterID) -> Action {
+        guard let index = waiters.firstIndex(where: { $0.waiter == waiter }) else { return .none }
+        waiters.remove(at: index)
+        return .fail(waiter, .noConnectionInTime)
+    }
+
+    /// The pool shuts down: idle connections close, parked waiters fail, and from now on no request gets a
+    /// connection and released ones close. Connections being opened still go to their waiters.
+    public mutating func shutdown() -> ShutdownAction {
+        isShutDown = true
+        var action = ShutdownAction()
+        action.close = idle
+        for connection in idle { states[connection] = .closing }
+        idle.removeAll()
+        action.fail = waiters.map(\.waiter)
+        waiters.removeAll()
+        return action
+    }
+
+    private mutating func newConnection(for waiter: WaiterID) -> ConnectionID {
+        let connection = ConnectionID(nextConnection)
+        nextConnection += 1
+        states[connection] = .connecting(for: waiter)
+        return connection
+    }
+
+    /// `waiter` fails, its connection having left room for the first parked waiter.
+    private mutating func failing(_ waiter: WaiterID, _ failure: Failure) -> Action {
+        if case .open(let connection, let next) = openForFirstWaiter() {
+            return .failAndOpen(waiter, failure, open: connection, for: next)
+        }
+        return .fail(waiter, failure)
+    }
+
+    private mutating func openForFirstWaiter() -> Action? {
+        guard !isShutDown, states.count < limit, let parked = waiters.popFirst() else { return nil }
+        return .open(newConnection(for: parked.waiter), for: parked.waiter)
+    }
+}
