@@ -256,23 +256,15 @@ public final class Prefetcher: StoredComponentObserver {
         case .miss:
             break
         }
-        let upstream = UpstreamRequest(
-            method: .GET,
-            target: target.description,
-            headers: proxy.requestBuilder.headers(
-                from: clientHeaders,
-                platform: job.platform,
-                clientAddress: nil,
-                purpose: .cacheFill
-            )
-        )
-        let request = ComponentFetcher.Request(
+        let request = proxy.cacheFill(
             key: key,
-            upstream: upstream,
-            policy: policy,
+            target: target,
+            platform: job.platform,
             clientHeaders: clientHeaders,
-            mayCoalesce: true,
+            policy: policy,
             staleEntry: staleEntry,
+            clientAddress: nil,
+            clientIsTrustedProxy: false,
             followActions: job.followActions
         )
         return proxy.fetcher.fetch(request, on: eventLoop).map { outcome in

@@ -139,6 +139,45 @@ public final class ProxyContext: Sendable {
         return platform
     }
 
+    /// The fetch that fills `key` for a client's request, for the connection handlers and the prefetcher alike:
+    /// the upstream request built for a cache fill, and the rules that follow from the client's headers.
+    ///
+    /// - A request with `Authorization` fetches alone: its answer may depend on who asked.
+    /// - The client's `Host` goes upstream only when the route's key holds it (``UpstreamRequestBuilder``).
+    func cacheFill(
+        key: CacheKey,
+        target: RequestTarget,
+        platform: String,
+        clientHeaders: HTTPHeaders,
+        policy: ProxyConfiguration.RoutePolicy,
+        staleEntry: CachedResponse?,
+        clientAddress: String?,
+        clientIsTrustedProxy: Bool,
+        followActions: Int
+    ) -> ComponentFetcher.Request {
+        let upstream = UpstreamRequest(
+            method: .GET,
+            target: target.description,
+            headers: requestBuilder.headers(
+                from: clientHeaders,
+                platform: platform,
+                clientAddress: clientAddress,
+                purpose: .cacheFill,
+                clientIsTrustedProxy: clientIsTrustedProxy,
+                hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" }
+            )
+        )
+        return ComponentFetcher.Request(
+            key: key,
+            upstream: upstream,
+            policy: policy,
+            clientHeaders: clientHeaders,
+            mayCoalesce: !clientHeaders.contains(name: "authorization"),
+            staleEntry: staleEntry,
+            followActions: followActions
+        )
+    }
+
     /// The cache key of a component request.
     func cacheKey(
         target: RequestTarget,

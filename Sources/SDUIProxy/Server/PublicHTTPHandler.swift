@@ -49,6 +49,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private struct RequestSettings {
         var limits: ProxyConfiguration.Limits
         var beagleHash: Bool
+        /// `prefetch.followActions`: how many hops of navigation a stored component's prefetches follow.
+        var followActions: Int
         /// The policy of every path when no route has one of its own; nil when routes must be looked up.
         var onlyPolicy: ProxyConfiguration.RoutePolicy?
         /// `limits.idleTimeout` and `limits.requestTimeout`, converted once: every request arms both.
@@ -58,6 +60,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         init(_ configuration: ProxyConfiguration) {
             limits = configuration.limits
             beagleHash = configuration.compat.beagleHash
+            followActions = configuration.prefetch.followActions
             onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
             idleTimeout = configuration.limits.idleTimeout.timeAmount
             requestTimeout = configuration.limits.requestTimeout.timeAmount
@@ -632,12 +635,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         return peer
     }
 
-    /// The upstream headers for a request on this connection.
-    private func upstreamHeaders(
+    /// The upstream headers of a request forwarded from this connection (pass-through and queued writes).
+    private func passThroughHeaders(
         _ headers: HTTPHeaders,
         platform: String,
-        purpose: UpstreamRequestBuilder.Purpose,
-        hostIsKeyed: Bool = false,
         context: ChannelHandlerContext
     ) -> HTTPHeaders {
         let peer = peer(context)
@@ -645,9 +646,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             from: headers,
             platform: platform,
             clientAddress: peer.address,
-            purpose: purpose,
-            clientIsTrustedProxy: peer.isTrustedProxy,
-            hostIsKeyed: hostIsKeyed
+            purpose: .passThrough,
+            clientIsTrustedProxy: peer.isTrustedProxy
         )
     }
 
@@ -656,25 +656,17 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         staleEntry: CachedResponse?,
         context: ChannelHandlerContext
     ) -> ComponentFetcher.Request {
-        let upstream = UpstreamRequest(
-            method: .GET,
-            target: request.target.description,
-            headers: upstreamHeaders(
-                request.head.headers,
-                platform: request.platform,
-                purpose: .cacheFill,
-                hostIsKeyed: request.policy.vary.contains { $0.lowercased() == "host" },
-                context: context
-            )
-        )
-        return ComponentFetcher.Request(
+        let peer = peer(context)
+        return proxy.cacheFill(
             key: request.key,
-            upstream: upstream,
-            policy: request.policy,
+            target: request.target,
+            platform: request.platform,
             clientHeaders: request.head.headers,
-            mayCoalesce: !request.head.headers.contains(name: "authorization"),
+            policy: request.policy,
             staleEntry: staleEntry,
-            followActions: proxy.configuration.prefetch.followActions
+            clientAddress: peer.address,
+            clientIsTrustedProxy: peer.isTrustedProxy,
+            followActions: settings.followActions
         )
     }
 
@@ -732,7 +724,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let upstream = UpstreamRequest(
             method: head.method,
             target: target.description,
-            headers: upstreamHeaders(head.headers, platform: platform, purpose: .passThrough, context: context)
+            headers: passThroughHeaders(head.headers, platform: platform, context: context)
         )
         let accounting = self.accounting
         let sink = streamingSink(for: head, target: target, cacheStatus: cacheStatus, context: context)
@@ -816,12 +808,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let queue = proxy.writeQueue, let route = queue.route(for: write.head.method, path: write.target.path)
         else { return }
         let id = WriteQueue.newID()
-        var headers = upstreamHeaders(
-            write.head.headers,
-            platform: write.platform,
-            purpose: .passThrough,
-            context: context
-        )
+        var headers = passThroughHeaders(write.head.headers, platform: write.platform, context: context)
         headers.remove(name: "transfer-encoding")
         QueueEntry.setIdempotencyKey(in: &headers, queueID: id)
         let upstream = UpstreamRequest(
