@@ -18,6 +18,16 @@ struct RepeatedFailureThrottleTests {
         #expect(throttle.record(key: "/a", kind: "network", now: 40 * second) == .log(suppressed: 0))
     }
 
+    @Test("keys are remembered by their first 256 bytes: a flood of long targets costs bounded memory")
+    func longKeysTruncated() {
+        var throttle = RepeatedFailureThrottle(intervalNanoseconds: 10 * second)
+        let long = "/" + String(repeating: "a", count: 8000)
+        #expect(throttle.record(key: long + "1", kind: "network", now: 0) == .log(suppressed: 0))
+        // The same first 256 bytes: the same key.
+        #expect(throttle.record(key: long + "2", kind: "network", now: 1) == .suppress)
+        #expect(throttle.count == 1)
+    }
+
     @Test("another key or another kind has a line of its own")
     func keysAndKindsApart() {
         var throttle = RepeatedFailureThrottle(intervalNanoseconds: 10 * second)

@@ -143,5 +143,25 @@ struct UpstreamRequestBuilderTests {
         )
         #expect(!fill.contains(name: "x-forwarded-host"))
         #expect(fill["x-forwarded-for"] == ["10.9.9.9, 10.0.0.2"])
+        // Nor its Forwarded, whose host= would go unkeyed: only this hop's element.
+        #expect(fill["forwarded"] == ["for=10.0.0.2;proto=http"])
+    }
+
+    @Test("forwarding fields spelled with underscores are dropped too: CGI backends read them as the same field")
+    func underscoreSpellings() {
+        let client = HTTPHeaders([
+            ("X_Forwarded_Host", "evil.example"), ("x_forwarded-for", "10.9.9.9"), ("X_Real_IP", "10.9.9.9"),
+            ("X_Custom", "kept"),
+        ])
+        let fill = builder.headers(from: client, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+        #expect(
+            forwardingFields(fill) == [
+                ["X-Forwarded-For", "192.0.2.7"], ["X-Forwarded-Proto", "http"],
+                ["Forwarded", "for=192.0.2.7;proto=http"],
+            ]
+        )
+        #expect(!fill.contains(name: "X_Forwarded_Host"))
+        #expect(!fill.contains(name: "X_Real_IP"))
+        #expect(fill["X_Custom"] == ["kept"])
     }
 }

@@ -83,6 +83,28 @@ struct ForwardingHeadersTests {
         }
     }
 
+    @Test("a reload that removes a trusted proxy is in force on its open keep-alive connections")
+    func reloadRevokesTrust() async throws {
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response(status: .noContent, headers: [], body: "") },
+            configure: { $0.trustedProxies = [IPAddressRange("127.0.0.0/8")!] }
+        ) { proxy async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            let request =
+                "POST /submit HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.4\r\nContent-Length: 2\r\n\r\n{}"
+            try await connection.send(request)
+            #expect(try await connection.readResponse()?.head.hasPrefix("HTTP/1.1 204") == true)
+            var configuration = proxy.server.context.configuration
+            configuration.trustedProxies = []
+            try await proxy.server.reload(configuration)
+            try await connection.send(request)
+            #expect(try await connection.readResponse()?.head.hasPrefix("HTTP/1.1 204") == true)
+            await connection.close()
+            let sent = proxy.origin.requests.map { $0.headers["x-forwarded-for"] }
+            #expect(sent == [["198.51.100.4, 127.0.0.1"], ["127.0.0.1"]])
+        }
+    }
+
     @Test("a route keyed on Host sends the Host to the backend, and each Host has its own entry")
     func hostKeyedRoute() async throws {
         try await ProxyHarness.run(

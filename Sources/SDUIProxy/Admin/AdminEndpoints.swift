@@ -48,13 +48,14 @@ enum AdminEndpoints {
     /// `DELETE /cache?url=PATH`, `?prefix=PATH`, `?tag=TAG`, or with no parameter, everything.
     ///
     /// `url=` takes the rest of the query string, so a target with a query of its own needs no encoding:
-    /// `url=/search?q=a&page=2` purges `/search?q=a&page=2`. Percent-encoding it whole works too (`%XX` is
-    /// decoded, `+` is kept as it is).
+    /// `url=/search?q=a&page=2` purges `/search?q=a&page=2`. Written as it is (starting with `/`), it is
+    /// normalised as request targets are, so `%20` or `%2F` in it mean what they mean in a request; encoded
+    /// whole (`%2Fsearch%3Fq%3D...`), it is decoded once first (`+` stays `+`).
     static func purge(_ request: AdminRequest, cache: ResponseCache) -> AdminResponse {
         if let raw = request.rawQuery, raw.hasPrefix("url=") {
-            guard let url = AdminHTTPHandler.percentDecoded(raw.dropFirst(4), plusIsSpace: false),
-                let target = try? RequestTarget(parsing: url)
-            else {
+            let value = raw.dropFirst(4)
+            let url = value.hasPrefix("/") ? String(value) : AdminHTTPHandler.percentDecoded(value, plusIsSpace: false)
+            guard let url, let target = try? RequestTarget(parsing: url) else {
                 return AdminResponse(ProxyError(.badRequest, "url must be a path starting with /"))
             }
             let removed = cache.purge(target: target.description)

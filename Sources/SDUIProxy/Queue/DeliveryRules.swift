@@ -56,7 +56,8 @@ struct DeliveryRules: Sendable {
             guard retryableStatuses.contains(code) else { return .failed(error: error, status: code) }
         case .error(let proxyError):
             status = nil
-            error = proxyError.description
+            // What a webhook and GET /queue/ID show: the kind and message, never the detail meant for the log.
+            error = "\(proxyError.kind): \(proxyError.message)"
             guard proxyError.kind == .network || proxyError.kind == .timeout else {
                 return .failed(error: error, status: nil)
             }

@@ -194,7 +194,7 @@ public final class WriteQueue: Sendable {
         } catch {
             releaseSlot()
             logger.error("cannot store a queued request", metadata: ["route": "\(route.key)", "error": "\(error)"])
-            throw ProxyError(.unavailable, "the write queue cannot store the request: \(error)")
+            throw ProxyError(.unavailable, "the write queue cannot store the request", detail: "\(error)")
         }
         sequentialLanes.withLock { $0[route.key]?.pending += 1 }
         logger.debug("queued", metadata: ["id": "\(id)", "route": "\(route.key)", "target": "\(request.target)"])

@@ -348,6 +348,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if runtime.generation != generation {
                 generation = runtime.generation
                 proxy = runtime.context
+                // listen.trustedProxies may have changed: the peer is judged again.
+                peer = nil
             }
             // Armed at the first byte already, unless the request waited behind another (pipelined).
             if deadline?.kind != .request { armTimer(.request) }
@@ -596,13 +598,16 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let proxyError =
                 error as? ProxyError
                 ?? ProxyError(.internalError, "the fetch failed inside the proxy", detail: "\(error)")
-            proxy.fetcher.failureLog.log(
-                level: proxyError.kind == .decoding ? .warning : .info,
-                "miss, upstream failed",
-                key: request.key.target,
-                kind: proxyError.kind.description,
-                metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
-            )
+            // An invalid component was logged by the fetcher that found it.
+            if proxyError.kind != .decoding {
+                proxy.fetcher.failureLog.log(
+                    level: .info,
+                    "miss, upstream failed",
+                    key: request.key.target,
+                    kind: proxyError.kind.description,
+                    metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
+                )
+            }
             writer.write(proxyError, cacheStatus: .miss)
         }
     }

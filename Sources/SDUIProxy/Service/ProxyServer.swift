@@ -398,8 +398,10 @@ public final class ProxyServer: Sendable {
         logger.info("configuration reloaded", metadata: ["upstream": "\(configuration.upstream.url)"])
 
         if upstreamChanged {
-            // Exchanges already started on the old client may run for up to its timeout.
-            let grace = old.configuration.upstream.timeout + .seconds(1)
+            // Exchanges already started on the old client may run for up to its timeout, after a forwarded body
+            // that may take up to the request timeout to arrive.
+            let grace =
+                old.configuration.limits.requestTimeout + old.configuration.upstream.timeout + .seconds(1)
             retiringClients.withLock { retiring in
                 let id = retiring.next
                 retiring.next += 1

@@ -79,15 +79,14 @@ public final class HTTPNetworkClient: NetworkClient {
         on eventLoop: any EventLoop,
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void> {
-        // With a body, the backend's time starts once it has the whole request: the upload is the client's time,
-        // bounded by limits.requestTimeout, which fails the stream and so aborts this request (never ends it
-        // short). Without one, the deadline runs from now.
+        // With a body, the backend's time starts once the whole request has arrived: the upload is the client's
+        // time, bounded by limits.requestTimeout, which fails the stream and so aborts this request (never ends it
+        // short). A backend that stops reading the body is within its own time. Without a body, the deadline
+        // runs from now.
         let deadline = BodyDeadline(timeout: timeout, eventLoop: body?.eventLoop ?? eventLoop)
         let clientBody = body.map { stream in
             HTTPClient.Body.stream(contentLength: stream.contentLength.map(Int64.init)) { writer in
-                let drained = stream.drain { part in writer.write(.byteBuffer(part)) }
-                drained.whenSuccess { deadline.start() }
-                return drained
+                stream.drain { part in writer.write(.byteBuffer(part)) }
             }
         }
         let clientRequest: HTTPClient.Request
@@ -102,7 +101,15 @@ public final class HTTPNetworkClient: NetworkClient {
             eventLoop: .delegate(on: eventLoop),
             deadline: body == nil ? .now() + timeout : nil
         )
-        if body != nil { deadline.watch(task) }
+        if let body {
+            deadline.watch(task)
+            let start: @Sendable () -> Void = { deadline.start() }
+            if body.eventLoop.inEventLoop {
+                body.setFinishHandler(start)
+            } else {
+                body.eventLoop.execute { body.setFinishHandler(start) }
+            }
+        }
         return task.futureResult.flatMapErrorThrowing { error in
             if deadline.expired { throw ProxyError(.timeout, "the backend did not answer in time") }
             throw Self.proxyError(for: error, maxBodyBytes: nil)
@@ -178,10 +185,10 @@ private final class BodyDeadline: Sendable {
         if state.eventLoop.inEventLoop { follow() } else { state.eventLoop.execute(follow) }
     }
 
-    /// The whole body is out: the backend's time starts. Called on the loop.
+    /// The whole body has arrived: the backend's time starts. Called on the loop; once.
     func start() {
         let state = self.state
-        guard !state.value.finished else { return }
+        guard !state.value.finished, state.value.timer == nil else { return }
         state.value.timer = state.eventLoop.scheduleTask(in: timeout) {
             state.value.expired = true
             state.value.task?.cancel()

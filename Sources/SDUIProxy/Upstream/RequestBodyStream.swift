@@ -18,6 +18,7 @@ public final class RequestBodyStream: Sendable {
         var waitingConsumer: EventLoopPromise<ByteBuffer?>?
         var producerPaused = false
         var onDemand: (() -> Void)?
+        var onFinish: (() -> Void)?
     }
 
     private let state: NIOLoopBoundBox<State>
@@ -61,6 +62,10 @@ public final class RequestBodyStream: Sendable {
     /// The body is complete.
     public func finish() {
         state.value.finished = true
+        if let onFinish = state.value.onFinish {
+            state.value.onFinish = nil
+            onFinish()
+        }
         if let consumer = state.value.waitingConsumer, state.value.buffered.isEmpty {
             state.value.waitingConsumer = nil
             consumer.succeed(nil)
@@ -75,6 +80,16 @@ public final class RequestBodyStream: Sendable {
         if let consumer = state.value.waitingConsumer {
             state.value.waitingConsumer = nil
             consumer.fail(error)
+        }
+    }
+
+    /// What to call once the whole body has arrived (at once when it already has): the moment the client's time
+    /// ends and the backend's begins.
+    public func setFinishHandler(_ handler: @escaping () -> Void) {
+        if state.value.finished, state.value.failure == nil {
+            handler()
+        } else {
+            state.value.onFinish = handler
         }
     }
 

@@ -296,7 +296,8 @@ public struct QueueConfiguration: Sendable, Equatable {
         let webhook = try section.string("webhook", default: "")
         if !webhook.isEmpty {
             guard AbsoluteURL(parsing: webhook) != nil else {
-                throw section.fail("webhook", "\"\(webhook)\" is not an absolute http:// or https:// URL")
+                let shown = ConfigurationPrinter.redactingURLCredentials(webhook)
+                throw section.fail("webhook", "\"\(shown)\" is not an absolute http:// or https:// URL")
             }
             actions.append(.webhook(webhook))
         }

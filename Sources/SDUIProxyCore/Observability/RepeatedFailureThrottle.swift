@@ -28,6 +28,9 @@ public struct RepeatedFailureThrottle: Sendable {
 
     /// The overflow slot's key, for failures of keys that did not fit.
     public static let overflowKey = "(other keys)"
+    /// How much of a key is remembered: targets may be kilobytes long, and what tells them apart in a log is
+    /// at their start.
+    public static let maximumKeyBytes = 256
 
     /// How long a logged failure silences the same key and kind, in nanoseconds.
     public let interval: Int64
@@ -48,6 +51,9 @@ public struct RepeatedFailureThrottle: Sendable {
 
     /// Records a failure of `key` and `kind` at `now` (nanoseconds on a monotonic clock).
     public mutating func record(key: String, kind: String, now: Int64) -> Decision {
+        let key =
+            key.utf8.count <= Self.maximumKeyBytes
+            ? key : String(decoding: key.utf8.prefix(Self.maximumKeyBytes), as: UTF8.self)
         var slotKey = SlotKey(key: key, kind: kind)
         if slots[slotKey] == nil, slots.count >= capacity {
             if now >= nextExpiry { sweep(now: now) }
@@ -68,9 +74,11 @@ public struct RepeatedFailureThrottle: Sendable {
         return .log(suppressed: suppressed)
     }
 
-    /// Forgets the keys whose interval has passed, and notes when the next one's will.
+    /// Forgets the keys whose interval has passed (and the counts they held), and notes when to look again:
+    /// when the next key's interval passes, but not sooner than an eighth of an interval, so a flood of new
+    /// keys sweeps the table a few times an interval, not once per failure.
     private mutating func sweep(now: Int64) {
         slots = slots.filter { now - $0.value.loggedAt < interval }
-        nextExpiry = (slots.values.map(\.loggedAt).min() ?? now) + interval
+        nextExpiry = max((slots.values.map(\.loggedAt).min() ?? now) + interval, now + interval / 8)
     }
 }

@@ -42,7 +42,9 @@ public enum UpstreamOrigin: Sendable, Equatable {
             return
         }
         guard let parsed = AbsoluteURL(parsing: text) else {
-            throw ParseError(message: "\"\(text)\" is not an http://, https:// or file: URL")
+            let shown = ConfigurationPrinter.redactingURLCredentials(text)
+            let credentials = shown == text ? "" : " (credentials in the URL are not supported)"
+            throw ParseError(message: "\"\(shown)\" is not an http://, https:// or file: URL\(credentials)")
         }
         guard parsed.query == nil else { throw ParseError(message: "the upstream URL cannot have a query") }
         var base = parsed.path

@@ -86,6 +86,9 @@ public struct UpstreamRequestBuilder: Sendable {
                     continue
                 }
                 if HTTPSyntax.equalsIgnoringCase(name, "forwarded") {
+                    // Its elements may carry `host=`, which a fill must not send unkeyed; X-Forwarded-For still
+                    // carries the chain of addresses.
+                    guard forwardsHost else { continue }
                     forwardedElements = forwardedElements.map { $0 + ", " + value } ?? value
                     continue
                 }
@@ -138,10 +141,18 @@ public struct UpstreamRequestBuilder: Sendable {
     }
 
     /// Whether `name` is a field that says where a request came from: `Forwarded`, `X-Forwarded-*` or
-    /// `X-Real-IP`. Only the proxy itself, or a trusted proxy before it, may set them.
+    /// `X-Real-IP`, also spelled with `_` for `-` (CGI-style backends read `X_Forwarded_Host` as
+    /// `X-Forwarded-Host`). Only the proxy itself, or a trusted proxy before it, may set them.
     static func isForwardingField(_ name: String) -> Bool {
-        HTTPSyntax.equalsIgnoringCase(name, "forwarded") || HTTPSyntax.equalsIgnoringCase(name, "x-real-ip")
+        if HTTPSyntax.equalsIgnoringCase(name, "forwarded") || HTTPSyntax.equalsIgnoringCase(name, "x-real-ip")
             || (name.utf8.count > 12 && HTTPSyntax.equalsIgnoringCase(bytes: name.utf8.prefix(12), "x-forwarded-"))
+        {
+            return true
+        }
+        // Rare: only a name with an underscore pays for a second look.
+        guard name.utf8.contains(UInt8(ascii: "_")) else { return false }
+        let dashed = String(decoding: name.utf8.map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }, as: UTF8.self)
+        return isForwardingField(dashed)
     }
 
     /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;

@@ -59,6 +59,12 @@ import Testing
             decide(.error(timeout), attempts: 3)
                 == .retry(at: start.advanced(by: .milliseconds(400)), error: "timeout: slow", status: nil)
         )
+        // What a webhook and GET /queue/ID show never carries the detail meant for the log.
+        let detailed = ProxyError(.url, "bad", detail: "NIOConnectionError(host: 10.0.0.7)")
+        guard case .failed(let shown, _) = decide(.error(detailed)), !shown.contains("10.0.0.7") else {
+            Issue.record("a detail reached the recorded error")
+            return
+        }
         guard case .failed = decide(.error(ProxyError(.url, "bad"))) else {
             Issue.record("a URL error was retried")
             return
