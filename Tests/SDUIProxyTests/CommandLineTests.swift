@@ -171,21 +171,32 @@ struct CommandLineTests {
 
     // MARK: health
 
-    /// Finds a loopback port nothing listens on: one the kernel just gave out and took back.
-    static func unusedPort() throws -> Int {
+    /// A TCP socket bound to a loopback port the kernel picks, listening when asked; the caller closes it.
+    static func loopbackSocket(listening: Bool) throws -> (descriptor: Int32, port: Int) {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        let ready = withUnsafeMutablePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
                 bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
+                    && (!listening || listen(descriptor, 8) == 0)
             }
         }
-        guard bound else { throw ChildProcess.SpawnFailed(call: "bind", code: errno) }
-        return Int(UInt16(bigEndian: address.sin_port))
+        guard ready else {
+            let code = errno
+            close(descriptor)
+            throw ChildProcess.SpawnFailed(call: listening ? "listen" : "bind", code: code)
+        }
+        return (descriptor, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    /// Finds a loopback port nothing listens on: one the kernel just gave out and took back.
+    static func unusedPort() throws -> Int {
+        let (descriptor, port) = try loopbackSocket(listening: false)
+        close(descriptor)
+        return port
     }
 
     @Test("health exits 0 against a running proxy (admin on 0.0.0.0 with a token), 1 against a non-ok answer")
@@ -244,20 +255,8 @@ struct CommandLineTests {
     @Test("health gives up after 2 s on a listener that never answers")
     func healthTimesOut() throws {
         // A listening socket nobody accepts on: the kernel completes the connection, and no answer ever comes.
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (descriptor, port) = try Self.loopbackSocket(listening: true)
         defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let listening = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
-                bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
-                    && listen(descriptor, 8) == 0
-            }
-        }
-        try #require(listening)
-        let port = Int(UInt16(bigEndian: address.sin_port))
         let started = ContinuousClock.now
         let finished = try Self.run(["health", "--admin-port", "\(port)"])
         let elapsed = ContinuousClock.now - started
