@@ -265,8 +265,6 @@ struct ConnectionTests {
         }
         let (server, connection) = try await requestInFlight("/slow", to: origin)
         let shutdown = Task { await server.shutdown(drainTimeout: .seconds(5)) }
-        try await Task.sleep(for: .milliseconds(100))
-
         // (Connecting again would prove nothing: tests run in parallel and another one may take the port.)
         try await waitUntil { !server.isAcceptingConnections }
         let response = try #require(try await connection.readResponse())

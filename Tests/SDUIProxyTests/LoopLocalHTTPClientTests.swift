@@ -249,6 +249,7 @@ struct LoopLocalHTTPClientTests {
 
             // Both connections stuck: a third exchange waits until their timeouts close them, then gets a new
             // connection.
+            let stuckSent = ContinuousClock.now
             let stuck = (0..<2).map { index in
                 Task { () -> ProxyError.Kind? in
                     do {
@@ -259,8 +260,10 @@ struct LoopLocalHTTPClientTests {
                     }
                 }
             }
+            // Both stuck exchanges hold their connections before the third asks for one.
+            try await waitUntil { origin.requests.filter { $0.uri.hasPrefix("/stuck") }.count == 2 }
             // A second and a half between the stuck exchanges' deadlines and the waiting one's, for loaded machines.
-            try await Task.sleep(for: .milliseconds(1500))
+            try await Task.sleep(until: stuckSent + .milliseconds(1500))
             let waited = try await Self.get(client, "/waiting", loop: loop)
             #expect(waited.status == .ok)
             for task in stuck { #expect(await task.value == .timeout) }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -31,6 +32,23 @@ struct PrefetchTests {
     static let samples = ProcessTests.repositoryRoot.appendingPathComponent("config/samples")
     /// The Beagle fixtures the core tests plan (`SDUIProxyCoreTests/Fixtures.swift` lists them).
     static let fixtures = ProcessTests.repositoryRoot.appendingPathComponent("Tests/Fixtures/beagle")
+
+    /// What ``settle(_:)`` prefetches.
+    static let settledTarget = "/settled"
+
+    /// Waits until every prefetch asked for so far has ended, with `prefetch.concurrency` 1: prefetches then run one
+    /// at a time in the order asked, so one asked for now starts only after all of them. A stored component asks
+    /// for its navigation targets before it is answered and before its own prefetch ends, so once the components
+    /// of interest are stored, no target of theirs can be fetched after this returns. It fetches
+    /// ``settledTarget`` from the origin.
+    static func settle(_ proxy: ProxyHarness) async throws {
+        _ = try await proxy.server.prefetcher.prefetch(target: settledTarget, platform: "WEB", followActions: 0).get()
+    }
+
+    /// The targets the origin was asked for, less ``settledTarget``.
+    static func fetched(_ proxy: ProxyHarness) -> [String] {
+        proxy.origin.requests.map(\.uri).filter { $0 != settledTarget }
+    }
 
     static func component(linkingTo urls: [String], extra: String = "") -> TestOrigin.Response {
         let actions = urls.map {
@@ -81,16 +99,21 @@ struct PrefetchTests {
     @Test("a reload with new declared URLs keeps a warm proxy ready, though no probe saw the first warm-up end")
     func readinessAcrossReload() async throws {
         let gate = OriginGate()
+        let collector = LineCollector()
+        let logger = Logger(label: "test") { label in
+            LoggingBootstrap.makeHandler(label: label, format: .json, level: .info, sink: collector.sink)
+        }
         try await ProxyHarness.run(
             origin: { request in request.uri == "/later" ? .component(heldBy: gate) : .component() },
             configure: {
                 $0.prefetch.urls = ["/first"]
                 $0.prefetch.platforms = ["WEB"]
-            }
+            },
+            logger: logger
         ) { proxy async throws in
             try await waitUntil { try await proxy.get("/first")["X-Cache"] == "HIT" }
-            // Time for the warm-up to see its one fetch end; no probe asks meanwhile.
-            try await Task.sleep(for: .milliseconds(500))
+            // The warm-up has seen its one fetch end; no probe asks meanwhile.
+            try await waitUntil { collector.lines.contains { $0.contains("warm-up finished") } }
             var configuration = proxy.server.context.configuration
             configuration.prefetch.urls = ["/first", "/later"]
             try await proxy.server.reload(configuration)
@@ -256,20 +279,27 @@ struct PrefetchTests {
                 let next = ["/a": "/b", "/b": "/c", "/c": "/d", "/d": "/e"][request.uri] ?? "/z"
                 return Self.component(linkingTo: [next])
             },
-            configure: { $0.prefetch.followActions = 2 }
+            configure: {
+                $0.prefetch.followActions = 2
+                $0.prefetch.concurrency = 1
+            }
         ) { proxy async throws in
             _ = try await proxy.get("/a")
-            try await waitUntil { proxy.origin.requestCount >= 3 }
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(proxy.origin.requests.map(\.uri).sorted() == ["/a", "/b", "/c"])
+            // /b and /c prefetched: /c, the last hop, is stored before its prefetch ends.
+            try await waitUntil { proxy.server.prefetcher.counts.cached >= 2 }
+            try await PrefetchTests.settle(proxy)
+            #expect(PrefetchTests.fetched(proxy).sorted() == ["/a", "/b", "/c"])
         }
         try await ProxyHarness.run(
             origin: { _ in Self.component(linkingTo: ["/next"]) },
-            configure: { $0.prefetch.followActions = 0 }
+            configure: {
+                $0.prefetch.followActions = 0
+                $0.prefetch.concurrency = 1
+            }
         ) { proxy async throws in
             _ = try await proxy.get("/a")
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(proxy.origin.requests.map(\.uri) == ["/a"])
+            try await PrefetchTests.settle(proxy)
+            #expect(PrefetchTests.fetched(proxy) == ["/a"])
         }
     }
 
@@ -285,13 +315,16 @@ struct PrefetchTests {
                     "https://evil.example/stolen", "ftp://127.0.0.1/ftp",
                 ])
             },
-            configure: { $0.prefetch.allowedHosts = ["app.example.com"] }
+            configure: {
+                $0.prefetch.allowedHosts = ["app.example.com"]
+                $0.prefetch.concurrency = 1
+            }
         ) { proxy async throws in
             originPort.withLockedValue { $0 = proxy.origin.port }
             _ = try await proxy.get("/start")
             try await waitUntil { proxy.origin.requestCount >= 3 }
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(Set(proxy.origin.requests.map(\.uri)) == ["/start", "/same-origin", "/allowed?x=1"])
+            try await PrefetchTests.settle(proxy)
+            #expect(Set(PrefetchTests.fetched(proxy)) == ["/start", "/same-origin", "/allowed?x=1"])
         }
     }
 
@@ -303,7 +336,8 @@ struct PrefetchTests {
                 method: .POST,
                 body: #"{"urls":["/race"],"platforms":["WEB"]}"#
             )
-            try await Task.sleep(for: .milliseconds(150))
+            // The prefetch is at the origin (which holds its answer) before the client asks.
+            try await waitUntil { proxy.origin.requestCount == 1 }
             let client = try await proxy.get("/race")
             #expect(client.status == .ok)
             #expect(try await prefetched.body.contains(#""status":"cached""#))
@@ -491,17 +525,20 @@ struct PrefetchLoadTests {
 
     @Test("many components linking to the same screens prefetch each screen once")
     func sharedTargetsOnce() async throws {
-        try await ProxyHarness.run(origin: { request in
-            request.uri.hasPrefix("/shared")
-                ? .component()
-                : PrefetchTests.component(linkingTo: ["/shared-a", "/shared-b"])
-        }) { proxy async throws in
+        try await ProxyHarness.run(
+            origin: { request in
+                request.uri.hasPrefix("/shared")
+                    ? .component()
+                    : PrefetchTests.component(linkingTo: ["/shared-a", "/shared-b"])
+            },
+            configure: { $0.prefetch.concurrency = 1 }
+        ) { proxy async throws in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<100 { group.addTask { _ = try await proxy.get("/page/\(index)") } }
                 try await group.waitForAll()
             }
             try await waitUntil { proxy.origin.requests(to: "/shared-b").count >= 1 }
-            try await Task.sleep(for: .milliseconds(200))
+            try await PrefetchTests.settle(proxy)
             #expect(proxy.origin.requests(to: "/shared-a").count == 1)
             #expect(proxy.origin.requests(to: "/shared-b").count == 1)
         }
@@ -509,15 +546,18 @@ struct PrefetchLoadTests {
 
     @Test("a linked screen whose prefetch stored nothing is not prefetched again for every component that links it")
     func unstorableLinkNotRefetched() async throws {
-        try await ProxyHarness.run(origin: { request in
-            request.uri == "/account"
-                ? TestOrigin.Response.component().withHeader("Cache-Control", "private")
-                : PrefetchTests.component(linkingTo: ["/account"])
-        }) { proxy async throws in
+        try await ProxyHarness.run(
+            origin: { request in
+                request.uri == "/account"
+                    ? TestOrigin.Response.component().withHeader("Cache-Control", "private")
+                    : PrefetchTests.component(linkingTo: ["/account"])
+            },
+            configure: { $0.prefetch.concurrency = 1 }
+        ) { proxy async throws in
             _ = try await proxy.get("/page/1")
             try await waitUntil { proxy.origin.requests(to: "/account").count == 1 }
             for index in 2...5 { _ = try await proxy.get("/page/\(index)") }
-            try await Task.sleep(for: .milliseconds(200))
+            try await PrefetchTests.settle(proxy)
             #expect(proxy.origin.requests(to: "/account").count == 1)
         }
     }
@@ -533,6 +573,7 @@ struct PrefetchLoadTests {
             origin: { request in
                 request.uri.hasPrefix("/linked") ? .component() : PrefetchTests.component(linkingTo: ["/linked"])
             },
+            configure: { $0.prefetch.concurrency = 1 },
             eventLoopGroup: group,
             tuning: .init(freshTargetRecheckInterval: recheckInterval)
         ) { proxy async throws in
@@ -543,7 +584,7 @@ struct PrefetchLoadTests {
             // Within the interval it takes /linked as fresh still; past it, it asks again and prefetches it.
             _ = try await proxy.get("/page/3")
             try await waitUntil { proxy.origin.requests(to: "/linked").count == linkedFetches }
-            try await Task.sleep(for: .milliseconds(200))
+            try await PrefetchTests.settle(proxy)
             #expect(proxy.origin.requests(to: "/linked").count == linkedFetches)
         }
         try await group.shutdownGracefully()

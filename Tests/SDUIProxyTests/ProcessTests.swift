@@ -270,7 +270,9 @@ struct ProcessTests {
         try await origin.restart()
         let second = try await RunningProxy(arguments: ["--config", config])
         try await waitUntil(timeout: .seconds(15)) { origin.requests(to: "/api/orders").count >= 5 }
-        try await Task.sleep(for: .milliseconds(300))
+        // A request leaves the queue only once an attempt got its answer: with none pending, none can come again.
+        let admin = "http://127.0.0.1:\(second.adminPort)"
+        try await waitUntil { try await Self.get(admin + "/queue").2.contains(#""depth":0"#) }
         let delivered = origin.requests(to: "/api/orders")
         #expect(delivered.map { String(buffer: $0.body) } == (1...5).map { #"{"n":\#($0)}"# })
         #expect(delivered.compactMap { $0.headers.first(name: "idempotency-key") } == ids)
