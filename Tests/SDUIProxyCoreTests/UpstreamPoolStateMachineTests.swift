@@ -220,6 +220,29 @@ struct UpstreamPoolStateMachineTests {
         Self.checkInvariants(pool, known: [ConnectionID(0)])
     }
 
+    @Test("a released connection passes over a waiter whose deadline has passed; that one waits for its timeout")
+    func releasePassesOverExpiredWaiters() {
+        var pool = Pool(limit: 1)
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        _ = pool.leaseRequested(deadline: start + .seconds(10))
+        _ = pool.connectionEstablished(ConnectionID(0))
+        #expect(pool.leaseRequested(deadline: start + .seconds(1)) == .park(WaiterID(1), until: start + .seconds(1)))
+        #expect(pool.leaseRequested(deadline: start + .seconds(10)) == .park(WaiterID(2), until: start + .seconds(10)))
+        // At start + 2 s waiter 1 is past its deadline, its timeout not reported yet: waiter 2 gets the connection.
+        #expect(
+            pool.connectionReleased(ConnectionID(0), reusable: true, now: start + .seconds(2))
+                == .lease(ConnectionID(0), to: WaiterID(2))
+        )
+        #expect(pool.parkedWaiters == [WaiterID(1)])
+        #expect(pool.waiterTimedOut(WaiterID(1)) == .fail(WaiterID(1), .noConnectionInTime))
+        // With every parked waiter expired, the connection goes idle rather than to a waiter about to fail.
+        #expect(pool.leaseRequested(deadline: start + .seconds(3)) == .park(WaiterID(3), until: start + .seconds(3)))
+        #expect(pool.connectionReleased(ConnectionID(0), reusable: true, now: start + .seconds(4)) == .none)
+        #expect(pool.waiterTimedOut(WaiterID(3)) == .fail(WaiterID(3), .noConnectionInTime))
+        #expect(pool.leaseRequested(deadline: start + .seconds(20)) == .lease(ConnectionID(0), to: WaiterID(4)))
+        Self.checkInvariants(pool, known: [ConnectionID(0)])
+    }
+
     @Test("a failed connection fails its own waiter and opens one for the first parked waiter")
     func connectFailureWakesTheNextWaiter() {
         var pool = Pool(limit: 2)

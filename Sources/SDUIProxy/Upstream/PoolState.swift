@@ -111,7 +111,7 @@ final class PoolState: @unchecked Sendable {
     ) {
         switch result {
         case .success(let response):
-            perform(machine.connectionReleased(connection.id, reusable: connection.isUsable))
+            perform(machine.connectionReleased(connection.id, reusable: connection.isUsable, now: .now()))
             completion(.success(response))
         case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) where retryIfStale:
             // The backend closed a reused idle connection as the request went out: nothing was answered.

@@ -170,16 +170,25 @@ public struct UpstreamPoolStateMachine: Sendable {
         return failing(waiter, .connectFailed)
     }
 
-    /// A leased connection's exchange ended. A reusable one goes to the first parked waiter, or idle; one that
-    /// is not, or any after shutdown, is to be closed (it counts until it is closed). An event about a
-    /// connection that was not leased is ignored.
-    public mutating func connectionReleased(_ connection: ConnectionID, reusable: Bool) -> Action {
+    /// A leased connection's exchange ended. A reusable one goes to the first parked waiter whose deadline is
+    /// still ahead at `now`, or idle; one that is not, or any after shutdown, is to be closed (it counts until it
+    /// is closed). An event about a connection that was not leased is ignored.
+    ///
+    /// A waiter whose deadline has passed but whose timeout has not been reported yet is passed over: handed a
+    /// connection, its exchange would time out at once and the healthy connection be closed with it. It stays
+    /// parked until ``waiterTimedOut(_:)``. The default `now` passes over nobody.
+    public mutating func connectionReleased(
+        _ connection: ConnectionID,
+        reusable: Bool,
+        now: NIODeadline = .distantPast
+    ) -> Action {
         guard states[connection] == .leased else { return .none }
         guard reusable, !isShutDown else {
             states[connection] = .closing
             return .close(connection)
         }
-        if let parked = waiters.popFirst() {
+        if let index = waiters.firstIndex(where: { $0.deadline > now }) {
+            let parked = waiters.remove(at: index)
             return .lease(connection, to: parked.waiter)
         }
         states[connection] = .idle
