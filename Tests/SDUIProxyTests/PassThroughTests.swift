@@ -116,12 +116,15 @@ struct PassThroughTests {
         }
     }
 
+    /// An origin that answers how many body bytes it received.
+    static let countsBody: TestOrigin.Responder = { request in
+        TestOrigin.Response(status: .ok, headers: [], body: "got \(request.body.readableBytes)")
+    }
+
     @Test("a slow upload is the client's time: upstream.timeout starts once the backend has the whole request")
     func slowUploadIsNotChargedToTheBackend() async throws {
         try await ProxyHarness.run(
-            origin: { request in
-                TestOrigin.Response(status: .ok, headers: [], body: "got \(request.body.readableBytes)")
-            },
+            origin: Self.countsBody,
             configure: { $0.upstream.timeout = .milliseconds(500) }
         ) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort)
@@ -159,9 +162,7 @@ struct PassThroughTests {
     )
     func truncatedBodyIsAborted(framing: String) async throws {
         try await ProxyHarness.run(
-            origin: { request in
-                TestOrigin.Response(status: .ok, headers: [], body: "got \(request.body.readableBytes)")
-            },
+            origin: Self.countsBody,
             configure: { $0.limits.requestTimeout = .milliseconds(400) }
         ) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort)
