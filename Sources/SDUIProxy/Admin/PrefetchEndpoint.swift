@@ -56,7 +56,7 @@ struct PrefetchEndpoint {
         var platforms: [String] = []
         for name in body.platforms ?? limits.platforms {
             do {
-                let platform = try proxy.platform(of: .init([(proxy.configuration.platform.header, name)]))
+                let platform = try proxy.router.platform(of: .init([(proxy.configuration.platform.header, name)]))
                 if !platforms.contains(platform) { platforms.append(platform) }
             } catch {
                 return eventLoop.makeSucceededFuture(AdminResponse(error))

@@ -238,30 +238,29 @@ public final class Prefetcher: StoredComponentObserver {
         } catch {
             return eventLoop.makeSucceededFuture(.failed(ProxyError(.url, error.reason)))
         }
-        let policy = proxy.configuration.cache.policy(forPath: target.path)
-        guard !policy.bypass else { return eventLoop.makeSucceededFuture(.uncacheable(reason: "bypass route")) }
         var clientHeaders = HTTPHeaders()
         clientHeaders.add(name: proxy.configuration.platform.header, value: job.platform)
-        let key = proxy.cacheKey(target: target, platform: job.platform, headers: clientHeaders, policy: policy)
+        // Routed as a client of the platform asking for the target would be, so it keys and fills the same entry.
+        guard
+            let cacheRequest = proxy.router.cacheRequest(target: target, platform: job.platform, headers: clientHeaders)
+        else { return eventLoop.makeSucceededFuture(.uncacheable(reason: "bypass route")) }
 
         var staleEntry: CachedResponse?
         let now = NIODeadline.now()
-        switch proxy.cache.lookup(key, requestHeaders: clientHeaders, now: now) {
+        switch proxy.cache.lookup(cacheRequest.key, requestHeaders: clientHeaders, now: now) {
         case .fresh(let entry) where !job.forceRefresh:
-            return eventLoop.makeSucceededFuture(
-                .cached(entry, at: now)
-            )
+            return eventLoop.makeSucceededFuture(.cached(entry, at: now))
         case .fresh(let entry), .stale(let entry):
             staleEntry = entry
         case .miss:
             break
         }
         let request = proxy.cacheFill(
-            key: key,
+            key: cacheRequest.key,
             target: target,
             platform: job.platform,
             clientHeaders: clientHeaders,
-            policy: policy,
+            policy: cacheRequest.policy,
             staleEntry: staleEntry,
             clientAddress: nil,
             clientIsTrustedProxy: false,
@@ -294,9 +293,10 @@ public final class Prefetcher: StoredComponentObserver {
         now: NIODeadline
     ) -> Bool {
         guard let parsed = try? RequestTarget(parsing: target) else { return false }
-        let policy = proxy.configuration.cache.policy(forPath: parsed.path)
-        let key = proxy.cacheKey(target: parsed, platform: platform, headers: headers, policy: policy)
-        return proxy.cache.hasFreshEntry(key, requestHeaders: headers, now: now)
+        guard let request = proxy.router.cacheRequest(target: parsed, platform: platform, headers: headers) else {
+            return false
+        }
+        return proxy.cache.hasFreshEntry(request.key, requestHeaders: headers, now: now)
     }
 
     public func componentStored(

@@ -2,10 +2,13 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// How the proxy turns the responses it writes into HTTP/1.1 bytes. The public listener has no encoding
-/// handler: every writer encodes its own response and writes bytes, so a response passes through no channel
+/// Turns the responses the public listener writes into HTTP/1.1 bytes. The listener has no encoding handler:
+/// its connection handler encodes each response here and writes bytes, so a response passes through no channel
 /// handler on its way out.
-enum ResponseEncoding {
+///
+/// It decides framing, never keep-alive: whether a response closes the connection is the connection's to
+/// decide, and is given to it.
+enum HTTP1ResponseEncoder {
     /// How a response's body is delimited.
     enum Framing {
         /// The head carries `Content-Length`; body parts go out as they are.
@@ -16,12 +19,89 @@ enum ResponseEncoding {
         case none
     }
 
-    /// Appends the status line and header lines of `head`, and the blank line that ends them.
-    static func writeHead(_ head: HTTPResponseHead, framing: Framing, into buffer: inout ByteBuffer) {
-        HTTPWireFormat.writeStatusLine(head.status, into: &buffer)
-        HTTPWireFormat.writeHeaderLines(head.headers, into: &buffer)
+    /// The framing of a streamed response to a request, from its status and end-to-end headers.
+    static func framing(status: HTTPResponseStatus, headers: HTTPHeaders, isHead: Bool) -> Framing {
+        if isHead || status.code < 200 || status == .noContent || status == .notModified { return .none }
+        return headers.contains(name: "content-length") ? .contentLength : .chunked
+    }
+
+    /// Appends the status line, the header lines, `Connection: close` when the connection ends after this
+    /// response, the framing line, and the blank line that ends the head.
+    static func writeHead(
+        status: HTTPResponseStatus,
+        headers: HTTPHeaders,
+        framing: Framing,
+        closesConnection: Bool,
+        into buffer: inout ByteBuffer
+    ) {
+        HTTPWireFormat.writeStatusLine(status, into: &buffer)
+        var headers = headers
+        if closesConnection { headers.replaceOrAdd(name: "Connection", value: "close") }
+        HTTPWireFormat.writeHeaderLines(headers, into: &buffer)
         if framing == .chunked { buffer.writeStaticString("Transfer-Encoding: chunked\r\n") }
         buffer.writeStaticString("\r\n")
+    }
+
+    /// Appends a stored entry from its encoded head: no header encoding. A body stored as exact bytes (up to
+    /// ``CachedResponse/maximumExactBodyBytes``) is copied behind the head, so a hit is one buffer and one write:
+    /// that costs less than a second pending write through the channel (8 % fewer instructions per hit, perf
+    /// stat). Returns the larger body that goes out as the stored buffer, uncopied, if any.
+    ///
+    /// A 304 keeps only the stored lines a 304 repeats; Beagle 1.x's form replaces the stored `Cache-Control`
+    /// and `beagle-hash` with its own. Both are cut from the stored lines, not parsed and encoded again.
+    static func writeStored(
+        _ entry: CachedResponse,
+        _ presentation: EntryPresentation,
+        status: HTTPResponseStatus,
+        sendsBody: Bool,
+        closesConnection: Bool,
+        into buffer: inout ByteBuffer
+    ) -> ByteBuffer? {
+        entry.withEncodedBytes { encodedHead, exactBody in
+            if !presentation.notModified, presentation.beagleMaxAge == nil {
+                buffer.writeBytes(encodedHead)
+            } else {
+                writeHead(of: entry, status: status, presentation, into: &buffer)
+            }
+            buffer.writeStaticString("Age: ")
+            buffer.writeString(String(presentation.age))
+            buffer.writeStaticString("\r\nX-Cache: ")
+            buffer.writeString(presentation.cacheResult.rawValue)
+            buffer.writeStaticString(closesConnection ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n")
+            if sendsBody, let exactBody { buffer.writeBytes(exactBody) }
+        }
+        return sendsBody ? entry.largeBody : nil
+    }
+
+    /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats, and
+    /// Beagle 1.x's form has its own `Cache-Control` and `beagle-hash`.
+    private static func writeHead(
+        of entry: CachedResponse,
+        status: HTTPResponseStatus,
+        _ presentation: EntryPresentation,
+        into head: inout ByteBuffer
+    ) {
+        let replacesCacheControl = presentation.beagleMaxAge != nil
+        entry.writeHead(
+            status: status,
+            keepingLines: { name in
+                if presentation.notModified,
+                    !ConditionalRequest.notModifiedHeaderNames.contains(where: {
+                        HTTPSyntax.equalsIgnoringCase(bytes: name, $0)
+                    })
+                {
+                    return false
+                }
+                return !replacesCacheControl
+                    || !(HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control")
+                        || HTTPSyntax.equalsIgnoringCase(bytes: name, "beagle-hash"))
+            },
+            into: &head
+        )
+        if let maxAge = presentation.beagleMaxAge {
+            HTTPWireFormat.writeHeaderLine("Cache-Control", "max-age=\(maxAge)", into: &head)
+            HTTPWireFormat.writeHeaderLine("beagle-hash", entry.contentHash, into: &head)
+        }
     }
 
     /// The size line that goes before a chunk of `count` bytes.

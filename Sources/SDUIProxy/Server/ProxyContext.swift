@@ -21,9 +21,8 @@ public final class ProxyContext: Sendable {
     public let accessLogger: Logger?
     /// Resolves navigation and prefetch URLs against this configuration's upstream and allowed hosts.
     public let prefetchPlanner: PrefetchPlanner
-    /// The platform header, lower-cased.
-    let platformHeader: String
-    private let allowedPlatforms: Set<String>
+    /// Where each request goes: the cache path, a forward, a queued write or a refusal.
+    public let router: RequestRouter
 
     public init(
         configuration: ProxyConfiguration,
@@ -43,8 +42,7 @@ public final class ProxyContext: Sendable {
         self.fetcher = fetcher
         self.client = client
         self.logger = logger
-        self.platformHeader = configuration.platform.header.lowercased()
-        self.allowedPlatforms = Set(configuration.platform.allowed)
+        self.router = RequestRouter(configuration: configuration, queue: writeQueue?.configuration)
         self.requestBuilder = UpstreamRequestBuilder(
             platformHeader: configuration.platform.header,
             configuredHeaders: configuration.headers
@@ -120,25 +118,6 @@ public final class ProxyContext: Sendable {
         )
     }
 
-    /// The platform a request is for: its platform header, upper-cased, or the configured default.
-    func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
-        // `headers[name]` compares each name in place and copies only the matches; iterating the headers
-        // would copy (retain and release) every name and value of every request.
-        let values = headers[platformHeader]
-        guard values.count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
-        guard let value = values.first else { return configuration.platform.defaultValue }
-        // Most clients send the canonical upper-case name: then the value is used as it is.
-        let platform = allowedPlatforms.contains(value) ? value : value.trimmingWhitespace().uppercased()
-        guard PlatformValue.isValid(platform) else {
-            throw ProxyError(.badRequest, "\(platformHeader) must be a platform name like IOS, ANDROID or WEB")
-        }
-        let allowed = configuration.platform.allowed
-        guard allowed.isEmpty || allowed.contains(platform) else {
-            throw ProxyError(.badRequest, "unknown platform \(platform); allowed: \(allowed.joined(separator: ", "))")
-        }
-        return platform
-    }
-
     /// The fetch that fills `key` for a client's request, for the connection handlers and the prefetcher alike:
     /// the upstream request built for a cache fill, and the rules that follow from the client's headers.
     ///
@@ -176,19 +155,5 @@ public final class ProxyContext: Sendable {
             staleEntry: staleEntry,
             followActions: followActions
         )
-    }
-
-    /// The cache key of a component request.
-    func cacheKey(
-        target: RequestTarget,
-        platform: String,
-        headers: HTTPHeaders,
-        policy: ProxyConfiguration.RoutePolicy
-    ) -> CacheKey {
-        let varyValues = policy.vary.compactMap { name -> String? in
-            guard name != platformHeader else { return nil }
-            return headers[canonicalForm: name].joined(separator: ",")
-        }
-        return CacheKey(target: target.description, platform: platform, varyValues: varyValues)
     }
 }

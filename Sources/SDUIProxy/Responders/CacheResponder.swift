@@ -1,0 +1,136 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Answers GET and HEAD through the cache: a fresh entry from memory at once, a stale one while it is refreshed
+/// in the background when its `stale-while-revalidate` allows, and otherwise what the ``ComponentFetcher``
+/// brings back from the backend (stored, revalidated, a stale stand-in, or passed on unstored).
+///
+/// It writes to a ``ResponseSink`` and knows nothing of the connection: the hit path reads the entry and hands it
+/// over, no JSON work and no copy. Work the answer makes possible (a background refresh) starts after it.
+struct CacheResponder {
+    /// `compat.beagleHash`: Beagle 1.x's `beagle-hash` validation instead of HTTP's.
+    let beagleHash: Bool
+    /// `prefetch.followActions`: how many hops of navigation a stored component's prefetches follow.
+    let followActions: Int
+
+    init(_ configuration: ProxyConfiguration) {
+        beagleHash = configuration.compat.beagleHash
+        followActions = configuration.prefetch.followActions
+    }
+
+    /// Answers `request` on `sink`. `proxy` is the context in force for the request; the caller holds it.
+    func respond(to request: CacheRequest, proxy: ProxyContext, sink: any ResponseSink) {
+        var staleEntry: CachedResponse?
+        // A request with credentials is never answered from what another client caused to be stored.
+        if !request.head.headers.contains(name: "authorization") {
+            let now = NIODeadline.now()
+            switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
+            case .fresh(let entry):
+                sink.writeStored(entry, presentation(of: entry, .hit, request: request, now: now))
+                return
+            case .stale(let entry) where entry.mayServeWhileRevalidating(at: now):
+                proxy.cache.recordStaleServe(request.key)
+                let refresh = fill(request, staleEntry: entry, proxy: proxy, client: sink.client)
+                sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
+                proxy.fetcher.refreshInBackground(refresh, on: sink.eventLoop)
+                return
+            case .stale(let entry):
+                staleEntry = entry
+            case .miss:
+                break
+            }
+        }
+        let fetch = fill(request, staleEntry: staleEntry, proxy: proxy, client: sink.client)
+        // The fetch completes on the sink's loop.
+        let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
+        proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result in
+            self.answer(request, with: result, proxy: proxy, sink: boundSink.value)
+        }
+    }
+
+    /// Answers a request that missed with what its fetch produced.
+    private func answer(
+        _ request: CacheRequest,
+        with result: Result<ComponentFetcher.Outcome, any Error>,
+        proxy: ProxyContext,
+        sink: any ResponseSink
+    ) {
+        let now = NIODeadline.now()
+        // Stored and revalidated entries are logged by the fetcher, with their size and lifetime.
+        switch result {
+        case .success(.stored(let entry)):
+            sink.writeStored(entry, presentation(of: entry, .miss, request: request, now: now))
+        case .success(.revalidated(let entry)):
+            sink.writeStored(entry, presentation(of: entry, .revalidated, request: request, now: now))
+        case .success(.servedStale(let entry, let reason)):
+            // The fetcher logged the failure it stood in for, once per key and interval.
+            proxy.logger.debug("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            proxy.cache.recordStaleServe(request.key)
+            sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
+        case .success(.notStored(let response, let reason)):
+            proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            sink.write(response, cacheResult: .bypass)
+        case .failure(let error):
+            let proxyError =
+                error as? ProxyError
+                ?? ProxyError(.internalError, "the fetch failed inside the proxy", detail: "\(error)")
+            // An invalid component was logged by the fetcher that found it.
+            if proxyError.kind != .decoding {
+                proxy.fetcher.failureLog.log(
+                    level: .info,
+                    "miss, upstream failed",
+                    key: request.key.target,
+                    kind: proxyError.kind.description,
+                    metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
+                )
+            }
+            sink.write(proxyError, cacheResult: .miss)
+        }
+    }
+
+    /// The fetch that fills the request's entry, with the client's forwarding details.
+    private func fill(
+        _ request: CacheRequest,
+        staleEntry: CachedResponse?,
+        proxy: ProxyContext,
+        client: ClientPeer
+    ) -> ComponentFetcher.Request {
+        proxy.cacheFill(
+            key: request.key,
+            target: request.target,
+            platform: request.platform,
+            clientHeaders: request.head.headers,
+            policy: request.policy,
+            staleEntry: staleEntry,
+            clientAddress: client.address,
+            clientIsTrustedProxy: client.isTrustedProxy,
+            followActions: followActions
+        )
+    }
+
+    /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
+    private func presentation(
+        of entry: CachedResponse,
+        _ cacheResult: CacheResult,
+        request: CacheRequest,
+        now: NIODeadline
+    ) -> EntryPresentation {
+        var presentation = EntryPresentation(cacheResult: cacheResult, age: entry.ageSeconds(at: now))
+        let headers = request.head.headers
+        if beagleHash {
+            presentation.beagleMaxAge = entry.remainingLifetime(at: now)
+            // Beagle 1.x clients only ever get a 304 for the hash they sent.
+            presentation.notModified = headers.first(name: "beagle-hash").map(entry.hasContentHash) ?? false
+        } else if entry.status == .ok,
+            headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since")
+        {
+            presentation.notModified = ConditionalRequest.isNotModified(
+                requestHeaders: headers,
+                etag: entry.etag,
+                lastModified: entry.lastModified
+            )
+        }
+        return presentation
+    }
+}

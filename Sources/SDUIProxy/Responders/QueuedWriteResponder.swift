@@ -1,0 +1,164 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Answers a write on a queued route: it is forwarded at once, and when the backend cannot take it now
+/// (unreachable, timed out, or a retryable status) it is stored durably and the client gets 202 with where to
+/// follow it. On a sequential route with requests waiting it is queued behind them instead
+/// (``WriteQueue/admitWrite(on:eventLoop:_:)``).
+struct QueuedWriteResponder {
+    /// A write whose body has been read whole.
+    struct Write {
+        var head: HTTPRequestHead
+        var target: RequestTarget
+        var platform: String
+        var route: QueueConfiguration.Route
+        var body: ByteBuffer
+    }
+
+    func respond(to write: Write, proxy: ProxyContext, sink: any ResponseSink) {
+        guard let queue = proxy.writeQueue else {
+            sink.write(ProxyError(.internalError, "a queued route without a write queue"))
+            return
+        }
+        let id = WriteQueue.newID()
+        let peer = sink.client
+        var headers = proxy.requestBuilder.headers(
+            from: write.head.headers,
+            platform: write.platform,
+            clientAddress: peer.address,
+            purpose: .passThrough,
+            clientIsTrustedProxy: peer.isTrustedProxy
+        )
+        headers.remove(name: "transfer-encoding")
+        QueueEntry.setIdempotencyKey(in: &headers, queueID: id)
+        let upstream = UpstreamRequest(
+            method: write.head.method,
+            target: write.target.description,
+            headers: headers,
+            body: write.body
+        )
+        let eventLoop = sink.eventLoop
+        let logger = proxy.logger
+        let client = proxy.client
+        // The backend's answer streams to the client as pass-through answers do, whatever its size; only an
+        // answer whose status queues the write is held back.
+        let relay = PassThroughResponder.relay(
+            for: write.head,
+            target: write.target,
+            cacheResult: nil,
+            cache: proxy.cache,
+            to: sink
+        )
+        let answer = QueuedWriteAnswerFilter(
+            passingTo: relay,
+            retryableStatuses: Set(queue.configuration.retryableStatuses),
+            eventLoop: eventLoop
+        )
+        let boundSink = NIOLoopBound(sink, eventLoop: eventLoop)
+
+        // Succeeds with the 202 when the write was queued, with nil when the backend's answer went to the client.
+        queue.admitWrite(on: write.route, eventLoop: eventLoop) {
+            queueBehindBacklog -> EventLoopFuture<UpstreamResponse?> in
+            if queueBehindBacklog {
+                return Self.enqueue(upstream, id: id, failure: nil, queue: queue, on: eventLoop).map { $0 }
+            }
+            let body = upstream.body.map { RequestBodyStream.complete($0, on: eventLoop) }
+            return client.forward(upstream, body: body, on: eventLoop, to: answer)
+                .flatMap { () -> EventLoopFuture<UpstreamResponse?> in
+                    guard let status = answer.statusToQueueFor else { return eventLoop.makeSucceededFuture(nil) }
+                    let failure = "backend answered \(status.code)"
+                    return Self.enqueue(upstream, id: id, failure: failure, queue: queue, on: eventLoop).map { $0 }
+                }
+                .flatMapError { error -> EventLoopFuture<UpstreamResponse?> in
+                    let failure: String
+                    if let status = answer.statusToQueueFor {
+                        failure = "backend answered \(status.code)"
+                    } else if answer.progress == .waitingForHead, let proxyError = error as? ProxyError,
+                        proxyError.kind == .network || proxyError.kind == .timeout
+                    {
+                        failure = proxyError.message
+                    } else {
+                        return eventLoop.makeFailedFuture(error)
+                    }
+                    return Self.enqueue(upstream, id: id, failure: failure, queue: queue, on: eventLoop).map { $0 }
+                }
+        }
+        .hop(to: eventLoop).assumeIsolated().whenComplete { result in
+            switch result {
+            case .success(.none):
+                // The backend's answer went to the client through the relay.
+                break
+            case .success(.some(let queued)):
+                boundSink.value.write(queued, cacheResult: nil)
+            case .failure(let error):
+                let proxyError =
+                    error as? ProxyError ?? ProxyError(.internalError, "the queued write failed", detail: "\(error)")
+                logger.error("queued write failed", metadata: ["target": "\(write.target)", "error": "\(proxyError)"])
+                switch answer.progress {
+                case .waitingForHead: boundSink.value.write(proxyError)
+                // Part of the backend's answer is out; the only honest signal left is to cut it short.
+                case .streaming: boundSink.value.abort()
+                case .ended: break
+                }
+            }
+        }
+    }
+
+    /// Stores the request durably; the 202 is only built once the store has it. `failure` is why the backend
+    /// did not take it, nil when it was queued behind the route's backlog without being sent.
+    private static func enqueue(
+        _ request: UpstreamRequest,
+        id: String,
+        failure: String?,
+        queue: WriteQueue,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<UpstreamResponse> {
+        eventLoop.makeFutureWithTask {
+            let receipt = try await queue.enqueue(QueuedRequest(request, failure: failure, id: id))
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: "application/json")
+            headers.add(name: "Location", value: receipt.location)
+            headers.add(name: "Cache-Control", value: "no-store")
+            return UpstreamResponse(status: receipt.status, headers: headers, body: ByteBuffer(string: receipt.json))
+        }
+    }
+}
+
+/// A queued write's answer: passed to the client as it streams in, unless its status is one that queues the
+/// write (`queue.retryableStatuses`); such an answer is read past, and the write is queued.
+private final class QueuedWriteAnswerFilter: ForwardedResponseSink {
+    private let relay: ForwardedResponseRelay
+    private let retryableStatuses: Set<Int>
+    private let eventLoop: any EventLoop
+    private let heldBackStatus: NIOLoopBoundBox<HTTPResponseStatus?>
+
+    init(passingTo relay: ForwardedResponseRelay, retryableStatuses: Set<Int>, eventLoop: any EventLoop) {
+        self.relay = relay
+        self.retryableStatuses = retryableStatuses
+        self.eventLoop = eventLoop
+        self.heldBackStatus = NIOLoopBoundBox(nil, eventLoop: eventLoop)
+    }
+
+    /// The status the backend answered that queues the write, if it did.
+    var statusToQueueFor: HTTPResponseStatus? { heldBackStatus.value }
+
+    /// How far the answer passed to the client has come.
+    var progress: ForwardedResponseRelay.Progress { relay.progress }
+
+    func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        guard !retryableStatuses.contains(Int(status.code)) else {
+            heldBackStatus.value = status
+            return
+        }
+        relay.receiveHead(status: status, headers: headers)
+    }
+
+    func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        heldBackStatus.value == nil ? relay.receiveBodyPart(buffer) : eventLoop.makeSucceededVoidFuture()
+    }
+
+    func receiveEnd() {
+        if heldBackStatus.value == nil { relay.receiveEnd() }
+    }
+}

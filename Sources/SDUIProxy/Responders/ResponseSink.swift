@@ -1,0 +1,72 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// Where a responder writes the response to one request, whatever carries it: an HTTP/1.1 connection today
+/// (``PublicHTTPHandler``), an HTTP/2 stream or a compressing stage tomorrow.
+///
+/// A responder knows nothing of framing, keep-alive or flushing: it writes a whole response (a stored entry, or
+/// one it composed) or streams one (head, body parts, end), and the sink reports to its connection that the
+/// response ended. It is called on ``eventLoop`` only.
+protocol ResponseSink: AnyObject {
+    /// The loop the response is written on; responders complete their work on it.
+    var eventLoop: any EventLoop { get }
+    /// Who sent the request, for the forwarding headers of a request sent upstream.
+    var client: ClientPeer { get }
+    /// Whether a head has been written for the current response (a failure after it can only cut it short).
+    var headWasWritten: Bool { get }
+
+    /// Writes a stored entry, presented as `presentation` says; the response ends with it.
+    func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation)
+    /// Writes a response the proxy composed whole; the response ends with it. `headers` are end-to-end headers.
+    func writeComposed(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, cacheResult: CacheResult?)
+
+    /// Begins a streamed response. `headers` are end-to-end headers (no `Connection`, no framing).
+    func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?)
+    /// Writes a part of a streamed body; the future completes when the client can take more.
+    func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void>
+    /// Ends a streamed response.
+    func writeEnd()
+    /// Cuts the response short when it can no longer be completed honestly (its head is out, its body is not).
+    func abort()
+}
+
+/// Who sent a request, as the forwarding headers need it.
+struct ClientPeer {
+    /// The peer's IP address as text.
+    var address: String?
+    /// Listed in `listen.trustedProxies`: its forwarding headers are kept, and this hop appended to them.
+    var isTrustedProxy: Bool
+}
+
+/// How a stored entry answers a request.
+struct EntryPresentation {
+    var cacheResult: CacheResult
+    /// The entry's age, sent on every response served from the cache.
+    var age: Int64
+    /// Answer 304 with no body: the client already has this representation.
+    var notModified = false
+    /// Beagle 1.x: `beagle-hash` and a plain `Cache-Control: max-age=N` with the freshness left.
+    var beagleMaxAge: Int64?
+}
+
+extension ResponseSink {
+    /// Writes a backend response that was not stored.
+    func write(_ response: UpstreamResponse, cacheResult: CacheResult?) {
+        var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
+        headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
+        if let cacheResult { headers.add(name: "X-Cache", value: cacheResult.rawValue) }
+        writeComposed(status: response.status, headers: headers, body: response.body, cacheResult: cacheResult)
+    }
+
+    /// Writes `error` as the JSON body of the error model.
+    func write(_ error: ProxyError, cacheResult: CacheResult? = nil) {
+        let body = ByteBuffer(string: error.jsonBody())
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "Content-Length", value: String(body.readableBytes))
+        headers.add(name: "Cache-Control", value: "no-store")
+        if let cacheResult { headers.add(name: "X-Cache", value: cacheResult.rawValue) }
+        writeComposed(status: error.status, headers: headers, body: body, cacheResult: cacheResult)
+    }
+}

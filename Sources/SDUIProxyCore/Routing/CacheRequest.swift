@@ -1,0 +1,32 @@
+import NIOHTTP1
+
+/// A request answered through the cache: what it asked for, for which platform, under which policy and key.
+///
+/// A class, so that moving it from the router to a responder and into a fetch's completion costs one reference
+/// count, not one per field.
+public final class CacheRequest: Sendable {
+    /// The client's request head (for a prefetch, the head a client of the platform would send).
+    public let head: HTTPRequestHead
+    public let target: RequestTarget
+    /// The platform the component is for, as the platform header names it.
+    public let platform: String
+    public let policy: ProxyConfiguration.RoutePolicy
+    public let key: CacheKey
+
+    public init(
+        head: HTTPRequestHead,
+        target: RequestTarget,
+        platform: String,
+        policy: ProxyConfiguration.RoutePolicy,
+        key: CacheKey
+    ) {
+        self.head = head
+        self.target = target
+        self.platform = platform
+        self.policy = policy
+        self.key = key
+    }
+
+    /// A HEAD request: answered like a GET, without the body.
+    public var isHead: Bool { head.method == .HEAD }
+}

@@ -1,0 +1,137 @@
+import NIOHTTP1
+
+/// Decides where a client's request goes, without I/O: admission (sizes, framing, target), the platform it is
+/// for, then the cache path with its policy and key, a pass-through forward, a queued write, or a refusal.
+///
+/// The connection handlers route every request through it, and the prefetcher routes the requests it makes on a
+/// client's behalf through ``cacheRequest(target:platform:headers:)``, so both key and fill an entry alike.
+public struct RequestRouter: Sendable {
+    /// Where a request goes.
+    public enum Route: Sendable {
+        /// GET or HEAD through the cache.
+        case cache(CacheRequest)
+        /// Forwarded to the backend with both bodies streamed. `cacheResult` is `bypass` on a route that
+        /// bypasses the cache, nil for methods the cache does not take.
+        case forward(target: RequestTarget, platform: String, cacheResult: CacheResult?)
+        /// A write on a queued route: its body is held whole (up to `maxBodyBytes`) so it can be stored durably
+        /// when the backend cannot take it now.
+        case queuedWrite(target: RequestTarget, platform: String, route: QueueConfiguration.Route, maxBodyBytes: Int)
+        /// Refused with `error`; when `closeConnection`, at once and the connection closes, since what follows
+        /// cannot be trusted to be a request; otherwise once the request has been read.
+        case refuse(ProxyError, closeConnection: Bool)
+    }
+
+    private let limits: ProxyConfiguration.Limits
+    private let cache: ProxyConfiguration.Cache
+    /// The policy of every path when no route has one of its own: no lookup per request.
+    private let onlyPolicy: ProxyConfiguration.RoutePolicy?
+    private let queue: QueueConfiguration?
+    /// The platform header, lower-cased.
+    private let platformHeader: String
+    private let defaultPlatform: String
+    private let allowedPlatforms: [String]
+    private let allowedPlatformSet: Set<String>
+
+    /// - Parameter queue: the write queue's configuration, when the proxy has one.
+    public init(configuration: ProxyConfiguration, queue: QueueConfiguration?) {
+        limits = configuration.limits
+        cache = configuration.cache
+        onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
+        self.queue = queue
+        platformHeader = configuration.platform.header.lowercased()
+        defaultPlatform = configuration.platform.defaultValue
+        allowedPlatforms = configuration.platform.allowed
+        allowedPlatformSet = Set(configuration.platform.allowed)
+    }
+
+    /// Where `head` goes.
+    public func route(_ head: HTTPRequestHead) -> Route {
+        let target: RequestTarget
+        do {
+            target = try RequestAdmission.admit(head, limits: limits)
+        } catch {
+            return .refuse(error.error, closeConnection: error.closeConnection)
+        }
+        let platform: String
+        do {
+            platform = try self.platform(of: head.headers)
+        } catch {
+            return .refuse(error, closeConnection: false)
+        }
+        guard head.method == .GET || head.method == .HEAD else {
+            if let queue, let route = queue.route(method: head.method.rawValue, path: target.path) {
+                let declared = head.headers.first(name: "content-length").flatMap(Int.init) ?? 0
+                guard declared <= queue.maxBodyBytes else {
+                    return .refuse(Self.queuedBodyTooLarge(limit: queue.maxBodyBytes), closeConnection: true)
+                }
+                return .queuedWrite(target: target, platform: platform, route: route, maxBodyBytes: queue.maxBodyBytes)
+            }
+            return .forward(target: target, platform: platform, cacheResult: nil)
+        }
+        let policy = onlyPolicy ?? cache.policy(forPath: target.path)
+        guard !policy.bypass else { return .forward(target: target, platform: platform, cacheResult: .bypass) }
+        return .cache(
+            CacheRequest(
+                head: head,
+                target: target,
+                platform: platform,
+                policy: policy,
+                key: cacheKey(target: target, platform: platform, headers: head.headers, policy: policy)
+            )
+        )
+    }
+
+    /// The cache request a client of `platform` would make for `target` with `headers`, or nil when the target's
+    /// route bypasses the cache.
+    public func cacheRequest(target: RequestTarget, platform: String, headers: HTTPHeaders) -> CacheRequest? {
+        let policy = onlyPolicy ?? cache.policy(forPath: target.path)
+        guard !policy.bypass else { return nil }
+        return CacheRequest(
+            head: HTTPRequestHead(version: .http1_1, method: .GET, uri: target.description, headers: headers),
+            target: target,
+            platform: platform,
+            policy: policy,
+            key: cacheKey(target: target, platform: platform, headers: headers, policy: policy)
+        )
+    }
+
+    /// The error for a queued write whose body exceeds `queue.maxBodyBytes`.
+    public static func queuedBodyTooLarge(limit: Int) -> ProxyError {
+        ProxyError(.tooLarge, "the request body exceeds queue.maxBodyBytes (\(limit) bytes)")
+    }
+
+    /// The platform a request is for: its platform header, upper-cased, or the configured default.
+    public func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
+        // `headers[name]` compares each name in place and copies only the matches; iterating the headers
+        // would copy (retain and release) every name and value of every request.
+        let values = headers[platformHeader]
+        guard values.count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
+        guard let value = values.first else { return defaultPlatform }
+        // Most clients send the canonical upper-case name: then the value is used as it is.
+        let platform = allowedPlatformSet.contains(value) ? value : value.trimmingWhitespace().uppercased()
+        guard PlatformValue.isValid(platform) else {
+            throw ProxyError(.badRequest, "\(platformHeader) must be a platform name like IOS, ANDROID or WEB")
+        }
+        guard allowedPlatforms.isEmpty || allowedPlatformSet.contains(platform) else {
+            throw ProxyError(
+                .badRequest,
+                "unknown platform \(platform); allowed: \(allowedPlatforms.joined(separator: ", "))"
+            )
+        }
+        return platform
+    }
+
+    /// The cache key of a component request: target, platform, and the values of the policy's `vary` headers.
+    public func cacheKey(
+        target: RequestTarget,
+        platform: String,
+        headers: HTTPHeaders,
+        policy: ProxyConfiguration.RoutePolicy
+    ) -> CacheKey {
+        let varyValues = policy.vary.compactMap { name -> String? in
+            guard name != platformHeader else { return nil }
+            return headers[canonicalForm: name].joined(separator: ",")
+        }
+        return CacheKey(target: target.description, platform: platform, varyValues: varyValues)
+    }
+}
