@@ -40,6 +40,11 @@ public struct ConnectionStateMachine: Sendable {
     public struct Deadline: Sendable, Equatable {
         public var kind: DeadlineKind
         public var at: NIODeadline
+
+        public init(kind: DeadlineKind, at: NIODeadline) {
+            self.kind = kind
+            self.at = at
+        }
     }
 
     /// Where the connection is.
@@ -163,7 +168,8 @@ public struct ConnectionStateMachine: Sendable {
         now: @autoclosure () -> NIODeadline
     ) -> PartAction {
         guard !ignoresInput else { return .stopReading }
-        if case .head = part, closesAfterResponse {
+        if case .head = part, closesAfterResponse || (!requestKeepsAlive && (phase == .responding || isReadingRequest))
+        {
             // Behind a response that closes the connection: it could not be answered (RFC 9112 §9.6).
             return stopReading()
         }
