@@ -7,7 +7,7 @@ import SDUIProxyCore
 ///
 /// Without an access log it is the method and a nil reference, copied with each response writer: the details a
 /// log line needs are only gathered (and the clock only read) when a line will be written. The counter it
-/// records into comes from the connection (``ConnectionResponseState/metrics``).
+/// records into is the connection's loop's.
 struct RequestAccounting {
     let method: HTTPMethod
     private let access: AccessDetails?
