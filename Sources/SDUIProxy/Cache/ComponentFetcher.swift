@@ -5,7 +5,8 @@ import SDUIProxyCore
 import Synchronization
 
 /// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
-/// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch.
+/// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch,
+/// once the fetch's caller has been handed its outcome.
 public protocol StoredComponentObserver: AnyObject, Sendable {
     func componentStored(
         _ plan: PrefetchPlanner.Plan,
@@ -274,7 +275,7 @@ public final class ComponentFetcher: Sendable {
         exchange.fetcher.finish(exchange, with: result, of: request)
     }
 
-    /// A stored component's prefetch plan, and who is told of it.
+    /// A stored component's prefetch plan, and who is told of it once the fetch's caller has its answer.
     private typealias StoredPlan = (plan: PrefetchPlanner.Plan, observer: any StoredComponentObserver)
 
     /// Decides what the ended exchange's result means, and hands the outcome on.
@@ -286,10 +287,12 @@ public final class ComponentFetcher: Sendable {
         var storedPlan: StoredPlan?
         let outcome = outcome(of: result, for: request, exchange, storedPlan: &storedPlan)
         if exchange.leadsCoalescedRun { coalescer.finish(key: request.key, with: outcome) }
+        exchange.completion(outcome)
+        // The observer hears last: the prefetches it starts go to the same backend, and the client whose miss
+        // stored the component is answered before they are sent.
         if let storedPlan {
             storedPlan.observer.componentStored(storedPlan.plan, by: request, on: exchange.eventLoop)
         }
-        exchange.completion(outcome)
     }
 
     /// What an upstream exchange's result means for the fetch; `storedPlan` is set when a component with
