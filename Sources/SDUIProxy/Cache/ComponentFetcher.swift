@@ -5,7 +5,8 @@ import SDUIProxyCore
 import Synchronization
 
 /// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
-/// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch.
+/// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch,
+/// once the fetch's caller has been handed its outcome.
 public protocol StoredComponentObserver: AnyObject, Sendable {
     func componentStored(
         _ plan: PrefetchPlanner.Plan,
@@ -17,6 +18,9 @@ public protocol StoredComponentObserver: AnyObject, Sendable {
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
 /// and validated, its freshness computed, and the entry stored. A stale entry is revalidated with the
 /// backend's validators, and served instead of an error when its `stale-if-error` window allows.
+///
+/// What to store, what a stale entry does and what a coalesced waiter takes is decided by ``CacheFillPolicy``;
+/// the fetcher makes the exchanges and does what it decides.
 public final class ComponentFetcher: Sendable {
     /// What a fetch produced.
     public enum Outcome: Sendable {
@@ -166,7 +170,7 @@ public final class ComponentFetcher: Sendable {
     /// ``fetch(_:on:)`` with the outcome handed to `completion` on `eventLoop`: the cache miss's form, which
     /// makes no future when the fetch leads or does not coalesce.
     public func fetch(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
-        guard request.mayCoalesce else {
+        guard request.mayCoalesce, CacheFillPolicy.mayCoalesce(requestHeaders: request.clientHeaders) else {
             return exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
         }
         guard let leaderResult = coalescer.join(key: request.key, on: eventLoop) else {
@@ -176,31 +180,27 @@ public final class ComponentFetcher: Sendable {
         leaderResult.whenComplete { result in
             switch result {
             case .success(let outcome):
-                if let failure = Self.backendFailure(in: outcome),
-                    let stale = self.staleStandIn(for: request, because: failure)
-                {
-                    // The backend failed the leader, which may have had no stale entry of this waiter's variant
-                    // (another variant's miss): the waiter's own stands in, and the failing backend is not asked
-                    // again.
-                    completion(.success(stale))
-                } else if self.mayShare(outcome, with: request) {
+                switch request.fillPolicy.waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
+                case .standIn(let reason):
+                    completion(.success(self.standIn(for: request, because: reason)))
+                case .take:
                     completion(.success(outcome))
-                } else {
+                case .fetchAlone:
                     self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
                 }
             case .failure(RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong):
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
                 self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
             case .failure(let error):
-                completion(self.staleStandIn(for: request, because: "\(error)").map { .success($0) } ?? .failure(error))
+                completion(self.standInOrFail(for: request, with: error))
             }
         }
     }
 
-    /// The request's own stale entry, standing in for a backend that failed, when its `stale-if-error` window
-    /// allows (RFC 5861 section 4).
-    private func staleStandIn(for request: Request, because reason: String) -> Outcome? {
-        guard let stale = request.staleEntry, stale.mayServeOnError(at: .now()) else { return nil }
+    /// The request's stale entry standing in for a failed backend, as its fill policy allowed: logged, at most
+    /// once an interval per target.
+    private func standIn(for request: Request, because reason: String) -> Outcome {
+        guard let stale = request.staleEntry else { preconditionFailure("only a stale entry stands in") }
         failureLog.log(
             level: .info,
             "backend failed, serving stale",
@@ -211,14 +211,11 @@ public final class ComponentFetcher: Sendable {
         return .servedStale(stale, because: reason)
     }
 
-    /// How the backend failed a leader's fetch, when it did: a 5xx not stored, or an error a stale entry stood
-    /// in for.
-    private static func backendFailure(in outcome: Outcome) -> String? {
-        switch outcome {
-        case .notStored(let response, _) where response.status.code >= 500: "backend status \(response.status.code)"
-        case .servedStale(_, let reason): reason
-        case .stored, .revalidated, .notStored: nil
-        }
+    /// The stale entry standing in for `error` when the fill policy allows, else the error.
+    private func standInOrFail(for request: Request, with error: any Error) -> Result<Outcome, any Error> {
+        let failure = CacheFillPolicy.Failure.error("\(error)")
+        guard let reason = request.fillPolicy.staleStandIn(after: failure, at: .now()) else { return .failure(error) }
+        return .success(standIn(for: request, because: reason))
     }
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
@@ -232,23 +229,6 @@ public final class ComponentFetcher: Sendable {
                 kind: (error as? ProxyError)?.kind.description ?? "error",
                 metadata: ["key": "\(request.key)", "error": "\(error)"]
             )
-        }
-    }
-
-    /// Whether a waiter may take the leader's outcome: only what every client could have received (a stored
-    /// entry of the waiter's own variant, or an error status that is not private and does not depend on who
-    /// asked). Anything else the waiter fetches for itself.
-    private func mayShare(_ outcome: Outcome, with request: Request) -> Bool {
-        switch outcome {
-        case .stored(let entry), .revalidated(let entry), .servedStale(let entry, _):
-            return entry.varyNames.isEmpty
-                || ResponseCache.variantValue(names: entry.varyNames, requestHeaders: request.clientHeaders)
-                    == entry.variant
-        case .notStored(let response, _):
-            // 401, 403 and 407 answer the leader's credentials (a cookie, say), which a waiter's may not share.
-            let code = response.status.code
-            guard code >= 400, code != 401, code != 403, code != 407 else { return false }
-            return !CacheControl(fields: response.fields).isPrivate && !response.fields.contains("set-cookie")
         }
     }
 
@@ -295,74 +275,77 @@ public final class ComponentFetcher: Sendable {
         exchange.fetcher.finish(exchange, with: result, of: request)
     }
 
+    /// A stored component's prefetch plan, and who is told of it once the fetch's caller has its answer.
+    private typealias StoredPlan = (plan: PrefetchPlanner.Plan, observer: any StoredComponentObserver)
+
     /// Decides what the ended exchange's result means, and hands the outcome on.
     private func finish(
         _ exchange: borrowing Exchange,
         with result: Result<UpstreamResponse, any Error>,
         of request: Request
     ) {
-        let outcome = outcome(of: result, for: request, exchange)
+        var storedPlan: StoredPlan?
+        let outcome = outcome(of: result, for: request, exchange, storedPlan: &storedPlan)
         if exchange.leadsCoalescedRun { coalescer.finish(key: request.key, with: outcome) }
         exchange.completion(outcome)
+        // The observer hears last: the prefetches it starts go to the same backend, and the client whose miss
+        // stored the component is answered before they are sent.
+        if let storedPlan {
+            storedPlan.observer.componentStored(storedPlan.plan, by: request, on: exchange.eventLoop)
+        }
     }
 
-    /// What an upstream exchange's result means for the fetch.
+    /// What an upstream exchange's result means for the fetch; `storedPlan` is set when a component with
+    /// navigation to prefetch was stored.
     private func outcome(
         of result: Result<UpstreamResponse, any Error>,
         for request: Request,
-        _ exchange: borrowing Exchange
+        _ exchange: borrowing Exchange,
+        storedPlan: inout StoredPlan?
     ) -> Result<Outcome, any Error> {
-        let failure: any Error
         switch result {
         case .success(let response):
             metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - exchange.started).nanoseconds))
             do {
-                return .success(
-                    try process(response, for: request, on: exchange.eventLoop, requestTime: exchange.requestTime)
-                )
+                return .success(try process(response, for: request, requestTime: exchange.requestTime, &storedPlan))
             } catch {
-                failure = error
+                return standInOrFail(for: request, with: error)
             }
         case .failure(let error):
             metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
-            failure = error
+            return standInOrFail(for: request, with: error)
         }
-        if let stale = staleStandIn(for: request, because: "\(failure)") { return .success(stale) }
-        return .failure(failure)
     }
 
     private func process(
         _ response: UpstreamResponse,
         for request: Request,
-        on eventLoop: any EventLoop,
-        requestTime: Int64
-    ) throws(ProxyError)
-        -> Outcome
-    {
-        if let stale = request.staleEntry {
-            if response.status == .notModified {
-                return revalidate(stale, with: response.headers, for: request, requestTime: requestTime)
-            }
-            if response.status.code >= 500,
-                let stale = staleStandIn(for: request, because: "backend status \(response.status.code)")
-            {
-                return stale
-            }
+        requestTime: Int64,
+        _ storedPlan: inout StoredPlan?
+    ) throws(ProxyError) -> Outcome {
+        let policy = request.fillPolicy
+        switch policy.firstStep(for: response.status, at: .now()) {
+        case .revalidate:
+            guard let stale = request.staleEntry else { preconditionFailure("only a stale entry is revalidated") }
+            return revalidate(stale, with: response.headers, for: request, policy, requestTime: requestTime)
+        case .standIn(let reason):
+            return standIn(for: request, because: reason)
+        case .decide:
+            break
         }
 
-        let isSuccess = (200..<300).contains(response.status.code)
-        var plan: (PrefetchPlanner.Plan, observer: any StoredComponentObserver)?
-        if isSuccess, request.policy.validateComponents,
-            response.fields.withFirstValue(of: "content-type", { ComponentDecoder.isJSON(contentType: $0) }) == true
-        {
+        var plan: StoredPlan?
+        if CacheFillPolicy.validatesBody(
+            status: response.status,
+            fields: response.fields,
+            routeValidatesComponents: request.policy.validateComponents
+        ) {
             do {
                 // A component that never says "shouldPrefetch" has no navigation to follow.
                 if request.followActions > 0, let observer = storedComponentObserver,
                     ByteSearch.contains(Self.shouldPrefetchKey, in: response.body)
                 {
-                    plan = (
-                        try decoder.validateComponent(response.body, planningWith: prefetchPlanner), observer
-                    )
+                    plan = (try decoder.validateComponent(response.body, planningWith: prefetchPlanner), observer)
                 } else {
                     try decoder.validateComponent(response.body)
                 }
@@ -380,15 +363,12 @@ public final class ComponentFetcher: Sendable {
 
         // Parsed once: the decision to store and the stored entry follow the same directives.
         let directives = CacheControl(fields: response.fields)
-        let decision = Self.decide(
-            status: response.status,
-            fields: response.fields,
-            directives: directives,
-            for: request
-        )
-        guard case .store(let lifetime) = decision else {
-            guard case .doNotStore(let reason) = decision else { fatalError("unreachable") }
-            dropStaleEntry(of: request, status: response.status, fields: response.fields, directives: directives)
+        let lifetime: Int64
+        switch policy.storeDecision(status: response.status, fields: response.fields, directives: directives) {
+        case .store(let storedLifetime):
+            lifetime = storedLifetime
+        case .doNotStore(let reason, let dropsStaleEntry):
+            if dropsStaleEntry { dropStaleEntry(of: request) }
             return .notStored(response, reason: reason)
         }
 
@@ -409,9 +389,7 @@ public final class ComponentFetcher: Sendable {
                 metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"]
             )
         }
-        if let (plan, observer) = plan {
-            observer.componentStored(plan, by: request, on: eventLoop)
-        }
+        storedPlan = plan
         return .stored(entry)
     }
 
@@ -420,6 +398,7 @@ public final class ComponentFetcher: Sendable {
         _ stale: CachedResponse,
         with headers: HTTPHeaders,
         for request: Request,
+        _ policy: CacheFillPolicy,
         requestTime: Int64
     ) -> Outcome {
         var updates = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
@@ -428,11 +407,13 @@ public final class ComponentFetcher: Sendable {
         if !updates.contains(name: "date") { updates.add(name: "Date", value: HTTPDate.format(HTTPDate.now())) }
         let merged = stale.headers(updatedBy: updates)
         let mergedFields = HTTPFieldLines(merged)
-        let decision = Self.decide(status: stale.status, fields: mergedFields, for: request)
-        guard case .store(let lifetime) = decision else {
-            dropStaleEntry(of: request, status: stale.status, fields: mergedFields, directives: nil)
-            let response = UpstreamResponse(status: stale.status, headers: merged, body: stale.body)
-            return .notStored(response, reason: "revalidated, no longer storable")
+        let lifetime: Int64
+        switch policy.revalidatedDecision(status: stale.status, mergedFields: mergedFields) {
+        case .store(let storedLifetime):
+            lifetime = storedLifetime
+        case .doNotStore(let reason, let dropsStaleEntry):
+            if dropsStaleEntry { dropStaleEntry(of: request) }
+            return .notStored(UpstreamResponse(status: stale.status, headers: merged, body: stale.body), reason: reason)
         }
         let refreshed = CachedResponse(
             status: stale.status,
@@ -446,45 +427,12 @@ public final class ComponentFetcher: Sendable {
         return .revalidated(refreshed)
     }
 
-    /// The backend's answer for the request's stale entry may not be stored: that entry goes, so it is not
-    /// served stale later. Unless the request is what kept the answer out (its own `no-store`, an
-    /// `Authorization`): one client's request removes nothing other clients are served. Only that entry goes,
-    /// not the target's other platforms and variants, which other answers filled.
-    private func dropStaleEntry(
-        of request: Request,
-        status: HTTPResponseStatus,
-        fields: HTTPFieldLines,
-        directives: CacheControl?
-    ) {
+    /// Removes the request's stale entry, which the fill policy says must not be served stale later. Only that
+    /// entry goes, not the target's other platforms and variants, which other answers filled.
+    private func dropStaleEntry(of request: Request) {
         guard let stale = request.staleEntry else { return }
-        let storableForOthers = Self.decide(
-            status: status,
-            fields: fields,
-            directives: directives,
-            for: request,
-            requestHeaders: HTTPHeaders()
-        )
-        if case .store = storableForOthers { return }
         let target = request.key.target
         cache.purge { candidate, entry in candidate == target && entry === stale }
-    }
-
-    /// Whether and for how long a response to `request` may be stored, under the request's route policy; with
-    /// `requestHeaders` given, as if the request had sent those instead of its own.
-    private static func decide(
-        status: HTTPResponseStatus,
-        fields: HTTPFieldLines,
-        directives: CacheControl? = nil,
-        for request: Request,
-        requestHeaders: HTTPHeaders? = nil
-    ) -> FreshnessPolicy.Decision {
-        FreshnessPolicy.decide(
-            requestHeaders: requestHeaders ?? request.clientHeaders,
-            status: status,
-            responseFields: fields,
-            defaultTTL: request.policy.defaultTTL.wholeSeconds,
-            cacheControl: directives
-        )
     }
 
     private func metadata(
@@ -525,4 +473,27 @@ public final class ComponentFetcher: Sendable {
     }
 
     private static let shouldPrefetchKey = Array(#""shouldPrefetch""#.utf8)
+}
+
+extension ComponentFetcher.Request {
+    /// What decides this request's fill: made when asked, from fields the request holds anyway, so that the
+    /// request keeps no copy.
+    fileprivate var fillPolicy: CacheFillPolicy {
+        CacheFillPolicy(
+            requestHeaders: clientHeaders,
+            defaultTTL: policy.defaultTTL.wholeSeconds,
+            staleEntry: staleEntry
+        )
+    }
+}
+
+extension ComponentFetcher.Outcome {
+    /// The outcome as a coalesced run's waiters decide on it.
+    fileprivate var asLeaderOutcome: CacheFillPolicy.LeaderOutcome {
+        switch self {
+        case .stored(let entry), .revalidated(let entry): .entry(entry)
+        case .servedStale(let entry, let reason): .servedStale(entry, because: reason)
+        case .notStored(let response, _): .notStored(status: response.status, fields: response.fields)
+        }
+    }
 }

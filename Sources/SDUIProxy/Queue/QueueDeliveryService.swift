@@ -253,7 +253,12 @@ public final class QueueDeliveryService: Service, Sendable {
     /// store could not record it (the entry stays pending).
     private func attempt(_ entry: QueueEntry, route: QueueConfiguration.Route, run: RunState) async -> Bool {
         let rules = DeliveryRules(retry: route.retry, retryableStatuses: queue.configuration.retryableStatuses)
-        if let decision = rules.beforeAttempt(entry, now: .now()) {
+        if let decision = rules.beforeAttempt(
+            enqueuedAt: entry.enqueuedAt,
+            lastError: entry.lastError,
+            lastStatus: entry.lastStatus,
+            now: .now()
+        ) {
             return await record(decision, for: entry, attempts: entry.attempts)
         }
         let attempts = entry.attempts + 1

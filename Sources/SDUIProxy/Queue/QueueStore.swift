@@ -1,3 +1,5 @@
+import SDUIProxyCore
+
 /// Where queued requests are kept until they reach a final outcome.
 ///
 /// A store must be crash-safe: what ``insert(_:)`` wrote survives a crash as soon as it returns, and every

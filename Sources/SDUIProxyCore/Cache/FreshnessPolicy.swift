@@ -35,9 +35,10 @@ public enum FreshnessPolicy {
         if cacheControl.noStore { return .doNotStore(reason: "no-store") }
         if cacheControl.isPrivate { return .doNotStore(reason: "private") }
         if CacheControl(headers: requestHeaders).noStore { return .doNotStore(reason: "request no-store") }
-        if requestHeaders.contains(name: "authorization"),
-            !(cacheControl.isPublic || cacheControl.sharedMaxAge != nil || cacheControl.mustRevalidate)
-        {
+        if !CacheFillPolicy.authorizationPermitsSharing(
+            requestHasAuthorization: requestHeaders.contains(name: "authorization"),
+            directives: cacheControl
+        ) {
             return .doNotStore(reason: "authorization")
         }
         if responseFields.contains("set-cookie") { return .doNotStore(reason: "set-cookie") }

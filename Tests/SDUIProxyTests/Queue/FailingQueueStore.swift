@@ -1,4 +1,5 @@
 import SDUIProxy
+import SDUIProxyCore
 import Synchronization
 
 /// A queue store whose first `failures` calls to `markDelivered` throw, as a store does while its disk is full

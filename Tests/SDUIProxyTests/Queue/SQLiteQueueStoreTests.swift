@@ -1,6 +1,7 @@
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SDUIProxyCore
 import SQLiteNIO
 import Testing
 

@@ -1,10 +1,8 @@
-import SDUIProxyCore
-
 /// The rules of delivery, without I/O: what becomes of a queued request after an attempt, or before one when it
 /// is too old to be tried.
-struct DeliveryRules: Sendable {
+public struct DeliveryRules: Sendable {
     /// What one attempt produced.
-    enum AttemptResult: Sendable, Equatable {
+    public enum AttemptResult: Sendable, Equatable {
         /// The backend answered with this status.
         case response(status: Int)
         /// No answer: the error from the ``NetworkClient``.
@@ -12,7 +10,7 @@ struct DeliveryRules: Sendable {
     }
 
     /// What to do with the entry.
-    enum Decision: Sendable, Equatable {
+    public enum Decision: Sendable, Equatable {
         /// Final: the backend took it.
         case delivered(status: Int)
         /// Try again at the given time.
@@ -21,24 +19,37 @@ struct DeliveryRules: Sendable {
         case failed(error: String, status: Int?)
     }
 
-    var retry: QueueConfiguration.RetryPolicy
-    var retryableStatuses: Set<Int>
+    public var retry: QueueConfiguration.RetryPolicy
+    /// The backend statuses that are tried again; every other status that is not a success is final.
+    public var retryableStatuses: Set<Int>
 
-    /// The decision taken before attempting `entry` at `now`: failed when it is older than `maxAge` (after a
-    /// long outage or a restart), nil when it may be tried.
-    func beforeAttempt(_ entry: QueueEntry, now: QueueInstant) -> Decision? {
-        guard now >= entry.enqueuedAt.advanced(by: retry.maxAge) else { return nil }
+    public init(retry: QueueConfiguration.RetryPolicy, retryableStatuses: Set<Int>) {
+        self.retry = retry
+        self.retryableStatuses = retryableStatuses
+    }
+
+    /// The decision taken before attempting, at `now`, a request queued at `enqueuedAt` whose last attempt
+    /// (if any) failed with `lastError` and `lastStatus`: failed when it is older than `maxAge` (after a long
+    /// outage or a restart), nil when it may be tried. The last failure is kept in the final one, to say why the
+    /// request never got through.
+    public func beforeAttempt(
+        enqueuedAt: QueueInstant,
+        lastError: String?,
+        lastStatus: Int?,
+        now: QueueInstant
+    ) -> Decision? {
+        guard now >= enqueuedAt.advanced(by: retry.maxAge) else { return nil }
         return .failed(
             error: "gave up: older than maxAge (\(Self.describe(retry.maxAge)))"
-                + (entry.lastError.map { "; last error: \($0)" } ?? ""),
-            status: entry.lastStatus
+                + (lastError.map { "; last error: \($0)" } ?? ""),
+            status: lastStatus
         )
     }
 
     /// The decision after attempt number `attempts` of a request queued at `enqueuedAt` produced `result`.
     ///
     /// - Parameter unitRandom: a number in `0...1`, the jitter of the backoff.
-    func afterAttempt(
+    public func afterAttempt(
         _ result: AttemptResult,
         attempts: Int,
         enqueuedAt: QueueInstant,
