@@ -193,7 +193,7 @@ import Testing
     }
 
     @Test(
-        "a request with Authorization neither leads nor joins a coalesced exchange",
+        "a request with Authorization neither leads nor joins a coalesced exchange, nor is answered from the cache",
         arguments: [
             ([:], true),
             (["Authorization": "Bearer a"], false),
@@ -205,6 +205,8 @@ import Testing
     )
     func coalescing(headers: HTTPHeaders, mayCoalesce: Bool) {
         #expect(CacheFillPolicy.mayCoalesce(requestHeaders: headers) == mayCoalesce)
+        // The same credentials keep a request from being answered from what is stored.
+        #expect(CacheFillPolicy.mayAnswerFromCache(requestHeaders: headers) == mayCoalesce)
     }
 
     // MARK: Storing

@@ -22,8 +22,7 @@ struct CacheResponder {
     /// Answers `request` on `sink`. `proxy` is the context in force for the request; the caller holds it.
     func respond(to request: CacheRequest, proxy: ProxyContext, sink: any ResponseSink) {
         var staleEntry: CachedResponse?
-        // A request with credentials is never answered from what another client caused to be stored.
-        if !request.head.headers.contains(name: "authorization") {
+        if CacheFillPolicy.mayAnswerFromCache(requestHeaders: request.head.headers) {
             let now = NIODeadline.now()
             switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
             case .fresh(let entry):

@@ -151,7 +151,7 @@ public final class ProxyContext: Sendable {
             upstream: upstream,
             policy: policy,
             clientHeaders: clientHeaders,
-            mayCoalesce: !clientHeaders.contains(name: "authorization"),
+            mayCoalesce: CacheFillPolicy.mayCoalesce(requestHeaders: clientHeaders),
             staleEntry: staleEntry,
             followActions: followActions
         )

@@ -40,6 +40,13 @@ public struct CacheFillPolicy: Sendable {
         !requestHeaders.contains(name: "authorization")
     }
 
+    /// Whether a request may be answered from what is stored. One with `Authorization` may not: the stored
+    /// answer was made for other credentials, or none, and this proxy does not revalidate it on the client's
+    /// behalf; it fetches alone.
+    public static func mayAnswerFromCache(requestHeaders: HTTPHeaders) -> Bool {
+        !requestHeaders.contains(name: "authorization")
+    }
+
     // MARK: Stale-if-error
 
     /// How the backend failed a fill.
