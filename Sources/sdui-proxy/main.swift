@@ -2,7 +2,6 @@ import ArgumentParser
 import Logging
 import SDUIProxy
 import SDUIProxyCore
-import ServiceLifecycle
 
 #if canImport(Glibc)
 import Glibc
@@ -101,15 +100,9 @@ struct SDUIProxyCommand: AsyncParsableCommand {
             reloadSource: { try loader.load(path: path, overrides: overrides) },
             logLevel: logLevel
         )
-        let group = ServiceGroup(
-            configuration: .init(
-                services: [.init(service: service)],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger
-            )
-        )
         do {
-            try await group.run()
+            // The proxy's services run in one group, which SIGTERM and SIGINT drain.
+            try await service.run()
         } catch {
             logger.critical("sdui-proxy stopped with an error", metadata: ["error": "\(error)"])
             throw ExitCode(error is ConfigurationError ? 2 : 1)

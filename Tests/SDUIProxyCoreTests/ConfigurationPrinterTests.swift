@@ -168,5 +168,11 @@ struct HealthCheckTests {
         #expect(HealthCheck.problem(status: 200, body: Array(#"{"status":"down"}"#.utf8)) != nil)
         #expect(HealthCheck.problem(status: 200, body: Array("ok\nok".utf8))?.contains("\n") == false)
         #expect(HealthCheck.problem(status: 200, body: []) != nil)
+        // Only the root's own `status`, the last one when it says it twice, read unescaped.
+        #expect(HealthCheck.problem(status: 200, body: Array(#"{"status":"\u006fk"}"#.utf8)) == nil)
+        #expect(HealthCheck.problem(status: 200, body: Array(#"{"status":"ok","status":"down"}"#.utf8)) != nil)
+        #expect(HealthCheck.problem(status: 200, body: Array(#"{"x":{"status":"ok"}}"#.utf8)) != nil)
+        #expect(HealthCheck.problem(status: 200, body: Array(#"[{"status":"ok"}]"#.utf8)) != nil)
+        #expect(HealthCheck.problem(status: 200, body: Array(#"{"status":"ok"} x"#.utf8)) != nil)
     }
 }

@@ -95,7 +95,7 @@ enum Fixtures {
         try read(url(name))
     }
 
-    /// A Beagle fixture decoded as JSON, the way `ComponentDecoder.decodeJSON` decodes it.
+    /// A Beagle fixture decoded as JSON by Foundation's decoder.
     static func json(_ name: String) throws -> JSONValue {
         try JSONDecoder().decode(JSONValue.self, from: data(name))
     }

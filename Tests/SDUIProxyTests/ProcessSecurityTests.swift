@@ -111,8 +111,10 @@ extension ProcessTests {
         #expect(try await proxy.waitForExit() == 0)
 
         let log = proxy.log
-        // Debug lines were written, the service's description among them: the test saw what it is about.
-        #expect(log.contains("AdminAuthorization(token: <redacted>)"))
+        // Debug lines were written, the services' descriptions among them (the admin listener's is given the
+        // token's holder): the test saw what it is about.
+        #expect(log.contains("[ServiceLifecycle] Starting service"))
+        #expect(log.contains("ListenerService(admin, "))
         #expect(TokenForms.leaks(of: token, in: log).isEmpty)
         try await origin.stop()
     }

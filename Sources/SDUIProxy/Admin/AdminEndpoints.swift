@@ -6,7 +6,8 @@ enum AdminEndpoints {
     static func router(
         runtime: ProxyRuntime,
         prefetcher: Prefetcher,
-        readiness: @escaping @Sendable () -> WarmUp.Progress
+        readiness: @escaping @Sendable () -> WarmUp.Progress,
+        isDraining: @escaping @Sendable () -> Bool = { false }
     ) -> AdminRouter {
         var router = AdminRouter()
         router.register(.GET, "/health") { _, eventLoop in
@@ -14,10 +15,14 @@ enum AdminEndpoints {
         }
         router.register(.GET, "/ready") { _, eventLoop in
             let progress = readiness()
+            // Once the public listener has stopped accepting, the proxy is on its way out whatever it warmed up.
+            let draining = isDraining()
+            let ready = progress.isFinished && !draining
             let json =
-                #"{"ready":\#(progress.isFinished),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)}"#
+                #"{"ready":\#(ready),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)"#
+                + (draining ? #","draining":true}"# : "}")
             return eventLoop.makeSucceededFuture(
-                AdminResponse(status: progress.isFinished ? .ok : .serviceUnavailable, json: json)
+                AdminResponse(status: ready ? .ok : .serviceUnavailable, json: json)
             )
         }
         router.register(.POST, "/prefetch") { request, eventLoop in

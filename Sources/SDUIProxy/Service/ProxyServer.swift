@@ -4,29 +4,42 @@ import NIOExtras
 import NIOHTTP1
 import NIOPosix
 import SDUIProxyCore
+import ServiceLifecycle
 import Synchronization
+import UnixSignals
 
 /// The running proxy: the public and admin listeners, the cache, and the upstream client, on one event loop
 /// group with a loop per core.
 ///
-/// ``start(configuration:logger:eventLoopGroup:)`` binds both listeners and returns once they accept
-/// connections; ``reload(_:)`` puts a new configuration in force without dropping the cache or connections;
-/// ``shutdown(drainTimeout:)`` stops accepting, lets in-flight requests finish up to a deadline, then closes
-/// what is left and releases the upstream client.
+/// Its parts run as swift-service-lifecycle services in one `ServiceGroup`, in this order: queue delivery, the
+/// prefetcher, the warm-up, the admin listener, the public listener. The group starts them together and shuts
+/// them down in reverse: the public listener drains first (it stops accepting, requests in flight finish, up to
+/// the drain timeout), then the admin listener (within what is left of the same timeout), then the warm-up and
+/// the prefetcher stop, then queue delivery finishes the deliveries in flight. What the server made itself (the
+/// write queue's store, the upstream client, its thread pool and its event loops) is released after the group
+/// has ended. If one service fails (a port in use), the group cancels the others and ends with its error.
+///
+/// ``start(configuration:logger:adminAuthorization:eventLoopGroup:)`` runs the group in the background and
+/// returns once both listeners accept connections; ``shutdown(drainTimeout:)`` shuts it down and waits. The
+/// command line runs the same group in the foreground, with signals, through ``ProxyService``.
+/// ``reload(_:)`` puts a new configuration in force without dropping the cache or connections.
 public final class ProxyServer: Sendable {
     public let runtime: ProxyRuntime
-    /// The port the public listener is bound to (useful when the configuration asked for port 0).
-    public let publicPort: Int
-    /// The port the admin listener is bound to.
-    public let adminPort: Int
     /// Prefetches declared URLs, the prefetch endpoint's and navigation targets.
     public let prefetcher: Prefetcher
 
     /// The context in force.
     public var context: ProxyContext { runtime.context }
 
+    /// The port the public listener is bound to (useful when the configuration asked for port 0); 0 until it is.
+    public var publicPort: Int { publicListener.listening.reported ?? 0 }
+    /// The port the admin listener is bound to; 0 until it is.
+    public var adminPort: Int { adminListener.listening.reported ?? 0 }
+
     /// Whether either listener still accepts connections (false once a shutdown has begun).
-    public var isAcceptingConnections: Bool { channels.contains { $0.isActive } }
+    public var isAcceptingConnections: Bool {
+        publicListener.isAcceptingConnections || adminListener.isAcceptingConnections
+    }
 
     let eventLoopGroup: any EventLoopGroup
     /// The loops the server made itself (``start`` was given no group); shut down last.
@@ -38,85 +51,51 @@ public final class ProxyServer: Sendable {
     /// Set by the first ``shutdown(drainTimeout:)``: the loops may be gone after it, so nothing runs twice.
     private let shutdownBegan = Atomic(false)
     private let threadPool: NIOThreadPool
-    /// One per listener: a helper tracks the connections of a single server channel. Let go of once the
-    /// listeners have drained: a helper's deinit completes a promise on a loop, which must still be running.
-    private let quiescing: Mutex<[ServerQuiescingHelper]>
-    private let channels: [any Channel]
-    /// Delivers queued writes; cancelled after the listeners have drained.
-    private let queueDelivery: Task<Void, Never>?
+    let publicListener: ListenerService
+    let adminListener: ListenerService
     private let warmUps: WarmUps
+    /// The services of the group, in start order (they shut down in reverse).
+    private let services: [any Service]
+    private let drainDeadline: DrainDeadline
+    /// The group once ``run(gracefulShutdownSignals:additionalServices:drainTimeout:)`` has made it, and whether a shutdown
+    /// was asked for before.
+    private let group = Mutex<(group: ServiceGroup?, shutdownRequested: Bool)>((nil, false))
+    /// Reported once the proxy listens and has said so in the log, or with why it cannot.
+    private let announced = StartupSignal<Void>()
+    /// Reported when the group has ended and what the server made itself is released.
+    private let stopped = StartupSignal<Void>()
     /// Caps the public listener's connections; a reload sets a new `limits.maxConnections` on it.
     private let connectionLimiter: ConnectionLimiter
-    /// Caps the admin listener's connections.
-    private let adminConnectionLimiter: ConnectionLimiter
-
-    /// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once the first
-    /// has finished, so a reload never takes a warm proxy out of rotation.
-    final class WarmUps: Sendable {
-        private let state: Mutex<(current: WarmUp, anyFinished: Bool)>
-
-        init(_ first: WarmUp) {
-            state = Mutex((first, false))
-        }
-
-        var current: WarmUp { state.withLock { $0.current } }
-
-        /// Starts the warm-up in force; its end makes the proxy ready for good.
-        func startCurrent() {
-            current.start().whenComplete { _ in self.state.withLock { $0.anyFinished = true } }
-        }
-
-        /// Stops the warm-up in force and starts `warmUp` in its place.
-        func replace(with warmUp: WarmUp) {
-            let old = state.withLock { state -> WarmUp in
-                defer { state.current = warmUp }
-                return state.current
-            }
-            old.stop()
-            startCurrent()
-        }
-
-        /// Progress of the warm-up in force, reported as finished once any has finished.
-        var readiness: WarmUp.Progress {
-            state.withLock { state in
-                var progress = state.current.progress
-                if state.anyFinished { progress.done = progress.total }
-                return progress
-            }
-        }
-    }
 
     private init(
         runtime: ProxyRuntime,
-        publicChannel: any Channel,
-        adminChannel: any Channel,
         eventLoopGroup: any EventLoopGroup,
         ownEventLoops: ProxyEventLoops?,
         threadPool: NIOThreadPool,
-        quiescing: [ServerQuiescingHelper],
-        queueDelivery: Task<Void, Never>?,
+        services: [any Service],
+        publicListener: ListenerService,
+        adminListener: ListenerService,
         prefetcher: Prefetcher,
         warmUps: WarmUps,
-        connectionLimiter: ConnectionLimiter,
-        adminConnectionLimiter: ConnectionLimiter
+        drainDeadline: DrainDeadline,
+        connectionLimiter: ConnectionLimiter
     ) {
         self.runtime = runtime
-        self.publicPort = publicChannel.localAddress?.port ?? 0
-        self.adminPort = adminChannel.localAddress?.port ?? 0
-        self.channels = [publicChannel, adminChannel]
         self.eventLoopGroup = eventLoopGroup
         self.ownEventLoops = ownEventLoops
         self.threadPool = threadPool
-        self.quiescing = Mutex(quiescing)
-        self.queueDelivery = queueDelivery
+        self.services = services
+        self.publicListener = publicListener
+        self.adminListener = adminListener
         self.prefetcher = prefetcher
         self.warmUps = warmUps
+        self.drainDeadline = drainDeadline
         self.connectionLimiter = connectionLimiter
-        self.adminConnectionLimiter = adminConnectionLimiter
     }
 
-    /// Builds the proxy from `configuration` and binds its listeners. What ``StartupChecks`` refuses is refused
-    /// first, with a ``ConfigurationError``.
+    /// Builds the proxy from `configuration`, runs its services and returns once both listeners accept
+    /// connections. What ``StartupChecks`` refuses is refused first, with a ``ConfigurationError``; a service
+    /// that cannot start (a port in use) stops the others, and its error is thrown once they have stopped.
     ///
     /// - Parameter eventLoopGroup: the group to run on; by default the server makes its own from `eventLoops` and
     ///   shuts it down with the server. A group passed in is the caller's: `eventLoops` does not apply to it, and
@@ -148,6 +127,33 @@ public final class ProxyServer: Sendable {
     }
 
     static func start(
+        configuration: ProxyConfiguration,
+        logger: Logger,
+        adminAuthorization: AdminAuthorization,
+        eventLoopGroup: (any EventLoopGroup)?,
+        tuning: Tuning
+    ) async throws -> ProxyServer {
+        let server = try await prepare(
+            configuration: configuration,
+            logger: logger,
+            adminAuthorization: adminAuthorization,
+            eventLoopGroup: eventLoopGroup,
+            tuning: tuning
+        )
+        let running = Task { try await server.run() }
+        do {
+            try await server.announced.value
+        } catch {
+            // The group cancels the other services when one fails: their error once they have stopped.
+            try await running.value
+            throw error
+        }
+        return server
+    }
+
+    /// Builds the proxy from `configuration` without starting anything that serves: the context, the write
+    /// queue's store, and the services ``run(gracefulShutdownSignals:additionalServices:drainTimeout:)`` runs.
+    static func prepare(
         configuration: ProxyConfiguration,
         logger: Logger,
         adminAuthorization: AdminAuthorization,
@@ -205,150 +211,234 @@ public final class ProxyServer: Sendable {
             throw error
         }
         let runtime = ProxyRuntime(context)
+        let drainDeadline = DrainDeadline(timeout: .seconds(10))
 
-        do {
-            let publicQuiescing = ServerQuiescingHelper(group: group)
-            let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
-            let responseBuffers = PerEventLoop(group: group) { ResponseBufferRecycler() }
-            let publicChannel = try await bind(configuration.listen, group: group, quiescing: publicQuiescing) {
-                channel in
-                channel.pipeline.eventLoop.makeCompletedFuture {
-                    guard try limiter.admit(channel) else { return }
-                    let sync = channel.pipeline.syncOperations
-                    // The handler parses requests, does its own pipelining and error answers, and writes
-                    // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
-                    let handler = PublicHTTPHandler(
-                        runtime: runtime,
-                        buffers: responseBuffers.value(on: channel.eventLoop),
-                        requests: runtime.context.metrics.requestTally(for: channel.eventLoop)
-                    )
-                    try sync.addHandler(handler)
-                }
-            }
-            let prefetcher = Prefetcher(
-                runtime: runtime,
-                eventLoopGroup: group,
-                freshTargetRecheckInterval: tuning.freshTargetRecheckInterval
-            )
-            let warmUps = WarmUps(
-                WarmUp(
-                    prefetcher: prefetcher,
-                    configuration: configuration.prefetch,
-                    eventLoopGroup: group,
-                    logger: logger
+        let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
+        let responseBuffers = PerEventLoop(group: group) { ResponseBufferRecycler() }
+        let publicListener = ListenerService(
+            role: .public,
+            address: configuration.listen,
+            eventLoopGroup: group,
+            limiter: limiter,
+            drainDeadline: drainDeadline,
+            logger: logger
+        ) { channel in
+            channel.pipeline.eventLoop.makeCompletedFuture {
+                guard try limiter.admit(channel) else { return }
+                let sync = channel.pipeline.syncOperations
+                // The handler parses requests, does its own pipelining and error answers, and writes
+                // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
+                let handler = PublicHTTPHandler(
+                    runtime: runtime,
+                    buffers: responseBuffers.value(on: channel.eventLoop),
+                    requests: runtime.context.metrics.requestTally(for: channel.eventLoop)
                 )
-            )
-            let router = AdminEndpoints.router(
-                runtime: runtime,
+                try sync.addHandler(handler)
+            }
+        }
+        let prefetcher = Prefetcher(
+            runtime: runtime,
+            eventLoopGroup: group,
+            freshTargetRecheckInterval: tuning.freshTargetRecheckInterval
+        )
+        let warmUps = WarmUps(
+            WarmUp(
                 prefetcher: prefetcher,
-                readiness: { warmUps.readiness }
+                configuration: configuration.prefetch,
+                eventLoopGroup: group,
+                logger: logger
             )
-            let adminQuiescing = ServerQuiescingHelper(group: group)
-            let adminLimiter = ConnectionLimiter(
-                maximum: tuning.maximumAdminConnections,
-                refusal: "too many open admin connections"
-            )
-            let adminChannel = try await bind(configuration.admin, group: group, quiescing: adminQuiescing) {
-                channel in
-                channel.pipeline.eventLoop.makeCompletedFuture {
-                    guard try adminLimiter.admit(channel) else { return }
-                    let sync = channel.pipeline.syncOperations
-                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
-                    // The limits in force when the connection opens: a reload's apply to the next ones.
-                    let limits = runtime.context.configuration.limits
-                    try sync.addHandler(
-                        AdminGate(
-                            authorization: adminAuthorization,
-                            idleTimeout: limits.idleTimeout.timeAmount,
-                            requestTimeout: limits.requestTimeout.timeAmount
-                        )
+        )
+        let router = AdminEndpoints.router(
+            runtime: runtime,
+            prefetcher: prefetcher,
+            readiness: { warmUps.readiness },
+            // The admin listener drains after the public one: meanwhile, /ready takes the proxy out of rotation.
+            isDraining: { publicListener.listening.reported != nil && !publicListener.isAcceptingConnections }
+        )
+        let adminLimiter = ConnectionLimiter(
+            maximum: tuning.maximumAdminConnections,
+            refusal: "too many open admin connections"
+        )
+        let adminListener = ListenerService(
+            role: .admin,
+            address: configuration.admin,
+            eventLoopGroup: group,
+            limiter: adminLimiter,
+            drainDeadline: drainDeadline,
+            logger: logger
+        ) { channel in
+            channel.pipeline.eventLoop.makeCompletedFuture {
+                guard try adminLimiter.admit(channel) else { return }
+                let sync = channel.pipeline.syncOperations
+                try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                // The limits in force when the connection opens: a reload's apply to the next ones.
+                let limits = runtime.context.configuration.limits
+                try sync.addHandler(
+                    AdminGate(
+                        authorization: adminAuthorization,
+                        idleTimeout: limits.idleTimeout.timeAmount,
+                        requestTimeout: limits.requestTimeout.timeAmount
                     )
-                    try sync.addHandler(
-                        NIOHTTPServerRequestAggregator(
-                            maxContentLength: ProxyConfiguration.Prefetch.largestRequestBytes
-                        )
-                    )
-                    try sync.addHandler(
-                        AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger)
-                    )
-                }
-            }
-            var queueDelivery: Task<Void, Never>?
-            if let writeQueue {
-                let handlers = QueueResponseHandlers(
-                    handlers: writeQueue.configuration.handlers,
-                    invalidate: QueueResponseHandlers.invalidation(of: context.cache),
-                    eventLoopGroup: group,
-                    store: writeQueue.store,
-                    logger: logger
                 )
-                let delivery = QueueDeliveryService(
+                try sync.addHandler(
+                    NIOHTTPServerRequestAggregator(
+                        maxContentLength: ProxyConfiguration.Prefetch.largestRequestBytes
+                    )
+                )
+                try sync.addHandler(
+                    AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger)
+                )
+            }
+        }
+        var services: [any Service] = []
+        if let writeQueue {
+            let handlers = QueueResponseHandlers(
+                handlers: writeQueue.configuration.handlers,
+                invalidate: QueueResponseHandlers.invalidation(of: context.cache),
+                eventLoopGroup: group,
+                store: writeQueue.store,
+                logger: logger
+            )
+            services.append(
+                QueueDeliveryService(
                     queue: writeQueue,
                     client: CurrentNetworkClient(runtime: runtime),
                     handlers: handlers,
                     eventLoopGroup: group,
                     logger: logger
                 )
-                queueDelivery = Task { try? await delivery.run() }
-            }
-            let server = ProxyServer(
-                runtime: runtime,
-                publicChannel: publicChannel,
-                adminChannel: adminChannel,
-                eventLoopGroup: group,
-                ownEventLoops: ownEventLoops,
-                threadPool: threadPool,
-                quiescing: [publicQuiescing, adminQuiescing],
-                queueDelivery: queueDelivery,
-                prefetcher: prefetcher,
-                warmUps: warmUps,
-                connectionLimiter: limiter,
-                adminConnectionLimiter: adminLimiter
             )
-            logger.info(
-                "listening",
-                metadata: [
-                    "version": "\(SDUIProxyVersion.current)",
-                    "public": "\(configuration.listen.host):\(server.publicPort)",
-                    "admin": "\(configuration.admin.host):\(server.adminPort)",
-                    "upstream": "\(configuration.upstream.url)",
-                    "eventLoops": "\(group.makeIterator().reduce(0) { count, _ in count + 1 })",
-                    "yieldAfter": "\(ownEventLoops?.yieldAfterDescription ?? "n/a (the caller's event loops)")",
-                ]
-            )
-            warmUps.startCurrent()
-            return server
-        } catch {
-            try? await writeQueue?.close()
-            try? await context.client.shutdown()
-            try? await threadPool.shutdownGracefully()
-            try? await ownEventLoops?.group.shutdownGracefully()
-            throw error
         }
+        services.append(PrefetchService(prefetcher: prefetcher))
+        services.append(
+            WarmUpService(warmUps: warmUps) {
+                _ = try await publicListener.listening.value
+                _ = try await adminListener.listening.value
+            }
+        )
+        services.append(adminListener)
+        services.append(publicListener)
+        return ProxyServer(
+            runtime: runtime,
+            eventLoopGroup: group,
+            ownEventLoops: ownEventLoops,
+            threadPool: threadPool,
+            services: services,
+            publicListener: publicListener,
+            adminListener: adminListener,
+            prefetcher: prefetcher,
+            warmUps: warmUps,
+            drainDeadline: drainDeadline,
+            connectionLimiter: limiter
+        )
     }
 
-    private static func bind(
-        _ address: ProxyConfiguration.ListenAddress,
-        group: any EventLoopGroup,
-        quiescing: ServerQuiescingHelper,
-        childInitializer: @escaping @Sendable (any Channel) -> EventLoopFuture<Void>
-    ) async throws -> any Channel {
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 1024)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(quiescing.makeServerChannelHandler(channel: channel))
-                }
-            }
-            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .childChannelOption(.maxMessagesPerRead, value: 16)
-            .childChannelInitializer(childInitializer)
+    /// Returns once both listeners accept connections; throws why one could not.
+    func listening() async throws {
+        _ = try await publicListener.listening.value
+        _ = try await adminListener.listening.value
+    }
+
+    /// Logs where the proxy listens, once it does, then reports ``announced``.
+    private func announce() async {
         do {
-            return try await bootstrap.bind(host: address.host, port: address.port).get()
+            try await listening()
         } catch {
-            throw ProxyStartupError(message: "cannot listen on \(address.host):\(address.port): \(error)")
+            announced.fail(error)
+            return
         }
+        defer { announced.succeed(()) }
+        let configuration = context.configuration
+        context.logger.info(
+            "listening",
+            metadata: [
+                "version": "\(SDUIProxyVersion.current)",
+                "public": "\(configuration.listen.host):\(publicPort)",
+                "admin": "\(configuration.admin.host):\(adminPort)",
+                "upstream": "\(configuration.upstream.url)",
+                "eventLoops": "\(eventLoopGroup.makeIterator().reduce(0) { count, _ in count + 1 })",
+                "yieldAfter": "\(ownEventLoops?.yieldAfterDescription ?? "n/a (the caller's event loops)")",
+            ]
+        )
+    }
+
+    /// Runs the proxy's services in one `ServiceGroup` until it shuts down (a signal among
+    /// `gracefulShutdownSignals`, ``shutdown(drainTimeout:)``, or a service that fails), then releases what the
+    /// server made itself. Throws the error of a service that failed. Runs once.
+    ///
+    /// - Parameters:
+    ///   - additionalServices: run after the proxy's own, so shut down before them (the reload on SIGHUP).
+    ///   - drainTimeout: how long the listeners drain; ``shutdown(drainTimeout:)`` says it otherwise (10 s).
+    func run(
+        gracefulShutdownSignals: [UnixSignal] = [],
+        additionalServices: [any Service] = [],
+        drainTimeout: TimeAmount? = nil
+    ) async throws {
+        if let drainTimeout { drainDeadline.setTimeout(drainTimeout) }
+        let logger = context.logger
+        let serviceGroup = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: (services + additionalServices).map {
+                    ServiceGroupConfiguration.ServiceConfiguration(service: $0)
+                },
+                gracefulShutdownSignals: gracefulShutdownSignals,
+                logger: logger
+            )
+        )
+        let shutdownRequested = group.withLock { state in
+            state.group = serviceGroup
+            return state.shutdownRequested
+        }
+        if shutdownRequested { await serviceGroup.triggerGracefulShutdown() }
+        let outcome: Result<Void, any Error>
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { await self.announce() }
+                tasks.addTask { try await serviceGroup.run() }
+                try await tasks.waitForAll()
+            }
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
+        _ = shutdownBegan.exchange(true, ordering: .relaxed)
+        await release()
+        stopped.succeed(())
+        try outcome.get()
+    }
+
+    /// Releases, once the services have stopped, what the server made itself: the write queue's store, the
+    /// upstream clients, the thread pool, the event loops.
+    private func release() async {
+        let context = runtime.context
+        try? await context.writeQueue?.close()
+        try? await context.client.shutdown()
+        for retiring in retiringClients.withLock({ Array($0.tasks.values) }) {
+            retiring.cancel()
+            await retiring.value
+        }
+        try? await threadPool.shutdownGracefully()
+        try? await ownEventLoops?.group.shutdownGracefully()
+        context.logger.info("stopped")
+    }
+
+    /// Shuts the services down in reverse order: the listeners stop accepting and let in-flight requests finish
+    /// for up to `drainTimeout`, then close any connection still open; the warm-up and the prefetcher stop;
+    /// queue delivery finishes the deliveries in flight. Then the upstream client, threads and loops are released.
+    ///
+    /// A second call returns at once.
+    public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
+        guard shutdownBegan.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else {
+            return
+        }
+        drainDeadline.setTimeout(drainTimeout)
+        let serviceGroup = group.withLock { state in
+            state.shutdownRequested = true
+            return state.group
+        }
+        await serviceGroup?.triggerGracefulShutdown()
+        try? await stopped.value
     }
 
     /// Puts `configuration` in force for every request from now on: upstream, headers, platform rules, cache
@@ -421,66 +511,6 @@ public final class ProxyServer: Sendable {
             )
             warmUps.replace(with: warmUp)
         }
-    }
-
-    /// Stops accepting connections, lets in-flight requests finish for up to `drainTimeout`, closes any
-    /// connection still open after that, and releases the upstream client and threads.
-    ///
-    /// A second call returns at once.
-    public func shutdown(drainTimeout: TimeAmount = .seconds(10)) async {
-        guard shutdownBegan.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else {
-            return
-        }
-        let context = runtime.context
-        let logger = context.logger
-        logger.info("draining connections")
-        warmUps.current.stop()
-        // No prefetch starts while draining; those running end once the client shuts down, before the loops stop.
-        let prefetchesEnded = prefetcher.stop()
-        let drainedListeners = quiescing.withLock { $0 }.map { helper in
-            let promise = eventLoopGroup.any().makePromise(of: Void.self)
-            helper.initiateShutdown(promise: promise)
-            return promise.futureResult
-        }
-        let drained = EventLoopFuture.andAllComplete(drainedListeners, on: eventLoopGroup.any())
-        // Whichever comes first: every connection closed, or the deadline.
-        let outcome = drained.eventLoop.makePromise(of: Bool.self)
-        let decided = Atomic(false)
-        let decide: @Sendable (Bool) -> Void = { drainedInTime in
-            if decided.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
-                outcome.succeed(drainedInTime)
-            }
-        }
-        drained.whenComplete { _ in decide(true) }
-        let deadline = drained.eventLoop.scheduleTask(in: drainTimeout) { decide(false) }
-        if try! await outcome.futureResult.get() {
-            deadline.cancel()
-        } else {
-            logger.warning(
-                "drain deadline reached, closing the remaining connections",
-                metadata: [
-                    "public": "\(connectionLimiter.openConnections)",
-                    "admin": "\(adminConnectionLimiter.openConnections)",
-                ]
-            )
-            for channel in channels { try? await channel.close() }
-            connectionLimiter.closeAll()
-            adminConnectionLimiter.closeAll()
-        }
-        // Deliveries in flight finish and are recorded; what is still pending stays in the store.
-        queueDelivery?.cancel()
-        await queueDelivery?.value
-        try? await context.writeQueue?.close()
-        try? await context.client.shutdown()
-        try? await prefetchesEnded.get()
-        for retiring in retiringClients.withLock({ Array($0.tasks.values) }) {
-            retiring.cancel()
-            await retiring.value
-        }
-        try? await threadPool.shutdownGracefully()
-        quiescing.withLock { $0.removeAll() }
-        try? await ownEventLoops?.group.shutdownGracefully()
-        logger.info("stopped")
     }
 }
 

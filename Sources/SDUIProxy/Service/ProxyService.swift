@@ -4,8 +4,11 @@ import SDUIProxyCore
 import ServiceLifecycle
 import UnixSignals
 
-/// The proxy as a swift-service-lifecycle `Service`: it starts the ``ProxyServer``, reloads the
-/// configuration on SIGHUP, and on graceful shutdown (SIGTERM, SIGINT) drains it.
+/// The proxy as the command line runs it: the ``ProxyServer``'s services in their one `ServiceGroup`, which
+/// drains them on SIGTERM and SIGINT (``gracefulShutdownSignals``), with one more that reloads the configuration
+/// on SIGHUP. `run()` returns once they have stopped, and throws the error of a service that failed.
+///
+/// It is a `Service` too: run in another group, it shuts down when that group does.
 public struct ProxyService: Service {
     /// Reads the configuration again (the same file, environment and flags as at start-up).
     public typealias ConfigurationSource = @Sendable () throws -> ProxyConfiguration
@@ -13,6 +16,8 @@ public struct ProxyService: Service {
     public let configuration: ProxyConfiguration
     public let logger: Logger
     public let drainTimeout: TimeAmount
+    /// The signals that shut the proxy down gracefully.
+    public let gracefulShutdownSignals: [UnixSignal]
     private let adminAuthorization: AdminAuthorization
     private let reloadSource: ConfigurationSource?
     private let logLevel: LogLevelControl?
@@ -20,13 +25,15 @@ public struct ProxyService: Service {
     /// - Parameters:
     ///   - reloadSource: where SIGHUP reads the new configuration from; nil ignores SIGHUP.
     ///   - logLevel: the process's log level, which a reload sets to the new `log.level`.
+    ///   - gracefulShutdownSignals: none when another group, run with signals of its own, runs this service.
     public init(
         configuration: ProxyConfiguration,
         logger: Logger,
         adminAuthorization: AdminAuthorization = AdminAuthorization(token: nil),
         reloadSource: ConfigurationSource? = nil,
         logLevel: LogLevelControl? = nil,
-        drainTimeout: TimeAmount = .seconds(10)
+        drainTimeout: TimeAmount = .seconds(10),
+        gracefulShutdownSignals: [UnixSignal] = [.sigterm, .sigint]
     ) {
         self.configuration = configuration
         self.logger = logger
@@ -34,27 +41,32 @@ public struct ProxyService: Service {
         self.reloadSource = reloadSource
         self.logLevel = logLevel
         self.drainTimeout = drainTimeout
+        self.gracefulShutdownSignals = gracefulShutdownSignals
     }
 
     public func run() async throws {
-        let server = try await ProxyServer.start(
+        let server = try await ProxyServer.prepare(
             configuration: configuration,
             logger: logger,
-            adminAuthorization: adminAuthorization
+            adminAuthorization: adminAuthorization,
+            eventLoopGroup: nil,
+            tuning: ProxyServer.Tuning()
         )
-        await withTaskGroup(of: Void.self) { group in
-            if let reloadSource {
-                group.addTask {
-                    for await _ in await UnixSignalsSequence(trapping: .sighup) {
-                        await reload(server, from: reloadSource)
-                    }
-                }
-            }
-            // Waits for a shutdown signal; cancellation (an error in another service) ends the wait too.
-            try? await gracefulShutdown()
-            group.cancelAll()
+        // Last in the group, so the first to stop: no reload begins once the listeners drain.
+        var additional: [any Service] = []
+        if let reloadSource {
+            additional.append(ReloadOnSignal { await reload(server, from: reloadSource) })
         }
-        await server.shutdown(drainTimeout: drainTimeout)
+        // Run as a service of another group, this one shuts down with it.
+        try await withGracefulShutdownHandler {
+            try await server.run(
+                gracefulShutdownSignals: gracefulShutdownSignals,
+                additionalServices: additional,
+                drainTimeout: drainTimeout
+            )
+        } onGracefulShutdown: { [drainTimeout] in
+            Task { await server.shutdown(drainTimeout: drainTimeout) }
+        }
     }
 
     private func reload(_ server: ProxyServer, from source: ConfigurationSource) async {
@@ -72,6 +84,19 @@ public struct ProxyService: Service {
             }
         } catch {
             logger.error("config reload refused; the running configuration stays", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// Reloads the configuration on each SIGHUP until the group shuts down.
+struct ReloadOnSignal: Service, CustomStringConvertible {
+    let reload: @Sendable () async -> Void
+
+    var description: String { "ReloadOnSignal(SIGHUP)" }
+
+    func run() async throws {
+        for await _ in await UnixSignalsSequence(trapping: .sighup).cancelOnGracefulShutdown() {
+            await reload()
         }
     }
 }

@@ -36,30 +36,6 @@ public struct ComponentDecoder: Sendable {
             || HTTPSyntax.equalsIgnoringCase(bytes: subtype.suffix(suffix.utf8CodeUnitCount), suffix)
     }
 
-    /// Parses `body` as JSON, whatever its shape.
-    public func decodeJSON(_ body: ByteBuffer) throws(Failure) -> JSONValue {
-        do {
-            return try body.withUnsafeReadableBytes { bytes throws(JSONParser.Failure) in try JSONParser.parse(bytes) }
-        } catch {
-            throw Self.invalidJSON(error)
-        }
-    }
-
-    /// Parses `body` and checks that it is a component; returns the decoded tree.
-    public func decodeComponent(_ body: ByteBuffer) throws(Failure) -> JSONValue {
-        let document = try decodeJSON(body)
-        guard case .object(let root) = document else {
-            throw Failure(reason: "the backend's JSON is not an object, so it is not a component")
-        }
-        guard let type = root[Self.componentTypeKey] else {
-            throw Failure(reason: "the backend's JSON has no \(Self.componentTypeKey) at its root")
-        }
-        guard case .string(let name) = type, !name.isEmpty else {
-            throw Failure(reason: "\(Self.componentTypeKey) must be a non-empty string")
-        }
-        return document
-    }
-
     /// Checks that `body` is a component, like ``validateComponent(_:)``, and plans its prefetches in the same
     /// pass over its bytes (``PrefetchPlanner/plan(forComponent:)-(ByteBuffer)`` would be a second).
     public func validateComponent(
@@ -89,7 +65,8 @@ public struct ComponentDecoder: Sendable {
         reason: "the backend's JSON is not a component: its root needs a non-empty string \(componentTypeKey)"
     )
 
-    /// Checks that `body` is a component, like ``decodeComponent(_:)``, without building its tree.
+    /// Checks that `body` is a component: valid JSON whose root is an object with a non-empty string
+    /// ``componentTypeKey``. Nothing of it is built.
     public func validateComponent(_ body: ByteBuffer) throws(Failure) {
         let isComponent: Bool
         do {

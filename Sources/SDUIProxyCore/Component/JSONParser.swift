@@ -1,5 +1,5 @@
-/// A strict JSON parser (RFC 8259) over raw bytes, for the miss path: it validates without throwing on every
-/// node, and builds a ``JSONValue`` tree only when asked to.
+/// A strict JSON parser (RFC 8259) over raw bytes, for the miss path: it validates a document in one pass and
+/// keeps only where the members it is asked for lie, never a tree.
 ///
 /// Nesting is limited to ``maximumDepth`` so hostile documents cannot exhaust the stack; strings must be valid
 /// UTF-8 with no raw control characters; numbers follow the JSON grammar exactly.
@@ -13,20 +13,11 @@ struct JSONParser {
 
     private let bytes: UnsafeRawBufferPointer
     private var index = 0
-    private let buildsTree: Bool
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
     private var reduction = Reduction(keys: KeySet([]), markerIndex: nil, maximumDepth: 0, maximumCount: 0)
 
-    private init(bytes: UnsafeRawBufferPointer, buildsTree: Bool) {
+    private init(bytes: UnsafeRawBufferPointer) {
         self.bytes = bytes
-        self.buildsTree = buildsTree
-    }
-
-    /// Parses a whole document into a tree.
-    static func parse(_ bytes: UnsafeRawBufferPointer) throws(Failure) -> JSONValue {
-        var parser = JSONParser(bytes: bytes, buildsTree: true)
-        let value = try parser.parseDocument()
-        return value ?? .null
     }
 
     /// Checks that `bytes` are one JSON document whose root is an object with a non-empty string member
@@ -37,10 +28,13 @@ struct JSONParser {
     )
         throws(Failure) -> Bool
     {
-        var parser = JSONParser(bytes: bytes, buildsTree: false)
+        var parser = JSONParser(bytes: bytes)
+        parser.reduction.rootMember = requiredKey
         parser.skipWhitespace()
         guard parser.peek() == UInt8(ascii: "{") else {
-            _ = try parser.parseDocument()
+            try parser.skipValue(depth: 0)
+            parser.skipWhitespace()
+            guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
             return false
         }
         var found = false
@@ -51,15 +45,14 @@ struct JSONParser {
         } else {
             while true {
                 parser.skipWhitespace()
-                let key = try parser.parseString(keep: true)
+                let key = try parser.scanString()
                 parser.skipWhitespace()
                 try parser.expect(UInt8(ascii: ":"))
                 parser.skipWhitespace()
-                if key == requiredKey, parser.peek() == UInt8(ascii: "\"") {
-                    let value = try parser.parseString(keep: true)
-                    found = !(value ?? "").isEmpty
+                if parser.isRootMember(key), parser.peek() == UInt8(ascii: "\"") {
+                    found = try !parser.scanString().range.isEmpty
                 } else {
-                    _ = try parser.parseValue(depth: 1)
+                    try parser.skipValue(depth: 1)
                 }
                 parser.skipWhitespace()
                 guard let next = parser.next() else { throw parser.failure("the document ends inside an object") }
@@ -187,7 +180,7 @@ struct JSONParser {
         maximumCount: Int,
         rootMember: String = ""
     ) throws(Failure) -> Scan {
-        var parser = JSONParser(bytes: bytes, buildsTree: false)
+        var parser = JSONParser(bytes: bytes)
         parser.reduction = Reduction(
             keys: keys,
             markerIndex: keys.names.firstIndex(of: markerKey),
@@ -248,8 +241,8 @@ struct JSONParser {
         case UInt8(ascii: "{"): _ = try reduceObject(depth: depth, keep: false)
         case UInt8(ascii: "["): try skipArray(depth: depth)
         case UInt8(ascii: "\""): _ = try scanString()
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): _ = try scanNumber()
-        default: _ = try parseValue(depth: depth)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try scanNumber()
+        default: _ = try scanLiteral()
         }
     }
 
@@ -264,11 +257,10 @@ struct JSONParser {
             return .array
         case UInt8(ascii: "\""): return .string(try scanString())
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            _ = try scanNumber()
+            try scanNumber()
             return .number
         default:
-            if case .bool(let flag) = try parseValue(depth: depth) { return .bool(flag) }
-            return .null
+            return try scanLiteral()
         }
     }
 
@@ -358,23 +350,9 @@ struct JSONParser {
         return false
     }
 
-    private mutating func parseDocument() throws(Failure) -> JSONValue? {
-        skipWhitespace()
-        let value = try parseValue(depth: 0)
-        skipWhitespace()
-        guard index == bytes.count else { throw failure("text after the document") }
-        return value
-    }
-
-    // MARK: Values
-
-    private mutating func parseValue(depth: Int) throws(Failure) -> JSONValue? {
-        guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
-        guard let byte = peek() else { throw failure("a value is missing") }
-        switch byte {
-        case UInt8(ascii: "{"): return try parseObject(depth: depth)
-        case UInt8(ascii: "["): return try parseArray(depth: depth)
-        case UInt8(ascii: "\""): return try parseString(keep: buildsTree).map(JSONValue.string)
+    /// Steps over `true`, `false` or `null`.
+    private mutating func scanLiteral() throws(Failure) -> KeptValue {
+        switch peek() {
         case UInt8(ascii: "t"):
             try expectLiteral("true")
             return .bool(true)
@@ -384,62 +362,9 @@ struct JSONParser {
         case UInt8(ascii: "n"):
             try expectLiteral("null")
             return .null
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            let number = try scanNumber()
-            return buildsTree ? value(of: number) : nil
         default:
             throw failure("unexpected character")
         }
-    }
-
-    private mutating func parseObject(depth: Int) throws(Failure) -> JSONValue? {
-        index += 1
-        var members: [String: JSONValue] = [:]
-        skipWhitespace()
-        if peek() == UInt8(ascii: "}") {
-            index += 1
-            return buildsTree ? .object(members) : nil
-        }
-        while true {
-            skipWhitespace()
-            let key = try parseString(keep: buildsTree)
-            skipWhitespace()
-            try expect(UInt8(ascii: ":"))
-            skipWhitespace()
-            let value = try parseValue(depth: depth + 1)
-            if buildsTree, let key { members[key] = value ?? .null }
-            skipWhitespace()
-            guard let next = next() else { throw failure("the document ends inside an object") }
-            if next == UInt8(ascii: "}") { break }
-            guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
-        }
-        return buildsTree ? .object(members) : nil
-    }
-
-    private mutating func parseArray(depth: Int) throws(Failure) -> JSONValue? {
-        index += 1
-        var elements: [JSONValue] = []
-        skipWhitespace()
-        if peek() == UInt8(ascii: "]") {
-            index += 1
-            return buildsTree ? .array(elements) : nil
-        }
-        while true {
-            skipWhitespace()
-            let value = try parseValue(depth: depth + 1)
-            if buildsTree { elements.append(value ?? .null) }
-            skipWhitespace()
-            guard let next = next() else { throw failure("the document ends inside an array") }
-            if next == UInt8(ascii: "]") { break }
-            guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in an array") }
-        }
-        return buildsTree ? .array(elements) : nil
-    }
-
-    /// Parses a string; returns its value when `keep` is true (nil otherwise).
-    private mutating func parseString(keep: Bool) throws(Failure) -> String? {
-        let string = try scanString()
-        return keep ? text(of: string) : nil
     }
 
     /// Where a string's content lies in the document, and whether it needs unescaping.
@@ -583,13 +508,7 @@ struct JSONParser {
         return value
     }
 
-    /// A number's text in the document.
-    private struct NumberSpan {
-        var range: Range<Int>
-    }
-
-    private mutating func scanNumber() throws(Failure) -> NumberSpan {
-        let start = index
+    private mutating func scanNumber() throws(Failure) {
         if peek() == UInt8(ascii: "-") { index += 1 }
         guard let first = peek(), Self.isDigit(first) else { throw failure("a bad number") }
         index += 1
@@ -605,12 +524,6 @@ struct JSONParser {
             guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
             skipDigits()
         }
-        return NumberSpan(range: start..<index)
-    }
-
-    private func value(of number: NumberSpan) -> JSONValue {
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[number.range]), as: UTF8.self)
-        return .number(Double(text) ?? 0)
     }
 
     // MARK: Bytes

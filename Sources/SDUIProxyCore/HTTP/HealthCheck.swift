@@ -19,12 +19,32 @@ public enum HealthCheck {
     /// and a JSON object whose `status` is `"ok"`.
     public static func problem(status: Int, body: [UInt8]) -> String? {
         guard status == 200 else { return "\(path) answered status \(status)" }
-        let value = try? body.withUnsafeBytes { bytes in try JSONParser.parse(bytes) }
-        guard value?["status"]?.stringValue == "ok" else {
+        guard isAlive(body) else {
             let text = String(decoding: body.prefix(200), as: UTF8.self)
             let oneLine = text.split(whereSeparator: \.isNewline).joined(separator: " ")
             return "\(path) answered 200 without {\"status\":\"ok\"}: \(oneLine)"
         }
         return nil
+    }
+
+    private static let statusKeys = JSONParser.KeySet(["status"])
+
+    /// Whether `body` is a JSON object whose `status` is the string `"ok"` (the last one, if it says it twice).
+    private static func isAlive(_ body: [UInt8]) -> Bool {
+        body.withUnsafeBytes { bytes in
+            // The root is reported when it is an object with a string `status`; nothing deeper is looked at.
+            guard
+                let scan = try? JSONParser.scanObjects(
+                    bytes,
+                    keeping: statusKeys,
+                    reporting: "status",
+                    maximumDepth: 0,
+                    maximumCount: 1
+                ),
+                let root = scan.objects.first, root.depth == 0,
+                case .string(let status)? = scan.value(of: 0, in: root.members)
+            else { return false }
+            return JSONParser.text(of: status, in: bytes) == "ok"
+        }
     }
 }
