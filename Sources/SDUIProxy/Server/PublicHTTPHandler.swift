@@ -52,8 +52,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// ``proxy`` without a reference count, for ``withProxy(_:)``.
     private var unretainedProxy: Unmanaged<ProxyContext>
     private var generation: Int
-    /// Copied out of the context when it changes: reading them through it would cost a reference count each.
-    private var router: RequestRouter
+    /// Copied out of the context when it changes. (The router is not: it holds the configuration's arrays and
+    /// strings, which every loop shares, and a copy per request would write their reference counts; it is read
+    /// through the unretained context instead.)
     private var cacheResponder: CacheResponder
     private var maxBodyBytes: Int
 
@@ -94,7 +95,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let configuration = proxyContext.configuration
         self.proxy = proxyContext
         self.unretainedProxy = Unmanaged.passUnretained(proxyContext)
-        self.router = proxyContext.router
         self.cacheResponder = CacheResponder(configuration)
         self.maxBodyBytes = configuration.limits.maxBodyBytes
         self.buffers = buffers
@@ -116,7 +116,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func contextChanged() {
         unretainedProxy = Unmanaged.passUnretained(proxy)
-        router = proxy.router
         cacheResponder = CacheResponder(proxy.configuration)
         maxBodyBytes = proxy.configuration.limits.maxBodyBytes
         machine.timeouts = Self.timeouts(proxy.configuration)
@@ -214,9 +213,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             proxy = runtime.context
         }
         isHeadRequest = head.method == .HEAD
+        // Reset here, not only at the end: the end of a request answered early is dropped, not handled.
+        requestBodyBytes = 0
         response = ResponseProgress()
-        accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: client.address)
-        switch router.route(head) {
+        accounting = withProxy { proxy in RequestAccounting(proxy: proxy, head: head, clientAddress: client.address) }
+        switch withProxy({ proxy in proxy.router.route(head) }) {
         case .cache(let request):
             requestBody = .answerFromCache(request)
         case .forward(let target, let platform, let cacheResult):
