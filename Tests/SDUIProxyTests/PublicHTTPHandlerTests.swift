@@ -156,6 +156,23 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    @Test("a forwarded body that stops half-way fails the forward, and the client gets 408 and a close")
+    func stalledForwardedBodyTimesOut() throws {
+        try EmbeddedPublicConnection.run({ $0.limits.requestTimeout = .milliseconds(100) }) { connection in
+            try connection.send("PUT /api/profile HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n0123")
+            let forward = try #require(connection.backend.forwards.first)
+            #expect(forward.receivedBody == "0123")
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .requestTimeout)
+            #expect(response.closesConnection)
+            #expect(response.body.hasPrefix(#"{"error":{"kind":"requestTimeout","#))
+            #expect(!forward.bodyEnded, "the backend never sees the cut body as a whole one")
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
     @Test("a connection that never sends is closed at limits.idleTimeout, not before, and without a 408")
     func idleConnectionIsClosed() throws {
         let idleTimeout = TimeAmount.milliseconds(100)
