@@ -1,0 +1,460 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// The public listener's connection handler driven directly: bytes in on an `EmbeddedChannel`, a scripted backend
+/// that answers when the test says so, and the bytes the handler writes back read and parsed.
+@Suite("The public connection handler: ordering, keep-alive, deadlines, refusals, drains, forwards")
+struct PublicHTTPHandlerTests {
+    private static func component(_ text: String) -> String {
+        #"{"_beagleComponent_":"beagle:text","text":"\#(text)"}"#
+    }
+
+    private static func componentHeaders(etag: String) -> HTTPHeaders {
+        ["Content-Type": "application/json", "Cache-Control": "max-age=300", "ETag": etag]
+    }
+
+    private static func get(_ path: String, _ extraHeaders: String = "") -> String {
+        "GET \(path) HTTP/1.1\r\nHost: app.example\r\n\(extraHeaders)\r\n"
+    }
+
+    /// Stores `path` through the connection: a GET, the backend's answer, the MISS read back.
+    @discardableResult
+    private static func fill(
+        _ path: String,
+        text: String,
+        on connection: EmbeddedPublicConnection
+    ) throws
+        -> WrittenResponse
+    {
+        try connection.send(get(path))
+        try connection.backend.answerFetch(headers: componentHeaders(etag: "\"\(text)-1\""), body: component(text))
+        let response = try #require(try connection.readResponse())
+        #expect(response.headers["x-cache"] == ["MISS"])
+        return response
+    }
+
+    // MARK: Keep-alive and order
+
+    @Test("a miss is answered once the backend answers, then the same request at once from memory, kept alive")
+    func missThenHit() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send(Self.get("/screens/home"))
+            #expect(connection.backend.fetches.map(\.target) == ["/screens/home"])
+            #expect(connection.unreadOutput.isEmpty)
+
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"home-1\""),
+                body: Self.component("home")
+            )
+            let miss = try #require(try connection.readResponse())
+            #expect(miss.status == .ok)
+            #expect(miss.raw.hasPrefix("HTTP/1.1 200 OK\r\n"))
+            #expect(miss.raw.hasSuffix("\r\nX-Cache: MISS\r\n\r\n" + Self.component("home")))
+            #expect(miss.headers["content-length"] == ["\(Self.component("home").utf8.count)"])
+            #expect(!miss.closesConnection)
+            #expect(connection.isOpen)
+
+            try connection.send(Self.get("/screens/home"))
+            let hit = try #require(try connection.readResponse())
+            #expect(hit.status == .ok)
+            #expect(hit.raw.hasSuffix("\r\nX-Cache: HIT\r\n\r\n" + Self.component("home")))
+            #expect(!hit.closesConnection)
+            #expect(connection.backend.fetches.count == 1)
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("pipelined: nothing for the second is written before the first's answer, and reading pauses meanwhile")
+    func pipeliningKeepsOrderAndPausesReading() throws {
+        try EmbeddedPublicConnection.run { connection in
+            // The second request could be answered from memory at once; only the order holds it back.
+            try Self.fill("/screens/b", text: "b", on: connection)
+            connection.channel.read()
+            #expect(connection.reads.count == 1, "an idle connection lets reads through")
+
+            try connection.send(Self.get("/screens/a") + Self.get("/screens/b"))
+            #expect(connection.backend.fetches.map(\.target) == ["/screens/b", "/screens/a"])
+            connection.runLoop()
+            #expect(connection.unreadOutput.isEmpty)
+            connection.channel.read()
+            #expect(connection.reads.count == 1, "a read is held back while a pipelined request waits")
+
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"a-1\""),
+                body: Self.component("a")
+            )
+            connection.runLoop()
+            let first = try #require(try connection.readResponse())
+            #expect(first.raw.hasSuffix("\r\nX-Cache: MISS\r\n\r\n" + Self.component("a")))
+            let second = try #require(try connection.readResponse())
+            #expect(second.raw.hasSuffix("\r\nX-Cache: HIT\r\n\r\n" + Self.component("b")))
+            #expect(!first.closesConnection && !second.closesConnection)
+            #expect(connection.reads.count == 2, "the held read goes through once the pipelined request is handled")
+            #expect(connection.backend.fetches.count == 2)
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("Connection: close on a request: its answer says so, the connection closes, what follows is not answered")
+    func connectionCloseOnTheRequest() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send(Self.get("/screens/a", "Connection: close\r\n") + Self.get("/screens/b"))
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"a-1\""),
+                body: Self.component("a")
+            )
+            connection.runLoop()
+            let response = try #require(try connection.readResponse())
+            #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
+            #expect(!connection.isOpen)
+            #expect(connection.backend.fetches.map(\.target) == ["/screens/a"])
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("Connection: close on a request answered from memory within the read: nothing behind it is answered")
+    func connectionCloseOnAHit() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try Self.fill("/screens/a", text: "a", on: connection)
+            try connection.send(Self.get("/screens/a", "Connection: close\r\n") + Self.get("/screens/a"))
+            connection.runLoop()
+            let response = try #require(try connection.readResponse())
+            #expect(response.raw.hasSuffix("\r\nX-Cache: HIT\r\nConnection: close\r\n\r\n" + Self.component("a")))
+            #expect(!connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    // MARK: Deadlines
+
+    @Test("a head that stops half-way gets 408 and a close at limits.requestTimeout, not before")
+    func requestTimeoutAnswers408() throws {
+        let requestTimeout = TimeAmount.milliseconds(100)
+        try EmbeddedPublicConnection.run({ $0.limits.requestTimeout = .milliseconds(100) }) { connection in
+            try connection.send("GET /screens/a HTTP/1.1\r\nHost: app.exa")
+            connection.advanceClock(to: connection.start + requestTimeout - .milliseconds(1))
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .requestTimeout)
+            #expect(response.closesConnection)
+            #expect(
+                response.body
+                    == #"{"error":{"kind":"requestTimeout","message":"the request was not complete within "#
+                    + #"limits.requestTimeout","retryable":true}}"#
+            )
+            #expect(connection.unreadOutput.isEmpty)
+            #expect(connection.backend.fetches.isEmpty)
+        }
+    }
+
+    @Test("a forwarded body that stops half-way fails the forward, and the client gets 408 and a close")
+    func stalledForwardedBodyTimesOut() throws {
+        try EmbeddedPublicConnection.run({ $0.limits.requestTimeout = .milliseconds(100) }) { connection in
+            try connection.send("PUT /api/profile HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n0123")
+            let forward = try #require(connection.backend.forwards.first)
+            #expect(forward.receivedBody == "0123")
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .requestTimeout)
+            #expect(response.closesConnection)
+            #expect(response.body.hasPrefix(#"{"error":{"kind":"requestTimeout","#))
+            #expect(!forward.bodyEnded, "the backend never sees the cut body as a whole one")
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("a connection that never sends is closed at limits.idleTimeout, not before, and without a 408")
+    func idleConnectionIsClosed() throws {
+        let idleTimeout = TimeAmount.milliseconds(100)
+        try EmbeddedPublicConnection.run({ $0.limits.idleTimeout = .milliseconds(100) }) { connection in
+            connection.advanceClock(to: connection.start + idleTimeout - .milliseconds(1))
+            #expect(connection.isOpen)
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("after an answer, the kept-alive connection is closed at limits.idleTimeout, without a 408")
+    func idleAfterAnAnswerIsClosed() throws {
+        try EmbeddedPublicConnection.run({ $0.limits.idleTimeout = .milliseconds(100) }) { connection in
+            try Self.fill("/screens/a", text: "a", on: connection)
+            #expect(connection.isOpen)
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    /// Limits under which an idle close and a request timeout cannot be mistaken for each other.
+    private static func shortRequestTimeout(_ configuration: inout ProxyConfiguration) {
+        configuration.limits.requestTimeout = .milliseconds(100)
+        configuration.limits.idleTimeout = .seconds(2)
+    }
+
+    @Test("a head that stops half-way behind a miss being answered gets 408 once that answer is out, not an idle close")
+    func partialHeadBehindAMissTimesOut() throws {
+        try EmbeddedPublicConnection.run(Self.shortRequestTimeout) { connection in
+            try connection.send(Self.get("/screens/a") + "GET /screens/b HTTP/1.1\r\nHost: app.exa")
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"a-1\""),
+                body: Self.component("a")
+            )
+            let first = try #require(try connection.readResponse())
+            #expect(first.status == .ok)
+            #expect(!first.closesConnection)
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            let timedOut = try #require(
+                try connection.readResponse(),
+                "bytes of a request had arrived: it is answered 408, not closed as an idle connection"
+            )
+            #expect(timedOut.status == .requestTimeout)
+            #expect(timedOut.closesConnection)
+        }
+    }
+
+    @Test("a head that stops half-way behind a hit in the same read gets 408, not an idle close")
+    func partialHeadBehindAHitTimesOut() throws {
+        try EmbeddedPublicConnection.run(Self.shortRequestTimeout) { connection in
+            try Self.fill("/screens/a", text: "a", on: connection)
+            try connection.send(Self.get("/screens/a") + "GET /screens/b HTTP/1.1\r\nHost: app.exa")
+            let hit = try #require(try connection.readResponse())
+            #expect(hit.headers["x-cache"] == ["HIT"])
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            let timedOut = try #require(
+                try connection.readResponse(),
+                "bytes of a request had arrived: it is answered 408, not closed as an idle connection"
+            )
+            #expect(timedOut.status == .requestTimeout)
+            #expect(timedOut.closesConnection)
+        }
+    }
+
+    // MARK: Malformed input
+
+    @Test("malformed bytes get 400 and a close")
+    func malformedBytesGet400() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send("GET /screens/a HTTP/1.1\r\nHost app.example\r\n\r\n")
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .badRequest)
+            #expect(response.closesConnection)
+            #expect(response.body.hasPrefix(#"{"error":{"kind":"badRequest","message":"malformed HTTP request: "#))
+            #expect(!connection.isOpen)
+            #expect(connection.backend.fetches.isEmpty)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("malformed bytes behind a request being answered: that answer goes out with Connection: close, no 400")
+    func malformedBytesBehindARequest() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send(Self.get("/screens/a") + "GET /screens/b HTTP/1.1\r\nHost app.example\r\n\r\n")
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"a-1\""),
+                body: Self.component("a")
+            )
+            connection.runLoop()
+            let response = try #require(try connection.readResponse())
+            #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
+            #expect(!connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+            #expect(connection.backend.fetches.count == 1)
+        }
+    }
+
+    // MARK: Drains
+
+    @Test("a drain closes an idle connection at once, with nothing written")
+    func quiesceClosesAnIdleConnection() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try Self.fill("/screens/a", text: "a", on: connection)
+            connection.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+            #expect(!connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("a drain lets a busy connection answer its request with Connection: close, then closes it")
+    func quiesceLetsABusyConnectionAnswer() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send(Self.get("/screens/a"))
+            connection.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"a-1\""),
+                body: Self.component("a")
+            )
+            let response = try #require(try connection.readResponse())
+            #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
+            #expect(!connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    // MARK: Forwards
+
+    @Test("a POST's body streams to the backend as it arrives, and the backend's answer comes back, kept alive")
+    func forwardedPostStreamsItsBody() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send(
+                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: 20\r\n\r\n{\"item\":"
+            )
+            let forward = try #require(connection.backend.forwards.first)
+            #expect(forward.request.method == .POST)
+            #expect(forward.request.target == "/api/orders")
+            #expect(forward.receivedBody == "{\"item\":")
+            #expect(!forward.bodyEnded)
+
+            try connection.send("\"tea\",\"n\":2}")
+            #expect(forward.receivedBody == "{\"item\":\"tea\",\"n\":2}")
+            #expect(forward.bodyEnded)
+            #expect(connection.unreadOutput.isEmpty)
+
+            forward.respond(status: .created, headers: ["Content-Length": "8"], body: "{\"id\":7}")
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .created)
+            #expect(response.body == "{\"id\":7}")
+            #expect(response.headers["x-cache"].isEmpty)
+            #expect(!response.closesConnection)
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+            #expect(connection.backend.fetches.isEmpty)
+        }
+    }
+
+    @Test("a declared body over limits.maxBodyBytes gets 413 and a close, and is not forwarded")
+    func declaredBodyOverTheLimit() throws {
+        try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in
+            try connection.send(
+                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Length: 17\r\n\r\n12345678901234567"
+            )
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .payloadTooLarge)
+            #expect(response.closesConnection)
+            #expect(response.body.hasPrefix(#"{"error":{"kind":"tooLarge","#))
+            #expect(!connection.isOpen)
+            #expect(connection.backend.forwards.isEmpty)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("a chunked body that grows past limits.maxBodyBytes gets 413 and a close; the rest is not forwarded")
+    func streamedBodyOverTheLimit() throws {
+        try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in
+            try connection.send(
+                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n"
+            )
+            let forward = try #require(connection.backend.forwards.first)
+            #expect(forward.receivedBody == "0123456789")
+            #expect(connection.unreadOutput.isEmpty)
+
+            try connection.send("a\r\nabcdefghij\r\n0\r\n\r\n")
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .payloadTooLarge)
+            #expect(response.closesConnection)
+            #expect(
+                response.body
+                    == #"{"error":{"kind":"tooLarge","message":"the request body exceeds limits.maxBodyBytes","#
+                    + #""retryable":false}}"#
+            )
+            #expect(!connection.isOpen)
+            #expect(forward.receivedBody == "0123456789")
+            #expect(!forward.bodyEnded)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test(
+        "a forward that fails before the backend answers gets the JSON error",
+        arguments: [
+            (
+                ProxyError(.timeout, "the backend did not answer in time") as any Error,
+                HTTPResponseStatus.gatewayTimeout,
+                #"{"error":{"kind":"timeout","message":"the backend did not answer in time","retryable":true}}"#
+            ),
+            (
+                ProxyError(.network, "the backend could not be reached"), .badGateway,
+                #"{"error":{"kind":"network","message":"the backend could not be reached","retryable":true}}"#
+            ),
+            (
+                ChannelError.ioOnClosedChannel, .badGateway,
+                #"{"error":{"kind":"network","message":"the backend exchange failed","retryable":true}}"#
+            ),
+        ]
+    )
+    func failedForward(error: any Error, status: HTTPResponseStatus, body: String) throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send("DELETE /api/orders/7 HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            let forward = try #require(connection.backend.forwards.first)
+            #expect(forward.request.method == .DELETE)
+            forward.fail(with: error)
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == status)
+            #expect(response.body == body)
+            #expect(response.headers["content-type"] == ["application/json"])
+            #expect(response.headers["cache-control"] == ["no-store"])
+            #expect(!response.closesConnection)
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    // MARK: HEAD and conditional requests
+
+    @Test("HEAD on a hit writes the head, with the body's length, and no body")
+    func headOnAHit() throws {
+        try EmbeddedPublicConnection.run { connection in
+            let get = try Self.fill("/screens/a", text: "a", on: connection)
+            try connection.send("HEAD /screens/a HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            let head = try #require(try connection.readResponse(isHEAD: true))
+            #expect(head.status == .ok)
+            #expect(head.headers["x-cache"] == ["HIT"])
+            #expect(head.headers["content-length"] == get.headers["content-length"])
+            #expect(head.headers["etag"] == ["\"a-1\""])
+            #expect(head.raw.hasSuffix("\r\nX-Cache: HIT\r\n\r\n"))
+            #expect(connection.unreadOutput.isEmpty, "no body follows the head")
+            #expect(connection.isOpen)
+            #expect(connection.backend.fetches.count == 1)
+        }
+    }
+
+    @Test("a conditional GET whose If-None-Match matches the entry's ETag gets 304 without a body")
+    func conditionalGetGets304() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try Self.fill("/screens/a", text: "a", on: connection)
+            try connection.send(Self.get("/screens/a", "If-None-Match: \"a-1\"\r\n"))
+            let notModified = try #require(try connection.readResponse())
+            #expect(notModified.status == .notModified)
+            #expect(notModified.raw.hasPrefix("HTTP/1.1 304 Not Modified\r\n"))
+            #expect(notModified.raw.hasSuffix("\r\n\r\n"))
+            #expect(notModified.headers["etag"] == ["\"a-1\""])
+            #expect(notModified.headers["x-cache"] == ["HIT"])
+            #expect(notModified.body.isEmpty)
+            #expect(connection.unreadOutput.isEmpty)
+
+            try connection.send(Self.get("/screens/a", "If-None-Match: \"a-0\"\r\n"))
+            let full = try #require(try connection.readResponse())
+            #expect(full.status == .ok)
+            #expect(full.body == Self.component("a"))
+            #expect(connection.isOpen)
+        }
+    }
+}

@@ -1,0 +1,339 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
+import SDUIProxyCore
+
+@testable import SDUIProxy
+
+/// A ``NetworkClient`` whose backend is the test: it records every exchange it is asked for and answers one only
+/// when the test says so, on the thread of the loop it was asked on (an `EmbeddedEventLoop`'s, the test's own).
+///
+/// A forwarded request's body is read as it arrives, as a real client streams it; a body that fails fails its
+/// forward with the same error, as the real clients do.
+final class ScriptedNetworkClient: NetworkClient {
+    /// A fetch the test has not answered yet.
+    private struct PendingFetch {
+        let request: UpstreamRequest
+        let completion: @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    }
+
+    private struct State {
+        var fetches: [UpstreamRequest] = []
+        var pendingFetches: [PendingFetch] = []
+        var forwards: [ScriptedForward] = []
+    }
+
+    struct NothingToAnswer: Error {}
+
+    private let state = NIOLockedValueBox(State())
+
+    /// Every fetch asked for, in order, answered or not.
+    var fetches: [UpstreamRequest] { state.withLockedValue { $0.fetches } }
+    /// Every forward asked for, in order.
+    var forwards: [ScriptedForward] { state.withLockedValue { $0.forwards } }
+
+    func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop
+    )
+        -> EventLoopFuture<UpstreamResponse>
+    {
+        let promise = eventLoop.makePromise(of: UpstreamResponse.self)
+        fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop) { promise.completeWith($0) }
+        return promise.futureResult
+    }
+
+    func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
+        state.withLockedValue { state in
+            state.fetches.append(request)
+            state.pendingFetches.append(PendingFetch(request: request, completion: completion))
+        }
+    }
+
+    /// Answers the oldest fetch still waiting.
+    func answerFetch(status: HTTPResponseStatus = .ok, headers: HTTPHeaders, body: String) throws {
+        try takeOldestFetch().completion(
+            .success(UpstreamResponse(status: status, headers: headers, body: ByteBuffer(string: body)))
+        )
+    }
+
+    /// Fails the oldest fetch still waiting.
+    func failFetch(with error: any Error) throws {
+        try takeOldestFetch().completion(.failure(error))
+    }
+
+    private func takeOldestFetch() throws -> PendingFetch {
+        let fetch = state.withLockedValue { state in
+            state.pendingFetches.isEmpty ? nil : state.pendingFetches.removeFirst()
+        }
+        guard let fetch else { throw NothingToAnswer() }
+        return fetch
+    }
+
+    func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink
+    ) -> EventLoopFuture<Void> {
+        let forward = ScriptedForward(request: request, body: body, sink: sink, promise: eventLoop.makePromise())
+        state.withLockedValue { $0.forwards.append(forward) }
+        forward.readBody()
+        return forward.result
+    }
+
+    func shutdown() async throws {}
+}
+
+/// One forwarded exchange of a ``ScriptedNetworkClient``: what it was sent, and the test's hand on its answer.
+final class ScriptedForward: Sendable {
+    let request: UpstreamRequest
+    let body: RequestBodyStream?
+    let sink: any ForwardedResponseSink
+    private let promise: EventLoopPromise<Void>
+
+    private struct Received {
+        var body = ByteBuffer()
+        var bodyEnded = false
+        var completed = false
+    }
+
+    private let received = NIOLockedValueBox(Received())
+
+    init(
+        request: UpstreamRequest,
+        body: RequestBodyStream?,
+        sink: any ForwardedResponseSink,
+        promise: EventLoopPromise<Void>
+    ) {
+        self.request = request
+        self.body = body
+        self.sink = sink
+        self.promise = promise
+    }
+
+    fileprivate var result: EventLoopFuture<Void> { promise.futureResult }
+
+    /// The body bytes that reached the backend so far.
+    var receivedBody: String { received.withLockedValue { String(buffer: $0.body) } }
+    /// Whether the body reached its end (a forward without a body has none to end).
+    var bodyEnded: Bool { received.withLockedValue { $0.bodyEnded } }
+
+    /// Reads the body part by part as the connection hands it over.
+    fileprivate func readBody() {
+        guard let body else { return }
+        body.next().whenComplete { result in
+            switch result {
+            case .success(var part?):
+                self.received.withLockedValue { _ = $0.body.writeBuffer(&part) }
+                self.readBody()
+            case .success(nil):
+                self.received.withLockedValue { $0.bodyEnded = true }
+            case .failure(let error):
+                self.fail(with: error)
+            }
+        }
+    }
+
+    /// The backend answers in full: head, the body as one part, end.
+    func respond(status: HTTPResponseStatus, headers: HTTPHeaders, body: String) {
+        guard markCompleted() else { return }
+        sink.receiveHead(status: status, headers: headers)
+        if !body.isEmpty { _ = sink.receiveBodyPart(ByteBuffer(string: body)) }
+        sink.receiveEnd()
+        promise.succeed()
+    }
+
+    /// The exchange fails with `error` (nothing more happens when it has already ended).
+    func fail(with error: any Error) {
+        guard markCompleted() else { return }
+        promise.fail(error)
+    }
+
+    private func markCompleted() -> Bool {
+        received.withLockedValue { received in
+            defer { received.completed = true }
+            return !received.completed
+        }
+    }
+}
+
+/// Counts the reads that reach it from the handlers behind it: put in front of a handler, it shows whether that
+/// handler lets the channel's reads through or holds them back.
+final class ReadCounter: ChannelOutboundHandler {
+    typealias OutboundIn = ByteBuffer
+
+    private(set) var count = 0
+
+    func read(context: ChannelHandlerContext) {
+        count += 1
+        context.read()
+    }
+}
+
+/// A response the handler wrote, parsed, with the bytes it was parsed from.
+struct WrittenResponse {
+    let status: HTTPResponseStatus
+    let headers: HTTPHeaders
+    let body: String
+    /// The response exactly as written: head and body.
+    let raw: String
+
+    var closesConnection: Bool { headers["connection"].contains { $0.lowercased() == "close" } }
+}
+
+/// One connection of the public listener with nothing real under it: a ``PublicHTTPHandler`` on an
+/// `EmbeddedChannel`, its context's backend a ``ScriptedNetworkClient``, and a ``ReadCounter`` in front of it.
+/// Everything, the handler's deadlines and the backend's answers included, happens on the test's thread, when the
+/// test drives it.
+///
+/// The loop's clock is set to the wall clock's when the connection is made, since the handler times its
+/// deadlines with `NIODeadline.now()`: see ``advanceClock(to:)`` and ``waitForWallClock(until:within:)``.
+final class EmbeddedPublicConnection {
+    let loop: EmbeddedEventLoop
+    let channel: EmbeddedChannel
+    let backend = ScriptedNetworkClient()
+    let reads = ReadCounter()
+    let configuration: ProxyConfiguration
+    /// The loop's time when the handler was made: no deadline of the handler's comes before this plus its length.
+    let start: NIODeadline
+    /// Written bytes not yet taken by ``readResponse(isHEAD:)``.
+    private var output = ByteBuffer()
+
+    /// Runs `body` with a new connection, and ends the connection afterwards, whatever happened.
+    static func run(
+        _ configure: (inout ProxyConfiguration) -> Void = { _ in },
+        _ body: (EmbeddedPublicConnection) throws -> Void
+    ) throws {
+        let connection = try EmbeddedPublicConnection(configure)
+        defer { connection.finish() }
+        try body(connection)
+    }
+
+    init(_ configure: (inout ProxyConfiguration) -> Void) throws {
+        var configuration = ProxyConfiguration()
+        // Never dialled: the scripted client stands in for the backend.
+        configuration.upstream.url = "http://backend.invalid"
+        configure(&configuration)
+        self.configuration = configuration
+
+        loop = EmbeddedEventLoop()
+        loop.advanceTime(to: .now())
+        start = loop.now
+        channel = EmbeddedChannel(loop: loop)
+
+        let logger = Logger(label: "handler-tests", factory: { _ in SwiftLogNoOpLogHandler() })
+        let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
+        let metrics = ProxyMetrics()
+        let fetcher = ComponentFetcher(
+            cache: cache,
+            client: backend,
+            maxResponseBytes: configuration.upstream.maxResponseBytes,
+            platformHeader: configuration.platform.header,
+            tagHeader: configuration.cache.tagHeader,
+            computesContentHash: configuration.compat.beagleHash,
+            metrics: metrics,
+            coalescer: RequestCoalescer(maximumWait: .seconds(6)),
+            prefetchPlanner: ProxyContext.prefetchPlanner(for: configuration),
+            logger: logger
+        )
+        let context = ProxyContext(
+            configuration: configuration,
+            cache: cache,
+            fetcher: fetcher,
+            client: backend,
+            metrics: metrics,
+            logger: logger
+        )
+        let handler = PublicHTTPHandler(
+            runtime: ProxyRuntime(context),
+            buffers: ResponseBufferRecycler(),
+            requests: RequestTally()
+        )
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(reads)
+        try sync.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
+    }
+
+    /// Whether the connection is still open.
+    var isOpen: Bool { channel.isActive }
+
+    /// The client sends `text`, as one read.
+    func send(_ text: String) throws {
+        try channel.writeInbound(ByteBuffer(string: text))
+    }
+
+    /// Runs what the loop has to do now (work the handler put off to after the current call stack).
+    func runLoop() {
+        loop.run()
+    }
+
+    /// The next complete response written, nil while there is none (its bytes stay for a later call).
+    func readResponse(isHEAD: Bool = false) throws -> WrittenResponse? {
+        collectOutput()
+        var rest = output
+        var parser = HTTPResponseParser(maximumHeadBytes: 64 << 10)
+        parser.expectResponse(isHEAD: isHEAD)
+        var head: HTTPResponseParser.Head?
+        var body = ByteBuffer()
+        while let part = try parser.next(from: &rest) {
+            switch part {
+            case .head(let parsed, _, _):
+                head = parsed
+            case .body(var bytes):
+                body.writeBuffer(&bytes)
+            case .end:
+                guard let head else { return nil }
+                let raw = output.readString(length: output.readableBytes - rest.readableBytes) ?? ""
+                return WrittenResponse(status: head.status, headers: head.headers, body: String(buffer: body), raw: raw)
+            }
+        }
+        return nil
+    }
+
+    /// Every written byte not yet read as a response, as text.
+    var unreadOutput: String {
+        collectOutput()
+        return String(buffer: output)
+    }
+
+    private func collectOutput() {
+        while let buffer = try? channel.readOutbound(as: ByteBuffer.self) {
+            output.writeImmutableBuffer(buffer)
+        }
+    }
+
+    /// Moves the loop's clock to `deadline`, running the tasks due by then, the handler's wake-ups among them.
+    func advanceClock(to deadline: NIODeadline) {
+        loop.advanceTime(to: deadline)
+    }
+
+    /// Moves the loop's clock along with the wall clock until `condition` holds, or `limit` of wall-clock time
+    /// has passed; returns whether it held.
+    ///
+    /// The handler reads the wall clock when its wake-up fires, and sleeps again when the wall clock says its
+    /// deadline has not come: the loop's clock alone cannot bring it. Keeping the loop's clock at the wall clock's
+    /// fires each wake-up once the wall clock is past it, as on a real loop.
+    func waitForWallClock(until condition: () -> Bool, within limit: TimeAmount = .seconds(10)) -> Bool {
+        let giveUp = NIODeadline.now() + limit
+        while !condition() {
+            guard NIODeadline.now() < giveUp else { return false }
+            loop.advanceTime(to: .now())
+        }
+        return true
+    }
+
+    /// Closes the channel if it is open, and drops the loop's remaining tasks.
+    func finish() {
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+}
