@@ -340,6 +340,26 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    @Test("a body answered before it was whole does not count against the next request's limits.maxBodyBytes")
+    func earlyAnswerLeavesNoBodyCount() throws {
+        try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in
+            try connection.send("POST /api/a HTTP/1.1\r\nHost: app.example\r\nContent-Length: 16\r\n\r\n123456789012")
+            let early = try #require(connection.backend.forwards.first)
+            early.respond(status: .accepted, headers: ["Content-Length": "0"], body: "")
+            #expect(try #require(try connection.readResponse()).status == .accepted)
+            // The rest of the first body is read and dropped; the next request is within the limit on its own.
+            try connection.send("3456")
+            try connection.send("POST /api/b HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n1234567890")
+            let second = try #require(connection.backend.forwards.last)
+            #expect(second.request.target == "/api/b")
+            #expect(second.receivedBody == "1234567890")
+            second.respond(status: .created, headers: ["Content-Length": "0"], body: "")
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .created)
+            #expect(connection.isOpen)
+        }
+    }
+
     @Test("a declared body over limits.maxBodyBytes gets 413 and a close, and is not forwarded")
     func declaredBodyOverTheLimit() throws {
         try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in

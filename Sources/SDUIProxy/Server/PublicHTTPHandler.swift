@@ -135,6 +135,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.loop = context.eventLoop
+        // Deadlines run on the loop's clock, so a test's embedded loop can bring them.
+        machine = ConnectionStateMachine(timeouts: machine.timeouts, now: context.eventLoop.now)
         updateWakeUp()
     }
 
@@ -150,7 +152,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard !machine.ignoresInput else { return }
         var bytes = unwrapInboundIn(data)
         if machine.isIdle, parser.isBetweenRequests, unparsed == nil, bytes.readableBytes > 0 {
-            machine.bytesReceived(now: .now())
+            machine.bytesReceived(now: context.eventLoop.now)
             updateWakeUp()
         }
         if var earlier = unparsed {
@@ -162,7 +164,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         defer { isHandlingRead = false }
         do {
             while let part = try parser.next(from: &bytes) {
-                perform(machine.partReceived(part, now: .now()), context: context)
+                perform(machine.partReceived(part, now: context.eventLoop.now), context: context)
                 // A handler removed while answering a part (the channel closed under it) reads no more, and
                 // nothing is read past a response that ends the connection.
                 guard self.context != nil, !machine.ignoresInput else { return }
@@ -177,6 +179,15 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             bytes.discardReadBytes()
             unparsed = bytes
         }
+        noteRequestInProgress(context: context)
+    }
+
+    /// Starts the request deadline when the connection waits with part of a next request already in: bytes that
+    /// came behind a response, or after one was answered in the same read.
+    private func noteRequestInProgress(context: ChannelHandlerContext) {
+        guard machine.isIdle, !parser.isBetweenRequests || unparsed != nil else { return }
+        machine.bytesReceived(now: context.eventLoop.now)
+        updateWakeUp()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -370,7 +381,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func wokeUp() {
         wakeUp = nil
         guard let context else { return }
-        switch machine.timerFired(now: .now()) {
+        switch machine.timerFired(now: context.eventLoop.now) {
         case .none:
             updateWakeUp()
         case .closeIdle:
@@ -431,7 +442,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func handlePipelinedRequests() {
         guard let context else { return }
         isHandlingRead = true
-        while let action = machine.nextHeldBackPart(now: .now()) {
+        while let action = machine.nextHeldBackPart(now: context.eventLoop.now) {
             perform(action, context: context)
             guard self.context != nil else { return }
         }
@@ -439,7 +450,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         flushIfNeeded(context: context)
         guard !machine.hasHeldBackParts else { return }
         let requestStarted = !parser.isBetweenRequests || unparsed != nil
-        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: .now()) { context.read() }
+        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: context.eventLoop.now) { context.read() }
         updateWakeUp()
     }
 }
@@ -580,7 +591,7 @@ extension PublicHTTPHandler: ResponseSink {
     /// flushed with the burst; one that completes later (after an upstream exchange), at once.
     private func finish(with last: ByteBuffer) {
         guard let context else { return }
-        switch machine.responseEnded(now: .now()) {
+        switch machine.responseEnded(now: context.eventLoop.now) {
         case .close:
             let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()
             // The last write completes once everything before it is out, so a closing connection loses nothing.
@@ -594,7 +605,11 @@ extension PublicHTTPHandler: ResponseSink {
             } else {
                 context.writeAndFlush(wrapOutboundOut(last), promise: nil)
             }
-            if handleHeldBack { schedulePipelinedRequests() }
+            if handleHeldBack {
+                schedulePipelinedRequests()
+            } else {
+                noteRequestInProgress(context: context)
+            }
             updateWakeUp()
         }
     }
