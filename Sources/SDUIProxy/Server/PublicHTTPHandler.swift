@@ -80,7 +80,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var peer: ClientPeer?
     /// The single task that wakes the connection at its deadline; it moves only when the deadline comes earlier,
     /// so a request costs a clock read, not a timer allocation and cancellation.
-    private var wakeUp: (at: NIODeadline, scheduled: Scheduled<Void>)?
+    private var wakeUpAt: NIODeadline?
+    private var scheduledWakeUp: Scheduled<Void>?
     private var context: ChannelHandlerContext?
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
     private var loop: (any EventLoop)?
@@ -135,14 +136,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.loop = context.eventLoop
-        // Deadlines run on the loop's clock, so a test's embedded loop can bring them.
-        machine = ConnectionStateMachine(timeouts: machine.timeouts, now: context.eventLoop.now)
         updateWakeUp()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        wakeUp?.scheduled.cancel()
-        wakeUp = nil
+        scheduledWakeUp?.cancel()
+        scheduledWakeUp = nil
+        wakeUpAt = nil
         self.context = nil
     }
 
@@ -152,7 +152,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard !machine.ignoresInput else { return }
         var bytes = unwrapInboundIn(data)
         if machine.isIdle, parser.isBetweenRequests, unparsed == nil, bytes.readableBytes > 0 {
-            machine.bytesReceived(now: context.eventLoop.now)
+            machine.bytesReceived(now: NIODeadline.now())
             updateWakeUp()
         }
         if var earlier = unparsed {
@@ -164,7 +164,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         defer { isHandlingRead = false }
         do {
             while let part = try parser.next(from: &bytes) {
-                perform(machine.partReceived(part, now: context.eventLoop.now), context: context)
+                perform(machine.partReceived(part, now: NIODeadline.now()), context: context)
                 // A handler removed while answering a part (the channel closed under it) reads no more, and
                 // nothing is read past a response that ends the connection.
                 guard self.context != nil, !machine.ignoresInput else { return }
@@ -186,7 +186,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// came behind a response, or after one was answered in the same read.
     private func noteRequestInProgress(context: ChannelHandlerContext) {
         guard machine.isIdle, !parser.isBetweenRequests || unparsed != nil else { return }
-        machine.bytesReceived(now: context.eventLoop.now)
+        machine.bytesReceived(now: NIODeadline.now())
         updateWakeUp()
     }
 
@@ -309,10 +309,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func endRequest(context: ChannelHandlerContext) {
-        let body = requestBody
-        requestBody = .none
+        // Moved out, not copied: a copy would retain the request it holds.
+        var body = RequestBody.none
+        swap(&body, &requestBody)
         requestBodyBytes = 0
-        switch body {
+        switch consume body {
         case .answerFromCache(let request):
             withProxy { proxy in cacheResponder.respond(to: request, proxy: proxy, sink: self) }
         case .refuse(let error):
@@ -368,20 +369,23 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: Deadlines
 
-    /// Moves the wake-up earlier when the machine's deadline comes before it.
+    /// Moves the wake-up earlier when the machine's deadline comes before it. Compares deadlines only: the
+    /// scheduled task is touched (and retained) only when it moves.
     private func updateWakeUp() {
-        guard let context, let deadline = machine.deadline else { return }
-        if let wakeUp, wakeUp.at <= deadline.at { return }
-        wakeUp?.scheduled.cancel()
+        guard let at = machine.deadline?.at else { return }
+        if let wakeUpAt, wakeUpAt <= at { return }
+        guard let context else { return }
+        scheduledWakeUp?.cancel()
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let scheduled = context.eventLoop.scheduleTask(deadline: deadline.at) { loopBound.value.wokeUp() }
-        wakeUp = (deadline.at, scheduled)
+        scheduledWakeUp = context.eventLoop.scheduleTask(deadline: at) { loopBound.value.wokeUp() }
+        wakeUpAt = at
     }
 
     private func wokeUp() {
-        wakeUp = nil
+        scheduledWakeUp = nil
+        wakeUpAt = nil
         guard let context else { return }
-        switch machine.timerFired(now: context.eventLoop.now) {
+        switch machine.timerFired(now: NIODeadline.now()) {
         case .none:
             updateWakeUp()
         case .closeIdle:
@@ -442,7 +446,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func handlePipelinedRequests() {
         guard let context else { return }
         isHandlingRead = true
-        while let action = machine.nextHeldBackPart(now: context.eventLoop.now) {
+        while let action = machine.nextHeldBackPart(now: NIODeadline.now()) {
             perform(action, context: context)
             guard self.context != nil else { return }
         }
@@ -450,7 +454,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         flushIfNeeded(context: context)
         guard !machine.hasHeldBackParts else { return }
         let requestStarted = !parser.isBetweenRequests || unparsed != nil
-        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: context.eventLoop.now) { context.read() }
+        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: NIODeadline.now()) { context.read() }
         updateWakeUp()
     }
 }
@@ -591,7 +595,7 @@ extension PublicHTTPHandler: ResponseSink {
     /// flushed with the burst; one that completes later (after an upstream exchange), at once.
     private func finish(with last: ByteBuffer) {
         guard let context else { return }
-        switch machine.responseEnded(now: context.eventLoop.now) {
+        switch machine.responseEnded(now: NIODeadline.now()) {
         case .close:
             let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()
             // The last write completes once everything before it is out, so a closing connection loses nothing.
