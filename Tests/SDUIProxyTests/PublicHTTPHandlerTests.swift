@@ -360,6 +360,77 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    @Test("a backend that answers without reading the body: reading, paused for it, resumes to drop the rest")
+    func earlyAnswerResumesPausedReading() throws {
+        try EmbeddedPublicConnection.run { connection in
+            connection.backend.readsForwardedBodies = false
+            let chunk = String(repeating: "x", count: 64 * 1024)
+            try connection.send("POST /api/upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1048576\r\n\r\n")
+            for _ in 0..<5 { try connection.send(chunk) }
+            // Over the stream's high watermark, with nobody taking it: reads are held back.
+            let readsWhilePaused = connection.reads.count
+            connection.channel.read()
+            #expect(connection.reads.count == readsWhilePaused, "reading pauses while the backend takes nothing")
+
+            let forward = try #require(connection.backend.forwards.first)
+            forward.respond(status: .unauthorized, headers: ["Content-Length": "0"], body: "")
+            #expect(try #require(try connection.readResponse()).status == .unauthorized)
+            #expect(connection.reads.count > readsWhilePaused, "the held-back read goes through once the answer is out")
+            // The rest of the body is read and dropped, and the connection takes its next request.
+            for _ in 0..<11 { try connection.send(chunk) }
+            try connection.send("GET /api/next HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            #expect(connection.backend.forwards.count == 1)
+            #expect(connection.backend.fetches.count == 1)
+            #expect(connection.isOpen)
+        }
+    }
+
+    @Test("a drain closes a connection whose answer is out while the rest of its body still comes")
+    func drainAfterEarlyAnswer() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send("POST /api/a HTTP/1.1\r\nHost: app.example\r\nContent-Length: 100\r\n\r\nabc")
+            let forward = try #require(connection.backend.forwards.first)
+            forward.respond(status: .accepted, headers: ["Content-Length": "0"], body: "")
+            #expect(try #require(try connection.readResponse()).status == .accepted)
+            #expect(connection.isOpen)
+            connection.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+            connection.runLoop()
+            #expect(!connection.isOpen)
+        }
+    }
+
+    @Test("malformed bytes after a HEAD on a kept-alive connection get a 400 with its body")
+    func malformedAfterHead() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send("HEAD /screens/home HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            try connection.backend.answerFetch(headers: ["Content-Type": "text/plain"], body: "0123456789")
+            connection.runLoop()
+            #expect(try #require(try connection.readResponse(isHEAD: true)).status == .ok)
+            try connection.send("NOT HTTP AT ALL\r\n\r\n")
+            let refusal = try #require(try connection.readResponse())
+            #expect(refusal.status == .badRequest)
+            #expect(refusal.body.hasPrefix(#"{"error":"#))
+        }
+    }
+
+    @Test("a miss whose client left before the answer is still counted")
+    func missCountedAfterTheClientLeft() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send("GET /screens/left HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            #expect(connection.backend.fetches.count == 1)
+            try connection.channel.close().wait()
+            connection.runLoop()
+            // The handler is gone from the closed connection's pipeline before the answer comes.
+            #expect(throws: (any Error).self) {
+                try connection.channel.pipeline.syncOperations.handler(type: PublicHTTPHandler.self)
+            }
+            #expect(connection.countedResponses == 0)
+            try connection.backend.answerFetch(headers: ["Content-Type": "text/plain"], body: "late")
+            connection.runLoop()
+            #expect(connection.countedResponses == 1)
+        }
+    }
+
     @Test("a declared body over limits.maxBodyBytes gets 413 and a close, and is not forwarded")
     func declaredBodyOverTheLimit() throws {
         try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in

@@ -273,8 +273,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard isChunked || (contentLength ?? 0) > 0 else { return nil }
         let stream = RequestBodyStream(eventLoop: context.eventLoop, contentLength: isChunked ? nil : contentLength)
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let id = ObjectIdentifier(stream)
         stream.setDemandHandler {
             let handler = loopBound.value
+            // A stream the connection has let go of may not resume reading for the request after it.
+            guard case .forward(let current?) = handler.requestBody, ObjectIdentifier(current) == id else { return }
             if handler.machine.bodyTakerReady() { handler.context?.read() }
         }
         return stream
@@ -357,13 +360,23 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
             requestBody = .none
-            // Without a head there is no request to account for (`accounting` is the one before's).
-            if !headArrived { accounting = nil }
+            // A response already under way can only be cut short.
+            guard !response.headWritten else { return abort() }
+            if !headArrived {
+                // There is no request to answer for: `accounting` and the method are the one before's.
+                accounting = nil
+                isHeadRequest = false
+            }
             write(error)
         case .closeAfterResponse:
-            break
+            // The response under way ends the connection; a body still streaming to the backend cannot be
+            // completed, and the backend must not take what came as a whole request.
+            if case .forward(let stream?) = requestBody {
+                requestBody = .none
+                stream.fail(error)
+            }
         case .close:
-            context.close(promise: nil)
+            context.closeAfterAnswer(lingering: machine.isDraining ? .whileDraining : .init())
         }
     }
 
@@ -399,7 +412,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let error = ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout")
             interrupt(.answerAndClose(headArrived: headArrived), with: error, context: context)
         case .close:
-            context.close(promise: nil)
+            // The request's answer is out and its body still comes: close without resetting what was sent.
+            context.closeAfterAnswer(lingering: machine.isDraining ? .whileDraining : .init())
         }
     }
 
@@ -481,12 +495,13 @@ extension PublicHTTPHandler: ResponseSink {
     var headWasWritten: Bool { response.headWritten }
 
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
-        guard context != nil else { return }
-        let closes = machine.responseStarted()
         let status = presentation.notModified ? .notModified : entry.status
         let sendsBody = !isHeadRequest && !presentation.notModified
         let bodyBytes = sendsBody ? entry.bodyLength : 0
+        // Counted even when the client has gone: a slow answer is the one operators need to see.
         account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
+        guard context != nil else { return }
+        let closes = machine.responseStarted()
         var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 128 + bodyBytes)
         let largeBody = HTTP1ResponseEncoder.writeStored(
             entry,
@@ -500,10 +515,10 @@ extension PublicHTTPHandler: ResponseSink {
     }
 
     func writeComposed(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, cacheResult: CacheResult?) {
-        guard context != nil else { return }
-        let closes = machine.responseStarted()
         let bodyBytes = isHeadRequest ? 0 : body.readableBytes
         account(status: status, cacheResult: cacheResult, bytes: bodyBytes)
+        guard context != nil else { return }
+        let closes = machine.responseStarted()
         // A small body is copied behind the head: one buffer, one write.
         let copiesBody = bodyBytes <= CachedResponse.maximumExactBodyBytes
         var buffer = buffers.buffer(minimumCapacity: 256 + (copiesBody ? bodyBytes : 0))
@@ -562,8 +577,8 @@ extension PublicHTTPHandler: ResponseSink {
     }
 
     func writeEnd() {
-        guard let context else { return }
         account(status: response.status, cacheResult: response.cacheResult, bytes: response.bodyBytes)
+        guard let context else { return }
         let last =
             response.framing == .chunked
             ? HTTP1ResponseEncoder.lastChunk : context.channel.allocator.buffer(capacity: 0)
@@ -611,6 +626,11 @@ extension PublicHTTPHandler: ResponseSink {
             }
             if handleHeldBack {
                 schedulePipelinedRequests()
+            } else if machine.isReadingRequest {
+                // Answered before its body was whole: the rest is read and dropped, and the body's taker, which
+                // may have paused reading, is let go.
+                requestBody = .none
+                if machine.bodyTakerReady() { context.read() }
             } else {
                 noteRequestInProgress(context: context)
             }

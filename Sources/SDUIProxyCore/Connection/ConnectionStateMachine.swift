@@ -367,6 +367,13 @@ public struct ConnectionStateMachine: Sendable {
     /// response in progress, or the one to the request being read, is the last.
     public mutating func quiesce() -> Bool {
         isDraining = true
+        if phase == .readingRequest(responseEnded: true), !responseInProgress {
+            // Answered already; what is left of the body need not be read.
+            phase = .closed
+            closeAfterResponse()
+            deadline = nil
+            return true
+        }
         guard isIdle else {
             if responseInProgress || phase == .responding { closesAfterResponse = true }
             return false

@@ -23,9 +23,17 @@ final class ScriptedNetworkClient: NetworkClient {
         var fetches: [UpstreamRequest] = []
         var pendingFetches: [PendingFetch] = []
         var forwards: [ScriptedForward] = []
+        var readsForwardedBodies = true
     }
 
     struct NothingToAnswer: Error {}
+
+    /// Whether forwards read their bodies as they arrive; a backend that does not lets them pile up, so the
+    /// connection has to stop reading.
+    var readsForwardedBodies: Bool {
+        get { state.withLockedValue { $0.readsForwardedBodies } }
+        set { state.withLockedValue { $0.readsForwardedBodies = newValue } }
+    }
 
     private let state = NIOLockedValueBox(State())
 
@@ -85,8 +93,11 @@ final class ScriptedNetworkClient: NetworkClient {
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void> {
         let forward = ScriptedForward(request: request, body: body, sink: sink, promise: eventLoop.makePromise())
-        state.withLockedValue { $0.forwards.append(forward) }
-        forward.readBody()
+        let reads = state.withLockedValue { state in
+            state.forwards.append(forward)
+            return state.readsForwardedBodies
+        }
+        if reads { forward.readBody() }
         return forward.result
     }
 
@@ -202,6 +213,8 @@ final class EmbeddedPublicConnection {
     let channel: EmbeddedChannel
     let backend = ScriptedNetworkClient()
     let reads = ReadCounter()
+    /// The connection's loop's count of responses, as the metrics read it.
+    let tally = RequestTally()
     let configuration: ProxyConfiguration
     /// The loop's time when the handler was made: no deadline of the handler's comes before this plus its length.
     let start: NIODeadline
@@ -256,7 +269,7 @@ final class EmbeddedPublicConnection {
         let handler = PublicHTTPHandler(
             runtime: ProxyRuntime(context),
             buffers: ResponseBufferRecycler(),
-            requests: RequestTally()
+            requests: tally
         )
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(reads)
@@ -266,6 +279,11 @@ final class EmbeddedPublicConnection {
 
     /// Whether the connection is still open.
     var isOpen: Bool { channel.isActive }
+
+    /// Every response counted so far, whatever its labels.
+    var countedResponses: Int {
+        (0..<RequestTally.slotCount).reduce(0) { $0 + tally.count(inSlot: $1) }
+    }
 
     /// The client sends `text`, as one read.
     func send(_ text: String) throws {
