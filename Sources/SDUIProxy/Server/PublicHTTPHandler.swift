@@ -35,15 +35,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case collectWrite(QueuedWriteResponder.Write, limit: Int)
     }
 
-    /// What the current response has written, for its framing and its accounting.
-    private struct ResponseProgress {
-        var status = HTTPResponseStatus.ok
-        var cacheResult: CacheResult?
-        var framing = HTTP1ResponseEncoder.Framing.none
-        var bodyBytes = 0
-        var headWritten = false
-    }
-
     private let runtime: ProxyRuntime
     /// The context in force when the current request started; refreshed when a reload replaced it.
     private var proxy: ProxyContext {
@@ -65,13 +56,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var requestBody = RequestBody.none
     /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
     private var requestBodyBytes = 0
-    private var isHeadRequest = false
-    /// Counts and logs the current request when its response ends.
-    private var accounting: RequestAccounting?
-    private var response = ResponseProgress()
-    /// The loop's tally of responses, and its buffer for composing them.
-    private let requests: RequestTally
-    private let buffers: ResponseBufferRecycler
+    /// Encodes, counts and tracks the responses.
+    private var writer: HTTP1ResponseWriter
     /// Responses written while a read burst is handled are flushed once, when it ends.
     private var isHandlingRead = false
     private var needsFlush = false
@@ -98,8 +84,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.unretainedProxy = Unmanaged.passUnretained(proxyContext)
         self.cacheResponder = CacheResponder(configuration)
         self.maxBodyBytes = configuration.limits.maxBodyBytes
-        self.buffers = buffers
-        self.requests = requests
+        self.writer = HTTP1ResponseWriter(requests: requests, buffers: buffers)
         self.machine = ConnectionStateMachine(timeouts: Self.timeouts(configuration), now: .now())
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
@@ -223,11 +208,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             generation = runtime.generation
             proxy = runtime.context
         }
-        isHeadRequest = head.method == .HEAD
         // Reset here, not only at the end: the end of a request answered early is dropped, not handled.
         requestBodyBytes = 0
-        response = ResponseProgress()
-        accounting = withProxy { proxy in RequestAccounting(proxy: proxy, head: head, clientAddress: client.address) }
+        writer.startRequest(
+            isHead: head.method == .HEAD,
+            accounting: withProxy { proxy in RequestAccounting(proxy: proxy, head: head, clientAddress: client.address)
+            }
+        )
         switch withProxy({ proxy in proxy.router.route(head) }) {
         case .cache(let request):
             requestBody = .answerFromCache(request)
@@ -361,12 +348,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             requestBody = .none
             // A response already under way can only be cut short.
-            guard !response.headWritten else { return abort() }
-            if !headArrived {
-                // There is no request to answer for: `accounting` and the method are the one before's.
-                accounting = nil
-                isHeadRequest = false
-            }
+            guard !writer.headWritten else { return abort() }
+            // Without a head there is no request to answer for: what the writer knows is the one before's.
+            if !headArrived { writer.answerWithoutRequest() }
             write(error)
         case .closeAfterResponse:
             // The response under way ends the connection; a body still streaming to the backend cannot be
@@ -492,80 +476,49 @@ extension PublicHTTPHandler: ResponseSink {
         return peer
     }
 
-    var headWasWritten: Bool { response.headWritten }
+    var headWasWritten: Bool { writer.headWritten }
 
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
-        let status = presentation.notModified ? .notModified : entry.status
-        let sendsBody = !isHeadRequest && !presentation.notModified
-        let bodyBytes = sendsBody ? entry.bodyLength : 0
-        // Counted even when the client has gone: a slow answer is the one operators need to see.
-        account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
-        guard context != nil else { return }
-        let closes = machine.responseStarted()
-        var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 128 + bodyBytes)
-        let largeBody = HTTP1ResponseEncoder.writeStored(
-            entry,
-            presentation,
-            status: status,
-            sendsBody: sendsBody,
-            closesConnection: closes,
-            into: &buffer
-        )
-        send(buffer, then: largeBody)
+        // Encoded (and counted) even when the client has gone: a slow answer is the one operators need to see.
+        let closes = context == nil || machine.responseStarted()
+        let response = writer.stored(entry, presentation, closesConnection: closes)
+        send(response.composed, then: response.body)
     }
 
     func writeComposed(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, cacheResult: CacheResult?) {
-        let bodyBytes = isHeadRequest ? 0 : body.readableBytes
-        account(status: status, cacheResult: cacheResult, bytes: bodyBytes)
-        guard context != nil else { return }
-        let closes = machine.responseStarted()
-        // A small body is copied behind the head: one buffer, one write.
-        let copiesBody = bodyBytes <= CachedResponse.maximumExactBodyBytes
-        var buffer = buffers.buffer(minimumCapacity: 256 + (copiesBody ? bodyBytes : 0))
-        HTTP1ResponseEncoder.writeHead(
+        let closes = context == nil || machine.responseStarted()
+        let response = writer.composed(
             status: status,
             headers: headers,
-            framing: .contentLength,
-            closesConnection: closes,
-            into: &buffer
+            body: body,
+            cacheResult: cacheResult,
+            closesConnection: closes
         )
-        guard bodyBytes > 0, !copiesBody else {
-            if bodyBytes > 0 { buffer.writeImmutableBuffer(body) }
-            return send(buffer, then: nil)
-        }
-        send(buffer, then: body)
+        send(response.composed, then: response.body)
     }
 
     func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?) {
         guard let context else { return }
-        let closes = machine.responseStarted()
-        let framing = HTTP1ResponseEncoder.framing(status: status, headers: headers, isHead: isHeadRequest)
-        response.status = status
-        response.cacheResult = cacheResult
-        response.framing = framing
-        response.headWritten = true
-        var buffer = context.channel.allocator.buffer(capacity: 512)
-        HTTP1ResponseEncoder.writeHead(
+        let head = writer.streamedHead(
             status: status,
             headers: headers,
-            framing: framing,
-            closesConnection: closes,
-            into: &buffer
+            cacheResult: cacheResult,
+            closesConnection: machine.responseStarted(),
+            allocator: context.channel.allocator
         )
-        context.write(wrapOutboundOut(buffer), promise: nil)
+        context.write(wrapOutboundOut(head), promise: nil)
     }
 
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         guard let context else { return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
-        switch response.framing {
+        writer.countBodyPart(buffer)
+        switch writer.framing {
         case .none:
             return context.eventLoop.makeSucceededVoidFuture()
         case .contentLength:
-            response.bodyBytes += buffer.readableBytes
             return context.writeAndFlush(wrapOutboundOut(buffer))
         case .chunked:
             guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
-            response.bodyBytes += buffer.readableBytes
             let allocator = context.channel.allocator
             context.write(
                 wrapOutboundOut(HTTP1ResponseEncoder.chunkPrefix(count: buffer.readableBytes, allocator: allocator)),
@@ -577,29 +530,17 @@ extension PublicHTTPHandler: ResponseSink {
     }
 
     func writeEnd() {
-        account(status: response.status, cacheResult: response.cacheResult, bytes: response.bodyBytes)
-        guard let context else { return }
-        let last =
-            response.framing == .chunked
-            ? HTTP1ResponseEncoder.lastChunk : context.channel.allocator.buffer(capacity: 0)
-        response = ResponseProgress()
+        let last = writer.streamedEnd(allocator: context?.channel.allocator ?? ByteBufferAllocator())
         finish(with: last)
     }
 
     func abort() {
-        response = ResponseProgress()
+        writer.abandon()
         context?.close(promise: nil)
     }
 
-    private func account(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int) {
-        accounting?.record(status: status, cacheResult: cacheResult, bytes: bytes, in: requests)
-        accounting = nil
-    }
-
-    /// Writes a response composed in the loop's buffer, and `body` behind it when it was not copied in; the
-    /// buffer goes back to the loop for its next response.
+    /// Writes a composed response, and `body` behind it when it was not copied in.
     private func send(_ composed: ByteBuffer, then body: ByteBuffer?) {
-        buffers.recycle(composed)
         guard let body else { return finish(with: composed) }
         context?.write(wrapOutboundOut(composed), promise: nil)
         finish(with: body)

@@ -1,0 +1,144 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// The response side of one HTTP/1.1 connection, without the channel: it encodes each response with
+/// ``HTTP1ResponseEncoder`` (whole responses into the loop's buffer), counts and logs each response once, and keeps
+/// what a streamed response has written so far. The connection tells it whether a response closes the connection
+/// and writes what it returns.
+struct HTTP1ResponseWriter {
+    /// What the current streamed response has written.
+    private struct Progress {
+        var status = HTTPResponseStatus.ok
+        var cacheResult: CacheResult?
+        var framing = HTTP1ResponseEncoder.Framing.none
+        var bodyBytes = 0
+        var headWritten = false
+    }
+
+    /// The loop's tally of responses, and its buffer for composing them.
+    private let requests: RequestTally
+    private let buffers: ResponseBufferRecycler
+    /// The request being answered is HEAD: no body goes out.
+    private var isHeadRequest = false
+    /// Counts and logs the current request when its response ends; nil once recorded.
+    private var accounting: RequestAccounting?
+    private var progress = Progress()
+
+    init(requests: RequestTally, buffers: ResponseBufferRecycler) {
+        self.requests = requests
+        self.buffers = buffers
+    }
+
+    /// Whether the current response's head has been written.
+    var headWritten: Bool { progress.headWritten }
+
+    /// How the current response's body parts are framed.
+    var framing: HTTP1ResponseEncoder.Framing { progress.framing }
+
+    /// A request is to be answered.
+    mutating func startRequest(isHead: Bool, accounting: RequestAccounting?) {
+        isHeadRequest = isHead
+        self.accounting = accounting
+        progress = Progress()
+    }
+
+    /// The next answer is for no request (a 400 or 408 before a head arrived): nothing of the one before applies.
+    mutating func answerWithoutRequest() {
+        isHeadRequest = false
+        accounting = nil
+        progress = Progress()
+    }
+
+    /// A stored entry's response: the composed bytes, and the stored body behind them when it was not copied in.
+    mutating func stored(
+        _ entry: CachedResponse,
+        _ presentation: EntryPresentation,
+        closesConnection: Bool
+    ) -> (composed: ByteBuffer, body: ByteBuffer?) {
+        let status = presentation.notModified ? .notModified : entry.status
+        let sendsBody = !isHeadRequest && !presentation.notModified
+        let bodyBytes = sendsBody ? entry.bodyLength : 0
+        account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
+        var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 128 + bodyBytes)
+        let largeBody = HTTP1ResponseEncoder.writeStored(
+            entry,
+            presentation,
+            status: status,
+            sendsBody: sendsBody,
+            closesConnection: closesConnection,
+            into: &buffer
+        )
+        buffers.recycle(buffer)
+        return (buffer, largeBody)
+    }
+
+    /// A response the proxy composed: head and, when small, the body in one buffer; a larger body behind it.
+    mutating func composed(
+        status: HTTPResponseStatus,
+        headers: HTTPHeaders,
+        body: ByteBuffer,
+        cacheResult: CacheResult?,
+        closesConnection: Bool
+    ) -> (composed: ByteBuffer, body: ByteBuffer?) {
+        let bodyBytes = isHeadRequest ? 0 : body.readableBytes
+        account(status: status, cacheResult: cacheResult, bytes: bodyBytes)
+        // A small body is copied behind the head: one buffer, one write.
+        let copiesBody = bodyBytes <= CachedResponse.maximumExactBodyBytes
+        var buffer = buffers.buffer(minimumCapacity: 256 + (copiesBody ? bodyBytes : 0))
+        HTTP1ResponseEncoder.writeHead(
+            status: status,
+            headers: headers,
+            framing: .contentLength,
+            closesConnection: closesConnection,
+            into: &buffer
+        )
+        if copiesBody, bodyBytes > 0 { buffer.writeImmutableBuffer(body) }
+        buffers.recycle(buffer)
+        return (buffer, copiesBody || bodyBytes == 0 ? nil : body)
+    }
+
+    /// The head of a streamed response; its framing follows from the status, the headers and the method.
+    mutating func streamedHead(
+        status: HTTPResponseStatus,
+        headers: HTTPHeaders,
+        cacheResult: CacheResult?,
+        closesConnection: Bool,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
+        let framing = HTTP1ResponseEncoder.framing(status: status, headers: headers, isHead: isHeadRequest)
+        progress = Progress(status: status, cacheResult: cacheResult, framing: framing, headWritten: true)
+        var buffer = allocator.buffer(capacity: 512)
+        HTTP1ResponseEncoder.writeHead(
+            status: status,
+            headers: headers,
+            framing: framing,
+            closesConnection: closesConnection,
+            into: &buffer
+        )
+        return buffer
+    }
+
+    /// Counts a body part of the streamed response, which goes out as its framing says.
+    mutating func countBodyPart(_ buffer: ByteBuffer) {
+        if progress.framing != .none { progress.bodyBytes += buffer.readableBytes }
+    }
+
+    /// The last bytes of the streamed response (the last chunk, or nothing), which is counted and logged.
+    mutating func streamedEnd(allocator: ByteBufferAllocator) -> ByteBuffer {
+        account(status: progress.status, cacheResult: progress.cacheResult, bytes: progress.bodyBytes)
+        let last = progress.framing == .chunked ? HTTP1ResponseEncoder.lastChunk : allocator.buffer(capacity: 0)
+        progress = Progress()
+        return last
+    }
+
+    /// The streamed response was cut short.
+    mutating func abandon() {
+        progress = Progress()
+    }
+
+    private mutating func account(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int) {
+        accounting?.record(status: status, cacheResult: cacheResult, bytes: bytes, in: requests)
+        accounting = nil
+    }
+}
