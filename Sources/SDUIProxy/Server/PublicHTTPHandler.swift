@@ -21,18 +21,19 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    /// What becomes of the current request's body, and who answers it when its end arrives.
+    /// What becomes of the current request's body, and who answers it when its end arrives. The large payloads
+    /// are boxed, so that the cache path's value stays a reference and a tag.
     private enum RequestBody {
         /// Nothing more to do: the request has been answered, or is being answered.
         case none
         /// Dropped; the cache responder answers at the end.
         case answerFromCache(CacheRequest)
         /// Dropped; the error answers at the end.
-        case refuse(ProxyError)
+        indirect case refuse(ProxyError)
         /// Streamed to the backend (nil when the request has no body); the pass-through responder answers.
         case forward(RequestBodyStream?)
         /// Held whole, up to `limit`, for the queued write responder at the end.
-        case collectWrite(QueuedWriteResponder.Write, limit: Int)
+        indirect case collectWrite(QueuedWriteResponder.Write, limit: Int)
     }
 
     private let runtime: ProxyRuntime

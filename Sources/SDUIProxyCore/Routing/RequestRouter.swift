@@ -6,19 +6,25 @@ import NIOHTTP1
 /// The connection handlers route every request through it, and the prefetcher routes the requests it makes on a
 /// client's behalf through ``cacheRequest(target:platform:headers:)``, so both key and fill an entry alike.
 public struct RequestRouter: Sendable {
-    /// Where a request goes.
+    /// Where a request goes. The cases other than the cache path's are boxed: a route is returned and moved on
+    /// every request, and their payloads would make the cache path's copies several times larger.
     public enum Route: Sendable {
         /// GET or HEAD through the cache.
         case cache(CacheRequest)
         /// Forwarded to the backend with both bodies streamed. `cacheResult` is `bypass` on a route that
         /// bypasses the cache, nil for methods the cache does not take.
-        case forward(target: RequestTarget, platform: String, cacheResult: CacheResult?)
+        indirect case forward(target: RequestTarget, platform: String, cacheResult: CacheResult?)
         /// A write on a queued route: its body is held whole (up to `maxBodyBytes`) so it can be stored durably
         /// when the backend cannot take it now.
-        case queuedWrite(target: RequestTarget, platform: String, route: QueueConfiguration.Route, maxBodyBytes: Int)
+        indirect case queuedWrite(
+            target: RequestTarget,
+            platform: String,
+            route: QueueConfiguration.Route,
+            maxBodyBytes: Int
+        )
         /// Refused with `error`; when `closeConnection`, at once and the connection closes, since what follows
         /// cannot be trusted to be a request; otherwise once the request has been read.
-        case refuse(ProxyError, closeConnection: Bool)
+        indirect case refuse(ProxyError, closeConnection: Bool)
     }
 
     private let limits: ProxyConfiguration.Limits
