@@ -98,6 +98,8 @@ public final class ComponentFetcher: Sendable {
     /// was made for, held here so that a miss reads no shared state to find it.
     let prefetchPlanner: PrefetchPlanner
     private let maxResponseBytes: Int
+    /// `upstream.maxBufferedBytes`: what all fills' bodies may hold at once; nil for no limit but each body's.
+    let bufferBudget: ByteBudget?
     /// The platform header (lower case), which every cache key accounts for: a `Vary` on it needs no variant
     /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
     private let platformHeader: String
@@ -135,6 +137,7 @@ public final class ComponentFetcher: Sendable {
         cache: ResponseCache,
         client: any NetworkClient,
         maxResponseBytes: Int,
+        bufferBudget: ByteBudget? = nil,
         platformHeader: String,
         tagHeader: String,
         computesContentHash: Bool = true,
@@ -148,6 +151,7 @@ public final class ComponentFetcher: Sendable {
         self.cache = cache
         self.client = client
         self.maxResponseBytes = maxResponseBytes
+        self.bufferBudget = bufferBudget
         self.platformHeader = platformHeader.lowercased()
         self.tagHeader = tagHeader.lowercased()
         self.computesContentHash = computesContentHash
@@ -257,7 +261,12 @@ public final class ComponentFetcher: Sendable {
         )
         // `ComponentFetcher`, not `Self`: naming `Self` captures the dynamic type too, and the closure then needs
         // a context of its own.
-        client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop) { result in
+        guard let bufferBudget else {
+            return client.fetch(upstream, maxBodyBytes: maxResponseBytes, on: eventLoop) { result in
+                ComponentFetcher.exchangeEnded(result, of: request)
+            }
+        }
+        client.fetch(upstream, maxBodyBytes: maxResponseBytes, budget: bufferBudget, on: eventLoop) { result in
             ComponentFetcher.exchangeEnded(result, of: request)
         }
     }

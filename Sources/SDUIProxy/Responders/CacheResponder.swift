@@ -74,6 +74,9 @@ struct CacheResponder {
             let proxyError =
                 error as? ProxyError
                 ?? ProxyError(.internalError, "the fetch failed inside the proxy", detail: "\(error)")
+            if proxyError.kind == .upstreamTooLarge {
+                return stream(request, because: proxyError, proxy: proxy, sink: sink)
+            }
             // An invalid component was logged by the fetcher that found it.
             if proxyError.kind != .decoding {
                 proxy.fetcher.failureLog.log(
@@ -86,6 +89,33 @@ struct CacheResponder {
             }
             sink.write(proxyError, cacheResult: .miss)
         }
+    }
+
+    /// Answers a request whose response is too large to hold for the cache (over `upstream.maxResponseBytes`, or
+    /// past what all fills may buffer at once, `upstream.maxBufferedBytes`): it is forwarded and its answer
+    /// streamed to the client as it comes, not stored, so memory stays bounded whatever the backend sends.
+    private func stream(
+        _ request: CacheRequest,
+        because reason: ProxyError,
+        proxy: ProxyContext,
+        sink: any ResponseSink
+    ) {
+        proxy.fetcher.failureLog.log(
+            level: .info,
+            "miss too large to buffer, streamed and not stored",
+            key: request.key.target,
+            kind: "streamed",
+            metadata: ["key": "\(request.key)", "reason": "\(reason.message)"]
+        )
+        PassThroughResponder().respond(
+            to: request.head,
+            target: request.target,
+            platform: request.platform,
+            cacheResult: .bypass,
+            body: nil,
+            proxy: proxy,
+            sink: sink
+        )
     }
 
     /// The fetch that fills the request's entry, with the client's forwarding details.

@@ -63,6 +63,7 @@ public final class ProxyContext: Sendable {
         configuration: ProxyConfiguration,
         cache: ResponseCache,
         coalescer: RequestCoalescer<CacheKey, ComponentFetcher.Outcome>?,
+        bufferBudget: ByteBudget? = nil,
         client reusedClient: (any NetworkClient)?,
         writeQueue: WriteQueue?,
         metrics: ProxyMetrics,
@@ -99,6 +100,8 @@ public final class ProxyContext: Sendable {
             cache: cache,
             client: client,
             maxResponseBytes: configuration.upstream.maxResponseBytes,
+            bufferBudget: bufferBudget?.limit == configuration.upstream.maxBufferedBytes
+                ? bufferBudget : ByteBudget(limit: configuration.upstream.maxBufferedBytes),
             platformHeader: configuration.platform.header,
             tagHeader: configuration.cache.tagHeader,
             computesContentHash: configuration.compat.beagleHash,

@@ -475,6 +475,8 @@ public final class ProxyServer: Sendable {
             configuration: configuration,
             cache: old.cache,
             coalescer: old.fetcher.coalescer,
+            // Kept when its limit stays, so the fills in flight across the reload count against one budget.
+            bufferBudget: old.fetcher.bufferBudget,
             client: upstreamChanged ? nil : old.client,
             writeQueue: old.writeQueue,
             metrics: old.metrics,

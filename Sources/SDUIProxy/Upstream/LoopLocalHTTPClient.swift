@@ -65,6 +65,28 @@ public final class LoopLocalHTTPClient: NetworkClient {
         on eventLoop: any EventLoop,
         completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
     ) {
+        fetch(request, maxBodyBytes: maxBodyBytes, budget: nil, on: eventLoop, completion: completion)
+    }
+
+    /// The connection takes the body's bytes from `budget` as it learns them (all at once when the head gives the
+    /// length) and gives them back when the exchange ends.
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        budget: ByteBudget,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
+        fetch(request, maxBodyBytes: maxBodyBytes, budget: .some(budget), on: eventLoop, completion: completion)
+    }
+
+    private func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        budget: ByteBudget?,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
         let pool = self.pool(for: eventLoop)
         let deadline = NIODeadline.now() + timeout
         // The backend's `Host` is written by the encoder: a GET's headers go out as they are, uncopied.
@@ -90,6 +112,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             request: encoded,
             isHEAD: request.method == .HEAD,
             maxBodyBytes: maxBodyBytes,
+            budget: budget,
             deadline: deadline
         )
         if eventLoop.inEventLoop {
@@ -151,6 +174,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
         var request: ByteBuffer
         var isHEAD: Bool
         var maxBodyBytes: Int
+        /// What the body's bytes are taken from while they are held (cache fills); nil for none.
+        var budget: ByteBudget?
         var deadline: NIODeadline
     }
 }

@@ -75,6 +75,18 @@ public protocol NetworkClient: Sendable {
         completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
     )
 
+    /// ``fetch(_:maxBodyBytes:on:completion:)`` for a cache fill: the body's bytes are taken from `budget` while
+    /// they are held, and a response they would not fit in fails with ``ProxyError`` kind `upstreamTooLarge`,
+    /// as one over `maxBodyBytes` does, so the caller streams it instead. The default holds the body without a
+    /// budget.
+    func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        budget: ByteBudget,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    )
+
     /// Sends `request` with a body streamed from `body` (nil for none), and streams the response into `sink`.
     /// The future completes after ``ForwardedResponseSink/receiveEnd()``, or fails with a ``ProxyError``;
     /// when it fails after the head was delivered, the client's response is cut short.
@@ -97,5 +109,15 @@ extension NetworkClient {
         completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
     ) {
         fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop).hop(to: eventLoop).whenComplete(completion)
+    }
+
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        budget: ByteBudget,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
+        fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop, completion: completion)
     }
 }

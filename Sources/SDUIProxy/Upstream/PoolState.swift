@@ -227,6 +227,11 @@ final class PoolState: @unchecked Sendable {
             case .timedOut: return ProxyError(.timeout, "the backend did not answer in time")
             case .tooLarge(let limit):
                 return ProxyError(.upstreamTooLarge, "the backend's response is larger than \(limit) bytes")
+            case .overBudget(let limit):
+                return ProxyError(
+                    .upstreamTooLarge,
+                    "cache fills already hold what upstream.maxBufferedBytes allows (\(limit) bytes)"
+                )
             case .closedBeforeResponse, .closedDuringResponse:
                 return ProxyError(.network, "the backend closed the connection")
             case .busy: return ProxyError(.internalError, "an upstream connection was used twice")

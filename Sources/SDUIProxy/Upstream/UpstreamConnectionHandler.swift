@@ -18,6 +18,8 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         case closedDuringResponse
         case timedOut
         case tooLarge(Int)
+        /// The body would not fit in the exchange's byte budget (its limit).
+        case overBudget(Int)
         case busy
         case malformed(HTTPParseFailure)
     }
@@ -37,6 +39,8 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         var length: Int?
         var body: ByteBuffer?
         var keepAlive = true
+        /// The bytes taken from the exchange's budget, given back when it ends.
+        var reserved = 0
     }
 
     /// The largest body taken as the read buffer's own slice when it arrives whole in one read (see
@@ -96,6 +100,9 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     }
 
     private func end(_ inFlight: Current, with result: Result<UpstreamResponse, any Error>) {
+        // The body is the caller's from here on; the fetcher stores it (under cache.maxBytes) or passes it on
+        // within the same turn of the loop.
+        inFlight.exchange.budget?.release(inFlight.reserved)
         pool.exchangeEnded(
             result,
             on: self,
@@ -139,6 +146,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             if let length, length > maxBodyBytes {
                 return fail(with: .tooLarge(maxBodyBytes), closing: true)
             }
+            if let length, length > 0, !reserve(length) { return }
             current?.head = head
             current?.keepAlive = keepAlive
             current?.length = length
@@ -162,6 +170,8 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             guard size <= maxBodyBytes else {
                 return fail(with: .tooLarge(maxBodyBytes), closing: true)
             }
+            // Without a length the body is taken from the budget as it grows.
+            if current?.length == nil, !reserve(part.readableBytes) { return }
             current?.body?.writeBuffer(&part)
         case .end:
             guard let inFlight = current.take() else { return }
@@ -208,6 +218,18 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             end(inFlight, with: .failure(unanswered ? Failure.closedBeforeResponse : error))
         }
         context.close(promise: nil)
+    }
+
+    /// Takes `count` bytes from the exchange's budget; when they do not fit, the exchange fails and its
+    /// connection closes, since the rest of the body will not be read.
+    private func reserve(_ count: Int) -> Bool {
+        guard let budget = current?.exchange.budget else { return true }
+        guard budget.reserve(count) else {
+            fail(with: .overBudget(budget.limit), closing: true)
+            return false
+        }
+        current?.reserved += count
+        return true
     }
 
     private func fail(with failure: Failure, closing: Bool) {

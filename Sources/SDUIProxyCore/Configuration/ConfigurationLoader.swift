@@ -150,7 +150,9 @@ public struct ConfigurationLoader: Sendable {
     private static func upstream(
         _ section: ConfigurationSection
     ) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
-        try section.rejectUnknownKeys(["url", "timeout", "connectTimeout", "maxConnections", "maxResponseBytes"])
+        try section.rejectUnknownKeys([
+            "url", "timeout", "connectTimeout", "maxConnections", "maxResponseBytes", "maxBufferedBytes",
+        ])
         var upstream = ProxyConfiguration.Upstream()
         upstream.url = try section.string("url", default: upstream.url)
         try checkUpstreamURL(upstream.url, key: section.keyPath("url"))
@@ -164,6 +166,17 @@ public struct ConfigurationLoader: Sendable {
             default: upstream.maxResponseBytes,
             minimum: 1
         )
+        upstream.maxBufferedBytes = try section.byteSize(
+            "maxBufferedBytes",
+            default: max(upstream.maxBufferedBytes, upstream.maxResponseBytes),
+            minimum: 1
+        )
+        guard upstream.maxBufferedBytes >= upstream.maxResponseBytes else {
+            throw section.fail(
+                "maxBufferedBytes",
+                "must be at least upstream.maxResponseBytes (\(upstream.maxResponseBytes) bytes), or no response that size could be stored"
+            )
+        }
         return upstream
     }
 

@@ -31,6 +31,7 @@ public enum ConfigurationPrinter {
         out.pair(1, "connectTimeout", duration(config.upstream.connectTimeout))
         out.pair(1, "maxConnections", "\(config.upstream.maxConnections)")
         out.pair(1, "maxResponseBytes", size(config.upstream.maxResponseBytes))
+        out.pair(1, "maxBufferedBytes", size(config.upstream.maxBufferedBytes))
 
         out.line("platform:")
         out.pair(1, "header", scalar(config.platform.header))

@@ -57,8 +57,12 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var timeout: Duration = .seconds(5)
         /// Connections kept per event loop to the backend.
         public var maxConnections = 64
-        /// The largest response body read into memory for a component request.
+        /// The largest response body read into memory for a component request; a larger one is streamed to the
+        /// client and not stored.
         public var maxResponseBytes = 8 << 20
+        /// The most response body bytes all cache fills together hold in memory at once; a fill that would go past
+        /// it is streamed to its client instead, and not stored. At least `maxResponseBytes`.
+        public var maxBufferedBytes = 64 << 20
 
         public init() {}
     }

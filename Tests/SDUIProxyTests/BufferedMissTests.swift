@@ -1,0 +1,68 @@
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// Misses are held whole in memory to be validated and stored; `upstream.maxResponseBytes` bounds each, and
+/// `upstream.maxBufferedBytes` all of them together. Past either, a client's GET is streamed, not stored.
+@Suite("Bounded memory on the miss path")
+struct BufferedMissTests {
+    static let big = String(repeating: "0123456789abcdef", count: 20_000)  // 320,000 bytes
+
+    static func origin(_ request: TestOrigin.Request) -> TestOrigin.Response {
+        var response = TestOrigin.Response(headers: [("Content-Type", "text/plain"), ("Cache-Control", "max-age=60")])
+        response.body = request.uri.hasPrefix("/big") ? big : "small"
+        response.chunked = request.uri.hasSuffix("chunked")
+        return response
+    }
+
+    @Test(
+        "a response over upstream.maxResponseBytes reaches the client whole, streamed, and is not stored",
+        arguments: ["/big/sized", "/big/chunked"]
+    )
+    func overMaxResponseBytes(path: String) async throws {
+        try await ProxyHarness.run(origin: Self.origin, configure: { $0.upstream.maxResponseBytes = 64 << 10 }) {
+            proxy async throws in
+            for _ in 0..<2 {
+                let reply = try await proxy.get(path)
+                #expect(reply.status == .ok)
+                #expect(reply.body == Self.big)
+                #expect(reply.headers.first(name: "X-Cache") == "BYPASS")
+            }
+            // Each time the fill gave up at the limit and the answer was forwarded; nothing was stored.
+            #expect(proxy.origin.requests(to: path).count == 4)
+            #expect(proxy.server.context.fetcher.bufferBudget?.inUse == 0)
+            // A response within the limits is stored as ever.
+            #expect(try await proxy.get("/small").headers.first(name: "X-Cache") == "MISS")
+            #expect(try await proxy.get("/small").headers.first(name: "X-Cache") == "HIT")
+        }
+    }
+
+    @Test("a miss that would take the fills past upstream.maxBufferedBytes is streamed, not stored")
+    func overMaxBufferedBytes() async throws {
+        try await ProxyHarness.run(
+            origin: Self.origin,
+            configure: {
+                $0.upstream.maxResponseBytes = 512 << 10
+                $0.upstream.maxBufferedBytes = 512 << 10
+            }
+        ) { proxy async throws in
+            let budget = try #require(proxy.server.context.fetcher.bufferBudget)
+            #expect(budget.limit == 512 << 10)
+            // Other fills hold all but 100 KiB: the 320,000-byte answer does not fit, and streams.
+            #expect(budget.reserve(budget.limit - (100 << 10)))
+            let streamed = try await proxy.get("/big/sized")
+            #expect(streamed.status == .ok)
+            #expect(streamed.body == Self.big)
+            #expect(streamed.headers.first(name: "X-Cache") == "BYPASS")
+            // Room again: the same answer is held, stored, and then a hit.
+            budget.release(budget.limit - (100 << 10))
+            #expect(try await proxy.get("/big/sized").headers.first(name: "X-Cache") == "MISS")
+            let hit = try await proxy.get("/big/sized")
+            #expect(hit.headers.first(name: "X-Cache") == "HIT")
+            #expect(hit.body == Self.big)
+            #expect(budget.inUse == 0)
+        }
+    }
+}
