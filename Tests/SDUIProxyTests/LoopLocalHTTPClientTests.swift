@@ -131,66 +131,6 @@ struct LoopLocalHTTPClientTests {
         try await origin.stop()
     }
 
-    /// A fetch for a cache fill, its body taken from `budget`.
-    static func fill(
-        _ client: LoopLocalHTTPClient,
-        _ target: String,
-        budget: ByteBudget,
-        loop: any EventLoop
-    )
-        async throws -> UpstreamResponse
-    {
-        let promise = loop.makePromise(of: UpstreamResponse.self)
-        client.fetch(
-            UpstreamRequest(method: .GET, target: target, headers: [:]),
-            maxBodyBytes: 1 << 20,
-            budget: budget,
-            on: loop,
-            completion: promise.completeWith
-        )
-        return try await promise.futureResult.get()
-    }
-
-    @Test("a fill takes its body from the byte budget while it holds it, and one that does not fit fails")
-    func bufferBudget() async throws {
-        let origin = try await TestOrigin { request in
-            var response = TestOrigin.Response(headers: [("Content-Type", "text/plain")])
-            response.body = String(repeating: "b", count: 600)
-            response.chunked = request.uri == "/chunked"
-            return response
-        }
-        let client = try Self.client(for: origin)
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        let budget = ByteBudget(limit: 1000)
-        try await Self.shuttingDown(client) {
-            // Room for it: fetched whole, and every byte given back once the exchange has ended.
-            let whole = try await Self.fill(client, "/sized", budget: budget, loop: loop)
-            #expect(whole.body.readableBytes == 600)
-            #expect(budget.inUse == 0)
-            // Other fills hold 500 bytes: a declared 600 does not fit, nor a chunked body that grows past the rest.
-            #expect(budget.reserve(500))
-            let overBudget = ProxyError(
-                .upstreamTooLarge,
-                "cache fills already hold what upstream.maxBufferedBytes allows (1000 bytes)"
-            )
-            await #expect(throws: overBudget) { _ = try await Self.fill(client, "/sized", budget: budget, loop: loop) }
-            await #expect(throws: overBudget) {
-                _ = try await Self.fill(client, "/chunked", budget: budget, loop: loop)
-            }
-            #expect(budget.inUse == 500, "a failed fill gives back what it took")
-            budget.release(500)
-            let chunked = try await Self.fill(client, "/chunked", budget: budget, loop: loop)
-            #expect(chunked.body.readableBytes == 600)
-            #expect(budget.inUse == 0)
-            // Exchanges that are not fills (queue deliveries, forwards) take nothing from any budget.
-            #expect(budget.reserve(1000))
-            let unbudgeted = try await Self.get(client, "/sized", loop: loop)
-            #expect(unbudgeted.body.readableBytes == 600)
-            budget.release(1000)
-        }
-        try await origin.stop()
-    }
-
     @Test("failures map onto the error model: too large, timeout, unreachable")
     func failures() async throws {
         let origin = try await TestOrigin { request in

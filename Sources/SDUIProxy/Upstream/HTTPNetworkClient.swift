@@ -50,19 +50,56 @@ public final class HTTPNetworkClient: NetworkClient {
         maxBodyBytes: Int,
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<UpstreamResponse> {
+        fetch(request, maxBodyBytes: maxBodyBytes, budget: nil, on: eventLoop)
+    }
+
+    /// The body's bytes are taken from `budget` while the response is read (``BudgetedResponseAccumulator``).
+    public func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        budget: ByteBudget,
+        on eventLoop: any EventLoop,
+        completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
+    ) {
+        fetch(request, maxBodyBytes: maxBodyBytes, budget: .some(budget), on: eventLoop).hop(to: eventLoop)
+            .whenComplete(completion)
+    }
+
+    private func fetch(
+        _ request: UpstreamRequest,
+        maxBodyBytes: Int,
+        budget: ByteBudget?,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<UpstreamResponse> {
         let clientRequest: HTTPClient.Request
         do {
             clientRequest = try makeRequest(request, body: request.body.map { .byteBuffer($0) })
         } catch {
             return eventLoop.makeFailedFuture(error)
         }
-        let accumulator = ResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes)
-        return client.execute(
-            request: clientRequest,
-            delegate: accumulator,
-            eventLoop: .delegate(on: eventLoop),
-            deadline: .now() + timeout
-        ).futureResult.flatMapErrorThrowing { error in
+        let response: EventLoopFuture<HTTPClient.Response>
+        if let budget {
+            response =
+                client.execute(
+                    request: clientRequest,
+                    delegate: BudgetedResponseAccumulator(
+                        request: clientRequest,
+                        maxBodySize: maxBodyBytes,
+                        budget: budget
+                    ),
+                    eventLoop: .delegate(on: eventLoop),
+                    deadline: .now() + timeout
+                ).futureResult
+        } else {
+            response =
+                client.execute(
+                    request: clientRequest,
+                    delegate: ResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes),
+                    eventLoop: .delegate(on: eventLoop),
+                    deadline: .now() + timeout
+                ).futureResult
+        }
+        return response.flatMapErrorThrowing { error in
             throw Self.proxyError(for: error, maxBodyBytes: maxBodyBytes)
         }.map { response in
             UpstreamResponse(
@@ -125,6 +162,12 @@ public final class HTTPNetworkClient: NetworkClient {
         if let error = error as? ProxyError { return error }
         if error is ResponseAccumulator.ResponseTooBigError {
             return ProxyError(.upstreamTooLarge, "the backend's response is larger than \(maxBodyBytes ?? 0) bytes")
+        }
+        if let error = error as? BudgetedResponseAccumulator.OverBudget {
+            return ProxyError(
+                .upstreamTooLarge,
+                "cache fills already hold what upstream.maxBufferedBytes allows (\(error.limit) bytes)"
+            )
         }
         if let error = error as? HTTPClientError {
             switch error {
