@@ -47,13 +47,16 @@ struct ConnectionStateMachineTests {
     func requestDeadlineFromFirstByte() {
         var machine = Machine(timeouts: Self.timeouts, now: Self.start)
         let firstByte = Self.start + .seconds(5)
-        machine.bytesReceived(now: firstByte)
+        #expect(
+            machine.bytesArrived(atRequestStart: true, now: firstByte) == .handleWithDeadline(firstByte + .seconds(10))
+        )
         #expect(machine.deadline == .init(kind: .request, at: firstByte + .seconds(10)))
         #expect(!machine.isIdle)
         // More bytes of the same head do not move it.
-        machine.bytesReceived(now: firstByte + .seconds(3))
+        #expect(machine.bytesArrived(atRequestStart: false, now: firstByte + .seconds(3)) == .handle)
         #expect(machine.deadline?.at == firstByte + .seconds(10))
         #expect(machine.timerFired(now: firstByte + .seconds(10)) == .requestTimedOut(headArrived: false))
+        #expect(machine.bytesArrived(atRequestStart: false, now: firstByte) == .ignore, "nothing more is read")
         // The 408 is the connection's last response.
         #expect(machine.responseStarted() == true)
         #expect(machine.responseEnded(now: firstByte + .seconds(10)) == .close)
@@ -81,7 +84,7 @@ struct ConnectionStateMachineTests {
         #expect(machine.timerFired(now: Self.start + .seconds(3600)) == .none)
         #expect(machine.responseStarted() == false)
         let end = Self.start + .seconds(20)
-        #expect(machine.responseEnded(now: end) == .keepOpen(handleHeldBack: false))
+        #expect(machine.responseEnded(now: end) == .waitForRequest)
         #expect(machine.deadline == .init(kind: .idle, at: end + .seconds(60)))
         #expect(machine.isIdle)
     }
@@ -107,7 +110,7 @@ struct ConnectionStateMachineTests {
         #expect(machine.nextHeldBackPart(now: Self.start) == nil, "nothing is handed over before the answer ends")
 
         #expect(machine.responseStarted() == false)
-        #expect(machine.responseEnded(now: Self.start) == .keepOpen(handleHeldBack: true))
+        #expect(machine.responseEnded(now: Self.start) == .handleHeldBack)
         #expect(Self.isHead(machine.nextHeldBackPart(now: Self.start)!, "/second"))
         #expect(machine.nextHeldBackPart(now: Self.start) == .handleEnd)
         #expect(machine.nextHeldBackPart(now: Self.start) == nil)
@@ -126,13 +129,13 @@ struct ConnectionStateMachineTests {
             #expect(machine.partReceived(part, now: Self.start) == .holdBack)
         }
         _ = machine.responseStarted()
-        #expect(machine.responseEnded(now: Self.start) == .keepOpen(handleHeldBack: true))
+        #expect(machine.responseEnded(now: Self.start) == .handleHeldBack)
         #expect(Self.isHead(machine.nextHeldBackPart(now: Self.start)!, "/2"))
         #expect(machine.nextHeldBackPart(now: Self.start) == .handleEnd)
         #expect(machine.nextHeldBackPart(now: Self.start) == nil, "/3 waits for /2's answer")
         #expect(machine.hasHeldBackParts)
         _ = machine.responseStarted()
-        #expect(machine.responseEnded(now: Self.start) == .keepOpen(handleHeldBack: true))
+        #expect(machine.responseEnded(now: Self.start) == .handleHeldBack)
         #expect(Self.isHead(machine.nextHeldBackPart(now: Self.start)!, "/3"))
     }
 
@@ -171,7 +174,7 @@ struct ConnectionStateMachineTests {
         var machine = Machine(timeouts: Self.timeouts, now: Self.start)
         _ = machine.partReceived(Self.head(method: .POST), now: Self.start)
         _ = machine.responseStarted()
-        #expect(machine.responseEnded(now: Self.start) == .keepOpen(handleHeldBack: false))
+        #expect(machine.responseEnded(now: Self.start) == .dropRestOfBody(readNow: false))
         #expect(machine.isReadingRequest)
         #expect(machine.partReceived(.body(ByteBuffer(string: "rest")), now: Self.start) == .drop)
         #expect(machine.partReceived(.end(nil), now: Self.start) == .drop)
@@ -318,12 +321,12 @@ struct ConnectionStateMachineTests {
                     switch machine.responseEnded(now: now) {
                     case .close:
                         closed = true
-                    case .keepOpen(let handleHeldBack):
-                        if handleHeldBack {
-                            while let action = machine.nextHeldBackPart(now: now) { perform(action) }
-                            if !machine.hasHeldBackParts {
-                                _ = machine.heldBackPartsHandled(requestStarted: requestOpen, now: now)
-                            }
+                    case .waitForRequest, .dropRestOfBody:
+                        break
+                    case .handleHeldBack:
+                        while let action = machine.nextHeldBackPart(now: now) { perform(action) }
+                        if !machine.hasHeldBackParts {
+                            _ = machine.heldBackPartsHandled(requestStarted: requestOpen, now: now)
                         }
                     }
                 }

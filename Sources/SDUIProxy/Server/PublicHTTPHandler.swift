@@ -135,11 +135,12 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: Inbound
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !machine.ignoresInput else { return }
         var bytes = unwrapInboundIn(data)
-        if machine.isIdle, parser.isBetweenRequests, unparsed == nil, bytes.readableBytes > 0 {
-            machine.bytesReceived(now: NIODeadline.now())
-            updateWakeUp()
+        let atRequestStart = parser.isBetweenRequests && unparsed == nil && bytes.readableBytes > 0
+        switch machine.bytesArrived(atRequestStart: atRequestStart, now: NIODeadline.now()) {
+        case .ignore: return
+        case .handle: break
+        case .handleWithDeadline(let deadline): wakeUp(before: deadline)
         }
         if var earlier = unparsed {
             unparsed = nil  // so that `earlier` is the only reference and grows in place
@@ -171,7 +172,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Starts the request deadline when the connection waits with part of a next request already in: bytes that
     /// came behind a response, or after one was answered in the same read.
     private func noteRequestInProgress(context: ChannelHandlerContext) {
-        guard machine.isIdle, !parser.isBetweenRequests || unparsed != nil else { return }
+        guard !parser.isBetweenRequests || unparsed != nil, machine.isIdle else { return }
         machine.bytesReceived(now: NIODeadline.now())
         updateWakeUp()
     }
@@ -371,6 +372,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// scheduled task is touched (and retained) only when it moves.
     private func updateWakeUp() {
         guard let at = machine.deadline?.at else { return }
+        wakeUp(before: at)
+    }
+
+    /// Moves the wake-up to `at` when it is later.
+    private func wakeUp(before at: NIODeadline) {
         if let wakeUpAt, wakeUpAt <= at { return }
         guard let context else { return }
         scheduledWakeUp?.cancel()
@@ -552,28 +558,29 @@ extension PublicHTTPHandler: ResponseSink {
     /// flushed with the burst; one that completes later (after an upstream exchange), at once.
     private func finish(with last: ByteBuffer) {
         guard let context else { return }
-        switch machine.responseEnded(now: NIODeadline.now()) {
+        let ended = machine.responseEnded(now: NIODeadline.now())
+        switch ended {
         case .close:
             let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()
             // The last write completes once everything before it is out, so a closing connection loses nothing.
             context.writeAndFlush(wrapOutboundOut(last)).assumeIsolated().whenComplete { _ in
                 context.closeAfterAnswer(lingering: lingering)
             }
-        case .keepOpen(let handleHeldBack):
+        case .waitForRequest, .handleHeldBack, .dropRestOfBody:
             if isHandlingRead {
                 context.write(wrapOutboundOut(last), promise: nil)
                 needsFlush = true
             } else {
                 context.writeAndFlush(wrapOutboundOut(last), promise: nil)
             }
-            if handleHeldBack {
+            switch ended {
+            case .handleHeldBack:
                 schedulePipelinedRequests()
-            } else if machine.isReadingRequest {
-                // Answered before its body was whole: the rest is read and dropped, and the body's taker, which
-                // may have paused reading, is let go.
+            case .dropRestOfBody(let readNow):
+                // Answered before its body was whole: the rest is read and dropped, and its taker let go.
                 requestBody = .none
-                if machine.bodyTakerReady() { context.read() }
-            } else {
+                if readNow { context.read() }
+            default:
                 noteRequestInProgress(context: context)
             }
             updateWakeUp()

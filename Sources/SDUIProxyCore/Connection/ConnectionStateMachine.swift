@@ -78,11 +78,26 @@ public struct ConnectionStateMachine: Sendable {
 
     /// What to do when a response has ended.
     public enum ResponseEndAction: Equatable {
-        /// The connection stays open. `handleHeldBack` when requests were pipelined behind this one: hand them
-        /// over (after the response's bytes, so answers stay in order).
-        case keepOpen(handleHeldBack: Bool)
+        /// The connection waits for its next request.
+        case waitForRequest
+        /// Requests were pipelined behind this one: hand them over (after the response's bytes, so answers stay
+        /// in order).
+        case handleHeldBack
+        /// The request was answered before its body had all arrived: the rest is read and dropped, and whatever
+        /// took the body is let go. `readNow` when reading, paused for that taker, resumes now.
+        case dropRestOfBody(readNow: Bool)
         /// The response was the last: close once it is written.
         case close
+    }
+
+    /// What to do with bytes that arrived.
+    public enum BytesAction: Equatable {
+        /// Nothing: the client's input is no longer handled.
+        case ignore
+        /// Parse them.
+        case handle
+        /// Parse them; they begin a request, whose deadline is now this one.
+        case handleWithDeadline(NIODeadline)
     }
 
     /// What a deadline that came due does.
@@ -153,9 +168,19 @@ public struct ConnectionStateMachine: Sendable {
 
     // MARK: Reading
 
-    /// Bytes arrived from the client. The request deadline runs from a request's first byte, not its parsed head:
-    /// a head sent slowly, or stopped half-way, gets its 408 in time. Bytes that wait behind a response are timed
-    /// when they are handled.
+    /// Bytes arrived from the client; `atRequestStart` when nothing of a request was pending before them. The
+    /// request deadline runs from a request's first byte, not its parsed head: a head sent slowly, or stopped
+    /// half-way, gets its 408 in time. Bytes that wait behind a response are timed when they are handled.
+    public mutating func bytesArrived(atRequestStart: Bool, now: @autoclosure () -> NIODeadline) -> BytesAction {
+        guard !ignoresInput else { return .ignore }
+        guard atRequestStart, phase == .waitingForRequest(started: false), heldBack.isEmpty else { return .handle }
+        phase = .waitingForRequest(started: true)
+        let at = now() + timeouts.request
+        deadline = Deadline(kind: .request, at: at)
+        return .handleWithDeadline(at)
+    }
+
+    /// Part of a request is in (held over from bytes that came behind a response): its deadline runs from now.
     public mutating func bytesReceived(now: NIODeadline) {
         guard !ignoresInput, phase == .waitingForRequest(started: false), heldBack.isEmpty else { return }
         phase = .waitingForRequest(started: true)
@@ -289,11 +314,13 @@ public struct ConnectionStateMachine: Sendable {
         switch phase {
         case .readingRequest:
             phase = .readingRequest(responseEnded: true)
-            return .keepOpen(handleHeldBack: false)
+            // Nothing takes the rest of the body: reading paused for its taker resumes.
+            bodyBackPressure = false
+            return .dropRestOfBody(readNow: resumeReadingIfPossible())
         case .responding:
             phase = .waitingForRequest(started: false)
             deadline = Deadline(kind: .idle, at: now + timeouts.idle)
-            return .keepOpen(handleHeldBack: !heldBack.isEmpty)
+            return heldBack.isEmpty ? .waitForRequest : .handleHeldBack
         case .waitingForRequest, .closed:
             // An answer without a request (a 408 before any head): the connection ends with it.
             phase = .closed
