@@ -1,3 +1,4 @@
+import Foundation
 import NIOHTTP1
 import SDUIProxyCore
 import Testing
@@ -27,7 +28,8 @@ struct BufferedMissTests {
             for _ in 0..<2 {
                 let reply = try await proxy.get(path)
                 #expect(reply.status == .ok)
-                #expect(reply.body == Self.big)
+                let replyWhole = reply.body == Self.big
+                #expect(replyWhole, "the whole body, \(reply.body.count) bytes of \(Self.big.count)")
                 #expect(reply.headers.first(name: "X-Cache") == "BYPASS")
             }
             // Each time the fill gave up at the limit and the answer was forwarded; nothing was stored.
@@ -36,6 +38,26 @@ struct BufferedMissTests {
             // A response within the limits is stored as ever.
             #expect(try await proxy.get("/small").headers.first(name: "X-Cache") == "MISS")
             #expect(try await proxy.get("/small").headers.first(name: "X-Cache") == "HIT")
+        }
+    }
+
+    @Test("a directory backend's file over upstream.maxResponseBytes is refused, not read whole to stream it")
+    func directoryBackendRefuses() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sdui-big-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try Data(Self.big.utf8).write(to: directory.appendingPathComponent("big.txt"))
+        try await ProxyHarness.run(
+            origin: Self.origin,
+            configure: {
+                $0.upstream.url = "file:\(directory.path)"
+                $0.upstream.maxResponseBytes = 64 << 10
+            }
+        ) { proxy async throws in
+            let reply = try await proxy.get("/big.txt")
+            #expect(reply.status == .badGateway)
+            let refused = reply.body.contains(#""kind":"upstreamTooLarge""#)
+            #expect(refused, "the error model's upstreamTooLarge")
         }
     }
 
@@ -54,14 +76,16 @@ struct BufferedMissTests {
             #expect(budget.reserve(budget.limit - (100 << 10)))
             let streamed = try await proxy.get("/big/sized")
             #expect(streamed.status == .ok)
-            #expect(streamed.body == Self.big)
+            let streamedWhole = streamed.body == Self.big
+            #expect(streamedWhole, "the whole body, \(streamed.body.count) bytes of \(Self.big.count)")
             #expect(streamed.headers.first(name: "X-Cache") == "BYPASS")
             // Room again: the same answer is held, stored, and then a hit.
             budget.release(budget.limit - (100 << 10))
             #expect(try await proxy.get("/big/sized").headers.first(name: "X-Cache") == "MISS")
             let hit = try await proxy.get("/big/sized")
             #expect(hit.headers.first(name: "X-Cache") == "HIT")
-            #expect(hit.body == Self.big)
+            let hitWhole = hit.body == Self.big
+            #expect(hitWhole, "the whole body, \(hit.body.count) bytes of \(Self.big.count)")
             #expect(budget.inUse == 0)
         }
     }

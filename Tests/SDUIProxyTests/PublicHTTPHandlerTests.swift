@@ -431,6 +431,39 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    @Test("a whole upload the backend has not taken yet does not hold reading for the requests after it")
+    func wholeUploadDoesNotHoldReading() throws {
+        try EmbeddedPublicConnection.run { connection in
+            connection.backend.readsForwardedBodies = false
+            let chunk = String(repeating: "x", count: 64 * 1024)
+            try connection.send("POST /api/upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 327680\r\n\r\n")
+            for _ in 0..<5 { try connection.send(chunk) }
+            let forward = try #require(connection.backend.forwards.first)
+            forward.respond(status: .created, headers: ["Content-Length": "0"], body: "")
+            #expect(try #require(try connection.readResponse()).status == .created)
+            // The stream still holds what the backend never took; the connection reads on regardless.
+            let before = connection.reads.count
+            connection.channel.read()
+            #expect(connection.reads.count == before + 1)
+            try connection.send("GET /screens/next HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            #expect(connection.backend.fetches.count == 1)
+        }
+    }
+
+    @Test("a forwarded answer whose client left is counted with the backend's status")
+    func forwardCountedAfterTheClientLeft() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send("DELETE /api/orders/1 HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            let forward = try #require(connection.backend.forwards.first)
+            try connection.channel.close().wait()
+            connection.runLoop()
+            forward.respond(status: .notFound, headers: ["Content-Length": "0"], body: "")
+            connection.runLoop()
+            #expect(connection.countedResponses(statusClass: "4xx") == 1)
+            #expect(connection.countedResponses == 1)
+        }
+    }
+
     @Test("a declared body over limits.maxBodyBytes gets 413 and a close, and is not forwarded")
     func declaredBodyOverTheLimit() throws {
         try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in

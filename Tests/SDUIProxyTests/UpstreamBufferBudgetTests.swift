@@ -51,6 +51,12 @@ struct UpstreamBufferBudgetTests {
             var response = TestOrigin.Response(headers: [("Content-Type", "text/plain")])
             response.body = String(repeating: "b", count: 600)
             response.chunked = request.uri == "/chunked"
+            if request.uri == "/validated" {
+                // A 304 may declare the length of what it validates; it carries no body.
+                response.status = .notModified
+                response.body = ""
+                response.declaredLength = 600
+            }
             return response
         }
         let client = try Self.client(kind, for: origin)
@@ -81,6 +87,10 @@ struct UpstreamBufferBudgetTests {
                 on: MultiThreadedEventLoopGroup.singleton.next()
             ).get()
             #expect(unbudgeted.body.readableBytes == 600)
+            // A 304 holds no body, whatever length it declares: it needs no room.
+            let validated = try await Self.fill(client, "/validated", budget: budget)
+            #expect(validated.status == .notModified)
+            #expect(budget.inUse == 1000)
             budget.release(1000)
         } catch {
             try? await client.shutdown()

@@ -74,7 +74,7 @@ struct CacheResponder {
             let proxyError =
                 error as? ProxyError
                 ?? ProxyError(.internalError, "the fetch failed inside the proxy", detail: "\(error)")
-            if proxyError.kind == .upstreamTooLarge {
+            if proxyError.kind == .upstreamTooLarge, proxy.client.streamsResponses {
                 return stream(request, because: proxyError, proxy: proxy, sink: sink)
             }
             // An invalid component was logged by the fetcher that found it.

@@ -132,8 +132,11 @@ struct HTTP1ResponseWriter {
         return last
     }
 
-    /// The streamed response was cut short.
+    /// The streamed response was cut short: it is counted as far as it went.
     mutating func abandon() {
+        if progress.headWritten {
+            account(status: progress.status, cacheResult: progress.cacheResult, bytes: progress.bodyBytes)
+        }
         progress = Progress()
     }
 

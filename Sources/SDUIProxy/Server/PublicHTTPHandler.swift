@@ -312,6 +312,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             write(error)
         case .forward(let stream):
             stream?.finish()
+            // The body is whole: reading, if it was paused while the backend took the body, is not held for the
+            // requests after this one (the stream's own demand no longer counts once it is let go).
+            if machine.bodyTakerReady() { context.read() }
         case .collectWrite(let write, _):
             withProxy { proxy in QueuedWriteResponder().respond(to: write, proxy: proxy, sink: self) }
         case .none:
@@ -505,15 +508,15 @@ extension PublicHTTPHandler: ResponseSink {
     }
 
     func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?) {
-        guard let context else { return }
+        // Recorded even when the client has gone, so the response is counted with its own status.
         let head = writer.streamedHead(
             status: status,
             headers: headers,
             cacheResult: cacheResult,
-            closesConnection: machine.responseStarted(),
-            allocator: context.channel.allocator
+            closesConnection: context == nil || machine.responseStarted(),
+            allocator: context?.channel.allocator ?? ByteBufferAllocator()
         )
-        context.write(wrapOutboundOut(head), promise: nil)
+        context?.write(wrapOutboundOut(head), promise: nil)
     }
 
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {

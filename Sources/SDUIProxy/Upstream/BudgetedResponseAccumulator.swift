@@ -21,10 +21,13 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
     private let budget: ByteBudget
     private var reserved = 0
     private var lengthDeclared = false
+    /// A HEAD request's answer has no body, whatever length its head declares.
+    private let isHEAD: Bool
 
     init(request: HTTPClient.Request, maxBodySize: Int, budget: ByteBudget) {
         self.accumulator = ResponseAccumulator(request: request, maxBodySize: maxBodySize)
         self.budget = budget
+        self.isHEAD = request.method == .HEAD
     }
 
     func didSendRequestHead(task: HTTPClient.Task<Response>, _ head: HTTPRequestHead) {
@@ -44,7 +47,10 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
     }
 
     func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
-        if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > 0 {
+        // 1xx, 204 and 304 answers have no body either (RFC 9110 §6.4.1): a 304 may declare the length of the
+        // representation it validates, which is not held.
+        let hasBody = !isHEAD && head.status.code >= 200 && head.status != .noContent && head.status != .notModified
+        if hasBody, let length = head.headers.first(name: "content-length").flatMap(Int.init), length > 0 {
             lengthDeclared = true
             // Over the accumulator's own limit it fails on its own, with its own error.
             if length <= accumulator.maxBodySize, let refusal = take(length, on: task.eventLoop) { return refusal }

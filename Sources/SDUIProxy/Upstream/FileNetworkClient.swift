@@ -47,6 +47,9 @@ public final class FileNetworkClient: NetworkClient {
         }
     }
 
+    /// A file is read whole, so one too large to hold for the cache is not read for a forward either.
+    public var streamsResponses: Bool { false }
+
     public func forward(
         _ request: UpstreamRequest,
         body: RequestBodyStream?,

@@ -97,11 +97,17 @@ public protocol NetworkClient: Sendable {
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void>
 
+    /// Whether ``forward(_:body:on:to:)`` streams the response as it comes, holding only a part at a time. A
+    /// client that reads it whole (a directory) is not asked to stream what was too large to hold.
+    var streamsResponses: Bool { get }
+
     /// Releases connections and pending work.
     func shutdown() async throws
 }
 
 extension NetworkClient {
+    public var streamsResponses: Bool { true }
+
     public func fetch(
         _ request: UpstreamRequest,
         maxBodyBytes: Int,

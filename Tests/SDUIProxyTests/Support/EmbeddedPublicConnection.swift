@@ -285,6 +285,12 @@ final class EmbeddedPublicConnection {
         (0..<RequestTally.slotCount).reduce(0) { $0 + tally.count(inSlot: $1) }
     }
 
+    /// The responses counted with `statusClass` (`2xx`, `4xx`...).
+    func countedResponses(statusClass: String) -> Int {
+        (0..<RequestTally.slotCount).filter { RequestTally.labels(ofSlot: $0).statusClass == statusClass }
+            .reduce(0) { $0 + tally.count(inSlot: $1) }
+    }
+
     /// The client sends `text`, as one read.
     func send(_ text: String) throws {
         try channel.writeInbound(ByteBuffer(string: text))
