@@ -213,14 +213,20 @@ struct PublicHTTPHandlerTests {
             #expect(first.status == .ok)
             #expect(!first.closesConnection)
 
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
-            let timedOut = try #require(
-                try connection.readResponse(),
-                "bytes of a request had arrived: it is answered 408, not closed as an idle connection"
-            )
-            #expect(timedOut.status == .requestTimeout)
-            #expect(timedOut.closesConnection)
+            try Self.expectTimedOutRequest(on: connection)
         }
+    }
+
+    /// The connection is closed at the request deadline with a 408: bytes of a request had arrived, so it is not
+    /// closed as an idle connection.
+    static func expectTimedOutRequest(on connection: EmbeddedPublicConnection) throws {
+        #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+        let timedOut = try #require(
+            try connection.readResponse(),
+            "bytes of a request had arrived: it is answered 408, not closed as an idle connection"
+        )
+        #expect(timedOut.status == .requestTimeout)
+        #expect(timedOut.closesConnection)
     }
 
     @Test("a head that stops half-way behind a hit in the same read gets 408, not an idle close")
@@ -231,13 +237,7 @@ struct PublicHTTPHandlerTests {
             let hit = try #require(try connection.readResponse())
             #expect(hit.headers["x-cache"] == ["HIT"])
 
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
-            let timedOut = try #require(
-                try connection.readResponse(),
-                "bytes of a request had arrived: it is answered 408, not closed as an idle connection"
-            )
-            #expect(timedOut.status == .requestTimeout)
-            #expect(timedOut.closesConnection)
+            try Self.expectTimedOutRequest(on: connection)
         }
     }
 

@@ -52,5 +52,7 @@ struct CurrentNetworkClient: NetworkClient {
         runtime.context.client.forward(request, body: body, on: eventLoop, to: sink)
     }
 
+    var streamsResponses: Bool { runtime.context.client.streamsResponses }
+
     func shutdown() async throws {}
 }
