@@ -35,6 +35,17 @@ struct ConfigurationTests {
         #expect(configuration.prefetch.urls.isEmpty)
     }
 
+    @Test("upstream.maxBufferedBytes is at least maxResponseBytes: by default, and refused below it")
+    func bufferedBytes() throws {
+        #expect(try load("").upstream.maxBufferedBytes == 64 << 20)
+        #expect(try load("upstream: { maxBufferedBytes: 16MiB }").upstream.maxBufferedBytes == 16 << 20)
+        // A larger per-response limit raises the default, so one such response can still be held.
+        #expect(try load("upstream: { maxResponseBytes: 100MiB }").upstream.maxBufferedBytes == 100 << 20)
+        let refused = try #require(error("upstream: { maxBufferedBytes: 1MiB }"))
+        #expect("\(refused)".contains("upstream.maxBufferedBytes"))
+        #expect("\(refused)".contains("at least upstream.maxResponseBytes"))
+    }
+
     @Test("the bundled config file is valid and serves the samples")
     func bundledFile() throws {
         let root = String(#filePath).split(separator: "/").dropLast(3).joined(separator: "/")
