@@ -32,8 +32,9 @@ struct BufferedMissTests {
                 #expect(replyWhole, "the whole body, \(reply.body.count) bytes of \(Self.big.count)")
                 #expect(reply.headers.first(name: "X-Cache") == "BYPASS")
             }
-            // Each time the fill gave up at the limit and the answer was forwarded; nothing was stored.
-            #expect(proxy.origin.requests(to: path).count == 4)
+            // The first fill gave up at the limit and the answer was forwarded; the key is marked, so the second
+            // request is forwarded without a fill that would be cut off again. Nothing was stored.
+            #expect(proxy.origin.requests(to: path).count == 3)
             #expect(proxy.server.context.fetcher.bufferBudget?.inUse == 0)
             // A response within the limits is stored as ever.
             #expect(try await proxy.get("/small").headers.first(name: "X-Cache") == "MISS")

@@ -69,7 +69,7 @@ struct UpstreamBufferBudgetTests {
             // Other fills hold 500 bytes: a declared 600 does not fit, nor a chunked body that grows past the rest.
             #expect(budget.reserve(500))
             let overBudget = ProxyError(
-                .upstreamTooLarge,
+                .fillBudgetFull,
                 "cache fills already hold what upstream.maxBufferedBytes allows (1000 bytes)"
             )
             await #expect(throws: overBudget) { _ = try await Self.fill(client, "/sized", budget: budget) }

@@ -100,6 +100,8 @@ public final class ComponentFetcher: Sendable {
     private let maxResponseBytes: Int
     /// `upstream.maxBufferedBytes`: what all fills' bodies may hold at once; nil for no limit but each body's.
     let bufferBudget: ByteBudget?
+    /// Keys whose last fill was too large to hold: their next misses are streamed without a fill.
+    let oversizedMarks = OversizedResponseMarks()
     /// The platform header (lower case), which every cache key accounts for: a `Vary` on it needs no variant
     /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
     private let platformHeader: String

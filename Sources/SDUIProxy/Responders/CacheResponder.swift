@@ -40,6 +40,12 @@ struct CacheResponder {
                 break
             }
         }
+        // Its last fill was too large to hold: streamed at once, without a fill that would be cut off again.
+        if staleEntry == nil, proxy.client.streamsResponses,
+            proxy.fetcher.oversizedMarks.isMarked(request.key, now: .now())
+        {
+            return stream(request, because: nil, proxy: proxy, sink: sink)
+        }
         let fetch = fill(request, staleEntry: staleEntry, proxy: proxy, client: sink.client)
         // The fetch completes on the sink's loop.
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
@@ -74,7 +80,13 @@ struct CacheResponder {
             let proxyError =
                 error as? ProxyError
                 ?? ProxyError(.internalError, "the fetch failed inside the proxy", detail: "\(error)")
-            if proxyError.kind == .upstreamTooLarge, proxy.client.streamsResponses {
+            if proxyError.kind == .upstreamTooLarge || proxyError.kind == .fillBudgetFull,
+                proxy.client.streamsResponses
+            {
+                // Only the resource's own size is remembered: a full budget is a moment's state.
+                if proxyError.kind == .upstreamTooLarge {
+                    proxy.fetcher.oversizedMarks.mark(request.key, now: .now())
+                }
                 return stream(request, because: proxyError, proxy: proxy, sink: sink)
             }
             // An invalid component was logged by the fetcher that found it.
@@ -94,19 +106,23 @@ struct CacheResponder {
     /// Answers a request whose response is too large to hold for the cache (over `upstream.maxResponseBytes`, or
     /// past what all fills may buffer at once, `upstream.maxBufferedBytes`): it is forwarded and its answer
     /// streamed to the client as it comes, not stored, so memory stays bounded whatever the backend sends.
+    ///
+    /// - Parameter reason: why the fill was given up; nil when the key was already marked too large.
     private func stream(
         _ request: CacheRequest,
-        because reason: ProxyError,
+        because reason: ProxyError?,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
-        proxy.fetcher.failureLog.log(
-            level: .info,
-            "miss too large to buffer, streamed and not stored",
-            key: request.key.target,
-            kind: "streamed",
-            metadata: ["key": "\(request.key)", "reason": "\(reason.message)"]
-        )
+        if let reason {
+            proxy.fetcher.failureLog.log(
+                level: .info,
+                "miss too large to buffer, streamed and not stored",
+                key: request.key.target,
+                kind: "streamed",
+                metadata: ["key": "\(request.key)", "reason": "\(reason.message)"]
+            )
+        }
         PassThroughResponder().respond(
             to: request.head,
             target: request.target,

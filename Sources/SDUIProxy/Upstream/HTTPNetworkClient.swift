@@ -165,7 +165,7 @@ public final class HTTPNetworkClient: NetworkClient {
         }
         if let error = error as? BudgetedResponseAccumulator.OverBudget {
             return ProxyError(
-                .upstreamTooLarge,
+                .fillBudgetFull,
                 "cache fills already hold what upstream.maxBufferedBytes allows (\(error.limit) bytes)"
             )
         }

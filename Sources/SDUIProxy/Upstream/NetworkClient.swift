@@ -76,7 +76,7 @@ public protocol NetworkClient: Sendable {
     )
 
     /// ``fetch(_:maxBodyBytes:on:completion:)`` for a cache fill: the body's bytes are taken from `budget` while
-    /// they are held, and a response they would not fit in fails with ``ProxyError`` kind `upstreamTooLarge`,
+    /// they are held, and a response they would not fit in fails with ``ProxyError`` kind `fillBudgetFull`,
     /// as one over `maxBodyBytes` does, so the caller streams it instead. The default holds the body without a
     /// budget.
     func fetch(

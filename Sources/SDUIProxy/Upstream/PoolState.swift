@@ -229,7 +229,7 @@ final class PoolState: @unchecked Sendable {
                 return ProxyError(.upstreamTooLarge, "the backend's response is larger than \(limit) bytes")
             case .overBudget(let limit):
                 return ProxyError(
-                    .upstreamTooLarge,
+                    .fillBudgetFull,
                     "cache fills already hold what upstream.maxBufferedBytes allows (\(limit) bytes)"
                 )
             case .closedBeforeResponse, .closedDuringResponse:

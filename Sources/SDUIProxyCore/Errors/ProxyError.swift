@@ -26,6 +26,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
             case unauthorized
             case internalError
             case upstreamTooLarge
+            case fillBudgetFull
             case uriTooLong
             case headersTooLarge
             case requestTimeout
@@ -55,6 +56,8 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let unauthorized = Kind(code: .unauthorized)
         /// The backend's response is larger than the proxy reads into memory (`upstream.maxResponseBytes`).
         public static let upstreamTooLarge = Kind(code: .upstreamTooLarge)
+        /// Cache fills already hold all the response bytes `upstream.maxBufferedBytes` allows; a later fill fits.
+        public static let fillBudgetFull = Kind(code: .fillBudgetFull)
         /// The request target is longer than `limits.maxURLBytes`.
         public static let uriTooLong = Kind(code: .uriTooLong)
         /// The request's header section exceeds `limits.maxHeaderBytes` or `limits.maxHeaderCount`.
@@ -95,7 +98,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         case .timeout: .gatewayTimeout
         case .url, .badRequest: .badRequest
         case .tooLarge: .payloadTooLarge
-        case .unavailable: .serviceUnavailable
+        case .unavailable, .fillBudgetFull: .serviceUnavailable
         case .notFound: .notFound
         case .methodNotAllowed: .methodNotAllowed
         case .unauthorized: .unauthorized
@@ -109,7 +112,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Whether the same request has a chance of succeeding if the client tries again later.
     public var isRetryable: Bool {
         switch kind.code {
-        case .network, .timeout, .unavailable, .requestTimeout: true
+        case .network, .timeout, .unavailable, .requestTimeout, .fillBudgetFull: true
         case .decoding, .url, .badRequest, .tooLarge, .notFound, .methodNotAllowed, .unauthorized, .internalError,
             .upstreamTooLarge, .uriTooLong, .headersTooLarge:
             false
