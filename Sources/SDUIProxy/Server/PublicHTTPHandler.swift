@@ -11,7 +11,7 @@ import SDUIProxyCore
 /// A request goes where the ``RequestRouter`` sends it: GET and HEAD to the ``CacheResponder`` once the request
 /// has been read, other methods to the ``PassThroughResponder`` at once (both bodies streamed), queued write
 /// routes to the ``QueuedWriteResponder`` once the body has been read whole, refusals answered here. Responders
-/// write to this handler as their ``ResponseSink``, which encodes with ``HTTP1ResponseEncoder``.
+/// write to this handler as their ``ResponseSink``; its ``HTTP1ResponseWriter`` encodes and counts them.
 ///
 /// It reads the connection's bytes itself with ``HTTPRequestParser``, rather than behind a decoding handler: a
 /// request then reaches it without passing through another handler, a type-erased wrapper and a buffer of its own,
