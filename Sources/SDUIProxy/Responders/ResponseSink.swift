@@ -13,8 +13,6 @@ protocol ResponseSink: AnyObject {
     var eventLoop: any EventLoop { get }
     /// Who sent the request, for the forwarding headers of a request sent upstream.
     var client: ClientPeer { get }
-    /// Whether a head has been written for the current response (a failure after it can only cut it short).
-    var headWasWritten: Bool { get }
 
     /// Writes a stored entry, presented as `presentation` says; the response ends with it.
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation)

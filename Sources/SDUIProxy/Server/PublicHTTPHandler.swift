@@ -486,8 +486,6 @@ extension PublicHTTPHandler: ResponseSink {
         return peer
     }
 
-    var headWasWritten: Bool { writer.headWritten }
-
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
         // Encoded (and counted) even when the client has gone: a slow answer is the one operators need to see.
         let closes = context == nil || machine.responseStarted()

@@ -3,7 +3,7 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// AsyncHTTPClient's `ResponseAccumulator` for a cache fill: the body's bytes are taken from a ``ByteBudget``
+/// AsyncHTTPClient's `ResponseAccumulator`, and for a cache fill the body's bytes taken from a ``ByteBudget``
 /// while it is held (all at once when the head declares the length, part by part otherwise), and a body that
 /// does not fit fails the request, as one over the accumulator's own limit does.
 ///
@@ -18,13 +18,14 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
     }
 
     private let accumulator: ResponseAccumulator
-    private let budget: ByteBudget
+    /// Nil for an exchange that is not a fill: the accumulator's own limit alone applies.
+    private let budget: ByteBudget?
     private var reserved = 0
     private var lengthDeclared = false
     /// A HEAD request's answer has no body, whatever length its head declares.
     private let isHEAD: Bool
 
-    init(request: HTTPClient.Request, maxBodySize: Int, budget: ByteBudget) {
+    init(request: HTTPClient.Request, maxBodySize: Int, budget: ByteBudget?) {
         self.accumulator = ResponseAccumulator(request: request, maxBodySize: maxBodySize)
         self.budget = budget
         self.isHEAD = request.method == .HEAD
@@ -76,13 +77,14 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
 
     /// Takes `count` bytes from the budget; a failed future to fail the request with when they do not fit.
     private func take(_ count: Int, on eventLoop: any EventLoop) -> EventLoopFuture<Void>? {
+        guard let budget else { return nil }
         guard budget.reserve(count) else { return eventLoop.makeFailedFuture(OverBudget(limit: budget.limit)) }
         reserved += count
         return nil
     }
 
     private func giveBack() {
-        budget.release(reserved)
+        budget?.release(reserved)
         reserved = 0
     }
 }

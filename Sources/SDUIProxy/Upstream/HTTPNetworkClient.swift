@@ -77,28 +77,12 @@ public final class HTTPNetworkClient: NetworkClient {
         } catch {
             return eventLoop.makeFailedFuture(error)
         }
-        let response: EventLoopFuture<HTTPClient.Response>
-        if let budget {
-            response =
-                client.execute(
-                    request: clientRequest,
-                    delegate: BudgetedResponseAccumulator(
-                        request: clientRequest,
-                        maxBodySize: maxBodyBytes,
-                        budget: budget
-                    ),
-                    eventLoop: .delegate(on: eventLoop),
-                    deadline: .now() + timeout
-                ).futureResult
-        } else {
-            response =
-                client.execute(
-                    request: clientRequest,
-                    delegate: ResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes),
-                    eventLoop: .delegate(on: eventLoop),
-                    deadline: .now() + timeout
-                ).futureResult
-        }
+        let response = client.execute(
+            request: clientRequest,
+            delegate: BudgetedResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes, budget: budget),
+            eventLoop: .delegate(on: eventLoop),
+            deadline: .now() + timeout
+        ).futureResult
         return response.flatMapErrorThrowing { error in
             throw Self.proxyError(for: error, maxBodyBytes: maxBodyBytes)
         }.map { response in
