@@ -101,20 +101,23 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    /// The backend answers the miss for `/screens/a` in flight; that answer is the connection's last: it says
+    /// `Connection: close`, the connection closes, and nothing follows it.
+    static func expectLastAnswerToAMiss(on connection: EmbeddedPublicConnection) throws {
+        try connection.backend.answerFetch(headers: Self.componentHeaders(etag: "\"a-1\""), body: Self.component("a"))
+        connection.runLoop()
+        let response = try #require(try connection.readResponse())
+        #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
+        #expect(!connection.isOpen)
+        #expect(connection.unreadOutput.isEmpty)
+    }
+
     @Test("Connection: close on a request: its answer says so, the connection closes, what follows is not answered")
     func connectionCloseOnTheRequest() throws {
         try EmbeddedPublicConnection.run { connection in
             try connection.send(Self.get("/screens/a", "Connection: close\r\n") + Self.get("/screens/b"))
-            try connection.backend.answerFetch(
-                headers: Self.componentHeaders(etag: "\"a-1\""),
-                body: Self.component("a")
-            )
-            connection.runLoop()
-            let response = try #require(try connection.readResponse())
-            #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
-            #expect(!connection.isOpen)
+            try Self.expectLastAnswerToAMiss(on: connection)
             #expect(connection.backend.fetches.map(\.target) == ["/screens/a"])
-            #expect(connection.unreadOutput.isEmpty)
         }
     }
 
@@ -264,15 +267,7 @@ struct PublicHTTPHandlerTests {
             #expect(connection.isOpen)
             #expect(connection.unreadOutput.isEmpty)
 
-            try connection.backend.answerFetch(
-                headers: Self.componentHeaders(etag: "\"a-1\""),
-                body: Self.component("a")
-            )
-            connection.runLoop()
-            let response = try #require(try connection.readResponse())
-            #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
-            #expect(!connection.isOpen)
-            #expect(connection.unreadOutput.isEmpty)
+            try Self.expectLastAnswerToAMiss(on: connection)
             #expect(connection.backend.fetches.count == 1)
         }
     }
