@@ -116,10 +116,21 @@ struct FleetLogFollowerTests {
         _ = follower.reconnectDue()
         let actions = follower.connected(head: 10, prunedThrough: 0)
         #expect(Self.written(actions) == [Self.purge("/1"), Self.purge("/2")])
-        #expect(actions.last == .fetch(after: 10))
+        #expect(actions.count == 1)
         #expect(follower.pendingTokens.first == first.token)
-        #expect(follower.recorded(ids: [11, 12]) == [])
+        // The log is read once the rows' ids are known, so neither is taken for another replica's.
+        #expect(follower.recorded(ids: [11, 12]) == [.fetch(after: 10)])
         #expect(follower.pendingCount == 0)
+    }
+
+    @Test("no read of the log while a write runs: a row of this replica's could be read before its id is known")
+    func noFetchWhileWriting() {
+        var follower = Self.connected()
+        #expect(Self.written(follower.made(Self.purge("/mine")).actions) == [Self.purge("/mine")])
+        #expect(follower.rowsMayHaveArrived() == [])
+        #expect(follower.recorded(ids: [11]) == [.fetch(after: 10)])
+        #expect(follower.fetched([Self.row(11, "/mine")], prunedThrough: 0) == [])
+        #expect(follower.appliedID == 11)
     }
 
     @Test("one write at a time; a write that fails goes back ahead of what was made after it")
@@ -156,7 +167,6 @@ struct FleetLogFollowerTests {
                 == Self.withoutTokens([
                     .flushCache(.tooManyPending(3)),
                     .record([.init(token: 0, payload: .invalidation(CacheInvalidation(.all)))]),
-                    .fetch(after: 0),
                 ])
         )
         #expect(follower.pendingCount == 1)

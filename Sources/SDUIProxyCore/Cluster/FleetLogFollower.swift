@@ -61,7 +61,7 @@ public struct FleetLogFollower: Sendable {
     /// its cache was filled after every row before that.
     public private(set) var appliedID: Int64?
     private var fetching = false
-    /// A notification or tick came while a fetch ran: fetch again when it ends.
+    /// A notification or tick came while a fetch or a write ran: fetch when it ends.
     private var fetchAgain = false
     /// Invalidations not yet written, oldest first: the log is unreachable, or a write is in flight.
     private var pending: [Made] = []
@@ -137,10 +137,6 @@ public struct FleetLogFollower: Sendable {
     /// A notification of a new row, or the poll timer.
     public mutating func rowsMayHaveArrived() -> [Action] {
         guard connection == .connected else { return [] }
-        if fetching {
-            fetchAgain = true
-            return []
-        }
         return fetchIfIdle()
     }
 
@@ -162,10 +158,7 @@ public struct FleetLogFollower: Sendable {
         appliedID = applied
         ownIDs = ownIDs.filter { $0 > applied }
         if !toApply.isEmpty { actions.append(.apply(toApply)) }
-        if fetchAgain {
-            fetchAgain = false
-            actions += fetchIfIdle()
-        }
+        if fetchAgain { actions += fetchIfIdle() }
         return actions
     }
 
@@ -194,7 +187,8 @@ public struct FleetLogFollower: Sendable {
         guard recording != nil else { return [] }
         recording = nil
         for id in ids where id > (appliedID ?? .min) { ownIDs.insert(id) }
-        return recordIfIdle()
+        let actions = recordIfIdle()
+        return fetchAgain ? actions + fetchIfIdle() : actions
     }
 
     /// The write in flight failed: what it held is written on the next connection, ahead of anything made since.
@@ -241,9 +235,16 @@ public struct FleetLogFollower: Sendable {
         return actions
     }
 
+    /// A fetch, unless one runs or a write does: the log is read only while this replica knows the ids of all
+    /// its rows, so none of its own is taken for another replica's.
     private mutating func fetchIfIdle() -> [Action] {
-        guard connection == .connected, !fetching, let applied = appliedID else { return [] }
+        guard connection == .connected, let applied = appliedID else { return [] }
+        guard !fetching, recording == nil else {
+            fetchAgain = true
+            return []
+        }
         fetching = true
+        fetchAgain = false
         return [.fetch(after: applied)]
     }
 
