@@ -74,16 +74,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let uri = full.head.uri
         guard uri.hasPrefix("/") else { return nil }
         let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
-        var query: [String: String] = [:]
-        if parts.count == 2 {
-            for pair in parts[1].split(separator: "&") {
-                let nameValue = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                guard let name = percentDecoded(nameValue[0]) else { return nil }
-                let value = nameValue.count == 2 ? percentDecoded(nameValue[1]) : ""
-                guard let value else { return nil }
-                if query[name] == nil { query[name] = value }
-            }
-        }
+        guard let query = parts.count == 2 ? queryParameters(parts[1]) : [:] else { return nil }
         return AdminRequest(
             method: full.head.method,
             path: String(parts[0]),
@@ -92,6 +83,20 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             headers: full.head.headers,
             body: full.body
         )
+    }
+
+    /// The parameters of a query (after the `?`), percent-decoded; a name that repeats keeps its first value. Nil
+    /// when a name or value is malformed.
+    static func queryParameters(_ query: Substring) -> [String: String]? {
+        var parameters: [String: String] = [:]
+        for pair in query.split(separator: "&") {
+            let nameValue = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = percentDecoded(nameValue[0]) else { return nil }
+            let value = nameValue.count == 2 ? percentDecoded(nameValue[1]) : ""
+            guard let value else { return nil }
+            if parameters[name] == nil { parameters[name] = value }
+        }
+        return parameters
     }
 
     /// Decodes `%XX` and, unless `plusIsSpace` is false, `+` (as a space); nil for a malformed escape or invalid

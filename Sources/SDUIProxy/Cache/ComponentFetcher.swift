@@ -442,8 +442,7 @@ public final class ComponentFetcher: Sendable {
     /// entry goes, not the target's other platforms and variants, which other answers filled.
     private func dropStaleEntry(of request: Request) {
         guard let stale = request.staleEntry else { return }
-        let target = request.key.target
-        cache.purge { candidate, entry in candidate == target && entry === stale }
+        cache.remove(stale, storedFor: request.key)
     }
 
     private func metadata(

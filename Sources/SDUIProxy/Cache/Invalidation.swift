@@ -1,3 +1,4 @@
+import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
@@ -15,17 +16,36 @@ enum Invalidation {
         requestHost: String?,
         cache: ResponseCache
     ) {
-        guard unsafeMethods.contains(method), (200..<400).contains(status.code) else { return }
+        guard
+            let invalidation = invalidation(
+                method: method,
+                target: target,
+                status: status,
+                responseHeaders: responseHeaders,
+                requestHost: requestHost
+            )
+        else { return }
+        cache.invalidate(invalidation, now: .now())
+    }
+
+    /// The (hard) invalidation a response to `method` on `target` calls for, or nil when it calls for none.
+    static func invalidation(
+        method: HTTPMethod,
+        target: RequestTarget,
+        status: HTTPResponseStatus,
+        responseHeaders: HTTPHeaders,
+        requestHost: String?
+    ) -> CacheInvalidation? {
+        guard unsafeMethods.contains(method), (200..<400).contains(status.code) else { return nil }
         var targets = [target.description]
         for name in ["location", "content-location"] {
             if let value = responseHeaders.first(name: name),
-                let related = sameOriginTarget(value, requestHost: requestHost)
+                let related = sameOriginTarget(value, requestHost: requestHost), !targets.contains(related)
             {
                 targets.append(related)
             }
         }
-        let doomed = Set(targets)
-        cache.purge { candidate, _ in doomed.contains(candidate) }
+        return CacheInvalidation(.targets(targets))
     }
 
     /// The normalised target of a URI reference on the proxy's own origin: a path, or an absolute URL whose

@@ -446,14 +446,9 @@ public final class QueueResponseHandlers: Sendable {
 }
 
 extension QueueResponseHandlers {
-    /// An invalidation closure over `cache`: a prefix removes entries whose target starts with it, a tag the
-    /// entries that carry it.
+    /// An invalidation closure over `cache`: a prefix removes entries whose target is under it, a tag the
+    /// entries that carry it (``InvalidationRequest/cacheInvalidation``).
     public static func invalidation(of cache: ResponseCache) -> Invalidate {
-        { request in
-            switch request {
-            case .prefix(let prefix): cache.purge(prefix: prefix)
-            case .tag(let tag): cache.purge(tag: tag)
-            }
-        }
+        { request in cache.invalidate(request.cacheInvalidation, now: .now()) }
     }
 }

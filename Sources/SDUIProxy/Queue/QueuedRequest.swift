@@ -88,10 +88,18 @@ public struct QueueReceipt: Sendable, Equatable {
 
 /// A cache invalidation asked for by a queue handler.
 public enum InvalidationRequest: Sendable, Equatable, CustomStringConvertible {
-    /// Entries whose target (`path?query`) starts with this prefix.
+    /// Entries whose target (`path?query`) is under this prefix, by whole path segments (``PathPrefix``).
     case prefix(String)
     /// Entries carrying this tag.
     case tag(String)
+
+    /// The (hard) invalidation of the cache it stands for.
+    public var cacheInvalidation: CacheInvalidation {
+        switch self {
+        case .prefix(let prefix): CacheInvalidation(.prefix(prefix))
+        case .tag(let tag): CacheInvalidation(.tag(tag))
+        }
+    }
 
     public var description: String {
         switch self {

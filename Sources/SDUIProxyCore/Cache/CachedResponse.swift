@@ -47,7 +47,11 @@ public final class CachedResponse: Sendable {
     /// The response's corrected initial age, in seconds.
     public let initialAge: Int64
     /// How long the response is fresh, in seconds, counted from age 0.
-    public let freshnessLifetime: Int64
+    public var freshnessLifetime: Int64 { freshnessNanoseconds / 1_000_000_000 }
+    /// How long the response is fresh, in nanoseconds, counted from age 0: what freshness is decided on. Kept in
+    /// nanoseconds (in place of the seconds, so an entry is no larger) so that a soft purge can end it at the
+    /// very moment of the purge (``softPurged(at:)``).
+    private let freshnessNanoseconds: Int64
     /// The response's `Cache-Control`, parsed.
     public let directives: CacheControl
     /// How long past expiry the entry may be served while it is refreshed in the background.
@@ -296,7 +300,8 @@ public final class CachedResponse: Sendable {
         self.bodyLength = body.readableBytes
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
-        self.freshnessLifetime = metadata.freshnessLifetime
+        let (lifetime, overflow) = metadata.freshnessLifetime.multipliedReportingOverflow(by: 1_000_000_000)
+        self.freshnessNanoseconds = overflow ? .max : lifetime
         let directives = directives ?? keptDirectives
         self.directives = directives
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
@@ -315,6 +320,44 @@ public final class CachedResponse: Sendable {
         self.largeBody = keepsBodyExact ? nil : Self.withoutSpareCapacity(body)
         // The fixed part approximates the entry's own object, key and table slot.
         self.byteCost = body.readableBytes + headBytes + 256
+    }
+
+    /// A copy of `entry` (sharing its bytes) that is fresh for `freshnessNanoseconds` instead.
+    private init(_ entry: CachedResponse, freshnessNanoseconds: Int64) {
+        self.hasUpstreamETag = entry.hasUpstreamETag
+        self.etagValue = entry.etagValue
+        self.lastModifiedValue = entry.lastModifiedValue
+        self.storedContentHash = entry.storedContentHash
+        self.status = entry.status
+        self.bodyLength = entry.bodyLength
+        self.storedAt = entry.storedAt
+        self.initialAge = entry.initialAge
+        self.freshnessNanoseconds = freshnessNanoseconds
+        self.directives = entry.directives
+        self.staleWhileRevalidate = entry.staleWhileRevalidate
+        self.staleIfError = entry.staleIfError
+        self.varyNames = entry.varyNames
+        self.variant = entry.variant
+        self.tags = entry.tags
+        self.wire = entry.wire
+        self.headCount = entry.headCount
+        self.largeBody = entry.largeBody
+        self.byteCost = entry.byteCost
+    }
+
+    /// This entry as a soft purge at `now` leaves it: stale from `now` on, so that its stale-while-revalidate and
+    /// stale-if-error windows count from the purge; nil when it is stale already (a purge never makes an entry
+    /// fresher, nor moves a window that has started).
+    ///
+    /// A copy rather than a mark on the entry: entries are immutable and shared by every loop serving them, and a
+    /// mutable "purged at" would cost every entry a field and every hit an atomic read, for an event that is
+    /// rare. The copy shares the entry's bytes (its array and any large body), so a soft purge allocates one small
+    /// object per entry it reaches, and the lookup decides freshness on the one lifetime as before. Its `Age`
+    /// goes on counting from when the response was stored.
+    public func softPurged(at now: NIODeadline) -> CachedResponse? {
+        let age = ageNanoseconds(at: now)
+        guard age < freshnessNanoseconds else { return nil }
+        return CachedResponse(self, freshnessNanoseconds: age)
     }
 
     /// The bytes of `HTTP/1.1 <code> <reason>` and CRLF.
@@ -370,7 +413,7 @@ public final class CachedResponse: Sendable {
     /// Whether the response is still fresh at `now`.
     @inline(__always)
     public func isFresh(at now: NIODeadline) -> Bool {
-        ageNanoseconds(at: now) < freshnessLifetime &* 1_000_000_000
+        ageNanoseconds(at: now) < freshnessNanoseconds
     }
 
     /// Seconds of freshness left (0 when stale).
@@ -380,7 +423,7 @@ public final class CachedResponse: Sendable {
 
     /// How far past its lifetime the entry is, in nanoseconds (0 while fresh).
     public func stalenessNanoseconds(at now: NIODeadline) -> Int64 {
-        max(0, ageNanoseconds(at: now) - freshnessLifetime &* 1_000_000_000)
+        max(0, ageNanoseconds(at: now) - freshnessNanoseconds)
     }
 
     /// Whether a stale entry may be served while a background refresh runs.

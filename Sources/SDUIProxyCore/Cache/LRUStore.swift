@@ -108,6 +108,15 @@ public struct LRUStore<Key: Hashable, Value> {
         return doomed.count
     }
 
+    /// Replaces each value for which `replacement` gives a new one, keeping its cost and recency. O(n).
+    public mutating func replaceValues(_ replacement: (Key, Value) -> Value?) {
+        for index in nodes.indices {
+            guard let key = nodes[index].key, let value = nodes[index].value, let new = replacement(key, value)
+            else { continue }
+            nodes[index].value = new
+        }
+    }
+
     /// The keys from most to least recently used (for tests and diagnostics).
     public var keysByRecency: [Key] {
         var keys: [Key] = []

@@ -22,7 +22,10 @@ public final class ResponseCache: Sendable {
         public var revalidations = 0
         public var stores = 0
         public var evictions = 0
+        /// Responses removed by (hard) invalidations.
         public var purged = 0
+        /// Responses a soft invalidation reached (made stale, or found stale already).
+        public var softPurged = 0
         public var rejectedAsTooLarge = 0
 
         public init() {}
@@ -217,10 +220,51 @@ public final class ResponseCache: Sendable {
         }
     }
 
-    /// Removes every stored response (every platform and variant) whose normalised target matches, and
-    /// returns how many went. Visits every shard: for invalidation and admin use, not the hit path.
+    /// Applies `invalidation` to the stored responses (every platform and variant its scope reaches), and returns
+    /// how many it reached. Every invalidation comes here, whoever asked for it.
+    ///
+    /// A hard one removes them. A soft one leaves them stale as of `now` (``CachedResponse/softPurged(at:)``):
+    /// the next lookup finds them stale, so stale-while-revalidate answers with them at once and refreshes in the
+    /// background, stale-if-error may stand them in for a failing backend, and the rest are revalidated (a
+    /// conditional request when they have validators). Their windows count from `now`; one already stale is left
+    /// as it is (and counted as reached). Whatever refreshes them is stored as any response is.
+    ///
+    /// Visits every shard: for invalidation and admin use, not the hit path.
     @discardableResult
-    public func purge(where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool) -> Int {
+    public func invalidate(_ invalidation: CacheInvalidation, now: NIODeadline) -> Int {
+        let matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool
+        switch invalidation.scope {
+        case .targets(let targets):
+            let targets = Set(targets)
+            matches = { target, _ in targets.contains(target) }
+        case .prefix(let prefix):
+            let prefix = PathPrefix(prefix)
+            matches = { target, _ in prefix.matches(target) }
+        case .tag(let tag):
+            matches = { _, entry in entry?.tags.contains(tag) ?? false }
+        case .all:
+            matches = { _, _ in true }
+        }
+        return invalidation.soft ? markStale(where: matches, now: now) : remove(where: matches)
+    }
+
+    /// Removes `entry` if it is still what is stored for `key` (under its variant's key, when it varies), and
+    /// counts it as purged: for a fill that finds its stale entry must not be served later. Not an invalidation:
+    /// the target's other platforms and variants stay.
+    @discardableResult
+    public func remove(_ entry: CachedResponse, storedFor key: CacheKey) -> Bool {
+        let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)
+        let removed = withShard(for: key) { state -> CachedResponse? in
+            guard case .response(let stored)? = state.store.peek(key), stored === entry else { return nil }
+            state.store.removeValue(forKey: key)
+            state.statistics.purged += 1
+            return stored
+        }
+        return removed != nil
+    }
+
+    /// Removes every stored response whose normalised target matches, and returns how many went.
+    private func remove(where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool) -> Int {
         var removed = 0
         for shard in shards {
             removed += shard.state.withLock { state in
@@ -247,29 +291,28 @@ public final class ResponseCache: Sendable {
         return removed
     }
 
-    /// Removes the responses stored for `target` exactly.
-    @discardableResult
-    public func purge(target: String) -> Int {
-        purge { candidate, _ in candidate == target }
-    }
-
-    /// Removes the responses whose target is under `prefix`, by whole path segments (``PathPrefix``).
-    @discardableResult
-    public func purge(prefix: String) -> Int {
-        let prefix = PathPrefix(prefix)
-        return purge { candidate, _ in prefix.matches(candidate) }
-    }
-
-    /// Removes the responses that carry `tag`.
-    @discardableResult
-    public func purge(tag: String) -> Int {
-        purge { _, entry in entry?.tags.contains(tag) ?? false }
-    }
-
-    /// Removes everything.
-    @discardableResult
-    public func purgeAll() -> Int {
-        purge { _, _ in true }
+    /// Replaces every fresh stored response whose normalised target matches by its copy stale as of `now`, in
+    /// place (its cost and recency unchanged), and returns how many matched. The lists of varying headers stay.
+    private func markStale(
+        where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool,
+        now: NIODeadline
+    )
+        -> Int
+    {
+        var reached = 0
+        for shard in shards {
+            reached += shard.state.withLock { state in
+                var responses = 0
+                state.store.replaceValues { key, slot in
+                    guard case .response(let entry) = slot, matches(key.target, entry) else { return nil }
+                    responses += 1
+                    return entry.softPurged(at: now).map(Slot.response)
+                }
+                state.statistics.softPurged += responses
+                return responses
+            }
+        }
+        return reached
     }
 
     /// The counters and sizes, summed over shards.
@@ -286,6 +329,7 @@ public final class ResponseCache: Sendable {
                 total.stores += state.statistics.stores
                 total.evictions += state.statistics.evictions
                 total.purged += state.statistics.purged
+                total.softPurged += state.statistics.softPurged
                 total.rejectedAsTooLarge += state.statistics.rejectedAsTooLarge
             }
         }
