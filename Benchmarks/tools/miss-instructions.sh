@@ -4,6 +4,7 @@
 #
 #   BIN=.build-release/release/sdui-proxy Benchmarks/tools/miss-instructions.sh
 #   WARMUP=300 MISSES=2000 BIN=... Benchmarks/tools/miss-instructions.sh
+#   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
 #
 # Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
 # under `valgrind --tool=callgrind`, sends WARMUP misses (unique URLs) on one keep-alive connection, zeroes the
@@ -27,6 +28,8 @@ PROXY_PORT=${PROXY_PORT:-18380}
 PROXY_ADMIN_PORT=${PROXY_ADMIN_PORT:-19390}
 WORK_DIR=${WORK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/sdui-miss-instructions.XXXXXX")}
 START_TIMEOUT=${START_TIMEOUT:-120}
+# More callgrind options, e.g. CALLGRIND_ARGS=--dump-instr=yes to see costs per instruction (slower).
+CALLGRIND_ARGS=${CALLGRIND_ARGS:-}
 FIXTURE=$BENCH_DIR/fixtures/screen.json
 
 log() { printf '[miss-instructions %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -122,7 +125,7 @@ C
 cc -shared -fPIC -O2 -o "$proxy_dir/sigsuspend-copy.so" "$proxy_dir/sigsuspend-copy.c"
 gen_proxy_yaml "$proxy_dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" 256MiB
 LD_PRELOAD=$proxy_dir/sigsuspend-copy.so valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no \
-    --callgrind-out-file="$proxy_dir/callgrind.out" \
+    --callgrind-out-file="$proxy_dir/callgrind.out" $CALLGRIND_ARGS \
     "$proxy_dir/sdui-proxy" --config "$proxy_dir/sdui-proxy.yaml" >"$proxy_dir/proxy.log" 2>&1 &
 PROXY_PID=$!
 wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$PROXY_PID" proxy
