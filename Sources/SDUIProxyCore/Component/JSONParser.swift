@@ -339,7 +339,8 @@ struct JSONParser {
             let inUse = max(firstKept, reduction.keptInUse)
             if reduction.kept.count > inUse { reduction.kept.removeLast(reduction.kept.count - inUse) }
         }
-        reduction.pending.removeLast(memberCount)
+        // Most objects keep nothing: `removeLast(0)` is a generic call all the same.
+        if memberCount > 0 { reduction.pending.removeLast(memberCount) }
         if reports {
             reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
             reduction.keptInUse = reduction.kept.count
