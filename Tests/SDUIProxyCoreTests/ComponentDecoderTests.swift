@@ -149,6 +149,18 @@ struct ComponentDecoderTests {
         #expect(!validatesWhilePlanning(ByteBuffer(string: #"{"_beagleComponent_":"a","x":{"#)))
     }
 
+    @Test("the root's type key is matched byte for byte: a key of its length, a prefix or a longer one is not it")
+    func rootKeyNearMisses() {
+        for key in [
+            "_beagleComponent-", "xbeagleComponent_", "_BeagleComponent_", "_beagleComponent", "_beagleComponent__",
+        ] {
+            let text = "{\"\(key)\":\"beagle:text\"}"
+            #expect(throws: ComponentDecoder.Failure.self) { try decoder.validateComponent(ByteBuffer(string: text)) }
+            #expect(!validatesWhilePlanning(ByteBuffer(string: text)), "\(key)")
+        }
+        #expect(validatesWhilePlanning(ByteBuffer(string: #"{"_beagleComponentX":1,"_beagleComponent_":"a"}"#)))
+    }
+
     @Test("mutated components: the one-pass scan accepts what the tree parser accepts and plans what the tree holds")
     func scanAgreesWithTheTree() throws {
         let names = Fixtures.beagleNames

@@ -66,7 +66,17 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
             guard bytes.first == UInt8(ascii: "/") else { return nil }
             var previous: UInt8 = 0
             var questionMark: Int?
-            for (offset, byte) in bytes.enumerated() {
+            var offset = 0
+            while offset < bytes.count {
+                let byte = bytes[offset]
+                // Most bytes are plain: printable and none of `%`, `#`, `.` and `?`, whose cases follow.
+                if byte > 0x20, byte < 0x7F, byte != UInt8(ascii: "%"), byte != UInt8(ascii: "#"),
+                    byte != UInt8(ascii: "."), byte != UInt8(ascii: "?")
+                {
+                    previous = byte
+                    offset += 1
+                    continue
+                }
                 switch byte {
                 case UInt8(ascii: "%"), UInt8(ascii: "#"):
                     return nil
@@ -80,6 +90,7 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
                     break
                 }
                 previous = byte
+                offset += 1
             }
             // An empty query (`/a?`) is dropped, which is a normalisation of its own.
             if let questionMark, questionMark == bytes.count - 1 { return nil }

@@ -158,16 +158,31 @@ public struct UpstreamRequestBuilder: Sendable {
     /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;
     /// `unknown` without one), `proto=http`, and `host=` when the Host is sent.
     static func forwardedElement(for clientAddress: String?, host: String?) -> String {
-        var element = "for="
+        // Room for the whole element up front: appended piece by piece, it was allocated, then grown. The address
+        // is searched as bytes: `String.contains(_:)` with a string goes through Foundation.
+        let isIPv6 = clientAddress?.utf8.contains(UInt8(ascii: ":")) ?? false
+        let hostIsToken = host?.utf8.allSatisfy(HTTPSyntax.isTokenByte) ?? true
+        var element = ""
+        element.reserveCapacity(
+            4 + (clientAddress?.utf8.count ?? 7) + (isIPv6 ? 4 : 0) + 11
+                + (host.map { 6 + $0.utf8.count + (hostIsToken ? 0 : 2 + $0.utf8.count) } ?? 0)
+        )
+        element += "for="
         if let clientAddress {
-            element += clientAddress.contains(":") ? "\"[\(clientAddress)]\"" : clientAddress
+            if isIPv6 {
+                element += "\"["
+                element += clientAddress
+                element += "]\""
+            } else {
+                element += clientAddress
+            }
         } else {
             element += "unknown"
         }
         element += ";proto=http"
         if let host {
             element += ";host="
-            element += host.utf8.allSatisfy(HTTPSyntax.isTokenByte) ? host : quotedString(host)
+            element += hostIsToken ? host : quotedString(host)
         }
         return element
     }

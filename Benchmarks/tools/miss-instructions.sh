@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Instructions the proxy executes per cache miss, counted by callgrind: deterministic, unlike a timed run, so a
+# change to the miss path can be judged by one number.
+#
+#   BIN=.build-release/release/sdui-proxy Benchmarks/tools/miss-instructions.sh
+#   WARMUP=300 MISSES=2000 BIN=... Benchmarks/tools/miss-instructions.sh
+#   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
+#
+# Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
+# under `valgrind --tool=callgrind`, sends WARMUP misses (unique URLs) on one keep-alive connection, zeroes the
+# counters, sends MISSES more, dumps them, and prints
+#   instructions per miss: N
+# (the proxy's whole process, every thread, user space only). It builds nothing; it installs valgrind or nginx
+# with apt-get only when one is missing. Everything it starts is stopped by PID on exit, error or Ctrl-C; the
+# callgrind profile is kept (its path is printed) for `callgrind_annotate --inclusive=yes`.
+set -euo pipefail
+
+TOOLS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_DIR=$(cd "$TOOLS_DIR/.." && pwd)
+# shellcheck source=../lib/configs.sh
+source "$BENCH_DIR/lib/configs.sh"
+
+BIN=${BIN:-}
+WARMUP=${WARMUP:-300}
+MISSES=${MISSES:-2000}
+ORIGIN_PORT=${ORIGIN_PORT:-18300}
+PROXY_PORT=${PROXY_PORT:-18380}
+PROXY_ADMIN_PORT=${PROXY_ADMIN_PORT:-19390}
+WORK_DIR=${WORK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/sdui-miss-instructions.XXXXXX")}
+START_TIMEOUT=${START_TIMEOUT:-120}
+# More callgrind options, e.g. CALLGRIND_ARGS=--dump-instr=yes to see costs per instruction (slower).
+CALLGRIND_ARGS=${CALLGRIND_ARGS:-}
+FIXTURE=$BENCH_DIR/fixtures/screen.json
+
+log() { printf '[miss-instructions %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() {
+    log "ERROR: $*"
+    exit 1
+}
+
+[[ -n $BIN ]] || die "set BIN to a release build of sdui-proxy (swift build -c release --product sdui-proxy)"
+[[ -x $BIN ]] || die "BIN=$BIN is not an executable"
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+[[ $WARMUP =~ ^[0-9]+$ && $MISSES =~ ^[1-9][0-9]*$ ]] || die "WARMUP and MISSES must be whole numbers (MISSES > 0)"
+
+missing=()
+command -v valgrind >/dev/null || missing+=(valgrind)
+command -v nginx >/dev/null || missing+=(nginx)
+command -v curl >/dev/null || missing+=(curl)
+command -v strip >/dev/null || missing+=(binutils)
+command -v cc >/dev/null || missing+=(gcc)
+command -v python3 >/dev/null || missing+=(python3)
+if ((${#missing[@]} > 0)); then
+    [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || die "missing: ${missing[*]}; install them"
+    log "installing ${missing[*]} (apt-get)"
+    timeout 600 apt-get update -qq >&2
+    RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+ORIGIN_PID=
+PROXY_PID=
+stop_pid() {
+    local pid=$1 waited=0
+    [[ -n $pid ]] || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null && ((waited < 100)); do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    stop_pid "$PROXY_PID"
+    stop_pid "$ORIGIN_PID"
+    exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for port in "$ORIGIN_PORT" "$PROXY_PORT" "$PROXY_ADMIN_PORT"; do
+    port_in_use "$port" && die "port $port is in use on 127.0.0.1; set ORIGIN_PORT, PROXY_PORT, PROXY_ADMIN_PORT"
+done
+
+# wait_http URL PID NAME: until URL answers at all, the process dies, or START_TIMEOUT runs out.
+wait_http() {
+    local url=$1 pid=$2 name=$3 waited=0
+    while ! curl -s -o /dev/null --max-time 2 "$url"; do
+        kill -0 "$pid" 2>/dev/null || die "$name exited during start-up; see $WORK_DIR"
+        ((waited < START_TIMEOUT * 10)) || die "$name did not answer $url within ${START_TIMEOUT}s"
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+}
+
+log "work directory $WORK_DIR"
+origin_dir=$WORK_DIR/origin
+mkdir -p "$origin_dir/www"
+cp "$FIXTURE" "$origin_dir/www/screen.json"
+ORIGIN_WORKERS=1 gen_origin_conf "$origin_dir" "$ORIGIN_PORT" "$origin_dir/www"
+nginx -p "$origin_dir" -c "$origin_dir/nginx.conf" -e "$origin_dir/logs/error.log" >"$origin_dir/stdout.log" 2>&1 &
+ORIGIN_PID=$!
+wait_http "http://127.0.0.1:$ORIGIN_PORT/ready" "$ORIGIN_PID" origin
+
+proxy_dir=$WORK_DIR/proxy
+mkdir -p "$proxy_dir"
+# Valgrind 3.19 (Debian 12) gives up on the DWARF 5 that Swift 6 emits: it runs a copy without the debug
+# sections, whose symbol table still names every function.
+strip --strip-debug -o "$proxy_dir/sdui-proxy" "$BIN"
+# It also crashes when a program waits in sigsuspend with its mask in read-only memory, as libdispatch's main
+# thread does (Valgrind writes to the mask): a preloaded sigsuspend hands the kernel a copy on the stack.
+cat >"$proxy_dir/sigsuspend-copy.c" <<'C'
+#define _GNU_SOURCE
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int sigsuspend(const sigset_t *mask) {
+    sigset_t copy = *mask;
+    return (int)syscall(SYS_rt_sigsuspend, &copy, 8);
+}
+C
+cc -shared -fPIC -O2 -o "$proxy_dir/sigsuspend-copy.so" "$proxy_dir/sigsuspend-copy.c"
+gen_proxy_yaml "$proxy_dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" 256MiB
+LD_PRELOAD=$proxy_dir/sigsuspend-copy.so valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no \
+    --callgrind-out-file="$proxy_dir/callgrind.out" $CALLGRIND_ARGS \
+    "$proxy_dir/sdui-proxy" --config "$proxy_dir/sdui-proxy.yaml" >"$proxy_dir/proxy.log" 2>&1 &
+PROXY_PID=$!
+wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$PROXY_PID" proxy
+wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$PROXY_PID" proxy
+log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, proxy (callgrind) pid $PROXY_PID on :$PROXY_PORT"
+
+# misses PREFIX COUNT: COUNT GETs of never-seen URLs on one keep-alive connection; each must be a 200 miss.
+misses() {
+    python3 - "$PROXY_PORT" "$1" "$2" <<'EOF'
+import http.client, sys
+port, prefix, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+for i in range(count):
+    conn.request("GET", f"/screens/{prefix}/{i}?u={i}", headers={"beagle-platform": "IOS"})
+    response = conn.getresponse()
+    body = response.read()
+    if response.status != 200 or response.getheader("X-Cache") != "MISS" or not body:
+        sys.exit(f"request {i}: status {response.status}, X-Cache {response.getheader('X-Cache')}")
+conn.close()
+EOF
+}
+
+# callgrind_control waits for the process to look at its command file, which a thread does when it runs; a
+# thread asleep in epoll does not. A ping to the admin port (its own event loop) wakes one.
+control() {
+    callgrind_control "$@" "$PROXY_PID" >"$proxy_dir/control.log" 2>&1 &
+    local control_pid=$! tries=0
+    while kill -0 "$control_pid" 2>/dev/null && ((tries < 600)); do
+        sleep 0.1
+        tries=$((tries + 1))
+        ((tries % 10 == 0)) && curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PROXY_ADMIN_PORT/health" || true
+    done
+    wait "$control_pid" || die "callgrind_control $* failed: $(cat "$proxy_dir/control.log")"
+}
+
+run_id=$(date +%s)-$$
+if ((WARMUP > 0)); then
+    log "warm-up: $WARMUP misses"
+    misses "warm-$run_id" "$WARMUP"
+fi
+control --zero
+log "measured: $MISSES misses"
+misses "measured-$run_id" "$MISSES"
+control --dump=measured
+
+profile=$(grep -l '^desc: Trigger: .*measured' "$proxy_dir"/callgrind.out* | head -n 1)
+[[ -n $profile ]] || die "no callgrind dump for the measured batch in $proxy_dir"
+total=$(awk '/^(summary|totals):/ { print $2; exit }' "$profile")
+[[ -n $total ]] || die "no instruction total in $profile"
+log "profile: $profile (callgrind_annotate --inclusive=yes $profile)"
+echo "instructions: $total for $MISSES misses"
+echo "instructions per miss: $((total / MISSES))"
