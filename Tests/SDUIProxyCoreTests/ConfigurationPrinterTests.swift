@@ -62,8 +62,10 @@ struct ConfigurationPrinterTests {
             eventLoops: { count: 3, yieldAfter: 0 }
             compat: { beagleHash: true }
             log: { level: DEBUG, format: json, access: true }
+            cluster: { postgres: "postgres://sdui@[::1]:6432/proxy?sslmode=require", replicaName: blue-1 }
             queue:
               store: "relative dir/queue"
+              leaseTimeout: 45s
               maxDepth: 10
               maxBodyBytes: 1KiB
               retryableStatuses: [429, 503]
@@ -96,6 +98,31 @@ struct ConfigurationPrinterTests {
         #expect(text.contains("port: 9999"))
         #expect(text.contains("url: file:elsewhere"))
         #expect(try ConfigurationLoader().load(yaml: text) == configuration)
+    }
+
+    @Test("PostgreSQL URLs are printed with the user and without the password, and load back but for it")
+    func postgresURLs() throws {
+        let configuration = try ConfigurationLoader(environment: [
+            "SDUI_PROXY_CLUSTER_POSTGRES": "postgres://sdui:hunter2@db:5432/sdui?sslmode=verify-full",
+            "SDUI_PROXY_QUEUE_STORE": "postgresql://queue:s3cret%21@db/q",
+        ]).load(yaml: "queue: {}")
+        let text = ConfigurationPrinter.yaml(configuration, adminTokenIsSet: false)
+        for secret in ["hunter2", "s3cret"] { #expect(!text.contains(secret), "\(text)") }
+        #expect(text.contains("postgres: \"postgres://sdui:<redacted>@db?sslmode=verify-full\""))
+        #expect(text.contains("store: \"postgres://queue:<redacted>@db/q\""))
+        #expect(text.contains("leaseTimeout: 30s"))
+
+        var reloaded = try ConfigurationLoader().load(yaml: text)
+        #expect(reloaded.cluster.postgres?.password == ConfigurationPrinter.redacted)
+        reloaded.cluster.postgres?.password = "hunter2"
+        #expect(reloaded.cluster == configuration.cluster)
+        #expect(
+            try reloaded.queue?.storeLocation
+                == .postgres(PostgresURL(user: "queue", password: "<redacted>", host: "db", database: "q"))
+        )
+
+        let single = ConfigurationPrinter.yaml(ProxyConfiguration(), adminTokenIsSet: false)
+        #expect(single.contains("cluster:\n  postgres: \"\"\n  replicaName: \"\"\n"))
     }
 
     @Test("durations and sizes are written in the largest unit that holds them whole")

@@ -232,6 +232,115 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("cluster: a single node by default; postgres and replicaName from the file, the environment over it")
+    func cluster() throws {
+        let defaults = try load("")
+        #expect(defaults.cluster == ClusterConfiguration())
+        #expect(defaults.cluster.postgres == nil)
+        #expect(defaults.cluster.replicaName == "")
+        #expect(defaults.cluster.resolvedReplicaName(hostName: "web-1", processID: 4711) == "web-1-4711")
+
+        let file = try load(
+            """
+            cluster:
+              postgres: "postgresql://sdui:s%40cret@db.internal:6432/proxy?sslmode=verify-full&application_name=x"
+              replicaName: blue-1
+            """
+        )
+        let url = try #require(file.cluster.postgres)
+        #expect(url.user == "sdui")
+        #expect(url.password == "s@cret")
+        #expect(url.host == "db.internal")
+        #expect(url.port == 6432)
+        #expect(url.database == "proxy")
+        #expect(url.sslMode == .verifyFull)
+        #expect(file.cluster.replicaName == "blue-1")
+        #expect(file.cluster.resolvedReplicaName(hostName: "web-1", processID: 4711) == "blue-1")
+
+        let overridden = try load(
+            "cluster: { postgres: \"postgres://a@one/x\", replicaName: blue-1 }",
+            environment: [
+                "SDUI_PROXY_CLUSTER_POSTGRES": "postgres://sdui:secret@db:5432/sdui",
+                "SDUI_PROXY_CLUSTER_REPLICA_NAME": "green-2",
+            ]
+        )
+        #expect(
+            overridden.cluster.postgres
+                == PostgresURL(user: "sdui", password: "secret", host: "db", port: 5432, database: "sdui")
+        )
+        #expect(overridden.cluster.replicaName == "green-2")
+        #expect(try load("", environment: ["SDUI_PROXY_CLUSTER_POSTGRES": ""]).cluster.postgres == nil)
+    }
+
+    @Test(
+        "a bad cluster.postgres URL is refused, naming the key and what is wrong, never the password",
+        arguments: [
+            ("mysql://sdui:hunter2@db/sdui", "postgres://"),
+            ("postgres://db/sdui", "no user name"),
+            ("postgres://sdui:hunter2@/sdui", "no host"),
+            ("postgres://sdui:hunter2@db:99999/sdui", "port"),
+            ("postgres://sdui:hunter2@db:x/sdui", "port"),
+            ("postgres://sdui:hunter2@[db]/sdui", "IPv6"),
+            ("postgres://sdui:hunter2@d b/sdui", "spaces"),
+            ("postgres://sdui:hunter2%zz@db/sdui", "percent"),
+            ("postgres://sdui:hunter2@db/sdui?sslmode=prefer", "sslmode \"prefer\""),
+            ("postgres://sdui:hunter2@db/sdui?connect_timeout=3", "connect_timeout"),
+            ("postgres://sdui:hunter2@db/a/b", "database"),
+            // A password with an unescaped / ends the host early: nothing of it may be echoed.
+            ("postgres://sdui:hunter2/x@db/sdui", "no user name"),
+        ]
+    )
+    func badPostgresURL(url: String, problem: String) throws {
+        for (yaml, environment) in [
+            ("cluster: { postgres: \"\(url)\" }", [String: String]()),
+            ("", ["SDUI_PROXY_CLUSTER_POSTGRES": "\"\(url)\""]),
+        ] {
+            let error = try #require(self.error(yaml, environment: environment))
+            #expect(error.key == "cluster.postgres")
+            #expect(error.problem.contains(problem), "\(error)")
+            #expect(!error.description.contains("hunter2"), "\(error)")
+        }
+    }
+
+    @Test("cluster: unknown keys and bad replica names are refused")
+    func badClusterKeys() {
+        #expect(error("cluster: { postgress: x }")?.key == "cluster.postgress")
+        #expect(error("cluster: { replicaName: \"a b\" }")?.key == "cluster.replicaName")
+        #expect(error("cluster: { replicaName: \(String(repeating: "a", count: 129)) }")?.key == "cluster.replicaName")
+        #expect(error("cluster: { replicaName: [a] }")?.key == "cluster.replicaName")
+    }
+
+    @Test("a PostgreSQL URL reads hosts of every kind, defaults the port and database, and hides the password")
+    func postgresURL() throws {
+        let ipv6 = try PostgresURL(parsing: "postgres://u:p@[::1]:7000")
+        #expect(ipv6.host == "::1")
+        #expect(ipv6.port == 7000)
+        #expect(ipv6.database == "u")
+        let ipv4 = try PostgresURL(parsing: "POSTGRESQL://u@10.0.0.7/")
+        #expect(ipv4.host == "10.0.0.7")
+        #expect(ipv4.port == 5432)
+        #expect(ipv4.password == nil)
+        #expect(ipv4.database == "u")
+        #expect(try PostgresURL(parsing: "postgres://u:p@db?sslmode=require").sslMode == .require)
+        #expect(try PostgresURL(parsing: "postgres://u:p@db?sslmode=disable").sslMode == .disable)
+        #expect(try PostgresURL(parsing: "postgres://u%20x:@db/d%2Fb").user == "u x")
+        #expect(try PostgresURL(parsing: "postgres://u%20x:@db/d%2Fb").database == "d/b")
+        #expect(try PostgresURL(parsing: "postgres://u%20x:@db/d%2Fb").password == "")
+
+        let url = try PostgresURL(parsing: "postgres://sdui:hunter2@[fd00::5]:6432/other?sslmode=verify-full")
+        #expect(url.description == "postgres://sdui:<redacted>@[fd00::5]:6432/other?sslmode=verify-full")
+        for text in [
+            url.description, String(reflecting: url), "\(url)",
+            String(describing: Mirror(reflecting: url).children.map(\.value)),
+        ] {
+            #expect(!text.contains("hunter2"), "\(text)")
+        }
+        var reread = try PostgresURL(parsing: url.description)
+        #expect(reread.password == ConfigurationPrinter.redacted)
+        reread.password = "hunter2"
+        #expect(reread == url)
+    }
+
     @Test("a missing file is an error that names the file")
     func missingFile() {
         #expect(throws: ConfigurationError.self) { try ConfigurationLoader().load(path: "/nonexistent/sdui.yaml") }

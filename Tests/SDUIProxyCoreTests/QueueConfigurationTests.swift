@@ -95,6 +95,49 @@ import Testing
         #expect(!queue.handlers[2].applies(to: .failed, routeKey: "POST /api/orders"))
     }
 
+    @Test func theStoreIsADirectoryOrAPostgresURL() throws {
+        let directory = try #require(try parse("queue: { store: /data/queue }"))
+        #expect(try directory.storeLocation == .sqlite(path: "/data/queue"))
+        #expect(try QueueConfiguration().storeLocation == .sqlite(path: "/var/lib/sdui-proxy/queue"))
+        let shared = try #require(try parse("queue: { store: \"postgresql://q:pw@db:5433/queue?sslmode=require\" }"))
+        #expect(
+            try shared.storeLocation
+                == .postgres(
+                    PostgresURL(user: "q", password: "pw", host: "db", port: 5433, database: "queue", sslMode: .require)
+                )
+        )
+        let fromEnvironment = try #require(
+            try parse("queue: {}", environment: ["SDUI_PROXY_QUEUE_STORE": "postgres://q@db"])
+        )
+        #expect(try fromEnvironment.storeLocation == .postgres(PostgresURL(user: "q", host: "db")))
+        // A path that merely mentions the scheme further on is still a path.
+        let path = try #require(try parse("queue: { store: ./postgres://x }"))
+        #expect(try path.storeLocation == .sqlite(path: "./postgres://x"))
+    }
+
+    @Test func aBadPostgresStoreIsNamedWithoutItsPassword() {
+        do throws(ConfigurationError) {
+            _ = try parse("queue: { store: \"postgres://q:hunter2@db/queue?sslmode=allow\" }")
+            Issue.record("a bad store URL was accepted")
+        } catch {
+            #expect(error.key == "queue.store")
+            #expect(error.problem.contains("sslmode \"allow\" is not one of disable, require, verify-full"))
+            #expect(!error.description.contains("hunter2"))
+        }
+    }
+
+    @Test func theLeaseTimeoutDefaultsTo30sAndMustBePositive() throws {
+        #expect(try #require(try parse("queue: {}")).leaseTimeout == .seconds(30))
+        #expect(try #require(try parse("queue: { leaseTimeout: 90s }")).leaseTimeout == .seconds(90))
+        let overridden = try parse(
+            "queue: { leaseTimeout: 90s }",
+            environment: ["SDUI_PROXY_QUEUE_LEASE_TIMEOUT": "2m"]
+        )
+        #expect(overridden?.leaseTimeout == .seconds(120))
+        #expect(errorKey("queue: { leaseTimeout: 0s }") == "queue.leaseTimeout")
+        #expect(errorKey("queue: { leaseTimeout: soon }") == "queue.leaseTimeout")
+    }
+
     @Test func theEnvironmentOverridesTheFile() throws {
         let queue = try #require(
             try parse(

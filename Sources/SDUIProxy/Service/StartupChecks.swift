@@ -15,7 +15,7 @@ import Darwin
 /// - both listener hosts resolve to an address;
 /// - a `file:` upstream is a directory that can be read;
 /// - `queue.store` is a writable directory, or one that can be created, and its SQLite file, when there,
-///   can be read and written.
+///   can be read and written (a `postgres://` store is refused: the queue lives in SQLite only).
 ///
 /// The queue store's lock is not tried: a running proxy holds it, and the checks run before a SIGHUP to it.
 /// Nothing is created or changed.
@@ -29,7 +29,15 @@ public enum StartupChecks {
         try checkHost(configuration.listen.host, key: "listen.host")
         try checkHost(configuration.admin.host, key: "admin.host")
         try checkUpstream(configuration.upstream)
-        if let queue = configuration.queue { try checkQueueStore(queue.store) }
+        if let queue = configuration.queue {
+            if case .postgres? = try? queue.storeLocation {
+                throw ConfigurationError(
+                    key: "queue.store",
+                    problem: "this build keeps the write queue in SQLite only: give a directory, not a postgres:// URL"
+                )
+            }
+            try checkQueueStore(queue.store)
+        }
     }
 
     /// Refuses a `file:` upstream that is not a readable directory (what a reload checks of the upstream).

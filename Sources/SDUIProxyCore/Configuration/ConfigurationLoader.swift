@@ -60,7 +60,7 @@ public struct ConfigurationLoader: Sendable {
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
         try top.rejectUnknownKeys([
             "listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue",
-            "limits", "eventLoops",
+            "limits", "eventLoops", "cluster",
         ])
 
         var config = ProxyConfiguration()
@@ -98,6 +98,8 @@ public struct ConfigurationLoader: Sendable {
         if top.mapping["queue"] != nil || environment.keys.contains(where: { $0.hasPrefix("SDUI_PROXY_QUEUE_") }) {
             config.queue = try QueueConfiguration.parse(top.section("queue"))
         }
+
+        config.cluster = try ClusterConfiguration.parse(top.section("cluster"))
 
         if let port = overrides.port { config.listen.port = try Self.checkedPort(port, key: "--port") }
         if let port = overrides.adminPort { config.admin.port = try Self.checkedPort(port, key: "--admin-port") }

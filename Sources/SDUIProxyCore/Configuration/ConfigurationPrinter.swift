@@ -3,7 +3,8 @@
 ///
 /// Secrets are not printed: the admin token (which never comes from the file) appears only as `<redacted>`
 /// when set, credentials in a URL (`https://user:pass@host`) become `<redacted>@host`, and so do the values
-/// of `Authorization` and `Proxy-Authorization` headers.
+/// of `Authorization` and `Proxy-Authorization` headers. A PostgreSQL URL (`cluster.postgres`, `queue.store`)
+/// keeps its user name: `postgres://user:<redacted>@host/database`.
 public enum ConfigurationPrinter {
     /// What stands in for a secret.
     public static let redacted = "<redacted>"
@@ -99,6 +100,9 @@ public enum ConfigurationPrinter {
             "log: { level: \(scalar(config.log.level, flow: true)), format: \(scalar(config.log.format, flow: true)), "
                 + "access: \(config.log.access) }"
         )
+        out.line("cluster:")
+        out.pair(1, "postgres", config.cluster.postgres.map { quoted($0.description) } ?? scalar(""))
+        out.pair(1, "replicaName", scalar(config.cluster.replicaName))
         if let queue = config.queue { self.queue(queue, into: &out) }
         return out.text
     }
@@ -114,7 +118,12 @@ public enum ConfigurationPrinter {
 
     private static func queue(_ queue: QueueConfiguration, into out: inout Writer) {
         out.line("queue:")
-        out.pair(1, "store", scalar(queue.store))
+        if case .postgres(let url)? = try? queue.storeLocation {
+            out.pair(1, "store", quoted(url.description))
+        } else {
+            out.pair(1, "store", scalar(queue.store))
+        }
+        out.pair(1, "leaseTimeout", duration(queue.leaseTimeout))
         out.pair(1, "maxDepth", "\(queue.maxDepth)")
         out.pair(1, "maxBodyBytes", size(queue.maxBodyBytes))
         out.pair(
@@ -192,7 +201,12 @@ public enum ConfigurationPrinter {
     ///
     /// - Parameter flow: whether it stands inside `[...]` or `{...}`, where a `:` is better quoted too.
     static func scalar(_ text: String, flow: Bool = false) -> String {
-        let text = redactingURLCredentials(text)
+        quoted(redactingURLCredentials(text), flow: flow)
+    }
+
+    /// A string as YAML reads it back as that same string, as ``scalar(_:flow:)`` writes it but without replacing
+    /// URL credentials: for text that has its secrets redacted already, like a ``PostgresURL``'s description.
+    private static func quoted(_ text: String, flow: Bool = false) -> String {
         if isPlain(text, flow: flow) { return text }
         var quoted = "\""
         for scalar in text.unicodeScalars {

@@ -24,6 +24,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var eventLoops = EventLoops()
     /// The durable write queue; nil (no `queue` section) turns it off.
     public var queue: QueueConfiguration?
+    /// Replicas sharing a PostgreSQL database; without `cluster.postgres`, a single node.
+    public var cluster = ClusterConfiguration()
 
     public init() {}
 
@@ -34,6 +36,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
             && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
             && lhs.limits == rhs.limits && lhs.eventLoops == rhs.eventLoops && lhs.queue == rhs.queue
+            && lhs.cluster == rhs.cluster
     }
 
     /// A host and port to listen on.

@@ -6,8 +6,12 @@ import Yams
 /// A route opts in with its method and path prefix; requests on other routes are forwarded as before. When the
 /// `queue` key is absent the feature is off.
 public struct QueueConfiguration: Sendable, Equatable {
-    /// The directory of the durable store; the SQLite file `queue.sqlite` lives inside.
+    /// The durable store: a directory, where the SQLite file `queue.sqlite` lives, or a `postgres://` URL of a
+    /// database the replicas share (see ``storeLocation``).
     public var store = "/var/lib/sdui-proxy/queue"
+    /// How long a replica holds a request it is delivering from a shared store; a replica that stops renewing
+    /// its lease for this long is taken to be gone, and another may deliver the request.
+    public var leaseTimeout: Duration = .seconds(30)
     /// The most requests waiting for delivery at once; one more is refused with 503.
     public var maxDepth = 100_000
     /// The largest request body that is queued; a larger one is refused with 413.
@@ -140,6 +144,14 @@ public struct QueueConfiguration: Sendable, Equatable {
         }
     }
 
+    /// ``store`` read as a location: a SQLite directory or a PostgreSQL database.
+    ///
+    /// - Throws: ``PostgresURL/ParseError`` when ``store`` has a PostgreSQL scheme but cannot be read, which a
+    ///   configuration from ``ConfigurationLoader`` never has.
+    public var storeLocation: QueueStoreLocation {
+        get throws(PostgresURL.ParseError) { try QueueStoreLocation(parsing: store) }
+    }
+
     /// The route a request with `method` on `path` is queued under: the longest matching prefix with that
     /// method, or nil when it is not queued. A query in `path` is ignored.
     public func route(method: String, path: String) -> Route? {
@@ -157,6 +169,7 @@ public struct QueueConfiguration: Sendable, Equatable {
     /// The keys of the `queue` section.
     static let keys: Set<String> = [
         "store", "maxDepth", "maxBodyBytes", "retryableStatuses", "concurrency", "retention", "routes", "handlers",
+        "leaseTimeout",
     ]
 
     /// Reads the `queue` section; every key has a default, and problems name the key path.
@@ -164,7 +177,14 @@ public struct QueueConfiguration: Sendable, Equatable {
         try section.rejectUnknownKeys(keys)
         var queue = QueueConfiguration()
         queue.store = try section.string("store", default: queue.store)
-        guard !queue.store.isEmpty else { throw section.fail("store", "must be a directory path") }
+        guard !queue.store.isEmpty else {
+            throw section.fail("store", "must be a directory path or a postgres:// URL")
+        }
+        if PostgresURL.hasPostgresScheme(queue.store) {
+            _ = try ClusterConfiguration.parsePostgresURL(queue.store, key: "store", in: section)
+        }
+        queue.leaseTimeout = try section.duration("leaseTimeout", default: queue.leaseTimeout)
+        guard queue.leaseTimeout > .zero else { throw section.fail("leaseTimeout", "must be more than 0") }
         queue.maxDepth = try section.int("maxDepth", default: queue.maxDepth, in: 1...100_000_000)
         queue.maxBodyBytes = try section.byteSize("maxBodyBytes", default: queue.maxBodyBytes)
         guard queue.maxBodyBytes <= 1 << 30 else { throw section.fail("maxBodyBytes", "must be at most 1GiB") }

@@ -1,0 +1,130 @@
+import Logging
+import PostgresNIO
+
+/// The tables the replicas share, brought up to date when a replica starts.
+///
+/// Migrations are numbered from 1 and never change once released; a new one is appended to ``migrations``.
+/// ``migrate(_:logger:)`` runs the missing ones in one transaction that first takes a transaction-scoped
+/// advisory lock, so replicas starting together run each migration once, one after the other, and
+/// `sdui_schema_migrations` records which ran.
+public enum ClusterSchema {
+    /// One step of the schema.
+    public struct Migration: Sendable {
+        /// Its number: one more than the migration before it.
+        public var version: Int32
+        /// What it does, for the log.
+        public var summary: String
+        /// Its statements, run in order (one statement each: the extended protocol takes no more).
+        public var statements: [String]
+
+        public init(version: Int32, summary: String, statements: [String]) {
+            self.version = version
+            self.summary = summary
+            self.statements = statements
+        }
+    }
+
+    /// The key of the advisory lock held while migrating: "SDUIPRXY" in ASCII, fixed for every version.
+    public static let advisoryLockKey: Int64 = 0x5344_5549_5052_5859
+
+    /// Every migration this binary knows, in order.
+    public static let migrations: [Migration] = [
+        Migration(
+            version: 1,
+            summary: "the invalidation log and the replicas' progress through it",
+            statements: [
+                """
+                CREATE TABLE sdui_invalidation_log (
+                  id bigserial PRIMARY KEY,
+                  kind text NOT NULL,
+                  value text NOT NULL,
+                  soft boolean NOT NULL DEFAULT false,
+                  replica text NOT NULL,
+                  created_at timestamptz NOT NULL DEFAULT now()
+                )
+                """,
+                """
+                CREATE TABLE sdui_replicas (
+                  name text PRIMARY KEY,
+                  applied_id bigint NOT NULL,
+                  last_seen timestamptz NOT NULL DEFAULT now()
+                )
+                """,
+            ]
+        )
+    ]
+
+    /// Brings the database's schema up to ``migrations``.
+    ///
+    /// - Throws: ``ClusterSchemaError`` when the database has a migration this binary does not know (a newer
+    ///   replica migrated it), or the database's error when a statement fails; then nothing of this call stays.
+    public static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await migrate(client, migrations: migrations, logger: logger)
+    }
+
+    /// Brings the database's schema up to `migrations`, which must be numbered 1, 2, 3… in order.
+    static func migrate(_ client: PostgresClient, migrations: [Migration], logger: Logger) async throws {
+        for (index, migration) in migrations.enumerated() where migration.version != Int32(index + 1) {
+            throw ClusterSchemaError("migration \(migration.version) is out of order: expected \(index + 1)")
+        }
+        let ran: [Int32]
+        do {
+            ran = try await client.withTransaction(logger: logger) { connection in
+                try await runMissing(migrations, on: connection, logger: logger)
+            }
+        } catch let error as PostgresTransactionError {
+            // What failed inside the transaction, not the wrapper: it was rolled back either way.
+            throw error.closureError ?? error.beginError ?? error.commitError ?? error
+        }
+        for version in ran {
+            let summary = migrations[Int(version) - 1].summary
+            logger.info("cluster schema migrated", metadata: ["version": "\(version)", "migration": "\(summary)"])
+        }
+        if ran.isEmpty {
+            logger.debug("cluster schema is up to date", metadata: ["version": "\(migrations.count)"])
+        }
+    }
+
+    /// Under the advisory lock, runs the migrations of `migrations` the database lacks on `connection`, which is
+    /// in a transaction; returns their versions.
+    private static func runMissing(
+        _ migrations: [Migration],
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> [Int32] {
+        try await connection.query("SELECT pg_advisory_xact_lock(\(advisoryLockKey))", logger: logger)
+        try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS sdui_schema_migrations (
+              version int PRIMARY KEY,
+              applied_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            logger: logger
+        )
+        var applied: Set<Int32> = []
+        let rows = try await connection.query("SELECT version FROM sdui_schema_migrations", logger: logger)
+        for try await version in rows.decode(Int32.self) {
+            applied.insert(version)
+        }
+        let known = Int32(migrations.count)
+        if let newest = applied.max(), newest > known {
+            throw ClusterSchemaError(
+                "the database's schema is at version \(newest), but this binary knows versions up to \(known): "
+                    + "a newer sdui-proxy migrated it; run that version (or a newer one) against this database"
+            )
+        }
+        var ran: [Int32] = []
+        for migration in migrations where !applied.contains(migration.version) {
+            for statement in migration.statements {
+                try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+            try await connection.query(
+                "INSERT INTO sdui_schema_migrations (version) VALUES (\(migration.version))",
+                logger: logger
+            )
+            ran.append(migration.version)
+        }
+        return ran
+    }
+}
