@@ -50,6 +50,14 @@ public enum ClusterSchema {
                   last_seen timestamptz NOT NULL DEFAULT now()
                 )
                 """,
+                // One row: the highest id pruned from the log, so a replica can tell it missed rows.
+                """
+                CREATE TABLE sdui_fleet_log_state (
+                  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+                  pruned_through bigint NOT NULL DEFAULT 0
+                )
+                """,
+                "INSERT INTO sdui_fleet_log_state DEFAULT VALUES",
             ]
         )
     ]
@@ -62,14 +70,32 @@ public enum ClusterSchema {
         try await migrate(client, migrations: migrations, logger: logger)
     }
 
+    /// Brings the database's schema up to ``migrations`` over `connection` (one not in a transaction).
+    public static func migrate(on connection: PostgresConnection, logger: Logger) async throws {
+        try await migrate(migrations, logger: logger) { run in
+            try await connection.withTransaction(logger: logger) { try await run($0) }
+        }
+    }
+
     /// Brings the database's schema up to `migrations`, which must be numbered 1, 2, 3… in order.
     static func migrate(_ client: PostgresClient, migrations: [Migration], logger: Logger) async throws {
+        try await migrate(migrations, logger: logger) { run in
+            try await client.withTransaction(logger: logger) { try await run($0) }
+        }
+    }
+
+    /// Runs the missing migrations in the transaction `inTransaction` opens, and logs what ran.
+    private static func migrate(
+        _ migrations: [Migration],
+        logger: Logger,
+        inTransaction: (_ run: (PostgresConnection) async throws -> [Int32]) async throws -> [Int32]
+    ) async throws {
         for (index, migration) in migrations.enumerated() where migration.version != Int32(index + 1) {
             throw ClusterSchemaError("migration \(migration.version) is out of order: expected \(index + 1)")
         }
         let ran: [Int32]
         do {
-            ran = try await client.withTransaction(logger: logger) { connection in
+            ran = try await inTransaction { connection in
                 try await runMissing(migrations, on: connection, logger: logger)
             }
         } catch let error as PostgresTransactionError {

@@ -54,7 +54,9 @@ struct ClusterSchemaTests {
         }
         try await server.withClient(url) { client in
             #expect(
-                try await tables(client) == ["sdui_invalidation_log", "sdui_replicas", "sdui_schema_migrations"]
+                try await tables(client) == [
+                    "sdui_fleet_log_state", "sdui_invalidation_log", "sdui_replicas", "sdui_schema_migrations",
+                ]
             )
             #expect(try await recorded(client).keys.sorted() == [1])
             try await client.query(

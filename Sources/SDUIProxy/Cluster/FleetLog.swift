@@ -1,0 +1,630 @@
+import Logging
+import NIOCore
+import PostgresNIO
+import SDUIProxyCore
+import ServiceLifecycle
+
+/// This replica's part in the fleet's shared log in PostgreSQL: the invalidations (and fleet prefetches) made here
+/// are written to it, and every other replica's are applied here.
+///
+/// ``FleetLogFollower`` decides; this actor runs its actions over one connection of its own, which listens for the
+/// log's notifications and also reads and writes the log, so a lost connection is one event, not several. Rows
+/// are written one batch at a time, each in a transaction that takes an advisory lock first: ids are then given
+/// and committed in the same order, and a replica reading after its cursor never passes over a row that commits
+/// late. The `NOTIFY` is sent in the same transaction, so it is delivered only if the rows are there.
+///
+/// Everything is applied here before it is written: a replica whose PostgreSQL is down keeps serving, its purges
+/// take effect here at once, and they reach the others when PostgreSQL is back.
+public actor FleetLog: Service {
+    /// What became of an invalidation made here, as far as the fleet goes.
+    public enum FanOut: String, Sendable {
+        /// Written to the log: the other replicas apply it when notified.
+        case recorded
+        /// Applied here only for now: it is written when PostgreSQL is reachable again.
+        case pending
+    }
+
+    public struct Settings: Sendable {
+        /// Shown in logs, metrics and `/cluster`, and written with each row.
+        public var replicaName: String
+        /// How often the log is read without a notification: a lost notification delays an invalidation by at most
+        /// this long.
+        public var pollInterval: Duration = .seconds(1)
+        /// How often this replica says it is alive, and how far it has applied the log.
+        public var heartbeatInterval: Duration = .seconds(5)
+        /// How long rows are kept. A replica away for longer empties its cache when it comes back.
+        public var retention: Duration = .seconds(3600)
+        /// How often rows older than the retention are removed (by whichever replica gets to it first).
+        public var pruneInterval: Duration = .seconds(60)
+        /// The first reconnection's delay, doubled after each failure up to the second.
+        public var reconnectDelays: (first: Duration, maximum: Duration) = (.milliseconds(100), .seconds(2))
+        /// How long an invalidation's answer waits for its row to be written before it says `pending`.
+        public var recordWait: Duration = .seconds(2)
+        /// How long a read or write of the log may take before its connection is taken for dead and closed: a
+        /// half-open connection (a server that vanished without closing it) answers nothing, ever.
+        public var queryTimeout: Duration = .seconds(5)
+
+        public init(replicaName: String) {
+            self.replicaName = replicaName
+        }
+    }
+
+    /// What applying a row does on this replica.
+    public struct Appliers: Sendable {
+        /// Applies an invalidation to the cache; returns how many responses it reached.
+        public var invalidate: @Sendable (CacheInvalidation) -> Int
+        /// Starts a fleet prefetch here.
+        public var prefetch: @Sendable (FleetPrefetch) -> Void
+
+        public init(
+            invalidate: @escaping @Sendable (CacheInvalidation) -> Int,
+            prefetch: @escaping @Sendable (FleetPrefetch) -> Void
+        ) {
+            self.invalidate = invalidate
+            self.prefetch = prefetch
+        }
+    }
+
+    /// A replica seen in the last minute.
+    public struct Replica: Sendable, Equatable {
+        public var name: String
+        /// The last row it had applied when it was last seen.
+        public var appliedID: Int64
+        public var secondsSinceSeen: Double
+    }
+
+    /// What `/cluster` shows.
+    public struct Status: Sendable {
+        public var replicaName: String
+        public var connected: Bool
+        /// The last row applied here; nil before the first connection.
+        public var appliedID: Int64?
+        /// The last row the log had when this replica last looked.
+        public var headID: Int64
+        /// Invalidations made here and not yet written.
+        public var pending: Int
+        public var replicas: [Replica]
+    }
+
+    /// The notification channel; the payload is not used, only that a row was written.
+    static let channel = "sdui_fleet_log"
+    /// The advisory lock that orders the log's writers (an arbitrary constant of this program's own).
+    static let writeLock: Int64 = 0x5344_5549_4c4f_4701
+    /// The most rows read at once; more are read by the next fetch at once.
+    static let fetchLimit = 1000
+
+    private enum Work: Sendable {
+        case connect(generation: Int)
+        case reconnect(after: Duration)
+        case fetch(generation: Int, after: Int64)
+        case record(generation: Int, [FleetLogFollower.Made])
+        case expire(token: UInt64, after: Duration)
+        case heartbeat(generation: Int)
+        /// An invalidation made here whose maker does not wait for the log.
+        case made(CacheInvalidation)
+    }
+
+    private let configuration: PostgresConnection.Configuration
+    private let settings: Settings
+    private let appliers: Appliers
+    private let eventLoop: any EventLoop
+    private let logger: Logger
+    private let metrics: ClusterMetrics?
+    private nonisolated let work: AsyncStream<Work>
+    private nonisolated let workContinuation: AsyncStream<Work>.Continuation
+
+    private var follower: FleetLogFollower
+    private var connection: PostgresConnection?
+    /// Counts connections: what an earlier connection reports after it was given up is ignored.
+    private var generation = 0
+    private var headID: Int64 = 0
+    private var replicas: [Replica] = []
+    private var waiters: [UInt64: CheckedContinuation<FanOut, Never>] = [:]
+    private var recordingTokens: [UInt64] = []
+    private var recordedIDs: [UInt64: Int64] = [:]
+    /// Failed connection attempts since the last connection: the first failure is a warning, the retries that
+    /// follow are not logged again until one succeeds.
+    private var failedAttempts = 0
+
+    public init(
+        configuration: PostgresConnection.Configuration,
+        settings: Settings,
+        appliers: Appliers,
+        eventLoop: any EventLoop,
+        logger: Logger,
+        metrics: ClusterMetrics? = nil
+    ) {
+        self.configuration = configuration
+        self.follower = FleetLogFollower(
+            firstReconnectDelay: settings.reconnectDelays.first,
+            maximumReconnectDelay: settings.reconnectDelays.maximum
+        )
+        self.settings = settings
+        self.appliers = appliers
+        self.eventLoop = eventLoop
+        self.logger = logger
+        self.metrics = metrics
+        (work, workContinuation) = AsyncStream.makeStream(of: Work.self)
+    }
+
+    // MARK: Running
+
+    public func run() async throws {
+        execute(follower.start())
+        await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.tick() }
+                for await item in work {
+                    if case .made(let invalidation) = item {
+                        // Taken in the order they were made: each is handed to the follower before the next.
+                        self.write(invalidation)
+                    } else {
+                        group.addTask { await self.perform(item) }
+                    }
+                }
+                // Closing the connection fails whatever still runs on it, so the children below all end.
+                await self.closeConnection()
+                group.cancelAll()
+            }
+        } onGracefulShutdown: {
+            self.workContinuation.finish()
+        }
+        await closeConnection()
+        for waiter in waiters.values { waiter.resume(returning: .pending) }
+        waiters = [:]
+    }
+
+    /// The timers: reading the log without a notification, the heartbeat and pruning.
+    private func tick() async {
+        var sinceHeartbeat = Duration.zero
+        var sincePrune = settings.pruneInterval
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: settings.pollInterval) } catch { return }
+            execute(follower.rowsMayHaveArrived())
+            sinceHeartbeat += settings.pollInterval
+            sincePrune += settings.pollInterval
+            if sinceHeartbeat >= settings.heartbeatInterval, follower.isConnected {
+                sinceHeartbeat = .zero
+                workContinuation.yield(.heartbeat(generation: generation))
+            }
+            if sincePrune >= settings.pruneInterval, let connection, follower.isConnected {
+                sincePrune = .zero
+                await prune(on: connection)
+            }
+        }
+    }
+
+    private func execute(_ actions: [FleetLogFollower.Action]) {
+        for action in actions {
+            switch action {
+            case .connect:
+                generation += 1
+                workContinuation.yield(.connect(generation: generation))
+            case .scheduleReconnect(let delay):
+                workContinuation.yield(.reconnect(after: delay))
+            case .fetch(let after):
+                workContinuation.yield(.fetch(generation: generation, after: after))
+            case .record(let batch):
+                recordingTokens = batch.map(\.token)
+                workContinuation.yield(.record(generation: generation, batch))
+            case .apply(let entries):
+                apply(entries)
+            case .flushCache(let reason):
+                let removed = appliers.invalidate(CacheInvalidation(.all))
+                logger.warning(
+                    "emptied the cache to stay in step with the fleet",
+                    metadata: ["reason": "\(reason)", "removed": "\(removed)"]
+                )
+                metrics?.flushed()
+            }
+        }
+    }
+
+    private func perform(_ item: Work) async {
+        switch item {
+        case .connect(let generation):
+            await connectAndListen(generation)
+        case .reconnect(let delay):
+            do { try await Task.sleep(for: delay) } catch { return }
+            execute(follower.reconnectDue())
+        case .fetch(let generation, let after):
+            await fetch(after: after, generation)
+        case .record(let generation, let batch):
+            await record(batch, generation)
+        case .expire(let token, let delay):
+            do { try await Task.sleep(for: delay) } catch { return }
+            waiters.removeValue(forKey: token)?.resume(returning: .pending)
+        case .heartbeat(let generation):
+            await heartbeat(generation)
+        case .made(let invalidation):
+            write(invalidation)
+        }
+    }
+
+    // MARK: Invalidations made here
+
+    /// Writes `invalidation`, already applied here, for the other replicas, without waiting: for invalidations made
+    /// while answering a request (unsafe methods) or delivering a queued write. They are written in the order they
+    /// were made.
+    public nonisolated func record(_ invalidation: CacheInvalidation) {
+        workContinuation.yield(.made(invalidation))
+    }
+
+    private func write(_ invalidation: CacheInvalidation) {
+        metrics?.sent(invalidation)
+        execute(follower.made(.invalidation(invalidation)).actions)
+    }
+
+    /// Writes `invalidation`, already applied here, for the other replicas. Answers once it is written, or as
+    /// pending when PostgreSQL is unreachable or slower than ``Settings/recordWait``.
+    public func invalidated(_ invalidation: CacheInvalidation) async -> FanOut {
+        metrics?.sent(invalidation)
+        return await write(.invalidation(invalidation)).fanOut
+    }
+
+    /// Writes a prefetch, already started here, for the other replicas, and waits up to ``Settings/recordWait`` for
+    /// the replicas seen in the last minute to take it. Returns how many replicas have it, this one included, and
+    /// how many were seen.
+    public func prefetched(_ prefetch: FleetPrefetch) async -> (fanOut: FanOut, took: Int, replicas: Int) {
+        let written = await write(.prefetch(prefetch))
+        guard written.fanOut == .recorded, let id = written.id else {
+            return (written.fanOut, 1, max(1, replicas.count))
+        }
+        let deadline = ContinuousClock.now + settings.recordWait
+        var counts = (took: 1, seen: max(1, replicas.count))
+        while let connection, ContinuousClock.now < deadline {
+            if let latest = try? await withQueryTimeout(
+                on: connection,
+                { try await replicasCount(applied: id, on: connection) }
+            ) {
+                // This replica ran it when it was made, whether or not its own row counts it yet.
+                counts = (max(1, latest.took + (latest.selfCounted ? 0 : 1)), max(1, latest.seen))
+                if counts.took >= counts.seen { break }
+            }
+            do { try await Task.sleep(for: .milliseconds(50)) } catch { break }
+        }
+        return (.recorded, counts.took, counts.seen)
+    }
+
+    private func write(_ payload: FleetLogEntry.Payload) async -> (fanOut: FanOut, id: Int64?) {
+        let made = follower.made(payload)
+        execute(made.actions)
+        guard made.writing else { return (.pending, nil) }
+        let fanOut = await withCheckedContinuation { continuation in
+            waiters[made.token] = continuation
+            workContinuation.yield(.expire(token: made.token, after: settings.recordWait))
+        }
+        return (fanOut, recordedIDs.removeValue(forKey: made.token))
+    }
+
+    // MARK: Status
+
+    /// ``status`` with the replicas read from the log now (and this one's progress written), as `/cluster` shows it.
+    public func refreshedStatus() async -> Status {
+        await heartbeat(generation)
+        return status
+    }
+
+    public var status: Status {
+        Status(
+            replicaName: settings.replicaName,
+            connected: follower.isConnected,
+            appliedID: follower.appliedID,
+            headID: max(headID, follower.appliedID ?? 0),
+            pending: follower.pendingCount,
+            replicas: replicas
+        )
+    }
+
+    // MARK: PostgreSQL
+
+    private func connectAndListen(_ generation: Int) async {
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(
+                on: eventLoop,
+                configuration: configuration,
+                id: generation,
+                logger: logger
+            )
+        } catch {
+            return connectionLost(generation, error)
+        }
+        // A connection the server ends (a restart, `pg_terminate_backend`) closes its channel; queries sent on it
+        // then may never answer, so its close is the event to act on.
+        connection.closeFuture.whenComplete { _ in
+            Task { await self.connectionLost(generation, nil) }
+        }
+        do {
+            // Every connection checks the schema: the database may have been replaced since the last one.
+            try await withQueryTimeout(on: connection) {
+                try await ClusterSchema.migrate(on: connection, logger: logger)
+            }
+            // Listening first, then reading the head: a row written in between is both notified and read.
+            try await connection.listen(on: Self.channel) { notifications in
+                try await withQueryTimeout(on: connection) { try await self.connected(connection, generation) }
+                for try await _ in notifications {
+                    guard generation == self.generation else { break }
+                    execute(follower.rowsMayHaveArrived())
+                }
+            }
+            connectionLost(generation, nil)
+        } catch {
+            connectionLost(generation, error)
+        }
+        try? await connection.close()
+    }
+
+    /// Reads the log's head and where it was pruned, and takes `connection` as the one in use.
+    private func connected(_ connection: PostgresConnection, _ generation: Int) async throws {
+        let rows = try await connection.query(
+            """
+            SELECT greatest(coalesce((SELECT max(id) FROM sdui_invalidation_log), 0), pruned_through), pruned_through
+            FROM sdui_fleet_log_state
+            """,
+            logger: logger
+        )
+        var head: Int64 = 0
+        var pruned: Int64 = 0
+        for try await (first, second) in rows.decode((Int64, Int64).self) { (head, pruned) = (first, second) }
+        guard generation == self.generation else { return }
+        self.connection = connection
+        headID = head
+        failedAttempts = 0
+        logger.info(
+            "connected to the fleet's log",
+            metadata: ["replica": "\(settings.replicaName)", "head": "\(head)"]
+        )
+        execute(follower.connected(head: head, prunedThrough: pruned))
+        workContinuation.yield(.heartbeat(generation: generation))
+    }
+
+    private func connectionLost(_ generation: Int, _ error: (any Error)?) {
+        guard generation == self.generation else { return }
+        // Anything still running on the connection reports with this generation, and is ignored.
+        self.generation += 1
+        if let connection {
+            self.connection = nil
+            connection.close().whenComplete { _ in }
+        }
+        failRecording()
+        metrics?.reconnecting()
+        failedAttempts += 1
+        let reason = error.map(PostgresErrorText.describe) ?? "the connection closed"
+        if failedAttempts == 1 {
+            logger.warning(
+                "the fleet's log in PostgreSQL is unreachable; invalidations made here apply here and are kept until it is back",
+                metadata: ["replica": "\(settings.replicaName)", "error": "\(reason)"]
+            )
+        } else {
+            logger.debug("the fleet's log is still unreachable", metadata: ["error": "\(reason)"])
+        }
+        execute(follower.connectionLost())
+    }
+
+    private func fetch(after cursor: Int64, _ generation: Int) async {
+        guard let connection, generation == self.generation else { return }
+        do {
+            // One statement, one snapshot: the rows and how far the log was pruned agree.
+            let rows = try await withQueryTimeout(on: connection) {
+                try await connection.query(
+                    """
+                    SELECT s.pruned_through, l.id, l.kind, l.value, l.soft,
+                           extract(epoch FROM clock_timestamp() - l.created_at)::float8
+                    FROM sdui_fleet_log_state s
+                    LEFT JOIN LATERAL (
+                        SELECT id, kind, value, soft, created_at FROM sdui_invalidation_log
+                        WHERE id > \(cursor) ORDER BY id LIMIT \(Self.fetchLimit)
+                    ) l ON true
+                    """,
+                    logger: logger
+                ).collect()
+            }
+            var pruned: Int64 = 0
+            var entries: [FleetLogEntry] = []
+            var lags: [Double] = []
+            for row in rows {
+                let (prunedThrough, id, kind, value, soft, lag) = try row.decode(
+                    (Int64, Int64?, String?, String?, Bool?, Double?).self
+                )
+                pruned = prunedThrough
+                guard let id, let kind, let value else { continue }
+                guard let payload = FleetLogEntry.payload(kind: kind, value: value, soft: soft ?? false) else {
+                    logger.warning("skipped a fleet log row that could not be read", metadata: ["id": "\(id)"])
+                    entries.append(FleetLogEntry(id: id, payload: .unknown(kind: "unreadable")))
+                    continue
+                }
+                entries.append(FleetLogEntry(id: id, payload: payload))
+                if let lag { lags.append(lag) }
+            }
+            guard generation == self.generation else { return }
+            if let last = entries.last { headID = max(headID, last.id) }
+            execute(follower.fetched(entries, prunedThrough: pruned))
+            for lag in lags { metrics?.fanOutLag(seconds: lag) }
+            if entries.count == Self.fetchLimit { execute(follower.rowsMayHaveArrived()) }
+        } catch {
+            connectionLost(generation, error)
+        }
+    }
+
+    private func record(_ batch: [FleetLogFollower.Made], _ generation: Int) async {
+        guard let connection, generation == self.generation else { return failRecording() }
+        do {
+            let replica = settings.replicaName
+            let ids = try await withQueryTimeout(on: connection) {
+                try await connection.withTransaction(logger: logger) { connection in
+                    try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writeLock))", logger: logger)
+                    var ids: [Int64] = []
+                    for made in batch {
+                        let columns = FleetLogEntry.columns(for: made.payload)
+                        let rows = try await connection.query(
+                            """
+                            INSERT INTO sdui_invalidation_log (kind, value, soft, replica, created_at)
+                            VALUES (\(columns.kind), \(columns.value), \(columns.soft), \(replica), clock_timestamp())
+                            RETURNING id
+                            """,
+                            logger: logger
+                        )
+                        for try await id in rows.decode(Int64.self) { ids.append(id) }
+                    }
+                    try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger)
+                    return ids
+                }
+            }
+            guard generation == self.generation else { return }
+            for (made, id) in zip(batch, ids) { recordedIDs[made.token] = id }
+            let tokens = recordingTokens
+            recordingTokens = []
+            execute(follower.recorded(ids: ids))
+            for token in tokens { waiters.removeValue(forKey: token)?.resume(returning: .recorded) }
+        } catch {
+            connectionLost(generation, error)
+        }
+    }
+
+    /// Runs `operation` on `connection`, closing the connection if it takes longer than ``Settings/queryTimeout``:
+    /// the close fails the operation, and the connection's close reports it lost.
+    private func withQueryTimeout<Result: Sendable>(
+        on connection: PostgresConnection,
+        _ operation: () async throws -> Result
+    ) async throws -> Result {
+        let limit = settings.queryTimeout
+        let watchdog = Task {
+            try await Task.sleep(for: limit)
+            try? await connection.close()
+        }
+        defer { watchdog.cancel() }
+        return try await operation()
+    }
+
+    /// The write in flight did not happen: its invalidations wait for the next connection, and their answers say
+    /// so now.
+    private func failRecording() {
+        guard !recordingTokens.isEmpty else { return }
+        for token in recordingTokens { waiters.removeValue(forKey: token)?.resume(returning: .pending) }
+        recordingTokens = []
+        follower.recordFailed()
+    }
+
+    private func heartbeat(_ generation: Int) async {
+        guard let connection, generation == self.generation else { return }
+        let applied = follower.appliedID ?? 0
+        do {
+            let seen = try await withQueryTimeout(on: connection) { () -> [Replica] in
+                try await connection.query(
+                    """
+                    INSERT INTO sdui_replicas (name, applied_id, last_seen) VALUES (\(settings.replicaName), \(applied), now())
+                    ON CONFLICT (name) DO UPDATE SET applied_id = excluded.applied_id, last_seen = excluded.last_seen
+                    """,
+                    logger: logger
+                )
+                let rows = try await connection.query(
+                    """
+                    SELECT name, applied_id, extract(epoch FROM now() - last_seen)::float8 FROM sdui_replicas
+                    WHERE last_seen > now() - interval '1 minute' ORDER BY name
+                    """,
+                    logger: logger
+                )
+                var seen: [Replica] = []
+                for try await (name, appliedID, age) in rows.decode((String, Int64, Double).self) {
+                    seen.append(Replica(name: name, appliedID: appliedID, secondsSinceSeen: age))
+                }
+                return seen
+            }
+            guard generation == self.generation else { return }
+            replicas = seen
+            metrics?.cursor(applied)
+        } catch {
+            connectionLost(generation, error)
+        }
+    }
+
+    private func replicasCount(
+        applied id: Int64,
+        on connection: PostgresConnection
+    ) async throws -> (took: Int, seen: Int, selfCounted: Bool) {
+        let rows = try await connection.query(
+            """
+            SELECT count(*) FILTER (WHERE applied_id >= \(id)), count(*),
+                   bool_or(name = \(settings.replicaName) AND applied_id >= \(id))
+            FROM sdui_replicas WHERE last_seen > now() - interval '1 minute'
+            """,
+            logger: logger
+        )
+        for try await (took, seen, selfCounted) in rows.decode((Int, Int, Bool?).self) {
+            return (took, seen, selfCounted ?? false)
+        }
+        return (0, 0, false)
+    }
+
+    /// Removes rows older than the retention, and replicas not seen for a day. Every replica tries; the one that
+    /// holds the lock does it.
+    private func prune(on connection: PostgresConnection) async {
+        let seconds =
+            Double(settings.retention.components.seconds)
+            + Double(settings.retention.components.attoseconds) / 1e18
+        do {
+            try await withQueryTimeout(on: connection) {
+                try await connection.query(
+                    """
+                    WITH allowed AS (SELECT pg_try_advisory_xact_lock(\(Self.writeLock + 1)) AS yes),
+                    deleted AS (
+                        DELETE FROM sdui_invalidation_log
+                        WHERE (SELECT yes FROM allowed) AND created_at < now() - make_interval(secs => \(seconds))
+                        RETURNING id
+                    )
+                    UPDATE sdui_fleet_log_state SET pruned_through = greatest(pruned_through, (SELECT max(id) FROM deleted))
+                    WHERE EXISTS (SELECT 1 FROM deleted)
+                    """,
+                    logger: logger
+                )
+                try await connection.query(
+                    "DELETE FROM sdui_replicas WHERE last_seen < now() - interval '1 day'",
+                    logger: logger
+                )
+            }
+        } catch {
+            logger.warning(
+                "could not prune the fleet's log",
+                metadata: ["error": "\(PostgresErrorText.describe(error))"]
+            )
+        }
+    }
+
+    private func closeConnection() async {
+        generation += 1
+        if let connection {
+            self.connection = nil
+            try? await connection.close()
+        }
+    }
+
+    // MARK: Applying
+
+    private func apply(_ entries: [FleetLogEntry]) {
+        var prefetched = false
+        for entry in entries {
+            switch entry.payload {
+            case .invalidation(let invalidation):
+                let reached = appliers.invalidate(invalidation)
+                metrics?.applied(invalidation)
+                logger.debug(
+                    "applied a fleet invalidation",
+                    metadata: ["id": "\(entry.id)", "invalidation": "\(invalidation)", "reached": "\(reached)"]
+                )
+            case .prefetch(let prefetch):
+                appliers.prefetch(prefetch)
+                prefetched = true
+            case .unknown(let kind):
+                let removed = appliers.invalidate(CacheInvalidation(.all))
+                logger.warning(
+                    "emptied the cache for a fleet log row of a kind this version does not know",
+                    metadata: ["id": "\(entry.id)", "kind": "\(kind)", "removed": "\(removed)"]
+                )
+                metrics?.flushed()
+            }
+        }
+        // The replica that asked for a prefetch waits to hear who took it.
+        if prefetched { workContinuation.yield(.heartbeat(generation: generation)) }
+    }
+}

@@ -1,0 +1,267 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOPosix
+import PostgresNIO
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// Replicas of the fleet, each a ``FleetLog`` that records what it applies, over a real PostgreSQL server.
+@Suite(
+    "the fleet's log: every replica applies every other replica's invalidations, through PostgreSQL",
+    .enabled(if: PostgresTestServer.isAvailable, PostgresTestServer.unavailableReason),
+    .postgresServer
+)
+struct FleetLogTests {
+    /// One replica: its log, and what that log applied here, in order.
+    final class Replica: Sendable {
+        let name: String
+        /// Its connection's `application_name`, unique to this test's replica, so a test ends only its own.
+        let applicationName: String
+        let log: FleetLog
+        private let applied = NIOLockedValueBox<[FleetLogEntry.Payload]>([])
+        private let running = NIOLockedValueBox<Task<Void, any Error>?>(nil)
+
+        init(name: String, url: PostgresURL, tune: (inout FleetLog.Settings) -> Void) throws {
+            self.name = name
+            applicationName = "fleet-test \(name) \(UUID().uuidString)"
+            var settings = FleetLog.Settings(replicaName: name)
+            settings.pollInterval = .milliseconds(200)
+            settings.heartbeatInterval = .milliseconds(200)
+            tune(&settings)
+            let applied = self.applied
+            log = FleetLog(
+                configuration: try PostgresConnectionSettings.connectionConfiguration(
+                    url,
+                    applicationName: applicationName,
+                    connectTimeout: .seconds(2)
+                ),
+                settings: settings,
+                appliers: FleetLog.Appliers(
+                    invalidate: { invalidation in
+                        applied.withLockedValue { $0.append(.invalidation(invalidation)) }
+                        return 0
+                    },
+                    prefetch: { prefetch in applied.withLockedValue { $0.append(.prefetch(prefetch)) } }
+                ),
+                eventLoop: MultiThreadedEventLoopGroup.singleton.any(),
+                logger: PostgresTestServer.logger
+            )
+            let log = self.log
+            running.withLockedValue { $0 = Task { try await log.run() } }
+        }
+
+        var appliedSoFar: [FleetLogEntry.Payload] { applied.withLockedValue { $0 } }
+
+        /// Waits until this replica has applied at least `count` payloads, or `limit` passes; returns what it has.
+        func waitForApplied(_ count: Int, upTo limit: Duration = .seconds(10)) async throws -> [FleetLogEntry.Payload] {
+            let deadline = ContinuousClock.now + limit
+            while appliedSoFar.count < count, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            return appliedSoFar
+        }
+
+        /// Waits until the log's connection is up (or down, with `connected: false`).
+        func waitUntil(connected: Bool, upTo limit: Duration = .seconds(10)) async throws {
+            let deadline = ContinuousClock.now + limit
+            while await log.status.connected != connected, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(await log.status.connected == connected, "\(name) connected should be \(connected)")
+        }
+
+        func stop() async {
+            let task = running.withLockedValue { $0 }
+            task?.cancel()
+            _ = try? await task?.value
+        }
+    }
+
+    static func replicas(
+        _ names: [String],
+        url: PostgresURL,
+        tune: (String, inout FleetLog.Settings) -> Void = { _, _ in }
+    ) async throws -> [Replica] {
+        let replicas = try names.map { name in try Replica(name: name, url: url) { tune(name, &$0) } }
+        for replica in replicas { try await replica.waitUntil(connected: true) }
+        return replicas
+    }
+
+    static func purge(_ scope: CacheInvalidation.Scope, soft: Bool = false) -> FleetLogEntry.Payload {
+        .invalidation(CacheInvalidation(scope, soft: soft))
+    }
+
+    @Test("each kind of invalidation made on one replica is applied, in order, by every other, and not again by it")
+    func fanOutByKind() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let replicas = try await Self.replicas(["a", "b", "c"], url: try await server.makeDatabase())
+        let invalidations: [CacheInvalidation] = [
+            CacheInvalidation(.targets(["/screens/home", "/search?q=a&page=2"])),
+            CacheInvalidation(.prefix("/screens/")),
+            CacheInvalidation(.tag("products")),
+            CacheInvalidation(.prefix("/cart"), soft: true),
+            CacheInvalidation(.all),
+        ]
+        var latencies: [Duration] = []
+        for (index, invalidation) in invalidations.enumerated() {
+            #expect(await replicas[0].log.invalidated(invalidation) == .recorded)
+            let answered = ContinuousClock.now
+            _ = try await replicas[1].waitForApplied(index + 1)
+            latencies.append(ContinuousClock.now - answered)
+        }
+        let expected = invalidations.map(FleetLogEntry.Payload.invalidation)
+        #expect(try await replicas[1].waitForApplied(5) == expected)
+        #expect(try await replicas[2].waitForApplied(5) == expected)
+        // Its own rows were applied when made: reading past them, the first replica applies nothing.
+        let status = await replicas[0].log.status
+        #expect(replicas[0].appliedSoFar.isEmpty)
+        #expect(status.pending == 0)
+        #expect(latencies.allSatisfy { $0 < .seconds(10) })
+        for replica in replicas { await replica.stop() }
+    }
+
+    @Test("invalidations made without waiting are written in the order they were made")
+    func recordKeepsOrder() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let replicas = try await Self.replicas(["a", "b"], url: try await server.makeDatabase())
+        let made = (0..<50).map { CacheInvalidation(.targets(["/screens/\($0)"])) }
+        for invalidation in made { replicas[0].log.record(invalidation) }
+        #expect(try await replicas[1].waitForApplied(50) == made.map(FleetLogEntry.Payload.invalidation))
+        for replica in replicas { await replica.stop() }
+    }
+
+    @Test("a replica whose listening connection is killed reconnects and catches up from its cursor")
+    func catchUpAfterTerminate() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        // A slow first reconnection, so the row below is written while the second replica is away.
+        let replicas = try await Self.replicas(["a", "b"], url: url) { name, settings in
+            if name == "b" { settings.reconnectDelays = (.seconds(1), .seconds(2)) }
+        }
+        #expect(try await server.terminateConnections(applicationName: replicas[1].applicationName) == 1)
+        try await replicas[1].waitUntil(connected: false)
+        let invalidation = CacheInvalidation(.tag("promo"))
+        #expect(await replicas[0].log.invalidated(invalidation) == .recorded)
+        try await replicas[1].waitUntil(connected: true)
+        #expect(try await replicas[1].waitForApplied(1) == [.invalidation(invalidation)])
+        for replica in replicas { await replica.stop() }
+    }
+
+    @Test("a row of a kind this version does not know empties the cache")
+    func unknownKind() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        let replicas = try await Self.replicas(["a"], url: url)
+        try await server.withConnection(url) { connection in
+            try await connection.query(
+                """
+                INSERT INTO sdui_invalidation_log (kind, value, soft, replica)
+                VALUES ('surrogate-key', 'x', false, 'newer')
+                """,
+                logger: PostgresTestServer.logger
+            )
+            try await connection.query("SELECT pg_notify('sdui_fleet_log', '')", logger: PostgresTestServer.logger)
+        }
+        #expect(try await replicas[0].waitForApplied(1) == [Self.purge(.all)])
+        for replica in replicas { await replica.stop() }
+    }
+
+    @Test("a replica away longer than the log keeps its rows empties its cache when it is back")
+    func fellBehindRetention() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        let replicas = try await Self.replicas(["a", "b"], url: url) { name, settings in
+            if name == "b" { settings.reconnectDelays = (.seconds(1), .seconds(2)) }
+        }
+        #expect(try await server.terminateConnections(applicationName: replicas[1].applicationName) == 1)
+        try await replicas[1].waitUntil(connected: false)
+        #expect(await replicas[0].log.invalidated(CacheInvalidation(.tag("gone"))) == .recorded)
+        // The log prunes that row before the second replica is back.
+        try await server.withConnection(url) { connection in
+            try await connection.query(
+                """
+                WITH deleted AS (DELETE FROM sdui_invalidation_log RETURNING id)
+                UPDATE sdui_fleet_log_state SET pruned_through = (SELECT max(id) FROM deleted)
+                """,
+                logger: PostgresTestServer.logger
+            )
+        }
+        try await replicas[1].waitUntil(connected: true)
+        #expect(try await replicas[1].waitForApplied(1) == [Self.purge(.all)])
+        for replica in replicas { await replica.stop() }
+    }
+
+    @Test("rows older than the retention are pruned, and how far is recorded")
+    func prunes() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        let replicas = try await Self.replicas(["a"], url: url) { _, settings in
+            settings.retention = .milliseconds(50)
+            settings.pruneInterval = .milliseconds(200)
+        }
+        for index in 0..<3 {
+            #expect(await replicas[0].log.invalidated(CacheInvalidation(.tag("t\(index)"))) == .recorded)
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        var state: (rows: Int, pruned: Int64) = (-1, -1)
+        while ContinuousClock.now < deadline {
+            state = try await server.withConnection(url) { connection in
+                let rows = try await connection.query(
+                    """
+                    SELECT (SELECT count(*)::int FROM sdui_invalidation_log), pruned_through FROM sdui_fleet_log_state
+                    """,
+                    logger: PostgresTestServer.logger
+                )
+                for try await row in rows.decode((Int, Int64).self) { return row }
+                return (-1, -1)
+            }
+            if state.rows == 0 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(state.rows == 0)
+        #expect(state.pruned >= 3)
+        for replica in replicas { await replica.stop() }
+    }
+
+    @Test("a fleet prefetch runs on every other replica, and the answer says how many took it")
+    func fleetPrefetch() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let replicas = try await Self.replicas(["a", "b", "c"], url: try await server.makeDatabase())
+        // Every replica has said it is alive once.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while await replicas[0].log.status.replicas.count < 3, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let prefetch = FleetPrefetch(urls: ["/screens/home"], platforms: ["ios"], followActions: 1)
+        let answer = await replicas[0].log.prefetched(prefetch)
+        #expect(answer.fanOut == .recorded)
+        #expect(answer.replicas == 3)
+        #expect(answer.took == 3)
+        #expect(try await replicas[1].waitForApplied(1) == [.prefetch(prefetch)])
+        #expect(try await replicas[2].waitForApplied(1) == [.prefetch(prefetch)])
+        #expect(replicas[0].appliedSoFar.isEmpty)
+        for replica in replicas { await replica.stop() }
+    }
+
+    /// Its own server: it is stopped and started again.
+    @Test("with PostgreSQL down a replica keeps invalidating here, says pending, and writes it all once it is back")
+    func postgresDownAndBack() async throws {
+        let server = try await PostgresTestServer.start()
+        let url = try await server.makeDatabase()
+        let replicas = try await Self.replicas(["a", "b"], url: url)
+        try await server.stop()
+        try await replicas[0].waitUntil(connected: false)
+        let made = [CacheInvalidation(.prefix("/screens/")), CacheInvalidation(.tag("x"), soft: true)]
+        for invalidation in made { #expect(await replicas[0].log.invalidated(invalidation) == .pending) }
+        #expect(await replicas[0].log.status.pending == 2)
+        try await server.start()
+        try await replicas[0].waitUntil(connected: true)
+        #expect(try await replicas[1].waitForApplied(2) == made.map(FleetLogEntry.Payload.invalidation))
+        #expect(await replicas[0].log.status.pending == 0)
+        for replica in replicas { await replica.stop() }
+        await server.shutdown()
+    }
+}
