@@ -36,7 +36,13 @@ enum AdminEndpoints {
             eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(runtime.context)))
         }
         router.register(.DELETE, "/cache") { request, eventLoop in
-            eventLoop.makeSucceededFuture(purge(request, cache: runtime.context.cache))
+            purge(request, invalidator: runtime.context.invalidator, on: eventLoop)
+        }
+        router.register(.GET, "/cluster") { _, eventLoop in
+            guard let fleet = runtime.context.invalidator.fleet else {
+                return eventLoop.makeSucceededFuture(AdminResponse(json: #"{"fleet":false}"#))
+            }
+            return eventLoop.makeFutureWithTask { AdminResponse(json: clusterJSON(await fleet.refreshedStatus())) }
         }
         if let queue = runtime.context.writeQueue {
             router.register(.GET, "/queue") { _, eventLoop in
@@ -50,16 +56,43 @@ enum AdminEndpoints {
         return router
     }
 
-    /// `DELETE /cache`: the invalidation ``PurgeRequest`` reads from the query, applied to `cache`.
-    static func purge(_ request: AdminRequest, cache: ResponseCache, now: NIODeadline = .now()) -> AdminResponse {
+    /// `DELETE /cache`: the invalidation ``PurgeRequest`` reads from the query, applied here and, in a fleet,
+    /// answered once the fleet's log has it (or it is known to be pending).
+    static func purge(
+        _ request: AdminRequest,
+        invalidator: CacheInvalidator,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<AdminResponse> {
+        let invalidation: CacheInvalidation
         do {
-            let invalidation = try PurgeRequest.invalidation(rawQuery: request.rawQuery)
-            return AdminResponse(
-                json: PurgeRequest.answer(invalidation, reached: cache.invalidate(invalidation, now: now))
-            )
+            invalidation = try PurgeRequest.invalidation(rawQuery: request.rawQuery)
         } catch {
-            return AdminResponse(error)
+            return eventLoop.makeSucceededFuture(AdminResponse(error))
         }
+        guard invalidator.fleet != nil else {
+            let reached = invalidator.invalidate(invalidation)
+            return eventLoop.makeSucceededFuture(
+                AdminResponse(json: PurgeRequest.answer(invalidation, reached: reached))
+            )
+        }
+        return eventLoop.makeFutureWithTask {
+            let (reached, fanOut) = await invalidator.invalidateAcrossFleet(invalidation)
+            return AdminResponse(json: PurgeRequest.answer(invalidation, reached: reached, fanOut: fanOut))
+        }
+    }
+
+    /// `GET /cluster`: this replica's name, whether it is connected to the fleet's log, its cursor, how far behind
+    /// the log's head it is, the invalidations waiting to be written, and the replicas seen in the last minute.
+    static func clusterJSON(_ status: FleetLog.Status) -> String {
+        let replicas = status.replicas.map { replica in
+            #"{"name":\#(JSONText.quoted(replica.name)),"cursor":\#(replica.appliedID),"#
+                + #""secondsSinceSeen":\#((replica.secondsSinceSeen * 10).rounded() / 10)}"#
+        }
+        let cursor = status.appliedID.map(String.init) ?? "null"
+        let lag = status.appliedID.map { String(max(0, status.headID - $0)) } ?? "null"
+        return #"{"fleet":true,"replica":\#(JSONText.quoted(status.replicaName)),"connected":\#(status.connected),"#
+            + #""cursor":\#(cursor),"head":\#(status.headID),"lag":\#(lag),"pending":\#(status.pending),"#
+            + #""replicas":[\#(replicas.joined(separator: ","))]}"#
     }
 
     static func statisticsJSON(_ proxy: ProxyContext) -> String {

@@ -6,6 +6,11 @@ import SDUIProxyCore
 /// (platforms and followActions optional) fetches every URL for every platform now and answers per pair:
 /// `{"results": [{"url", "platform", "status": "cached" | "failed" | "uncacheable", "bytes", "error"}]}`.
 ///
+/// With `"fleet": true` every replica of the fleet runs it too (through the fleet's log), and the answer adds
+/// `"fleet": {"fanOut", "took", "replicas"}`: whether the log has it, how many replicas took it within a couple of
+/// seconds (this one included) and how many were seen in the last minute. A single replica answers
+/// `{"took": 1, "replicas": 1}`. The results are this replica's.
+///
 /// A malformed body or a wrong type is a 400 for the whole call; a URL that cannot be prefetched fails alone.
 struct PrefetchEndpoint {
     let proxy: ProxyContext
@@ -15,6 +20,7 @@ struct PrefetchEndpoint {
         var urls: [String]
         var platforms: [String]?
         var followActions: Int?
+        var fleet: Bool?
     }
 
     /// The most distinct platforms one request may name.
@@ -69,8 +75,41 @@ struct PrefetchEndpoint {
             }
         }
 
+        let results = Self.run(
+            urls: body.urls,
+            platforms: platforms,
+            followActions: followActions,
+            prefetcher: prefetcher,
+            on: eventLoop
+        )
+        guard body.fleet == true else {
+            return results.map { AdminResponse(json: #"{"results":[\#($0.joined(separator: ","))]}"#) }
+        }
+        // Only URLs this replica could resolve go to the others: the rest fail alone here, with their reason.
+        let resolvable = body.urls.filter { (try? prefetcher.resolve($0).get()) != nil }
+        let fleet = proxy.invalidator.fleet
+        let prefetch = FleetPrefetch(urls: resolvable, platforms: platforms, followActions: followActions)
+        let fanOut = eventLoop.makeFutureWithTask { () -> String in
+            guard let fleet, !prefetch.urls.isEmpty else { return #"{"took":1,"replicas":1}"# }
+            let (fanOut, took, replicas) = await fleet.prefetched(prefetch)
+            return #"{"fanOut":"\#(fanOut.rawValue)","took":\#(took),"replicas":\#(replicas)}"#
+        }
+        return results.and(fanOut).map { results, fleet in
+            AdminResponse(json: #"{"results":[\#(results.joined(separator: ","))],"fleet":\#(fleet)}"#)
+        }
+    }
+
+    /// Prefetches every URL for every platform on this replica; the results' JSON, one per pair, in order. Fleet
+    /// prefetches of other replicas run here the same way.
+    static func run(
+        urls: [String],
+        platforms: [String],
+        followActions: Int,
+        prefetcher: Prefetcher,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<[String]> {
         var pairs: [(url: String, platform: String, outcome: EventLoopFuture<Prefetcher.Outcome>)] = []
-        for url in body.urls {
+        for url in urls {
             let resolved = prefetcher.resolve(url)
             for platform in platforms {
                 let outcome: EventLoopFuture<Prefetcher.Outcome>
@@ -85,10 +124,9 @@ struct PrefetchEndpoint {
         }
         let labels = pairs.map { (url: $0.url, platform: $0.platform) }
         return EventLoopFuture.whenAllSucceed(pairs.map(\.outcome), on: eventLoop).map { outcomes in
-            let results = zip(labels, outcomes).map { label, outcome in
+            zip(labels, outcomes).map { label, outcome in
                 Self.resultJSON(url: label.url, platform: label.platform, outcome)
             }
-            return AdminResponse(json: #"{"results":[\#(results.joined(separator: ","))]}"#)
         }
     }
 

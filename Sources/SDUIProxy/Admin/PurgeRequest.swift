@@ -84,8 +84,9 @@ enum PurgeRequest {
     }
 
     /// The answer to a purge that reached `reached` responses: `{"purged":N,"url":...}` (or `"prefix"`, `"tag"`,
-    /// `"all":true`), with `"soft":true` when it was soft.
-    static func answer(_ invalidation: CacheInvalidation, reached: Int) -> String {
+    /// `"all":true`), with `"soft":true` when it was soft, and in a fleet `"fanOut":"recorded"` (the other replicas
+    /// apply it now) or `"pending"` (when PostgreSQL is reachable again).
+    static func answer(_ invalidation: CacheInvalidation, reached: Int, fanOut: FleetLog.FanOut? = nil) -> String {
         let scope =
             switch invalidation.scope {
             case .targets(let targets) where targets.count == 1: #""url":\#(JSONText.quoted(targets[0]))"#
@@ -94,6 +95,8 @@ enum PurgeRequest {
             case .tag(let tag): #""tag":\#(JSONText.quoted(tag))"#
             case .all: #""all":true"#
             }
-        return #"{"purged":\#(reached),\#(scope)"# + (invalidation.soft ? #","soft":true}"# : "}")
+        let soft = invalidation.soft ? #","soft":true"# : ""
+        let fleet = fanOut.map { #","fanOut":"\#($0.rawValue)""# } ?? ""
+        return #"{"purged":\#(reached),\#(scope)\#(soft)\#(fleet)}"#
     }
 }

@@ -14,7 +14,7 @@ enum Invalidation {
         status: HTTPResponseStatus,
         responseHeaders: HTTPHeaders,
         requestHost: String?,
-        cache: ResponseCache
+        invalidator: CacheInvalidator
     ) {
         guard
             let invalidation = invalidation(
@@ -25,7 +25,7 @@ enum Invalidation {
                 requestHost: requestHost
             )
         else { return }
-        cache.invalidate(invalidation, now: .now())
+        invalidator.invalidate(invalidation)
     }
 
     /// The (hard) invalidation a response to `method` on `target` calls for, or nil when it calls for none.

@@ -448,7 +448,7 @@ public final class QueueResponseHandlers: Sendable {
 extension QueueResponseHandlers {
     /// An invalidation closure over `cache`: a prefix removes entries whose target is under it, a tag the
     /// entries that carry it (``InvalidationRequest/cacheInvalidation``).
-    public static func invalidation(of cache: ResponseCache) -> Invalidate {
-        { request in cache.invalidate(request.cacheInvalidation, now: .now()) }
+    public static func invalidation(through invalidator: CacheInvalidator) -> Invalidate {
+        { request in invalidator.invalidate(request.cacheInvalidation) }
     }
 }

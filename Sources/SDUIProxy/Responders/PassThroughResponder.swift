@@ -28,7 +28,13 @@ struct PassThroughResponder {
                 clientIsTrustedProxy: client.isTrustedProxy
             )
         )
-        let relay = Self.relay(for: head, target: target, cacheResult: cacheResult, cache: proxy.cache, to: sink)
+        let relay = Self.relay(
+            for: head,
+            target: target,
+            cacheResult: cacheResult,
+            invalidator: proxy.invalidator,
+            to: sink
+        )
         let failureLog = proxy.fetcher.failureLog
         let eventLoop = sink.eventLoop
         let boundSink = NIOLoopBound(sink, eventLoop: eventLoop)
@@ -63,7 +69,7 @@ struct PassThroughResponder {
         for head: HTTPRequestHead,
         target: RequestTarget,
         cacheResult: CacheResult?,
-        cache: ResponseCache,
+        invalidator: CacheInvalidator,
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
@@ -75,7 +81,7 @@ struct PassThroughResponder {
                 status: status,
                 responseHeaders: headers,
                 requestHost: requestHost,
-                cache: cache
+                invalidator: invalidator
             )
         }
     }

@@ -47,7 +47,7 @@ struct QueuedWriteResponder {
             for: write.head,
             target: write.target,
             cacheResult: nil,
-            cache: proxy.cache,
+            invalidator: proxy.invalidator,
             to: sink
         )
         let answer = QueuedWriteAnswerFilter(

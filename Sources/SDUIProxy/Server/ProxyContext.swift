@@ -10,6 +10,8 @@ import SDUIProxyCore
 public final class ProxyContext: Sendable {
     public let configuration: ProxyConfiguration
     public let cache: ResponseCache
+    /// Where invalidations made here go: this cache, and the fleet's log when there is one.
+    public let invalidator: CacheInvalidator
     public let fetcher: ComponentFetcher
     public let client: any NetworkClient
     public let requestBuilder: UpstreamRequestBuilder
@@ -31,8 +33,11 @@ public final class ProxyContext: Sendable {
         client: any NetworkClient,
         writeQueue: WriteQueue? = nil,
         metrics: ProxyMetrics = ProxyMetrics(),
+        invalidator: CacheInvalidator? = nil,
         logger: Logger
     ) {
+        precondition(invalidator.map { $0.cache === cache } ?? true, "the invalidator must apply to this cache")
+        self.invalidator = invalidator ?? CacheInvalidator(cache: cache)
         self.writeQueue = writeQueue
         self.metrics = metrics
         self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
@@ -67,6 +72,7 @@ public final class ProxyContext: Sendable {
         client reusedClient: (any NetworkClient)?,
         writeQueue: WriteQueue?,
         metrics: ProxyMetrics,
+        invalidator: CacheInvalidator? = nil,
         eventLoopGroup: any EventLoopGroup,
         threadPool: NIOThreadPool,
         logger: Logger
@@ -117,6 +123,7 @@ public final class ProxyContext: Sendable {
             client: client,
             writeQueue: writeQueue,
             metrics: metrics,
+            invalidator: invalidator,
             logger: logger
         )
     }

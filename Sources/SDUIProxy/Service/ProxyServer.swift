@@ -168,6 +168,8 @@ public final class ProxyServer: Sendable {
 
         var writeQueue: WriteQueue?
         let context: ProxyContext
+        let fleetLog: FleetLog?
+        let fleetPrefetcher = FleetLog.PrefetcherSlot()
         do {
             if let queueConfiguration = configuration.queue {
                 do {
@@ -193,6 +195,14 @@ public final class ProxyServer: Sendable {
                 snapshot.eventLoopYields = yielding?.yieldCount ?? 0
                 return snapshot
             })
+            fleetLog = try FleetLog.make(
+                for: configuration,
+                cache: cache,
+                prefetcher: fleetPrefetcher,
+                metrics: metrics,
+                eventLoopGroup: group,
+                logger: logger
+            )
             context = try ProxyContext.build(
                 configuration: configuration,
                 cache: cache,
@@ -200,6 +210,7 @@ public final class ProxyServer: Sendable {
                 client: nil,
                 writeQueue: writeQueue,
                 metrics: metrics,
+                invalidator: CacheInvalidator(cache: cache, fleet: fleetLog),
                 eventLoopGroup: group,
                 threadPool: threadPool,
                 logger: logger
@@ -291,11 +302,13 @@ public final class ProxyServer: Sendable {
                 )
             }
         }
-        var services: [any Service] = []
+        fleetPrefetcher.prefetcher = prefetcher
+        // First, so it stops last: invalidations made while the others drain still reach the fleet.
+        var services: [any Service] = fleetLog.map { [$0] } ?? []
         if let writeQueue {
             let handlers = QueueResponseHandlers(
                 handlers: writeQueue.configuration.handlers,
-                invalidate: QueueResponseHandlers.invalidation(of: context.cache),
+                invalidate: QueueResponseHandlers.invalidation(through: context.invalidator),
                 eventLoopGroup: group,
                 store: writeQueue.store,
                 logger: logger
@@ -480,6 +493,7 @@ public final class ProxyServer: Sendable {
             client: upstreamChanged ? nil : old.client,
             writeQueue: old.writeQueue,
             metrics: old.metrics,
+            invalidator: old.invalidator,
             eventLoopGroup: eventLoopGroup,
             threadPool: threadPool,
             logger: logger
