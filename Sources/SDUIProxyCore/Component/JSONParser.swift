@@ -12,12 +12,19 @@ struct JSONParser {
     static let maximumDepth = 512
 
     private let bytes: UnsafeRawBufferPointer
+    /// `bytes` as a start and a length, read without the optional start and the bounds checks of a buffer
+    /// pointer: every read below is guarded by `index < end` (or `+ 8 <= end`) already.
+    private let base: UnsafeRawPointer
+    private let end: Int
     private var index = 0
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
     private var reduction = Reduction(keys: KeySet([]), markerIndex: nil, maximumDepth: 0, maximumCount: 0)
 
     private init(bytes: UnsafeRawBufferPointer) {
         self.bytes = bytes
+        // An empty buffer may have no start; nothing is ever read from it (`end` is 0), so any address does.
+        self.base = bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 8).unsafelyUnwrapped
+        self.end = bytes.count
     }
 
     /// Checks that `bytes` are one JSON document whose root is an object with a non-empty string member
@@ -34,14 +41,14 @@ struct JSONParser {
         guard parser.peek() == UInt8(ascii: "{") else {
             try parser.skipValue(depth: 0)
             parser.skipWhitespace()
-            guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+            guard parser.index == parser.end else { throw parser.failure("text after the document") }
             return false
         }
         var found = false
-        parser.index += 1
+        parser.index &+= 1
         parser.skipWhitespace()
         if parser.peek() == UInt8(ascii: "}") {
-            parser.index += 1
+            parser.index &+= 1
         } else {
             while true {
                 parser.skipWhitespace()
@@ -61,7 +68,7 @@ struct JSONParser {
             }
         }
         parser.skipWhitespace()
-        guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+        guard parser.index == parser.end else { throw parser.failure("text after the document") }
         return found
     }
 
@@ -197,7 +204,7 @@ struct JSONParser {
         parser.skipWhitespace()
         try parser.skipValue(depth: 0)
         parser.skipWhitespace()
-        guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+        guard parser.index == parser.end else { throw parser.failure("text after the document") }
         // Objects are complete, so found, innermost first; document order is where they start.
         parser.reduction.objects.sort { $0.offset < $1.offset }
         return Scan(
@@ -273,10 +280,10 @@ struct JSONParser {
 
     private mutating func skipArray(depth: Int) throws(Failure) {
         if depth > reduction.maximumDepth { reduction.truncated = true }
-        index += 1
+        index &+= 1
         skipWhitespace()
         if peek() == UInt8(ascii: "]") {
-            index += 1
+            index &+= 1
             return
         }
         while true {
@@ -299,10 +306,10 @@ struct JSONParser {
         let reduces = inReach || keep
         let firstMember = reduction.pending.count
         let firstKept = reduction.kept.count
-        index += 1
+        index &+= 1
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
-            index += 1
+            index &+= 1
         } else {
             while true {
                 skipWhitespace()
@@ -315,6 +322,9 @@ struct JSONParser {
                 } else if reduces, let kept = keptKey(key) {
                     let value = try keptValue(depth: depth + 1)
                     reduction.pending.append(KeptMember(key: kept, value: value))
+                } else if depth &+ 1 < Self.maximumDepth, index < end, byte(at: index) == UInt8(ascii: "\"") {
+                    // Most values are strings: stepped over here, without a call to `skipValue`.
+                    _ = try scanString()
                 } else {
                     try skipValue(depth: depth + 1)
                 }
@@ -382,39 +392,64 @@ struct JSONParser {
     }
 
     /// Checks a string (escapes, control characters, UTF-8) and steps over it without building it.
+    ///
+    /// Most strings are printable ASCII ended by a quote within the document's last eight bytes: those are read
+    /// here, eight bytes at a time, and everything else (escapes, other bytes, the document's end) by
+    /// ``scanStringFrom(_:start:)``, which goes on from where this stopped.
     @inline(__always)
     private mutating func scanString() throws(Failure) -> StringSpan {
-        guard next() == UInt8(ascii: "\"") else { throw failure("expected a string") }
-        let start = index
+        guard index < end, byte(at: index) == UInt8(ascii: "\"") else {
+            if index < end { index &+= 1 }
+            throw failure("expected a string")
+        }
+        let start = index &+ 1
+        var position = start
+        while position &+ 8 <= end {
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            let special = Self.specialStringBytes(word)
+            if special != 0 {
+                position &+= special.trailingZeroBitCount &>> 3
+                guard byte(at: position) == UInt8(ascii: "\"") else { break }
+                index = position &+ 1
+                return StringSpan(range: start..<position, hasEscapes: false)
+            }
+            position &+= 8
+        }
+        index = position
+        return try scanStringFrom(position, start: start)
+    }
+
+    /// The rest of ``scanString()`` from `position` on, when the string's bytes before it are all plain.
+    private mutating func scanStringFrom(_ position: Int, start: Int) throws(Failure) -> StringSpan {
         var hasEscapes = false
         var hasNonASCII = false
+        var position = position
         while true {
             // Most of a string is printable ASCII: step over it eight bytes at a time, straight to what ends or
             // escapes it (byte by byte only in the document's last seven bytes).
-            var position = index
-            while position + 8 <= bytes.count {
-                let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            while position &+ 8 <= end {
+                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
                 let special = Self.specialStringBytes(word)
                 guard special == 0 else {
-                    position += special.trailingZeroBitCount >> 3
+                    position &+= special.trailingZeroBitCount &>> 3
                     break
                 }
-                position += 8
+                position &+= 8
             }
-            if position + 8 > bytes.count {
-                while position < bytes.count, Self.isPlainStringByte(bytes[position]) { position += 1 }
+            if position &+ 8 > end {
+                while position < end, Self.isPlainStringByte(byte(at: position)) { position &+= 1 }
             }
             index = position
             guard let byte = next() else { throw failure("the document ends inside a string") }
             switch byte {
             case UInt8(ascii: "\""):
-                let end = index - 1
+                let close = index &- 1
                 if hasNonASCII,
-                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self) == nil
+                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<close]), as: UTF8.self) == nil
                 {
                     throw failure("a string is not valid UTF-8")
                 }
-                return StringSpan(range: start..<end, hasEscapes: hasEscapes)
+                return StringSpan(range: start..<close, hasEscapes: hasEscapes)
             case UInt8(ascii: "\\"):
                 hasEscapes = true
                 guard let escaped = next() else { throw failure("the document ends inside a string") }
@@ -431,12 +466,14 @@ struct JSONParser {
                 default:
                     throw failure("a bad escape in a string")
                 }
+                position = index
             case 0..<0x20:
                 throw failure("a control character in a string")
             case 0x80...:
                 hasNonASCII = true
+                position = index
             default:
-                break
+                position = index
             }
         }
     }
@@ -517,18 +554,18 @@ struct JSONParser {
     }
 
     private mutating func scanNumber() throws(Failure) {
-        if peek() == UInt8(ascii: "-") { index += 1 }
+        if peek() == UInt8(ascii: "-") { index &+= 1 }
         guard let first = peek(), Self.isDigit(first) else { throw failure("a bad number") }
-        index += 1
+        index &+= 1
         if first != UInt8(ascii: "0") { skipDigits() }
         if peek() == UInt8(ascii: ".") {
-            index += 1
+            index &+= 1
             guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
             skipDigits()
         }
         if peek() == UInt8(ascii: "e") || peek() == UInt8(ascii: "E") {
-            index += 1
-            if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index += 1 }
+            index &+= 1
+            if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index &+= 1 }
             guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
             skipDigits()
         }
@@ -536,30 +573,37 @@ struct JSONParser {
 
     // MARK: Bytes
 
+    /// The byte at `position`, which the caller has checked is before `end`.
+    @inline(__always)
+    private func byte(at position: Int) -> UInt8 {
+        base.load(fromByteOffset: position, as: UInt8.self)
+    }
+
     @inline(__always)
     private func peek() -> UInt8? {
-        index < bytes.count ? bytes[index] : nil
+        index < end ? byte(at: index) : nil
     }
 
     @inline(__always)
     private mutating func next() -> UInt8? {
-        guard index < bytes.count else { return nil }
-        defer { index += 1 }
-        return bytes[index]
+        guard index < end else { return nil }
+        let byte = byte(at: index)
+        index &+= 1
+        return byte
     }
 
     @inline(__always)
     private mutating func skipWhitespace() {
-        while index < bytes.count {
-            switch bytes[index] {
-            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+        while index < end {
+            switch byte(at: index) {
+            case 0x20, 0x09, 0x0A, 0x0D: index &+= 1
             default: return
             }
         }
     }
 
     private mutating func skipDigits() {
-        while let byte = peek(), Self.isDigit(byte) { index += 1 }
+        while let byte = peek(), Self.isDigit(byte) { index &+= 1 }
     }
 
     @inline(__always)
