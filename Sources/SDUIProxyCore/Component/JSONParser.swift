@@ -110,11 +110,34 @@ struct JSONParser {
         /// Bit `n` is set when a name is `n` bytes long (bit 63 for 63 bytes and more), so that most of a
         /// document's keys are turned away by one test.
         fileprivate let lengths: UInt64
+        /// The names ordered by length, each with its first eight bytes as one word, so that a document's key
+        /// is compared with only the names of its length, by one comparison when it is eight bytes or shorter.
+        fileprivate let slots: [Slot]
+        /// Where the names of each length (`min(length, 63)`) start in `slots`, and where they end at the
+        /// next entry: 65 entries.
+        fileprivate let slotStarts: [Int]
+
+        fileprivate struct Slot {
+            var index: Int
+            var count: Int
+            var prefix: UInt64
+        }
 
         init(_ names: [String]) {
             self.names = names
-            self.utf8 = names.map { Array($0.utf8) }
+            let utf8 = names.map { Array($0.utf8) }
+            self.utf8 = utf8
             self.lengths = utf8.reduce(0) { $0 | Self.lengthBit($1.count) }
+            let slots = utf8.indices.map { index in
+                Slot(
+                    index: index,
+                    count: utf8[index].count,
+                    prefix: utf8[index].prefix(8).enumerated().reduce(0) { $0 | UInt64($1.element) << (8 * $1.offset) }
+                )
+            }
+            .sorted { (min($0.count, 63), $0.index) < (min($1.count, 63), $1.index) }
+            self.slots = slots
+            self.slotStarts = (0...64).map { bucket in slots.firstIndex { min($0.count, 63) >= bucket } ?? slots.count }
         }
 
         /// The index that stands for `name` in a scan's ``KeptMember/key``.
@@ -222,11 +245,31 @@ struct JSONParser {
     @inline(__always)
     private mutating func keptKey(_ key: StringSpan) -> Int? {
         if key.hasEscapes { return reduction.keys.names.firstIndex(of: text(of: key)) }
-        let count = key.range.count
-        guard reduction.keys.lengths & KeySet.lengthBit(count) != 0 else { return nil }
-        let spelled = UnsafeRawBufferPointer(rebasing: bytes[key.range])
-        for index in reduction.keys.utf8.indices where reduction.keys.utf8[index].count == count {
-            if spelled.elementsEqual(reduction.keys.utf8[index]) { return index }
+        let start = key.range.lowerBound
+        let count = key.range.upperBound &- start
+        let bucket = min(count, 63)
+        guard reduction.keys.lengths & (1 &<< UInt64(bucket)) != 0 else { return nil }
+        // The key's first eight bytes (all of it when shorter, zero above), as the slots hold them.
+        var prefix: UInt64 = 0
+        if start &+ 8 <= end {
+            prefix = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: start, as: UInt64.self))
+            if count < 8 { prefix &= (1 &<< UInt64(count &* 8)) &- 1 }
+        } else {
+            for offset in 0..<min(count, 8) { prefix |= UInt64(byte(at: start &+ offset)) &<< UInt64(offset &* 8) }
+        }
+        var slot = reduction.keys.slotStarts[bucket]
+        let last = reduction.keys.slotStarts[bucket &+ 1]
+        while slot < last {
+            let candidate = reduction.keys.slots[slot]
+            slot &+= 1
+            guard candidate.prefix == prefix, candidate.count == count else { continue }
+            if count <= 8 { return candidate.index }
+            let rest = reduction.keys.utf8[candidate.index].withUnsafeBufferPointer { name in
+                var offset = 8
+                while offset < count, name[offset] == byte(at: start &+ offset) { offset &+= 1 }
+                return offset == count
+            }
+            if rest { return candidate.index }
         }
         return nil
     }
