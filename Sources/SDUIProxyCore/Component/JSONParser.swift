@@ -303,6 +303,24 @@ struct JSONParser {
         }
     }
 
+    /// ``skipValue(depth:)`` for a member's value or an array's element, with the two most common kinds, strings
+    /// and objects, read without the call to `skipValue` between.
+    @inline(__always)
+    private mutating func skipElement(depth: Int) throws(Failure) {
+        if depth < Self.maximumDepth, index < end {
+            switch byte(at: index) {
+            case UInt8(ascii: "\""):
+                _ = try scanString()
+                return
+            case UInt8(ascii: "{"):
+                _ = try reduceObject(depth: depth, keep: false)
+                return
+            default: break
+            }
+        }
+        try skipValue(depth: depth)
+    }
+
     /// A kept member's value (see ``KeptValue``); objects are reduced to what they keep.
     private mutating func keptValue(depth: Int) throws(Failure) -> KeptValue {
         guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
@@ -331,7 +349,7 @@ struct JSONParser {
         }
         while true {
             skipWhitespace()
-            try skipValue(depth: depth + 1)
+            try skipElement(depth: depth &+ 1)
             skipWhitespace()
             guard let next = next() else { throw failure("the document ends inside an array") }
             if next == UInt8(ascii: "]") { return }
@@ -365,11 +383,8 @@ struct JSONParser {
                 } else if reduces, let kept = keptKey(key) {
                     let value = try keptValue(depth: depth + 1)
                     reduction.pending.append(KeptMember(key: kept, value: value))
-                } else if depth &+ 1 < Self.maximumDepth, index < end, byte(at: index) == UInt8(ascii: "\"") {
-                    // Most values are strings: stepped over here, without a call to `skipValue`.
-                    _ = try scanString()
                 } else {
-                    try skipValue(depth: depth + 1)
+                    try skipElement(depth: depth &+ 1)
                 }
                 skipWhitespace()
                 guard let next = next() else { throw failure("the document ends inside an object") }
