@@ -12,12 +12,19 @@ struct JSONParser {
     static let maximumDepth = 512
 
     private let bytes: UnsafeRawBufferPointer
+    /// `bytes` as a start and a length, read without the optional start and the bounds checks of a buffer
+    /// pointer: every read below is guarded by `index < end` (or `+ 8 <= end`) already.
+    private let base: UnsafeRawPointer
+    private let end: Int
     private var index = 0
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
     private var reduction = Reduction(keys: KeySet([]), markerIndex: nil, maximumDepth: 0, maximumCount: 0)
 
     private init(bytes: UnsafeRawBufferPointer) {
         self.bytes = bytes
+        // An empty buffer may have no start; nothing is ever read from it (`end` is 0), so any address does.
+        self.base = bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 8).unsafelyUnwrapped
+        self.end = bytes.count
     }
 
     /// Checks that `bytes` are one JSON document whose root is an object with a non-empty string member
@@ -34,14 +41,14 @@ struct JSONParser {
         guard parser.peek() == UInt8(ascii: "{") else {
             try parser.skipValue(depth: 0)
             parser.skipWhitespace()
-            guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+            guard parser.index == parser.end else { throw parser.failure("text after the document") }
             return false
         }
         var found = false
-        parser.index += 1
+        parser.index &+= 1
         parser.skipWhitespace()
         if parser.peek() == UInt8(ascii: "}") {
-            parser.index += 1
+            parser.index &+= 1
         } else {
             while true {
                 parser.skipWhitespace()
@@ -61,84 +68,11 @@ struct JSONParser {
             }
         }
         parser.skipWhitespace()
-        guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+        guard parser.index == parser.end else { throw parser.failure("text after the document") }
         return found
     }
 
     // MARK: Scanning for objects
-
-    /// An object a scan reports: where it starts in the document, how deep it sits (the root is level 0), and
-    /// where its kept members lie in ``Scan/members``.
-    struct ScannedObject {
-        var offset: Int
-        var depth: Int
-        var members: Range<Int>
-    }
-
-    /// The objects a scan reports, in document order, and whether a limit left some of the document out.
-    ///
-    /// Everything a scan keeps is plain data about where things lie in the document: reading it takes the
-    /// document's bytes, and keeping it costs no allocation per object.
-    struct Scan {
-        var objects: [ScannedObject]
-        /// The kept members of the reported objects and of the objects kept under them (and possibly of objects
-        /// that ended unreported before a reported one); each object's members lie together, in document order.
-        var members: [KeptMember]
-        var truncated: Bool
-        /// Whether the root is an object with a non-empty string member named as the scan's `rootMember`.
-        var rootHasMember: Bool
-
-        /// The value of the member `key` (an index in the scan's ``KeySet``) among an object's kept members; the
-        /// last one counts, as in a decoded object.
-        func value(of key: Int, in object: Range<Int>) -> KeptValue? {
-            for index in object.reversed() where members[index].key == key { return members[index].value }
-            return nil
-        }
-    }
-
-    /// The member names a scan keeps, with their UTF-8 bytes for comparing against a document's keys in place.
-    struct KeySet: Sendable {
-        fileprivate let names: [String]
-        fileprivate let utf8: [[UInt8]]
-        /// Bit `n` is set when a name is `n` bytes long (bit 63 for 63 bytes and more), so that most of a
-        /// document's keys are turned away by one test.
-        fileprivate let lengths: UInt64
-
-        init(_ names: [String]) {
-            self.names = names
-            self.utf8 = names.map { Array($0.utf8) }
-            self.lengths = utf8.reduce(0) { $0 | Self.lengthBit($1.count) }
-        }
-
-        /// The index that stands for `name` in a scan's ``KeptMember/key``.
-        func index(of name: String) -> Int {
-            guard let index = names.firstIndex(of: name) else { preconditionFailure("\(name) is not a kept key") }
-            return index
-        }
-
-        @inline(__always)
-        fileprivate static func lengthBit(_ count: Int) -> UInt64 {
-            1 << UInt64(min(count, 63))
-        }
-    }
-
-    /// A kept member: its key's index in the scan's ``KeySet``, and its value.
-    struct KeptMember {
-        var key: Int
-        var value: KeptValue
-    }
-
-    /// A kept member's value: strings where they lie in the document, objects as the range of their own kept
-    /// members in ``Scan/members``, and arrays and numbers without their content (the planner reads neither;
-    /// array elements are still scanned for what they report).
-    enum KeptValue {
-        case string(StringSpan)
-        case number
-        case bool(Bool)
-        case null
-        case object(Range<Int>)
-        case array
-    }
 
     private struct Reduction {
         var keys: KeySet
@@ -197,7 +131,7 @@ struct JSONParser {
         parser.skipWhitespace()
         try parser.skipValue(depth: 0)
         parser.skipWhitespace()
-        guard parser.index == parser.bytes.count else { throw parser.failure("text after the document") }
+        guard parser.index == parser.end else { throw parser.failure("text after the document") }
         // Objects are complete, so found, innermost first; document order is where they start.
         parser.reduction.objects.sort { $0.offset < $1.offset }
         return Scan(
@@ -215,11 +149,31 @@ struct JSONParser {
     @inline(__always)
     private mutating func keptKey(_ key: StringSpan) -> Int? {
         if key.hasEscapes { return reduction.keys.names.firstIndex(of: text(of: key)) }
-        let count = key.range.count
-        guard reduction.keys.lengths & KeySet.lengthBit(count) != 0 else { return nil }
-        let spelled = UnsafeRawBufferPointer(rebasing: bytes[key.range])
-        for index in reduction.keys.utf8.indices where reduction.keys.utf8[index].count == count {
-            if spelled.elementsEqual(reduction.keys.utf8[index]) { return index }
+        let start = key.range.lowerBound
+        let count = key.range.upperBound &- start
+        let bucket = min(count, 63)
+        guard reduction.keys.lengths & (1 &<< UInt64(bucket)) != 0 else { return nil }
+        // The key's first eight bytes (all of it when shorter, zero above), as the slots hold them.
+        var prefix: UInt64 = 0
+        if start &+ 8 <= end {
+            prefix = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: start, as: UInt64.self))
+            if count < 8 { prefix &= (1 &<< UInt64(count &* 8)) &- 1 }
+        } else {
+            for offset in 0..<min(count, 8) { prefix |= UInt64(byte(at: start &+ offset)) &<< UInt64(offset &* 8) }
+        }
+        var slot = reduction.keys.slotStarts[bucket]
+        let last = reduction.keys.slotStarts[bucket &+ 1]
+        while slot < last {
+            let candidate = reduction.keys.slots[slot]
+            slot &+= 1
+            guard candidate.prefix == prefix, candidate.count == count else { continue }
+            if count <= 8 { return candidate.index }
+            let rest = reduction.keys.utf8[candidate.index].withUnsafeBufferPointer { name in
+                var offset = 8
+                while offset < count, name[offset] == byte(at: start &+ offset) { offset &+= 1 }
+                return offset == count
+            }
+            if rest { return candidate.index }
         }
         return nil
     }
@@ -253,6 +207,24 @@ struct JSONParser {
         }
     }
 
+    /// ``skipValue(depth:)`` for a member's value or an array's element, with the two most common kinds, strings
+    /// and objects, read without the call to `skipValue` between.
+    @inline(__always)
+    private mutating func skipElement(depth: Int) throws(Failure) {
+        if depth < Self.maximumDepth, index < end {
+            switch byte(at: index) {
+            case UInt8(ascii: "\""):
+                _ = try scanString()
+                return
+            case UInt8(ascii: "{"):
+                _ = try reduceObject(depth: depth, keep: false)
+                return
+            default: break
+            }
+        }
+        try skipValue(depth: depth)
+    }
+
     /// A kept member's value (see ``KeptValue``); objects are reduced to what they keep.
     private mutating func keptValue(depth: Int) throws(Failure) -> KeptValue {
         guard depth < Self.maximumDepth else { throw failure("nested deeper than \(Self.maximumDepth) levels") }
@@ -273,15 +245,15 @@ struct JSONParser {
 
     private mutating func skipArray(depth: Int) throws(Failure) {
         if depth > reduction.maximumDepth { reduction.truncated = true }
-        index += 1
+        index &+= 1
         skipWhitespace()
         if peek() == UInt8(ascii: "]") {
-            index += 1
+            index &+= 1
             return
         }
         while true {
             skipWhitespace()
-            try skipValue(depth: depth + 1)
+            try skipElement(depth: depth &+ 1)
             skipWhitespace()
             guard let next = next() else { throw failure("the document ends inside an array") }
             if next == UInt8(ascii: "]") { return }
@@ -299,10 +271,10 @@ struct JSONParser {
         let reduces = inReach || keep
         let firstMember = reduction.pending.count
         let firstKept = reduction.kept.count
-        index += 1
+        index &+= 1
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
-            index += 1
+            index &+= 1
         } else {
             while true {
                 skipWhitespace()
@@ -316,7 +288,7 @@ struct JSONParser {
                     let value = try keptValue(depth: depth + 1)
                     reduction.pending.append(KeptMember(key: kept, value: value))
                 } else {
-                    try skipValue(depth: depth + 1)
+                    try skipElement(depth: depth &+ 1)
                 }
                 skipWhitespace()
                 guard let next = next() else { throw failure("the document ends inside an object") }
@@ -375,46 +347,65 @@ struct JSONParser {
         }
     }
 
-    /// Where a string's content lies in the document, and whether it needs unescaping.
-    struct StringSpan {
-        var range: Range<Int>
-        var hasEscapes: Bool
-    }
-
     /// Checks a string (escapes, control characters, UTF-8) and steps over it without building it.
+    ///
+    /// Most strings are printable ASCII ended by a quote within the document's last eight bytes: those are read
+    /// here, eight bytes at a time, and everything else (escapes, other bytes, the document's end) by
+    /// ``scanStringFrom(_:start:)``, which goes on from where this stopped.
     @inline(__always)
     private mutating func scanString() throws(Failure) -> StringSpan {
-        guard next() == UInt8(ascii: "\"") else { throw failure("expected a string") }
-        let start = index
+        guard index < end, byte(at: index) == UInt8(ascii: "\"") else {
+            if index < end { index &+= 1 }
+            throw failure("expected a string")
+        }
+        let start = index &+ 1
+        var position = start
+        while position &+ 8 <= end {
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            let special = Self.specialStringBytes(word)
+            if special != 0 {
+                position &+= special.trailingZeroBitCount &>> 3
+                guard byte(at: position) == UInt8(ascii: "\"") else { break }
+                index = position &+ 1
+                return StringSpan(range: start..<position, hasEscapes: false)
+            }
+            position &+= 8
+        }
+        index = position
+        return try scanStringFrom(position, start: start)
+    }
+
+    /// The rest of ``scanString()`` from `position` on, when the string's bytes before it are all plain.
+    private mutating func scanStringFrom(_ position: Int, start: Int) throws(Failure) -> StringSpan {
         var hasEscapes = false
         var hasNonASCII = false
+        var position = position
         while true {
             // Most of a string is printable ASCII: step over it eight bytes at a time, straight to what ends or
             // escapes it (byte by byte only in the document's last seven bytes).
-            var position = index
-            while position + 8 <= bytes.count {
-                let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            while position &+ 8 <= end {
+                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
                 let special = Self.specialStringBytes(word)
                 guard special == 0 else {
-                    position += special.trailingZeroBitCount >> 3
+                    position &+= special.trailingZeroBitCount &>> 3
                     break
                 }
-                position += 8
+                position &+= 8
             }
-            if position + 8 > bytes.count {
-                while position < bytes.count, Self.isPlainStringByte(bytes[position]) { position += 1 }
+            if position &+ 8 > end {
+                while position < end, Self.isPlainStringByte(byte(at: position)) { position &+= 1 }
             }
             index = position
             guard let byte = next() else { throw failure("the document ends inside a string") }
             switch byte {
             case UInt8(ascii: "\""):
-                let end = index - 1
+                let close = index &- 1
                 if hasNonASCII,
-                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self) == nil
+                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<close]), as: UTF8.self) == nil
                 {
                     throw failure("a string is not valid UTF-8")
                 }
-                return StringSpan(range: start..<end, hasEscapes: hasEscapes)
+                return StringSpan(range: start..<close, hasEscapes: hasEscapes)
             case UInt8(ascii: "\\"):
                 hasEscapes = true
                 guard let escaped = next() else { throw failure("the document ends inside a string") }
@@ -431,12 +422,14 @@ struct JSONParser {
                 default:
                     throw failure("a bad escape in a string")
                 }
+                position = index
             case 0..<0x20:
                 throw failure("a control character in a string")
             case 0x80...:
                 hasNonASCII = true
+                position = index
             default:
-                break
+                position = index
             }
         }
     }
@@ -445,90 +438,19 @@ struct JSONParser {
         Self.text(of: string, in: bytes)
     }
 
-    /// A string's value, read from the document `bytes` where a scan found it.
-    static func text(of string: StringSpan, in bytes: UnsafeRawBufferPointer) -> String {
-        string.hasEscapes
-            ? unescape(string.range, in: bytes)
-            : String(decoding: UnsafeRawBufferPointer(rebasing: bytes[string.range]), as: UTF8.self)
-    }
-
-    /// Whether a string in the document `bytes` is `lowercased`, ignoring ASCII case; read in place unless it
-    /// has escapes.
-    static func spells(
-        _ string: StringSpan,
-        in bytes: UnsafeRawBufferPointer,
-        ignoringCase lowercased: StaticString
-    ) -> Bool {
-        if string.hasEscapes { return HTTPSyntax.equalsIgnoringCase(text(of: string, in: bytes), lowercased) }
-        return HTTPSyntax.equalsIgnoringCase(bytes: bytes[string.range], lowercased)
-    }
-
-    private static func unescape(_ range: Range<Int>, in bytes: UnsafeRawBufferPointer) -> String {
-        var scalars = String.UnicodeScalarView()
-        var utf8: [UInt8] = []
-        var position = range.lowerBound
-        func flush() {
-            if !utf8.isEmpty {
-                scalars.append(contentsOf: String(decoding: utf8, as: UTF8.self).unicodeScalars)
-                utf8.removeAll(keepingCapacity: true)
-            }
-        }
-        while position < range.upperBound {
-            let byte = bytes[position]
-            guard byte == UInt8(ascii: "\\") else {
-                utf8.append(byte)
-                position += 1
-                continue
-            }
-            flush()
-            let escaped = bytes[position + 1]
-            position += 2
-            switch escaped {
-            case UInt8(ascii: "b"): scalars.append("\u{8}")
-            case UInt8(ascii: "f"): scalars.append("\u{C}")
-            case UInt8(ascii: "n"): scalars.append("\n")
-            case UInt8(ascii: "r"): scalars.append("\r")
-            case UInt8(ascii: "t"): scalars.append("\t")
-            case UInt8(ascii: "u"):
-                var code = readHex4(at: position, in: bytes)
-                position += 4
-                if (0xD800..<0xDC00).contains(code), position + 6 <= range.upperBound,
-                    bytes[position] == UInt8(ascii: "\\"),
-                    bytes[position + 1] == UInt8(ascii: "u")
-                {
-                    let low = readHex4(at: position + 2, in: bytes)
-                    if (0xDC00..<0xE000).contains(low) {
-                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                        position += 6
-                    }
-                }
-                scalars.append(Unicode.Scalar(code) ?? "\u{FFFD}")
-            default: scalars.append(Unicode.Scalar(escaped))
-            }
-        }
-        flush()
-        return String(scalars)
-    }
-
-    private static func readHex4(at position: Int, in bytes: UnsafeRawBufferPointer) -> UInt32 {
-        var value: UInt32 = 0
-        for offset in 0..<4 { value = value << 4 | UInt32(HTTPSyntax.hexValue(bytes[position + offset]) ?? 0) }
-        return value
-    }
-
     private mutating func scanNumber() throws(Failure) {
-        if peek() == UInt8(ascii: "-") { index += 1 }
+        if peek() == UInt8(ascii: "-") { index &+= 1 }
         guard let first = peek(), Self.isDigit(first) else { throw failure("a bad number") }
-        index += 1
+        index &+= 1
         if first != UInt8(ascii: "0") { skipDigits() }
         if peek() == UInt8(ascii: ".") {
-            index += 1
+            index &+= 1
             guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
             skipDigits()
         }
         if peek() == UInt8(ascii: "e") || peek() == UInt8(ascii: "E") {
-            index += 1
-            if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index += 1 }
+            index &+= 1
+            if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index &+= 1 }
             guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
             skipDigits()
         }
@@ -536,30 +458,37 @@ struct JSONParser {
 
     // MARK: Bytes
 
+    /// The byte at `position`, which the caller has checked is before `end`.
+    @inline(__always)
+    private func byte(at position: Int) -> UInt8 {
+        base.load(fromByteOffset: position, as: UInt8.self)
+    }
+
     @inline(__always)
     private func peek() -> UInt8? {
-        index < bytes.count ? bytes[index] : nil
+        index < end ? byte(at: index) : nil
     }
 
     @inline(__always)
     private mutating func next() -> UInt8? {
-        guard index < bytes.count else { return nil }
-        defer { index += 1 }
-        return bytes[index]
+        guard index < end else { return nil }
+        let byte = byte(at: index)
+        index &+= 1
+        return byte
     }
 
     @inline(__always)
     private mutating func skipWhitespace() {
-        while index < bytes.count {
-            switch bytes[index] {
-            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+        while index < end {
+            switch byte(at: index) {
+            case 0x20, 0x09, 0x0A, 0x0D: index &+= 1
             default: return
             }
         }
     }
 
     private mutating func skipDigits() {
-        while let byte = peek(), Self.isDigit(byte) { index += 1 }
+        while let byte = peek(), Self.isDigit(byte) { index &+= 1 }
     }
 
     @inline(__always)

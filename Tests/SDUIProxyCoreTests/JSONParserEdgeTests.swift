@@ -1,0 +1,172 @@
+import NIOCore
+import Testing
+
+@testable import SDUIProxyCore
+
+@Suite("JSON parser: kept keys, depth and errors at the edges of its fast paths")
+struct JSONParserEdgeTests {
+    let decoder = ComponentDecoder()
+    let planner: PrefetchPlanner
+
+    init() throws {
+        planner = PrefetchPlanner(upstream: try UpstreamOrigin(parsing: "http://localhost:8080"), allowedHosts: [])
+    }
+
+    /// The error a one-pass validation reports for `bytes`, or nil when it accepts them.
+    func planningFailure(_ bytes: [UInt8]) -> String? {
+        do {
+            _ = try decoder.validateComponent(ByteBuffer(bytes: bytes), planningWith: planner)
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+
+    @Test("kept keys are told apart by length and by every byte, short or long, anywhere in the document")
+    func keptKeysAreMatchedExactly() throws {
+        let long = String(repeating: "n", count: 63)
+        let kept = [
+            "k", "abcdefgh", "abcdefghi", "abcdefghj", "abcdefgX", "shouldPrefetch", "shouldPrefetcH", "é", long,
+            long + "n",
+        ]
+        let others = [
+            "", "K", "kk", "abcdefg", "abcdefghij", "bbcdefgh", "abcdefgY", "shouldPrefetcx", "shouldprefetch", "e",
+            "n" + long, String(long.dropLast()),
+        ]
+        // Escaped spellings of a kept and of an other name: compared unescaped, like any key.
+        let escaped = [
+            #"abcd\u0065fgh"#: "abcdefgh", #"abcd\u0065fgX"#: "abcdefgX", #"shouldPrefetc\u0068"#: "shouldPrefetch",
+        ]
+        let keySet = JSONParser.KeySet(kept)
+        var random = SplitMix64(seed: 0x4B45_5953)
+        for round in 0..<1500 {
+            // Distinct names (as unescaped), in random order; the marker `k` somewhere among them.
+            var pool = kept.dropFirst().map { ($0, $0) } + others.map { ($0, $0) } + escaped.map { ($0.key, $0.value) }
+            var members: [(spelled: String, name: String)] = [("k", "k")]
+            var used: Set<String> = ["k"]
+            for _ in 0..<Int(random.next() % 6) {
+                let (spelled, name) = pool.remove(at: Int(random.next() % UInt64(pool.count)))
+                guard used.insert(name).inserted else { continue }
+                members.insert((spelled, name), at: Int(random.next() % UInt64(members.count + 1)))
+            }
+            var expected: [String: String] = [:]
+            var parts: [String] = []
+            for (index, member) in members.enumerated() {
+                // Short numbers at the end put the last keys within eight bytes of the document's end.
+                if round % 3 == 0, index == members.count - 1, member.name != "k" {
+                    parts.append(#""\#(member.spelled)":\#(index)"#)
+                } else {
+                    let value = "v\(round)-\(index)"
+                    parts.append(#""\#(member.spelled)":"\#(value)""#)
+                    if kept.contains(member.name) { expected[member.name] = value }
+                }
+            }
+            let document = "{" + parts.joined(separator: ",") + "}"
+            let found = try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
+                let scan = try JSONParser.scanObjects(
+                    bytes,
+                    keeping: keySet,
+                    reporting: "k",
+                    maximumDepth: 0,
+                    maximumCount: 1
+                )
+                var found: [String: String] = [:]
+                guard let root = scan.objects.first else { return found }
+                for (index, name) in kept.enumerated() {
+                    switch scan.value(of: index, in: root.members) {
+                    case .string(let span)?: found[name] = JSONParser.text(of: span, in: bytes)
+                    case .number?: break
+                    case nil: break
+                    case let other?: Issue.record("\(name) kept as \(other) in \(document)")
+                    }
+                }
+                return found
+            }
+            #expect(found == expected, "\(document)")
+        }
+    }
+
+    @Test("values nested as deep as the limit are read, one level deeper is an error, whatever their kind")
+    func depthLimitForEveryKind() {
+        let limit = JSONParser.maximumDepth
+        for value in [#""x""#, "{}", "[]", "1", "true"] {
+            let open = String(repeating: "[", count: limit - 1)
+            let close = String(repeating: "]", count: limit - 1)
+            // Under an object member at the root: the value sits at depth `limit - 1`, then `limit`.
+            let inReach = #"{"_beagleComponent_":"a","x":"# + open.dropLast() + value + close.dropLast() + "}"
+            #expect(planningFailure(Array(inReach.utf8)) == nil, "\(value)")
+            let tooDeep = #"{"_beagleComponent_":"a","x":"# + open + value + close + "}"
+            let offset = #"{"_beagleComponent_":"a","x":"#.utf8.count + limit - 1
+            #expect(
+                planningFailure(Array(tooDeep.utf8))
+                    == "the backend's response is not valid JSON (nested deeper than \(limit) levels at byte \(offset))",
+                "\(value)"
+            )
+            #expect(throws: ComponentDecoder.Failure.self) {
+                try decoder.validateComponent(ByteBuffer(string: tooDeep))
+            }
+        }
+    }
+
+    @Test("each kind of bad document keeps its message and the byte it names")
+    func errorMessagesAndOffsets() {
+        let prefix = "the backend's response is not valid JSON ("
+        let cases: [([UInt8], String)] = [
+            (Array(#"{"a":1,}"#.utf8), "expected a string at byte 8"),
+            (Array(#"{1:2}"#.utf8), "expected a string at byte 2"),
+            (Array(#"{"a" 1}"#.utf8), "expected : at byte 6"),
+            (Array(#"{"a":"x"#.utf8), "the document ends inside a string at byte 7"),
+            (Array(#"{"a":"abcdefghijklmnop"#.utf8), "the document ends inside a string at byte 22"),
+            (Array(#"{"a":"x\"#.utf8), "the document ends inside a string at byte 8"),
+            (Array(#"{"a":"\u12G4"}"#.utf8), "a bad \\u escape at byte 11"),
+            (Array(#"{"a":"\q"}"#.utf8), "a bad escape in a string at byte 8"),
+            (Array(#"{"a":"x"#.utf8) + [0x01] + Array(#""}"#.utf8), "a control character in a string at byte 8"),
+            (
+                Array(#"{"a":"abcdefghijk"#.utf8) + [0x1F] + Array(#""}"#.utf8),
+                "a control character in a string at byte 18"
+            ),
+            (Array(#"{"a":""#.utf8) + [0xFF] + Array(#""}"#.utf8), "a string is not valid UTF-8 at byte 8"),
+            (Array(#"{"abcdefghi"#.utf8) + [0xC3] + Array(#"":1}"#.utf8), "a string is not valid UTF-8 at byte 13"),
+            ([], "a value is missing at byte 0"),
+            (Array(#"{"a":1"#.utf8), "the document ends inside an object at byte 6"),
+            (Array(#"{"a":1]"#.utf8), "expected , or } in an object at byte 7"),
+            (Array(#"{"a":[1}"#.utf8), "expected , or ] in an array at byte 8"),
+            (Array(#"{"a":tru}"#.utf8), "a bad literal at byte 9"),
+            (Array(#"{"a":-}"#.utf8), "a bad number at byte 6"),
+            (Array(#"{"a":1} x"#.utf8), "text after the document at byte 8"),
+        ]
+        for (bytes, reason) in cases {
+            #expect(planningFailure(bytes) == prefix + reason + ")", "\(String(decoding: bytes, as: UTF8.self))")
+            #expect(throws: ComponentDecoder.Failure.self) { try decoder.validateComponent(ByteBuffer(bytes: bytes)) }
+        }
+    }
+
+    @Test("escapes, quotes and UTF-8 that straddle an eight-byte block are read as one string")
+    func stringsAcrossBlocks() throws {
+        for lead in 0..<17 {
+            let text = String(repeating: "a", count: lead)
+            for (spelled, value) in [(#"\"x"#, "\"x"), (#"\\"#, "\\"), (#"\u00e9z"#, "éz"), ("éz", "éz"), ("😀", "😀")] {
+                let document = #"{"_beagleComponent_":"\#(text)\#(spelled)\#(text)","s":1}"#
+                #expect(planningFailure(Array(document.utf8)) == nil, "\(document)")
+                let scan = try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
+                    let scan = try JSONParser.scanObjects(
+                        bytes,
+                        keeping: JSONParser.KeySet(["_beagleComponent_"]),
+                        reporting: "_beagleComponent_",
+                        maximumDepth: 0,
+                        maximumCount: 1
+                    )
+                    guard let root = scan.objects.first, case .string(let span)? = scan.value(of: 0, in: root.members)
+                    else { return "" }
+                    return JSONParser.text(of: span, in: bytes)
+                }
+                #expect(scan == text + value + text)
+                // The same string cut before its last byte or with a lone lead byte is refused.
+                let cut = Array(#"{"_beagleComponent_":"\#(text)\#(spelled)"#.utf8).dropLast()
+                #expect(planningFailure(Array(cut)) != nil)
+                let broken = Array(#"{"_beagleComponent_":"\#(text)"#.utf8) + [0xE2, 0x82] + Array(#"\#(text)"}"#.utf8)
+                #expect(planningFailure(broken) != nil)
+            }
+        }
+    }
+}
