@@ -3,6 +3,7 @@ import NIOCore
 import PostgresNIO
 import SDUIProxyCore
 import ServiceLifecycle
+import Synchronization
 
 /// This replica's part in the fleet's shared log in PostgreSQL: the invalidations (and fleet prefetches) made here
 /// are written to it, and every other replica's are applied here.
@@ -122,6 +123,9 @@ public actor FleetLog: Service {
     private var waiters: [UInt64: CheckedContinuation<FanOut, Never>] = [:]
     private var recordingTokens: [UInt64] = []
     private var recordedIDs: [UInt64: Int64] = [:]
+    /// The tasks running work items and the timers, by an id of their own.
+    private var running: [Int: Task<Void, Never>] = [:]
+    private var nextTaskID = 0
     /// Failed connection attempts since the last connection: the first failure is a warning, the retries that
     /// follow are not logged again until one succeeds.
     private var failedAttempts = 0
@@ -151,27 +155,65 @@ public actor FleetLog: Service {
 
     public func run() async throws {
         execute(follower.start())
+        start { await self.tick() }
         await withGracefulShutdownHandler {
-            await withDiscardingTaskGroup { group in
-                group.addTask { await self.tick() }
-                for await item in work {
-                    if case .made(let invalidation) = item {
-                        // Taken in the order they were made: each is handed to the follower before the next.
-                        self.write(invalidation)
-                    } else {
-                        group.addTask { await self.perform(item) }
-                    }
+            for await item in work {
+                if case .made(let invalidation) = item {
+                    // Taken in the order they were made: each is handed to the follower before the next.
+                    write(invalidation)
+                } else {
+                    start { await self.perform(item) }
                 }
-                // Closing the connection fails whatever still runs on it, so the children below all end.
-                await self.closeConnection()
-                group.cancelAll()
             }
         } onGracefulShutdown: {
             self.workContinuation.finish()
         }
+        // Closing the connection fails whatever still runs on it. What does not end within the query timeout
+        // anyway (a PostgreSQL that stopped answering) is left behind: a shutdown must not wait on the database.
+        let tasks = Array(running.values)
+        running = [:]
+        for task in tasks { task.cancel() }
         await closeConnection()
+        await Self.waitForAll(tasks, upTo: settings.queryTimeout)
         for waiter in waiters.values { waiter.resume(returning: .pending) }
         waiters = [:]
+    }
+
+    /// Runs `operation` in a task of its own, tracked until it ends so a shutdown can cancel it.
+    private func start(_ operation: @escaping @Sendable () async -> Void) {
+        nextTaskID += 1
+        let id = nextTaskID
+        running[id] = Task {
+            await operation()
+            self.ended(id)
+        }
+    }
+
+    private func ended(_ id: Int) {
+        running.removeValue(forKey: id)
+    }
+
+    /// Waits until `tasks` have all ended, or `limit` has passed, whichever comes first.
+    private static func waitForAll(_ tasks: [Task<Void, Never>], upTo limit: Duration) async {
+        let done = Mutex(false)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resume = { @Sendable in
+                if done.withLock({ wasDone in
+                    defer { wasDone = true }
+                    return !wasDone
+                }) {
+                    continuation.resume()
+                }
+            }
+            Task {
+                for task in tasks { await task.value }
+                resume()
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                resume()
+            }
+        }
     }
 
     /// The timers: reading the log without a notification, the heartbeat and pruning.
