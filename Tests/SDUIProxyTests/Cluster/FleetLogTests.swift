@@ -90,6 +90,17 @@ struct FleetLogTests {
         return replicas
     }
 
+    /// Two replicas, the second with its listening connection just killed and slow to come back (a second), so
+    /// what the test does next happens while it is away.
+    static func replicasWithSecondAway(url: PostgresURL, server: PostgresTestServer) async throws -> [Replica] {
+        let replicas = try await Self.replicas(["a", "b"], url: url) { name, settings in
+            if name == "b" { settings.reconnectDelays = (.seconds(1), .seconds(2)) }
+        }
+        #expect(try await server.terminateConnections(applicationName: replicas[1].applicationName) == 1)
+        try await replicas[1].waitUntil(connected: false)
+        return replicas
+    }
+
     static func purge(_ scope: CacheInvalidation.Scope, soft: Bool = false) -> FleetLogEntry.Payload {
         .invalidation(CacheInvalidation(scope, soft: soft))
     }
@@ -137,12 +148,7 @@ struct FleetLogTests {
     func catchUpAfterTerminate() async throws {
         let server = try #require(PostgresTestServer.current)
         let url = try await server.makeDatabase()
-        // A slow first reconnection, so the row below is written while the second replica is away.
-        let replicas = try await Self.replicas(["a", "b"], url: url) { name, settings in
-            if name == "b" { settings.reconnectDelays = (.seconds(1), .seconds(2)) }
-        }
-        #expect(try await server.terminateConnections(applicationName: replicas[1].applicationName) == 1)
-        try await replicas[1].waitUntil(connected: false)
+        let replicas = try await Self.replicasWithSecondAway(url: url, server: server)
         let invalidation = CacheInvalidation(.tag("promo"))
         #expect(await replicas[0].log.invalidated(invalidation) == .recorded)
         try await replicas[1].waitUntil(connected: true)
@@ -173,11 +179,7 @@ struct FleetLogTests {
     func fellBehindRetention() async throws {
         let server = try #require(PostgresTestServer.current)
         let url = try await server.makeDatabase()
-        let replicas = try await Self.replicas(["a", "b"], url: url) { name, settings in
-            if name == "b" { settings.reconnectDelays = (.seconds(1), .seconds(2)) }
-        }
-        #expect(try await server.terminateConnections(applicationName: replicas[1].applicationName) == 1)
-        try await replicas[1].waitUntil(connected: false)
+        let replicas = try await Self.replicasWithSecondAway(url: url, server: server)
         #expect(await replicas[0].log.invalidated(CacheInvalidation(.tag("gone"))) == .recorded)
         // The log prunes that row before the second replica is back.
         try await server.withConnection(url) { connection in
