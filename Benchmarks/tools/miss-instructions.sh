@@ -28,6 +28,7 @@ PROXY_PORT=${PROXY_PORT:-18380}
 PROXY_ADMIN_PORT=${PROXY_ADMIN_PORT:-19390}
 WORK_DIR=${WORK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/sdui-miss-instructions.XXXXXX")}
 # mktemp makes the directory private to its owner; nginx workers (nobody, when run as root) read the fixture in it.
+mkdir -p "$WORK_DIR"
 chmod 755 "$WORK_DIR"
 START_TIMEOUT=${START_TIMEOUT:-120}
 # More callgrind options, e.g. CALLGRIND_ARGS=--dump-instr=yes to see costs per instruction (slower).
