@@ -1,0 +1,40 @@
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// A replica whose PostgreSQL cannot be reached from its start: it serves, stays healthy and ready, and applies its
+/// invalidations here, keeping them for the fleet.
+@Suite("a replica of a fleet whose PostgreSQL is unreachable keeps serving")
+struct FleetWithoutPostgresTests {
+    @Test("it serves, stays ready, applies a purge here at once and says the fan-out is pending")
+    func servesWithoutPostgres() async throws {
+        // A port that refuses connections, as a stopped database does.
+        let stopped = try await TestOrigin { _ in .component() }
+        try await stopped.stop()
+        try await ProxyHarness.run(
+            origin: { _ in .component(maxAge: 300) },
+            configure: { configuration in
+                configuration.cluster.postgres = try? PostgresURL(
+                    parsing: "postgres://sdui:not-logged@127.0.0.1:\(stopped.port)/sdui"
+                )
+                configuration.cluster.replicaName = "alone"
+            }
+        ) { proxy in
+            #expect(try await proxy.get("/screens/a")["X-Cache"] == "MISS")
+            #expect(try await proxy.get("/screens/a")["X-Cache"] == "HIT")
+            #expect(try await proxy.admin("/health").status == .ok)
+            #expect(try await proxy.admin("/ready").status == .ok)
+
+            let purge = try await proxy.admin("/cache?url=/screens/a", method: .DELETE)
+            #expect(purge.status == .ok)
+            #expect(purge.body == #"{"purged":1,"url":"/screens/a","fanOut":"pending"}"#)
+            #expect(try await proxy.get("/screens/a")["X-Cache"] == "MISS")
+
+            let cluster = try await proxy.admin("/cluster").body
+            #expect(cluster.contains(#""replica":"alone","connected":false"#), "\(cluster)")
+            #expect(cluster.contains(#""pending":1"#), "\(cluster)")
+        }
+    }
+}
