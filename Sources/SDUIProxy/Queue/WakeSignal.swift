@@ -13,6 +13,9 @@ final class WakeSignal: Sendable {
 
     init() {}
 
+    /// Whether a worker waits on this signal now: it has looked at the store and found nothing to do yet.
+    var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
+
     /// Wakes the waiter, or the next one to wait.
     func signal() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in

@@ -258,7 +258,11 @@ import Testing
         ]
         // The poll interval is far longer than the test may take: only the wake-up can deliver in time.
         try await withQueue(port: origin.port, routes: routes, pollInterval: .seconds(120)) { queue in
-            try await Task.sleep(for: .milliseconds(100))
+            // Both workers have looked at the empty store and wait: what follows can only be their wake-up.
+            let waiting = await QueueTest.waitUntil(timeout: .seconds(5)) {
+                queue.routeSignals["POST /api/orders"]?.hasWaiter == true && queue.concurrentSignal.hasWaiter
+            }
+            #expect(waiting)
             _ = try await queue.enqueue(QueueTest.request(.POST, "/api/orders/1", body: "a"))
             _ = try await queue.enqueue(QueueTest.request(.POST, "/api/events", body: "b"))
             let delivered = await QueueTest.waitUntil(timeout: .seconds(5)) { queue.depth == 0 }
