@@ -192,6 +192,19 @@ struct FleetLogFollowerTests {
         #expect(follower.appliedID == 121)
     }
 
+    @Test("a log behind the cursor (the database replaced or restored) empties the cache and starts at its head")
+    func logWentBack() {
+        var follower = Self.connected(head: 50_000)
+        _ = follower.connectionLost()
+        _ = follower.reconnectDue()
+        #expect(
+            follower.connected(head: 3, prunedThrough: 0) == [
+                .flushCache(.logWentBack(appliedID: 50_000, head: 3)), .fetch(after: 3),
+            ]
+        )
+        #expect(follower.fetched([Self.row(4, "/a")], prunedThrough: 0) == [.apply([Self.row(4, "/a")])])
+    }
+
     @Test("events out of place do nothing")
     func eventsOutOfPlace() {
         var follower = Follower()

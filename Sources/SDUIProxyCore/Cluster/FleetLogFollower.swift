@@ -32,6 +32,8 @@ public struct FleetLogFollower: Sendable {
         case fellBehindRetention(appliedID: Int64, prunedThrough: Int64)
         /// More invalidations were made while the log was unreachable than are kept to be written.
         case tooManyPending(Int)
+        /// The log's last id is below this replica's cursor: the database was replaced or restored.
+        case logWentBack(appliedID: Int64, head: Int64)
 
         public var description: String {
             switch self {
@@ -39,6 +41,8 @@ public struct FleetLogFollower: Sendable {
                 "the log pruned rows up to id \(pruned) before this replica applied them (it had applied \(applied))"
             case .tooManyPending(let limit):
                 "more than \(limit) invalidations were made while PostgreSQL was unreachable"
+            case .logWentBack(let applied, let head):
+                "the log's last row is \(head), before the \(applied) this replica had applied: the database was replaced"
             }
         }
     }
@@ -105,6 +109,13 @@ public struct FleetLogFollower: Sendable {
             if prunedThrough > applied {
                 actions.append(.flushCache(.fellBehindRetention(appliedID: applied, prunedThrough: prunedThrough)))
                 appliedID = head
+                ownIDs = []
+            } else if head < applied {
+                // The log is behind this replica's cursor: the database was replaced or restored. Rows from now
+                // on start below the cursor, so it starts again from the head, with nothing known of before.
+                actions.append(.flushCache(.logWentBack(appliedID: applied, head: head)))
+                appliedID = head
+                ownIDs = []
             }
         } else {
             appliedID = head
