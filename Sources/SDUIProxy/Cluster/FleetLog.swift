@@ -138,6 +138,10 @@ public actor FleetLog: Service {
         logger: Logger,
         metrics: ClusterMetrics? = nil
     ) {
+        var configuration = configuration
+        // A replica that vanishes mid-write (a half-open connection) would hold the writers' advisory lock until
+        // the server noticed, hours later with TCP's defaults; the server ends such a transaction after this.
+        configuration.options.additionalStartupParameters.append(("idle_in_transaction_session_timeout", "10s"))
         self.configuration = configuration
         self.follower = FleetLogFollower(
             firstReconnectDelay: settings.reconnectDelays.first,
@@ -162,11 +166,17 @@ public actor FleetLog: Service {
                     // Taken in the order they were made: each is handed to the follower before the next.
                     write(invalidation)
                 } else {
-                    start { await self.perform(item) }
+                    start(item)
                 }
             }
         } onGracefulShutdown: {
             self.workContinuation.finish()
+        }
+        // The last invalidations of a replica on its way out (the listeners and queue delivery drained before
+        // this) still go to the others, for as long as a query may take.
+        let deadline = ContinuousClock.now + settings.queryTimeout
+        while !Task.isCancelled, follower.isConnected, follower.pendingCount > 0, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
         }
         // Closing the connection fails whatever still runs on it. What does not end within the query timeout
         // anyway (a PostgreSQL that stopped answering) is left behind: a shutdown must not wait on the database.
@@ -177,6 +187,11 @@ public actor FleetLog: Service {
         await Self.waitForAll(tasks, upTo: settings.queryTimeout)
         for waiter in waiters.values { waiter.resume(returning: .pending) }
         waiters = [:]
+    }
+
+    /// Runs `item` in a task of its own.
+    private func start(_ item: Work) {
+        start { await self.perform(item) }
     }
 
     /// Runs `operation` in a task of its own, tracked until it ends so a shutdown can cancel it.
@@ -227,7 +242,7 @@ public actor FleetLog: Service {
             sincePrune += settings.pollInterval
             if sinceHeartbeat >= settings.heartbeatInterval, follower.isConnected {
                 sinceHeartbeat = .zero
-                workContinuation.yield(.heartbeat(generation: generation))
+                start(.heartbeat(generation: generation))
             }
             if sincePrune >= settings.pruneInterval, let connection, follower.isConnected {
                 sincePrune = .zero
@@ -241,14 +256,14 @@ public actor FleetLog: Service {
             switch action {
             case .connect:
                 generation += 1
-                workContinuation.yield(.connect(generation: generation))
+                start(.connect(generation: generation))
             case .scheduleReconnect(let delay):
-                workContinuation.yield(.reconnect(after: delay))
+                start(.reconnect(after: delay))
             case .fetch(let after):
-                workContinuation.yield(.fetch(generation: generation, after: after))
+                start(.fetch(generation: generation, after: after))
             case .record(let batch):
                 recordingTokens = batch.map(\.token)
-                workContinuation.yield(.record(generation: generation, batch))
+                start(.record(generation: generation, batch))
             case .apply(let entries):
                 apply(entries)
             case .flushCache(let reason):
@@ -334,7 +349,7 @@ public actor FleetLog: Service {
         guard made.writing else { return (.pending, nil) }
         let fanOut = await withCheckedContinuation { continuation in
             waiters[made.token] = continuation
-            workContinuation.yield(.expire(token: made.token, after: settings.recordWait))
+            start(.expire(token: made.token, after: settings.recordWait))
         }
         return (fanOut, recordedIDs.removeValue(forKey: made.token))
     }
@@ -418,7 +433,7 @@ public actor FleetLog: Service {
             metadata: ["replica": "\(settings.replicaName)", "head": "\(head)"]
         )
         execute(follower.connected(head: head, prunedThrough: pruned))
-        workContinuation.yield(.heartbeat(generation: generation))
+        start(.heartbeat(generation: generation))
     }
 
     private func connectionLost(_ generation: Int, _ error: (any Error)?) {
@@ -490,7 +505,9 @@ public actor FleetLog: Service {
     }
 
     private func record(_ batch: [FleetLogFollower.Made], _ generation: Int) async {
-        guard let connection, generation == self.generation else { return failRecording() }
+        // An earlier connection's write: its batch was failed when that connection was lost.
+        guard generation == self.generation else { return }
+        guard let connection else { return failRecording() }
         do {
             let replica = settings.replicaName
             let ids = try await withQueryTimeout(on: connection) {
@@ -514,7 +531,8 @@ public actor FleetLog: Service {
                 }
             }
             guard generation == self.generation else { return }
-            for (made, id) in zip(batch, ids) { recordedIDs[made.token] = id }
+            // Kept only for an answer still waiting for it (a fleet prefetch's, to count who took it).
+            for (made, id) in zip(batch, ids) where waiters[made.token] != nil { recordedIDs[made.token] = id }
             let tokens = recordingTokens
             recordingTokens = []
             execute(follower.recorded(ids: ids))
@@ -667,6 +685,6 @@ public actor FleetLog: Service {
             }
         }
         // The replica that asked for a prefetch waits to hear who took it.
-        if prefetched { workContinuation.yield(.heartbeat(generation: generation)) }
+        if prefetched { start(.heartbeat(generation: generation)) }
     }
 }

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import NIOPosix
 import PostgresNIO
 import SDUIProxyCore
+import ServiceLifecycle
 import Testing
 
 @testable import SDUIProxy
@@ -23,8 +24,16 @@ struct FleetLogTests {
         let log: FleetLog
         private let applied = NIOLockedValueBox<[FleetLogEntry.Payload]>([])
         private let running = NIOLockedValueBox<Task<Void, any Error>?>(nil)
+        private let group: ServiceGroup?
 
-        init(name: String, url: PostgresURL, tune: (inout FleetLog.Settings) -> Void) throws {
+        /// With `underServiceGroup`, the log runs in a `ServiceGroup` and ``stop()`` shuts it down gracefully, as
+        /// the proxy does; otherwise ``stop()`` cancels it.
+        init(
+            name: String,
+            url: PostgresURL,
+            underServiceGroup: Bool,
+            tune: (inout FleetLog.Settings) -> Void
+        ) throws {
             self.name = name
             applicationName = "fleet-test \(name) \(UUID().uuidString)"
             var settings = FleetLog.Settings(replicaName: name)
@@ -50,7 +59,14 @@ struct FleetLogTests {
                 logger: PostgresTestServer.logger
             )
             let log = self.log
-            running.withLockedValue { $0 = Task { try await log.run() } }
+            if underServiceGroup {
+                let group = ServiceGroup(services: [log], logger: PostgresTestServer.logger)
+                self.group = group
+                running.withLockedValue { $0 = Task { try await group.run() } }
+            } else {
+                group = nil
+                running.withLockedValue { $0 = Task { try await log.run() } }
+            }
         }
 
         var appliedSoFar: [FleetLogEntry.Payload] { applied.withLockedValue { $0 } }
@@ -75,7 +91,11 @@ struct FleetLogTests {
 
         func stop() async {
             let task = running.withLockedValue { $0 }
-            task?.cancel()
+            if let group {
+                await group.triggerGracefulShutdown()
+            } else {
+                task?.cancel()
+            }
             _ = try? await task?.value
         }
     }
@@ -85,7 +105,9 @@ struct FleetLogTests {
         url: PostgresURL,
         tune: (String, inout FleetLog.Settings) -> Void = { _, _ in }
     ) async throws -> [Replica] {
-        let replicas = try names.map { name in try Replica(name: name, url: url) { tune(name, &$0) } }
+        let replicas = try names.map { name in
+            try Replica(name: name, url: url, underServiceGroup: false) { tune(name, &$0) }
+        }
         for replica in replicas { try await replica.waitUntil(connected: true) }
         return replicas
     }
@@ -142,6 +164,20 @@ struct FleetLogTests {
         for invalidation in made { replicas[0].log.record(invalidation) }
         #expect(try await replicas[1].waitForApplied(50) == made.map(FleetLogEntry.Payload.invalidation))
         for replica in replicas { await replica.stop() }
+    }
+
+    @Test("a replica shutting down writes the invalidations made just before, for the others")
+    func shutdownWritesWhatIsLeft() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        let leaving = try Replica(name: "leaving", url: url, underServiceGroup: true) { _ in }
+        let staying = try await Self.replicas(["staying"], url: url)[0]
+        try await leaving.waitUntil(connected: true)
+        let made = (0..<5).map { CacheInvalidation(.targets(["/screens/last-\($0)"])) }
+        for invalidation in made { leaving.log.record(invalidation) }
+        await leaving.stop()
+        #expect(try await staying.waitForApplied(5) == made.map(FleetLogEntry.Payload.invalidation))
+        await staying.stop()
     }
 
     @Test("a replica whose listening connection is killed reconnects and catches up from its cursor")
