@@ -12,7 +12,10 @@ import Testing
 @Suite(
     "a fleet of three proxies: purges and unsafe methods through one replica reach the others",
     .enabled(if: PostgresTestServer.isAvailable, PostgresTestServer.unavailableReason),
-    .postgresServer
+    .postgresServer,
+    // One at a time: each starts replicas of its own, and together they would crowd the timing-sensitive
+    // suites that run beside them on a two-core machine.
+    .serialized
 )
 struct FleetEndToEndTests {
     struct Fleet {

@@ -13,7 +13,10 @@ import Testing
 @Suite(
     "the fleet's log: every replica applies every other replica's invalidations, through PostgreSQL",
     .enabled(if: PostgresTestServer.isAvailable, PostgresTestServer.unavailableReason),
-    .postgresServer
+    .postgresServer,
+    // One at a time: each starts replicas of its own, and together they would crowd the timing-sensitive
+    // suites that run beside them on a two-core machine.
+    .serialized
 )
 struct FleetLogTests {
     /// One replica: its log, and what that log applied here, in order.
