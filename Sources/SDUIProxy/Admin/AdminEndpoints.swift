@@ -69,12 +69,6 @@ enum AdminEndpoints {
         } catch {
             return eventLoop.makeSucceededFuture(AdminResponse(error))
         }
-        guard invalidator.fleet != nil else {
-            let reached = invalidator.invalidate(invalidation)
-            return eventLoop.makeSucceededFuture(
-                AdminResponse(json: PurgeRequest.answer(invalidation, reached: reached))
-            )
-        }
         return eventLoop.makeFutureWithTask {
             let (reached, fanOut) = await invalidator.invalidateAcrossFleet(invalidation)
             return AdminResponse(json: PurgeRequest.answer(invalidation, reached: reached, fanOut: fanOut))
