@@ -59,7 +59,49 @@ public enum ClusterSchema {
                 """,
                 "INSERT INTO sdui_fleet_log_state DEFAULT VALUES",
             ]
-        )
+        ),
+        Migration(
+            version: 2,
+            summary: "the shared write queue",
+            statements: [
+                // Times are milliseconds since the epoch, as in the SQLite store. Leases are on the database's
+                // clock; next attempts on the clock of the replica that set them.
+                """
+                CREATE TABLE sdui_queue (
+                  seq bigserial PRIMARY KEY,
+                  id text NOT NULL UNIQUE,
+                  route text NOT NULL,
+                  method text NOT NULL,
+                  target text NOT NULL,
+                  headers bytea,
+                  body bytea,
+                  enqueued_at bigint NOT NULL,
+                  state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'failed')),
+                  attempts integer NOT NULL DEFAULT 0,
+                  next_attempt_at bigint NOT NULL,
+                  last_error text,
+                  status integer,
+                  finished_at bigint,
+                  lease_owner text,
+                  lease_until bigint,
+                  notify_pending boolean NOT NULL DEFAULT false,
+                  notify_owner text,
+                  notify_until bigint
+                )
+                """,
+                "CREATE INDEX sdui_queue_pending ON sdui_queue (route, seq) WHERE state = 'pending'",
+                "CREATE INDEX sdui_queue_finished ON sdui_queue (finished_at) WHERE state <> 'pending'",
+                "CREATE INDEX sdui_queue_unnotified ON sdui_queue (finished_at, seq) WHERE notify_pending",
+                // One row: when finished entries were last removed, so one replica per interval does it.
+                """
+                CREATE TABLE sdui_queue_state (
+                  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+                  pruned_at bigint NOT NULL DEFAULT 0
+                )
+                """,
+                "INSERT INTO sdui_queue_state DEFAULT VALUES",
+            ]
+        ),
     ]
 
     /// Brings the database's schema up to ``migrations``.

@@ -19,10 +19,7 @@ extension FleetLog {
         logger: Logger
     ) throws -> FleetLog? {
         guard let url = configuration.cluster.postgres else { return nil }
-        let replicaName = configuration.cluster.resolvedReplicaName(
-            hostName: ProcessInfo.processInfo.hostName,
-            processID: getpid()
-        )
+        let replicaName = configuration.cluster.replicaNameOfThisProcess
         var logger = logger
         logger[metadataKey: "replica"] = "\(replicaName)"
         let prefetchLogger = logger
@@ -63,5 +60,12 @@ extension FleetLog {
             get { slot.withLock { $0 } }
             set { slot.withLock { $0 = newValue } }
         }
+    }
+}
+
+extension ClusterConfiguration {
+    /// `replicaName`, or this host's name and process id when it is empty.
+    public var replicaNameOfThisProcess: String {
+        resolvedReplicaName(hostName: ProcessInfo.processInfo.hostName, processID: getpid())
     }
 }

@@ -22,7 +22,8 @@ import Synchronization
 ///   dies first, stay pending and are sent again with the same idempotency key). Nothing is marked delivered
 ///   without a 2xx or 3xx answer.
 ///
-/// Run one delivery service per store.
+/// Run one delivery service per process: with a SQLite store that is one per store; a PostgreSQL store is shared by
+/// the services of every replica, which claim what they deliver from it.
 public final class QueueDeliveryService: Service, Sendable {
     /// The queue whose requests this service delivers.
     public let queue: WriteQueue
@@ -132,50 +133,59 @@ public final class QueueDeliveryService: Service, Sendable {
                 group.addTask { await self.runConcurrent(concurrent, run: run) }
             }
             group.addTask { await self.removeFinished(run: run) }
+            if queue.store.isShared {
+                group.addTask { await self.refreshPendingCount(run: run) }
+            }
+        }
+    }
+
+    /// Reads the shared store's pending count every `pollInterval`: other replicas queue and deliver there too.
+    private func refreshPendingCount(run: RunState) async {
+        let signal = WakeSignal()
+        run.orphanSignals.withLock { $0.append(signal) }
+        while !run.isStopping {
+            do {
+                try await queue.refreshPendingCount()
+            } catch {
+                logger.debug("cannot read the shared write queue's depth", metadata: ["error": "\(error)"])
+            }
+            await signal.wait(upTo: pollInterval)
         }
     }
 
     /// Sends the requests of a sequential route one at a time, in arrival order.
+    ///
+    /// The store hands out only the route's head, and only to one deliverer at a time: with a shared store the
+    /// order holds across the fleet, whichever replica delivers.
     private func runSequential(
         _ route: QueueConfiguration.Route,
         signal: WakeSignal,
         untilEmpty: Bool,
         run: RunState
     ) async {
-        // The head stays the head while it backs off (only this worker finishes entries of the route, new ones
-        // queue behind it), so it is read again only after an attempt, not on every wake-up.
-        var cachedHead: QueueEntry?
         while !run.isStopping {
-            let head: QueueEntry
-            if let cachedHead {
-                head = cachedHead
-            } else {
-                do {
-                    cachedHead = try await queue.store.firstPending(route: route.key)
-                } catch {
-                    logger.error(
-                        "cannot read the write queue",
-                        metadata: ["route": "\(route.key)", "error": "\(error)"]
-                    )
-                    await signal.wait(upTo: storeRetryDelay)
-                    continue
-                }
-                guard let found = cachedHead else {
-                    if untilEmpty { return }
-                    await signal.wait(upTo: pollInterval)
-                    continue
-                }
-                head = found
-            }
-            let wait = head.nextAttemptAt.duration(since: .now())
-            if wait > .zero {
-                await signal.wait(upTo: wait)
+            let claim: QueueHeadClaim
+            do {
+                claim = try await queue.store.claimHead(route: route.key, at: .now())
+            } catch {
+                logger.error("cannot read the write queue", metadata: ["route": "\(route.key)", "error": "\(error)"])
+                await signal.wait(upTo: storeRetryDelay)
                 continue
             }
-            if run.isStopping { return }
-            cachedHead = nil
-            if !(await attempt(head, route: route, run: run)) {
-                await signal.wait(upTo: storeRetryDelay)
+            switch claim {
+            case .empty:
+                if untilEmpty { return }
+                await signal.wait(upTo: pollInterval)
+            case .notBefore(let time):
+                await signal.wait(upTo: min(pollInterval, max(.milliseconds(1), time.duration(since: .now()))))
+            case .claimed(let head):
+                if run.isStopping {
+                    try? await queue.store.releaseClaims(ids: [head.id])
+                    return
+                }
+                if !(await attempt(head, route: route, run: run)) {
+                    await signal.wait(upTo: storeRetryDelay)
+                }
             }
         }
     }
@@ -194,15 +204,19 @@ public final class QueueDeliveryService: Service, Sendable {
                 do {
                     let free = limit - busy.count
                     if free > 0 {
-                        let due = try await queue.store.duePending(
+                        let due = try await queue.store.claimDue(
                             routes: keys,
                             at: .now(),
                             excluding: busy,
                             limit: free
                         )
                         var launched = busy
+                        var unlaunched: [String] = []
                         for entry in due {
-                            guard let route = byKey[entry.route], !run.isStopping else { continue }
+                            guard let route = byKey[entry.route], !run.isStopping else {
+                                unlaunched.append(entry.id)
+                                continue
+                            }
                             launched.insert(entry.id)
                             inFlight.ids.withLock { _ = $0.insert(entry.id) }
                             group.addTask {
@@ -212,6 +226,7 @@ public final class QueueDeliveryService: Service, Sendable {
                                 signal.signal()
                             }
                         }
+                        if !unlaunched.isEmpty { try await queue.store.releaseClaims(ids: unlaunched) }
                         // Below the limit: sleep until the next backoff ends (a finishing delivery wakes us too).
                         if due.count < free,
                             let next = try await queue.store.earliestAttempt(routes: keys, excluding: launched)
@@ -233,7 +248,7 @@ public final class QueueDeliveryService: Service, Sendable {
         let signal = WakeSignal()
         run.orphanSignals.withLock { $0.append(signal) }
         let retention = queue.configuration.retention
-        let interval = min(max(retention / 10, .seconds(1)), .seconds(60))
+        let interval = queue.configuration.cleanupInterval
         while !run.isStopping {
             do {
                 let removed = try await queue.store.removeFinished(
@@ -262,13 +277,14 @@ public final class QueueDeliveryService: Service, Sendable {
             return await record(decision, for: entry, attempts: entry.attempts)
         }
         let attempts = entry.attempts + 1
-        let result: DeliveryRules.AttemptResult
-        do {
-            result = .response(status: Int(try await send(entry.upstreamRequest).code))
-        } catch let error as ProxyError {
-            result = .error(error)
-        } catch {
-            result = .error(ProxyError(.network, "the delivery failed: \(error)"))
+        let result = await whileClaimed(entry) {
+            do {
+                return .response(status: Int(try await self.send(entry.upstreamRequest).code))
+            } catch let error as ProxyError {
+                return .error(error)
+            } catch {
+                return .error(ProxyError(.network, "the delivery failed: \(error)"))
+            }
         }
         let decision = rules.afterAttempt(
             result,
@@ -292,6 +308,43 @@ public final class QueueDeliveryService: Service, Sendable {
             await recording.value
         } onCancel: {
             run.stop()
+        }
+    }
+
+    /// Runs `delivery` while renewing the claim on `entry`, in a store shared with other replicas: a delivery that
+    /// outlasts the lease must not be taken for a dead replica's.
+    private func whileClaimed(
+        _ entry: QueueEntry,
+        _ delivery: @escaping @Sendable () async -> DeliveryRules.AttemptResult
+    ) async -> DeliveryRules.AttemptResult {
+        guard queue.store.isShared else { return await delivery() }
+        let interval = QueueClaimRules.renewalInterval(leaseTimeout: queue.configuration.leaseTimeout)
+        return await withTaskGroup(of: DeliveryRules.AttemptResult?.self) { group in
+            group.addTask { await delivery() }
+            group.addTask {
+                while (try? await Task.sleep(for: interval)) != nil {
+                    do {
+                        if try await self.queue.store.renewClaim(id: entry.id) { continue }
+                        self.logger.warning(
+                            "lost the claim on a delivery in flight: another replica may deliver it too",
+                            metadata: ["id": "\(entry.id)", "route": "\(entry.route)"]
+                        )
+                        return nil
+                    } catch {
+                        self.logger.error(
+                            "cannot renew the claim on a delivery in flight",
+                            metadata: ["id": "\(entry.id)", "error": "\(error)"]
+                        )
+                    }
+                }
+                return nil
+            }
+            while let finished = await group.next() {
+                guard let result = finished else { continue }
+                group.cancelAll()
+                return result
+            }
+            return .error(ProxyError(.network, "the delivery was cancelled"))
         }
     }
 

@@ -72,6 +72,33 @@ public struct QueueEntry: Sendable {
         guard clientKeys.count != 1 || clientKeys[0].isEmpty else { return }
         headers.replaceOrAdd(name: "Idempotency-Key", value: queueID)
     }
+
+    /// Headers as the stores keep them: for each field, the name's and the value's length (UInt32) and bytes.
+    static func encode(_ headers: HTTPHeaders) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        for (name, value) in headers {
+            buffer.writeInteger(UInt32(name.utf8.count))
+            buffer.writeString(name)
+            buffer.writeInteger(UInt32(value.utf8.count))
+            buffer.writeString(value)
+        }
+        return buffer
+    }
+
+    /// The headers ``encode(_:)`` wrote.
+    static func decodeHeaders(_ blob: ByteBuffer?) throws -> HTTPHeaders {
+        guard var buffer = blob else { return HTTPHeaders() }
+        var headers = HTTPHeaders()
+        while buffer.readableBytes > 0 {
+            guard let nameLength = buffer.readInteger(as: UInt32.self),
+                let name = buffer.readString(length: Int(nameLength)),
+                let valueLength = buffer.readInteger(as: UInt32.self),
+                let value = buffer.readString(length: Int(valueLength))
+            else { throw QueueStoreError("stored headers are truncated") }
+            headers.add(name: name, value: value)
+        }
+        return headers
+    }
 }
 
 /// Where a queued request stands, as `GET /queue/ID` reports it.

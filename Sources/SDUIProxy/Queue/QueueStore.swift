@@ -11,22 +11,40 @@ public protocol QueueStore: Sendable {
     /// Writes a new pending entry; it is durable when this returns.
     func insert(_ entry: QueueEntry) async throws
 
+    /// Whether other processes deliver from this store too: the counts a ``WriteQueue`` keeps in memory are then
+    /// only estimates, and it asks the store instead.
+    var isShared: Bool { get }
+
     /// The oldest pending entry of `route` in arrival order, whatever its next attempt time; nil when none.
     func firstPending(route: String) async throws -> QueueEntry?
 
-    /// Pending entries of `routes` whose next attempt is due at `now`, in arrival order, skipping the ids in
-    /// `excluding` (deliveries in flight); at most `limit`.
-    func duePending(
+    /// Claims the head of the sequential route `route` (its oldest pending entry) when it is due at `now` and no
+    /// other deliverer holds it; else says when to look again.
+    func claimHead(route: String, at now: QueueInstant) async throws -> QueueHeadClaim
+
+    /// Claims the pending entries of `routes` whose next attempt is due at `now` and that no other deliverer
+    /// holds, in arrival order, skipping the ids in `excluding` (this deliverer's deliveries in flight); at most
+    /// `limit`.
+    func claimDue(
         routes: [String],
         at now: QueueInstant,
         excluding: Set<String>,
         limit: Int
     ) async throws -> [QueueEntry]
 
-    /// The earliest next attempt time among pending entries of `routes` outside `excluding`; nil when none.
+    /// The earliest time at which a pending entry of `routes` outside `excluding` may be claimed (its next
+    /// attempt, or the end of another deliverer's lease); nil when none.
     func earliestAttempt(routes: [String], excluding: Set<String>) async throws -> QueueInstant?
 
-    /// Records a failed attempt of a pending entry that will be tried again at `nextAttemptAt`.
+    /// Extends the claim on `id` while its delivery lasts; false when the claim was lost (another deliverer took
+    /// the entry over, or it is not pending any more).
+    func renewClaim(id: String) async throws -> Bool
+
+    /// Gives up claims on entries that will not be delivered now (a stop before their delivery started).
+    func releaseClaims(ids: [String]) async throws
+
+    /// Records a failed attempt of a pending entry that will be tried again at `nextAttemptAt`, and releases its
+    /// claim.
     func recordAttempt(
         id: String,
         attempts: Int,
@@ -35,7 +53,8 @@ public protocol QueueStore: Sendable {
         status: Int?
     ) async throws
 
-    /// Marks a pending entry delivered with the backend's `status`; returns false when it was not pending.
+    /// Marks a pending entry delivered with the backend's `status`; returns false when it was not pending, or when
+    /// another deliverer took it over (its outcome is that one's to record).
     /// With `awaitingNotification`, the outcome is listed by ``unnotifiedOutcomes(limit:)`` until
     /// ``markNotified(id:)``, in the same atomic change.
     func markDelivered(
@@ -72,9 +91,20 @@ public protocol QueueStore: Sendable {
     /// How many entries are pending, over all routes.
     func pendingCount() async throws -> Int
 
-    /// Forgets delivered and failed entries finished before `time`; returns how many.
+    /// Forgets delivered and failed entries finished before `time`; returns how many. A shared store does it for one
+    /// of its deliverers at a time, and answers 0 to the others.
     func removeFinished(before time: QueueInstant) async throws -> Int
 
     /// Releases the store; no call may follow.
     func close() async throws
+}
+
+/// What ``QueueStore/claimHead(route:at:)`` found.
+public enum QueueHeadClaim: Sendable {
+    /// The head, claimed: deliver it.
+    case claimed(QueueEntry)
+    /// The route has no pending entry.
+    case empty
+    /// Look again at this time (on this process's clock): the head backs off, or another deliverer has it.
+    case notBefore(QueueInstant)
 }

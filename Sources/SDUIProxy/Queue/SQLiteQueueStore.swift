@@ -234,7 +234,7 @@ public final class SQLiteQueueStore: QueueStore {
             """,
             [
                 .text(entry.id), .text(entry.route), .text(entry.method.rawValue), .text(entry.target),
-                .blob(Self.encode(entry.headers)), entry.body.map { .blob($0) } ?? .null,
+                .blob(QueueEntry.encode(entry.headers)), entry.body.map { .blob($0) } ?? .null,
                 .integer(Int(entry.enqueuedAt.millisecondsSinceEpoch)), .integer(entry.attempts),
                 .integer(Int(entry.nextAttemptAt.millisecondsSinceEpoch)),
                 entry.lastError.map { .text($0) } ?? .null, entry.lastStatus.map { .integer($0) } ?? .null,
@@ -253,7 +253,17 @@ public final class SQLiteQueueStore: QueueStore {
         return try rows.first.map(Self.entry)
     }
 
-    public func duePending(
+    /// Only this process delivers from the file (``QueueStoreLock``).
+    public var isShared: Bool { false }
+
+    /// The head when it is due: this process's single deliverer of the route needs no lease.
+    public func claimHead(route: String, at now: QueueInstant) async throws -> QueueHeadClaim {
+        guard let head = try await firstPending(route: route) else { return .empty }
+        return head.nextAttemptAt <= now ? .claimed(head) : .notBefore(head.nextAttemptAt)
+    }
+
+    /// The due entries: this process's single deliverer of the routes needs no lease.
+    public func claimDue(
         routes: [String],
         at now: QueueInstant,
         excluding: Set<String>,
@@ -280,6 +290,10 @@ public final class SQLiteQueueStore: QueueStore {
         )
         return rows.first?.column("next")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) }
     }
+
+    public func renewClaim(id: String) async throws -> Bool { true }
+
+    public func releaseClaims(ids: [String]) async throws {}
 
     public func recordAttempt(
         id: String,
@@ -488,7 +502,7 @@ public final class SQLiteQueueStore: QueueStore {
             route: try text(row, "route"),
             method: HTTPMethod(rawValue: try text(row, "method")),
             target: try text(row, "target"),
-            headers: try decodeHeaders(row.column("headers")?.blob),
+            headers: try QueueEntry.decodeHeaders(row.column("headers")?.blob),
             body: row.column("body")?.blob,
             enqueuedAt: QueueInstant(millisecondsSinceEpoch: Int64(try integer(row, "enqueued_at"))),
             attempts: try integer(row, "attempts"),
@@ -506,32 +520,6 @@ public final class SQLiteQueueStore: QueueStore {
     private static func integer(_ row: SQLiteRow, _ column: String) throws -> Int {
         guard let value = row.column(column)?.integer else { throw QueueStoreError("column \(column) is missing") }
         return value
-    }
-
-    /// Headers as a blob: for each field, the name's and the value's length (UInt32) and bytes.
-    static func encode(_ headers: HTTPHeaders) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        for (name, value) in headers {
-            buffer.writeInteger(UInt32(name.utf8.count))
-            buffer.writeString(name)
-            buffer.writeInteger(UInt32(value.utf8.count))
-            buffer.writeString(value)
-        }
-        return buffer
-    }
-
-    static func decodeHeaders(_ blob: ByteBuffer?) throws -> HTTPHeaders {
-        guard var buffer = blob else { return HTTPHeaders() }
-        var headers = HTTPHeaders()
-        while buffer.readableBytes > 0 {
-            guard let nameLength = buffer.readInteger(as: UInt32.self),
-                let name = buffer.readString(length: Int(nameLength)),
-                let valueLength = buffer.readInteger(as: UInt32.self),
-                let value = buffer.readString(length: Int(valueLength))
-            else { throw QueueStoreError("stored headers are truncated") }
-            headers.add(name: name, value: value)
-        }
-        return headers
     }
 
     /// `mkdir -p`.

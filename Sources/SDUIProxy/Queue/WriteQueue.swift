@@ -47,39 +47,63 @@ public final class WriteQueue: Sendable {
         self.store = store
         self.statusPathPrefix = statusPathPrefix
         self.logger = logger
-        self.pendingCount = Atomic(try await store.pendingCount())
+        // A shared store that cannot be reached yet does not stop the replica: its counts are read again later
+        // (``refreshPendingCount()``), and its routes' backlogs are asked of it for each write.
+        let depths = store.isShared ? (try? await store.depths()) ?? [] : try await store.depths()
+        self.pendingCount = Atomic(depths.reduce(0) { $0 + $1.depth })
         var signals: [String: WakeSignal] = [:]
         var lanes: [String: SequentialLane] = [:]
         for route in configuration.routes where route.ordering == .sequential {
             signals[route.key] = WakeSignal()
             lanes[route.key] = SequentialLane()
         }
-        for depth in try await store.depths() where lanes[depth.route] != nil {
+        for depth in depths where lanes[depth.route] != nil {
             lanes[depth.route]?.pending = depth.depth
         }
         self.routeSignals = signals
         self.sequentialLanes = Mutex(lanes)
     }
 
-    /// Opens the SQLite store in `configuration.store` and the queue over it.
+    /// Opens the store `configuration.store` names, and the queue over it: a SQLite file of this replica's own, or
+    /// a PostgreSQL database the fleet shares.
     ///
     /// - Parameters:
-    ///   - threadPool: where the store's blocking SQLite calls run: the proxy's own pool, stopped after the
-    ///     queue is closed.
-    ///   - eventLoop: where the store's futures complete: one of the proxy's own loops.
+    ///   - threadPool: where a SQLite store's blocking calls run: the proxy's own pool, stopped after the queue is
+    ///     closed.
+    ///   - eventLoop: where a SQLite store's futures complete: one of the proxy's own loops.
+    ///   - replicaName: who holds this process's leases in a shared store.
+    ///   - claimMetrics: a shared store's claims and lease expiries.
     public static func open(
         configuration: QueueConfiguration,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
+        replicaName: String = "sdui-proxy",
+        claimMetrics: QueueClaimMetrics? = nil,
         statusPathPrefix: String = "/queue/",
         logger: Logger = Logger(label: "sdui-proxy.queue")
     ) async throws -> WriteQueue {
-        let store = try await SQLiteQueueStore.open(
-            directory: configuration.store,
-            threadPool: threadPool,
-            eventLoop: eventLoop,
-            logger: logger
-        )
+        let store: any QueueStore
+        switch try configuration.storeLocation {
+        case .sqlite(let directory):
+            store = try await SQLiteQueueStore.open(
+                directory: directory,
+                threadPool: threadPool,
+                eventLoop: eventLoop,
+                logger: logger
+            )
+        case .postgres(let url):
+            store = await PostgresQueueStore.open(
+                url: url,
+                replicaName: replicaName,
+                settings: PostgresQueueStore.Settings(
+                    owner: QueueClaimRules.owner(replicaName: replicaName),
+                    leaseTimeout: configuration.leaseTimeout,
+                    cleanupInterval: configuration.cleanupInterval
+                ),
+                metrics: claimMetrics,
+                logger: logger
+            )
+        }
         do {
             return try await WriteQueue(
                 configuration: configuration,
@@ -133,9 +157,7 @@ public final class WriteQueue: Sendable {
             return lanes[route.key]?.lastAdmitted
         }
         let turn = previous.map { $0.hop(to: eventLoop) } ?? eventLoop.makeSucceededVoidFuture()
-        let response = turn.flatMap {
-            write(self.sequentialLanes.withLock { ($0[route.key]?.pending ?? 0) > 0 })
-        }
+        let response = turn.flatMap { self.hasBacklog(route: route.key, on: eventLoop) }.flatMap(write)
         response.whenComplete { _ in
             self.sequentialLanes.withLock { lanes in
                 if lanes[route.key]?.lastAdmitted === admitted.futureResult { lanes[route.key]?.lastAdmitted = nil }
@@ -143,6 +165,28 @@ public final class WriteQueue: Sendable {
             admitted.succeed()
         }
         return response
+    }
+
+    /// Whether the sequential route `key` has requests waiting in the store. A shared store is asked, since other
+    /// replicas queue there too; one it cannot answer counts as a backlog, so that a write never overtakes one
+    /// that may be waiting (it is then queued, or refused if the store cannot take it either).
+    private func hasBacklog(route key: String, on eventLoop: any EventLoop) -> EventLoopFuture<Bool> {
+        guard store.isShared else {
+            return eventLoop.makeSucceededFuture(sequentialLanes.withLock { ($0[key]?.pending ?? 0) > 0 })
+        }
+        let answer = eventLoop.makePromise(of: Bool.self)
+        answer.completeWithTask { [store, logger] in
+            do {
+                return try await store.firstPending(route: key) != nil
+            } catch {
+                logger.error(
+                    "cannot tell whether a sequential route has queued requests: the write is queued behind them",
+                    metadata: ["route": "\(key)", "error": "\(error)"]
+                )
+                return true
+            }
+        }
+        return answer.futureResult
     }
 
     /// Stores `request` durably for later delivery; when this returns it survives a crash.
@@ -257,6 +301,12 @@ public final class WriteQueue: Sendable {
     func didFinish(route: String) {
         pendingCount.subtract(1, ordering: .relaxed)
         sequentialLanes.withLock { $0[route]?.pending -= 1 }
+    }
+
+    /// Reads the number of pending requests from the store again: in a shared store other replicas add and
+    /// deliver them, so the count kept here (the depth metric and the `maxDepth` bound) drifts between reads.
+    func refreshPendingCount() async throws {
+        pendingCount.store(try await store.pendingCount(), ordering: .relaxed)
     }
 
     func signal(route: QueueConfiguration.Route) {

@@ -3,6 +3,7 @@ import NIOCore
 import NIOExtras
 import NIOHTTP1
 import NIOPosix
+import Prometheus
 import SDUIProxyCore
 import ServiceLifecycle
 import Synchronization
@@ -167,6 +168,7 @@ public final class ProxyServer: Sendable {
         threadPool.start()
 
         var writeQueue: WriteQueue?
+        let registry = PrometheusCollectorRegistry()
         let context: ProxyContext
         let fleetLog: FleetLog?
         let fleetPrefetcher = FleetLog.PrefetcherSlot()
@@ -177,12 +179,13 @@ public final class ProxyServer: Sendable {
                         configuration: queueConfiguration,
                         threadPool: threadPool,
                         eventLoop: group.next(),
+                        replicaName: configuration.cluster.replicaNameOfThisProcess,
+                        claimMetrics: QueueClaimMetrics(registry: registry),
                         logger: logger
                     )
                 } catch {
-                    throw ProxyStartupError(
-                        message: "cannot open the write queue in \(queueConfiguration.store): \(error)"
-                    )
+                    let store = (try? queueConfiguration.storeLocation)?.description ?? "queue.store"
+                    throw ProxyStartupError(message: "cannot open the write queue in \(store): \(error)")
                 }
             }
             let cache = ResponseCache(
@@ -190,11 +193,14 @@ public final class ProxyServer: Sendable {
                 maxEntries: configuration.cache.maxEntries
             )
             let yielding = ownEventLoops?.yielding
-            let metrics = ProxyMetrics(snapshot: { [writeQueue] in
-                var snapshot = ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
-                snapshot.eventLoopYields = yielding?.yieldCount ?? 0
-                return snapshot
-            })
+            let metrics = ProxyMetrics(
+                registry: registry,
+                snapshot: { [writeQueue] in
+                    var snapshot = ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
+                    snapshot.eventLoopYields = yielding?.yieldCount ?? 0
+                    return snapshot
+                }
+            )
             fleetLog = try FleetLog.make(
                 for: configuration,
                 cache: cache,
@@ -306,10 +312,19 @@ public final class ProxyServer: Sendable {
         // First, so it stops last: invalidations made while the others drain still reach the fleet.
         var services: [any Service] = fleetLog.map { [$0] } ?? []
         if let writeQueue {
+            var webhook = QueueResponseHandlers.WebhookPolicy()
+            if writeQueue.store.isShared {
+                // Looking again renews this replica's leases on the notifications it is sending.
+                webhook.rescanInterval = min(
+                    webhook.rescanInterval,
+                    QueueClaimRules.renewalInterval(leaseTimeout: writeQueue.configuration.leaseTimeout)
+                )
+            }
             let handlers = QueueResponseHandlers(
                 handlers: writeQueue.configuration.handlers,
                 invalidate: QueueResponseHandlers.invalidation(through: context.invalidator),
                 eventLoopGroup: group,
+                webhook: webhook,
                 store: writeQueue.store,
                 logger: logger
             )

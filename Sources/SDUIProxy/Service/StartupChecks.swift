@@ -15,7 +15,7 @@ import Darwin
 /// - both listener hosts resolve to an address;
 /// - a `file:` upstream is a directory that can be read;
 /// - `queue.store` is a writable directory, or one that can be created, and its SQLite file, when there,
-///   can be read and written (a `postgres://` store is refused: the queue lives in SQLite only).
+///   can be read and written (a `postgres://` store is not checked: a replica starts while its database is down).
 ///
 /// The queue store's lock is not tried: a running proxy holds it, and the checks run before a SIGHUP to it.
 /// Nothing is created or changed.
@@ -29,14 +29,9 @@ public enum StartupChecks {
         try checkHost(configuration.listen.host, key: "listen.host")
         try checkHost(configuration.admin.host, key: "admin.host")
         try checkUpstream(configuration.upstream)
-        if let queue = configuration.queue {
-            if case .postgres? = try? queue.storeLocation {
-                throw ConfigurationError(
-                    key: "queue.store",
-                    problem: "this build keeps the write queue in SQLite only: give a directory, not a postgres:// URL"
-                )
-            }
-            try checkQueueStore(queue.store)
+        // A PostgreSQL store is not tried here: a replica starts while its database is down.
+        if let queue = configuration.queue, case .sqlite(let directory)? = try? queue.storeLocation {
+            try checkQueueStore(directory)
         }
     }
 

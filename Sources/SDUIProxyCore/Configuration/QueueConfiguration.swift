@@ -144,6 +144,11 @@ public struct QueueConfiguration: Sendable, Equatable {
         }
     }
 
+    /// How often finished requests older than ``retention`` are removed: a tenth of it, between 1 s and a minute.
+    public var cleanupInterval: Duration {
+        min(max(retention / 10, .seconds(1)), .seconds(60))
+    }
+
     /// ``store`` read as a location: a SQLite directory or a PostgreSQL database.
     ///
     /// - Throws: ``PostgresURL/ParseError`` when ``store`` has a PostgreSQL scheme but cannot be read, which a

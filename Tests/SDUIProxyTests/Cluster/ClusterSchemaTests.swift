@@ -55,10 +55,11 @@ struct ClusterSchemaTests {
         try await server.withClient(url) { client in
             #expect(
                 try await tables(client) == [
-                    "sdui_fleet_log_state", "sdui_invalidation_log", "sdui_replicas", "sdui_schema_migrations",
+                    "sdui_fleet_log_state", "sdui_invalidation_log", "sdui_queue", "sdui_queue_state", "sdui_replicas",
+                    "sdui_schema_migrations",
                 ]
             )
-            #expect(try await recorded(client).keys.sorted() == [1])
+            #expect(try await recorded(client).keys.sorted() == [1, 2])
             try await client.query(
                 "INSERT INTO sdui_invalidation_log (kind, value, replica) VALUES ('prefix', '/screens', 'a')"
             )
@@ -102,8 +103,25 @@ struct ClusterSchemaTests {
         try await server.withClient(url) { client in
             try await ClusterSchema.migrate(client, logger: logger)
             try await ClusterSchema.migrate(client, migrations: ClusterSchema.migrations + [next], logger: logger)
-            #expect(try await recorded(client).keys.sorted() == [1, next.version])
+            #expect(try await recorded(client).keys.sorted() == Array(1...next.version))
             #expect(try await tables(client).contains("sdui_later"))
+        }
+    }
+
+    @Test("a database of the first version (the fleet log only) gains the shared write queue")
+    func theQueueTablesAreAddedToAFirstVersionDatabase() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        try await server.withClient(url) { client in
+            try await ClusterSchema.migrate(
+                client,
+                migrations: Array(ClusterSchema.migrations.prefix(1)),
+                logger: logger
+            )
+            #expect(try await !tables(client).contains("sdui_queue"))
+            try await ClusterSchema.migrate(client, logger: logger)
+            #expect(try await recorded(client).keys.sorted() == [1, 2])
+            #expect(try await Set(tables(client)).isSuperset(of: ["sdui_queue", "sdui_queue_state"]))
         }
     }
 

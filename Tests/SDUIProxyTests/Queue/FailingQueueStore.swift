@@ -43,15 +43,25 @@ final class FailingQueueStore: QueueStore {
 
     func insert(_ entry: QueueEntry) async throws { try await base.insert(entry) }
 
+    var isShared: Bool { base.isShared }
+
     func firstPending(route: String) async throws -> QueueEntry? { try await base.firstPending(route: route) }
 
-    func duePending(
+    func claimHead(route: String, at now: QueueInstant) async throws -> QueueHeadClaim {
+        try await base.claimHead(route: route, at: now)
+    }
+
+    func renewClaim(id: String) async throws -> Bool { try await base.renewClaim(id: id) }
+
+    func releaseClaims(ids: [String]) async throws { try await base.releaseClaims(ids: ids) }
+
+    func claimDue(
         routes: [String],
         at now: QueueInstant,
         excluding: Set<String>,
         limit: Int
     ) async throws -> [QueueEntry] {
-        try await base.duePending(routes: routes, at: now, excluding: excluding, limit: limit)
+        try await base.claimDue(routes: routes, at: now, excluding: excluding, limit: limit)
     }
 
     func earliestAttempt(routes: [String], excluding: Set<String>) async throws -> QueueInstant? {

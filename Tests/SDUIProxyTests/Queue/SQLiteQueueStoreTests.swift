@@ -75,7 +75,7 @@ import Darwin
         )
 
         let now = QueueInstant(millisecondsSinceEpoch: 5000)
-        let due = try await reopened.duePending(
+        let due = try await reopened.claimDue(
             routes: ["POST /api", "POST /other"],
             at: now,
             excluding: ["b"],
@@ -83,7 +83,7 @@ import Darwin
         )
         #expect(due.map(\.id) == ["a", "c"])
         #expect(
-            try await reopened.duePending(routes: ["POST /api"], at: now, excluding: [], limit: 1).map(\.id) == ["b"]
+            try await reopened.claimDue(routes: ["POST /api"], at: now, excluding: [], limit: 1).map(\.id) == ["b"]
         )
 
         try await reopened.recordAttempt(
@@ -94,7 +94,7 @@ import Darwin
             status: 503
         )
         #expect(
-            try await reopened.duePending(routes: ["POST /api"], at: now, excluding: [], limit: 10).map(\.id) == ["a"]
+            try await reopened.claimDue(routes: ["POST /api"], at: now, excluding: [], limit: 10).map(\.id) == ["a"]
         )
         #expect(
             try await reopened.earliestAttempt(routes: ["POST /api"], excluding: ["a"])

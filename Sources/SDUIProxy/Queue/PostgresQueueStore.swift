@@ -1,0 +1,657 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import PostgresNIO
+import SDUIProxyCore
+import Synchronization
+
+/// A ``QueueStore`` in a PostgreSQL database that the replicas of a fleet share (`queue.store: postgres://...`).
+///
+/// Any replica accepts a write (its `202` follows the commit) and any replica delivers. A deliverer claims what
+/// it sends with a lease (``QueueClaimRules``): concurrent routes with `FOR UPDATE SKIP LOCKED`, so replicas
+/// claim different requests; a sequential route only at its head, locked while it is decided, so the database,
+/// not one process's memory, keeps one request of the route in flight. A replica that dies mid-delivery stops
+/// renewing its lease; when it runs out another replica delivers the request again, with the same
+/// `Idempotency-Key`. An outcome is recorded only by the lease's holder, so its handlers run once in the fleet;
+/// webhook notifications are leased the same way, and old entries are removed by one replica per interval.
+///
+/// Inserts on one route take a transaction-scoped advisory lock of the route, so arrival order (`seq`) is also
+/// commit order: a request that commits late can never slip in ahead of one already being delivered.
+///
+/// Nothing is needed from the database at start: a replica whose PostgreSQL is down serves, refuses writes it
+/// would have to queue with 503, and takes them again once it is back. The schema is brought up to date on the
+/// first connection. Each operation waits at most `operationTimeout` for a connection and for its answer.
+public final class PostgresQueueStore: QueueStore {
+    public struct Settings: Sendable {
+        /// Who holds this process's leases (``QueueClaimRules/owner(replicaName:)``).
+        public var owner: String
+        /// How long a claim lasts without renewal (`queue.leaseTimeout`).
+        public var leaseTimeout: Duration
+        /// The least time between two removals of finished entries, fleet-wide.
+        public var cleanupInterval: Duration
+        /// How long an operation may wait for a connection and for its answer.
+        public var operationTimeout: Duration = .seconds(5)
+
+        public init(owner: String, leaseTimeout: Duration, cleanupInterval: Duration) {
+            self.owner = owner
+            self.leaseTimeout = leaseTimeout
+            self.cleanupInterval = cleanupInterval
+        }
+    }
+
+    public let settings: Settings
+    private let client: PostgresClient
+    private let running: Task<Void, Never>
+    private let metrics: QueueClaimMetrics?
+    private let logger: Logger
+    /// Whether the schema was brought up to date on a connection of this store.
+    private let migrated = Atomic(false)
+
+    /// The key of the advisory locks that order inserts, one per route ("SDUI" in ASCII; the route's hash is
+    /// the second key).
+    static let insertLockKey: Int32 = 0x5344_5549
+    /// The database's clock, in milliseconds since the epoch: the clock of every lease.
+    private static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    private static let entryColumns =
+        "seq, id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
+
+    /// A store over the database `url` names, connecting as it needs to.
+    ///
+    /// - Parameter replicaName: shown in PostgreSQL's `pg_stat_activity` as part of `application_name`.
+    public init(
+        url: PostgresURL,
+        replicaName: String,
+        settings: Settings,
+        metrics: QueueClaimMetrics? = nil,
+        logger: Logger
+    ) {
+        let client = PostgresClient(
+            configuration: PostgresConnectionSettings.clientConfiguration(
+                url,
+                applicationName: "sdui-proxy queue " + replicaName,
+                connectTimeout: settings.operationTimeout,
+                maximumConnections: 8
+            ),
+            backgroundLogger: logger
+        )
+        self.client = client
+        self.settings = settings
+        self.metrics = metrics
+        self.logger = logger
+        self.running = Task { await client.run() }
+    }
+
+    /// Opens the store and tries the database once, so a wrong address or password is in the log at start; a
+    /// database that cannot be reached does not stop the replica.
+    public static func open(
+        url: PostgresURL,
+        replicaName: String,
+        settings: Settings,
+        metrics: QueueClaimMetrics? = nil,
+        logger: Logger
+    ) async -> PostgresQueueStore {
+        let store = PostgresQueueStore(
+            url: url,
+            replicaName: replicaName,
+            settings: settings,
+            metrics: metrics,
+            logger: logger
+        )
+        do {
+            _ = try await store.pendingCount()
+        } catch {
+            logger.warning(
+                "the write queue's database cannot be reached yet: writes that must be queued get 503 until it can",
+                metadata: ["database": "\(url)", "error": "\(PostgresErrorText.describe(error))"]
+            )
+        }
+        return store
+    }
+
+    // MARK: QueueStore
+
+    /// Every replica of the fleet delivers from this database.
+    public var isShared: Bool { true }
+
+    public func insert(_ entry: QueueEntry) async throws {
+        try await withConnection { connection, logger in
+            try await connection.withTransaction(logger: logger) { connection in
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(\(Self.insertLockKey), hashtext(\(entry.route)))",
+                    logger: logger
+                )
+                _ = try await connection.query(
+                    """
+                    INSERT INTO sdui_queue
+                        (id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at,
+                         last_error, status)
+                    VALUES (\(entry.id), \(entry.route), \(entry.method.rawValue), \(entry.target), \
+                    \(QueueEntry.encode(entry.headers)), \(entry.body), \(entry.enqueuedAt.millisecondsSinceEpoch), \
+                    \(entry.attempts), \(entry.nextAttemptAt.millisecondsSinceEpoch), \(entry.lastError), \
+                    \(entry.lastStatus))
+                    """,
+                    logger: logger
+                )
+            }
+        }
+    }
+
+    public func firstPending(route: String) async throws -> QueueEntry? {
+        let owner = settings.owner
+        return try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                """
+                SELECT \(unescaped: Self.entryColumns), lease_owner, lease_until, \(unescaped: Self.databaseNow)
+                FROM sdui_queue WHERE state = 'pending' AND route = \(route) ORDER BY seq LIMIT 1
+                """,
+                logger: logger
+            )
+            for try await row in rows { return try Self.claimedRow(row, owner: owner).entry }
+            return nil
+        }
+    }
+
+    public func claimHead(route: String, at now: QueueInstant) async throws -> QueueHeadClaim {
+        let owner = settings.owner
+        let lease = settings.leaseTimeout.milliseconds
+        let (claim, takenOver) = try await withConnection { connection, logger in
+            try await connection.withTransaction(logger: logger) { connection -> (QueueHeadClaim, String?) in
+                // Locked until the transaction ends: two replicas never decide about one head at once.
+                let rows = try await connection.query(
+                    """
+                    SELECT \(unescaped: Self.entryColumns), lease_owner, lease_until, \(unescaped: Self.databaseNow)
+                    FROM sdui_queue WHERE state = 'pending' AND route = \(route) ORDER BY seq LIMIT 1 FOR UPDATE
+                    """,
+                    logger: logger
+                )
+                var found: ClaimedRow?
+                for try await row in rows { found = try Self.claimedRow(row, owner: owner) }
+                guard let head = found else { return (.empty, nil) }
+                // The head's next attempt moved onto the database's clock, like its lease.
+                let skew = head.databaseNow - now.millisecondsSinceEpoch
+                let decision = QueueClaimRules.head(
+                    nextAttemptAt: head.entry.nextAttemptAt.millisecondsSinceEpoch + skew,
+                    lease: head.lease,
+                    owner: owner,
+                    now: head.databaseNow
+                )
+                switch decision {
+                case .wait(let until):
+                    return (.notBefore(QueueInstant(millisecondsSinceEpoch: until - skew)), nil)
+                case .claim(let takenOver):
+                    try await connection.query(
+                        """
+                        UPDATE sdui_queue SET lease_owner = \(owner), lease_until = \(head.databaseNow + lease)
+                        WHERE seq = \(head.seq)
+                        """,
+                        logger: logger
+                    )
+                    return (.claimed(head.entry), takenOver)
+                }
+            }
+        }
+        if case .claimed(let entry) = claim {
+            metrics?.claimed(takenOver: takenOver == nil ? 0 : 1)
+            if let takenOver { logTakeOver(of: entry, from: takenOver) }
+        }
+        return claim
+    }
+
+    public func claimDue(
+        routes: [String],
+        at now: QueueInstant,
+        excluding: Set<String>,
+        limit: Int
+    ) async throws -> [QueueEntry] {
+        guard !routes.isEmpty, limit > 0 else { return [] }
+        let owner = settings.owner
+        let lease = settings.leaseTimeout.milliseconds
+        let excluded = excluding.sorted()
+        let claimed = try await withConnection { connection, logger in
+            // SKIP LOCKED: what another replica is claiming right now is left to it.
+            let rows = try await connection.query(
+                """
+                WITH due AS (
+                  SELECT seq, lease_owner AS previous_owner, lease_until AS previous_until FROM sdui_queue
+                  WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
+                    AND next_attempt_at <= \(now.millisecondsSinceEpoch)
+                    AND (lease_until IS NULL OR lease_until < \(unescaped: Self.databaseNow) OR lease_owner = \(owner))
+                  ORDER BY seq LIMIT \(limit) FOR UPDATE SKIP LOCKED
+                )
+                UPDATE sdui_queue AS q SET lease_owner = \(owner), lease_until = \(unescaped: Self.databaseNow) + \(lease)
+                FROM due WHERE q.seq = due.seq
+                RETURNING \(unescaped: Self.qualifiedEntryColumns), due.previous_owner, due.previous_until, \
+                \(unescaped: Self.databaseNow)
+                """,
+                logger: logger
+            )
+            var claimed: [ClaimedRow] = []
+            for try await row in rows { claimed.append(try Self.claimedRow(row, owner: owner)) }
+            return claimed.sorted { $0.seq < $1.seq }
+        }
+        let takenOver = claimed.filter { $0.lease.map { $0.owner != owner } ?? false }
+        metrics?.claimed(count: claimed.count, takenOver: takenOver.count)
+        for row in takenOver { logTakeOver(of: row.entry, from: row.lease?.owner ?? "") }
+        return claimed.map(\.entry)
+    }
+
+    public func earliestAttempt(routes: [String], excluding: Set<String>) async throws -> QueueInstant? {
+        guard !routes.isEmpty else { return nil }
+        let owner = settings.owner
+        let excluded = excluding.sorted()
+        let now = QueueInstant.now().millisecondsSinceEpoch
+        return try await withConnection { connection, logger in
+            // Another replica's live lease ends on the database's clock: moved onto this one's.
+            let rows = try await connection.query(
+                """
+                SELECT min(CASE
+                  WHEN lease_owner <> \(owner) AND lease_until > \(unescaped: Self.databaseNow)
+                  THEN GREATEST(next_attempt_at, lease_until - \(unescaped: Self.databaseNow) + \(now))
+                  ELSE next_attempt_at END)
+                FROM sdui_queue
+                WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
+                """,
+                logger: logger
+            )
+            for try await earliest in rows.decode(Int64?.self) {
+                return earliest.map { QueueInstant(millisecondsSinceEpoch: $0) }
+            }
+            return nil
+        }
+    }
+
+    public func renewClaim(id: String) async throws -> Bool {
+        let owner = settings.owner
+        let lease = settings.leaseTimeout.milliseconds
+        return try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                """
+                UPDATE sdui_queue SET lease_until = \(unescaped: Self.databaseNow) + \(lease)
+                WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                """,
+                logger: logger
+            )
+            for try await _ in rows { return true }
+            return false
+        }
+    }
+
+    public func releaseClaims(ids: [String]) async throws {
+        guard !ids.isEmpty else { return }
+        let owner = settings.owner
+        try await withConnection { connection, logger in
+            try await connection.query(
+                """
+                UPDATE sdui_queue SET lease_owner = NULL, lease_until = NULL
+                WHERE id = ANY(\(ids)) AND lease_owner = \(owner)
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    public func recordAttempt(
+        id: String,
+        attempts: Int,
+        nextAttemptAt: QueueInstant,
+        lastError: String,
+        status: Int?
+    ) async throws {
+        let owner = settings.owner
+        let recorded = try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                """
+                UPDATE sdui_queue SET attempts = \(attempts), next_attempt_at = \(nextAttemptAt.millisecondsSinceEpoch),
+                  last_error = \(lastError), status = \(status), lease_owner = NULL, lease_until = NULL
+                WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                """,
+                logger: logger
+            )
+            for try await _ in rows { return true }
+            return false
+        }
+        if !recorded { logLostClaim(id: id, outcome: "a failed attempt") }
+    }
+
+    public func markDelivered(
+        id: String,
+        status: Int,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        try await finish(
+            id: id,
+            state: .delivered,
+            lastError: nil,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
+    }
+
+    public func markFailed(
+        id: String,
+        lastError: String,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        try await finish(
+            id: id,
+            state: .failed,
+            lastError: lastError,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
+    }
+
+    private func finish(
+        id: String,
+        state: QueueConfiguration.Outcome,
+        lastError: String?,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        let owner = settings.owner
+        let lease = settings.leaseTimeout.milliseconds
+        let notifier: String? = awaitingNotification ? owner : nil
+        let finished = try await withConnection { connection, logger in
+            // The body and headers are not needed any more: only the status stays readable. The outcome's
+            // notification is leased to this replica, which sends it now.
+            let rows = try await connection.query(
+                """
+                UPDATE sdui_queue
+                SET state = \(state.rawValue), last_error = COALESCE(\(lastError), last_error), status = \(status),
+                  attempts = \(attempts), finished_at = \(time.millisecondsSinceEpoch), body = NULL, headers = NULL,
+                  lease_owner = NULL, lease_until = NULL, notify_pending = \(awaitingNotification),
+                  notify_owner = \(notifier),
+                  notify_until = CASE WHEN \(awaitingNotification) THEN \(unescaped: Self.databaseNow) + \(lease) END
+                WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                """,
+                logger: logger
+            )
+            for try await _ in rows { return true }
+            return false
+        }
+        if !finished { logLostClaim(id: id, outcome: "its outcome (\(state.rawValue))") }
+        return finished
+    }
+
+    /// Claims the outcomes awaiting notification that no other replica is notifying (or whose notifier's lease
+    /// ran out), with those this replica already holds: listing them again renews their lease.
+    public func unnotifiedOutcomes(limit: Int) async throws -> [QueueOutcomeEvent] {
+        let owner = settings.owner
+        let lease = settings.leaseTimeout.milliseconds
+        let rows = try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                """
+                WITH due AS (
+                  SELECT seq FROM sdui_queue
+                  WHERE notify_pending AND (notify_owner = \(owner) OR notify_until IS NULL
+                    OR notify_until < \(unescaped: Self.databaseNow))
+                  ORDER BY finished_at, seq LIMIT \(limit) FOR UPDATE SKIP LOCKED
+                )
+                UPDATE sdui_queue AS q SET notify_owner = \(owner), notify_until = \(unescaped: Self.databaseNow) + \(lease)
+                FROM due WHERE q.seq = due.seq
+                RETURNING q.finished_at, q.seq, q.id, q.route, q.state, q.status, q.attempts, q.last_error
+                """,
+                logger: logger
+            )
+            var outcomes: [(Int64, Int64, QueueOutcomeEvent)] = []
+            for try await (finishedAt, seq, id, route, state, status, attempts, lastError) in rows.decode(
+                (Int64?, Int64, String, String, String, Int?, Int, String?).self
+            ) {
+                guard let outcome = QueueConfiguration.Outcome(rawValue: state) else {
+                    throw QueueStoreError("the outcome of \(id) has an unknown state \(state)")
+                }
+                let event = QueueOutcomeEvent(
+                    id: id,
+                    route: route,
+                    outcome: outcome,
+                    status: status,
+                    attempts: attempts,
+                    error: outcome == .failed ? lastError : nil
+                )
+                outcomes.append((finishedAt ?? 0, seq, event))
+            }
+            return outcomes
+        }
+        return rows.sorted { ($0.0, $0.1) < ($1.0, $1.1) }.map(\.2)
+    }
+
+    public func markNotified(id: String) async throws {
+        try await withConnection { connection, logger in
+            try await connection.query(
+                """
+                UPDATE sdui_queue SET notify_pending = false, notify_owner = NULL, notify_until = NULL
+                WHERE id = \(id)
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    public func status(id: String) async throws -> QueueEntryStatus? {
+        try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                """
+                SELECT id, route, method, target, state, attempts, enqueued_at, next_attempt_at, finished_at, status,
+                  last_error
+                FROM sdui_queue WHERE id = \(id)
+                """,
+                logger: logger
+            )
+            for try await (
+                id, route, method, target, state, attempts, enqueuedAt, nextAttemptAt, finishedAt, status,
+                lastError
+            ) in rows.decode(
+                (String, String, String, String, String, Int, Int64, Int64, Int64?, Int?, String?).self
+            ) {
+                guard let state = QueueEntryStatus.State(rawValue: state) else {
+                    throw QueueStoreError("entry \(id) has an unknown state")
+                }
+                return QueueEntryStatus(
+                    id: id,
+                    route: route,
+                    method: method,
+                    target: target,
+                    state: state,
+                    attempts: attempts,
+                    enqueuedAt: QueueInstant(millisecondsSinceEpoch: enqueuedAt),
+                    nextAttemptAt: state == .pending ? QueueInstant(millisecondsSinceEpoch: nextAttemptAt) : nil,
+                    finishedAt: finishedAt.map { QueueInstant(millisecondsSinceEpoch: $0) },
+                    status: status,
+                    lastError: lastError
+                )
+            }
+            return nil
+        }
+    }
+
+    public func depths() async throws -> [QueueRouteDepth] {
+        try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                """
+                SELECT route, count(*)::bigint, min(enqueued_at) FROM sdui_queue
+                WHERE state = 'pending' GROUP BY route ORDER BY route
+                """,
+                logger: logger
+            )
+            var depths: [QueueRouteDepth] = []
+            for try await (route, depth, oldest) in rows.decode((String, Int, Int64?).self) {
+                depths.append(
+                    QueueRouteDepth(
+                        route: route,
+                        depth: depth,
+                        oldestEnqueuedAt: oldest.map { QueueInstant(millisecondsSinceEpoch: $0) }
+                    )
+                )
+            }
+            return depths
+        }
+    }
+
+    public func pendingCount() async throws -> Int {
+        try await withConnection { connection, logger in
+            let rows = try await connection.query(
+                "SELECT count(*)::bigint FROM sdui_queue WHERE state = 'pending'",
+                logger: logger
+            )
+            for try await count in rows.decode(Int.self) { return count }
+            return 0
+        }
+    }
+
+    /// Removes finished entries when no replica did for `cleanupInterval`; answers 0 without removing anything
+    /// when another one did.
+    public func removeFinished(before time: QueueInstant) async throws -> Int {
+        let now = QueueInstant.now().millisecondsSinceEpoch
+        let interval = settings.cleanupInterval.milliseconds
+        return try await withConnection { connection, logger in
+            try await connection.withTransaction(logger: logger) { connection in
+                let turn = try await connection.query(
+                    """
+                    UPDATE sdui_queue_state SET pruned_at = \(now) WHERE pruned_at <= \(now - interval)
+                    RETURNING pruned_at
+                    """,
+                    logger: logger
+                )
+                var mine = false
+                for try await _ in turn { mine = true }
+                guard mine else { return 0 }
+                let removed = try await connection.query(
+                    """
+                    DELETE FROM sdui_queue WHERE state <> 'pending' AND finished_at < \(time.millisecondsSinceEpoch)
+                    RETURNING seq
+                    """,
+                    logger: logger
+                )
+                var count = 0
+                for try await _ in removed { count += 1 }
+                return count
+            }
+        }
+    }
+
+    /// Closes the connections; leases still held run out and are taken over.
+    public func close() async throws {
+        running.cancel()
+        await running.value
+    }
+
+    // MARK: Connections
+
+    /// Runs `body` on a pooled connection, after bringing the schema up to date once. A connection that does not
+    /// come within `operationTimeout` fails the operation; one whose query takes longer is closed (a half-open
+    /// connection answers nothing, ever), and the pool opens another.
+    @discardableResult
+    private func withConnection<Result: Sendable>(
+        _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> Result
+    ) async throws -> Result {
+        let limit = settings.operationTimeout
+        let logger = self.logger
+        let operation = Task { [self] in
+            try await client.withConnection { connection in
+                let watchdog = Task {
+                    try await Task.sleep(for: limit)
+                    try? await connection.close()
+                }
+                defer { watchdog.cancel() }
+                if !self.migrated.load(ordering: .relaxed) {
+                    try await ClusterSchema.migrate(on: connection, logger: logger)
+                    self.migrated.store(true, ordering: .relaxed)
+                }
+                return try await body(connection, logger)
+            }
+        }
+        let waitForConnection = Task {
+            try await Task.sleep(for: limit)
+            operation.cancel()
+        }
+        defer { waitForConnection.cancel() }
+        return try await withTaskCancellationHandler {
+            try await operation.value
+        } onCancel: {
+            operation.cancel()
+        }
+    }
+
+    // MARK: Rows
+
+    private static let qualifiedEntryColumns = entryColumns.split(separator: ", ").map { "q." + $0 }.joined(
+        separator: ", "
+    )
+
+    /// An entry as read with its lease and the database's clock.
+    private struct ClaimedRow {
+        var seq: Int64
+        var entry: QueueEntry
+        var lease: QueueClaimRules.Lease?
+        var databaseNow: Int64
+    }
+
+    private static func claimedRow(_ row: PostgresRow, owner: String) throws -> ClaimedRow {
+        let (
+            seq, id, route, method, target, headers, body, enqueuedAt, attempts, nextAttemptAt, lastError, status,
+            leaseOwner, leaseUntil, databaseNow
+        ) = try row.decode(
+            (
+                Int64, String, String, String, String, ByteBuffer?, ByteBuffer?, Int64, Int, Int64, String?, Int?,
+                String?, Int64?, Int64
+            ).self
+        )
+        let entry = QueueEntry(
+            id: id,
+            route: route,
+            method: HTTPMethod(rawValue: method),
+            target: target,
+            headers: try QueueEntry.decodeHeaders(headers),
+            body: body,
+            enqueuedAt: QueueInstant(millisecondsSinceEpoch: enqueuedAt),
+            attempts: attempts,
+            nextAttemptAt: QueueInstant(millisecondsSinceEpoch: nextAttemptAt),
+            lastError: lastError,
+            lastStatus: status
+        )
+        let lease = zip(leaseOwner, leaseUntil).map { QueueClaimRules.Lease(owner: $0, untilMilliseconds: $1) }
+        return ClaimedRow(seq: seq, entry: entry, lease: lease, databaseNow: databaseNow)
+    }
+
+    // MARK: Logs
+
+    private func logTakeOver(of entry: QueueEntry, from previousOwner: String) {
+        logger.warning(
+            "took over a queued request whose deliverer's lease ran out: it is sent again with the same Idempotency-Key",
+            metadata: [
+                "id": "\(entry.id)", "route": "\(entry.route)", "previousOwner": "\(previousOwner)",
+                "attempts": "\(entry.attempts)",
+            ]
+        )
+    }
+
+    private func logLostClaim(id: String, outcome: String) {
+        logger.warning(
+            "another replica took over a queued request during its delivery: \(outcome) is that replica's to record",
+            metadata: ["id": "\(id)", "owner": "\(settings.owner)"]
+        )
+    }
+}
+
+private func zip<A, B>(_ first: A?, _ second: B?) -> (A, B)? {
+    guard let first, let second else { return nil }
+    return (first, second)
+}
+
+extension Duration {
+    /// The whole milliseconds in this duration.
+    fileprivate var milliseconds: Int64 {
+        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
+    }
+}
