@@ -1,0 +1,224 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Synchronization
+import Testing
+
+@testable import SDUIProxy
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The write queue shared through PostgreSQL by whole proxies: two in this process, one a process of its own that
+/// is killed with SIGKILL in the middle of a delivery.
+@Suite(
+    "a fleet's write queue: any replica accepts, any delivers, and a replica killed mid-delivery loses nothing",
+    .enabled(if: PostgresTestServer.isAvailable, PostgresTestServer.unavailableReason),
+    .postgresServer,
+    .serialized
+)
+struct FleetQueueTests {
+    /// How the origin answers writes.
+    enum Mode {
+        /// Down: 503, retried.
+        case down
+        /// The next write is held (until the test ends), then answered 503.
+        case holding
+        /// Up: 201.
+        case up
+    }
+
+    /// The `queue.store` text for `url`, password included.
+    private static func storeText(_ url: PostgresURL) -> String {
+        "postgres://\(url.user):\(url.password ?? "")@\(url.host):\(url.port)/\(url.database)"
+    }
+
+    private static func queueConfiguration(store: String) -> QueueConfiguration {
+        var queue = QueueConfiguration()
+        queue.store = store
+        queue.leaseTimeout = .seconds(1)
+        var route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential)
+        route.retry.maxAttempts = 1000
+        route.retry.backoff = .milliseconds(50)
+        route.retry.maxBackoff = .milliseconds(200)
+        queue.routes = [route]
+        return queue
+    }
+
+    private static func startReplica(_ name: String, origin: TestOrigin, store: String) async throws -> ProxyServer {
+        var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
+        configuration.cluster.replicaName = name
+        configuration.queue = queueConfiguration(store: store)
+        return try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger)
+    }
+
+    @Test(
+        "writes spread over three replicas while the backend is down are delivered once each, in order, after a kill -9"
+    )
+    func killedReplicaLosesNothing() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let store = Self.storeText(try await server.makeDatabase())
+        let mode = Mutex(Mode.down)
+        let gate = OriginGate()
+        let origin = try await TestOrigin { _ in
+            switch mode.withLock({ $0 }) {
+            case .down: TestOrigin.Response(status: .serviceUnavailable, body: "{}")
+            case .holding: TestOrigin.Response(status: .serviceUnavailable, body: "{}", heldBy: gate)
+            case .up: TestOrigin.Response(status: .created, body: "{}")
+            }
+        }
+        let directory = NSTemporaryDirectory() + "sdui-fleet-queue-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/replica-c.yaml"
+        try """
+        upstream: { url: "\(origin.url)", timeout: 30s }
+        cluster: { replicaName: c }
+        queue:
+          store: "\(store)"
+          leaseTimeout: 1s
+          routes:
+            - { match: POST /api/orders, ordering: sequential, retry: { maxAttempts: 1000, backoff: 50ms, maxBackoff: 200ms } }
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        #expect(chmod(config, 0o600) == 0)
+
+        var inProcess: [ProxyServer] = []
+        func shutDownInProcess() async {
+            for replica in inProcess { await replica.shutdown(drainTimeout: .seconds(1)) }
+            inProcess = []
+        }
+        do {
+            let c = try await ProcessTests.RunningProxy(arguments: ["--config", config])
+            inProcess = [
+                try await Self.startReplica("a", origin: origin, store: store),
+                try await Self.startReplica("b", origin: origin, store: store),
+            ]
+            let publicPorts = inProcess.map(\.publicPort) + [c.publicPort]
+
+            // The backend is down: each write, through the replicas in turn, is accepted into the shared queue.
+            var ids: [String] = []
+            for number in 0..<12 {
+                let port = publicPorts[number % 3]
+                let reply = try await ProcessTests.get(
+                    "http://127.0.0.1:\(port)/api/orders",
+                    method: .POST,
+                    headers: [("Content-Type", "application/json")],
+                    body: #"{"n":\#(number)}"#
+                )
+                #expect(reply.0 == .accepted, "write \(number) through port \(port): \(reply.2)")
+                ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
+            }
+            // Every replica answers the same about the queue.
+            for port in inProcess.map(\.adminPort) + [c.adminPort] {
+                #expect(try await ProcessTests.get("http://127.0.0.1:\(port)/queue").2.contains(#""depth":12"#))
+                #expect(
+                    try await ProcessTests.get("http://127.0.0.1:\(port)/queue/\(ids[5])").2.contains(
+                        #""state":"pending""#
+                    )
+                )
+            }
+
+            // Only c is left; its next attempt at the head is held by the backend, and c dies holding it.
+            await shutDownInProcess()
+            mode.withLock { $0 = .holding }
+            try await waitUntil(timeout: .seconds(10)) { origin.inFlight >= 1 }
+            c.signal(SIGKILL)
+            _ = try await c.waitForExit()
+
+            // The backend is back, and two new replicas take over once c's lease has run out.
+            mode.withLock { $0 = .up }
+            inProcess = [
+                try await Self.startReplica("a2", origin: origin, store: store),
+                try await Self.startReplica("b2", origin: origin, store: store),
+            ]
+            let admin = inProcess.map { "http://127.0.0.1:\($0.adminPort)" }
+            try await waitUntil(timeout: .seconds(20)) {
+                try await ProcessTests.get(admin[0] + "/queue").2.contains(#""depth":0"#)
+            }
+
+            let delivered = origin.requests.filter { $0.uri == "/api/orders" && $0.status == .created }
+            #expect(delivered.compactMap { $0.headers.first(name: "idempotency-key") } == ids)
+            #expect(delivered.map { String(buffer: $0.body) } == (0..<12).map { #"{"n":\#($0)}"# })
+            for base in admin {
+                for id in ids {
+                    #expect(try await ProcessTests.get(base + "/queue/\(id)").2.contains(#""state":"delivered""#))
+                }
+            }
+            // One of the new replicas took the head over from c's expired lease (and sent it with the same key, as
+            // the keys above show); nothing else was leased.
+            var expiries = 0
+            for base in admin {
+                let metrics = try await ProcessTests.get(base + "/metrics").2
+                let line = metrics.split(separator: "\n").first { $0.hasPrefix("sdui_queue_lease_expiries_total ") }
+                expiries += line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+            }
+            #expect(expiries == 1)
+        } catch {
+            gate.open()
+            await shutDownInProcess()
+            try? await origin.stop()
+            throw error
+        }
+        gate.open()
+        await shutDownInProcess()
+        try await origin.stop()
+    }
+
+    @Test("a concurrent route's backlog is delivered by every replica at once, each write once")
+    func concurrentRouteSpreadsOverReplicas() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let store = Self.storeText(try await server.makeDatabase())
+        let up = Atomic(false)
+        let gate = OriginGate()
+        let origin = try await TestOrigin { _ in
+            up.load(ordering: .relaxed)
+                ? TestOrigin.Response(status: .created, body: "{}", heldBy: gate)
+                : TestOrigin.Response(status: .serviceUnavailable, body: "{}")
+        }
+        var replicas: [ProxyServer] = []
+        do {
+            for name in ["a", "b", "c"] {
+                var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
+                configuration.cluster.replicaName = name
+                var queue = Self.queueConfiguration(store: store)
+                queue.routes[0].ordering = .concurrent
+                queue.routes[0].retry.backoff = .milliseconds(200)
+                queue.routes[0].retry.maxBackoff = .milliseconds(400)
+                queue.concurrency = 2
+                configuration.queue = queue
+                replicas.append(try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger))
+            }
+            var ids: [String] = []
+            for number in 0..<12 {
+                let reply = try await ProcessTests.get(
+                    "http://127.0.0.1:\(replicas[number % 3].publicPort)/api/orders",
+                    method: .POST,
+                    body: #"{"n":\#(number)}"#
+                )
+                #expect(reply.0 == .accepted)
+                ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
+            }
+            // Back, but holding every answer: the deliveries pile up at the backend, two per replica at most.
+            up.store(true, ordering: .relaxed)
+            try await waitUntil(timeout: .seconds(10)) { origin.inFlight >= 6 }
+            #expect(origin.inFlight == 6)
+            gate.open()
+            let admin = "http://127.0.0.1:\(replicas[0].adminPort)"
+            try await waitUntil(timeout: .seconds(20)) {
+                try await ProcessTests.get(admin + "/queue").2.contains(#""depth":0"#)
+            }
+            let delivered = origin.requests.filter { $0.status == .created }
+            #expect(delivered.compactMap { $0.headers.first(name: "idempotency-key") }.sorted() == ids.sorted())
+        } catch {
+            gate.open()
+            for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
+            try? await origin.stop()
+            throw error
+        }
+        for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
+        try await origin.stop()
+    }
+}
