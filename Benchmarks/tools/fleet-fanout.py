@@ -9,52 +9,22 @@ Prints the latencies' p50, p99 and maximum. Everything it starts is stopped by P
 
     BIN=.build/release/sdui-proxy Benchmarks/tools/fleet-fanout.py          # ROUNDS=200 by default
 """
-import glob
 import http.client
 import http.server
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from local_services import Services, free_port, wait_for  # noqa: E402
+
 ROUNDS = int(os.environ.get("ROUNDS", "200"))
 BIN = os.environ.get("BIN", ".build/release/sdui-proxy")
 BODY = b'{"_beagleComponent_":"beagle:screenComponent","id":"home","children":[]}'
-started = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def postgres_bin():
-    for directory in os.environ.get("PATH", "").split(":") + sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if os.access(os.path.join(directory, "initdb"), os.X_OK):
-            return directory
-    sys.exit("needs PostgreSQL's initdb and postgres: apt-get install postgresql")
-
-
-def as_unprivileged():
-    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.getuid() == 0 else []
-
-
-def wait_for(what, check, limit=30):
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"{what} did not come up within {limit}s")
+services = Services()
 
 
 class Origin(http.server.BaseHTTPRequestHandler):
@@ -81,29 +51,12 @@ def main():
     try:
         run(work)
     finally:
-        for process in reversed(started):
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+        services.stop_all()
         shutil.rmtree(work, ignore_errors=True)
 
 
 def run(work):
-    bin_dir = postgres_bin()
-    data = os.path.join(work, "pg")
-    os.makedirs(data)
-    if os.getuid() == 0:
-        os.chown(data, 65534, 65534)
-    subprocess.run(as_unprivileged() + [f"{bin_dir}/initdb", "-D", data, "-U", "sdui", "--auth=trust"],
-                   check=True, stdout=subprocess.DEVNULL)
-    pg_port = free_port()
-    started.append(subprocess.Popen(as_unprivileged() + [
-        f"{bin_dir}/postgres", "-D", data, "-p", str(pg_port), "-k", data, "-c", "listen_addresses=127.0.0.1",
-        "-c", "fsync=off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    wait_for("postgres", lambda: socket.create_connection(("127.0.0.1", pg_port)).close() or True)
+    pg_port = services.postgres(work)
 
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
@@ -119,7 +72,7 @@ upstream: {{ url: "http://127.0.0.1:{origin.server_port}" }}
 cluster: {{ postgres: "postgres://sdui@127.0.0.1:{pg_port}/postgres", replicaName: "{name}" }}
 log: {{ level: error }}
 """)
-        started.append(subprocess.Popen([BIN, "--config", config], stdout=subprocess.DEVNULL))
+        services.start([BIN, "--config", config])
         replicas.append((port, admin))
     for port, admin in replicas:
         def connected(admin=admin):

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Runs the fleet of Docker/docker-compose.fleet.yml without a Docker engine, and checks it does what the compose
+file promises.
+
+The same files the compose file mounts, with the compose network's host names and ports replaced by free ports on
+127.0.0.1: PostgreSQL (from the installed packages), the sample backend (nginx with backend-nginx.conf, serving
+config/samples), three replicas on sdui-proxy-fleet.yaml with the compose file's environment, and the balancer
+(nginx with balancer-nginx.conf). Then:
+
+  1. the compose file's warm-up, through the balancer's admin port with "fleet": true, is taken by all three;
+  2. each replica then answers /screens/home from its cache, and so does the balancer;
+  3. a prefix purge through the balancer reaches every replica;
+  4. with the backend down, a write through the balancer is accepted (202) into the shared queue, every
+     replica reports it pending, and once the backend is back it is delivered, as every replica reports;
+  5. SIGTERM: every replica drains and exits with status 0.
+
+Everything runs as `nobody` when the caller is root, and everything it started is stopped by PID at the end.
+
+    BIN=.build/release/sdui-proxy Docker/check-fleet.py      # the debug build by default
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from local_services import Services, as_unprivileged, free_port, listening, wait_for  # noqa: E402
+
+BIN = os.environ.get("BIN") or next(
+    (path for path in (f"{ROOT}/.build/release/sdui-proxy", f"{ROOT}/.build/debug/sdui-proxy") if os.path.exists(path)),
+    None)
+TOKEN = "check-fleet-token-0123456789abcdef"
+PASSWORD = "check-fleet-password"
+services = Services()
+
+
+def log(message):
+    print(f"check-fleet: {message}", file=sys.stderr, flush=True)
+
+
+def fail(message):
+    sys.exit(f"check-fleet: FAILED: {message}")
+
+
+def request(port, method, path, body=None, admin=False):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Authorization": f"Bearer {TOKEN}"} if admin else {}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    connection.request(method, path, body=body, headers=headers)
+    response = connection.getresponse()
+    text = response.read().decode()
+    connection.close()
+    return response.status, response, text
+
+
+def until(what, check, limit=15):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    fail(f"{what}: not within {limit}s")
+
+
+def main():
+    if not BIN:
+        sys.exit("no sdui-proxy binary: swift build, or set BIN")
+    work = tempfile.mkdtemp(prefix="sdui-check-fleet.")
+    os.chmod(work, 0o755)
+    try:
+        run(work)
+    finally:
+        services.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def start_backend(work, samples, port, name):
+    with open(os.path.join(ROOT, "Docker/backend-nginx.conf")) as f:
+        config = f.read().replace("listen 8081;", f"listen 127.0.0.1:{port};")
+    config = config.replace("root /usr/share/nginx/html;", f"root {samples};")
+    return services.nginx(work, name, config, port)
+
+
+def run(work):
+    # The binary and the samples where `nobody` can read them.
+    binary = os.path.join(work, "sdui-proxy")
+    shutil.copy(BIN, binary)
+    samples = os.path.join(work, "samples")
+    shutil.copytree(os.path.join(ROOT, "config/samples"), samples)
+    config = os.path.join(work, "sdui-proxy-fleet.yaml")
+    shutil.copy(os.path.join(ROOT, "Docker/sdui-proxy-fleet.yaml"), config)
+    for directory, _, files in os.walk(work):
+        os.chmod(directory, 0o755)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o755)
+
+    pg_port = services.postgres(work)
+    database = f"postgres://sdui:{PASSWORD}@127.0.0.1:{pg_port}/postgres"
+    backend_port = free_port()
+    backend = start_backend(work, samples, backend_port, "backend")
+
+    replicas = []
+    for number in (1, 2, 3):
+        name = f"proxy-{number}"
+        public, admin = free_port(), free_port()
+        environment = dict(os.environ)
+        environment.update({
+            # As the compose file sets them.
+            "SDUI_PROXY_ADMIN_TOKEN": TOKEN,
+            "SDUI_PROXY_CLUSTER_POSTGRES": database,
+            "SDUI_PROXY_QUEUE_STORE": database,
+            "SDUI_PROXY_CLUSTER_REPLICA_NAME": name,
+            # What the compose network gives by name and port.
+            "SDUI_PROXY_UPSTREAM_URL": f"http://127.0.0.1:{backend_port}",
+            "SDUI_PROXY_LISTEN_HOST": "127.0.0.1",
+            "SDUI_PROXY_LISTEN_PORT": str(public),
+            "SDUI_PROXY_ADMIN_HOST": "127.0.0.1",
+            "SDUI_PROXY_ADMIN_PORT": str(admin),
+        })
+        process = services.start(as_unprivileged() + [binary, "--config", config], env=environment, cwd=work,
+                                 stderr=open(os.path.join(work, f"{name}.log"), "w"))
+        replicas.append((name, public, admin, process))
+    for name, _, admin, _ in replicas:
+        until(f"{name} connected to the fleet's log",
+              lambda admin=admin: safe(lambda: '"connected":true' in request(admin, "GET", "/cluster", admin=True)[2]),
+              limit=30)
+    log("PostgreSQL, the backend and three replicas are up")
+
+    with open(os.path.join(ROOT, "Docker/balancer-nginx.conf")) as f:
+        balancer = f.read()
+    lb_public, lb_admin = free_port(), free_port()
+    for number, (_, public, admin, _) in enumerate(replicas, start=1):
+        balancer = balancer.replace(f"proxy-{number}:8080", f"127.0.0.1:{public}")
+        balancer = balancer.replace(f"proxy-{number}:9090", f"127.0.0.1:{admin}")
+    balancer = balancer.replace("listen 8080;", f"listen 127.0.0.1:{lb_public};")
+    balancer = balancer.replace("listen 9090;", f"listen 127.0.0.1:{lb_admin};")
+    services.nginx(work, "balancer", balancer, lb_public)
+    wait_for("the balancer's admin port", listening(lb_admin))
+
+    # 1. The compose file's warm-up.
+    status, _, text = request(lb_admin, "POST", "/prefetch", json.dumps({"urls": ["/screens/home"], "fleet": True}),
+                              admin=True)
+    answer = json.loads(text) if status == 200 else {}
+    if answer.get("fleet", {}).get("took") != 3 or answer.get("fleet", {}).get("replicas") != 3:
+        fail(f"the fleet warm-up through the balancer answered {status} {text}")
+    log(f"warm-up through the balancer: {answer['fleet']}")
+
+    # 2. Every replica is warm, and so is the balancer's view.
+    for name, public, _, _ in replicas:
+        until(f"{name} serving the warmed screen from its cache",
+              lambda public=public: request(public, "GET", "/screens/home")[1].getheader("X-Cache") == "HIT")
+    if request(lb_public, "GET", "/screens/home")[1].getheader("X-Cache") != "HIT":
+        fail("the balancer's answer for a warmed screen was not a hit")
+    log("every replica, and the balancer, answer /screens/home from the cache")
+
+    # 3. A purge through the balancer reaches every replica.
+    status, _, text = request(lb_admin, "DELETE", "/cache?prefix=/screens", admin=True)
+    if status != 200 or '"fanOut":"recorded"' not in text:
+        fail(f"the purge through the balancer answered {status} {text}")
+    for name, public, _, _ in replicas:
+        until(f"{name} missing the purged screen",
+              lambda public=public: request(public, "GET", "/screens/home")[1].getheader("X-Cache") == "MISS")
+    log("a purge through the balancer reached every replica")
+
+    # 4. A write while the backend is down: accepted into the shared queue, delivered once it is back.
+    backend.send_signal(signal.SIGINT)
+    backend.wait(timeout=30)
+    status, response, text = request(lb_public, "POST", "/api/orders", '{"order":1}')
+    if status != 202:
+        fail(f"a write with the backend down answered {status} {text}")
+    location = response.getheader("Location")
+    for name, _, admin, _ in replicas:
+        status, _, text = request(admin, "GET", location, admin=True)
+        if '"state":"pending"' not in text and '"state":"delivered"' not in text:
+            fail(f"{name} reported {location} as {status} {text}")
+    start_backend(work, samples, backend_port, "backend-again")
+    for name, _, admin, _ in replicas:
+        until(f"{name} reporting {location} delivered",
+              lambda admin=admin: '"state":"delivered"' in request(admin, "GET", location, admin=True)[2], limit=30)
+    log(f"a write through the balancer with the backend down was queued and delivered ({location})")
+
+    # 5. Graceful stop.
+    for name, _, _, process in replicas:
+        process.send_signal(signal.SIGTERM)
+    for name, _, _, process in replicas:
+        try:
+            code = process.wait(timeout=30)
+        except Exception:
+            fail(f"{name} did not stop within 30 s of SIGTERM")
+        if code != 0:
+            fail(f"{name} exited with status {code}")
+    log("every replica drained and exited with status 0")
+    print("check-fleet: OK")
+
+
+def safe(check):
+    try:
+        return check()
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

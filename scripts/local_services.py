@@ -1,0 +1,116 @@
+"""Throwaway servers on 127.0.0.1 for the scripts that run a fleet without Docker: free ports, a PostgreSQL from
+the installed packages (run as `nobody` when the caller is root), nginx, and stopping what was started, by PID."""
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_bin():
+    for directory in os.environ.get("PATH", "").split(":") + sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.access(os.path.join(directory, "initdb"), os.X_OK):
+            return directory
+    sys.exit("needs PostgreSQL's initdb and postgres: apt-get install postgresql")
+
+
+def nginx_bin():
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+    if not found:
+        sys.exit("needs nginx: apt-get install nginx-light (or nginx)")
+    return found
+
+
+def as_unprivileged():
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.getuid() == 0 else []
+
+
+def wait_for(what, check, limit=30):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    sys.exit(f"{what} did not come up within {limit}s")
+
+
+def listening(port):
+    return lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True
+
+
+class Services:
+    """What a script started, stopped in reverse order by PID (SIGINT, then SIGKILL after 30 s)."""
+
+    def __init__(self):
+        self.started = []
+
+    def start(self, arguments, **options):
+        options.setdefault("stdout", subprocess.DEVNULL)
+        process = subprocess.Popen(arguments, **options)
+        self.started.append(process)
+        return process
+
+    def stop_all(self):
+        for process in reversed(self.started):
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+    def postgres(self, work, user="sdui"):
+        """A PostgreSQL server in `work`/pg on a free port, trusting local logins; returns the port."""
+        bin_dir = postgres_bin()
+        data = os.path.join(work, "pg")
+        os.makedirs(data)
+        if os.getuid() == 0:
+            os.chown(data, 65534, 65534)
+        subprocess.run(as_unprivileged() + [f"{bin_dir}/initdb", "-D", data, "-U", user, "--auth=trust"],
+                       check=True, stdout=subprocess.DEVNULL)
+        port = free_port()
+        self.start(as_unprivileged() + [
+            f"{bin_dir}/postgres", "-D", data, "-p", str(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
+            "-c", "fsync=off"], stderr=subprocess.DEVNULL)
+        wait_for("postgres", listening(port))
+        return port
+
+    def nginx(self, work, name, server_config, port):
+        """nginx in the foreground with `server_config` (server and upstream blocks) in `work`/`name`, as `nobody`
+        when the caller is root; waits until `port` accepts connections. Returns the process."""
+        directory = os.path.join(work, name)
+        os.makedirs(directory)
+        with open(os.path.join(directory, "servers.conf"), "w") as f:
+            f.write(server_config)
+        with open(os.path.join(directory, "nginx.conf"), "w") as f:
+            f.write(f"""daemon off;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log;
+events {{}}
+http {{
+    access_log off;
+    client_body_temp_path {directory}; proxy_temp_path {directory}; fastcgi_temp_path {directory};
+    uwsgi_temp_path {directory}; scgi_temp_path {directory};
+    include {directory}/servers.conf;
+}}
+""")
+        if os.getuid() == 0:
+            for path in (directory, *[os.path.join(directory, f) for f in os.listdir(directory)]):
+                os.chown(path, 65534, 65534)
+        process = self.start(as_unprivileged() + [nginx_bin(), "-c", f"{directory}/nginx.conf", "-p", directory],
+                             stderr=subprocess.DEVNULL)
+        wait_for(name, listening(port))
+        return process
