@@ -571,15 +571,27 @@ public final class PostgresQueueStore: QueueStore {
                 return try await body(connection, logger)
             }
         }
+        let timedOut = Atomic(false)
         let waitForConnection = Task {
             try await Task.sleep(for: limit)
+            timedOut.store(true, ordering: .relaxed)
             operation.cancel()
         }
         defer { waitForConnection.cancel() }
-        return try await withTaskCancellationHandler {
-            try await operation.value
-        } onCancel: {
-            operation.cancel()
+        do {
+            return try await withTaskCancellationHandler {
+                try await operation.value
+            } onCancel: {
+                operation.cancel()
+            }
+        } catch let error as QueueStoreError {
+            throw error
+        } catch {
+            // PostgreSQL's own errors say little when printed; this says what happened, without parameters.
+            if timedOut.load(ordering: .relaxed) {
+                throw QueueStoreError("the queue's database did not answer within \(limit)")
+            }
+            throw QueueStoreError("the queue's database: \(PostgresErrorText.describe(error))")
         }
     }
 

@@ -108,3 +108,16 @@ public enum QueueHeadClaim: Sendable {
     /// Look again at this time (on this process's clock): the head backs off, or another deliverer has it.
     case notBefore(QueueInstant)
 }
+
+/// A store that cannot do what it was asked.
+public struct QueueStoreError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public var message: String
+
+    /// An error saying `message`.
+    public init(_ message: String) {
+        self.message = message
+    }
+
+    public var description: String { message }
+}

@@ -546,16 +546,3 @@ private func syncDirectory(of path: String) {
     fsync(descriptor)
     close(descriptor)
 }
-
-/// A store that cannot do what it was asked.
-public struct QueueStoreError: Error, Sendable, CustomStringConvertible {
-    /// What went wrong.
-    public var message: String
-
-    /// An error saying `message`.
-    public init(_ message: String) {
-        self.message = message
-    }
-
-    public var description: String { message }
-}

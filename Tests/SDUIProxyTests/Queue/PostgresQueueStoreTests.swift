@@ -117,8 +117,9 @@ struct PostgresQueueStoreTests {
             #expect(try await b.status(id: "second")?.state == .pending)
             #expect(try await b.status(id: "nothing") == nil)
 
-            // The same id twice is refused, never stored twice.
-            await #expect(throws: (any Error).self) { try await b.insert(entry("first")) }
+            // The same id twice is refused, never stored twice, and the log says why.
+            let duplicate = await #expect(throws: QueueStoreError.self) { try await b.insert(entry("first")) }
+            #expect(duplicate?.message.contains("duplicate key") == true, "\(String(describing: duplicate))")
             #expect(try await a.pendingCount() == 3)
         }
     }
@@ -327,7 +328,9 @@ struct PostgresQueueStoreTests {
             try await a.insert(entry("before"))
             try await server.stop()
             let started = ContinuousClock.now
-            await #expect(throws: (any Error).self) { try await a.insert(entry("during")) }
+            let refusal = await #expect(throws: QueueStoreError.self) { try await a.insert(entry("during")) }
+            #expect(refusal?.message.hasPrefix("the queue's database") == true, "\(String(describing: refusal))")
+            #expect(refusal?.message.contains(url.password ?? "-") == false)
             await #expect(throws: (any Error).self) { _ = try await a.claimHead(route: "POST /api", at: .now()) }
             #expect(ContinuousClock.now - started < .seconds(15))
             try await server.start()
