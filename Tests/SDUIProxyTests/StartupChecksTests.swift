@@ -18,6 +18,29 @@ struct StartupChecksTests {
         }
     }
 
+    @Test("a shared queue's lease must outlast upstream.timeout; a SQLite store has no such rule")
+    func sharedQueueLease() throws {
+        var configuration = ProxyConfiguration()
+        configuration.upstream.timeout = .seconds(5)
+        var queue = QueueConfiguration()
+        queue.store = "postgres://sdui:secret-pw@db/sdui"
+        queue.leaseTimeout = .seconds(5)
+        configuration.queue = queue
+        let refusal = problem { () throws(ConfigurationError) in
+            try StartupChecks.check(configuration, adminAuthorization: AdminAuthorization(token: nil))
+        }
+        #expect(refusal?.key == "queue.leaseTimeout")
+        #expect(refusal?.problem.contains("upstream.timeout") == true)
+        #expect(refusal?.description.contains("secret-pw") == false)
+
+        configuration.queue?.leaseTimeout = .milliseconds(5001)
+        #expect(
+            problem { () throws(ConfigurationError) in
+                try StartupChecks.check(configuration, adminAuthorization: AdminAuthorization(token: nil))
+            } == nil
+        )
+    }
+
     @Test("a queue store: an existing or creatable directory passes; under or as a regular file it does not")
     func queueStore() throws {
         let directory = Self.temporary("store")

@@ -82,6 +82,7 @@ public enum ClusterSchema {
                   last_error text,
                   status integer,
                   finished_at bigint,
+                  finished_by text,
                   lease_owner text,
                   lease_until bigint,
                   notify_pending boolean NOT NULL DEFAULT false,

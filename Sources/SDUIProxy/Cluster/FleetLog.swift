@@ -140,8 +140,8 @@ public actor FleetLog: Service {
     ) {
         var configuration = configuration
         // A replica that vanishes mid-write (a half-open connection) would hold the writers' advisory lock until
-        // the server noticed, hours later with TCP's defaults; the server ends such a transaction after this.
-        configuration.options.additionalStartupParameters.append(("idle_in_transaction_session_timeout", "10s"))
+        // the server noticed, hours later with TCP's defaults.
+        configuration.options.additionalStartupParameters += PostgresConnectionSettings.sessionSafeguards
         self.configuration = configuration
         self.follower = FleetLogFollower(
             firstReconnectDelay: settings.reconnectDelays.first,

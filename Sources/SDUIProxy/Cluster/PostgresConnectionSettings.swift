@@ -63,6 +63,23 @@ public enum PostgresConnectionSettings {
         return configuration
     }
 
+    /// Session settings for a replica's connections, sent at start-up: a replica that vanishes (a lost host, a
+    /// partition) leaves a half-open connection the server would otherwise keep for hours with TCP's defaults,
+    /// holding the row locks and advisory locks of its open transaction meanwhile, and blocking every other
+    /// replica's claims and writes on them.
+    ///
+    /// - `idle_in_transaction_session_timeout`: a transaction left waiting on its client ends after 10 s;
+    /// - `tcp_keepalives_*`: the server probes an idle connection after 10 s and drops it after 3 unanswered
+    ///   probes 5 s apart;
+    /// - `lock_timeout`: a statement waits at most 5 s for a lock, as long as an operation may take.
+    public static let sessionSafeguards: [(String, String)] = [
+        ("idle_in_transaction_session_timeout", "10s"),
+        ("tcp_keepalives_idle", "10"),
+        ("tcp_keepalives_interval", "5"),
+        ("tcp_keepalives_count", "3"),
+        ("lock_timeout", "5s"),
+    ]
+
     /// The TLS settings of `mode`, or nil for plain TCP.
     static func tlsConfiguration(_ mode: PostgresURL.SSLMode) -> TLSConfiguration? {
         switch mode {

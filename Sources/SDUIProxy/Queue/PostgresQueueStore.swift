@@ -50,8 +50,21 @@ public final class PostgresQueueStore: QueueStore {
     /// The key of the advisory locks that order inserts, one per route ("SDUI" in ASCII; the route's hash is
     /// the second key).
     static let insertLockKey: Int32 = 0x5344_5549
-    /// The database's clock, in milliseconds since the epoch: the clock of every lease.
+    /// The database's clock, in milliseconds since the epoch. Every time in the tables is on it (leases, next
+    /// attempts, queue and finish times), so replicas whose clocks disagree still agree on what is due, how old a
+    /// request is, and whose lease ran out; times are moved between it and this process's clock as they go in and
+    /// come out (``onDatabaseClock(_:)``, ``onLocalClock(_:databaseNow:)``).
     private static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+    /// SQL for `time`, on this process's clock, moved onto the database's.
+    private static func onDatabaseClock(_ time: QueueInstant) -> String {
+        "(\(time.millisecondsSinceEpoch - QueueInstant.now().millisecondsSinceEpoch) + \(databaseNow))"
+    }
+
+    /// A time read from the database (`databaseNow` read with it) moved onto this process's clock.
+    private static func onLocalClock(_ milliseconds: Int64, databaseNow: Int64) -> QueueInstant {
+        QueueInstant.now().advanced(by: .milliseconds(milliseconds - databaseNow))
+    }
     private static let entryColumns =
         "seq, id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
 
@@ -65,15 +78,14 @@ public final class PostgresQueueStore: QueueStore {
         metrics: QueueClaimMetrics? = nil,
         logger: Logger
     ) {
-        let client = PostgresClient(
-            configuration: PostgresConnectionSettings.clientConfiguration(
-                url,
-                applicationName: "sdui-proxy queue " + replicaName,
-                connectTimeout: settings.operationTimeout,
-                maximumConnections: 8
-            ),
-            backgroundLogger: logger
+        var configuration = PostgresConnectionSettings.clientConfiguration(
+            url,
+            applicationName: "sdui-proxy queue " + replicaName,
+            connectTimeout: settings.operationTimeout,
+            maximumConnections: 8
         )
+        configuration.options.additionalStartupParameters += PostgresConnectionSettings.sessionSafeguards
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
         self.settings = settings
         self.metrics = metrics
@@ -126,9 +138,9 @@ public final class PostgresQueueStore: QueueStore {
                         (id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at,
                          last_error, status)
                     VALUES (\(entry.id), \(entry.route), \(entry.method.rawValue), \(entry.target), \
-                    \(QueueEntry.encode(entry.headers)), \(entry.body), \(entry.enqueuedAt.millisecondsSinceEpoch), \
-                    \(entry.attempts), \(entry.nextAttemptAt.millisecondsSinceEpoch), \(entry.lastError), \
-                    \(entry.lastStatus))
+                    \(QueueEntry.encode(entry.headers)), \(entry.body), \
+                    \(unescaped: Self.onDatabaseClock(entry.enqueuedAt)), \(entry.attempts), \
+                    \(unescaped: Self.onDatabaseClock(entry.nextAttemptAt)), \(entry.lastError), \(entry.lastStatus))
                     """,
                     logger: logger
                 )
@@ -167,17 +179,16 @@ public final class PostgresQueueStore: QueueStore {
                 var found: ClaimedRow?
                 for try await row in rows { found = try Self.claimedRow(row, owner: owner) }
                 guard let head = found else { return (.empty, nil) }
-                // The head's next attempt moved onto the database's clock, like its lease.
-                let skew = head.databaseNow - now.millisecondsSinceEpoch
+                // `now` moved onto the database's clock, like the head's times.
                 let decision = QueueClaimRules.head(
-                    nextAttemptAt: head.entry.nextAttemptAt.millisecondsSinceEpoch + skew,
+                    nextAttemptAt: head.nextAttemptOnDatabaseClock,
                     lease: head.lease,
                     owner: owner,
-                    now: head.databaseNow
+                    now: head.databaseNow + now.millisecondsSinceEpoch - QueueInstant.now().millisecondsSinceEpoch
                 )
                 switch decision {
                 case .wait(let until):
-                    return (.notBefore(QueueInstant(millisecondsSinceEpoch: until - skew)), nil)
+                    return (.notBefore(Self.onLocalClock(until, databaseNow: head.databaseNow)), nil)
                 case .claim(let takenOver):
                     try await connection.query(
                         """
@@ -214,7 +225,7 @@ public final class PostgresQueueStore: QueueStore {
                 WITH due AS (
                   SELECT seq, lease_owner AS previous_owner, lease_until AS previous_until FROM sdui_queue
                   WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
-                    AND next_attempt_at <= \(now.millisecondsSinceEpoch)
+                    AND next_attempt_at <= \(unescaped: Self.onDatabaseClock(now))
                     AND (lease_until IS NULL OR lease_until < \(unescaped: Self.databaseNow) OR lease_owner = \(owner))
                   ORDER BY seq LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 )
@@ -239,22 +250,19 @@ public final class PostgresQueueStore: QueueStore {
         guard !routes.isEmpty else { return nil }
         let owner = settings.owner
         let excluded = excluding.sorted()
-        let now = QueueInstant.now().millisecondsSinceEpoch
         return try await withConnection { connection, logger in
-            // Another replica's live lease ends on the database's clock: moved onto this one's.
             let rows = try await connection.query(
                 """
                 SELECT min(CASE
                   WHEN lease_owner <> \(owner) AND lease_until > \(unescaped: Self.databaseNow)
-                  THEN GREATEST(next_attempt_at, lease_until - \(unescaped: Self.databaseNow) + \(now))
-                  ELSE next_attempt_at END)
+                  THEN GREATEST(next_attempt_at, lease_until) ELSE next_attempt_at END), \(unescaped: Self.databaseNow)
                 FROM sdui_queue
                 WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
                 """,
                 logger: logger
             )
-            for try await earliest in rows.decode(Int64?.self) {
-                return earliest.map { QueueInstant(millisecondsSinceEpoch: $0) }
+            for try await (earliest, databaseNow) in rows.decode((Int64?, Int64).self) {
+                return earliest.map { Self.onLocalClock($0, databaseNow: databaseNow) }
             }
             return nil
         }
@@ -299,15 +307,24 @@ public final class PostgresQueueStore: QueueStore {
     ) async throws {
         let owner = settings.owner
         let recorded = try await withConnection { connection, logger in
+            // As for outcomes, an earlier try of this recording whose answer was lost counts as done.
             let rows = try await connection.query(
                 """
-                UPDATE sdui_queue SET attempts = \(attempts), next_attempt_at = \(nextAttemptAt.millisecondsSinceEpoch),
-                  last_error = \(lastError), status = \(status), lease_owner = NULL, lease_until = NULL
-                WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                WITH done AS (
+                  UPDATE sdui_queue
+                  SET attempts = \(attempts), next_attempt_at = \(unescaped: Self.onDatabaseClock(nextAttemptAt)),
+                    last_error = \(lastError), status = \(status), lease_owner = NULL, lease_until = NULL
+                  WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                )
+                SELECT EXISTS (SELECT 1 FROM done)
+                  OR EXISTS (
+                    SELECT 1 FROM sdui_queue
+                    WHERE id = \(id) AND state = 'pending' AND lease_owner IS NULL AND attempts = \(attempts)
+                  )
                 """,
                 logger: logger
             )
-            for try await _ in rows { return true }
+            for try await recorded in rows.decode(Bool.self) { return recorded }
             return false
         }
         if !recorded { logLostClaim(id: id, outcome: "a failed attempt") }
@@ -364,20 +381,28 @@ public final class PostgresQueueStore: QueueStore {
         let notifier: String? = awaitingNotification ? owner : nil
         let finished = try await withConnection { connection, logger in
             // The body and headers are not needed any more: only the status stays readable. The outcome's
-            // notification is leased to this replica, which sends it now.
+            // notification is leased to this replica, which sends it now. The outer query reads the row as it was
+            // before the update: finished by this replica already means an earlier try of this same recording
+            // committed, though its answer was lost (a connection that dropped after the commit).
             let rows = try await connection.query(
                 """
-                UPDATE sdui_queue
-                SET state = \(state.rawValue), last_error = COALESCE(\(lastError), last_error), status = \(status),
-                  attempts = \(attempts), finished_at = \(time.millisecondsSinceEpoch), body = NULL, headers = NULL,
-                  lease_owner = NULL, lease_until = NULL, notify_pending = \(awaitingNotification),
-                  notify_owner = \(notifier),
-                  notify_until = CASE WHEN \(awaitingNotification) THEN \(unescaped: Self.databaseNow) + \(lease) END
-                WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                WITH done AS (
+                  UPDATE sdui_queue
+                  SET state = \(state.rawValue), last_error = COALESCE(\(lastError), last_error), status = \(status),
+                    attempts = \(attempts), finished_at = \(unescaped: Self.onDatabaseClock(time)), finished_by = \(owner),
+                    body = NULL, headers = NULL, lease_owner = NULL, lease_until = NULL,
+                    notify_pending = \(awaitingNotification), notify_owner = \(notifier),
+                    notify_until = CASE WHEN \(awaitingNotification) THEN \(unescaped: Self.databaseNow) + \(lease) END
+                  WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
+                )
+                SELECT EXISTS (SELECT 1 FROM done)
+                  OR EXISTS (
+                    SELECT 1 FROM sdui_queue WHERE id = \(id) AND state = \(state.rawValue) AND finished_by = \(owner)
+                  )
                 """,
                 logger: logger
             )
-            for try await _ in rows { return true }
+            for try await finished in rows.decode(Bool.self) { return finished }
             return false
         }
         if !finished { logLostClaim(id: id, outcome: "its outcome (\(state.rawValue))") }
@@ -443,16 +468,16 @@ public final class PostgresQueueStore: QueueStore {
             let rows = try await connection.query(
                 """
                 SELECT id, route, method, target, state, attempts, enqueued_at, next_attempt_at, finished_at, status,
-                  last_error
+                  last_error, \(unescaped: Self.databaseNow)
                 FROM sdui_queue WHERE id = \(id)
                 """,
                 logger: logger
             )
             for try await (
                 id, route, method, target, state, attempts, enqueuedAt, nextAttemptAt, finishedAt, status,
-                lastError
+                lastError, databaseNow
             ) in rows.decode(
-                (String, String, String, String, String, Int, Int64, Int64, Int64?, Int?, String?).self
+                (String, String, String, String, String, Int, Int64, Int64, Int64?, Int?, String?, Int64).self
             ) {
                 guard let state = QueueEntryStatus.State(rawValue: state) else {
                     throw QueueStoreError("entry \(id) has an unknown state")
@@ -464,9 +489,9 @@ public final class PostgresQueueStore: QueueStore {
                     target: target,
                     state: state,
                     attempts: attempts,
-                    enqueuedAt: QueueInstant(millisecondsSinceEpoch: enqueuedAt),
-                    nextAttemptAt: state == .pending ? QueueInstant(millisecondsSinceEpoch: nextAttemptAt) : nil,
-                    finishedAt: finishedAt.map { QueueInstant(millisecondsSinceEpoch: $0) },
+                    enqueuedAt: Self.onLocalClock(enqueuedAt, databaseNow: databaseNow),
+                    nextAttemptAt: state == .pending ? Self.onLocalClock(nextAttemptAt, databaseNow: databaseNow) : nil,
+                    finishedAt: finishedAt.map { Self.onLocalClock($0, databaseNow: databaseNow) },
                     status: status,
                     lastError: lastError
                 )
@@ -479,18 +504,18 @@ public final class PostgresQueueStore: QueueStore {
         try await withConnection { connection, logger in
             let rows = try await connection.query(
                 """
-                SELECT route, count(*)::bigint, min(enqueued_at) FROM sdui_queue
+                SELECT route, count(*)::bigint, min(enqueued_at), \(unescaped: Self.databaseNow) FROM sdui_queue
                 WHERE state = 'pending' GROUP BY route ORDER BY route
                 """,
                 logger: logger
             )
             var depths: [QueueRouteDepth] = []
-            for try await (route, depth, oldest) in rows.decode((String, Int, Int64?).self) {
+            for try await (route, depth, oldest, databaseNow) in rows.decode((String, Int, Int64?, Int64).self) {
                 depths.append(
                     QueueRouteDepth(
                         route: route,
                         depth: depth,
-                        oldestEnqueuedAt: oldest.map { QueueInstant(millisecondsSinceEpoch: $0) }
+                        oldestEnqueuedAt: oldest.map { Self.onLocalClock($0, databaseNow: databaseNow) }
                     )
                 )
             }
@@ -512,14 +537,13 @@ public final class PostgresQueueStore: QueueStore {
     /// Removes finished entries when no replica did for `cleanupInterval`; answers 0 without removing anything
     /// when another one did.
     public func removeFinished(before time: QueueInstant) async throws -> Int {
-        let now = QueueInstant.now().millisecondsSinceEpoch
         let interval = settings.cleanupInterval.milliseconds
         return try await withConnection { connection, logger in
             try await connection.withTransaction(logger: logger) { connection in
                 let turn = try await connection.query(
                     """
-                    UPDATE sdui_queue_state SET pruned_at = \(now) WHERE pruned_at <= \(now - interval)
-                    RETURNING pruned_at
+                    UPDATE sdui_queue_state SET pruned_at = \(unescaped: Self.databaseNow)
+                    WHERE pruned_at <= \(unescaped: Self.databaseNow) - \(interval) RETURNING pruned_at
                     """,
                     logger: logger
                 )
@@ -528,7 +552,8 @@ public final class PostgresQueueStore: QueueStore {
                 guard mine else { return 0 }
                 let removed = try await connection.query(
                     """
-                    DELETE FROM sdui_queue WHERE state <> 'pending' AND finished_at < \(time.millisecondsSinceEpoch)
+                    DELETE FROM sdui_queue
+                    WHERE state <> 'pending' AND finished_at < \(unescaped: Self.onDatabaseClock(time))
                     RETURNING seq
                     """,
                     logger: logger
@@ -537,6 +562,19 @@ public final class PostgresQueueStore: QueueStore {
                 for try await _ in removed { count += 1 }
                 return count
             }
+        }
+    }
+
+    /// The value of a session setting (`lock_timeout`) on one of the store's connections; nil for a name that is
+    /// not a plain setting name. For tests.
+    func sessionSetting(_ name: String) async throws -> String? {
+        guard !name.isEmpty, name.utf8.allSatisfy({ $0 == UInt8(ascii: "_") || (97...122).contains($0) }) else {
+            return nil
+        }
+        return try await withConnection { connection, logger in
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: "SHOW \(name)"), logger: logger)
+            for try await value in rows.decode(String.self) { return value }
+            return nil
         }
     }
 
@@ -557,8 +595,10 @@ public final class PostgresQueueStore: QueueStore {
     ) async throws -> Result {
         let limit = settings.operationTimeout
         let logger = self.logger
+        let progress = OperationProgress()
         let operation = Task { [self] in
             try await client.withConnection { connection in
+                progress.leased.store(true, ordering: .relaxed)
                 let watchdog = Task {
                     try await Task.sleep(for: limit)
                     try? await connection.close()
@@ -571,10 +611,12 @@ public final class PostgresQueueStore: QueueStore {
                 return try await body(connection, logger)
             }
         }
-        let timedOut = Atomic(false)
+        // Only the wait for a connection is cut short: a statement sent is left to finish (or to the watchdog),
+        // since cancelling it could lose the answer of a change that commits anyway.
         let waitForConnection = Task {
             try await Task.sleep(for: limit)
-            timedOut.store(true, ordering: .relaxed)
+            guard !progress.leased.load(ordering: .relaxed) else { return }
+            progress.timedOut.store(true, ordering: .relaxed)
             operation.cancel()
         }
         defer { waitForConnection.cancel() }
@@ -582,17 +624,23 @@ public final class PostgresQueueStore: QueueStore {
             return try await withTaskCancellationHandler {
                 try await operation.value
             } onCancel: {
-                operation.cancel()
+                if !progress.leased.load(ordering: .relaxed) { operation.cancel() }
             }
         } catch let error as QueueStoreError {
             throw error
         } catch {
             // PostgreSQL's own errors say little when printed; this says what happened, without parameters.
-            if timedOut.load(ordering: .relaxed) {
+            if progress.timedOut.load(ordering: .relaxed) {
                 throw QueueStoreError("the queue's database did not answer within \(limit)")
             }
             throw QueueStoreError("the queue's database: \(PostgresErrorText.describe(error))")
         }
+    }
+
+    /// How far one operation got: whether it has its connection, and whether the wait for one ran out.
+    private final class OperationProgress: Sendable {
+        let leased = Atomic(false)
+        let timedOut = Atomic(false)
     }
 
     // MARK: Rows
@@ -601,10 +649,12 @@ public final class PostgresQueueStore: QueueStore {
         separator: ", "
     )
 
-    /// An entry as read with its lease and the database's clock.
+    /// An entry as read (its times on this process's clock), with its lease and next attempt on the database's
+    /// clock, and that clock's reading.
     private struct ClaimedRow {
         var seq: Int64
         var entry: QueueEntry
+        var nextAttemptOnDatabaseClock: Int64
         var lease: QueueClaimRules.Lease?
         var databaseNow: Int64
     }
@@ -626,14 +676,20 @@ public final class PostgresQueueStore: QueueStore {
             target: target,
             headers: try QueueEntry.decodeHeaders(headers),
             body: body,
-            enqueuedAt: QueueInstant(millisecondsSinceEpoch: enqueuedAt),
+            enqueuedAt: onLocalClock(enqueuedAt, databaseNow: databaseNow),
             attempts: attempts,
-            nextAttemptAt: QueueInstant(millisecondsSinceEpoch: nextAttemptAt),
+            nextAttemptAt: onLocalClock(nextAttemptAt, databaseNow: databaseNow),
             lastError: lastError,
             lastStatus: status
         )
         let lease = zip(leaseOwner, leaseUntil).map { QueueClaimRules.Lease(owner: $0, untilMilliseconds: $1) }
-        return ClaimedRow(seq: seq, entry: entry, lease: lease, databaseNow: databaseNow)
+        return ClaimedRow(
+            seq: seq,
+            entry: entry,
+            nextAttemptOnDatabaseClock: nextAttemptAt,
+            lease: lease,
+            databaseNow: databaseNow
+        )
     }
 
     // MARK: Logs

@@ -112,6 +112,17 @@ public final class QueueDeliveryService: Service, Sendable {
                 metadata: ["error": "\(error)"]
             )
         }
+        if queue.store.isShared, !orphans.isEmpty {
+            // Another replica may have the route, with its own ordering and retry policy (a rolling deploy): it
+            // delivers them. Delivered here under a guessed policy, they could go out of order or fail early.
+            for orphan in orphans {
+                logger.warning(
+                    "the shared queue holds requests on a route this replica does not have: left to the replicas that do",
+                    metadata: ["route": "\(orphan.key)"]
+                )
+            }
+            orphans = []
+        }
         for orphan in orphans {
             logger.warning(
                 "delivering requests queued on a route that is not configured any more",
@@ -277,7 +288,7 @@ public final class QueueDeliveryService: Service, Sendable {
             return await record(decision, for: entry, attempts: entry.attempts)
         }
         let attempts = entry.attempts + 1
-        let result = await whileClaimed(entry) {
+        let claimed = await whileClaimed(entry) {
             do {
                 return .response(status: Int(try await self.send(entry.upstreamRequest).code))
             } catch let error as ProxyError {
@@ -286,6 +297,7 @@ public final class QueueDeliveryService: Service, Sendable {
                 return .error(ProxyError(.network, "the delivery failed: \(error)"))
             }
         }
+        guard let result = claimed else { return true }
         let decision = rules.afterAttempt(
             result,
             attempts: attempts,
@@ -311,40 +323,59 @@ public final class QueueDeliveryService: Service, Sendable {
         }
     }
 
-    /// Runs `delivery` while renewing the claim on `entry`, in a store shared with other replicas: a delivery that
-    /// outlasts the lease must not be taken for a dead replica's.
+    /// Runs `delivery` while renewing the claim on `entry`, in a store shared with other replicas; nil when the
+    /// claim was lost first (another replica took the entry over, or no renewal got through before the lease
+    /// ran out). The delivery is then left to finish on its own, within `upstream.timeout` (which the lease
+    /// outlasts), and its result is not recorded: the outcome is the new holder's to record.
     private func whileClaimed(
         _ entry: QueueEntry,
         _ delivery: @escaping @Sendable () async -> DeliveryRules.AttemptResult
-    ) async -> DeliveryRules.AttemptResult {
+    ) async -> DeliveryRules.AttemptResult? {
         guard queue.store.isShared else { return await delivery() }
-        let interval = QueueClaimRules.renewalInterval(leaseTimeout: queue.configuration.leaseTimeout)
-        return await withTaskGroup(of: DeliveryRules.AttemptResult?.self) { group in
-            group.addTask { await delivery() }
-            group.addTask {
+        let leaseTimeout = queue.configuration.leaseTimeout
+        let interval = QueueClaimRules.renewalInterval(leaseTimeout: leaseTimeout)
+        return await withCheckedContinuation { continuation in
+            let answer = FirstAnswer(continuation)
+            let renewing = Task {
+                var renewed = ContinuousClock.now
                 while (try? await Task.sleep(for: interval)) != nil {
                     do {
-                        if try await self.queue.store.renewClaim(id: entry.id) { continue }
+                        if try await self.queue.store.renewClaim(id: entry.id) {
+                            renewed = ContinuousClock.now
+                            continue
+                        }
                         self.logger.warning(
-                            "lost the claim on a delivery in flight: another replica may deliver it too",
+                            "lost the claim on a delivery in flight: another replica delivers it and records its outcome",
                             metadata: ["id": "\(entry.id)", "route": "\(entry.route)"]
                         )
-                        return nil
+                        return answer.give(nil)
                     } catch {
                         self.logger.error(
                             "cannot renew the claim on a delivery in flight",
                             metadata: ["id": "\(entry.id)", "error": "\(error)"]
                         )
+                        if ContinuousClock.now - renewed >= leaseTimeout - interval { return answer.give(nil) }
                     }
                 }
-                return nil
             }
-            while let finished = await group.next() {
-                guard let result = finished else { continue }
-                group.cancelAll()
-                return result
+            Task {
+                let result = await delivery()
+                renewing.cancel()
+                answer.give(result)
             }
-            return .error(ProxyError(.network, "the delivery was cancelled"))
+        }
+    }
+
+    /// Resumes a continuation with the first answer given; later ones are dropped.
+    private final class FirstAnswer: Sendable {
+        private let continuation: Mutex<CheckedContinuation<DeliveryRules.AttemptResult?, Never>?>
+
+        init(_ continuation: CheckedContinuation<DeliveryRules.AttemptResult?, Never>) {
+            self.continuation = Mutex(continuation)
+        }
+
+        func give(_ answer: DeliveryRules.AttemptResult?) {
+            continuation.withLock { $0.take() }?.resume(returning: answer)
         }
     }
 

@@ -138,8 +138,8 @@ public final class WriteQueue: Sendable {
     /// Runs `write` for a request on `route` and returns its response.
     ///
     /// On a sequential route one request at a time decides between the backend and the queue, in the order
-    /// they arrived, and `write` is told to queue when the route has requests waiting in the store: sent
-    /// straight to a backend that is back, it would overtake them. (Decided one at a time, a request that
+    /// they arrived, and `write` is told to queue when the route has requests waiting in the store (sent
+    /// straight to a backend that is back, it would overtake them), or when the store is shared by a fleet. (Decided one at a time, a request that
     /// waits for a slow backend and then queues still comes before the next one.) On a concurrent route
     /// `write` runs at once and is never told to queue.
     ///
@@ -157,7 +157,7 @@ public final class WriteQueue: Sendable {
             return lanes[route.key]?.lastAdmitted
         }
         let turn = previous.map { $0.hop(to: eventLoop) } ?? eventLoop.makeSucceededVoidFuture()
-        let response = turn.flatMap { self.hasBacklog(route: route.key, on: eventLoop) }.flatMap(write)
+        let response = turn.flatMap { write(self.mustQueue(route: route.key)) }
         response.whenComplete { _ in
             self.sequentialLanes.withLock { lanes in
                 if lanes[route.key]?.lastAdmitted === admitted.futureResult { lanes[route.key]?.lastAdmitted = nil }
@@ -167,26 +167,12 @@ public final class WriteQueue: Sendable {
         return response
     }
 
-    /// Whether the sequential route `key` has requests waiting in the store. A shared store is asked, since other
-    /// replicas queue there too; one it cannot answer counts as a backlog, so that a write never overtakes one
-    /// that may be waiting (it is then queued, or refused if the store cannot take it either).
-    private func hasBacklog(route key: String, on eventLoop: any EventLoop) -> EventLoopFuture<Bool> {
-        guard store.isShared else {
-            return eventLoop.makeSucceededFuture(sequentialLanes.withLock { ($0[key]?.pending ?? 0) > 0 })
-        }
-        let answer = eventLoop.makePromise(of: Bool.self)
-        answer.completeWithTask { [store, logger] in
-            do {
-                return try await store.firstPending(route: key) != nil
-            } catch {
-                logger.error(
-                    "cannot tell whether a sequential route has queued requests: the write is queued behind them",
-                    metadata: ["route": "\(key)", "error": "\(error)"]
-                )
-                return true
-            }
-        }
-        return answer.futureResult
+    /// Whether a write on the sequential route `key` must be queued rather than forwarded: when requests wait in
+    /// the store, so it does not overtake them; and always with a shared store, where only the database can keep
+    /// one request of the route in flight across the fleet (a write forwarded at once by one replica could
+    /// overtake, or run beside, one another replica queued or is delivering).
+    private func mustQueue(route key: String) -> Bool {
+        store.isShared || sequentialLanes.withLock { ($0[key]?.pending ?? 0) > 0 }
     }
 
     /// Stores `request` durably for later delivery; when this returns it survives a crash.

@@ -30,8 +30,12 @@ public enum StartupChecks {
         try checkHost(configuration.admin.host, key: "admin.host")
         try checkUpstream(configuration.upstream)
         // A PostgreSQL store is not tried here: a replica starts while its database is down.
-        if let queue = configuration.queue, case .sqlite(let directory)? = try? queue.storeLocation {
-            try checkQueueStore(directory)
+        if let queue = configuration.queue {
+            switch try? queue.storeLocation {
+            case .sqlite(let directory)?: try checkQueueStore(directory)
+            case .postgres?: try checkLease(queue, upstream: configuration.upstream)
+            case nil: break
+            }
         }
     }
 
@@ -52,6 +56,22 @@ public enum StartupChecks {
         guard access(path, R_OK | X_OK) == 0 else {
             let code = errno
             throw fail("cannot read the directory \(directory) (\(describe(errno: code)))")
+        }
+    }
+
+    /// Refuses a shared queue whose lease does not outlast a delivery: a replica cut off from the database keeps
+    /// delivering until `upstream.timeout`, and another replica must not take the request over before then.
+    public static func checkLease(
+        _ queue: QueueConfiguration,
+        upstream: ProxyConfiguration.Upstream
+    ) throws(ConfigurationError) {
+        guard queue.leaseTimeout > upstream.timeout else {
+            throw ConfigurationError(
+                key: "queue.leaseTimeout",
+                problem: "must be longer than upstream.timeout (\(upstream.timeout)) with a postgres:// queue.store: "
+                    + "a replica that loses the database is still delivering until then, and another must not take "
+                    + "the request over before it has finished"
+            )
         }
     }
 

@@ -39,7 +39,7 @@ struct FleetQueueTests {
     private static func queueConfiguration(store: String) -> QueueConfiguration {
         var queue = QueueConfiguration()
         queue.store = store
-        queue.leaseTimeout = .seconds(1)
+        queue.leaseTimeout = .seconds(2)
         var route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential)
         route.retry.maxAttempts = 1000
         route.retry.backoff = .milliseconds(50)
@@ -48,10 +48,19 @@ struct FleetQueueTests {
         return queue
     }
 
-    private static func startReplica(_ name: String, origin: TestOrigin, store: String) async throws -> ProxyServer {
+    private static func startReplica(
+        _ name: String,
+        origin: TestOrigin,
+        store: String,
+        tune: (inout QueueConfiguration) -> Void = { _ in }
+    ) async throws -> ProxyServer {
         var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
         configuration.cluster.replicaName = name
-        configuration.queue = queueConfiguration(store: store)
+        // Shorter than the lease, as a shared queue requires.
+        configuration.upstream.timeout = .milliseconds(1500)
+        var queue = queueConfiguration(store: store)
+        tune(&queue)
+        configuration.queue = queue
         return try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger)
     }
 
@@ -75,11 +84,11 @@ struct FleetQueueTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let config = directory + "/replica-c.yaml"
         try """
-        upstream: { url: "\(origin.url)", timeout: 30s }
+        upstream: { url: "\(origin.url)", timeout: 1500ms }
         cluster: { replicaName: c }
         queue:
           store: "\(store)"
-          leaseTimeout: 1s
+          leaseTimeout: 2s
           routes:
             - { match: POST /api/orders, ordering: sequential, retry: { maxAttempts: 1000, backoff: 50ms, maxBackoff: 200ms } }
         """.write(toFile: config, atomically: true, encoding: .utf8)
@@ -181,15 +190,14 @@ struct FleetQueueTests {
         var replicas: [ProxyServer] = []
         do {
             for name in ["a", "b", "c"] {
-                var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
-                configuration.cluster.replicaName = name
-                var queue = Self.queueConfiguration(store: store)
-                queue.routes[0].ordering = .concurrent
-                queue.routes[0].retry.backoff = .milliseconds(200)
-                queue.routes[0].retry.maxBackoff = .milliseconds(400)
-                queue.concurrency = 2
-                configuration.queue = queue
-                replicas.append(try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger))
+                replicas.append(
+                    try await Self.startReplica(name, origin: origin, store: store) { queue in
+                        queue.routes[0].ordering = .concurrent
+                        queue.routes[0].retry.backoff = .milliseconds(200)
+                        queue.routes[0].retry.maxBackoff = .milliseconds(400)
+                        queue.concurrency = 2
+                    }
+                )
             }
             var ids: [String] = []
             for number in 0..<12 {
@@ -214,6 +222,62 @@ struct FleetQueueTests {
             #expect(delivered.compactMap { $0.headers.first(name: "idempotency-key") }.sorted() == ids.sorted())
         } catch {
             gate.open()
+            for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
+            try? await origin.stop()
+            throw error
+        }
+        for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
+        try await origin.stop()
+    }
+
+    @Test(
+        "writes sent at once through three replicas on an idle sequential route: one at a time at the backend, in acceptance order"
+    )
+    func sequentialOrderIsTheDatabases() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        let store = Self.storeText(url)
+        // Slow enough that two deliveries in flight at once would overlap at the backend.
+        let origin = try await TestOrigin { _ in
+            TestOrigin.Response(status: .created, body: "{}", delay: .milliseconds(30))
+        }
+        var replicas: [ProxyServer] = []
+        do {
+            for name in ["a", "b", "c"] {
+                replicas.append(try await Self.startReplica(name, origin: origin, store: store))
+            }
+            let ports = replicas.map(\.publicPort)
+            let accepted = try await withThrowingTaskGroup(of: HTTPResponseStatus.self) { group in
+                for number in 0..<15 {
+                    group.addTask {
+                        try await ProcessTests.get(
+                            "http://127.0.0.1:\(ports[number % 3])/api/orders",
+                            method: .POST,
+                            body: #"{"n":\#(number)}"#
+                        ).0
+                    }
+                }
+                return try await group.reduce(into: [HTTPResponseStatus]()) { $0.append($1) }
+            }
+            // In a fleet a sequential route's writes are queued, so that the database orders them.
+            #expect(accepted == Array(repeating: .accepted, count: 15))
+            let admin = "http://127.0.0.1:\(replicas[0].adminPort)"
+            try await waitUntil(timeout: .seconds(20)) {
+                try await ProcessTests.get(admin + "/queue").2.contains(#""depth":0"#)
+            }
+            #expect(origin.maxInFlight == 1)
+            let acceptanceOrder = try await server.withClient(url) { client in
+                var ids: [String] = []
+                for try await id in try await client.query("SELECT id FROM sdui_queue ORDER BY seq").decode(String.self)
+                {
+                    ids.append(id)
+                }
+                return ids
+            }
+            let delivered = origin.requests.filter { $0.status == .created }
+            #expect(delivered.compactMap { $0.headers.first(name: "idempotency-key") } == acceptanceOrder)
+            #expect(acceptanceOrder.count == 15)
+        } catch {
             for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
             try? await origin.stop()
             throw error
