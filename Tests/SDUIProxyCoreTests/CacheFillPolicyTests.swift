@@ -209,6 +209,24 @@ import Testing
         #expect(CacheFillPolicy.mayAnswerFromCache(requestHeaders: headers) == mayCoalesce)
     }
 
+    @Test(
+        "a streamed answer is shared only by requests that ask for the same one: no credentials, range or condition",
+        arguments: [
+            ([:], true),
+            (["Accept": "application/json", "Cookie": "session=1"], true),
+            (["Authorization": "Bearer a"], false),
+            (["Range": "bytes=0-99"], false),
+            (["If-Range": "\"v1\""], false),
+            (["If-None-Match": "\"v1\""], false),
+            (["if-modified-since": "Thu, 01 Jan 2026 00:00:00 GMT"], false),
+            (["If-Match": "*"], false),
+            (["If-Unmodified-Since": "Thu, 01 Jan 2026 00:00:00 GMT"], false),
+        ] as [(HTTPHeaders, Bool)]
+    )
+    func sharingAStream(headers: HTTPHeaders, mayShare: Bool) {
+        #expect(CacheFillPolicy.mayShareStream(requestHeaders: headers) == mayShare)
+    }
+
     // MARK: Storing
 
     struct StoreCase: Sendable, CustomTestStringConvertible {

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOHTTP1
 import SDUIProxyCore
 import Testing
@@ -88,6 +89,100 @@ struct BufferedMissTests {
             let hitWhole = hit.body == Self.big
             #expect(hitWhole, "the whole body, \(hit.body.count) bytes of \(Self.big.count)")
             #expect(budget.inUse == 0)
+        }
+    }
+
+    /// An origin whose answers to `/big` wait for a gate of their own, request by request, so a test knows which
+    /// exchange is in flight.
+    final class GatedBigOrigin: Sendable {
+        let gates = [OriginGate(), OriginGate(), OriginGate()]
+        private let seen = NIOLockedValueBox(0)
+
+        func respond(_ request: TestOrigin.Request) -> TestOrigin.Response {
+            var response = BufferedMissTests.origin(request)
+            guard request.uri.hasPrefix("/big") else { return response }
+            let number = seen.withLockedValue { count in
+                defer { count += 1 }
+                return count
+            }
+            response.heldBy = gates[min(number, gates.count - 1)]
+            // In pieces, so the answer streams over several reads.
+            response.bodyPieces = 8
+            return response
+        }
+    }
+
+    @Test("concurrent misses of a key known to be too large share one backend request, streamed to each whole")
+    func markedKeyMissesShareOneStream() async throws {
+        let gated = GatedBigOrigin()
+        gated.gates[0].open()
+        try await ProxyHarness.run(origin: gated.respond, configure: { $0.upstream.maxResponseBytes = 64 << 10 }) {
+            proxy async throws in
+            // The first miss marks the key too large (its fill, then its stream: the first two requests).
+            gated.gates[1].open()
+            #expect(try await proxy.get("/big/sized").body == Self.big)
+            #expect(proxy.origin.requests(to: "/big/sized").count == 2)
+
+            let streams = proxy.server.context.fetcher.sharedStreams
+            try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<6 { group.addTask { try await proxy.get("/big/sized") } }
+                // All six have joined the one stream whose answer the origin holds.
+                try await waitUntil { streams.load == (1, 6) }
+                #expect(proxy.origin.requests(to: "/big/sized").count == 3)
+                gated.gates[2].open()
+                for try await reply in group {
+                    #expect(reply.status == .ok)
+                    #expect(reply.headers.first(name: "X-Cache") == "BYPASS")
+                    let whole = reply.body == Self.big
+                    #expect(whole, "the whole body, \(reply.body.count) bytes of \(Self.big.count)")
+                }
+            }
+            #expect(proxy.origin.requests(to: "/big/sized").count == 3)
+            #expect(streams.load == (0, 0))
+        }
+    }
+
+    @Test("the waiters of a fill that turns out too large share the stream that replaces it")
+    func waitersOfATooLargeFillShareOneStream() async throws {
+        let gated = GatedBigOrigin()
+        try await ProxyHarness.run(origin: gated.respond, configure: { $0.upstream.maxResponseBytes = 64 << 10 }) {
+            proxy async throws in
+            let context = proxy.server.context
+            try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<5 { group.addTask { try await proxy.get("/big/chunked") } }
+                // One fill in flight, four waiting for it.
+                try await waitUntil { context.fetcher.coalescer.coalescedWaits == 4 }
+                gated.gates[0].open()
+                // The fill gave up at the limit; all five wait on the one stream the origin now holds.
+                try await waitUntil { context.fetcher.sharedStreams.load == (1, 5) }
+                gated.gates[1].open()
+                for try await reply in group {
+                    let whole = reply.body == Self.big
+                    #expect(whole, "the whole body, \(reply.body.count) bytes of \(Self.big.count)")
+                }
+            }
+            #expect(proxy.origin.requests(to: "/big/chunked").count == 2)
+        }
+    }
+
+    @Test("a conditional request does not join a shared stream: it is forwarded alone, with its own validators")
+    func conditionalRequestsGoAlone() async throws {
+        let gated = GatedBigOrigin()
+        gated.gates[0].open()
+        gated.gates[1].open()
+        try await ProxyHarness.run(origin: gated.respond, configure: { $0.upstream.maxResponseBytes = 64 << 10 }) {
+            proxy async throws in
+            _ = try await proxy.get("/big/sized")
+            let streams = proxy.server.context.fetcher.sharedStreams
+            async let plain = proxy.get("/big/sized")
+            try await waitUntil { streams.load == (1, 1) }
+            async let conditional = proxy.get("/big/sized", headers: [("If-None-Match", "\"v1\"")])
+            try await waitUntil { proxy.origin.requests(to: "/big/sized").count == 4 }
+            #expect(proxy.origin.requests(to: "/big/sized").last?.headers.first(name: "If-None-Match") == "\"v1\"")
+            #expect(streams.load == (1, 1))
+            gated.gates[2].open()
+            #expect(try await plain.body == Self.big)
+            #expect(try await conditional.status == .ok)
         }
     }
 }

@@ -102,6 +102,8 @@ public final class ComponentFetcher: Sendable {
     let bufferBudget: ByteBudget?
     /// Keys whose last fill was too large to hold: their next misses are streamed without a fill.
     let oversizedMarks = OversizedResponseMarks()
+    /// The streams of responses too large to hold that identical misses share.
+    let sharedStreams = SharedResponseStreams()
     /// The platform header (lower case), which every cache key accounts for: a `Vary` on it needs no variant
     /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
     private let platformHeader: String

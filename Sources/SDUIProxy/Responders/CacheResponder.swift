@@ -107,6 +107,11 @@ struct CacheResponder {
     /// past what all fills may buffer at once, `upstream.maxBufferedBytes`): it is forwarded and its answer
     /// streamed to the client as it comes, not stored, so memory stays bounded whatever the backend sends.
     ///
+    /// Identical GETs that ask for the same answer (``CacheFillPolicy/mayShareStream(requestHeaders:)``) share one
+    /// stream: a request joins
+    /// the one in flight for its key until that one's head comes, so a burst of them (a fill's coalesced waiters,
+    /// or misses of a key marked too large) costs the backend one request, not one each.
+    ///
     /// - Parameter reason: why the fill was given up; nil when the key was already marked too large.
     private func stream(
         _ request: CacheRequest,
@@ -123,15 +128,46 @@ struct CacheResponder {
                 metadata: ["key": "\(request.key)", "reason": "\(reason.message)"]
             )
         }
-        PassThroughResponder().respond(
-            to: request.head,
+        let head = request.head
+        guard head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
+            return PassThroughResponder().respond(
+                to: head,
+                target: request.target,
+                platform: request.platform,
+                cacheResult: .bypass,
+                body: nil,
+                proxy: proxy,
+                sink: sink
+            )
+        }
+        let relay = PassThroughResponder.relay(
+            for: head,
+            target: request.target,
+            cacheResult: .bypass,
+            invalidator: proxy.invalidator,
+            to: sink
+        )
+        let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
+        let subscriber = SharedResponseStream.Subscriber(sink: relay, eventLoop: sink.eventLoop) { error in
+            PassThroughResponder.answer(error, relay: relay, sink: boundSink.value, cacheResult: .bypass)
+        }
+        let streams = proxy.fetcher.sharedStreams
+        guard let stream = streams.joinOrLead(request.key, subscriber, on: sink.eventLoop) else { return }
+        let upstream = PassThroughResponder.upstreamRequest(
+            for: head,
             target: request.target,
             platform: request.platform,
-            cacheResult: .bypass,
-            body: nil,
             proxy: proxy,
             sink: sink
         )
+        let failureLog = proxy.fetcher.failureLog
+        let (key, target) = (request.key, request.target)
+        proxy.client.forward(upstream, body: nil, on: sink.eventLoop, to: stream).whenComplete { result in
+            streams.ended(key, stream)
+            if case .failure(let error) = result {
+                stream.fail(PassThroughResponder.logFailure(error, of: head, target: target, in: failureLog))
+            }
+        }
     }
 
     /// The fetch that fills the request's entry, with the client's forwarding details.

@@ -16,18 +16,7 @@ struct PassThroughResponder {
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
-        let client = sink.client
-        let upstream = UpstreamRequest(
-            method: head.method,
-            target: target.description,
-            headers: proxy.requestBuilder.headers(
-                from: head.headers,
-                platform: platform,
-                clientAddress: client.address,
-                purpose: .passThrough,
-                clientIsTrustedProxy: client.isTrustedProxy
-            )
-        )
+        let upstream = Self.upstreamRequest(for: head, target: target, platform: platform, proxy: proxy, sink: sink)
         let relay = Self.relay(
             for: head,
             target: target,
@@ -40,27 +29,68 @@ struct PassThroughResponder {
         let boundSink = NIOLoopBound(sink, eventLoop: eventLoop)
         proxy.client.forward(upstream, body: body, on: eventLoop, to: relay).hop(to: eventLoop)
             .assumeIsolated().whenFailure { error in
-                let proxyError =
-                    error as? ProxyError ?? ProxyError(.network, "the backend exchange failed", detail: "\(error)")
-                failureLog.log(
-                    level: .info,
-                    "forwarding failed",
-                    key: "\(head.method) \(target)",
-                    kind: proxyError.kind.description,
-                    metadata: ["method": "\(head.method)", "target": "\(target)", "error": "\(proxyError)"]
-                )
+                let proxyError = Self.logFailure(error, of: head, target: target, in: failureLog)
                 // The backend must not see the rest of a body it will not be answered for as a shorter request.
                 body?.fail(proxyError)
-                switch relay.progress {
-                case .waitingForHead:
-                    boundSink.value.write(proxyError, cacheResult: cacheResult)
-                case .streaming:
-                    // Part of the backend's response is out; the only honest signal left is to cut it short.
-                    boundSink.value.abort()
-                case .ended:
-                    break
-                }
+                Self.answer(proxyError, relay: relay, sink: boundSink.value, cacheResult: cacheResult)
             }
+    }
+
+    /// The request forwarded for `head`: its headers as the backend expects them, with the client's forwarding
+    /// details.
+    static func upstreamRequest(
+        for head: HTTPRequestHead,
+        target: RequestTarget,
+        platform: String,
+        proxy: ProxyContext,
+        sink: any ResponseSink
+    ) -> UpstreamRequest {
+        let client = sink.client
+        return UpstreamRequest(
+            method: head.method,
+            target: target.description,
+            headers: proxy.requestBuilder.headers(
+                from: head.headers,
+                platform: platform,
+                clientAddress: client.address,
+                purpose: .passThrough,
+                clientIsTrustedProxy: client.isTrustedProxy
+            )
+        )
+    }
+
+    /// Logs a failed forward of `head` (once an interval per target and kind), as the error model names it.
+    static func logFailure(
+        _ error: any Error,
+        of head: HTTPRequestHead,
+        target: RequestTarget,
+        in failureLog: FailureLog
+    ) -> ProxyError {
+        let proxyError =
+            error as? ProxyError ?? ProxyError(.network, "the backend exchange failed", detail: "\(error)")
+        failureLog.log(
+            level: .info,
+            "forwarding failed",
+            key: "\(head.method) \(target)",
+            kind: proxyError.kind.description,
+            metadata: ["method": "\(head.method)", "target": "\(target)", "error": "\(proxyError)"]
+        )
+        return proxyError
+    }
+
+    /// Answers a client whose forward failed, on the sink's loop, as far as its relay got: the error before the
+    /// backend's head; after it, the response cut short (the only honest signal left); nothing once it ended.
+    static func answer(
+        _ error: ProxyError,
+        relay: ForwardedResponseRelay,
+        sink: any ResponseSink,
+        cacheResult: CacheResult?
+    ) {
+        switch relay.progress {
+        case .waitingForHead: sink.write(error, cacheResult: cacheResult)
+        case .streaming: sink.abort()
+        case .ended: break
+        }
     }
 
     /// A relay of the backend's answer to `head` that invalidates, when its head comes, the entries an unsafe

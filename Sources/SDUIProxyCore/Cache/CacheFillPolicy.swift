@@ -40,6 +40,19 @@ public struct CacheFillPolicy: Sendable {
         !requestHeaders.contains(name: "authorization")
     }
 
+    /// Whether a GET may share the backend's answer streamed to other clients (a response too large to store).
+    /// Such a stream forwards the first client's request as it came, so only requests whose forwarded headers
+    /// ask for the same answer share it: one that may coalesce, and asks for no range and sets no condition
+    /// (its answer may be a 206 or a 304 the others did not ask for).
+    public static func mayShareStream(requestHeaders: HTTPHeaders) -> Bool {
+        mayCoalesce(requestHeaders: requestHeaders)
+            && !Self.streamSpecificHeaders.contains { requestHeaders.contains(name: $0) }
+    }
+
+    private static let streamSpecificHeaders = [
+        "range", "if-range", "if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
+    ]
+
     /// Whether a request may be answered from what is stored. One with `Authorization` may not: the stored
     /// answer was made for other credentials, or none, and this proxy does not revalidate it on the client's
     /// behalf; it fetches alone.

@@ -1,0 +1,41 @@
+import NIOCore
+import SDUIProxyCore
+import Synchronization
+
+/// The ``SharedResponseStream``s in flight, by cache key: identical misses of a response too large to store join
+/// the one whose head has not come yet, instead of each sending the backend a request of its own (as a fill's
+/// coalesced waiters share its exchange).
+final class SharedResponseStreams: Sendable {
+    private let streams = Mutex<[CacheKey: SharedResponseStream]>([:])
+
+    init() {}
+
+    /// Subscribes `subscriber` to the stream in flight for `key` whose head has not come, and answers nil; or,
+    /// when there is none, makes one with `subscriber` as its first, and answers it: the caller then makes the
+    /// exchange, with the stream as its sink, and calls ``ended(_:_:)`` when it ends.
+    func joinOrLead(
+        _ key: CacheKey,
+        _ subscriber: SharedResponseStream.Subscriber,
+        on eventLoop: any EventLoop
+    ) -> SharedResponseStream? {
+        streams.withLock { streams in
+            if let current = streams[key], current.subscribe(subscriber) { return nil }
+            let stream = SharedResponseStream(eventLoop: eventLoop)
+            _ = stream.subscribe(subscriber)
+            streams[key] = stream
+            return stream
+        }
+    }
+
+    /// Forgets `stream`, whose exchange ended, unless a newer one for `key` has replaced it.
+    func ended(_ key: CacheKey, _ stream: SharedResponseStream) {
+        streams.withLock { streams in
+            if streams[key] === stream { streams[key] = nil }
+        }
+    }
+
+    /// How many streams are in flight, and how many clients they serve.
+    var load: (streams: Int, subscribers: Int) {
+        streams.withLock { streams in (streams.count, streams.values.reduce(0) { $0 + $1.subscriberCount }) }
+    }
+}
