@@ -164,6 +164,7 @@ public final class PostgresQueueStore: QueueStore {
     }
 
     public func claimHead(route: String, at now: QueueInstant) async throws -> QueueHeadClaim {
+        let ahead = max(0, now.millisecondsSinceEpoch - QueueInstant.now().millisecondsSinceEpoch)
         let owner = settings.owner
         let lease = settings.leaseTimeout.milliseconds
         let (claim, takenOver) = try await withConnection { connection, logger in
@@ -179,12 +180,13 @@ public final class PostgresQueueStore: QueueStore {
                 var found: ClaimedRow?
                 for try await row in rows { found = try Self.claimedRow(row, owner: owner) }
                 guard let head = found else { return (.empty, nil) }
-                // `now` moved onto the database's clock, like the head's times.
+                // `now` on the database's clock: its reading, read with the head, or as far after it as `now` was
+                // ahead of this process's clock when asked (never behind: the time the query took is not taken off).
                 let decision = QueueClaimRules.head(
                     nextAttemptAt: head.nextAttemptOnDatabaseClock,
                     lease: head.lease,
                     owner: owner,
-                    now: head.databaseNow + now.millisecondsSinceEpoch - QueueInstant.now().millisecondsSinceEpoch
+                    now: head.databaseNow + ahead
                 )
                 switch decision {
                 case .wait(let until):
@@ -215,6 +217,8 @@ public final class PostgresQueueStore: QueueStore {
         limit: Int
     ) async throws -> [QueueEntry] {
         guard !routes.isEmpty, limit > 0 else { return [] }
+        // As in ``claimHead(route:at:)``: due by the database's clock, or as far after it as `now` is ahead.
+        let ahead = max(0, now.millisecondsSinceEpoch - QueueInstant.now().millisecondsSinceEpoch)
         let owner = settings.owner
         let lease = settings.leaseTimeout.milliseconds
         let excluded = excluding.sorted()
@@ -225,7 +229,7 @@ public final class PostgresQueueStore: QueueStore {
                 WITH due AS (
                   SELECT seq, lease_owner AS previous_owner, lease_until AS previous_until FROM sdui_queue
                   WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
-                    AND next_attempt_at <= \(unescaped: Self.onDatabaseClock(now))
+                    AND next_attempt_at <= \(unescaped: Self.databaseNow) + \(ahead)
                     AND (lease_until IS NULL OR lease_until < \(unescaped: Self.databaseNow) OR lease_owner = \(owner))
                   ORDER BY seq LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 )
