@@ -44,6 +44,29 @@ struct SharedCacheTests {
         }
     }
 
+    @Test(
+        "RFC 9111 §5.3: an Expires that is not an HTTP-date exactly as written means already expired",
+        arguments: [
+            ("Thu, 18 Aug 2050 02:01:18 gMT", true),
+            ("Thu, 18 Aug 2050 02:01:18 GMT", true),
+            ("Thu, 18 Aug 50 02:01:18 GMT", false),
+            ("Thu 18 Aug 2050 02:01:18 GMT", false),
+            ("Thu,  18 Aug 2050 02:01:18 GMT", false),
+            ("18-Aug-2050", false),
+            ("Thu, 18 Aug 2050 2:01:18 GMT", false),
+            ("Thu, 18 Aug 2050 02:01:18 UTC", false),
+            ("0", false),
+        ]
+    )
+    func expiresMustBeADate(expires: String, stored: Bool) async throws {
+        let headers = [("Expires", expires), ("Date", HTTPDate.format(HTTPDate.now()))]
+        try await ProxyHarness.run(origin: Self.origin(headers)) { proxy async throws in
+            _ = try await proxy.get("/a")
+            #expect((try await proxy.get("/a")["X-Cache"] == "HIT") == stored, "Expires: \(expires)")
+            #expect(proxy.origin.requestCount == (stored ? 1 : 2))
+        }
+    }
+
     @Test("statuses other than 200 are stored when they carry explicit freshness, and not otherwise")
     func cacheableStatuses() async throws {
         try await ProxyHarness.run(origin: { request in

@@ -11,10 +11,6 @@ public enum HTTPDate {
     private static let monthNames = [
         "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
     ]
-    /// The month names' three lower-case letters, packed into one integer each.
-    private static let monthCodes: [UInt32] = monthNames.map { name in
-        name.utf8.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-    }
     private static let dayNames = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
 
     /// The current wall-clock time in seconds.
@@ -24,59 +20,133 @@ public enum HTTPDate {
         return Int64(spec.tv_sec)
     }
 
-    /// ``parse(_:)`` for a value read in place: an IMF-fixdate is read without making a string.
+    /// ``parse(_:currentYear:)`` for a value read in place.
     public static func parse(bytes: UnsafeRawBufferPointer) -> Int64? {
-        parseFixdate(bytes.assumingMemoryBound(to: UInt8.self)) ?? parse(String(decoding: bytes, as: UTF8.self))
+        parse(bytes.assumingMemoryBound(to: UInt8.self), currentYear: nil)
     }
 
-    /// Parses IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the obsolete RFC 850 form
-    /// (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6 08:49:37 1994`). Nil for anything else.
-    public static func parse(_ text: some StringProtocol) -> Int64? {
-        // IMF-fixdate is what servers send (RFC 9110 section 5.6.7), on every response: read in place.
-        if let seconds = text.withContiguousUTF8(parseFixdate) {
-            return seconds
-        }
-        let fields = String(text).split(whereSeparator: { $0 == " " || $0 == "," || $0 == "-" }).map(String.init)
-        // IMF-fixdate and RFC 850: weekday day month year time GMT
-        if fields.count == 6, fields[5] == "GMT",
-            let day = Int(fields[1]), let month = month(fields[2]), var year = Int(fields[3]),
-            let time = timeOfDay(fields[4])
-        {
-            if fields[3].count == 2 { year += year < 70 ? 2000 : 1900 }
-            return epochSeconds(year: year, month: month, day: day, time: time)
-        }
-        // asctime: weekday month day time year
-        if fields.count == 5, let month = month(fields[1]), let day = Int(fields[2]),
-            let time = timeOfDay(fields[3]), let year = Int(fields[4])
-        {
-            return epochSeconds(year: year, month: month, day: day, time: time)
-        }
-        return nil
+    /// Parses an HTTP-date exactly as RFC 9110 section 5.6.7 writes its three forms: IMF-fixdate
+    /// (`Sun, 06 Nov 1994 08:49:37 GMT`), the obsolete RFC 850 form (`Sunday, 06-Nov-94 08:49:37 GMT`) and
+    /// asctime (`Sun Nov  6 08:49:37 1994`). Single spaces, two-digit time fields, a four-digit year (two in the
+    /// RFC 850 form), a day that exists in its month; day names, month names and `GMT` in any letter case. Nil
+    /// for anything else (an `Expires` that is nil here means "already expired").
+    ///
+    /// - Parameter currentYear: the year a two-digit RFC 850 year is read against (the current one when nil): one
+    ///   that would be more than 50 years ahead is taken from the century before.
+    public static func parse(_ text: some StringProtocol, currentYear: Int? = nil) -> Int64? {
+        text.withContiguousUTF8 { parse($0, currentYear: currentYear) }
     }
 
-    /// `Sun, 06 Nov 1994 08:49:37 GMT`, byte by byte; nil for anything else (the general parser then decides).
-    private static func parseFixdate(_ bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
-        guard bytes.count == 29, bytes[3] == UInt8(ascii: ","), bytes[4] == 0x20, bytes[7] == 0x20,
-            bytes[11] == 0x20, bytes[16] == 0x20, bytes[19] == UInt8(ascii: ":"), bytes[22] == UInt8(ascii: ":"),
-            bytes[25] == 0x20, bytes[26] == UInt8(ascii: "G"), bytes[27] == UInt8(ascii: "M"),
-            bytes[28] == UInt8(ascii: "T")
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, currentYear: Int?) -> Int64? {
+        var reader = DateReader(bytes: bytes)
+        if bytes.count == 29 {
+            // IMF-fixdate: what servers send, on every response.
+            guard reader.dayName(long: false), reader.literal(","), reader.space(),
+                let day = reader.digits(2), reader.space(), let month = reader.month(), reader.space(),
+                let year = reader.digits(4), reader.space(), let time = reader.timeOfDay(), reader.space(),
+                reader.gmt()
+            else { return nil }
+            return epochSeconds(year: year, month: month, day: day, time: time)
+        }
+        if bytes.count == 24 {
+            // asctime: the day is two digits, or a space and one.
+            guard reader.dayName(long: false), reader.space(), let month = reader.month(), reader.space(),
+                let day = reader.digits(2) ?? (reader.space() ? reader.digits(1) : nil), reader.space(),
+                let time = reader.timeOfDay(), reader.space(), let year = reader.digits(4), reader.atEnd
+            else { return nil }
+            return epochSeconds(year: year, month: month, day: day, time: time)
+        }
+        // RFC 850, with the long day name.
+        guard reader.dayName(long: true), reader.literal(","), reader.space(), let day = reader.digits(2),
+            reader.literal("-"), let month = reader.month(), reader.literal("-"), let shortYear = reader.digits(2),
+            reader.space(), let time = reader.timeOfDay(), reader.space(), reader.gmt()
         else { return nil }
-        func number(_ start: Int, _ count: Int) -> Int? {
+        let thisYear = currentYear ?? Int(civilDate(fromDays: now() / 86400).0)
+        var year = thisYear - thisYear % 100 + shortYear
+        if year > thisYear + 50 { year -= 100 }
+        return epochSeconds(year: year, month: month, day: day, time: time)
+    }
+
+    /// Reads the parts of a date from left to right; each read moves past what it matched.
+    private struct DateReader {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        var atEnd: Bool { index == bytes.count }
+
+        /// Three lower-case letters packed into one integer, as ``code()`` reads them.
+        private static func pack(_ name: String) -> UInt32 {
+            name.utf8.prefix(3).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        }
+
+        private static let monthCodes = HTTPDate.monthNames.map(pack)
+        private static let dayCodes = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"].map(pack)
+        /// What follows the first three letters of each long day name.
+        private static let longDayEndings = ["day", "sday", "nesday", "rsday", "day", "urday", "day"].map {
+            Array($0.utf8)
+        }
+        private static let gmtCode = pack("gmt")
+
+        /// The next three bytes in lower case, packed; nil when fewer are left. Moves past them.
+        private mutating func code() -> UInt32? {
+            guard index + 3 <= bytes.count else { return nil }
+            var packed: UInt32 = 0
+            for offset in 0..<3 { packed = packed << 8 | UInt32(lower(bytes[index + offset])) }
+            index += 3
+            return packed
+        }
+
+        private func lower(_ byte: UInt8) -> UInt8 {
+            byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+        }
+
+        mutating func dayName(long: Bool) -> Bool {
+            guard let code = code(), let day = Self.dayCodes.firstIndex(of: code) else { return false }
+            guard long else { return true }
+            let ending = Self.longDayEndings[day]
+            guard index + ending.count <= bytes.count,
+                ending.indices.allSatisfy({ lower(bytes[index + $0]) == ending[$0] })
+            else { return false }
+            index += ending.count
+            return true
+        }
+
+        /// 1 to 12.
+        mutating func month() -> Int? {
+            guard let code = code(), let month = Self.monthCodes.firstIndex(of: code) else { return nil }
+            return month + 1
+        }
+
+        mutating func gmt() -> Bool { code() == Self.gmtCode && atEnd }
+
+        mutating func literal(_ character: Unicode.Scalar) -> Bool {
+            guard index < bytes.count, bytes[index] == UInt8(ascii: character) else { return false }
+            index += 1
+            return true
+        }
+
+        mutating func space() -> Bool { literal(" ") }
+
+        /// Exactly `count` digits.
+        mutating func digits(_ count: Int) -> Int? {
+            guard index + count <= bytes.count else { return nil }
             var value = 0
-            for index in start..<(start + count) {
-                let digit = bytes[index] &- UInt8(ascii: "0")
+            for offset in 0..<count {
+                let digit = bytes[index + offset] &- UInt8(ascii: "0")
                 guard digit < 10 else { return nil }
                 value = value * 10 + Int(digit)
             }
+            index += count
             return value
         }
-        let monthCode = UInt32(bytes[8] | 0x20) << 16 | UInt32(bytes[9] | 0x20) << 8 | UInt32(bytes[10] | 0x20)
-        guard let month = monthCodes.firstIndex(of: monthCode),
-            let day = number(5, 2), let year = number(12, 4),
-            let hour = number(17, 2), let minute = number(20, 2), let second = number(23, 2),
-            hour < 24, minute < 60, second <= 60
-        else { return nil }
-        return epochSeconds(year: year, month: month + 1, day: day, time: Int64(hour * 3600 + minute * 60 + second))
+
+        /// `HH:MM:SS`, as seconds into the day (a leap second allowed).
+        mutating func timeOfDay() -> Int64? {
+            guard let hour = digits(2), literal(":"), let minute = digits(2), literal(":"), let second = digits(2),
+                hour < 24, minute < 60, second <= 60
+            else { return nil }
+            return Int64(hour * 3600 + minute * 60 + second)
+        }
     }
 
     /// Formats `seconds` as IMF-fixdate.
@@ -91,21 +161,17 @@ public enum HTTPDate {
             + "\(two(secondOfDay / 3600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60)) GMT"
     }
 
-    private static func month(_ name: String) -> Int? {
-        monthNames.firstIndex(of: name.lowercased()).map { $0 + 1 }
-    }
-
-    private static func timeOfDay(_ text: String) -> Int64? {
-        let parts = text.split(separator: ":")
-        guard parts.count == 3, let hour = Int64(parts[0]), let minute = Int64(parts[1]), let second = Int64(parts[2]),
-            (0..<24).contains(hour), (0..<60).contains(minute), (0...60).contains(second)
-        else { return nil }
-        return hour * 3600 + minute * 60 + second
-    }
-
     private static func epochSeconds(year: Int, month: Int, day: Int, time: Int64) -> Int64? {
-        guard (1...31).contains(day), (1970...9999).contains(year) else { return nil }
+        guard (1970...9999).contains(year), day >= 1, day <= daysIn(month: month, year: year) else { return nil }
         return daysFromCivil(year: Int64(year), month: Int64(month), day: Int64(day)) * 86400 + time
+    }
+
+    private static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
     }
 
     /// Howard Hinnant's days-from-civil algorithm.
