@@ -221,10 +221,50 @@ import Testing
             (["if-modified-since": "Thu, 01 Jan 2026 00:00:00 GMT"], false),
             (["If-Match": "*"], false),
             (["If-Unmodified-Since": "Thu, 01 Jan 2026 00:00:00 GMT"], false),
+            (["beagle-hash": "abc"], false),
         ] as [(HTTPHeaders, Bool)]
     )
     func sharingAStream(headers: HTTPHeaders, mayShare: Bool) {
         #expect(CacheFillPolicy.mayShareStream(requestHeaders: headers) == mayShare)
+    }
+
+    @Test("requests share a stream when they reach the backend the same but for who sent them")
+    func streamSharingIdentity() {
+        func identity(_ headers: HTTPHeaders) -> String {
+            CacheFillPolicy.streamSharingIdentity(upstreamHeaders: headers)
+        }
+        let base: HTTPHeaders = ["Host": "a.example", "Accept-Encoding": "identity", "Cookie": "u=1"]
+        var otherClient = base
+        otherClient.add(name: "X-Forwarded-For", value: "10.0.0.2")
+        otherClient.add(name: "Forwarded", value: "for=10.0.0.2")
+        otherClient.add(name: "X-Real-IP", value: "10.0.0.2")
+        #expect(identity(base) == identity(otherClient))
+        for (name, value) in [("Cookie", "u=2"), ("Accept-Encoding", "gzip"), ("Host", "b.example")] {
+            var different = base
+            different.replaceOrAdd(name: name, value: value)
+            #expect(identity(different) != identity(base), "\(name)")
+        }
+    }
+
+    @Test(
+        "an answer meant for the first client of a shared stream alone is not shared",
+        arguments: [
+            (200, [:], true),
+            (404, ["Cache-Control": "no-store"], true),
+            (200, ["Vary": "Accept-Encoding"], true),
+            (200, ["Set-Cookie": "session=1"], false),
+            (200, ["Cache-Control": "max-age=60, private"], false),
+            (200, ["Vary": "Accept, *"], false),
+            (401, [:], false),
+            (403, [:], false),
+            (407, [:], false),
+        ] as [(Int, HTTPHeaders, Bool)]
+    )
+    func sharingAStreamedAnswer(status: Int, headers: HTTPHeaders, shared: Bool) {
+        #expect(
+            CacheFillPolicy.mayShareStreamedResponse(status: HTTPResponseStatus(statusCode: status), headers: headers)
+                == shared
+        )
     }
 
     // MARK: Storing

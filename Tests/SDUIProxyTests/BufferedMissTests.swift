@@ -157,6 +157,8 @@ struct BufferedMissTests {
                 try await waitUntil { context.fetcher.sharedStreams.load == (1, 5) }
                 gated.gates[1].open()
                 for try await reply in group {
+                    #expect(reply.status == .ok)
+                    #expect(reply.headers.first(name: "X-Cache") == "BYPASS")
                     let whole = reply.body == Self.big
                     #expect(whole, "the whole body, \(reply.body.count) bytes of \(Self.big.count)")
                 }
@@ -183,6 +185,74 @@ struct BufferedMissTests {
             gated.gates[2].open()
             #expect(try await plain.body == Self.big)
             #expect(try await conditional.status == .ok)
+        }
+    }
+
+    @Test("clients with other cookies do not share a stream; a stream whose answer sets a cookie is not shared")
+    func privateAnswersAreNotShared() async throws {
+        let gated = GatedBigOrigin()
+        gated.gates[0].open()
+        gated.gates[1].open()
+        let setsCookie = NIOLockedValueBox(false)
+        try await ProxyHarness.run(
+            origin: { request in
+                var response = gated.respond(request)
+                if setsCookie.withLockedValue({ $0 }) { response.headers.append(("Set-Cookie", "session=new")) }
+                return response
+            },
+            configure: { $0.upstream.maxResponseBytes = 64 << 10 }
+        ) { proxy async throws in
+            _ = try await proxy.get("/big/sized")
+            let streams = proxy.server.context.fetcher.sharedStreams
+            // Two users: two streams, two requests at the origin, each with its own cookie.
+            async let first = proxy.get("/big/sized", headers: [("Cookie", "user=1")])
+            async let second = proxy.get("/big/sized", headers: [("Cookie", "user=2")])
+            try await waitUntil { streams.load == (2, 2) && proxy.origin.requests(to: "/big/sized").count == 4 }
+            let cookies = proxy.origin.requests(to: "/big/sized").dropFirst(2).compactMap {
+                $0.headers.first(name: "cookie")
+            }
+            #expect(cookies.sorted() == ["user=1", "user=2"])
+            gated.gates[2].open()
+            #expect(try await first.body == Self.big)
+            #expect(try await second.body == Self.big)
+
+            // An answer that sets a cookie goes to the first client only; the other two ask the backend alone.
+            setsCookie.withLockedValue { $0 = true }
+            let before = proxy.origin.requests(to: "/big/sized").count
+            let replies = try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<3 { group.addTask { try await proxy.get("/big/sized") } }
+                return try await group.reduce(into: [ProxyHarness.Reply]()) { $0.append($1) }
+            }
+            #expect(replies.allSatisfy { $0.body == Self.big && $0["Set-Cookie"] == "session=new" })
+            #expect(proxy.origin.requests(to: "/big/sized").count - before == 3)
+        }
+    }
+
+    @Test("a backend that fails before the head fails every client of the shared stream, with the error model")
+    func failureBeforeTheHeadReachesEveryClient() async throws {
+        let gated = GatedBigOrigin()
+        gated.gates[0].open()
+        gated.gates[1].open()
+        try await ProxyHarness.run(
+            origin: gated.respond,
+            configure: {
+                $0.upstream.maxResponseBytes = 64 << 10
+                $0.upstream.timeout = .milliseconds(500)
+            }
+        ) { proxy async throws in
+            _ = try await proxy.get("/big/sized")
+            let streams = proxy.server.context.fetcher.sharedStreams
+            try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
+                for _ in 0..<3 { group.addTask { try await proxy.get("/big/sized") } }
+                try await waitUntil { streams.load == (1, 3) }
+                // The origin holds the answer past upstream.timeout.
+                for try await reply in group {
+                    #expect(reply.status == .gatewayTimeout)
+                    #expect(reply.body.contains(#""kind":"timeout""#))
+                }
+            }
+            #expect(streams.load == (0, 0))
+            gated.gates[2].open()
         }
     }
 }

@@ -116,6 +116,7 @@ struct CacheResponder {
     private func stream(
         _ request: CacheRequest,
         because reason: ProxyError?,
+        alone: Bool = false,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
@@ -129,7 +130,7 @@ struct CacheResponder {
             )
         }
         let head = request.head
-        guard head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
+        guard !alone, head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
             return PassThroughResponder().respond(
                 to: head,
                 target: request.target,
@@ -148,11 +149,14 @@ struct CacheResponder {
             to: sink
         )
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
-        let subscriber = SharedResponseStream.Subscriber(sink: relay, eventLoop: sink.eventLoop) { error in
-            PassThroughResponder.answer(error, relay: relay, sink: boundSink.value, cacheResult: .bypass)
-        }
-        let streams = proxy.fetcher.sharedStreams
-        guard let stream = streams.joinOrLead(request.key, subscriber, on: sink.eventLoop) else { return }
+        let subscriber = SharedResponseStream.Subscriber(
+            sink: relay,
+            eventLoop: sink.eventLoop,
+            failed: { error in
+                PassThroughResponder.answer(error, relay: relay, sink: boundSink.value, cacheResult: .bypass)
+            },
+            goAlone: { [self] in stream(request, because: nil, alone: true, proxy: proxy, sink: boundSink.value) }
+        )
         let upstream = PassThroughResponder.upstreamRequest(
             for: head,
             target: request.target,
@@ -160,11 +164,22 @@ struct CacheResponder {
             proxy: proxy,
             sink: sink
         )
+        let streams = proxy.fetcher.sharedStreams
+        let identity = CacheFillPolicy.streamSharingIdentity(upstreamHeaders: upstream.headers)
+        guard let stream = streams.joinOrLead(request.key, request: identity, subscriber, on: sink.eventLoop)
+        else { return }
         let failureLog = proxy.fetcher.failureLog
+        let logger = proxy.logger
         let (key, target) = (request.key, request.target)
         proxy.client.forward(upstream, body: nil, on: sink.eventLoop, to: stream).whenComplete { result in
-            streams.ended(key, stream)
-            if case .failure(let error) = result {
+            streams.ended(key, request: identity, stream)
+            switch result {
+            case .success:
+                // Ended: no one is left to tell. A client that never called the end would leave them waiting.
+                stream.fail(ProxyError(.network, "the backend's answer ended without its end"))
+            case .failure(let error) where error is SharedResponseStream.NoSubscriberLeft:
+                logger.debug("every client of a shared stream went away; stopped", metadata: ["key": "\(key)"])
+            case .failure(let error):
                 stream.fail(PassThroughResponder.logFailure(error, of: head, target: target, in: failureLog))
             }
         }

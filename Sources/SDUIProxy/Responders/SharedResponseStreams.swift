@@ -2,11 +2,17 @@ import NIOCore
 import SDUIProxyCore
 import Synchronization
 
-/// The ``SharedResponseStream``s in flight, by cache key: identical misses of a response too large to store join
-/// the one whose head has not come yet, instead of each sending the backend a request of its own (as a fill's
-/// coalesced waiters share its exchange).
+/// The ``SharedResponseStream``s in flight, by cache key and forwarded request: identical misses of a response too
+/// large to store join the one whose head has not come yet, instead of each sending the backend a request of its
+/// own (as a fill's coalesced waiters share its exchange). Only requests that would reach the backend the same,
+/// but for who sent them (``CacheFillPolicy/streamSharingIdentity(upstreamHeaders:)``), share.
 final class SharedResponseStreams: Sendable {
-    private let streams = Mutex<[CacheKey: SharedResponseStream]>([:])
+    private struct Key: Hashable {
+        var cacheKey: CacheKey
+        var request: String
+    }
+
+    private let streams = Mutex<[Key: SharedResponseStream]>([:])
 
     init() {}
 
@@ -14,11 +20,13 @@ final class SharedResponseStreams: Sendable {
     /// when there is none, makes one with `subscriber` as its first, and answers it: the caller then makes the
     /// exchange, with the stream as its sink, and calls ``ended(_:_:)`` when it ends.
     func joinOrLead(
-        _ key: CacheKey,
+        _ cacheKey: CacheKey,
+        request identity: String,
         _ subscriber: SharedResponseStream.Subscriber,
         on eventLoop: any EventLoop
     ) -> SharedResponseStream? {
-        streams.withLock { streams in
+        let key = Key(cacheKey: cacheKey, request: identity)
+        return streams.withLock { streams in
             if let current = streams[key], current.subscribe(subscriber) { return nil }
             let stream = SharedResponseStream(eventLoop: eventLoop)
             _ = stream.subscribe(subscriber)
@@ -27,8 +35,9 @@ final class SharedResponseStreams: Sendable {
         }
     }
 
-    /// Forgets `stream`, whose exchange ended, unless a newer one for `key` has replaced it.
-    func ended(_ key: CacheKey, _ stream: SharedResponseStream) {
+    /// Forgets `stream`, whose exchange ended, unless a newer one for the same request has replaced it.
+    func ended(_ cacheKey: CacheKey, request identity: String, _ stream: SharedResponseStream) {
+        let key = Key(cacheKey: cacheKey, request: identity)
         streams.withLock { streams in
             if streams[key] === stream { streams[key] = nil }
         }

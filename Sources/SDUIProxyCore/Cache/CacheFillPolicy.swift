@@ -50,8 +50,33 @@ public struct CacheFillPolicy: Sendable {
     }
 
     private static let streamSpecificHeaders = [
-        "range", "if-range", "if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
+        "range", "if-range", "if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "beagle-hash",
     ]
+
+    /// What of a forwarded request must be the same for two clients to share its streamed answer: every field
+    /// as it goes upstream, but those that only say who the client is (`X-Forwarded-For`, `Forwarded`,
+    /// `X-Real-IP`), in order, names in lower case. Two requests that differ in a cookie, an encoding they accept
+    /// or the host they asked for do not share.
+    public static func streamSharingIdentity(upstreamHeaders: HTTPHeaders) -> String {
+        var identity = ""
+        for (name, value) in upstreamHeaders {
+            let lowered = name.lowercased()
+            if lowered == "x-forwarded-for" || lowered == "forwarded" || lowered == "x-real-ip" { continue }
+            identity += lowered + ":" + value + "\n"
+        }
+        return identity
+    }
+
+    /// Whether the backend's answer, streamed to the first client of a shared stream, may also go to the others
+    /// that sent the same request: not one that answers the first one's credentials or keeps state for it (401,
+    /// 403, 407, `private`, `Set-Cookie`: a new session cookie must not reach two clients), nor one that varies
+    /// on more than the request (`Vary: *`). The others then ask the backend alone.
+    public static func mayShareStreamedResponse(status: HTTPResponseStatus, headers: HTTPHeaders) -> Bool {
+        let code = status.code
+        guard code != 401, code != 403, code != 407, !headers.contains(name: "set-cookie") else { return false }
+        let fields = HTTPFieldLines(headers)
+        return !CacheControl(fields: fields).isPrivate && !FreshnessPolicy.variesOnEverything(fields)
+    }
 
     /// Whether a request may be answered from what is stored. One with `Authorization` may not: the stored
     /// answer was made for other credentials, or none, and this proxy does not revalidate it on the client's

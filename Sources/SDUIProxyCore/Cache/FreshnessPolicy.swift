@@ -79,7 +79,7 @@ public enum FreshnessPolicy {
     }
 
     /// Whether a `Vary` member is `*`: the response varies on things outside the request.
-    private static func variesOnEverything(_ fields: HTTPFieldLines) -> Bool {
+    static func variesOnEverything(_ fields: HTTPFieldLines) -> Bool {
         var found = false
         fields.forEachListMember(of: "vary") { member in
             if member.count == 1, member[0] == UInt8(ascii: "*") { found = true }
