@@ -65,4 +65,29 @@ struct CacheControlTests {
         #expect(!directives("no-storé").noStore)
         #expect(directives("max-age =\t7").maxAge == 7)
     }
+
+    @Test(
+        "RFC 9111 §5.1: Age is the first member of the first line, digits only, or nothing",
+        arguments: [
+            (["7200, 0"], 7200 as Int64?),
+            (["0, 7200"], 0),
+            (["  42 "], 42),
+            (["5", "9000"], 5),
+            (["+5"], nil),
+            (["-5"], nil),
+            (["5.0"], nil),
+            (["five"], nil),
+            ([""], nil),
+            (["99999999999999999999"], CacheControl.maximumDeltaSeconds),
+        ] as [([String], Int64?)]
+    )
+    func ageField(lines: [String], seconds: Int64?) {
+        var headers = HTTPHeaders()
+        for line in lines { headers.add(name: "Age", value: line) }
+        let now = HTTPDate.now()
+        headers.add(name: "Date", value: HTTPDate.format(now))
+        let age = FreshnessPolicy.initialAge(fields: HTTPFieldLines(headers), requestTime: now, responseTime: now)
+        #expect(age == (seconds ?? 0), "\(lines)")
+        #expect(FreshnessPolicy.ageSeconds(lines[0]) == seconds, "\(lines)")
+    }
 }

@@ -67,6 +67,18 @@ struct SharedCacheTests {
         }
     }
 
+    @Test(
+        "RFC 9111 §5.1: the first member of the first Age line counts",
+        arguments: [(["7200, 0"], false), (["0, 7200"], true), (["0", "7200"], true), (["7200", "0"], false)]
+    )
+    func ageListsAndLines(ages: [String], fresh: Bool) async throws {
+        let headers = [("Cache-Control", "max-age=3600")] + ages.map { ("Age", $0) }
+        try await ProxyHarness.run(origin: Self.origin(headers)) { proxy async throws in
+            _ = try await proxy.get("/a")
+            #expect((try await proxy.get("/a")["X-Cache"] == "HIT") == fresh, "Age: \(ages)")
+        }
+    }
+
     @Test("statuses other than 200 are stored when they carry explicit freshness, and not otherwise")
     func cacheableStatuses() async throws {
         try await ProxyHarness.run(origin: { request in

@@ -87,10 +87,25 @@ public enum FreshnessPolicy {
         return found
     }
 
+    /// An `Age` field line's value (RFC 9111 section 5.1): its first list member when a sender joined several,
+    /// digits only (a sign, a fraction or anything else and the field is ignored, nil), capped like any
+    /// delta-seconds.
+    static func ageSeconds(_ line: String) -> Int64? {
+        let member = line.utf8.prefix { $0 != UInt8(ascii: ",") }
+        var digits = Substring(member)[...]
+        while let first = digits.first, first == " " || first == "\t" { digits.removeFirst() }
+        while let last = digits.last, last == " " || last == "\t" { digits.removeLast() }
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            return nil
+        }
+        // Past what fits, the largest delta-seconds (RFC 9111 section 1.2.2).
+        return Int64(digits).map { min($0, CacheControl.maximumDeltaSeconds) } ?? CacheControl.maximumDeltaSeconds
+    }
+
     /// The corrected initial age of a response (RFC 9111 section 4.2.3), in seconds: the larger of the age
     /// implied by its `Date` and the `Age` it carries plus the time the exchange took.
     public static func initialAge(fields: HTTPFieldLines, requestTime: Int64, responseTime: Int64) -> Int64 {
-        let ageValue = fields.first("age").flatMap { Int64($0.trimmingWhitespace()) }.map { max(0, $0) } ?? 0
+        let ageValue = fields.first("age").flatMap(ageSeconds) ?? 0
         let dateValue = fields.date("date") ?? responseTime
         let apparentAge = max(0, responseTime - dateValue)
         let responseDelay = max(0, responseTime - requestTime)
