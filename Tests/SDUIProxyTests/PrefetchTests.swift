@@ -63,10 +63,12 @@ struct PrefetchTests {
 
     @Test("declared URLs are fetched at start-up for every platform; /ready says 503 until then, and hits follow")
     func warmUp() async throws {
+        // Holds /slow until the test has seen the proxy not ready: a delay could end first on a loaded machine.
+        let slow = OriginGate()
         try await ProxyHarness.run(
             origin: { request in
                 var response = TestOrigin.Response.component()
-                response.delay = .milliseconds(request.uri == "/slow" ? 600 : 0)
+                if request.uri == "/slow" { response.heldBy = slow }
                 if request.uri == "/missing" { response = TestOrigin.Response(status: .notFound, body: "") }
                 return response
             },
@@ -78,6 +80,7 @@ struct PrefetchTests {
             let early = try await proxy.admin("/ready")
             #expect(early.status == .serviceUnavailable)
             #expect(early.body.contains(#""total":6"#))
+            slow.open()
             try await waitUntil { try await proxy.admin("/ready").status == .ok }
             let ready = try await proxy.admin("/ready")
             #expect(ready.body == #"{"ready":true,"done":6,"total":6,"failed":2}"#)
@@ -330,16 +333,20 @@ struct PrefetchTests {
 
     @Test("a client and a prefetch racing for one key send one request upstream")
     func clientAndPrefetchRace() async throws {
-        try await ProxyHarness.run(origin: { _ in .component(delay: .milliseconds(700)) }) { proxy async throws in
+        let gate = OriginGate()
+        try await ProxyHarness.run(origin: { _ in .component(heldBy: gate) }) { proxy async throws in
             async let prefetched = proxy.admin(
                 "/prefetch",
                 method: .POST,
                 body: #"{"urls":["/race"],"platforms":["WEB"]}"#
             )
-            // The prefetch is at the origin (which holds its answer) before the client asks.
+            // The prefetch is at the origin (which holds its answer) before the client asks, and the client waits
+            // for it before the origin answers.
             try await waitUntil { proxy.origin.requestCount == 1 }
-            let client = try await proxy.get("/race")
-            #expect(client.status == .ok)
+            async let client = proxy.get("/race")
+            try await waitUntil { proxy.server.context.fetcher.coalescer.coalescedWaits == 1 }
+            gate.open()
+            #expect(try await client.status == .ok)
             #expect(try await prefetched.body.contains(#""status":"cached""#))
             #expect(proxy.origin.requestCount == 1)
         }
