@@ -53,17 +53,37 @@ public final class PostgresQueueStore: QueueStore {
     /// The database's clock, in milliseconds since the epoch. Every time in the tables is on it (leases, next
     /// attempts, queue and finish times), so replicas whose clocks disagree still agree on what is due, how old a
     /// request is, and whose lease ran out; times are moved between it and this process's clock as they go in and
-    /// come out (``onDatabaseClock(_:)``, ``onLocalClock(_:databaseNow:)``).
+    /// come out, by the clocks' offset (``onDatabaseClock(_:)``, ``onLocalClock(_:)``).
     private static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
-    /// SQL for `time`, on this process's clock, moved onto the database's.
-    private static func onDatabaseClock(_ time: QueueInstant) -> String {
-        "(\(time.millisecondsSinceEpoch - QueueInstant.now().millisecondsSinceEpoch) + \(databaseNow))"
+    /// How far the database's clock is ahead of this process's, in milliseconds, as last measured; and when (on
+    /// this process's clock). One offset for every conversion, so a time written and read back is the same.
+    private let clockOffset = Atomic<Int64>(0)
+    private let offsetMeasuredAt = Atomic<Int64>(0)
+    /// How often the offset is measured again (clocks drift, and are stepped).
+    private static let offsetLifetime: Int64 = 30_000
+
+    /// `time`, on this process's clock, moved onto the database's.
+    private func onDatabaseClock(_ time: QueueInstant) -> Int64 {
+        time.millisecondsSinceEpoch + clockOffset.load(ordering: .relaxed)
     }
 
-    /// A time read from the database (`databaseNow` read with it) moved onto this process's clock.
-    private static func onLocalClock(_ milliseconds: Int64, databaseNow: Int64) -> QueueInstant {
-        QueueInstant.now().advanced(by: .milliseconds(milliseconds - databaseNow))
+    /// A time on the database's clock moved onto this process's.
+    private func onLocalClock(_ milliseconds: Int64) -> QueueInstant {
+        QueueInstant(millisecondsSinceEpoch: milliseconds - clockOffset.load(ordering: .relaxed))
+    }
+
+    /// Measures the clocks' offset on `connection` when the last measure is old: the database's reading against
+    /// the middle of the round trip that read it, so the error is at most half that trip.
+    private func measureClockOffsetIfOld(on connection: PostgresConnection, logger: Logger) async throws {
+        let before = QueueInstant.now().millisecondsSinceEpoch
+        guard before - offsetMeasuredAt.load(ordering: .relaxed) >= Self.offsetLifetime else { return }
+        let rows = try await connection.query("SELECT \(unescaped: Self.databaseNow)", logger: logger)
+        for try await databaseNow in rows.decode(Int64.self) {
+            let after = QueueInstant.now().millisecondsSinceEpoch
+            clockOffset.store(databaseNow - (before + after) / 2, ordering: .relaxed)
+            offsetMeasuredAt.store(after, ordering: .relaxed)
+        }
     }
     private static let entryColumns =
         "seq, id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
@@ -139,8 +159,8 @@ public final class PostgresQueueStore: QueueStore {
                          last_error, status)
                     VALUES (\(entry.id), \(entry.route), \(entry.method.rawValue), \(entry.target), \
                     \(QueueEntry.encode(entry.headers)), \(entry.body), \
-                    \(unescaped: Self.onDatabaseClock(entry.enqueuedAt)), \(entry.attempts), \
-                    \(unescaped: Self.onDatabaseClock(entry.nextAttemptAt)), \(entry.lastError), \(entry.lastStatus))
+                    \(self.onDatabaseClock(entry.enqueuedAt)), \(entry.attempts), \
+                    \(self.onDatabaseClock(entry.nextAttemptAt)), \(entry.lastError), \(entry.lastStatus))
                     """,
                     logger: logger
                 )
@@ -149,8 +169,7 @@ public final class PostgresQueueStore: QueueStore {
     }
 
     public func firstPending(route: String) async throws -> QueueEntry? {
-        let owner = settings.owner
-        return try await withConnection { connection, logger in
+        try await withConnection { connection, logger in
             let rows = try await connection.query(
                 """
                 SELECT \(unescaped: Self.entryColumns), lease_owner, lease_until, \(unescaped: Self.databaseNow)
@@ -158,7 +177,7 @@ public final class PostgresQueueStore: QueueStore {
                 """,
                 logger: logger
             )
-            for try await row in rows { return try Self.claimedRow(row, owner: owner).entry }
+            for try await row in rows { return try self.claimedRow(row).entry }
             return nil
         }
     }
@@ -178,7 +197,7 @@ public final class PostgresQueueStore: QueueStore {
                     logger: logger
                 )
                 var found: ClaimedRow?
-                for try await row in rows { found = try Self.claimedRow(row, owner: owner) }
+                for try await row in rows { found = try self.claimedRow(row) }
                 guard let head = found else { return (.empty, nil) }
                 // `now` on the database's clock: its reading, read with the head, or as far after it as `now` was
                 // ahead of this process's clock when asked (never behind: the time the query took is not taken off).
@@ -190,7 +209,7 @@ public final class PostgresQueueStore: QueueStore {
                 )
                 switch decision {
                 case .wait(let until):
-                    return (.notBefore(Self.onLocalClock(until, databaseNow: head.databaseNow)), nil)
+                    return (.notBefore(self.onLocalClock(until)), nil)
                 case .claim(let takenOver):
                     try await connection.query(
                         """
@@ -241,7 +260,7 @@ public final class PostgresQueueStore: QueueStore {
                 logger: logger
             )
             var claimed: [ClaimedRow] = []
-            for try await row in rows { claimed.append(try Self.claimedRow(row, owner: owner)) }
+            for try await row in rows { claimed.append(try self.claimedRow(row)) }
             return claimed.sorted { $0.seq < $1.seq }
         }
         let takenOver = claimed.filter { $0.lease.map { $0.owner != owner } ?? false }
@@ -259,14 +278,14 @@ public final class PostgresQueueStore: QueueStore {
                 """
                 SELECT min(CASE
                   WHEN lease_owner <> \(owner) AND lease_until > \(unescaped: Self.databaseNow)
-                  THEN GREATEST(next_attempt_at, lease_until) ELSE next_attempt_at END), \(unescaped: Self.databaseNow)
+                  THEN GREATEST(next_attempt_at, lease_until) ELSE next_attempt_at END)
                 FROM sdui_queue
                 WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
                 """,
                 logger: logger
             )
-            for try await (earliest, databaseNow) in rows.decode((Int64?, Int64).self) {
-                return earliest.map { Self.onLocalClock($0, databaseNow: databaseNow) }
+            for try await earliest in rows.decode(Int64?.self) {
+                return earliest.map { self.onLocalClock($0) }
             }
             return nil
         }
@@ -316,7 +335,7 @@ public final class PostgresQueueStore: QueueStore {
                 """
                 WITH done AS (
                   UPDATE sdui_queue
-                  SET attempts = \(attempts), next_attempt_at = \(unescaped: Self.onDatabaseClock(nextAttemptAt)),
+                  SET attempts = \(attempts), next_attempt_at = \(self.onDatabaseClock(nextAttemptAt)),
                     last_error = \(lastError), status = \(status), lease_owner = NULL, lease_until = NULL
                   WHERE id = \(id) AND state = 'pending' AND lease_owner = \(owner) RETURNING seq
                 )
@@ -393,7 +412,7 @@ public final class PostgresQueueStore: QueueStore {
                 WITH done AS (
                   UPDATE sdui_queue
                   SET state = \(state.rawValue), last_error = COALESCE(\(lastError), last_error), status = \(status),
-                    attempts = \(attempts), finished_at = \(unescaped: Self.onDatabaseClock(time)), finished_by = \(owner),
+                    attempts = \(attempts), finished_at = \(self.onDatabaseClock(time)), finished_by = \(owner),
                     body = NULL, headers = NULL, lease_owner = NULL, lease_until = NULL,
                     notify_pending = \(awaitingNotification), notify_owner = \(notifier),
                     notify_until = CASE WHEN \(awaitingNotification) THEN \(unescaped: Self.databaseNow) + \(lease) END
@@ -472,16 +491,16 @@ public final class PostgresQueueStore: QueueStore {
             let rows = try await connection.query(
                 """
                 SELECT id, route, method, target, state, attempts, enqueued_at, next_attempt_at, finished_at, status,
-                  last_error, \(unescaped: Self.databaseNow)
+                  last_error
                 FROM sdui_queue WHERE id = \(id)
                 """,
                 logger: logger
             )
             for try await (
                 id, route, method, target, state, attempts, enqueuedAt, nextAttemptAt, finishedAt, status,
-                lastError, databaseNow
+                lastError
             ) in rows.decode(
-                (String, String, String, String, String, Int, Int64, Int64, Int64?, Int?, String?, Int64).self
+                (String, String, String, String, String, Int, Int64, Int64, Int64?, Int?, String?).self
             ) {
                 guard let state = QueueEntryStatus.State(rawValue: state) else {
                     throw QueueStoreError("entry \(id) has an unknown state")
@@ -493,9 +512,9 @@ public final class PostgresQueueStore: QueueStore {
                     target: target,
                     state: state,
                     attempts: attempts,
-                    enqueuedAt: Self.onLocalClock(enqueuedAt, databaseNow: databaseNow),
-                    nextAttemptAt: state == .pending ? Self.onLocalClock(nextAttemptAt, databaseNow: databaseNow) : nil,
-                    finishedAt: finishedAt.map { Self.onLocalClock($0, databaseNow: databaseNow) },
+                    enqueuedAt: self.onLocalClock(enqueuedAt),
+                    nextAttemptAt: state == .pending ? self.onLocalClock(nextAttemptAt) : nil,
+                    finishedAt: finishedAt.map { self.onLocalClock($0) },
                     status: status,
                     lastError: lastError
                 )
@@ -508,18 +527,18 @@ public final class PostgresQueueStore: QueueStore {
         try await withConnection { connection, logger in
             let rows = try await connection.query(
                 """
-                SELECT route, count(*)::bigint, min(enqueued_at), \(unescaped: Self.databaseNow) FROM sdui_queue
+                SELECT route, count(*)::bigint, min(enqueued_at) FROM sdui_queue
                 WHERE state = 'pending' GROUP BY route ORDER BY route
                 """,
                 logger: logger
             )
             var depths: [QueueRouteDepth] = []
-            for try await (route, depth, oldest, databaseNow) in rows.decode((String, Int, Int64?, Int64).self) {
+            for try await (route, depth, oldest) in rows.decode((String, Int, Int64?).self) {
                 depths.append(
                     QueueRouteDepth(
                         route: route,
                         depth: depth,
-                        oldestEnqueuedAt: oldest.map { Self.onLocalClock($0, databaseNow: databaseNow) }
+                        oldestEnqueuedAt: oldest.map { self.onLocalClock($0) }
                     )
                 )
             }
@@ -557,7 +576,7 @@ public final class PostgresQueueStore: QueueStore {
                 let removed = try await connection.query(
                     """
                     DELETE FROM sdui_queue
-                    WHERE state <> 'pending' AND finished_at < \(unescaped: Self.onDatabaseClock(time))
+                    WHERE state <> 'pending' AND finished_at < \(self.onDatabaseClock(time))
                     RETURNING seq
                     """,
                     logger: logger
@@ -612,6 +631,7 @@ public final class PostgresQueueStore: QueueStore {
                     try await ClusterSchema.migrate(on: connection, logger: logger)
                     self.migrated.store(true, ordering: .relaxed)
                 }
+                try await self.measureClockOffsetIfOld(on: connection, logger: logger)
                 return try await body(connection, logger)
             }
         }
@@ -663,7 +683,7 @@ public final class PostgresQueueStore: QueueStore {
         var databaseNow: Int64
     }
 
-    private static func claimedRow(_ row: PostgresRow, owner: String) throws -> ClaimedRow {
+    private func claimedRow(_ row: PostgresRow) throws -> ClaimedRow {
         let (
             seq, id, route, method, target, headers, body, enqueuedAt, attempts, nextAttemptAt, lastError, status,
             leaseOwner, leaseUntil, databaseNow
@@ -680,9 +700,9 @@ public final class PostgresQueueStore: QueueStore {
             target: target,
             headers: try QueueEntry.decodeHeaders(headers),
             body: body,
-            enqueuedAt: onLocalClock(enqueuedAt, databaseNow: databaseNow),
+            enqueuedAt: onLocalClock(enqueuedAt),
             attempts: attempts,
-            nextAttemptAt: onLocalClock(nextAttemptAt, databaseNow: databaseNow),
+            nextAttemptAt: onLocalClock(nextAttemptAt),
             lastError: lastError,
             lastStatus: status
         )
