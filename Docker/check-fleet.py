@@ -24,12 +24,12 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from local_services import Services, as_unprivileged, free_port, listening, wait_for  # noqa: E402
+from local_services import (  # noqa: E402
+    Services, as_unprivileged, free_port, listening, run_in_work_directory, wait_for)
 
 BIN = os.environ.get("BIN") or next(
     (path for path in (f"{ROOT}/.build/release/sdui-proxy", f"{ROOT}/.build/debug/sdui-proxy") if os.path.exists(path)),
@@ -71,13 +71,7 @@ def until(what, check, limit=15):
 def main():
     if not BIN:
         sys.exit("no sdui-proxy binary: swift build, or set BIN")
-    work = tempfile.mkdtemp(prefix="sdui-check-fleet.")
-    os.chmod(work, 0o755)
-    try:
-        run(work)
-    finally:
-        services.stop_all()
-        shutil.rmtree(work, ignore_errors=True)
+    run_in_work_directory("sdui-check-fleet.", services, run)
 
 
 def start_backend(work, samples, port, name):

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -114,3 +115,15 @@ http {{
                              stderr=subprocess.DEVNULL)
         wait_for(name, listening(port))
         return process
+
+
+def run_in_work_directory(prefix, services, run):
+    """Calls `run` with a new directory anyone can read (servers run as `nobody` read from it); afterwards stops
+    what `services` started and removes the directory, whatever happened."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(work, 0o755)
+    try:
+        run(work)
+    finally:
+        services.stop_all()
+        shutil.rmtree(work, ignore_errors=True)

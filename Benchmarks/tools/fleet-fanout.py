@@ -12,14 +12,12 @@ Prints the latencies' p50, p99 and maximum. Everything it starts is stopped by P
 import http.client
 import http.server
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from local_services import Services, free_port, wait_for  # noqa: E402
+from local_services import Services, free_port, run_in_work_directory, wait_for  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "200"))
 BIN = os.environ.get("BIN", ".build/release/sdui-proxy")
@@ -46,13 +44,7 @@ class Origin(http.server.BaseHTTPRequestHandler):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="sdui-fleet-fanout.")
-    os.chmod(work, 0o755)
-    try:
-        run(work)
-    finally:
-        services.stop_all()
-        shutil.rmtree(work, ignore_errors=True)
+    run_in_work_directory("sdui-fleet-fanout.", services, run)
 
 
 def run(work):

@@ -53,23 +53,15 @@ public protocol QueueStore: Sendable {
         status: Int?
     ) async throws
 
-    /// Marks a pending entry delivered with the backend's `status`; returns false when it was not pending, or when
-    /// another deliverer took it over (its outcome is that one's to record).
-    /// With `awaitingNotification`, the outcome is listed by ``unnotifiedOutcomes(limit:)`` until
+    /// Records the final outcome of a pending entry: delivered with the backend's `status`, or failed with
+    /// `lastError` (and the backend's last `status`, when it answered). The body and headers are let go. Returns
+    /// false when the entry was not pending, or another deliverer took it over (its outcome is that one's to
+    /// record). With `awaitingNotification`, the outcome is listed by ``unnotifiedOutcomes(limit:)`` until
     /// ``markNotified(id:)``, in the same atomic change.
-    func markDelivered(
+    func finish(
         id: String,
-        status: Int,
-        attempts: Int,
-        at time: QueueInstant,
-        awaitingNotification: Bool
-    ) async throws -> Bool
-
-    /// Marks a pending entry finally failed; returns false when it was not pending. `awaitingNotification` as
-    /// for ``markDelivered(id:status:attempts:at:awaitingNotification:)``.
-    func markFailed(
-        id: String,
-        lastError: String,
+        outcome: QueueConfiguration.Outcome,
+        lastError: String?,
         status: Int?,
         attempts: Int,
         at time: QueueInstant,
@@ -97,6 +89,47 @@ public protocol QueueStore: Sendable {
 
     /// Releases the store; no call may follow.
     func close() async throws
+}
+
+extension QueueStore {
+    /// ``finish(id:outcome:lastError:status:attempts:at:awaitingNotification:)`` for a delivery.
+    public func markDelivered(
+        id: String,
+        status: Int,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        try await finish(
+            id: id,
+            outcome: .delivered,
+            lastError: nil,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
+    }
+
+    /// ``finish(id:outcome:lastError:status:attempts:at:awaitingNotification:)`` for a request given up.
+    public func markFailed(
+        id: String,
+        lastError: String,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        try await finish(
+            id: id,
+            outcome: .failed,
+            lastError: lastError,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification
+        )
+    }
 }
 
 /// What ``QueueStore/claimHead(route:at:)`` found.

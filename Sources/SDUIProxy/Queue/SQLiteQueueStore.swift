@@ -314,46 +314,9 @@ public final class SQLiteQueueStore: QueueStore {
         )
     }
 
-    public func markDelivered(
+    public func finish(
         id: String,
-        status: Int,
-        attempts: Int,
-        at time: QueueInstant,
-        awaitingNotification: Bool
-    ) async throws -> Bool {
-        try await finish(
-            id: id,
-            state: .delivered,
-            lastError: nil,
-            status: status,
-            attempts: attempts,
-            at: time,
-            awaitingNotification: awaitingNotification
-        )
-    }
-
-    public func markFailed(
-        id: String,
-        lastError: String,
-        status: Int?,
-        attempts: Int,
-        at time: QueueInstant,
-        awaitingNotification: Bool
-    ) async throws -> Bool {
-        try await finish(
-            id: id,
-            state: .failed,
-            lastError: lastError,
-            status: status,
-            attempts: attempts,
-            at: time,
-            awaitingNotification: awaitingNotification
-        )
-    }
-
-    private func finish(
-        id: String,
-        state: QueueConfiguration.Outcome,
+        outcome state: QueueConfiguration.Outcome,
         lastError: String?,
         status: Int?,
         attempts: Int,

@@ -2,7 +2,7 @@ import SDUIProxy
 import SDUIProxyCore
 import Synchronization
 
-/// A queue store whose first `failures` calls to `markDelivered` throw, as a store does while its disk is full
+/// A queue store whose first `failures` recordings of a delivery throw, as a store does while its disk is full
 /// or remounted read-only; everything else goes to `base`.
 final class FailingQueueStore: QueueStore {
     struct WriteFailed: Error {}
@@ -16,24 +16,30 @@ final class FailingQueueStore: QueueStore {
         self.failuresLeft = Mutex(failures)
     }
 
-    /// How many times `markDelivered` was called, failed calls included.
+    /// How many times a delivery was recorded, failed calls included.
     var markDeliveredCalls: Int { calls.withLock { $0 } }
 
-    func markDelivered(
+    func finish(
         id: String,
-        status: Int,
+        outcome: QueueConfiguration.Outcome,
+        lastError: String?,
+        status: Int?,
         attempts: Int,
         at time: QueueInstant,
         awaitingNotification: Bool
     ) async throws -> Bool {
-        calls.withLock { $0 += 1 }
-        let fails = failuresLeft.withLock { left -> Bool in
-            defer { left = max(0, left - 1) }
-            return left > 0
+        if outcome == .delivered {
+            calls.withLock { $0 += 1 }
+            let fails = failuresLeft.withLock { left -> Bool in
+                defer { left = max(0, left - 1) }
+                return left > 0
+            }
+            if fails { throw WriteFailed() }
         }
-        if fails { throw WriteFailed() }
-        return try await base.markDelivered(
+        return try await base.finish(
             id: id,
+            outcome: outcome,
+            lastError: lastError,
             status: status,
             attempts: attempts,
             at: time,
@@ -81,24 +87,6 @@ final class FailingQueueStore: QueueStore {
             nextAttemptAt: nextAttemptAt,
             lastError: lastError,
             status: status
-        )
-    }
-
-    func markFailed(
-        id: String,
-        lastError: String,
-        status: Int?,
-        attempts: Int,
-        at time: QueueInstant,
-        awaitingNotification: Bool
-    ) async throws -> Bool {
-        try await base.markFailed(
-            id: id,
-            lastError: lastError,
-            status: status,
-            attempts: attempts,
-            at: time,
-            awaitingNotification: awaitingNotification
         )
     }
 

@@ -49,21 +49,7 @@ struct PostgresQueueStoreTests {
         at time: QueueInstant = .now(),
         body: ByteBuffer? = nil
     ) -> QueueEntry {
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "application/json")
-        headers.add(name: "X-Tag", value: "a")
-        headers.add(name: "X-Tag", value: "b")
-        headers.add(name: "X-Empty", value: "")
-        return QueueEntry(
-            id: id,
-            route: route,
-            method: .POST,
-            target: "/api/\(id)?q=1",
-            headers: headers,
-            body: body,
-            enqueuedAt: time,
-            nextAttemptAt: time
-        )
+        QueueTest.entry(id, route: route, at: time, body: body)
     }
 
     private func closing<Result>(

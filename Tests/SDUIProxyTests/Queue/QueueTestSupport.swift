@@ -19,6 +19,33 @@ import Darwin
 /// delivery service and stop it gracefully.
 enum QueueTest {
     static let logger = Logger(label: "queue-test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    /// A pending POST as a store keeps it, due when queued, with headers that test the encoding: a repeated field
+    /// and an empty value.
+    static func entry(
+        _ id: String,
+        route: String = "POST /api",
+        at time: QueueInstant,
+        body: ByteBuffer? = nil
+    )
+        -> QueueEntry
+    {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "X-Tag", value: "a")
+        headers.add(name: "X-Tag", value: "b")
+        headers.add(name: "X-Empty", value: "")
+        return QueueEntry(
+            id: id,
+            route: route,
+            method: .POST,
+            target: "/api/\(id)?q=1",
+            headers: headers,
+            body: body,
+            enqueuedAt: time,
+            nextAttemptAt: time
+        )
+    }
     static let group = MultiThreadedEventLoopGroup.singleton
 
     /// A queue over the store in `configuration.store`, on the shared test loops and thread pool.

@@ -17,21 +17,7 @@ import Darwin
 @Suite struct SQLiteQueueStoreTests {
     private func entry(_ id: String, route: String = "POST /api", at time: Int64, body: ByteBuffer? = nil) -> QueueEntry
     {
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "application/json")
-        headers.add(name: "X-Tag", value: "a")
-        headers.add(name: "X-Tag", value: "b")
-        headers.add(name: "X-Empty", value: "")
-        return QueueEntry(
-            id: id,
-            route: route,
-            method: .POST,
-            target: "/api/\(id)?q=1",
-            headers: headers,
-            body: body,
-            enqueuedAt: QueueInstant(millisecondsSinceEpoch: time),
-            nextAttemptAt: QueueInstant(millisecondsSinceEpoch: time)
-        )
+        QueueTest.entry(id, route: route, at: QueueInstant(millisecondsSinceEpoch: time), body: body)
     }
 
     @Test func entriesRoundTripAndKeepArrivalOrderAcrossReopening() async throws {
