@@ -73,8 +73,9 @@ class Services:
                     process.kill()
                     process.wait()
 
-    def postgres(self, work, user="sdui"):
-        """A PostgreSQL server in `work`/pg on a free port, trusting local logins; returns the port."""
+    def postgres(self, work, user="sdui", fsync=False):
+        """A PostgreSQL server in `work`/pg on a free port, trusting local logins; returns the port. Without
+        `fsync` (the default, for checks) a commit is not flushed to disk; benchmarks of durable writes set it."""
         bin_dir = postgres_bin()
         data = os.path.join(work, "pg")
         os.makedirs(data)
@@ -85,7 +86,7 @@ class Services:
         port = free_port()
         self.start(as_unprivileged() + [
             f"{bin_dir}/postgres", "-D", data, "-p", str(port), "-k", data, "-c", "listen_addresses=127.0.0.1",
-            "-c", "fsync=off"], stderr=subprocess.DEVNULL)
+            "-c", "fsync=" + ("on" if fsync else "off")], stderr=subprocess.DEVNULL)
         wait_for("postgres", listening(port))
         return port
 

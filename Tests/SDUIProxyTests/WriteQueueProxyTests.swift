@@ -67,6 +67,24 @@ struct WriteQueueProxyTests {
         }
     }
 
+    @Test("a backend that refuses connections gets the write queued at once, not after upstream.connectTimeout")
+    func refusedConnectionQueuesAtOnce() async throws {
+        try await Self.withQueuedWrites(configure: {
+            // Longer than the test client waits (10 s): a 202 shows the refusal was not retried until then.
+            $0.upstream.connectTimeout = .seconds(60)
+            $0.upstream.timeout = .seconds(60)
+        }) { proxy async throws in
+            try await proxy.origin.stop()
+            let accepted = try await proxy.get("/api/orders", method: .POST, body: #"{"n":1}"#)
+            #expect(accepted.status == .accepted)
+            #expect(accepted.body.contains(#""queued":true"#))
+            // Pass-through too: a bypassed request is answered 502 at once.
+            let passed = try await proxy.get("/api/other", method: .POST, body: "{}")
+            #expect(passed.status == .badGateway)
+            try await proxy.origin.restart()
+        }
+    }
+
     @Test("a write the backend answers with a retryable status is queued; its answer does not reach the client")
     func retryableAnswerQueues() async throws {
         let refusing = NIOLockedValueBox(true)

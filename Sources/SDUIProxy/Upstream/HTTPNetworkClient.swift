@@ -29,6 +29,10 @@ public final class HTTPNetworkClient: NetworkClient {
             decompression: .disabled
         )
         clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = configuration.maxConnections
+        // A backend that refuses the connection fails the request at once, as it does on the cache-fill path, rather
+        // than after `upstream.connectTimeout` of retries: a queued write is accepted (202) without that wait, and a
+        // pass-through request answered 502 at once. The write queue and the clients retry; a proxy should not.
+        clientConfiguration.connectionPool.retryConnectionEstablishment = false
         clientConfiguration.httpVersion = .http1Only
         self.client = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: clientConfiguration)
     }
