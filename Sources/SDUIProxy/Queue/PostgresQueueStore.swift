@@ -15,8 +15,8 @@ import Synchronization
 /// `Idempotency-Key`. An outcome is recorded only by the lease's holder, so its handlers run once in the fleet;
 /// webhook notifications are leased the same way, and old entries are removed by one replica per interval.
 ///
-/// Inserts on one route take a transaction-scoped advisory lock of the route, so arrival order (`seq`) is also
-/// commit order: a request that commits late can never slip in ahead of one already being delivered.
+/// Inserts on a sequential route take a transaction-scoped advisory lock of the route, so arrival order (`seq`) is
+/// also commit order: a request that commits late can never slip in ahead of one already being delivered.
 ///
 /// Nothing is needed from the database at start: a replica whose PostgreSQL is down serves, refuses writes it
 /// would have to queue with 503, and takes them again once it is back. The schema is brought up to date on the
@@ -31,6 +31,9 @@ public final class PostgresQueueStore: QueueStore {
         public var cleanupInterval: Duration
         /// How long an operation may wait for a connection and for its answer.
         public var operationTimeout: Duration = .seconds(5)
+        /// The keys of the concurrent routes: their inserts need no order, and take no lock. Every other route's
+        /// (a route this replica does not know included) are ordered.
+        public var concurrentRoutes: Set<String> = []
 
         public init(owner: String, leaseTimeout: Duration, cleanupInterval: Duration) {
             self.owner = owner
@@ -146,12 +149,17 @@ public final class PostgresQueueStore: QueueStore {
     public var isShared: Bool { true }
 
     public func insert(_ entry: QueueEntry) async throws {
+        let ordered = !settings.concurrentRoutes.contains(entry.route)
         try await withConnection { connection, logger in
             try await connection.withTransaction(logger: logger) { connection in
-                try await connection.query(
-                    "SELECT pg_advisory_xact_lock(\(Self.insertLockKey), hashtext(\(entry.route)))",
-                    logger: logger
-                )
+                // Held to the commit, so on an ordered route commits come in `seq` order; unordered inserts commit
+                // side by side (and share the disk's flushes).
+                if ordered {
+                    try await connection.query(
+                        "SELECT pg_advisory_xact_lock(\(Self.insertLockKey), hashtext(\(entry.route)))",
+                        logger: logger
+                    )
+                }
                 _ = try await connection.query(
                     """
                     INSERT INTO sdui_queue

@@ -92,14 +92,16 @@ public final class WriteQueue: Sendable {
                 logger: logger
             )
         case .postgres(let url):
+            var settings = PostgresQueueStore.Settings(
+                owner: QueueClaimRules.owner(replicaName: replicaName),
+                leaseTimeout: configuration.leaseTimeout,
+                cleanupInterval: configuration.cleanupInterval
+            )
+            settings.concurrentRoutes = Set(configuration.routes.filter { $0.ordering == .concurrent }.map(\.key))
             store = await PostgresQueueStore.open(
                 url: url,
                 replicaName: replicaName,
-                settings: PostgresQueueStore.Settings(
-                    owner: QueueClaimRules.owner(replicaName: replicaName),
-                    leaseTimeout: configuration.leaseTimeout,
-                    cleanupInterval: configuration.cleanupInterval
-                ),
+                settings: settings,
                 metrics: claimMetrics,
                 logger: logger
             )

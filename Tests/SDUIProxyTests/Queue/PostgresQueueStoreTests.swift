@@ -155,6 +155,47 @@ struct PostgresQueueStoreTests {
         }
     }
 
+    @Test("inserts on a sequential route wait their turn under the route's lock; a concurrent route's take none")
+    func insertsLockOrderedRoutesOnly() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let url = try await server.makeDatabase()
+        var settings = PostgresQueueStore.Settings(
+            owner: QueueClaimRules.owner(replicaName: "a"),
+            leaseTimeout: .seconds(30),
+            cleanupInterval: .seconds(3600)
+        )
+        settings.concurrentRoutes = ["POST /c"]
+        let a = PostgresQueueStore(url: url, replicaName: "a", settings: settings, logger: logger)
+        try await closing([a]) {
+            _ = try await a.pendingCount()
+            try await server.withConnection(url) { holder in
+                // Another session holds both routes' insert locks.
+                for route in ["POST /api", "POST /c"] {
+                    try await holder.query(
+                        "SELECT pg_advisory_lock(\(PostgresQueueStore.insertLockKey), hashtext(\(route)))",
+                        logger: logger
+                    )
+                }
+                try await a.insert(entry("unordered", route: "POST /c"))
+                let ordered = Task { try await a.insert(entry("ordered", route: "POST /api")) }
+                // The ordered insert waits on its lock (it shows in pg_locks as not granted) until it is let go.
+                try await waitUntil {
+                    let rows = try await holder.query(
+                        "SELECT count(*)::bigint FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                        logger: logger
+                    )
+                    for try await count in rows.decode(Int.self) { return count == 1 }
+                    return false
+                }
+                #expect(try await a.status(id: "ordered") == nil)
+                try await holder.query("SELECT pg_advisory_unlock_all()", logger: logger)
+                try await ordered.value
+            }
+            #expect(try await a.status(id: "ordered")?.state == .pending)
+            #expect(try await a.status(id: "unordered")?.state == .pending)
+        }
+    }
+
     @Test("replicas asking for a sequential route's head at once: exactly one gets it")
     func parallelHeadClaims() async throws {
         let url = try await #require(PostgresTestServer.current).makeDatabase()
