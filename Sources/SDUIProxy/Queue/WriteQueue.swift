@@ -47,8 +47,9 @@ public final class WriteQueue: Sendable {
         self.store = store
         self.statusPathPrefix = statusPathPrefix
         self.logger = logger
-        // A shared store that cannot be reached yet does not stop the replica: its counts are read again later
-        // (``refreshPendingCount()``), and its routes' backlogs are asked of it for each write.
+        // A shared store that cannot be reached yet does not stop the replica: its count is read again later
+        // (``refreshPendingCount()``). Its sequential routes' writes are always queued, so their lanes' counts go
+        // unused.
         let depths = store.isShared ? (try? await store.depths()) ?? [] : try await store.depths()
         self.pendingCount = Atomic(depths.reduce(0) { $0 + $1.depth })
         var signals: [String: WakeSignal] = [:]
