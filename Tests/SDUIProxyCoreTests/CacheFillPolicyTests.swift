@@ -45,12 +45,13 @@ import Testing
     private static func policy(
         replacing stale: Stale,
         requestHeaders: HTTPHeaders = [:],
-        defaultTTL: Int64 = 0
+        defaultTTL: Int64 = 0,
+        rules: StorageRules = StorageRules()
     ) -> (CacheFillPolicy, now: NIODeadline) {
         switch stale {
         case .none:
             return (
-                CacheFillPolicy(requestHeaders: requestHeaders, defaultTTL: defaultTTL, staleEntry: nil),
+                CacheFillPolicy(requestHeaders: requestHeaders, defaultTTL: defaultTTL, staleEntry: nil, rules: rules),
                 storedAt + .seconds(lifetime + 1)
             )
         case .entry(let staleness, let window, let cacheControl):
@@ -58,7 +59,8 @@ import Testing
                 CacheFillPolicy(
                     requestHeaders: requestHeaders,
                     defaultTTL: defaultTTL,
-                    staleEntry: entry(cacheControl: cacheControl, routeWindow: window)
+                    staleEntry: entry(cacheControl: cacheControl, routeWindow: window),
+                    rules: rules
                 ),
                 storedAt + .seconds(lifetime + staleness)
             )
@@ -276,6 +278,7 @@ import Testing
         var responseHeaders: HTTPHeaders
         var defaultTTL: Int64 = 0
         var hasStaleEntry = true
+        var storesSetCookie = true
         var expected: CacheFillPolicy.StoreDecision
         var testDescription: String { name }
     }
@@ -328,6 +331,12 @@ import Testing
             StoreCase(
                 name: "set-cookie",
                 responseHeaders: ["Cache-Control": "max-age=60", "Set-Cookie": "a=1"],
+                expected: .store(lifetime: 60)
+            ),
+            StoreCase(
+                name: "set-cookie with storeSetCookie false",
+                responseHeaders: ["Cache-Control": "max-age=60", "Set-Cookie": "a=1"],
+                storesSetCookie: false,
                 expected: .doNotStore(reason: "set-cookie", dropsStaleEntry: true)
             ),
             StoreCase(
@@ -336,10 +345,16 @@ import Testing
                 expected: .doNotStore(reason: "vary *", dropsStaleEntry: true)
             ),
             StoreCase(
-                name: "a status that is not cacheable",
+                name: "a server error with explicit freshness",
                 status: .serviceUnavailable,
                 responseHeaders: ["Cache-Control": "max-age=60"],
-                expected: .doNotStore(reason: "status 503", dropsStaleEntry: true)
+                expected: .store(lifetime: 60)
+            ),
+            StoreCase(
+                name: "a partial response",
+                status: .partialContent,
+                responseHeaders: ["Cache-Control": "max-age=60"],
+                expected: .doNotStore(reason: "status 206", dropsStaleEntry: true)
             ),
             StoreCase(
                 name: "a cacheable error status",
@@ -396,10 +411,13 @@ import Testing
     )
     func storing(_ test: StoreCase) {
         let stale: Stale = test.hasStaleEntry ? .entry(staleness: 1, routeWindow: 0) : .none
+        var rules = StorageRules()
+        rules.storesSetCookie = test.storesSetCookie
         let (policy, _) = Self.policy(
             replacing: stale,
             requestHeaders: test.requestHeaders,
-            defaultTTL: test.defaultTTL
+            defaultTTL: test.defaultTTL,
+            rules: rules
         )
         let fields = HTTPFieldLines(test.responseHeaders)
         #expect(policy.storeDecision(status: test.status, fields: fields) == test.expected)

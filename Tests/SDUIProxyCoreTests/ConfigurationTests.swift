@@ -144,6 +144,11 @@ struct ConfigurationTests {
             ("eventLoops: { count: -1 }", "eventLoops.count", "out of range"),
             ("- just\n- a list", "(top level)", "expected a mapping"),
             ("cache: [1", "(file)", "not valid YAML"),
+            ("cache: { heuristic: { fraction: 2 } }", "cache.heuristic.fraction", "not between 0 and 1"),
+            ("cache: { heuristic: { fraction: much } }", "cache.heuristic.fraction", "a number between 0 and 1"),
+            ("cache: { heuristic: { ceiling: 1h } }", "cache.heuristic.ceiling", "unknown key"),
+            ("cache: { targetedFields: [\"CDN Cache\"] }", "cache.targetedFields", "not a header name"),
+            ("cache: { maxErrorTTL: soon }", "cache.maxErrorTTL", "expected a duration"),
         ]
     )
     func badValues(yaml: String, key: String, problem: String) {
@@ -151,6 +156,27 @@ struct ConfigurationTests {
         #expect(failure?.key == key, "\(yaml)")
         #expect(failure?.problem.contains(problem) == true, "\(String(describing: failure))")
         #expect(failure?.description.contains("\n") == false)
+    }
+
+    @Test("cache storage rules: defaults, the file's values, and unlimited")
+    func storageRules() throws {
+        let defaults = try load("").cache.storageRules
+        #expect(defaults.targetedFields == ["cdn-cache-control"])
+        #expect(defaults.heuristicFraction == 0.1 && defaults.heuristicMaximum == 3600)
+        #expect(defaults.maxErrorLifetime == nil && defaults.storesSetCookie)
+        #expect(try load("").cache.policy.staleIfError == .seconds(600))
+        let rules = try load(
+            "cache: { targetedFields: [Edge-Cache-Control, CDN-Cache-Control], heuristic: { fraction: 0.25, max: 10m },"
+                + " maxErrorTTL: 30s, storeSetCookie: false }"
+        ).cache.storageRules
+        #expect(rules.targetedFields == ["edge-cache-control", "cdn-cache-control"])
+        #expect(rules.heuristicFraction == 0.25 && rules.heuristicMaximum == 600)
+        #expect(rules.maxErrorLifetime == 30 && !rules.storesSetCookie)
+        let unlimited = try load(
+            "cache: { maxErrorTTL: 30s }",
+            environment: ["SDUI_PROXY_CACHE_MAX_ERROR_TTL": "unlimited"]
+        )
+        #expect(unlimited.cache.storageRules.maxErrorLifetime == nil)
     }
 
     @Test("configured headers add to the default Content-Type; the same name replaces it, an empty value removes it")

@@ -150,14 +150,17 @@ struct CachePathTests {
         }
     }
 
-    @Test("no-store, private and Set-Cookie responses are never stored")
+    @Test("no-store and private responses are never stored, nor Set-Cookie ones with cache.storeSetCookie: false")
     func uncacheableResponses() async throws {
         for header in [("Cache-Control", "no-store"), ("Cache-Control", "private, max-age=60"), ("Set-Cookie", "a=b")] {
-            try await ProxyHarness.run(origin: { _ in
-                var response = TestOrigin.Response.component(maxAge: header.0 == "Set-Cookie" ? 60 : nil)
-                response.headers.append(header)
-                return response
-            }) { proxy async throws in
+            try await ProxyHarness.run(
+                origin: { _ in
+                    var response = TestOrigin.Response.component(maxAge: header.0 == "Set-Cookie" ? 60 : nil)
+                    response.headers.append(header)
+                    return response
+                },
+                configure: { $0.cache.storageRules.storesSetCookie = false }
+            ) { proxy async throws in
                 #expect(try await proxy.get("/a")["X-Cache"] == "BYPASS")
                 #expect(try await proxy.get("/a")["X-Cache"] == "BYPASS")
                 #expect(proxy.origin.requestCount == 2, "\(header)")

@@ -195,10 +195,12 @@ struct ProcessTests {
 
     @Test("SIGHUP applies a new TTL, keeps the cache, and refuses a broken file")
     func reloadOnSIGHUP() async throws {
+        // The directory backend dates its files (Last-Modified): heuristic freshness is off, so that only the
+        // route's default lifetime decides.
         let file = NSTemporaryDirectory() + "reload-\(UUID().uuidString).yaml"
         defer { try? FileManager.default.removeItem(atPath: file) }
         let samples = Self.repositoryRoot.appendingPathComponent("config/samples").path
-        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 0s }\n".write(
+        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 0s, heuristic: { max: 0s } }\n".write(
             toFile: file,
             atomically: true,
             encoding: .utf8
@@ -208,11 +210,13 @@ struct ProcessTests {
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "BYPASS")
 
         // The new log level is in force for the new configuration's parts: the store is logged at debug.
-        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\nlog: { level: debug }\n".write(
-            toFile: file,
-            atomically: true,
-            encoding: .utf8
-        )
+        try
+            "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s, heuristic: { max: 0s } }\nlog: { level: debug }\n"
+            .write(
+                toFile: file,
+                atomically: true,
+                encoding: .utf8
+            )
         proxy.signal(SIGHUP)
         try await waitUntil { proxy.log.contains("configuration reloaded") }
         #expect(try await Self.get(base + "/screens/home").1.first(name: "x-cache") == "MISS")
@@ -233,7 +237,8 @@ struct ProcessTests {
         let file = NSTemporaryDirectory() + "json-\(UUID().uuidString).yaml"
         defer { try? FileManager.default.removeItem(atPath: file) }
         let samples = Self.repositoryRoot.appendingPathComponent("config/samples").path
-        try "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s }\nlog: { format: json, access: true }\n"
+        try
+            "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s, heuristic: { max: 0s } }\nlog: { format: json, access: true }\n"
             .write(toFile: file, atomically: true, encoding: .utf8)
         let proxy = try await RunningProxy(arguments: ["--config", file])
         _ = try await Self.get("http://127.0.0.1:\(proxy.publicPort)/screens/home?from=test")

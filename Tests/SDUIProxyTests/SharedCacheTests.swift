@@ -79,21 +79,40 @@ struct SharedCacheTests {
         }
     }
 
-    @Test("statuses other than 200 are stored when they carry explicit freshness, and not otherwise")
+    @Test("RFC 9111 §3: any final status is stored when it carries explicit freshness, and not otherwise")
     func cacheableStatuses() async throws {
         try await ProxyHarness.run(origin: { request in
             switch request.uri {
             case "/gone": TestOrigin.Response(status: .notFound, headers: [("Cache-Control", "max-age=60")], body: "no")
             case "/plain404": TestOrigin.Response(status: .notFound, headers: [], body: "no")
+            case "/unregistered":
+                TestOrigin.Response(
+                    status: .init(statusCode: 599),
+                    headers: [("Cache-Control", "max-age=60")],
+                    body: "x"
+                )
+            case "/partial":
+                TestOrigin.Response(
+                    status: .partialContent,
+                    headers: [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 0-0/2")],
+                    body: "x"
+                )
             default:
                 TestOrigin.Response(status: .internalServerError, headers: [("Cache-Control", "max-age=60")], body: "x")
             }
         }) { proxy async throws in
-            for path in ["/gone", "/plain404", "/error"] { _ = try await proxy.get(path) }
+            for path in ["/gone", "/plain404", "/error", "/unregistered", "/partial"] { _ = try await proxy.get(path) }
             #expect(try await proxy.get("/gone")["X-Cache"] == "HIT")
             #expect(try await proxy.get("/gone").status == .notFound)
             #expect(try await proxy.get("/plain404")["X-Cache"] == "BYPASS")
-            #expect(try await proxy.get("/error")["X-Cache"] == "BYPASS")
+            let error = try await proxy.get("/error")
+            #expect(error["X-Cache"] == "HIT")
+            #expect(error.status == .internalServerError)
+            let unregistered = try await proxy.get("/unregistered")
+            #expect(unregistered["X-Cache"] == "HIT")
+            #expect(unregistered.status.code == 599)
+            #expect(try await proxy.get("/partial")["X-Cache"] == "BYPASS")
+            #expect(proxy.origin.requests(to: "/partial").count == 2)
         }
     }
 

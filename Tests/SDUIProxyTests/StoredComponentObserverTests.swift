@@ -72,6 +72,7 @@ import Testing
             maxResponseBytes: 1 << 20,
             platformHeader: "X-Platform",
             tagHeader: "Surrogate-Key",
+            storageRules: StorageRules(),
             metrics: ProxyMetrics(),
             coalescer: RequestCoalescer(maximumWait: .seconds(5)),
             prefetchPlanner: PrefetchPlanner(

@@ -108,6 +108,8 @@ public final class ComponentFetcher: Sendable {
     /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
     private let platformHeader: String
     private let tagHeader: String
+    /// The operator's cache-wide rules for what is stored and for how long.
+    private let storageRules: StorageRules
     /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
     private let computesContentHash: Bool
     private let metrics: ProxyMetrics
@@ -144,6 +146,7 @@ public final class ComponentFetcher: Sendable {
         bufferBudget: ByteBudget? = nil,
         platformHeader: String,
         tagHeader: String,
+        storageRules: StorageRules,
         computesContentHash: Bool = true,
         metrics: ProxyMetrics,
         coalescer: RequestCoalescer<CacheKey, Outcome>,
@@ -158,6 +161,7 @@ public final class ComponentFetcher: Sendable {
         self.bufferBudget = bufferBudget
         self.platformHeader = platformHeader.lowercased()
         self.tagHeader = tagHeader.lowercased()
+        self.storageRules = storageRules
         self.computesContentHash = computesContentHash
         self.coalescer = coalescer
         self.logger = logger
@@ -188,7 +192,7 @@ public final class ComponentFetcher: Sendable {
         leaderResult.whenComplete { result in
             switch result {
             case .success(let outcome):
-                switch request.fillPolicy.waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
+                switch request.fillPolicy(self.storageRules).waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
                 case .standIn(let reason):
                     completion(.success(self.standIn(for: request, because: reason)))
                 case .take:
@@ -222,7 +226,9 @@ public final class ComponentFetcher: Sendable {
     /// The stale entry standing in for `error` when the fill policy allows, else the error.
     private func standInOrFail(for request: Request, with error: any Error) -> Result<Outcome, any Error> {
         let failure = CacheFillPolicy.Failure.error("\(error)")
-        guard let reason = request.fillPolicy.staleStandIn(after: failure, at: .now()) else { return .failure(error) }
+        guard let reason = request.fillPolicy(storageRules).staleStandIn(after: failure, at: .now()) else {
+            return .failure(error)
+        }
         return .success(standIn(for: request, because: reason))
     }
 
@@ -336,7 +342,7 @@ public final class ComponentFetcher: Sendable {
         requestTime: Int64,
         _ storedPlan: inout StoredPlan?
     ) throws(ProxyError) -> Outcome {
-        let policy = request.fillPolicy
+        let policy = request.fillPolicy(storageRules)
         switch policy.firstStep(for: response.status, at: .now()) {
         case .revalidate:
             guard let stale = request.staleEntry else { preconditionFailure("only a stale entry is revalidated") }
@@ -374,8 +380,8 @@ public final class ComponentFetcher: Sendable {
             }
         }
 
-        // Parsed once: the decision to store and the stored entry follow the same directives.
-        let directives = CacheControl(fields: response.fields)
+        // Read once: the decision to store and the stored entry follow the same directives.
+        let directives = policy.rules.directives(of: response.fields)
         let lifetime: Int64
         switch policy.storeDecision(status: response.status, fields: response.fields, directives: directives) {
         case .store(let storedLifetime):
@@ -420,8 +426,9 @@ public final class ComponentFetcher: Sendable {
         if !updates.contains(name: "date") { updates.add(name: "Date", value: HTTPDate.format(HTTPDate.now())) }
         let merged = stale.headers(updatedBy: updates)
         let mergedFields = HTTPFieldLines(merged)
+        let directives = policy.rules.directives(of: mergedFields)
         let lifetime: Int64
-        switch policy.revalidatedDecision(status: stale.status, mergedFields: mergedFields) {
+        switch policy.revalidatedDecision(status: stale.status, mergedFields: mergedFields, directives: directives) {
         case .store(let storedLifetime):
             lifetime = storedLifetime
         case .doNotStore(let reason, let dropsStaleEntry):
@@ -432,7 +439,8 @@ public final class ComponentFetcher: Sendable {
             status: stale.status,
             fields: mergedFields,
             body: stale.body,
-            metadata: metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime)
+            metadata: metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime),
+            directives: directives
         )
         cache.store(refreshed, for: request.key)
         cache.recordRevalidation(request.key)
@@ -490,11 +498,12 @@ public final class ComponentFetcher: Sendable {
 extension ComponentFetcher.Request {
     /// What decides this request's fill: made when asked, from fields the request holds anyway, so that the
     /// request keeps no copy.
-    fileprivate var fillPolicy: CacheFillPolicy {
+    fileprivate func fillPolicy(_ storageRules: StorageRules) -> CacheFillPolicy {
         CacheFillPolicy(
             requestHeaders: clientHeaders,
             defaultTTL: policy.defaultTTL.wholeSeconds,
-            staleEntry: staleEntry
+            staleEntry: staleEntry,
+            rules: storageRules
         )
     }
 }

@@ -15,11 +15,14 @@ public struct CacheFillPolicy: Sendable {
     public let defaultTTL: Int64
     /// The stale entry the fill replaces, if any: revalidated, standing in for a failing backend, or dropped.
     public let staleEntry: CachedResponse?
+    /// The operator's cache-wide rules: targeted fields, heuristics, the cap on errors, `Set-Cookie`.
+    public let rules: StorageRules
 
-    public init(requestHeaders: HTTPHeaders, defaultTTL: Int64, staleEntry: CachedResponse?) {
+    public init(requestHeaders: HTTPHeaders, defaultTTL: Int64, staleEntry: CachedResponse?, rules: StorageRules) {
         self.requestHeaders = requestHeaders
         self.defaultTTL = defaultTTL
         self.staleEntry = staleEntry
+        self.rules = rules
     }
 
     // MARK: Authorization
@@ -165,7 +168,8 @@ public struct CacheFillPolicy: Sendable {
 
     /// Whether the backend's answer is stored, and for how long.
     ///
-    /// - Parameter directives: the answer's `Cache-Control`, when the caller has parsed it already.
+    /// - Parameter directives: the answer's deciding directives (``StorageRules/directives(of:)``), when the caller
+    ///   has read them already.
     public func storeDecision(
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,
@@ -176,8 +180,17 @@ public struct CacheFillPolicy: Sendable {
 
     /// ``storeDecision(status:fields:directives:)`` for the stale entry refreshed by a 304: its status, with
     /// the headers the 304 updated.
-    public func revalidatedDecision(status: HTTPResponseStatus, mergedFields: HTTPFieldLines) -> StoreDecision {
-        decision(status: status, fields: mergedFields, directives: nil, reason: "revalidated, no longer storable")
+    public func revalidatedDecision(
+        status: HTTPResponseStatus,
+        mergedFields: HTTPFieldLines,
+        directives: CacheControl? = nil
+    ) -> StoreDecision {
+        decision(
+            status: status,
+            fields: mergedFields,
+            directives: directives,
+            reason: "revalidated, no longer storable"
+        )
     }
 
     private func decision(
@@ -191,6 +204,7 @@ public struct CacheFillPolicy: Sendable {
             status: status,
             responseFields: fields,
             defaultTTL: defaultTTL,
+            rules: rules,
             cacheControl: directives
         )
         switch decision {
@@ -215,6 +229,7 @@ public struct CacheFillPolicy: Sendable {
             status: status,
             responseFields: fields,
             defaultTTL: defaultTTL,
+            rules: rules,
             cacheControl: directives
         )
         if case .store = forOthers { return false }

@@ -1,12 +1,18 @@
 import NIOHTTP1
 
 /// Whether a response may be stored by a shared cache, and for how long it stays fresh (RFC 9111 sections 3
-/// and 4.2), with the route's configured default lifetime as the opt-in fallback for backends that send no
-/// freshness information.
+/// and 4.2): explicit freshness, else heuristic freshness, else the route's configured default lifetime as the
+/// opt-in fallback for backends that send neither. `Pragma` in a response means nothing (RFC 9111 section 5.4).
 public enum FreshnessPolicy {
-    /// Statuses a cache may store when the response carries explicit freshness (RFC 9110 section 15.1
-    /// "heuristically cacheable" statuses, plus 200).
-    public static let cacheableStatuses: Set<UInt> = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501]
+    /// Statuses whose responses may be given a heuristic lifetime (RFC 9110 section 15.1).
+    public static let heuristicallyCacheableStatuses: Set<UInt> = [
+        200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501,
+    ]
+
+    /// The final statuses RFC 9110 section 15 defines: what `must-understand` lets this cache store.
+    public static let understoodStatuses: Set<UInt> = Set(
+        Array(200...206) + Array(300...305) + [307, 308] + Array(400...417) + [421, 422, 426] + Array(500...505)
+    )
 
     /// What to do with a response.
     public enum Decision: Equatable, Sendable {
@@ -22,17 +28,36 @@ public enum FreshnessPolicy {
     ///   - requestHeaders: the client's request headers (`Authorization` restricts what may be stored).
     ///   - status: the response status.
     ///   - responseFields: the response's header fields.
-    ///   - defaultTTL: lifetime in seconds for responses without explicit freshness; 0 leaves them unstored.
-    ///   - cacheControl: the response's `Cache-Control`, when the caller has parsed it already.
+    ///   - defaultTTL: lifetime in seconds for responses with neither explicit nor heuristic freshness; 0 leaves
+    ///     them unstored.
+    ///   - rules: the operator's cache-wide rules.
+    ///   - cacheControl: the directives that decide (``StorageRules/directives(of:)``), when the caller has
+    ///     read them already.
+    ///   - now: the time the response was received, in seconds, for a response without `Date`.
     public static func decide(
         requestHeaders: HTTPHeaders,
         status: HTTPResponseStatus,
         responseFields: HTTPFieldLines,
         defaultTTL: Int64,
-        cacheControl: CacheControl? = nil
+        rules: StorageRules,
+        cacheControl: CacheControl? = nil,
+        now: Int64 = HTTPDate.now()
     ) -> Decision {
-        let cacheControl = cacheControl ?? CacheControl(fields: responseFields)
-        if cacheControl.noStore { return .doNotStore(reason: "no-store") }
+        let cacheControl = cacheControl ?? rules.directives(of: responseFields)
+        let code = status.code
+        // Any final status may be stored (RFC 9111 section 3), registered or not; a 206 holds part of a
+        // representation and a 304 none of it, so neither stands for the whole.
+        guard code >= 200 else { return .doNotStore(reason: "interim status \(code)") }
+        if code == 206 || code == 304 { return .doNotStore(reason: "status \(code)") }
+        if cacheControl.mustUnderstand {
+            // RFC 9111 section 5.2.2.3: a cache that understands the status stores it, and `no-store` is there
+            // for caches that do not; one it does not understand is never stored.
+            guard understoodStatuses.contains(code) else {
+                return .doNotStore(reason: "must-understand, status \(code)")
+            }
+        } else if cacheControl.noStore {
+            return .doNotStore(reason: "no-store")
+        }
         if cacheControl.isPrivate { return .doNotStore(reason: "private") }
         if CacheControl(headers: requestHeaders).noStore { return .doNotStore(reason: "request no-store") }
         if !CacheFillPolicy.authorizationPermitsSharing(
@@ -41,22 +66,55 @@ public enum FreshnessPolicy {
         ) {
             return .doNotStore(reason: "authorization")
         }
-        if responseFields.contains("set-cookie") { return .doNotStore(reason: "set-cookie") }
+        if !rules.storesSetCookie, responseFields.contains("set-cookie") { return .doNotStore(reason: "set-cookie") }
         if variesOnEverything(responseFields) { return .doNotStore(reason: "vary *") }
-        guard cacheableStatuses.contains(status.code) else { return .doNotStore(reason: "status \(status.code)") }
         // A response that must be validated before every use is only worth keeping when it can be validated.
         let hasValidator = responseFields.contains("etag") || responseFields.contains("last-modified")
         if cacheControl.noCache {
             return hasValidator ? .store(lifetime: 0) : .doNotStore(reason: "no-cache without a validator")
         }
         if let lifetime = explicitLifetime(cacheControl: cacheControl, fields: responseFields) {
-            if lifetime > 0 || hasValidator { return .store(lifetime: lifetime) }
+            let capped = capped(lifetime, status: code, rules: rules)
+            if capped > 0 || hasValidator { return .store(lifetime: capped) }
             return .doNotStore(reason: "already stale")
         }
-        // No heuristic freshness: RFC 9111 section 4.2.2 allows it but never requires it, and a screen cached
-        // longer than its backend intended is worse than one fetched again.
+        if let lifetime = heuristicLifetime(
+            status: code,
+            cacheControl: cacheControl,
+            fields: responseFields,
+            rules: rules,
+            now: now
+        ) {
+            return .store(lifetime: capped(lifetime, status: code, rules: rules))
+        }
         if defaultTTL > 0, status == .ok { return .store(lifetime: defaultTTL) }
         return .doNotStore(reason: "no freshness information")
+    }
+
+    /// `lifetime`, no longer than the operator allows a stored error (`cache.maxErrorTTL`).
+    private static func capped(_ lifetime: Int64, status: UInt, rules: StorageRules) -> Int64 {
+        guard status >= 400, let maximum = rules.maxErrorLifetime else { return lifetime }
+        return min(lifetime, maximum)
+    }
+
+    /// The heuristic lifetime of a response without explicit expiry (RFC 9111 section 4.2.2): a fraction of the
+    /// time since it was last modified, capped; nil when heuristics are off, the status is not heuristically
+    /// cacheable and the response is not `public`, or `Last-Modified` is missing or not before `Date`.
+    static func heuristicLifetime(
+        status: UInt,
+        cacheControl: CacheControl,
+        fields: HTTPFieldLines,
+        rules: StorageRules,
+        now: Int64
+    ) -> Int64? {
+        guard rules.heuristicMaximum > 0, rules.heuristicFraction > 0,
+            heuristicallyCacheableStatuses.contains(status) || cacheControl.isPublic,
+            let lastModified = fields.date("last-modified")
+        else { return nil }
+        let date = fields.date("date") ?? now
+        guard lastModified < date else { return nil }
+        let lifetime = Double(date - lastModified) * rules.heuristicFraction
+        return min(Int64(lifetime.rounded(.down)), rules.heuristicMaximum)
     }
 
     /// The freshness lifetime the response states (RFC 9111 section 4.2.1): `s-maxage`, else `max-age`, else
@@ -64,6 +122,8 @@ public enum FreshnessPolicy {
     public static func explicitLifetime(cacheControl: CacheControl, fields: HTTPFieldLines) -> Int64? {
         if let shared = cacheControl.sharedMaxAge { return shared }
         if let maxAge = cacheControl.maxAge { return maxAge }
+        // A targeted field decides alone (RFC 9213 section 2.1).
+        if cacheControl.isTargeted { return nil }
         // Dates contain commas, so the raw field lines are read, not the comma-split list.
         var expiresLines = 0
         var expires: Int64?

@@ -207,6 +207,7 @@ public struct ConfigurationLoader: Sendable {
     private static func cache(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Cache {
         try section.rejectUnknownKeys([
             "maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes", "staleIfError", "tagHeader",
+            "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie",
         ])
         var cache = ProxyConfiguration.Cache()
         cache.maxBytes = try section.byteSize("maxBytes", default: cache.maxBytes, minimum: 1024)
@@ -214,6 +215,7 @@ public struct ConfigurationLoader: Sendable {
         cache.policy = try routePolicy(section, inheriting: cache.policy)
         cache.tagHeader = try section.string("tagHeader", default: cache.tagHeader)
         guard HTTPSyntax.isToken(cache.tagHeader) else { throw section.fail("tagHeader", "is not a header name") }
+        cache.storageRules = try storageRules(section)
         for routeSection in try section.sectionList("routes") {
             try routeSection.rejectUnknownKeys([
                 "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError",
@@ -225,6 +227,23 @@ public struct ConfigurationLoader: Sendable {
             cache.routes.append(.init(prefix: prefix, policy: policy))
         }
         return cache
+    }
+
+    private static func storageRules(_ section: ConfigurationSection) throws(ConfigurationError) -> StorageRules {
+        var rules = StorageRules()
+        rules.targetedFields = try section.stringList("targetedFields", default: rules.targetedFields).map {
+            $0.lowercased()
+        }
+        for name in rules.targetedFields where !HTTPSyntax.isToken(name) {
+            throw section.fail("targetedFields", "\"\(name)\" is not a header name")
+        }
+        let heuristic = try section.section("heuristic")
+        try heuristic.rejectUnknownKeys(["fraction", "max"])
+        rules.heuristicFraction = try heuristic.fraction("fraction", default: rules.heuristicFraction)
+        rules.heuristicMaximum = try heuristic.duration("max", default: .seconds(rules.heuristicMaximum)).wholeSeconds
+        rules.maxErrorLifetime = try section.optionalDuration("maxErrorTTL")?.wholeSeconds
+        rules.storesSetCookie = try section.bool("storeSetCookie", default: rules.storesSetCookie)
+        return rules
     }
 
     private static func routePolicy(

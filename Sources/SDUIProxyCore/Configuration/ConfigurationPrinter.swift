@@ -59,6 +59,13 @@ public enum ConfigurationPrinter {
         out.pair(1, "maxBytes", size(config.cache.maxBytes))
         out.pair(1, "maxEntries", "\(config.cache.maxEntries)")
         out.pair(1, "tagHeader", scalar(config.cache.tagHeader))
+        let rules = config.cache.storageRules
+        out.pair(1, "targetedFields", list(rules.targetedFields))
+        out.line(
+            "  heuristic: { fraction: \(rules.heuristicFraction), max: \(duration(.seconds(rules.heuristicMaximum))) }"
+        )
+        if let maximum = rules.maxErrorLifetime { out.pair(1, "maxErrorTTL", duration(.seconds(maximum))) }
+        out.pair(1, "storeSetCookie", "\(rules.storesSetCookie)")
         policy(config.cache.policy, indent: 1, into: &out)
         if config.cache.routes.isEmpty {
             out.pair(1, "routes", "[]")

@@ -97,6 +97,25 @@ struct ConfigurationSection {
         return parsed
     }
 
+    /// A duration that may be left out or say `unlimited`: nil then.
+    func optionalDuration(_ key: String) throws(ConfigurationError) -> Duration? {
+        guard let node = try value(key) else { return nil }
+        if case .scalar(let scalar) = node, scalar.string == "unlimited" { return nil }
+        return try duration(key, default: .zero)
+    }
+
+    /// A number between 0 and 1, like `0.1`.
+    func fraction(_ key: String, default fallback: Double) throws(ConfigurationError) -> Double {
+        guard let node = try value(key) else { return fallback }
+        guard case .scalar(let scalar) = node, let number = Double(scalar.string), number.isFinite else {
+            throw mismatch(key, "a number between 0 and 1", node)
+        }
+        guard (0...1).contains(number) else {
+            throw ConfigurationError(key: keyPath(key), problem: "\(number) is not between 0 and 1\(origin(key))")
+        }
+        return number
+    }
+
     func byteSize(_ key: String, default fallback: Int, minimum: Int = 0) throws(ConfigurationError) -> Int {
         guard let node = try value(key) else { return fallback }
         guard case .scalar(let scalar) = node, let parsed = ConfigValueParsing.byteSize(scalar.string) else {

@@ -94,6 +94,10 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var routes: [Route] = []
         /// The response header whose space-separated values tag entries for purging.
         public var tagHeader = "Surrogate-Key"
+        /// What is stored, and for how long, beyond what each response says: targeted fields
+        /// (`targetedFields`), heuristic freshness (`heuristic`), the cap on errors (`maxErrorTTL`) and
+        /// `storeSetCookie`.
+        public var storageRules = StorageRules()
 
         public init() {}
 
@@ -118,8 +122,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// Never cache under this prefix; requests are forwarded and marked `BYPASS`.
         public var bypass = false
         /// How long past expiry an entry may be served when the backend is down, times out or answers 5xx,
-        /// for responses that do not say (`stale-if-error`); zero turns it off.
-        public var staleIfError: Duration = .zero
+        /// for responses that do not say (`stale-if-error`); zero turns it off. Never for responses that say
+        /// `must-revalidate`, `proxy-revalidate`, `no-cache` or `s-maxage` (RFC 9111 section 4.2.4).
+        public var staleIfError: Duration = .seconds(600)
 
         public init() {}
     }

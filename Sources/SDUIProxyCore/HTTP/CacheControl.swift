@@ -17,12 +17,17 @@ public struct CacheControl: Equatable, Sendable {
     public var proxyRevalidate = false
     public var noTransform = false
     public var onlyIfCached = false
+    public var mustUnderstand = false
     public var maxAge: Int64?
     public var sharedMaxAge: Int64?
     public var staleWhileRevalidate: Int64?
     public var staleIfError: Int64?
     public var maxStale: Int64?
     public var minFresh: Int64?
+
+    /// Whether these directives came from a targeted field (RFC 9213) rather than `Cache-Control`: they then
+    /// decide alone, and `Expires` is not read.
+    public var isTargeted = false
 
     /// Whether any directive gives an explicit freshness lifetime.
     public var hasExplicitLifetime: Bool { maxAge != nil || sharedMaxAge != nil }
@@ -99,6 +104,8 @@ public struct CacheControl: Equatable, Sendable {
             noTransform = true
         } else if Self.is(name, "only-if-cached") {
             onlyIfCached = true
+        } else if Self.is(name, "must-understand") {
+            mustUnderstand = true
         } else if Self.is(name, "max-age") {
             if maxAge == nil { maxAge = Self.deltaSeconds(argument) }
         } else if Self.is(name, "s-maxage") {

@@ -73,6 +73,11 @@ public enum HTTPSyntax {
         return zip(bytes, expected).allSatisfy { byte, lower in lowercasedASCII(byte) == lower }
     }
 
+    /// Whether `bytes` spell `lowercased` ignoring ASCII case, for a name known only at run time.
+    public static func equalsIgnoringCase<Bytes: Collection<UInt8>>(_ bytes: Bytes, lowercased: [UInt8]) -> Bool {
+        bytes.count == lowercased.count && zip(bytes, lowercased).allSatisfy { lowercasedASCII($0) == $1 }
+    }
+
     /// `byte` with an ASCII capital letter made small; any other byte as it is.
     @inlinable @inline(__always)
     public static func lowercasedASCII(_ byte: UInt8) -> UInt8 {

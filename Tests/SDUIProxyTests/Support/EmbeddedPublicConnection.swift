@@ -252,6 +252,7 @@ final class EmbeddedPublicConnection {
             maxResponseBytes: configuration.upstream.maxResponseBytes,
             platformHeader: configuration.platform.header,
             tagHeader: configuration.cache.tagHeader,
+            storageRules: configuration.cache.storageRules,
             computesContentHash: configuration.compat.beagleHash,
             metrics: metrics,
             coalescer: RequestCoalescer(maximumWait: .seconds(6)),
