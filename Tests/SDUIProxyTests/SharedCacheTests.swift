@@ -137,68 +137,6 @@ struct SharedCacheTests {
         }
     }
 
-    @Test("Vary selects the stored variant, and variants live side by side")
-    func varySelection() async throws {
-        try await ProxyHarness.run(origin: { request in
-            let language = request.headers.first(name: "accept-language") ?? "none"
-            return TestOrigin.Response(
-                headers: [
-                    ("Content-Type", "application/json"), ("Cache-Control", "max-age=60"), ("Vary", "Accept-Language"),
-                ],
-                body: #"{"_beagleComponent_":"a","lang":"\#(language)"}"#
-            )
-        }) { proxy async throws in
-            let english = try await proxy.get("/v", headers: [("Accept-Language", "en")])
-            let portuguese = try await proxy.get("/v", headers: [("Accept-Language", "pt")])
-            let englishAgain = try await proxy.get("/v", headers: [("Accept-Language", "en")])
-            let portugueseAgain = try await proxy.get("/v", headers: [("Accept-Language", "pt")])
-            #expect(english.body.contains(#""lang":"en""#))
-            #expect(portuguese.body.contains(#""lang":"pt""#))
-            #expect(englishAgain["X-Cache"] == "HIT")
-            #expect(englishAgain.body.contains(#""lang":"en""#))
-            #expect(portugueseAgain["X-Cache"] == "HIT")
-            #expect(portugueseAgain.body.contains(#""lang":"pt""#))
-            #expect(proxy.origin.requestCount == 2)
-            // Two responses were stored and go, not the list of the headers they vary on.
-            let stats = try await proxy.admin("/cache/stats").body
-            #expect(stats.contains(#""entries":2,"#) && stats.contains(#""stores":2}"#))
-            #expect(try await proxy.admin("/cache?url=/v", method: .DELETE).body == #"{"purged":2,"url":"/v"}"#)
-        }
-    }
-
-    @Test("a backend Vary on a header another route keys on still splits this route's entries")
-    func varyOnAnotherRoutesKeyedHeader() async throws {
-        try await ProxyHarness.run(
-            origin: { request in
-                let tier = request.headers.first(name: "x-tier") ?? "none"
-                return TestOrigin.Response(
-                    headers: [
-                        ("Content-Type", "application/json"), ("Cache-Control", "max-age=60"), ("Vary", "X-Tier"),
-                    ],
-                    body: #"{"_beagleComponent_":"a","tier":"\#(tier)"}"#
-                )
-            },
-            configure: {
-                var tiered = $0.cache.policy
-                tiered.vary = ["x-tier"]
-                $0.cache.routes = [.init(prefix: "/tiered", policy: tiered)]
-            }
-        ) { proxy async throws in
-            // /home is not under /tiered: its key leaves X-Tier out, so only the backend's Vary can tell them apart.
-            let gold = try await proxy.get("/home", headers: [("X-Tier", "gold")])
-            let free = try await proxy.get("/home", headers: [("X-Tier", "free")])
-            #expect(gold.body.contains(#""tier":"gold""#))
-            #expect(free.body.contains(#""tier":"free""#))
-            #expect(free["X-Cache"] == "MISS")
-            #expect(try await proxy.get("/home", headers: [("X-Tier", "gold")])["X-Cache"] == "HIT")
-            // On the route that keys on it, X-Tier is in the key already.
-            _ = try await proxy.get("/tiered/a", headers: [("X-Tier", "gold")])
-            let tieredFree = try await proxy.get("/tiered/a", headers: [("X-Tier", "free")])
-            #expect(tieredFree.body.contains(#""tier":"free""#))
-            #expect(try await proxy.get("/tiered/a", headers: [("X-Tier", "free")])["X-Cache"] == "HIT")
-        }
-    }
-
     @Test("an Expires far in the future is a long lifetime, not a negative one")
     func farFutureExpires() async throws {
         try await ProxyHarness.run(

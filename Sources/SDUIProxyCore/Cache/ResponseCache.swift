@@ -105,11 +105,10 @@ public final class ResponseCache: Sendable {
         key.selectingVariant(variantValue(names: names, requestHeaders: requestHeaders))
     }
 
-    /// The request's values for `names`, as one string (the ``CachedResponse/variant`` it would select).
+    /// The request's values for `names`, normalised (``VaryValue``), as one string (the
+    /// ``CachedResponse/variant`` it would select).
     public static func variantValue(names: [String], requestHeaders: HTTPHeaders) -> String {
-        names.map { name in
-            requestHeaders[canonicalForm: name].map { $0.trimmingWhitespace() }.joined(separator: ",")
-        }.joined(separator: "\u{0}")
+        names.map { VaryValue.of($0, in: requestHeaders) }.joined(separator: "\u{0}")
     }
 
     /// Finds the entry for `key` (and, when the backend varies, for the variant `requestHeaders` select) and

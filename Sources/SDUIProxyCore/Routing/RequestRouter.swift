@@ -136,7 +136,7 @@ public struct RequestRouter: Sendable {
     ) -> CacheKey {
         let varyValues = policy.vary.compactMap { name -> String? in
             guard name != platformHeader else { return nil }
-            return headers[canonicalForm: name].joined(separator: ",")
+            return VaryValue.of(name, in: headers)
         }
         return CacheKey(target: target.description, platform: platform, varyValues: varyValues)
     }
