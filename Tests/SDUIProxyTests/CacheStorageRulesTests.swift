@@ -248,3 +248,59 @@ struct CacheStorageRulesTests {
         }
     }
 }
+
+/// A client's own request directives (RFC 9111 section 5.2.1), against a real origin over loopback.
+@Suite("RFC 9111 §5.2.1: request directives")
+struct RequestDirectivesTests {
+    @Test("RFC 9111 §5.2.1.7: only-if-cached gets a stored answer or a 504, and never reaches the backend")
+    func onlyIfCached() async throws {
+        try await ProxyHarness.run(origin: { request in
+            TestOrigin.Response.component(maxAge: request.uri == "/stale" ? 0 : 60).withHeader("ETag", "\"v1\"")
+        }) { proxy async throws in
+            let cold = try await proxy.get("/a", headers: [("Cache-Control", "only-if-cached")])
+            #expect(cold.status == .gatewayTimeout)
+            #expect(cold.body.contains(#""kind":"notCached""#))
+            #expect(proxy.origin.requestCount == 0)
+            _ = try await proxy.get("/a")
+            #expect(try await proxy.get("/a", headers: [("Cache-Control", "only-if-cached")])["X-Cache"] == "HIT")
+            _ = try await proxy.get("/stale")
+            #expect(
+                try await proxy.get("/stale", headers: [("Cache-Control", "only-if-cached")]).status == .gatewayTimeout
+            )
+            let accepted = try await proxy.get("/stale", headers: [("Cache-Control", "only-if-cached, max-stale")])
+            #expect(accepted["X-Cache"] == "STALE")
+            #expect(accepted.status == .ok)
+            let withCredentials = try await proxy.get(
+                "/a",
+                headers: [("Cache-Control", "only-if-cached"), ("Authorization", "Bearer x")]
+            )
+            #expect(withCredentials.status == .gatewayTimeout)
+            #expect(proxy.origin.requestCount == 2)
+        }
+    }
+
+    @Test("a client's no-cache and max-age=0 are ignored by default, and revalidate with cache.honorClientNoCache")
+    func clientNoCache() async throws {
+        for honors in [false, true] {
+            try await ProxyHarness.run(
+                origin: { request in
+                    if request.headers.first(name: "if-none-match") == "\"v1\"" {
+                        return TestOrigin.Response(status: .notModified, headers: [("ETag", "\"v1\"")], body: "")
+                    }
+                    return TestOrigin.Response.component().withHeader("ETag", "\"v1\"")
+                },
+                configure: { $0.cache.honorClientNoCache = honors }
+            ) { proxy async throws in
+                _ = try await proxy.get("/a")
+                for directive in ["no-cache", "max-age=0"] {
+                    let reply = try await proxy.get("/a", headers: [("Cache-Control", directive)])
+                    #expect(reply["X-Cache"] == (honors ? "REVALIDATED" : "HIT"), "\(directive)")
+                }
+                #expect(proxy.origin.requestCount == (honors ? 3 : 1))
+                #expect(
+                    proxy.origin.requests(to: "/a").dropFirst().allSatisfy { $0.headers["if-none-match"] == ["\"v1\""] }
+                )
+            }
+        }
+    }
+}

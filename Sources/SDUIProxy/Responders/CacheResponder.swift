@@ -13,32 +13,49 @@ struct CacheResponder {
     let beagleHash: Bool
     /// `prefetch.followActions`: how many hops of navigation a stored component's prefetches follow.
     let followActions: Int
+    /// `cache.honorClientNoCache`: a client's `no-cache` or `max-age=0` revalidates a fresh entry.
+    let honorsClientNoCache: Bool
 
     init(_ configuration: ProxyConfiguration) {
         beagleHash = configuration.compat.beagleHash
         followActions = configuration.prefetch.followActions
+        honorsClientNoCache = configuration.cache.honorClientNoCache
     }
+
+    /// The answer to `only-if-cached` when nothing stored may serve it (RFC 9111 section 5.2.1.7).
+    private static let notCached = ProxyError(.notCached, "only-if-cached, and no stored response may serve it")
 
     /// Answers `request` on `sink`. `proxy` is the context in force for the request; the caller holds it.
     func respond(to request: CacheRequest, proxy: ProxyContext, sink: any ResponseSink) {
         var staleEntry: CachedResponse?
         if CacheFillPolicy.mayAnswerFromCache(requestHeaders: request.head.headers) {
             let now = NIODeadline.now()
-            switch proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now) {
-            case .fresh(let entry):
-                sink.writeStored(entry, presentation(of: entry, .hit, request: request, now: now))
-                return
-            case .stale(let entry) where entry.mayServeWhileRevalidating(at: now):
+            let found = proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
+            // A fresh entry answers without reading the request's own directives, unless the operator lets a
+            // client's no-cache through.
+            if case .fresh(let entry) = found, !honorsClientNoCache {
+                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, now: now))
+            }
+            let directives = ClientCacheDirectives(headers: request.head.headers)
+            switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
+            case .hit(let entry):
+                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, now: now))
+            case .staleWhileRefreshing(let entry):
                 proxy.cache.recordStaleServe(request.key)
                 let refresh = fill(request, staleEntry: entry, proxy: proxy, client: sink.client)
                 sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
-                proxy.fetcher.refreshInBackground(refresh, on: sink.eventLoop)
-                return
+                return proxy.fetcher.refreshInBackground(refresh, on: sink.eventLoop)
             case .stale(let entry):
+                proxy.cache.recordStaleServe(request.key)
+                return sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
+            case .notCached:
+                return sink.write(Self.notCached, cacheResult: .miss)
+            case .fetch(let entry):
                 staleEntry = entry
-            case .miss:
-                break
             }
+        } else if ClientCacheDirectives(headers: request.head.headers).onlyIfCached {
+            // Answers from the cache are not for this request (its Authorization), and it may not go upstream.
+            return sink.write(Self.notCached, cacheResult: .bypass)
         }
         // Its last fill was too large to hold: streamed at once, without a fill that would be cut off again.
         if staleEntry == nil, proxy.client.streamsResponses,

@@ -207,7 +207,7 @@ public struct ConfigurationLoader: Sendable {
     private static func cache(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Cache {
         try section.rejectUnknownKeys([
             "maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes", "staleIfError", "tagHeader",
-            "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie",
+            "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie", "honorClientNoCache",
         ])
         var cache = ProxyConfiguration.Cache()
         cache.maxBytes = try section.byteSize("maxBytes", default: cache.maxBytes, minimum: 1024)
@@ -216,6 +216,7 @@ public struct ConfigurationLoader: Sendable {
         cache.tagHeader = try section.string("tagHeader", default: cache.tagHeader)
         guard HTTPSyntax.isToken(cache.tagHeader) else { throw section.fail("tagHeader", "is not a header name") }
         cache.storageRules = try storageRules(section)
+        cache.honorClientNoCache = try section.bool("honorClientNoCache", default: cache.honorClientNoCache)
         for routeSection in try section.sectionList("routes") {
             try routeSection.rejectUnknownKeys([
                 "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError",

@@ -66,6 +66,7 @@ public enum ConfigurationPrinter {
         )
         if let maximum = rules.maxErrorLifetime { out.pair(1, "maxErrorTTL", duration(.seconds(maximum))) }
         out.pair(1, "storeSetCookie", "\(rules.storesSetCookie)")
+        out.pair(1, "honorClientNoCache", "\(config.cache.honorClientNoCache)")
         policy(config.cache.policy, indent: 1, into: &out)
         if config.cache.routes.isEmpty {
             out.pair(1, "routes", "[]")

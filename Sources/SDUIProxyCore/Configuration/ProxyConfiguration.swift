@@ -98,6 +98,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// (`targetedFields`), heuristic freshness (`heuristic`), the cap on errors (`maxErrorTTL`) and
         /// `storeSetCookie`.
         public var storageRules = StorageRules()
+        /// Whether a client's `no-cache` or `max-age=0` makes a fresh entry be revalidated with the backend. Off,
+        /// they are ignored, so that clients cannot turn hits into backend requests.
+        public var honorClientNoCache = false
 
         public init() {}
 

@@ -30,6 +30,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
             case uriTooLong
             case headersTooLarge
             case requestTimeout
+            case notCached
         }
 
         fileprivate let code: Code
@@ -64,6 +65,8 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let headersTooLarge = Kind(code: .headersTooLarge)
         /// The client did not send its whole request within `limits.requestTimeout`.
         public static let requestTimeout = Kind(code: .requestTimeout)
+        /// The client asked for a stored answer only (`only-if-cached`), and none is stored that may serve it.
+        public static let notCached = Kind(code: .notCached)
         /// A bug or an unexpected condition inside the proxy.
         public static let internalError = Kind(code: .internalError)
 
@@ -95,7 +98,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
     public var status: HTTPResponseStatus {
         switch kind.code {
         case .network, .decoding, .upstreamTooLarge: .badGateway
-        case .timeout: .gatewayTimeout
+        case .timeout, .notCached: .gatewayTimeout
         case .url, .badRequest: .badRequest
         case .tooLarge: .payloadTooLarge
         case .unavailable, .fillBudgetFull: .serviceUnavailable
@@ -114,7 +117,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         switch kind.code {
         case .network, .timeout, .unavailable, .requestTimeout, .fillBudgetFull: true
         case .decoding, .url, .badRequest, .tooLarge, .notFound, .methodNotAllowed, .unauthorized, .internalError,
-            .upstreamTooLarge, .uriTooLong, .headersTooLarge:
+            .upstreamTooLarge, .uriTooLong, .headersTooLarge, .notCached:
             false
         }
     }
