@@ -58,7 +58,7 @@ struct CacheInvalidationTests {
         switch cache.lookup(key, requestHeaders: [:], now: now) {
         case .fresh: .fresh
         case .stale: .stale
-        case .miss: .miss
+        case .miss, .varyMiss: .miss
         }
     }
 

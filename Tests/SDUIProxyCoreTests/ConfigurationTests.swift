@@ -149,6 +149,7 @@ struct ConfigurationTests {
             ("cache: { heuristic: { ceiling: 1h } }", "cache.heuristic.ceiling", "unknown key"),
             ("cache: { targetedFields: [\"CDN Cache\"] }", "cache.targetedFields", "not a header name"),
             ("cache: { maxErrorTTL: soon }", "cache.maxErrorTTL", "expected a duration"),
+            ("cache: { name: \"my cache\" }", "cache.name", "not a token"),
         ]
     )
     func badValues(yaml: String, key: String, problem: String) {

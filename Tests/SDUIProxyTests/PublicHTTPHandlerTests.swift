@@ -17,6 +17,14 @@ struct PublicHTTPHandlerTests {
         ["Content-Type": "application/json", "Cache-Control": "max-age=300", "ETag": etag]
     }
 
+    /// The cache's lines at the end of a head: `X-Cache` and `Cache-Status`.
+    private static func cacheLines(_ xCache: String, _ cacheStatus: String) -> String {
+        "\r\nX-Cache: \(xCache)\r\nCache-Status: sdui-proxy; \(cacheStatus)\r\n"
+    }
+
+    private static let missLines = cacheLines("MISS", "fwd=uri-miss; fwd-status=200; ttl=300; stored")
+    private static let hitLines = cacheLines("HIT", "hit; ttl=300")
+
     private static func get(_ path: String, _ extraHeaders: String = "") -> String {
         "GET \(path) HTTP/1.1\r\nHost: app.example\r\n\(extraHeaders)\r\n"
     }
@@ -53,7 +61,7 @@ struct PublicHTTPHandlerTests {
             let miss = try #require(try connection.readResponse())
             #expect(miss.status == .ok)
             #expect(miss.raw.hasPrefix("HTTP/1.1 200 OK\r\n"))
-            #expect(miss.raw.hasSuffix("\r\nX-Cache: MISS\r\n\r\n" + Self.component("home")))
+            #expect(miss.raw.hasSuffix(Self.missLines + "\r\n" + Self.component("home")))
             #expect(miss.headers["content-length"] == ["\(Self.component("home").utf8.count)"])
             #expect(!miss.closesConnection)
             #expect(connection.isOpen)
@@ -61,7 +69,7 @@ struct PublicHTTPHandlerTests {
             try connection.send(Self.get("/screens/home"))
             let hit = try #require(try connection.readResponse())
             #expect(hit.status == .ok)
-            #expect(hit.raw.hasSuffix("\r\nX-Cache: HIT\r\n\r\n" + Self.component("home")))
+            #expect(hit.raw.hasSuffix(Self.hitLines + "\r\n" + Self.component("home")))
             #expect(!hit.closesConnection)
             #expect(connection.backend.fetches.count == 1)
             #expect(connection.isOpen)
@@ -90,9 +98,9 @@ struct PublicHTTPHandlerTests {
             )
             connection.runLoop()
             let first = try #require(try connection.readResponse())
-            #expect(first.raw.hasSuffix("\r\nX-Cache: MISS\r\n\r\n" + Self.component("a")))
+            #expect(first.raw.hasSuffix(Self.missLines + "\r\n" + Self.component("a")))
             let second = try #require(try connection.readResponse())
-            #expect(second.raw.hasSuffix("\r\nX-Cache: HIT\r\n\r\n" + Self.component("b")))
+            #expect(second.raw.hasSuffix(Self.hitLines + "\r\n" + Self.component("b")))
             #expect(!first.closesConnection && !second.closesConnection)
             #expect(connection.reads.count == 2, "the held read goes through once the pipelined request is handled")
             #expect(connection.backend.fetches.count == 2)
@@ -107,7 +115,7 @@ struct PublicHTTPHandlerTests {
         try connection.backend.answerFetch(headers: Self.componentHeaders(etag: "\"a-1\""), body: Self.component("a"))
         connection.runLoop()
         let response = try #require(try connection.readResponse())
-        #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
+        #expect(response.raw.hasSuffix(Self.missLines + "Connection: close\r\n\r\n" + Self.component("a")))
         #expect(!connection.isOpen)
         #expect(connection.unreadOutput.isEmpty)
     }
@@ -128,7 +136,7 @@ struct PublicHTTPHandlerTests {
             try connection.send(Self.get("/screens/a", "Connection: close\r\n") + Self.get("/screens/a"))
             connection.runLoop()
             let response = try #require(try connection.readResponse())
-            #expect(response.raw.hasSuffix("\r\nX-Cache: HIT\r\nConnection: close\r\n\r\n" + Self.component("a")))
+            #expect(response.raw.hasSuffix(Self.hitLines + "Connection: close\r\n\r\n" + Self.component("a")))
             #expect(!connection.isOpen)
             #expect(connection.unreadOutput.isEmpty)
         }
@@ -297,7 +305,7 @@ struct PublicHTTPHandlerTests {
                 body: Self.component("a")
             )
             let response = try #require(try connection.readResponse())
-            #expect(response.raw.hasSuffix("\r\nX-Cache: MISS\r\nConnection: close\r\n\r\n" + Self.component("a")))
+            #expect(response.raw.hasSuffix(Self.missLines + "Connection: close\r\n\r\n" + Self.component("a")))
             #expect(!connection.isOpen)
             #expect(connection.unreadOutput.isEmpty)
         }
@@ -548,7 +556,7 @@ struct PublicHTTPHandlerTests {
             #expect(head.headers["x-cache"] == ["HIT"])
             #expect(head.headers["content-length"] == get.headers["content-length"])
             #expect(head.headers["etag"] == ["\"a-1\""])
-            #expect(head.raw.hasSuffix("\r\nX-Cache: HIT\r\n\r\n"))
+            #expect(head.raw.hasSuffix(Self.hitLines + "\r\n"))
             #expect(connection.unreadOutput.isEmpty, "no body follows the head")
             #expect(connection.isOpen)
             #expect(connection.backend.fetches.count == 1)

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -321,8 +322,12 @@ struct SharedCacheTests {
     }
 
     /// A response head's lines after the status line, with `Age` (which moves with the clock) left out.
+    /// The head's field lines but `Age`, with `Cache-Status`'s ttl written as `<left>` (it counts down).
     private static func lines(of head: String) -> [String] {
-        head.components(separatedBy: "\r\n").dropFirst().filter { !$0.isEmpty && !$0.hasPrefix("Age: ") }
+        head.components(separatedBy: "\r\n").dropFirst().filter { !$0.isEmpty && !$0.hasPrefix("Age: ") }.map {
+            $0.hasPrefix("Cache-Status: ")
+                ? $0.replacingOccurrences(of: #"ttl=\d+"#, with: "ttl=<left>", options: .regularExpression) : $0
+        }
     }
 
     @Test(
@@ -370,13 +375,13 @@ struct SharedCacheTests {
                     leftOf60(hit.head) == [
                         "Content-Type: application/json", "ETag: \"v1\"", "X-Other: kept, on 200s only",
                         "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", length, maxAge, hash!,
-                        "X-Cache: HIT",
+                        "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
                 #expect(
                     leftOf60(notModified.head) == [
                         "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", maxAge, hash!,
-                        "X-Cache: HIT",
+                        "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
             } else {
@@ -384,13 +389,13 @@ struct SharedCacheTests {
                     Self.lines(of: hit.head) == [
                         "Content-Type: application/json", "Cache-Control: public, max-age=60", "ETag: \"v1\"",
                         "X-Other: kept, on 200s only", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", length,
-                        "X-Cache: HIT",
+                        "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
                 #expect(
                     Self.lines(of: notModified.head) == [
                         "Cache-Control: public, max-age=60", "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT",
-                        "Vary: Accept", "X-Cache: HIT",
+                        "Vary: Accept", "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
             }

@@ -100,7 +100,7 @@ import Testing
         )
         let answered = eventLoop.makePromise(of: ComponentFetcher.Outcome.self)
         eventLoop.execute {
-            fetcher.fetch(request, on: eventLoop) { result in
+            fetcher.fetch(request, on: eventLoop) { result, _ in
                 observer.completionRan.store(true, ordering: .relaxed)
                 answered.completeWith(result)
             }

@@ -169,13 +169,14 @@ public final class ComponentFetcher: Sendable {
         self.logsDebug = logger.logLevel <= .debug
     }
 
-    /// What a fetch hands its caller, on the event loop it was made on.
-    public typealias Completion = @Sendable (Result<Outcome, any Error>) -> Void
+    /// What a fetch hands its caller, on the event loop it was made on: the outcome, and whether it came from
+    /// another request's exchange (a coalesced wait) rather than one of its own.
+    public typealias Completion = @Sendable (_ result: Result<Outcome, any Error>, _ collapsed: Bool) -> Void
 
     /// Fetches `request`, joining an identical fetch already in flight when allowed.
     public func fetch(_ request: Request, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
         let promise = eventLoop.makePromise(of: Outcome.self)
-        fetch(request, on: eventLoop, completion: promise.completeWith)
+        fetch(request, on: eventLoop) { result, _ in promise.completeWith(result) }
         return promise.futureResult
     }
 
@@ -194,9 +195,9 @@ public final class ComponentFetcher: Sendable {
             case .success(let outcome):
                 switch request.fillPolicy(self.storageRules).waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
                 case .standIn(let reason):
-                    completion(.success(self.standIn(for: request, because: reason)))
+                    completion(.success(self.standIn(for: request, because: reason)), true)
                 case .take:
-                    completion(.success(outcome))
+                    completion(.success(outcome), true)
                 case .fetchAlone:
                     self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
                 }
@@ -204,7 +205,7 @@ public final class ComponentFetcher: Sendable {
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
                 self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
             case .failure(let error):
-                completion(self.standInOrFail(for: request, with: error))
+                completion(self.standInOrFail(for: request, with: error), true)
             }
         }
     }
@@ -306,7 +307,7 @@ public final class ComponentFetcher: Sendable {
         var storedPlan: StoredPlan?
         let outcome = outcome(of: result, for: request, exchange, storedPlan: &storedPlan)
         if exchange.leadsCoalescedRun { coalescer.finish(key: request.key, with: outcome) }
-        exchange.completion(outcome)
+        exchange.completion(outcome, false)
         // The observer hears last: the prefetches it starts go to the same backend, and the client whose miss
         // stored the component is answered before they are sent.
         if let storedPlan {

@@ -252,7 +252,7 @@ public final class Prefetcher: StoredComponentObserver {
             return eventLoop.makeSucceededFuture(.cached(entry, at: now))
         case .fresh(let entry), .stale(let entry):
             staleEntry = entry
-        case .miss:
+        case .miss, .varyMiss:
             break
         }
         let request = proxy.cacheFill(

@@ -28,71 +28,113 @@ struct CacheResponder {
     /// Answers `request` on `sink`. `proxy` is the context in force for the request; the caller holds it.
     func respond(to request: CacheRequest, proxy: ProxyContext, sink: any ResponseSink) {
         var staleEntry: CachedResponse?
+        let reason: CacheStatus.Forward
         if CacheFillPolicy.mayAnswerFromCache(requestHeaders: request.head.headers) {
             let now = NIODeadline.now()
             let found = proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
             // client's no-cache through.
             if case .fresh(let entry) = found, !honorsClientNoCache {
-                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, now: now))
+                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             }
             let directives = ClientCacheDirectives(headers: request.head.headers)
             switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
             case .hit(let entry):
-                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, now: now))
+                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             case .staleWhileRefreshing(let entry):
                 proxy.cache.recordStaleServe(request.key)
                 let refresh = fill(request, staleEntry: entry, proxy: proxy, client: sink.client)
-                sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
+                sink.writeStored(entry, presentation(of: entry, .stale, request: request, proxy: proxy, now: now))
                 return proxy.fetcher.refreshInBackground(refresh, on: sink.eventLoop)
             case .stale(let entry):
                 proxy.cache.recordStaleServe(request.key)
-                return sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
+                return sink.writeStored(
+                    entry,
+                    presentation(of: entry, .stale, request: request, proxy: proxy, now: now)
+                )
             case .notCached:
-                return sink.write(Self.notCached, cacheResult: .miss)
+                let status = CacheStatus(detail: "only-if-cached")
+                return sink.write(
+                    Self.notCached,
+                    annotation: proxy.cacheReporting.annotation(.miss, status, key: request.key)
+                )
             case .fetch(let entry):
                 staleEntry = entry
             }
+            reason = Self.forwardReason(found)
         } else if ClientCacheDirectives(headers: request.head.headers).onlyIfCached {
             // Answers from the cache are not for this request (its Authorization), and it may not go upstream.
-            return sink.write(Self.notCached, cacheResult: .bypass)
+            let status = CacheStatus(detail: "only-if-cached")
+            return sink.write(
+                Self.notCached,
+                annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key)
+            )
+        } else {
+            reason = .request
         }
         // Its last fill was too large to hold: streamed at once, without a fill that would be cut off again.
         if staleEntry == nil, proxy.client.streamsResponses,
             proxy.fetcher.oversizedMarks.isMarked(request.key, now: .now())
         {
-            return stream(request, because: nil, proxy: proxy, sink: sink)
+            return stream(request, reason, because: nil, proxy: proxy, sink: sink)
         }
         let fetch = fill(request, staleEntry: staleEntry, proxy: proxy, client: sink.client)
         // The fetch completes on the sink's loop.
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
-        proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result in
-            self.answer(request, with: result, proxy: proxy, sink: boundSink.value)
+        proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result, collapsed in
+            self.answer(request, reason, collapsed: collapsed, with: result, proxy: proxy, sink: boundSink.value)
         }
     }
 
-    /// Answers a request that missed with what its fetch produced.
+    /// Why a request the cache could not answer goes to the backend, from what the lookup found.
+    private static func forwardReason(_ found: ResponseCache.Lookup) -> CacheStatus.Forward {
+        switch found {
+        case .fresh: .request  // Only a client's no-cache sends a fresh entry's request upstream.
+        case .stale: .stale
+        case .miss: .uriMiss
+        case .varyMiss: .varyMiss
+        }
+    }
+
+    /// Seconds of freshness `entry` has left at `now`, negative past its lifetime, for `Cache-Status`.
+    private static func ttl(of entry: CachedResponse, at now: NIODeadline) -> Int64 {
+        entry.isFresh(at: now) ? entry.remainingLifetime(at: now) : -entry.stalenessNanoseconds(at: now) / 1_000_000_000
+    }
+
+    /// Answers a request that missed with what its fetch produced; `collapsed` when it took another request's.
     private func answer(
         _ request: CacheRequest,
+        _ reason: CacheStatus.Forward,
+        collapsed: Bool,
         with result: Result<ComponentFetcher.Outcome, any Error>,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
         let now = NIODeadline.now()
+        var status = CacheStatus(forward: reason, collapsed: collapsed)
         // Stored and revalidated entries are logged by the fetcher, with their size and lifetime.
         switch result {
         case .success(.stored(let entry)):
-            sink.writeStored(entry, presentation(of: entry, .miss, request: request, now: now))
+            status.forwardStatus = entry.status.code
+            status.stored = true
+            sink.writeStored(entry, presentation(of: entry, .miss, status, request: request, proxy: proxy, now: now))
         case .success(.revalidated(let entry)):
-            sink.writeStored(entry, presentation(of: entry, .revalidated, request: request, now: now))
-        case .success(.servedStale(let entry, let reason)):
+            status.forwardStatus = HTTPResponseStatus.notModified.code
+            status.stored = true
+            sink.writeStored(
+                entry,
+                presentation(of: entry, .revalidated, status, request: request, proxy: proxy, now: now)
+            )
+        case .success(.servedStale(let entry, let why)):
             // The fetcher logged the failure it stood in for, once per key and interval.
-            proxy.logger.debug("serving stale", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
+            proxy.logger.debug("serving stale", metadata: ["key": "\(request.key)", "reason": "\(why)"])
             proxy.cache.recordStaleServe(request.key)
-            sink.writeStored(entry, presentation(of: entry, .stale, request: request, now: now))
-        case .success(.notStored(let response, let reason)):
-            proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(reason)"])
-            sink.write(response, cacheResult: .bypass)
+            status.detail = "stale-if-error"
+            sink.writeStored(entry, presentation(of: entry, .stale, status, request: request, proxy: proxy, now: now))
+        case .success(.notStored(let response, let why)):
+            proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(why)"])
+            status.forwardStatus = response.status.code
+            sink.write(response, annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key))
         case .failure(let error):
             let proxyError =
                 error as? ProxyError
@@ -104,7 +146,7 @@ struct CacheResponder {
                 if proxyError.kind == .upstreamTooLarge {
                     proxy.fetcher.oversizedMarks.mark(request.key, now: .now())
                 }
-                return stream(request, because: proxyError, proxy: proxy, sink: sink)
+                return stream(request, reason, because: proxyError, proxy: proxy, sink: sink)
             }
             // An invalid component was logged by the fetcher that found it.
             if proxyError.kind != .decoding {
@@ -116,7 +158,8 @@ struct CacheResponder {
                     metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
                 )
             }
-            sink.write(proxyError, cacheResult: .miss)
+            status.detail = proxyError.kind.description
+            sink.write(proxyError, annotation: proxy.cacheReporting.annotation(.miss, status, key: request.key))
         }
     }
 
@@ -132,6 +175,7 @@ struct CacheResponder {
     /// - Parameter reason: why the fill was given up; nil when the key was already marked too large.
     private func stream(
         _ request: CacheRequest,
+        _ forward: CacheStatus.Forward,
         because reason: ProxyError?,
         alone: Bool = false,
         proxy: ProxyContext,
@@ -147,12 +191,13 @@ struct CacheResponder {
             )
         }
         let head = request.head
+        let annotation = proxy.cacheReporting.annotation(.bypass, CacheStatus(forward: forward), key: request.key)
         guard !alone, head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
             return PassThroughResponder().respond(
                 to: head,
                 target: request.target,
                 platform: request.platform,
-                cacheResult: .bypass,
+                annotation: annotation,
                 body: nil,
                 proxy: proxy,
                 sink: sink
@@ -161,7 +206,7 @@ struct CacheResponder {
         let relay = PassThroughResponder.relay(
             for: head,
             target: request.target,
-            cacheResult: .bypass,
+            annotation: annotation,
             invalidator: proxy.invalidator,
             to: sink
         )
@@ -170,9 +215,11 @@ struct CacheResponder {
             sink: relay,
             eventLoop: sink.eventLoop,
             failed: { error in
-                PassThroughResponder.answer(error, relay: relay, sink: boundSink.value, cacheResult: .bypass)
+                PassThroughResponder.answer(error, relay: relay, sink: boundSink.value, annotation: annotation)
             },
-            goAlone: { [self] in stream(request, because: nil, alone: true, proxy: proxy, sink: boundSink.value) }
+            goAlone: { [self] in
+                stream(request, forward, because: nil, alone: true, proxy: proxy, sink: boundSink.value)
+            }
         )
         let upstream = PassThroughResponder.upstreamRequest(
             for: head,
@@ -223,13 +270,23 @@ struct CacheResponder {
     }
 
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
+    ///
+    /// `status` is the `Cache-Status` of an entry the backend just gave or confirmed; without it the entry is
+    /// served from the cache, a hit.
     private func presentation(
         of entry: CachedResponse,
         _ cacheResult: CacheResult,
+        _ status: CacheStatus? = nil,
         request: CacheRequest,
+        proxy: ProxyContext,
         now: NIODeadline
     ) -> EntryPresentation {
-        var presentation = EntryPresentation(cacheResult: cacheResult, age: entry.ageSeconds(at: now))
+        var status = status ?? CacheStatus(hit: true)
+        status.ttl = Self.ttl(of: entry, at: now)
+        var presentation = EntryPresentation(
+            annotation: proxy.cacheReporting.annotation(cacheResult, status, key: request.key),
+            age: entry.ageSeconds(at: now)
+        )
         let headers = request.head.headers
         if beagleHash {
             presentation.beagleMaxAge = entry.remainingLifetime(at: now)

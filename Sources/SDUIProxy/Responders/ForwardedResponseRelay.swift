@@ -2,8 +2,8 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// Passes a backend's response to a ``ResponseSink`` as it streams in: end-to-end headers only, with `X-Cache`
-/// when the request went around the cache. `receivedHead` sees the backend's head first (invalidation).
+/// Passes a backend's response to a ``ResponseSink`` as it streams in: end-to-end headers only, with the cache's
+/// annotation (`Cache-Status`, `X-Cache`) when the request was on the cache path. `receivedHead` sees the backend's head first (invalidation).
 ///
 /// The network client calls it on the sink's loop; the state it keeps is bound to that loop.
 final class ForwardedResponseRelay: ForwardedResponseSink {
@@ -24,16 +24,16 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     }
 
     private let state: NIOLoopBound<State>
-    private let cacheResult: CacheResult?
+    private let annotation: CacheAnnotation?
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
 
     init(
         to sink: any ResponseSink,
-        cacheResult: CacheResult?,
+        annotation: CacheAnnotation?,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     ) {
         self.state = NIOLoopBound(State(sink: sink), eventLoop: sink.eventLoop)
-        self.cacheResult = cacheResult
+        self.annotation = annotation
         self.receivedHead = receivedHead
     }
 
@@ -43,10 +43,13 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         receivedHead(status, headers)
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
-        if let cacheResult { headers.add(name: "X-Cache", value: cacheResult.rawValue) }
+        if var annotation {
+            annotation.status.forwardStatus = status.code
+            annotation.add(to: &headers)
+        }
         let state = self.state.value
         state.progress = .streaming
-        state.sink.writeHead(status: status, headers: headers, cacheResult: cacheResult)
+        state.sink.writeHead(status: status, headers: headers, cacheResult: annotation?.result)
     }
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {

@@ -11,7 +11,7 @@ struct PassThroughResponder {
         to head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
-        cacheResult: CacheResult?,
+        annotation: CacheAnnotation?,
         body: RequestBodyStream?,
         proxy: ProxyContext,
         sink: any ResponseSink
@@ -20,7 +20,7 @@ struct PassThroughResponder {
         let relay = Self.relay(
             for: head,
             target: target,
-            cacheResult: cacheResult,
+            annotation: annotation,
             invalidator: proxy.invalidator,
             to: sink
         )
@@ -32,7 +32,7 @@ struct PassThroughResponder {
                 let proxyError = Self.logFailure(error, of: head, target: target, in: failureLog)
                 // The backend must not see the rest of a body it will not be answered for as a shorter request.
                 body?.fail(proxyError)
-                Self.answer(proxyError, relay: relay, sink: boundSink.value, cacheResult: cacheResult)
+                Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
             }
     }
 
@@ -84,10 +84,10 @@ struct PassThroughResponder {
         _ error: ProxyError,
         relay: ForwardedResponseRelay,
         sink: any ResponseSink,
-        cacheResult: CacheResult?
+        annotation: CacheAnnotation?
     ) {
         switch relay.progress {
-        case .waitingForHead: sink.write(error, cacheResult: cacheResult)
+        case .waitingForHead: sink.write(error, annotation: annotation)
         case .streaming: sink.abort()
         case .ended: break
         }
@@ -98,13 +98,13 @@ struct PassThroughResponder {
     static func relay(
         for head: HTTPRequestHead,
         target: RequestTarget,
-        cacheResult: CacheResult?,
+        annotation: CacheAnnotation?,
         invalidator: CacheInvalidator,
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
         let requestHost = head.headers.first(name: "host")
-        return ForwardedResponseRelay(to: sink, cacheResult: cacheResult) { status, headers in
+        return ForwardedResponseRelay(to: sink, annotation: annotation) { status, headers in
             Invalidation.apply(
                 method: method,
                 target: target,

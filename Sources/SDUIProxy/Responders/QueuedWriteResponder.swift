@@ -46,7 +46,7 @@ struct QueuedWriteResponder {
         let relay = PassThroughResponder.relay(
             for: write.head,
             target: write.target,
-            cacheResult: nil,
+            annotation: nil,
             invalidator: proxy.invalidator,
             to: sink
         )
@@ -90,7 +90,7 @@ struct QueuedWriteResponder {
                 // The backend's answer went to the client through the relay.
                 break
             case .success(.some(let queued)):
-                boundSink.value.write(queued, cacheResult: nil)
+                boundSink.value.write(queued, annotation: nil)
             case .failure(let error):
                 let proxyError =
                     error as? ProxyError ?? ProxyError(.internalError, "the queued write failed", detail: "\(error)")

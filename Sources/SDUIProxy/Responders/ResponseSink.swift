@@ -39,7 +39,9 @@ struct ClientPeer {
 
 /// How a stored entry answers a request.
 struct EntryPresentation {
-    var cacheResult: CacheResult
+    /// `Cache-Status` and `X-Cache`, written after `Age`.
+    var annotation: CacheAnnotation
+    var cacheResult: CacheResult { annotation.result }
     /// The entry's age, sent on every response served from the cache.
     var age: Int64
     /// Answer 304 with no body: the client already has this representation.
@@ -50,21 +52,21 @@ struct EntryPresentation {
 
 extension ResponseSink {
     /// Writes a backend response that was not stored.
-    func write(_ response: UpstreamResponse, cacheResult: CacheResult?) {
+    func write(_ response: UpstreamResponse, annotation: CacheAnnotation?) {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
-        if let cacheResult { headers.add(name: "X-Cache", value: cacheResult.rawValue) }
-        writeComposed(status: response.status, headers: headers, body: response.body, cacheResult: cacheResult)
+        annotation?.add(to: &headers)
+        writeComposed(status: response.status, headers: headers, body: response.body, cacheResult: annotation?.result)
     }
 
     /// Writes `error` as the JSON body of the error model.
-    func write(_ error: ProxyError, cacheResult: CacheResult? = nil) {
+    func write(_ error: ProxyError, annotation: CacheAnnotation? = nil) {
         let body = ByteBuffer(string: error.jsonBody())
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "application/json")
         headers.add(name: "Content-Length", value: String(body.readableBytes))
         headers.add(name: "Cache-Control", value: "no-store")
-        if let cacheResult { headers.add(name: "X-Cache", value: cacheResult.rawValue) }
-        writeComposed(status: error.status, headers: headers, body: body, cacheResult: cacheResult)
+        annotation?.add(to: &headers)
+        writeComposed(status: error.status, headers: headers, body: body, cacheResult: annotation?.result)
     }
 }

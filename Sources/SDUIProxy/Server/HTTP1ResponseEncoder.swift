@@ -65,9 +65,9 @@ enum HTTP1ResponseEncoder {
             }
             buffer.writeStaticString("Age: ")
             buffer.writeString(String(presentation.age))
-            buffer.writeStaticString("\r\nX-Cache: ")
-            buffer.writeString(presentation.cacheResult.rawValue)
-            buffer.writeStaticString(closesConnection ? "\r\nConnection: close\r\n\r\n" : "\r\n\r\n")
+            buffer.writeStaticString("\r\n")
+            presentation.annotation.writeLines(into: &buffer)
+            buffer.writeStaticString(closesConnection ? "Connection: close\r\n\r\n" : "\r\n")
             if sendsBody, let exactBody { buffer.writeBytes(exactBody) }
         }
         return sendsBody ? entry.largeBody : nil

@@ -25,6 +25,8 @@ public final class ProxyContext: Sendable {
     public let prefetchPlanner: PrefetchPlanner
     /// Where each request goes: the cache path, a forward, a queued write or a refusal.
     public let router: RequestRouter
+    /// What responses tell clients about the cache: `Cache-Status`, `X-Cache`.
+    let cacheReporting: CacheReporting
 
     public init(
         configuration: ProxyConfiguration,
@@ -48,6 +50,7 @@ public final class ProxyContext: Sendable {
         self.client = client
         self.logger = logger
         self.router = RequestRouter(configuration: configuration, queue: writeQueue?.configuration)
+        self.cacheReporting = CacheReporting(configuration.cache)
         self.requestBuilder = UpstreamRequestBuilder(
             platformHeader: configuration.platform.header,
             configuredHeaders: configuration.headers

@@ -228,7 +228,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     to: head,
                     target: target,
                     platform: platform,
-                    cacheResult: cacheResult,
+                    annotation: cacheResult.map { proxy.cacheReporting.forwarded($0) },
                     body: body,
                     proxy: proxy,
                     sink: self

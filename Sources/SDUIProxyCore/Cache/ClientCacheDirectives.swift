@@ -56,7 +56,7 @@ public struct ClientCacheDirectives: Sendable, Equatable {
             }
             if !validates, entry.mayServeWhileRevalidating(at: now) { return .staleWhileRefreshing(entry) }
             return .fetch(staleEntry: entry)
-        case .miss:
+        case .miss, .varyMiss:
             return onlyIfCached ? .notCached : .fetch(staleEntry: nil)
         }
     }

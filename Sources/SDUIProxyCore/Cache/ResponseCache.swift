@@ -35,7 +35,10 @@ public final class ResponseCache: Sendable {
     public enum Lookup: Sendable {
         case fresh(CachedResponse)
         case stale(CachedResponse)
+        /// Nothing is stored for the target.
         case miss
+        /// The target has stored variants, but not the one the request selects.
+        case varyMiss
     }
 
     /// What is stored under a key.
@@ -120,8 +123,9 @@ public final class ResponseCache: Sendable {
             return lookup
         case .varies(let names):
             switch lookupOne(Self.variantKey(key, names: names, requestHeaders: requestHeaders), now: now) {
+            case .found(.miss): return .varyMiss
             case .found(let lookup): return lookup
-            case .varies: return .miss
+            case .varies: return .varyMiss
             }
         }
     }

@@ -207,7 +207,9 @@ public struct ConfigurationLoader: Sendable {
     private static func cache(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Cache {
         try section.rejectUnknownKeys([
             "maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes", "staleIfError", "tagHeader",
-            "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie", "honorClientNoCache",
+            "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie", "honorClientNoCache", "name",
+            "xCacheHeader",
+            "cacheStatusKey",
         ])
         var cache = ProxyConfiguration.Cache()
         cache.maxBytes = try section.byteSize("maxBytes", default: cache.maxBytes, minimum: 1024)
@@ -217,6 +219,15 @@ public struct ConfigurationLoader: Sendable {
         guard HTTPSyntax.isToken(cache.tagHeader) else { throw section.fail("tagHeader", "is not a header name") }
         cache.storageRules = try storageRules(section)
         cache.honorClientNoCache = try section.bool("honorClientNoCache", default: cache.honorClientNoCache)
+        cache.name = try section.string("name", default: cache.name)
+        guard CacheStatus.isToken(cache.name) else {
+            throw section.fail(
+                "name",
+                "\"\(cache.name)\" is not a token (a letter or *, then letters, digits and !#$%&'*+-.^_`|~:/)"
+            )
+        }
+        cache.xCacheHeader = try section.bool("xCacheHeader", default: cache.xCacheHeader)
+        cache.cacheStatusKey = try section.bool("cacheStatusKey", default: cache.cacheStatusKey)
         for routeSection in try section.sectionList("routes") {
             try routeSection.rejectUnknownKeys([
                 "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError",

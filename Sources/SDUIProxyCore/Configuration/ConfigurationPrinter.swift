@@ -67,6 +67,9 @@ public enum ConfigurationPrinter {
         if let maximum = rules.maxErrorLifetime { out.pair(1, "maxErrorTTL", duration(.seconds(maximum))) }
         out.pair(1, "storeSetCookie", "\(rules.storesSetCookie)")
         out.pair(1, "honorClientNoCache", "\(config.cache.honorClientNoCache)")
+        out.pair(1, "name", scalar(config.cache.name))
+        out.pair(1, "xCacheHeader", "\(config.cache.xCacheHeader)")
+        out.pair(1, "cacheStatusKey", "\(config.cache.cacheStatusKey)")
         policy(config.cache.policy, indent: 1, into: &out)
         if config.cache.routes.isEmpty {
             out.pair(1, "routes", "[]")

@@ -101,6 +101,12 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// Whether a client's `no-cache` or `max-age=0` makes a fresh entry be revalidated with the backend. Off,
         /// they are ignored, so that clients cannot turn hits into backend requests.
         public var honorClientNoCache = false
+        /// This cache's name in `Cache-Status` (RFC 9211), an sf-token.
+        public var name = "sdui-proxy"
+        /// Whether responses on the cache path also carry `X-Cache`, for clients that read it.
+        public var xCacheHeader = true
+        /// Whether `Cache-Status` carries the cache key (`key=`), for debugging.
+        public var cacheStatusKey = false
 
         public init() {}
 

@@ -1,0 +1,57 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// What the operator tells clients about the cache (`cache.name`, `cache.xCacheHeader`, `cache.cacheStatusKey`).
+struct CacheReporting: Sendable {
+    /// This cache's name in `Cache-Status`, an sf-token.
+    let cacheName: String
+    /// Whether responses carry `X-Cache` beside `Cache-Status`, for clients that read it.
+    let sendsXCache: Bool
+    /// Whether `Cache-Status` names the cache key (`key=`): for debugging, it shows clients how entries are keyed.
+    let sendsKey: Bool
+
+    init(_ cache: ProxyConfiguration.Cache) {
+        cacheName = cache.name
+        sendsXCache = cache.xCacheHeader
+        sendsKey = cache.cacheStatusKey
+    }
+
+    /// The annotation of a response to the request keyed `key`.
+    func annotation(_ result: CacheResult, _ status: CacheStatus, key: CacheKey?) -> CacheAnnotation {
+        CacheAnnotation(result: result, status: status, reporting: self, key: sendsKey ? key?.description : nil)
+    }
+
+    /// The annotation of a request on a route that bypasses the cache, forwarded as it came.
+    func forwarded(_ result: CacheResult) -> CacheAnnotation {
+        annotation(result, CacheStatus(forward: .bypass), key: nil)
+    }
+}
+
+/// How the cache took part in one response, as its headers tell the client: `Cache-Status` (RFC 9211) and,
+/// unless turned off, `X-Cache`. The result also goes to the access log and the metrics.
+struct CacheAnnotation {
+    var result: CacheResult
+    var status: CacheStatus
+    let reporting: CacheReporting
+    /// The cache key, when it is reported.
+    let key: String?
+
+    /// Adds the annotation's fields to a response's headers.
+    func add(to headers: inout HTTPHeaders) {
+        if reporting.sendsXCache { headers.add(name: "X-Cache", value: result.rawValue) }
+        headers.add(name: "Cache-Status", value: status.fieldValue(cacheName: reporting.cacheName, key: key))
+    }
+
+    /// Appends the annotation's header lines to an encoded head, for a response written from its stored bytes.
+    func writeLines(into buffer: inout ByteBuffer) {
+        if reporting.sendsXCache {
+            buffer.writeStaticString("X-Cache: ")
+            buffer.writeString(result.rawValue)
+            buffer.writeStaticString("\r\n")
+        }
+        buffer.writeStaticString("Cache-Status: ")
+        status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
+        buffer.writeStaticString("\r\n")
+    }
+}

@@ -1,0 +1,111 @@
+import NIOCore
+
+/// This cache's member of the `Cache-Status` field (RFC 9211) on one response: whether it was a hit, why the
+/// request went to the backend and what came back, what was stored, and how long the response stays fresh.
+///
+/// Written straight into the response's bytes: a hit's member (`sdui-proxy; hit; ttl=42`) costs a few small
+/// writes and no allocation.
+public struct CacheStatus: Sendable, Equatable {
+    /// Why the request went to the backend (RFC 9211 section 2.2).
+    public enum Forward: String, Sendable {
+        /// The cache does not take this request (a route that bypasses it).
+        case bypass
+        /// Nothing was stored for the target.
+        case uriMiss = "uri-miss"
+        /// The target has stored variants, none of them this request's.
+        case varyMiss = "vary-miss"
+        /// What was stored is stale: revalidated or refetched.
+        case stale
+        /// The request itself kept the cache out (`Authorization`, a client's `no-cache`).
+        case request
+    }
+
+    /// Served from the cache without going to the backend.
+    public var hit = false
+    public var forward: Forward?
+    /// The status the backend answered with, when it answered.
+    public var forwardStatus: UInt?
+    /// Seconds of freshness left of the response served or stored; negative when it was served stale.
+    public var ttl: Int64?
+    /// The backend's answer was stored.
+    public var stored = false
+    /// The request waited for another one's exchange instead of making its own.
+    public var collapsed = false
+    /// More about the outcome, a token (`stale-if-error`, an error kind).
+    public var detail: String?
+
+    public init(
+        hit: Bool = false,
+        forward: Forward? = nil,
+        forwardStatus: UInt? = nil,
+        ttl: Int64? = nil,
+        stored: Bool = false,
+        collapsed: Bool = false,
+        detail: String? = nil
+    ) {
+        self.hit = hit
+        self.forward = forward
+        self.forwardStatus = forwardStatus
+        self.ttl = ttl
+        self.stored = stored
+        self.collapsed = collapsed
+        self.detail = detail
+    }
+
+    /// Appends the member: `cacheName` (an sf-token, checked at load) and its parameters, in the order RFC
+    /// 9211 lists them; `key`, when given, as an sf-string.
+    public func write(cacheName: String, key: String?, into buffer: inout ByteBuffer) {
+        buffer.writeString(cacheName)
+        if hit { buffer.writeStaticString("; hit") }
+        if let forward {
+            buffer.writeStaticString("; fwd=")
+            buffer.writeString(forward.rawValue)
+        }
+        if let forwardStatus {
+            buffer.writeStaticString("; fwd-status=")
+            buffer.writeString(String(forwardStatus))
+        }
+        if let ttl {
+            buffer.writeStaticString("; ttl=")
+            buffer.writeString(String(ttl))
+        }
+        if stored { buffer.writeStaticString("; stored") }
+        if collapsed { buffer.writeStaticString("; collapsed") }
+        if let key {
+            buffer.writeStaticString("; key=")
+            Self.writeString(key, into: &buffer)
+        }
+        if let detail {
+            buffer.writeStaticString("; detail=")
+            buffer.writeString(detail)
+        }
+    }
+
+    /// The member as a field value, for responses whose headers are composed.
+    public func fieldValue(cacheName: String, key: String?) -> String {
+        var buffer = ByteBuffer()
+        write(cacheName: cacheName, key: key, into: &buffer)
+        return String(buffer: buffer)
+    }
+
+    /// Whether `name` may name a cache in the field without quoting: an sf-token (RFC 9651 section 3.3.4).
+    public static func isToken(_ name: String) -> Bool {
+        guard let first = name.utf8.first,
+            first == UInt8(ascii: "*")
+                || (HTTPSyntax.lowercasedASCII(first) >= 0x61 && HTTPSyntax.lowercasedASCII(first) <= 0x7A)
+        else {
+            return false
+        }
+        return name.utf8.allSatisfy { HTTPSyntax.isTokenByte($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "/") }
+    }
+
+    /// `text` as an sf-string: quoted, with `"` and `\` escaped and anything outside printable ASCII dropped.
+    private static func writeString(_ text: String, into buffer: inout ByteBuffer) {
+        buffer.writeStaticString("\"")
+        for byte in text.utf8 where byte >= 0x20 && byte < 0x7F {
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { buffer.writeInteger(UInt8(ascii: "\\")) }
+            buffer.writeInteger(byte)
+        }
+        buffer.writeStaticString("\"")
+    }
+}

@@ -1,0 +1,39 @@
+import NIOCore
+import SDUIProxyCore
+import Testing
+
+/// The `Cache-Status` member (RFC 9211) as written: parameters in order, the key as an sf-string.
+@Suite struct CacheStatusFieldTests {
+    @Test("members are written in RFC 9211's order; a key is quoted and escaped")
+    func written() {
+        #expect(
+            CacheStatus(hit: true, ttl: 42).fieldValue(cacheName: "sdui-proxy", key: nil) == "sdui-proxy; hit; ttl=42"
+        )
+        let everything = CacheStatus(
+            forward: .varyMiss,
+            forwardStatus: 200,
+            ttl: -3,
+            stored: true,
+            collapsed: true,
+            detail: "stale-if-error"
+        )
+        #expect(
+            everything.fieldValue(cacheName: "c", key: "/a\"b\\c\u{1}")
+                == #"c; fwd=vary-miss; fwd-status=200; ttl=-3; stored; collapsed; key="/a\"b\\c"; detail=stale-if-error"#
+        )
+        #expect(
+            CacheStatus(detail: "only-if-cached").fieldValue(cacheName: "x", key: nil) == "x; detail=only-if-cached"
+        )
+    }
+
+    @Test(
+        "a cache name must be an sf-token",
+        arguments: [
+            ("sdui-proxy", true), ("edge/1:a", true), ("*", true), ("CDN_1", true),
+            ("1cdn", false), ("", false), ("a b", false), ("a;b", false), ("\"q\"", false),
+        ]
+    )
+    func names(name: String, valid: Bool) {
+        #expect(CacheStatus.isToken(name) == valid, "\(name)")
+    }
+}
