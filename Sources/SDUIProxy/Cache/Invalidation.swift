@@ -2,11 +2,14 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// Invalidation by unsafe methods (RFC 9111 section 4.4): a successful POST, PUT, DELETE or PATCH makes the
-/// stored responses for its target, and for the same-origin `Location` and `Content-Location` it returns,
-/// unusable, in every variant and platform.
+/// Invalidation by unsafe methods (RFC 9111 section 4.4): a 2xx or 3xx answer to any method but the safe ones
+/// (POST, PUT, DELETE, PATCH, and methods this proxy has never heard of alike) makes the stored responses for its
+/// target, and for the same-origin `Location` and `Content-Location` it returns, unusable, in every variant and
+/// platform.
 enum Invalidation {
-    static let unsafeMethods: [HTTPMethod] = [.POST, .PUT, .DELETE, .PATCH]
+    /// The methods RFC 9110 section 9.2.1 defines as safe that reach the backend: they change nothing there.
+    /// (GET and HEAD are answered by the cache; they reach this only on a route that bypasses it.)
+    static let safeMethods: [HTTPMethod] = [.GET, .HEAD, .OPTIONS, .TRACE]
 
     static func apply(
         method: HTTPMethod,
@@ -36,7 +39,7 @@ enum Invalidation {
         responseHeaders: HTTPHeaders,
         requestHost: String?
     ) -> CacheInvalidation? {
-        guard unsafeMethods.contains(method), (200..<400).contains(status.code) else { return nil }
+        guard !safeMethods.contains(method), (200..<400).contains(status.code) else { return nil }
         var targets = [target.description]
         for name in ["location", "content-location"] {
             if let value = responseHeaders.first(name: name),

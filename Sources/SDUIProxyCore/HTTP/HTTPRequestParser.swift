@@ -136,9 +136,9 @@ public struct HTTPRequestParser: Sendable {
         else {
             throw bad("an unsupported HTTP version (HTTP/1.1 and HTTP/1.0 are served)")
         }
+        // Any token is a method (RFC 9110 section 9.1), registered or not, and case-sensitive: one NIO does not
+        // name (`.RAW`) is forwarded exactly as received.
         let method = HTTPMethod(rawValue: String(decoding: methodBytes, as: UTF8.self))
-        // Methods the proxy does not know are refused rather than guessed at, as NIO's llhttp decoder does.
-        if case .RAW = method { throw bad("an unknown method") }
         return (method, String(decoding: target, as: UTF8.self), version)
     }
 
