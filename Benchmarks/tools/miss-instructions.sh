@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Instructions the proxy executes per cache miss, counted by callgrind: deterministic, unlike a timed run, so a
-# change to the miss path can be judged by one number.
+# Instructions the proxy executes per cache miss (or, with KIND=hit, per hit), counted by callgrind:
+# deterministic, unlike a timed run, so a change to the miss or hit path can be judged by one number, also on
+# machines where perf cannot read the CPU's counters.
 #
 #   BIN=.build-release/release/sdui-proxy Benchmarks/tools/miss-instructions.sh
 #   WARMUP=300 MISSES=2000 BIN=... Benchmarks/tools/miss-instructions.sh
+#   KIND=hit MISSES=20000 BIN=... Benchmarks/tools/miss-instructions.sh   # one URL, stored by the warm-up
 #   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
 #
 # Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
@@ -21,6 +23,7 @@ BENCH_DIR=$(cd "$TOOLS_DIR/.." && pwd)
 source "$BENCH_DIR/lib/configs.sh"
 
 BIN=${BIN:-}
+KIND=${KIND:-miss}
 WARMUP=${WARMUP:-300}
 MISSES=${MISSES:-2000}
 ORIGIN_PORT=${ORIGIN_PORT:-18300}
@@ -45,6 +48,7 @@ die() {
 [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 [[ $WARMUP =~ ^[0-9]+$ && $MISSES =~ ^[1-9][0-9]*$ ]] || die "WARMUP and MISSES must be whole numbers (MISSES > 0)"
+[[ $KIND == miss || $KIND == hit ]] || die "KIND must be miss or hit"
 
 missing=()
 command -v valgrind >/dev/null || missing+=(valgrind)
@@ -135,17 +139,20 @@ wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$PROXY_PID" proxy
 wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$PROXY_PID" proxy
 log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, proxy (callgrind) pid $PROXY_PID on :$PROXY_PORT"
 
-# misses PREFIX COUNT: COUNT GETs of never-seen URLs on one keep-alive connection; each must be a 200 miss.
-misses() {
-    python3 - "$PROXY_PORT" "$1" "$2" <<'EOF'
+# requests PREFIX COUNT: COUNT GETs on one keep-alive connection, each a 200 of KIND: for misses, never-seen
+# URLs; for hits, one URL, which the warm-up's first request stores.
+requests() {
+    python3 - "$PROXY_PORT" "$KIND" "$1" "$2" <<'EOF'
 import http.client, sys
-port, prefix, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+port, kind, prefix, count = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 for i in range(count):
-    conn.request("GET", f"/screens/{prefix}/{i}?u={i}", headers={"beagle-platform": "IOS"})
+    target = f"/screens/{prefix}/{i}?u={i}" if kind == "miss" else "/screens/hit"
+    conn.request("GET", target, headers={"beagle-platform": "IOS"})
     response = conn.getresponse()
     body = response.read()
-    if response.status != 200 or response.getheader("X-Cache") != "MISS" or not body:
+    expected = "HIT" if kind == "hit" and not (prefix.startswith("warm") and i == 0) else "MISS"
+    if response.status != 200 or response.getheader("X-Cache") != expected or not body:
         sys.exit(f"request {i}: status {response.status}, X-Cache {response.getheader('X-Cache')}")
 conn.close()
 EOF
@@ -165,13 +172,14 @@ control() {
 }
 
 run_id=$(date +%s)-$$
+if [[ $KIND == hit ]] && ((WARMUP == 0)); then WARMUP=1; fi
 if ((WARMUP > 0)); then
-    log "warm-up: $WARMUP misses"
-    misses "warm-$run_id" "$WARMUP"
+    log "warm-up: $WARMUP requests"
+    requests "warm-$run_id" "$WARMUP"
 fi
 control --zero
-log "measured: $MISSES misses"
-misses "measured-$run_id" "$MISSES"
+log "measured: $MISSES ${KIND}s"
+requests "measured-$run_id" "$MISSES"
 control --dump=measured
 
 profile=$(grep -l '^desc: Trigger: .*measured' "$proxy_dir"/callgrind.out* | head -n 1)
@@ -179,5 +187,5 @@ profile=$(grep -l '^desc: Trigger: .*measured' "$proxy_dir"/callgrind.out* | hea
 total=$(awk '/^(summary|totals):/ { print $2; exit }' "$profile")
 [[ -n $total ]] || die "no instruction total in $profile"
 log "profile: $profile (callgrind_annotate --inclusive=yes $profile)"
-echo "instructions: $total for $MISSES misses"
-echo "instructions per miss: $((total / MISSES))"
+echo "instructions: $total for $MISSES ${KIND}s"
+echo "instructions per $KIND: $((total / MISSES))"

@@ -37,3 +37,19 @@ import Testing
         #expect(CacheStatus.isToken(name) == valid, "\(name)")
     }
 }
+
+/// Decimal numbers written straight into a response's bytes.
+@Suite struct DecimalWritingTests {
+    @Test(
+        "every magnitude, signs and the extremes",
+        arguments: [0, 7, 10, 99, 100, 12_345, -1, -60, .max, .min] as [Int64]
+    )
+    func decimal(value: Int64) {
+        var buffer = ByteBuffer()
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: HTTPWireFormat.maximumDecimalDigits + 2) { out in
+            let start = HTTPWireFormat.copy("=", to: out, at: 0)
+            return HTTPWireFormat.writeDecimal(value, to: out, at: start)
+        }
+        #expect(String(buffer: buffer) == "=\(value)")
+    }
+}

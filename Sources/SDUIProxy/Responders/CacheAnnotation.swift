@@ -2,19 +2,25 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// What the operator tells clients about the cache (`cache.name`, `cache.xCacheHeader`, `cache.cacheStatusKey`).
-struct CacheReporting: Sendable {
+/// What the operator tells clients about the cache (`cache.name`, `cache.xCacheHeader`, `cache.cacheStatusKey`),
+/// made once per configuration.
+///
+/// A class: every annotation refers to it, and a hit's lines are copied from ``hitLines`` in one write.
+final class CacheReporting: Sendable {
     /// This cache's name in `Cache-Status`, an sf-token.
     let cacheName: String
     /// Whether responses carry `X-Cache` beside `Cache-Status`, for clients that read it.
     let sendsXCache: Bool
     /// Whether `Cache-Status` names the cache key (`key=`): for debugging, it shows clients how entries are keyed.
     let sendsKey: Bool
+    /// A plain hit's lines up to its ttl: `X-Cache: HIT` CRLF `Cache-Status: NAME; hit; ttl=`.
+    let hitLines: [UInt8]
 
     init(_ cache: ProxyConfiguration.Cache) {
         cacheName = cache.name
         sendsXCache = cache.xCacheHeader
         sendsKey = cache.cacheStatusKey
+        hitLines = Array(((sendsXCache ? "X-Cache: HIT\r\n" : "") + "Cache-Status: \(cacheName); hit; ttl=").utf8)
     }
 
     /// The annotation of a response to the request keyed `key`.
@@ -43,15 +49,38 @@ struct CacheAnnotation {
         headers.add(name: "Cache-Status", value: status.fieldValue(cacheName: reporting.cacheName, key: key))
     }
 
-    /// Appends the annotation's header lines to an encoded head, for a response written from its stored bytes.
-    func writeLines(into buffer: inout ByteBuffer) {
-        if reporting.sendsXCache {
-            buffer.writeStaticString("X-Cache: ")
-            buffer.writeString(result.rawValue)
+    /// Appends `Age` and the annotation's lines to an encoded head, for a response written from its stored bytes.
+    ///
+    /// A plain hit's lines go out in one write (one capacity and uniqueness check, not a dozen): the hit path
+    /// cost 10 % more instructions when each piece was written on its own.
+    func writeLines(age: Int64, into buffer: inout ByteBuffer) {
+        guard result == .hit, key == nil, status.isPlainHit, let ttl = status.ttl else {
+            buffer.writeStaticString("Age: ")
+            buffer.writeString(String(age))
             buffer.writeStaticString("\r\n")
+            if reporting.sendsXCache {
+                buffer.writeStaticString("X-Cache: ")
+                buffer.writeString(result.rawValue)
+                buffer.writeStaticString("\r\n")
+            }
+            buffer.writeStaticString("Cache-Status: ")
+            status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
+            buffer.writeStaticString("\r\n")
+            return
         }
-        buffer.writeStaticString("Cache-Status: ")
-        status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
-        buffer.writeStaticString("\r\n")
+        reporting.hitLines.withUnsafeBytes { hitLines in
+            let most =
+                5 + HTTPWireFormat.maximumDecimalDigits + 2 + hitLines.count + HTTPWireFormat.maximumDecimalDigits + 2
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
+                var count = HTTPWireFormat.copy("Age: ", to: out, at: 0)
+                count = HTTPWireFormat.writeDecimal(age, to: out, at: count)
+                count = HTTPWireFormat.copy("\r\n", to: out, at: count)
+                UnsafeMutableRawBufferPointer(rebasing: out[count..<(count + hitLines.count)]).copyMemory(
+                    from: hitLines
+                )
+                count = HTTPWireFormat.writeDecimal(ttl, to: out, at: count + hitLines.count)
+                return HTTPWireFormat.copy("\r\n", to: out, at: count)
+            }
+        }
     }
 }

@@ -63,10 +63,7 @@ enum HTTP1ResponseEncoder {
             } else {
                 writeHead(of: entry, status: status, presentation, into: &buffer)
             }
-            buffer.writeStaticString("Age: ")
-            buffer.writeString(String(presentation.age))
-            buffer.writeStaticString("\r\n")
-            presentation.annotation.writeLines(into: &buffer)
+            presentation.annotation.writeLines(age: presentation.age, into: &buffer)
             buffer.writeStaticString(closesConnection ? "Connection: close\r\n\r\n" : "\r\n")
             if sendsBody, let exactBody { buffer.writeBytes(exactBody) }
         }

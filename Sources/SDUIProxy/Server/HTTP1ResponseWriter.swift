@@ -60,7 +60,8 @@ struct HTTP1ResponseWriter {
         let sendsBody = !isHeadRequest && !presentation.notModified
         let bodyBytes = sendsBody ? entry.bodyLength : 0
         account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
-        var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 128 + bodyBytes)
+        // Beyond the stored head: Age, X-Cache, Cache-Status and Connection, with room to spare.
+        var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 256 + bodyBytes)
         let largeBody = HTTP1ResponseEncoder.writeStored(
             entry,
             presentation,

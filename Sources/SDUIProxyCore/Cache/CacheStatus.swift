@@ -52,6 +52,11 @@ public struct CacheStatus: Sendable, Equatable {
         self.detail = detail
     }
 
+    /// Whether this is a hit and nothing else but its ttl: what almost every response from the cache says.
+    public var isPlainHit: Bool {
+        hit && forward == nil && forwardStatus == nil && !stored && !collapsed && detail == nil
+    }
+
     /// Appends the member: `cacheName` (an sf-token, checked at load) and its parameters, in the order RFC
     /// 9211 lists them; `key`, when given, as an sf-string.
     public func write(cacheName: String, key: String?, into buffer: inout ByteBuffer) {

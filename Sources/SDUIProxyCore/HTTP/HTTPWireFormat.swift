@@ -92,3 +92,42 @@ extension HTTPWireFormat {
     /// Room per header line when a request's size is estimated (the buffer grows if lines are longer).
     private static let averageHeaderLineBytes = 48
 }
+
+extension HTTPWireFormat {
+    /// The most bytes ``writeDecimal(_:to:at:)`` writes: a sign and 19 digits.
+    public static let maximumDecimalDigits = 20
+
+    /// Writes `value` in decimal at `offset` of `out`, which has room for ``maximumDecimalDigits``; returns the
+    /// offset after it. No `String` in between, for the lines a hit writes.
+    @inline(__always)
+    public static func writeDecimal(_ value: Int64, to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        var offset = offset
+        if value < 0 {
+            out[offset] = UInt8(ascii: "-")
+            offset += 1
+        }
+        var magnitude = value.magnitude
+        var digits = 0
+        var rest = magnitude
+        repeat {
+            digits += 1
+            rest /= 10
+        } while rest > 0
+        let end = offset + digits
+        for index in stride(from: end - 1, through: offset, by: -1) {
+            out[index] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+        }
+        return end
+    }
+
+    /// Copies `text` to `out` at `offset`; returns the offset after it.
+    @inline(__always)
+    public static func copy(_ text: StaticString, to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        let count = text.utf8CodeUnitCount
+        UnsafeMutableRawBufferPointer(rebasing: out[offset..<(offset + count)]).copyMemory(
+            from: UnsafeRawBufferPointer(start: text.utf8Start, count: count)
+        )
+        return offset + count
+    }
+}
