@@ -2,7 +2,11 @@
 /// which targeted fields this cache obeys, heuristic freshness, a cap on stored errors, and `Set-Cookie`.
 public struct StorageRules: Sendable, Equatable {
     /// The targeted cache-control fields (RFC 9213) this cache obeys, lower case, in order of preference.
-    public var targetedFields: [String] = ["cdn-cache-control"]
+    public var targetedFields: [String] = ["cdn-cache-control"] {
+        didSet { targetedFieldNames = targetedFields.map { Array($0.utf8) } }
+    }
+    /// ``targetedFields`` as bytes, made once: every miss compares its field names with them.
+    private var targetedFieldNames: [[UInt8]] = [Array("cdn-cache-control".utf8)]
     /// The share of the time since `Last-Modified` a response without explicit expiry stays fresh (RFC 9111
     /// section 4.2.2).
     public var heuristicFraction = 0.1

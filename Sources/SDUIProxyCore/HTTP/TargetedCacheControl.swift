@@ -11,6 +11,11 @@ public enum TargetedCacheControl {
     /// The directives of the first field of `fieldNames` (lower case, in order of preference) that `fields`
     /// carries and that is valid; nil when none is.
     public static func directives(in fields: HTTPFieldLines, fieldNames: [String]) -> CacheControl? {
+        directives(in: fields, fieldNames: fieldNames.map { Array($0.utf8) })
+    }
+
+    /// ``directives(in:fieldNames:)`` for names already in bytes.
+    static func directives(in fields: HTTPFieldLines, fieldNames: [[UInt8]]) -> CacheControl? {
         for name in fieldNames {
             guard let value = combinedValue(of: name, in: fields) else { continue }
             if let directives = parse(value) { return directives }
@@ -20,11 +25,10 @@ public enum TargetedCacheControl {
 
     /// The field's lines joined with ", ", as RFC 9651 section 4.2 parses a field sent on several lines; nil
     /// when there is none.
-    private static func combinedValue(of name: String, in fields: HTTPFieldLines) -> [UInt8]? {
+    private static func combinedValue(of name: [UInt8], in fields: HTTPFieldLines) -> [UInt8]? {
         var combined: [UInt8]?
-        let wanted = Array(name.utf8)
         fields.forEachField { fieldName, value in
-            guard HTTPSyntax.equalsIgnoringCase(fieldName, lowercased: wanted) else { return }
+            guard HTTPSyntax.equalsIgnoringCase(fieldName, lowercased: name) else { return }
             if combined == nil {
                 combined = Array(value)
             } else {
