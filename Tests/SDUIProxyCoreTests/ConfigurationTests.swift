@@ -150,6 +150,7 @@ struct ConfigurationTests {
             ("cache: { targetedFields: [\"CDN Cache\"] }", "cache.targetedFields", "not a header name"),
             ("cache: { maxErrorTTL: soon }", "cache.maxErrorTTL", "expected a duration"),
             ("cache: { name: \"my cache\" }", "cache.name", "not a token"),
+            ("upstream: { bodyIdleTimeout: 0s }", "upstream.bodyIdleTimeout", "more than 0"),
         ]
     )
     func badValues(yaml: String, key: String, problem: String) {

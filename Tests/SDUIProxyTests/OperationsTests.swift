@@ -143,14 +143,15 @@ struct OperationsTests {
         }
     }
 
-    @Test("a reload applies limits.maxConnections and the coalesced wait of a new upstream.timeout")
+    @Test("a reload applies limits.maxConnections and the coalesced wait of a new upstream.timeout and bodyIdleTimeout")
     func reloadLimits() async throws {
         try await ProxyHarness.run { proxy async throws in
             var configuration = proxy.server.context.configuration
             configuration.limits.maxConnections = 1
             configuration.upstream.timeout = .seconds(3)
+            configuration.upstream.bodyIdleTimeout = .seconds(7)
             try await proxy.server.reload(configuration)
-            #expect(proxy.server.context.fetcher.coalescer.maximumWait == .seconds(4))
+            #expect(proxy.server.context.fetcher.coalescer.maximumWait == .seconds(11))
 
             let first = try await RawConnection(port: proxy.server.publicPort)
             try await first.send("GET /screens/home HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -134,12 +134,12 @@ struct WriteQueueProxyTests {
     func deliveryWithAnAnswerCutShort() async throws {
         try await Self.withQueuedWrites(
             origin: { _ in
-                // The head promises 100 bytes of body; 2 come, and the upstream timeout ends the exchange.
+                // The head promises 100 bytes of body; 2 come, and the body's idle limit ends the exchange.
                 var response = TestOrigin.Response(status: .created, headers: [], body: "ok")
                 response.declaredLength = 100
                 return response
             },
-            configure: { $0.upstream.timeout = .seconds(1) }
+            configure: { $0.upstream.bodyIdleTimeout = .seconds(1) }
         ) { proxy async throws in
             try await proxy.origin.stop()
             let location = try #require(try await proxy.get("/api/orders", method: .POST, body: "{}")["Location"])

@@ -102,7 +102,10 @@ public final class ProxyContext: Sendable {
                 client = try FileNetworkClient(directory: path, threadPool: threadPool)
             }
         }
-        let maximumWait = configuration.upstream.timeout.timeAmount + .seconds(1)
+        // A waiter takes its leader's outcome, and the leader's exchange is bounded by the head's deadline and the
+        // body's idle limit; past both and a second more, something is wrong and the waiter fetches alone.
+        let maximumWait =
+            configuration.upstream.timeout.timeAmount + configuration.upstream.bodyIdleTimeout.timeAmount + .seconds(1)
         let coalescer = coalescer ?? RequestCoalescer(maximumWait: maximumWait)
         coalescer.maximumWait = maximumWait
         let fetcher = ComponentFetcher(

@@ -24,6 +24,8 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
     private var lengthDeclared = false
     /// A HEAD request's answer has no body, whatever length its head declares.
     private let isHEAD: Bool
+    /// The exchange's time limits, told when the final head and each body part arrive.
+    var deadlines: ExchangeDeadlines?
 
     init(request: HTTPClient.Request, maxBodySize: Int, budget: ByteBudget?) {
         self.accumulator = ResponseAccumulator(request: request, maxBodySize: maxBodySize)
@@ -48,6 +50,7 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
     }
 
     func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        if head.status.code >= 200 { deadlines?.headArrived() }
         // 1xx, 204 and 304 answers have no body either (RFC 9110 §6.4.1): a 304 may declare the length of the
         // representation it validates, which is not held.
         let hasBody = !isHEAD && head.status.code >= 200 && head.status != .noContent && head.status != .notModified
@@ -60,6 +63,7 @@ final class BudgetedResponseAccumulator: HTTPClientResponseDelegate, @unchecked 
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        deadlines?.bodyPartArrived()
         if !lengthDeclared, let refusal = take(buffer.readableBytes, on: task.eventLoop) { return refusal }
         return accumulator.didReceiveBodyPart(task: task, buffer)
     }

@@ -6,12 +6,13 @@ import NIOPosix
 import SDUIProxyCore
 
 /// The ``NetworkClient`` for a backend reached over HTTP(S), built on AsyncHTTPClient: pooled keep-alive
-/// connections on the caller's event loop, connect and read timeouts, an overall deadline, no redirects
-/// followed (they are passed to the client) and no decompression (bodies pass as the backend encoded them).
+/// connections on the caller's event loop, a connect timeout, a deadline for the response head and a read
+/// timeout for each silence of the body, no redirects followed (they are passed to the client) and no decompression (bodies pass as the backend encoded them).
 public final class HTTPNetworkClient: NetworkClient {
     private let client: HTTPClient
     private let origin: UpstreamOrigin.HTTPOrigin
     private let timeout: TimeAmount
+    private let bodyIdleTimeout: TimeAmount
 
     public init(
         origin: UpstreamOrigin.HTTPOrigin,
@@ -20,12 +21,12 @@ public final class HTTPNetworkClient: NetworkClient {
     ) {
         self.origin = origin
         self.timeout = configuration.timeout.timeAmount
+        self.bodyIdleTimeout = configuration.bodyIdleTimeout.timeAmount
         var clientConfiguration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
-            timeout: .init(
-                connect: configuration.connectTimeout.timeAmount,
-                read: self.timeout
-            ),
+            // No read timeout: it would run while a forwarded body is still uploading, and before the head;
+            // ``ExchangeDeadlines`` bounds the head and each silence of the body instead.
+            timeout: .init(connect: configuration.connectTimeout.timeAmount),
             decompression: .disabled
         )
         clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = configuration.maxConnections
@@ -81,13 +82,14 @@ public final class HTTPNetworkClient: NetworkClient {
         } catch {
             return eventLoop.makeFailedFuture(error)
         }
-        let response = client.execute(
-            request: clientRequest,
-            delegate: BudgetedResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes, budget: budget),
-            eventLoop: .delegate(on: eventLoop),
-            deadline: .now() + timeout
-        ).futureResult
-        return response.flatMapErrorThrowing { error in
+        let deadline = ExchangeDeadlines(headTimeout: timeout, bodyIdleTimeout: bodyIdleTimeout, eventLoop: eventLoop)
+        let accumulator = BudgetedResponseAccumulator(request: clientRequest, maxBodySize: maxBodyBytes, budget: budget)
+        accumulator.deadlines = deadline
+        let task = client.execute(request: clientRequest, delegate: accumulator, eventLoop: .delegate(on: eventLoop))
+        deadline.watch(task)
+        deadline.start()
+        return task.futureResult.hop(to: eventLoop).flatMapErrorThrowing { error in
+            if let expired = deadline.error { throw expired }
             throw Self.proxyError(for: error, maxBodyBytes: maxBodyBytes)
         }.map { response in
             UpstreamResponse(
@@ -107,8 +109,13 @@ public final class HTTPNetworkClient: NetworkClient {
         // With a body, the backend's time starts once the whole request has arrived: the upload is the client's
         // time, bounded by limits.requestTimeout, which fails the stream and so aborts this request (never ends it
         // short). A backend that stops reading the body is within its own time. Without a body, the deadline
-        // runs from now.
-        let deadline = BodyDeadline(timeout: timeout, eventLoop: body?.eventLoop ?? eventLoop)
+        // runs from now. Either way it ends with the response head: a long body streams for as long as it keeps
+        // coming.
+        let deadline = ExchangeDeadlines(
+            headTimeout: timeout,
+            bodyIdleTimeout: bodyIdleTimeout,
+            eventLoop: body?.eventLoop ?? eventLoop
+        )
         let clientBody = body.map { stream in
             HTTPClient.Body.stream(contentLength: stream.contentLength.map(Int64.init)) { writer in
                 stream.drain { part in writer.write(.byteBuffer(part)) }
@@ -122,12 +129,12 @@ public final class HTTPNetworkClient: NetworkClient {
         }
         let task = client.execute(
             request: clientRequest,
-            delegate: ForwardingDelegate(sink: sink),
-            eventLoop: .delegate(on: eventLoop),
-            deadline: body == nil ? .now() + timeout : nil
+            delegate: ForwardingDelegate(sink: sink, deadlines: deadline),
+            eventLoop: .delegate(on: eventLoop)
         )
+        deadline.watch(task)
+        if body == nil { deadline.start() }
         if let body {
-            deadline.watch(task)
             let start: @Sendable () -> Void = { deadline.start() }
             if body.eventLoop.inEventLoop {
                 body.setFinishHandler(start)
@@ -136,7 +143,7 @@ public final class HTTPNetworkClient: NetworkClient {
             }
         }
         return task.futureResult.flatMapErrorThrowing { error in
-            if deadline.expired { throw ProxyError(.timeout, "the backend did not answer in time") }
+            if let expired = deadline.error { throw expired }
             throw Self.proxyError(for: error, maxBodyBytes: nil)
         }
     }
@@ -182,68 +189,28 @@ public final class HTTPNetworkClient: NetworkClient {
     }
 }
 
-/// The deadline of a request with a streamed body: `timeout` from the moment the whole body was written, not
-/// from the start, so a slow upload is not charged to the backend. Confined to the body stream's event loop.
-private final class BodyDeadline: Sendable {
-    private struct State {
-        var task: HTTPClient.Task<Void>?
-        var timer: Scheduled<Void>?
-        var expired = false
-        var finished = false
-    }
-
-    private let timeout: TimeAmount
-    private let state: NIOLoopBoundBox<State>
-
-    init(timeout: TimeAmount, eventLoop: any EventLoop) {
-        self.timeout = timeout
-        self.state = NIOLoopBoundBox(State(), eventLoop: eventLoop)
-    }
-
-    /// Whether the backend ran past its time and the request was cancelled for it. Read on the loop.
-    var expired: Bool { state.value.expired }
-
-    /// Follows `task`: a timer is not armed after it finished, and one armed is cancelled with it.
-    func watch(_ task: HTTPClient.Task<Void>) {
-        let state = self.state
-        let follow: @Sendable () -> Void = {
-            state.value.task = task
-            task.futureResult.hop(to: state.eventLoop).whenComplete { _ in
-                state.value.finished = true
-                state.value.timer?.cancel()
-            }
-        }
-        if state.eventLoop.inEventLoop { follow() } else { state.eventLoop.execute(follow) }
-    }
-
-    /// The whole body has arrived: the backend's time starts. Called on the loop; once.
-    func start() {
-        let state = self.state
-        guard !state.value.finished, state.value.timer == nil else { return }
-        state.value.timer = state.eventLoop.scheduleTask(in: timeout) {
-            state.value.expired = true
-            state.value.task?.cancel()
-        }
-    }
-}
-
 /// Streams an AsyncHTTPClient response into a ``ForwardedResponseSink``, one part at a time.
 private final class ForwardingDelegate: HTTPClientResponseDelegate {
     typealias Response = Void
 
     private let sink: any ForwardedResponseSink
+    private let deadlines: ExchangeDeadlines
 
-    init(sink: any ForwardedResponseSink) {
+    init(sink: any ForwardedResponseSink, deadlines: ExchangeDeadlines) {
         self.sink = sink
+        self.deadlines = deadlines
     }
 
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        // An interim 1xx head is not the answer: the head's deadline holds until the final one.
+        if head.status.code >= 200 { deadlines.headArrived() }
         sink.receiveHead(status: head.status, headers: head.headers)
         return task.eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        sink.receiveBodyPart(buffer)
+        deadlines.bodyPartArrived()
+        return sink.receiveBodyPart(buffer)
     }
 
     func didFinishRequest(task: HTTPClient.Task<Void>) throws {

@@ -18,8 +18,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
     private let origin: UpstreamOrigin.HTTPOrigin
     /// The origin's `Host` value, formatted once rather than per request.
     private let hostHeader: String
-    /// `configuration.timeout`, converted once rather than per exchange.
+    /// `configuration.timeout` and `bodyIdleTimeout`, converted once rather than per exchange.
     private let timeout: TimeAmount
+    private let bodyIdleTimeout: TimeAmount
     private let configuration: ProxyConfiguration.Upstream
     /// The pools of the group's event loops, made up front: every miss finds its loop's pool without a lock
     /// that both loops would take.
@@ -38,6 +39,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         self.origin = origin
         self.hostHeader = origin.hostHeader
         self.timeout = configuration.timeout.timeAmount
+        self.bodyIdleTimeout = configuration.bodyIdleTimeout.timeAmount
         self.configuration = configuration
         var groupPools: [ObjectIdentifier: PoolState] = [:]
         for eventLoop in eventLoopGroup.makeIterator() {
@@ -113,7 +115,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
             isHEAD: request.method == .HEAD,
             maxBodyBytes: maxBodyBytes,
             budget: budget,
-            deadline: deadline
+            deadline: deadline,
+            bodyIdleTimeout: bodyIdleTimeout
         )
         if eventLoop.inEventLoop {
             return pool.run(exchange, completion: completion)
@@ -176,6 +179,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
         var maxBodyBytes: Int
         /// What the body's bytes are taken from while they are held (cache fills); nil for none.
         var budget: ByteBudget?
+        /// When the response head must have come (`upstream.timeout`).
         var deadline: NIODeadline
+        /// How long the body may then go without a byte (`upstream.bodyIdleTimeout`).
+        var bodyIdleTimeout: TimeAmount
     }
 }

@@ -225,6 +225,7 @@ final class PoolState: @unchecked Sendable {
         if let failure = error as? UpstreamConnectionHandler.Failure {
             switch failure {
             case .timedOut: return ProxyError(.timeout, "the backend did not answer in time")
+            case .bodyStalled: return ProxyError(.timeout, "the backend stopped sending its response")
             case .tooLarge(let limit):
                 return ProxyError(.upstreamTooLarge, "the backend's response is larger than \(limit) bytes")
             case .overBudget(let limit):

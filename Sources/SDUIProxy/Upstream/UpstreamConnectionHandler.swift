@@ -17,6 +17,8 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         case closedBeforeResponse
         case closedDuringResponse
         case timedOut
+        /// The body stopped arriving for `upstream.bodyIdleTimeout`.
+        case bodyStalled
         case tooLarge(Int)
         /// The body would not fit in the exchange's byte budget (its limit).
         case overBudget(Int)
@@ -38,6 +40,9 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         /// The body's length, when the head gave it.
         var length: Int?
         var body: ByteBuffer?
+        /// When the exchange fails unless more arrives: the head's deadline, then the body's idle limit from its
+        /// last part.
+        var deadline: NIODeadline
         var keepAlive = true
         /// The bytes taken from the exchange's budget, given back when it ends.
         var reserved = 0
@@ -90,7 +95,12 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         retryIfStale: Bool,
         completion: @escaping PoolState.Completion
     ) {
-        let sent = Current(exchange: exchange, retryIfStale: retryIfStale, completion: completion)
+        let sent = Current(
+            exchange: exchange,
+            retryIfStale: retryIfStale,
+            completion: completion,
+            deadline: exchange.deadline
+        )
         guard let context else { return end(sent, with: .failure(Failure.closedBeforeResponse)) }
         guard current == nil else { return end(sent, with: .failure(Failure.busy)) }
         current = sent
@@ -150,7 +160,15 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
             current?.head = head
             current?.keepAlive = keepAlive
             current?.length = length
+            // The head is in: from here the body may take as long as it keeps coming. The timer armed for the
+            // head's deadline is moved when the idle limit ends sooner; a later end is met when it fires.
+            if let idle = current?.exchange.bodyIdleTimeout {
+                let deadline = NIODeadline.now() + idle
+                current?.deadline = deadline
+                armTimer(for: deadline)
+            }
         case .body(var part):
+            if let idle = current?.exchange.bodyIdleTimeout { current?.deadline = .now() + idle }
             // A small body that arrives whole in one read is kept as the read buffer's slice: the exchange
             // completes within this read, and the cache copies the body into its entry, so the slice is gone
             // before the channel reads again and reuses its buffer. Any other body is copied out as it arrives,
@@ -250,10 +268,10 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     private func timerFired() {
         timer = nil
         guard let inFlight = current else { return }
-        if inFlight.exchange.deadline <= .now() {
-            fail(with: .timedOut, closing: true)
+        if inFlight.deadline <= .now() {
+            fail(with: inFlight.head == nil ? .timedOut : .bodyStalled, closing: true)
         } else {
-            armTimer(for: inFlight.exchange.deadline)
+            armTimer(for: inFlight.deadline)
         }
     }
 

@@ -153,13 +153,16 @@ public struct ConfigurationLoader: Sendable {
         _ section: ConfigurationSection
     ) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
         try section.rejectUnknownKeys([
-            "url", "timeout", "connectTimeout", "maxConnections", "maxResponseBytes", "maxBufferedBytes",
+            "url", "timeout", "bodyIdleTimeout", "connectTimeout", "maxConnections", "maxResponseBytes",
+            "maxBufferedBytes",
         ])
         var upstream = ProxyConfiguration.Upstream()
         upstream.url = try section.string("url", default: upstream.url)
         try checkUpstreamURL(upstream.url, key: section.keyPath("url"))
         upstream.timeout = try section.duration("timeout", default: upstream.timeout)
         guard upstream.timeout > .zero else { throw section.fail("timeout", "must be more than 0") }
+        upstream.bodyIdleTimeout = try section.duration("bodyIdleTimeout", default: upstream.bodyIdleTimeout)
+        guard upstream.bodyIdleTimeout > .zero else { throw section.fail("bodyIdleTimeout", "must be more than 0") }
         upstream.connectTimeout = try section.duration("connectTimeout", default: upstream.connectTimeout)
         guard upstream.connectTimeout > .zero else { throw section.fail("connectTimeout", "must be more than 0") }
         upstream.maxConnections = try section.int("maxConnections", default: upstream.maxConnections, in: 1...100_000)

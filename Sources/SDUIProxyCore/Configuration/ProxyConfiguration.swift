@@ -56,8 +56,12 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var url = "file:config/samples"
         /// How long connecting may take.
         public var connectTimeout: Duration = .seconds(2)
-        /// How long a whole upstream exchange may take before the client gets a 504.
+        /// How long the backend may take to answer a request with its response head (from when it has the whole
+        /// request, connecting included) before the client gets a 504.
         public var timeout: Duration = .seconds(5)
+        /// How long the backend may go silent while it sends a response body; then the exchange fails (a cache
+        /// fill's client gets a 504, a streamed response is cut short).
+        public var bodyIdleTimeout: Duration = .seconds(30)
         /// Connections kept per event loop to the backend.
         public var maxConnections = 64
         /// The largest response body read into memory for a component request; a larger one is streamed to the

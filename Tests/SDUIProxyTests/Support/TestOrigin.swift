@@ -35,9 +35,10 @@ final class TestOrigin: Sendable {
         var chunked = false
         /// The Content-Length to declare instead of the body's own (for answers that have no body, like 304).
         var declaredLength: Int?
-        /// Send the head, then the body in this many pieces, each flushed 20 ms after the one before, so the
+        /// Send the head, then the body in this many pieces, each flushed `pieceGap` after the one before, so the
         /// peer reads them apart.
         var bodyPieces = 1
+        var pieceGap: TimeAmount = .milliseconds(20)
         /// Close the connection once the answer is written, though the answer says keep-alive: a backend that
         /// drops idle keep-alive connections at once.
         var closeAfterAnswer = false
@@ -259,7 +260,7 @@ private final class OriginHandler: ChannelInboundHandler {
                 let bytes = Array(response.body.utf8)
                 let size = (bytes.count + response.bodyPieces - 1) / response.bodyPieces
                 for start in stride(from: 0, to: bytes.count, by: size) {
-                    pause = pause + .milliseconds(20)
+                    pause = pause + response.pieceGap
                     let piece = ByteBuffer(bytes: bytes[start..<min(start + size, bytes.count)])
                     context.eventLoop.assumeIsolated().scheduleTask(in: pause) {
                         context.writeAndFlush(self.wrapOutboundOut(.body(.byteBuffer(piece))), promise: nil)

@@ -1,0 +1,104 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// An origin that reads each request's line, headers and `Content-Length` body itself (NIO's decoder refuses
+/// methods it does not know), and answers with the bytes `answer` gives for the request line, closing the
+/// connection after them when it says so: for answers NIO's encoder would not write, like a body that ends with
+/// the connection.
+final class RawOrigin: Sendable {
+    /// The bytes of an answer, and whether the connection closes after them.
+    typealias Answer = @Sendable (_ requestLine: String) -> (bytes: String, close: Bool)
+
+    /// A cacheable component for a GET, 204 for anything else.
+    static let componentOrNoContent: Answer = { line in
+        let answer =
+            line.hasPrefix("GET ")
+            ? "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: max-age=60\r\n"
+                + "Content-Length: 26\r\n\r\n{\"_beagleComponent_\":\"ab\"}"
+            : "HTTP/1.1 204 No Content\r\n\r\n"
+        return (answer, false)
+    }
+
+    private let channel: any Channel
+    private let recorded = NIOLockedValueBox<[(line: String, body: String)]>([])
+
+    var url: String { "http://127.0.0.1:\(channel.localAddress!.port!)" }
+    var requestLines: [String] { recorded.withLockedValue { $0.map(\.line) } }
+    var bodies: [String] { recorded.withLockedValue { $0.map(\.body) } }
+
+    private init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    static func run(answer: @escaping Answer, _ body: (RawOrigin) async throws -> Void) async throws {
+        let box = NIOLockedValueBox<RawOrigin?>(nil)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        Handler(answer: answer) { line, body in
+                            box.withLockedValue { $0 }?.recorded.withLockedValue { $0.append((line, body)) }
+                        }
+                    )
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let origin = RawOrigin(channel: channel)
+        box.withLockedValue { $0 = origin }
+        do {
+            try await body(origin)
+        } catch {
+            try? await channel.close()
+            throw error
+        }
+        try await channel.close()
+    }
+
+    private final class Handler: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        typealias OutboundOut = ByteBuffer
+
+        private var buffer = ByteBuffer()
+        private let answer: Answer
+        private let record: @Sendable (String, String) -> Void
+
+        init(answer: @escaping Answer, record: @escaping @Sendable (String, String) -> Void) {
+            self.answer = answer
+            self.record = record
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            var bytes = unwrapInboundIn(data)
+            buffer.writeBuffer(&bytes)
+            while let request = nextRequest() {
+                record(request.line, request.body)
+                let (bytes, close) = answer(request.line)
+                let written = context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: bytes)))
+                if close {
+                    written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+                    return
+                }
+            }
+        }
+
+        /// The next whole request in the buffer: its method and target, and its body.
+        private func nextRequest() -> (line: String, body: String)? {
+            let text = String(buffer: buffer)
+            guard let headEnd = text.range(of: "\r\n\r\n") else { return nil }
+            let headLines = text[..<headEnd.lowerBound].components(separatedBy: "\r\n")
+            let length =
+                headLines.dropFirst().first { $0.lowercased().hasPrefix("content-length:") }
+                .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+            let headBytes = text[..<headEnd.upperBound].utf8.count
+            guard buffer.readableBytes >= headBytes + length else { return nil }
+            buffer.moveReaderIndex(forwardBy: headBytes)
+            let body = buffer.readString(length: length) ?? ""
+            buffer.discardReadBytes()
+            let parts = headLines[0].split(separator: " ")
+            return ("\(parts[0]) \(parts[1])", body)
+        }
+    }
+}
