@@ -41,10 +41,11 @@ struct EndToEndHeadersTests {
             metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60),
             endToEndOnly: true
         )
-        #expect(entry.headers.map(\.name) == ["ETag", "Cache-Control"])
+        #expect(entry.headers.map(\.name) == ["ETag", "Cache-Control", "Accept-Ranges"])
         #expect(
             String(decoding: entry.encodedHead, as: UTF8.self)
-                == "HTTP/1.1 200 OK\r\nETag: \"a\"\r\nCache-Control: max-age=1\r\nContent-Length: 2\r\n"
+                == "HTTP/1.1 200 OK\r\nETag: \"a\"\r\nCache-Control: max-age=1\r\nAccept-Ranges: bytes\r\n"
+                + "Content-Length: 2\r\n"
         )
         // Without the flag only framing and Age go: the caller vouches for the rest.
         let trusted = CachedResponse(
@@ -53,7 +54,11 @@ struct EndToEndHeadersTests {
             body: ByteBuffer(string: "{}"),
             metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
         )
-        #expect(trusted.headers.map(\.name) == ["Connection", "ETag", "Keep-Alive", "x-secret", "Cache-Control"])
+        #expect(
+            trusted.headers.map(\.name) == [
+                "Connection", "ETag", "Keep-Alive", "x-secret", "Cache-Control", "Accept-Ranges",
+            ]
+        )
     }
 
     @Test("keep-alive is decided as NIO decides it, for every mix of Connection values and both versions")

@@ -98,7 +98,8 @@ struct HTTPFieldLinesTests {
             #expect(
                 String(decoding: entry.encodedHead, as: UTF8.self)
                     == "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nLast-Modified: Sun, 22 Nov 2026 09:00:00 GMT\r\n"
-                    + "Surrogate-Key: a b,c\r\nCache-Control: max-age=5, stale-if-error=9\r\nContent-Length: 2\r\n"
+                    + "Surrogate-Key: a b,c\r\nCache-Control: max-age=5, stale-if-error=9\r\nAccept-Ranges: bytes\r\n"
+                    + "Content-Length: 2\r\n"
             )
             #expect(entry.upstreamETag == "\"v1\"" && entry.lastModified == "Sun, 22 Nov 2026 09:00:00 GMT")
             #expect(entry.tags == ["a", "b", "c"] && entry.staleIfError == 9)

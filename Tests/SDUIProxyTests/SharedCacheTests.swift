@@ -374,7 +374,8 @@ struct SharedCacheTests {
                 #expect(
                     leftOf60(hit.head) == [
                         "Content-Type: application/json", "ETag: \"v1\"", "X-Other: kept, on 200s only",
-                        "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", length, maxAge, hash!,
+                        "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", "Accept-Ranges: bytes", length,
+                        maxAge, hash!,
                         "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
@@ -388,7 +389,8 @@ struct SharedCacheTests {
                 #expect(
                     Self.lines(of: hit.head) == [
                         "Content-Type: application/json", "Cache-Control: public, max-age=60", "ETag: \"v1\"",
-                        "X-Other: kept, on 200s only", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", length,
+                        "X-Other: kept, on 200s only", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept",
+                        "Accept-Ranges: bytes", length,
                         "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )

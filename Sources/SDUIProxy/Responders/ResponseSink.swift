@@ -48,6 +48,31 @@ struct EntryPresentation {
     var notModified = false
     /// Beagle 1.x: `beagle-hash` and a plain `Cache-Control: max-age=N` with the freshness left.
     var beagleMaxAge: Int64?
+    /// The part of the entry a `Range` asks for (a 206), or that nothing it asks for exists (a 416); nil for the
+    /// whole entry.
+    var range: RangeRequest.Decision?
+
+    /// Whether the stored head goes out as it is, with no line left out or added.
+    var isPlain: Bool { !notModified && beagleMaxAge == nil && range == nil }
+
+    /// The status `entry` is sent with.
+    func status(of entry: CachedResponse) -> HTTPResponseStatus {
+        if notModified { return .notModified }
+        switch range {
+        case .part?: return .partialContent
+        case .unsatisfiable?: return .rangeNotSatisfiable
+        case .whole?, nil: return entry.status
+        }
+    }
+
+    /// Whether a body follows the head (unless the request was a HEAD).
+    var sendsBody: Bool { !notModified && range != .unsatisfiable }
+
+    /// The bytes of `entry`'s body that are sent.
+    func bodyRange(of entry: CachedResponse) -> Range<Int> {
+        if case .part(let part)? = range { return part.lowerBound..<(part.upperBound + 1) }
+        return 0..<entry.bodyLength
+    }
 }
 
 extension ResponseSink {

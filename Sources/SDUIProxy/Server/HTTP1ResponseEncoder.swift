@@ -57,21 +57,25 @@ enum HTTP1ResponseEncoder {
         closesConnection: Bool,
         into buffer: inout ByteBuffer
     ) -> ByteBuffer? {
+        let bodyRange = presentation.bodyRange(of: entry)
         entry.withEncodedBytes { encodedHead, exactBody in
-            if !presentation.notModified, presentation.beagleMaxAge == nil {
+            if presentation.isPlain {
                 buffer.writeBytes(encodedHead)
             } else {
                 writeHead(of: entry, status: status, presentation, into: &buffer)
             }
             presentation.annotation.writeLines(age: presentation.age, into: &buffer)
             buffer.writeStaticString(closesConnection ? "Connection: close\r\n\r\n" : "\r\n")
-            if sendsBody, let exactBody { buffer.writeBytes(exactBody) }
+            if sendsBody, let exactBody { buffer.writeBytes(UnsafeRawBufferPointer(rebasing: exactBody[bodyRange])) }
         }
-        return sendsBody ? entry.largeBody : nil
+        guard sendsBody, let largeBody = entry.largeBody else { return nil }
+        guard bodyRange.count < largeBody.readableBytes else { return largeBody }
+        return largeBody.getSlice(at: largeBody.readerIndex + bodyRange.lowerBound, length: bodyRange.count)
     }
 
-    /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats, and
-    /// Beagle 1.x's form has its own `Cache-Control` and `beagle-hash`.
+    /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats,
+    /// Beagle 1.x's form has its own `Cache-Control` and `beagle-hash`, a 206 says which part it holds and a 416
+    /// keeps no stored line, only the length of the whole.
     private static func writeHead(
         of entry: CachedResponse,
         status: HTTPResponseStatus,
@@ -79,9 +83,18 @@ enum HTTP1ResponseEncoder {
         into head: inout ByteBuffer
     ) {
         let replacesCacheControl = presentation.beagleMaxAge != nil
+        if presentation.range == .unsatisfiable {
+            HTTPWireFormat.writeStatusLine(status, into: &head)
+            HTTPWireFormat.writeHeaderLine("Content-Range", "bytes */\(entry.bodyLength)", into: &head)
+            head.writeStaticString("Content-Length: 0\r\n")
+            return
+        }
+        let isPart = presentation.range != nil
         entry.writeHead(
             status: status,
             keepingLines: { name in
+                // A part's length is its own (written below); the stored one is the whole's.
+                if isPart, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") { return false }
                 if presentation.notModified,
                     !ConditionalRequest.notModifiedHeaderNames.contains(where: {
                         HTTPSyntax.equalsIgnoringCase(bytes: name, $0)
@@ -98,6 +111,11 @@ enum HTTP1ResponseEncoder {
         if let maxAge = presentation.beagleMaxAge {
             HTTPWireFormat.writeHeaderLine("Cache-Control", "max-age=\(maxAge)", into: &head)
             HTTPWireFormat.writeHeaderLine("beagle-hash", entry.contentHash, into: &head)
+        }
+        if case .part(let part)? = presentation.range {
+            let range = "bytes \(part.lowerBound)-\(part.upperBound)/\(entry.bodyLength)"
+            HTTPWireFormat.writeHeaderLine("Content-Range", range, into: &head)
+            HTTPWireFormat.writeHeaderLine("Content-Length", String(part.count), into: &head)
         }
     }
 

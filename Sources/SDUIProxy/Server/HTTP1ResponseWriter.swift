@@ -56,9 +56,9 @@ struct HTTP1ResponseWriter {
         _ presentation: EntryPresentation,
         closesConnection: Bool
     ) -> (composed: ByteBuffer, body: ByteBuffer?) {
-        let status = presentation.notModified ? .notModified : entry.status
-        let sendsBody = !isHeadRequest && !presentation.notModified
-        let bodyBytes = sendsBody ? entry.bodyLength : 0
+        let status = presentation.status(of: entry)
+        let sendsBody = !isHeadRequest && presentation.sendsBody
+        let bodyBytes = sendsBody ? presentation.bodyRange(of: entry).count : 0
         account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
         // Beyond the stored head: Age, X-Cache, Cache-Status and Connection, with room to spare.
         var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 256 + bodyBytes)

@@ -151,6 +151,9 @@ public final class CachedResponse: Sendable {
         }
     }
 
+    /// What a stored 200 says of ranges: it serves them.
+    private static let acceptRangesLine: StaticString = "Accept-Ranges: bytes\r\n"
+
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10
 
@@ -225,9 +228,12 @@ public final class CachedResponse: Sendable {
         endToEndOnly: Bool = false
     ) {
         let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(fields) : nil
+        // A stored 200 serves byte ranges itself (RFC 9110 section 14.3), whatever the backend said of its own.
+        let advertisesRanges = status == .ok
         func isStored(_ name: UnsafeRawBufferPointer) -> Bool {
             !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length")
                 && !HTTPSyntax.equalsIgnoringCase(bytes: name, "age") && filter?.passes(name) != false
+                && !(advertisesRanges && HTTPSyntax.equalsIgnoringCase(bytes: name, "accept-ranges"))
         }
         // A first pass measures the head and reads what the entry needs from the lines it keeps; the second
         // writes them into the entry's one array, sized exactly.
@@ -256,6 +262,7 @@ public final class CachedResponse: Sendable {
         if let computedETag { headBytes += "ETag: ".utf8.count + computedETag.utf8.count + 2 }
         let length = String(body.readableBytes)
         headBytes += "Content-Length: ".utf8.count + length.utf8.count + 2
+        if advertisesRanges { headBytes += Self.acceptRangesLine.utf8CodeUnitCount }
         let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
 
         var upstreamETagValue: Range<Int>?
@@ -285,6 +292,7 @@ public final class CachedResponse: Sendable {
                     head.writeLine("ETag", UnsafeRawBufferPointer(tag))
                 }
             }
+            if advertisesRanges { head.write(Self.acceptRangesLine) }
             length.withContiguousUTF8 { head.writeLine("Content-Length", UnsafeRawBufferPointer($0)) }
             precondition(head.position == headBytes, "the head was measured wrong")
             if keepsBodyExact {
