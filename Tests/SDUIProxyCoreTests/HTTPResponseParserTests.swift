@@ -54,6 +54,9 @@ private func parseOurs(
                 head: HTTPResponseHead(version: head.version, status: head.status, headers: head.headers)
             )
             keepAlive = keeps
+        case .interim:
+            // Interim heads come before the final one, and are compared where they are tested.
+            #expect(response == nil, "an interim head after the final one")
         case .body(let part):
             #expect(response != nil && !ended, "a body part outside the response")
             response?.body += part.readableBytesView
@@ -141,7 +144,35 @@ struct HTTPResponseParserTests {
         #expect(!closingKeepAlive)
     }
 
-    @Test("no body after a HEAD, a 204 or a 304, whatever the length fields say; interim 1xx answers are skipped")
+    @Test("RFC 9110 §15.2: interim answers come as parts of their own, with their fields, before the final head")
+    func interimParts() throws {
+        var parser = HTTPResponseParser(maximumHeadBytes: 1024)
+        parser.expectResponse(isHEAD: false)
+        var buffer = ByteBuffer(
+            string: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        )
+        var seen: [String] = []
+        while let part = try parser.next(from: &buffer) {
+            switch part {
+            case .interim(let head): seen.append("\(head.status.code) \(head.headers.map { "\($0.name)=\($0.value)" })")
+            case .head(let head, _, _): seen.append("final \(head.status.code) \(head.headers.map(\.name))")
+            case .body(let body): seen.append("body \(String(buffer: body))")
+            case .end: seen.append("end")
+            }
+        }
+        #expect(
+            seen == [
+                "100 []", "103 [\"Link=</a.css>; rel=preload\"]", "final 200 [\"Content-Length\"]", "body ok", "end",
+            ]
+        )
+        var switching = HTTPResponseParser(maximumHeadBytes: 1024)
+        switching.expectResponse(isHEAD: false)
+        var upgrade = ByteBuffer(string: "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")
+        #expect(throws: HTTPParseFailure.self) { try switching.next(from: &upgrade) }
+    }
+
+    @Test("no body after a HEAD, a 204 or a 304, whatever the length fields say; interim 1xx answers come first")
     func bodiless() {
         let (head, _, _) = parseOurs(bytes("HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n"), isHEAD: true)
         #expect(head?.code == 200 && head?.body == [])

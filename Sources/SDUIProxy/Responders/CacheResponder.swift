@@ -78,9 +78,17 @@ struct CacheResponder {
         {
             return stream(request, reason, because: nil, proxy: proxy, sink: sink)
         }
-        let fetch = fill(request, staleEntry: staleEntry, proxy: proxy, client: sink.client)
-        // The fetch completes on the sink's loop.
+        // The fetch completes on the sink's loop. An HTTP/1.0 client is never sent an interim response (RFC 9110
+        // section 15.2).
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
+        let takesInterim = request.head.version.major > 1 || request.head.version.minor >= 1
+        let fetch = fill(
+            request,
+            staleEntry: staleEntry,
+            proxy: proxy,
+            client: sink.client,
+            interim: takesInterim ? InterimRelay(sink: boundSink) : nil
+        )
         proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result, collapsed in
             self.answer(request, reason, collapsed: collapsed, with: result, proxy: proxy, sink: boundSink.value)
         }
@@ -249,12 +257,14 @@ struct CacheResponder {
         }
     }
 
-    /// The fetch that fills the request's entry, with the client's forwarding details.
+    /// The fetch that fills the request's entry, with the client's forwarding details; `interim` passes the
+    /// backend's interim responses to the client (not to a coalesced waiter: the exchange is its leader's).
     private func fill(
         _ request: CacheRequest,
         staleEntry: CachedResponse?,
         proxy: ProxyContext,
-        client: ClientPeer
+        client: ClientPeer,
+        interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
         proxy.cacheFill(
             key: request.key,
@@ -265,7 +275,8 @@ struct CacheResponder {
             staleEntry: staleEntry,
             clientAddress: client.address,
             clientIsTrustedProxy: client.isTrustedProxy,
-            followActions: followActions
+            followActions: followActions,
+            interim: interim
         )
     }
 

@@ -14,6 +14,9 @@ protocol ResponseSink: AnyObject {
     /// Who sent the request, for the forwarding headers of a request sent upstream.
     var client: ClientPeer { get }
 
+    /// Writes an interim (1xx) response ahead of the final one; a sink that has begun the final one, or whose
+    /// client cannot take interim responses, lets it go.
+    func writeInterim(status: HTTPResponseStatus, headers: HTTPHeaders)
     /// Writes a stored entry, presented as `presentation` says; the response ends with it.
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation)
     /// Writes a response the proxy composed whole; the response ends with it. `headers` are end-to-end headers.

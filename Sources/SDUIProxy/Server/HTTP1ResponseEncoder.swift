@@ -42,6 +42,14 @@ enum HTTP1ResponseEncoder {
         buffer.writeStaticString("\r\n")
     }
 
+    /// Appends an interim (1xx) response: its status line and end-to-end header lines, no body, no framing, and
+    /// no `Connection`, which is the final response's to say.
+    static func writeInterimHead(status: HTTPResponseStatus, headers: HTTPHeaders, into buffer: inout ByteBuffer) {
+        HTTPWireFormat.writeStatusLine(status, into: &buffer)
+        HTTPWireFormat.writeHeaderLines(UpstreamRequestBuilder.endToEndResponseHeaders(headers), into: &buffer)
+        buffer.writeStaticString("\r\n")
+    }
+
     /// Appends a stored entry from its encoded head: no header encoding. A body stored as exact bytes (up to
     /// ``CachedResponse/maximumExactBodyBytes``) is copied behind the head, so a hit is one buffer and one write:
     /// that costs less than a second pending write through the channel (8 % fewer instructions per hit, perf

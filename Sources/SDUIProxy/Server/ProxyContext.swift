@@ -149,9 +149,10 @@ public final class ProxyContext: Sendable {
         staleEntry: CachedResponse?,
         clientAddress: String?,
         clientIsTrustedProxy: Bool,
-        followActions: Int
+        followActions: Int,
+        interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
-        let upstream = UpstreamRequest(
+        var upstream = UpstreamRequest(
             method: .GET,
             target: target.description,
             headers: requestBuilder.headers(
@@ -163,6 +164,7 @@ public final class ProxyContext: Sendable {
                 hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" }
             )
         )
+        upstream.interim = interim
         return ComponentFetcher.Request(
             key: key,
             upstream: upstream,

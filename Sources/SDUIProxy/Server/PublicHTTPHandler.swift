@@ -486,6 +486,14 @@ extension PublicHTTPHandler: ResponseSink {
         return peer
     }
 
+    func writeInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        // Only before the final response: the machine has not begun it, the writer has written nothing of it.
+        guard let context, !writer.headWritten else { return }
+        var head = context.channel.allocator.buffer(capacity: 256)
+        HTTP1ResponseEncoder.writeInterimHead(status: status, headers: headers, into: &head)
+        context.writeAndFlush(wrapOutboundOut(head), promise: nil)
+    }
+
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
         // Encoded (and counted) even when the client has gone: a slow answer is the one operators need to see.
         let closes = context == nil || machine.responseStarted()

@@ -116,7 +116,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
             maxBodyBytes: maxBodyBytes,
             budget: budget,
             deadline: deadline,
-            bodyIdleTimeout: bodyIdleTimeout
+            bodyIdleTimeout: bodyIdleTimeout,
+            interim: request.interim
         )
         if eventLoop.inEventLoop {
             return pool.run(exchange, completion: completion)
@@ -183,5 +184,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         var deadline: NIODeadline
         /// How long the body may then go without a byte (`upstream.bodyIdleTimeout`).
         var bodyIdleTimeout: TimeAmount
+        /// Where interim responses go; nil to let them go.
+        var interim: InterimRelay?
     }
 }

@@ -10,12 +10,25 @@ public struct UpstreamRequest: Sendable {
     public var headers: HTTPHeaders
     /// A body held in memory (replayed deliveries); streamed bodies go through ``NetworkClient/forward(_:body:on:to:)``.
     public var body: ByteBuffer?
+    /// Where interim (1xx) responses to the request go as they arrive: the client a cache fill is for. Clients
+    /// that cannot see them (AsyncHTTPClient's, which skips them) ignore it.
+    var interim: InterimRelay?
 
     public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
         self.method = method
         self.target = target
         self.headers = headers
         self.body = body
+    }
+}
+
+/// Passes a backend's interim responses (100 Continue, 103 Early Hints) to the client a request is for, as
+/// they arrive: on the client's loop, which is the exchange's.
+struct InterimRelay: Sendable {
+    let sink: NIOLoopBound<any ResponseSink>
+
+    func relay(_ head: HTTPResponseParser.Head) {
+        sink.value.writeInterim(status: head.status, headers: head.headers)
     }
 }
 

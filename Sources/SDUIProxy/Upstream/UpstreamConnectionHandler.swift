@@ -167,6 +167,9 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
                 current?.deadline = deadline
                 armTimer(for: deadline)
             }
+        case .interim(let head):
+            // Never stored nor merged into the final response: passed on as it came, or let go.
+            current?.exchange.interim?.relay(head)
         case .body(var part):
             if let idle = current?.exchange.bodyIdleTimeout { current?.deadline = .now() + idle }
             // A small body that arrives whole in one read is kept as the read buffer's slice: the exchange

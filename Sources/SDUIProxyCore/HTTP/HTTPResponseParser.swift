@@ -8,7 +8,7 @@ import NIOHTTP1
 /// response two parsers could frame differently is refused, never guessed at. Framing follows RFC 9112
 /// section 6.3: no body for a response to HEAD or with status 1xx, 204 or 304; then `Transfer-Encoding`
 /// (only a final `chunked` is accepted), then `Content-Length`, else the body runs to the end of the
-/// connection. Interim 1xx responses are skipped.
+/// connection. Interim 1xx responses come as parts of their own, before the final head; a 101 is refused.
 public struct HTTPResponseParser: Sendable {
     /// A response's status and its header fields as they came (``HTTPFieldLines``).
     public struct Head: Sendable {
@@ -25,6 +25,8 @@ public struct HTTPResponseParser: Sendable {
         /// `bodyLength` is the body's length as the framing states it (0 when there is no body), nil for
         /// chunks or a body that runs to the close.
         case head(Head, keepAlive: Bool, bodyLength: Int?)
+        /// An interim response (100 Continue, 103 Early Hints): a head with no body, before the final one.
+        case interim(Head)
         case body(ByteBuffer)
         case end
     }
@@ -101,55 +103,52 @@ public struct HTTPResponseParser: Sendable {
         scanned: Int,
         isHEAD: Bool
     ) throws(HTTPParseFailure) -> Part? {
-        var scanned = scanned
-        while true {
-            let readable = buffer.readableBytes
-            guard let end = HTTPMessageSyntax.headEnd(in: buffer, scanned: scanned) else {
-                guard readable <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
-                state = .head(scanned: readable, isHEAD: isHEAD)
-                return nil
-            }
-            guard end + 4 <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
-            // The parts are taken apart at once and the framing read into plain values: each read of a member of
-            // the parsed tuple copied all of it, retaining and releasing every array in it.
-            let (head, code, framing) = try buffer.withUnsafeReadableBytes { bytes throws(HTTPParseFailure) in
-                try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[0..<end]))
-            }
-            buffer.moveReaderIndex(forwardBy: end + 4)
-            if (100..<200).contains(code) {
-                // An interim response (100 Continue, 103 Early Hints) precedes the real one; 101 would switch
-                // protocols, which the proxy never asks for.
-                guard code != 101 else { throw Self.bad("a protocol switch nobody asked for") }
-                scanned = 0
-                continue
-            }
-            let contentLength = framing.contentLength
-            let hasCodings = !framing.codings.isEmpty
-            let isChunked = framing.isChunked
-            var keepAlive = framing.connection.keepsConnectionOpen(version: head.version)
-            var bodyLength: Int?
-            let body: HTTPBodyDecoder
-            if isHEAD || code == 204 || code == 304 {
-                bodyLength = 0
-                body = .length(0, failing: .network)
-            } else if hasCodings {
-                guard contentLength == nil else { throw Self.bad("both Content-Length and Transfer-Encoding") }
-                if isChunked {
-                    body = .chunked(maximumTrailerBytes: maximumHeadBytes, failing: .network)
-                } else {
-                    body = .untilClose(failing: .network)
-                    keepAlive = false
-                }
-            } else if let length = contentLength {
-                bodyLength = length
-                body = .length(length, failing: .network)
+        let readable = buffer.readableBytes
+        guard let end = HTTPMessageSyntax.headEnd(in: buffer, scanned: scanned) else {
+            guard readable <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
+            state = .head(scanned: readable, isHEAD: isHEAD)
+            return nil
+        }
+        guard end + 4 <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
+        // The parts are taken apart at once and the framing read into plain values: each read of a member of
+        // the parsed tuple copied all of it, retaining and releasing every array in it.
+        let (head, code, framing) = try buffer.withUnsafeReadableBytes { bytes throws(HTTPParseFailure) in
+            try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[0..<end]))
+        }
+        buffer.moveReaderIndex(forwardBy: end + 4)
+        if (100..<200).contains(code) {
+            // An interim response (100 Continue, 103 Early Hints) precedes the real one; 101 would switch
+            // protocols, which the proxy never asks for.
+            guard code != 101 else { throw Self.bad("a protocol switch nobody asked for") }
+            state = .head(scanned: 0, isHEAD: isHEAD)
+            return .interim(head)
+        }
+        let contentLength = framing.contentLength
+        let hasCodings = !framing.codings.isEmpty
+        let isChunked = framing.isChunked
+        var keepAlive = framing.connection.keepsConnectionOpen(version: head.version)
+        var bodyLength: Int?
+        let body: HTTPBodyDecoder
+        if isHEAD || code == 204 || code == 304 {
+            bodyLength = 0
+            body = .length(0, failing: .network)
+        } else if hasCodings {
+            guard contentLength == nil else { throw Self.bad("both Content-Length and Transfer-Encoding") }
+            if isChunked {
+                body = .chunked(maximumTrailerBytes: maximumHeadBytes, failing: .network)
             } else {
                 body = .untilClose(failing: .network)
                 keepAlive = false
             }
-            state = .body(body)
-            return .head(head, keepAlive: keepAlive, bodyLength: bodyLength)
+        } else if let length = contentLength {
+            bodyLength = length
+            body = .length(length, failing: .network)
+        } else {
+            body = .untilClose(failing: .network)
+            keepAlive = false
         }
+        state = .body(body)
+        return .head(head, keepAlive: keepAlive, bodyLength: bodyLength)
     }
 
     /// Parses a head without its final CRLFCRLF; `code` is the head's status code.

@@ -314,6 +314,8 @@ final class EmbeddedPublicConnection {
             switch part {
             case .head(let parsed, _, _):
                 head = parsed
+            case .interim:
+                break  // Kept in `raw`, ahead of the final head.
             case .body(var bytes):
                 body.writeBuffer(&bytes)
             case .end:
