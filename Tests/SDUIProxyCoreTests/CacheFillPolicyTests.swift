@@ -27,6 +27,7 @@ import Testing
     private static let lifetime: Int64 = 10
 
     private static func entry(
+        status: HTTPResponseStatus = .ok,
         cacheControl: String? = nil,
         routeWindow: Int64 = 0,
         varyNames: [String] = [],
@@ -38,7 +39,7 @@ import Testing
         metadata.configuredStaleIfError = routeWindow
         metadata.varyNames = varyNames
         metadata.variant = variant
-        return CachedResponse(status: .ok, headers: headers, body: ByteBuffer(string: "{}"), metadata: metadata)
+        return CachedResponse(status: status, headers: headers, body: ByteBuffer(string: "{}"), metadata: metadata)
     }
 
     /// The policy for a fill replacing `stale`, and the time that makes it as stale as described.
@@ -501,6 +502,8 @@ import Testing
     /// A leader's outcome, described.
     enum Leader: Sendable, CustomStringConvertible {
         case stored(variant: String?)
+        /// An error the leader stored: it said how long to keep it.
+        case storedError(status: Int)
         case servedStale(variant: String?, because: String)
         case notStored(status: Int, headers: HTTPHeaders = [:])
 
@@ -511,6 +514,8 @@ import Testing
             }
             switch self {
             case .stored(let variant): return .entry(entry(variant))
+            case .storedError(let status):
+                return .entry(CacheFillPolicyTests.entry(status: HTTPResponseStatus(statusCode: status)))
             case .servedStale(let variant, let reason): return .servedStale(entry(variant), because: reason)
             case .notStored(let status, let headers):
                 return .notStored(status: HTTPResponseStatus(statusCode: status), fields: HTTPFieldLines(headers))
@@ -520,6 +525,7 @@ import Testing
         var description: String {
             switch self {
             case .stored(let variant): "stored \(variant ?? "without variants")"
+            case .storedError(let status): "stored error \(status)"
             case .servedStale(let variant, let reason): "served stale \(variant ?? "without variants") (\(reason))"
             case .notStored(let status, let headers): "not stored \(status) \(headers)"
             }
@@ -548,6 +554,18 @@ import Testing
                 expected: .standIn(because: "backend status 503")
             ),
             WaiterCase(leader: .notStored(status: 503), expected: .take),
+            // A stored server error is the backend failing all the same: the waiter's stale success wins.
+            WaiterCase(
+                leader: .storedError(status: 503),
+                stale: .entry(staleness: 1, routeWindow: 60),
+                expected: .standIn(because: "backend status 503")
+            ),
+            WaiterCase(leader: .storedError(status: 503), expected: .take),
+            WaiterCase(
+                leader: .storedError(status: 404),
+                stale: .entry(staleness: 1, routeWindow: 60),
+                expected: .take
+            ),
             WaiterCase(leader: .notStored(status: 500), stale: .entry(staleness: 61, routeWindow: 60), expected: .take),
             WaiterCase(leader: .notStored(status: 503, headers: ["Cache-Control": "private"]), expected: .fetchAlone),
             WaiterCase(
@@ -572,5 +590,23 @@ import Testing
     func waiters(_ test: WaiterCase) {
         let (policy, now) = Self.policy(replacing: test.stale, requestHeaders: ["Accept-Language": test.language])
         #expect(policy.waiterStep(after: test.leader.outcome, at: now) == test.expected)
+    }
+
+    @Test("a stored error never stands in for a failed refresh, whatever its stale-if-error window")
+    func errorsDoNotStandIn() {
+        let now = Self.storedAt + .seconds(Self.lifetime + 1)
+        for status in [404, 500, 503] as [Int] {
+            let stale = Self.entry(status: HTTPResponseStatus(statusCode: status), routeWindow: 600)
+            let policy = CacheFillPolicy(requestHeaders: [:], defaultTTL: 0, staleEntry: stale, rules: StorageRules())
+            #expect(policy.staleStandIn(after: .status(502), at: now) == nil, "\(status)")
+            #expect(policy.firstStep(for: .badGateway, at: now) == .decide, "\(status)")
+        }
+        let success = CacheFillPolicy(
+            requestHeaders: [:],
+            defaultTTL: 0,
+            staleEntry: Self.entry(routeWindow: 600),
+            rules: StorageRules()
+        )
+        #expect(success.staleStandIn(after: .status(502), at: now) == "backend status 502")
     }
 }

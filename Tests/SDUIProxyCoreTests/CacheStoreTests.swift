@@ -73,6 +73,42 @@ struct CacheStoreTests {
         )
     }
 
+    @Test("a server error without Vary does not replace a target's variants; a success without Vary does")
+    func errorOverVariants() {
+        let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
+        let key = CacheKey(target: "/a", platform: "WEB")
+        var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        metadata.varyNames = ["accept-language"]
+        metadata.variant = "en"
+        let english = CachedResponse(
+            status: .ok,
+            headers: ["Vary": "Accept-Language"],
+            body: ByteBuffer(string: "{}"),
+            metadata: metadata
+        )
+        #expect(cache.store(english, for: key))
+        let plain = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 30)
+        let error = CachedResponse(
+            status: .serviceUnavailable,
+            headers: [:],
+            body: ByteBuffer(string: "down"),
+            metadata: plain
+        )
+        #expect(!cache.store(error, for: key))
+        if case .fresh(let found) = cache.lookup(key, requestHeaders: ["Accept-Language": "en"], now: .now()) {
+            #expect(found.status == .ok)
+        } else {
+            Issue.record("the English variant is still there")
+        }
+        let unvaried = CachedResponse(status: .ok, headers: [:], body: ByteBuffer(string: "{}"), metadata: plain)
+        #expect(cache.store(unvaried, for: key))
+        if case .fresh(let found) = cache.lookup(key, requestHeaders: ["Accept-Language": "fr"], now: .now()) {
+            #expect(found.varyNames.isEmpty)
+        } else {
+            Issue.record("a success that no longer varies replaces the list")
+        }
+    }
+
     @Test("lookups report fresh, stale and missing entries, and count hits and misses")
     func lookups() {
         let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)

@@ -401,7 +401,7 @@ public final class ComponentFetcher: Sendable {
             endToEndOnly: true
         )
         guard cache.store(entry, for: request.key) else {
-            return .notStored(response, reason: "larger than a cache shard's budget")
+            return .notStored(response, reason: "larger than a cache shard's budget, or an error over stored variants")
         }
         if logsDebug {
             logger.debug(

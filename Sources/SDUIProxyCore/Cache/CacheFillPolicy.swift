@@ -115,11 +115,13 @@ public struct CacheFillPolicy: Sendable {
         }
     }
 
-    /// The reason the stale entry stands in for the failed backend, or nil when it may not: there is none, the
-    /// backend did not fail, or the entry's `stale-if-error` window (its own, else the route's) has passed at
-    /// `now`.
+    /// The reason the stale entry stands in for the failed backend, or nil when it may not: there is none, it is
+    /// an error itself (a stale 404 or 503 is no better an answer than the failure, and `cache.maxErrorTTL`
+    /// bounds how long errors are served), the backend did not fail, or the entry's `stale-if-error` window (its
+    /// own, else the route's) has passed at `now`.
     public func staleStandIn(after failure: Failure, at now: NIODeadline) -> String? {
-        guard failure.isFailure, let staleEntry, staleEntry.mayServeOnError(at: now) else { return nil }
+        guard failure.isFailure, let staleEntry, staleEntry.status.code < 400, staleEntry.mayServeOnError(at: now)
+        else { return nil }
         return failure.reason
     }
 
@@ -277,6 +279,8 @@ public struct CacheFillPolicy: Sendable {
     private static func failure(of leader: LeaderOutcome) -> Failure? {
         switch leader {
         case .notStored(let status, _) where status.code >= 500: .status(status.code)
+        // A server error the leader stored (it said how long to keep it) is the backend failing all the same.
+        case .entry(let entry) where entry.status.code >= 500: .status(entry.status.code)
         case .servedStale(_, let reason): .error(reason)
         case .entry, .notStored: nil
         }

@@ -181,7 +181,14 @@ public final class ResponseCache: Sendable {
     /// - Returns: whether it was stored (false when it alone exceeds a shard's budget).
     @discardableResult
     public func store(_ response: CachedResponse, for key: CacheKey) -> Bool {
-        guard !response.varyNames.isEmpty else { return insert(.response(response), for: key, cost: response.byteCost) }
+        guard !response.varyNames.isEmpty else {
+            // A server error names no Vary as a rule, whatever the target's successes vary on: stored over their
+            // list, it would make every variant unreachable, and answer them all with the error.
+            if response.status.code >= 500, withShard(for: key, { $0.store.peek(key)?.isVariantList ?? false }) {
+                return false
+            }
+            return insert(.response(response), for: key, cost: response.byteCost)
+        }
         let marker = response.varyNames.reduce(64) { $0 + $1.utf8.count }
         guard insert(.variants(names: response.varyNames), for: key, cost: marker) else { return false }
         return insert(.response(response), for: key.selectingVariant(response.variant), cost: response.byteCost)
