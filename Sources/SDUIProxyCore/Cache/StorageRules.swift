@@ -22,7 +22,7 @@ public struct StorageRules: Sendable, Equatable {
     /// The directives that decide for a response: the first valid targeted field's, else its `Cache-Control`.
     public func directives(of fields: HTTPFieldLines) -> CacheControl {
         if !targetedFields.isEmpty,
-            let targeted = TargetedCacheControl.directives(in: fields, fieldNames: targetedFields)
+            let targeted = TargetedCacheControl.directives(in: fields, byteNames: targetedFieldNames)
         {
             return targeted
         }

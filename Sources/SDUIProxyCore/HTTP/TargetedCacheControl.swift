@@ -11,12 +11,12 @@ public enum TargetedCacheControl {
     /// The directives of the first field of `fieldNames` (lower case, in order of preference) that `fields`
     /// carries and that is valid; nil when none is.
     public static func directives(in fields: HTTPFieldLines, fieldNames: [String]) -> CacheControl? {
-        directives(in: fields, fieldNames: fieldNames.map { Array($0.utf8) })
+        directives(in: fields, byteNames: fieldNames.map { Array($0.utf8) })
     }
 
-    /// ``directives(in:fieldNames:)`` for names already in bytes.
-    static func directives(in fields: HTTPFieldLines, fieldNames: [[UInt8]]) -> CacheControl? {
-        for name in fieldNames {
+    /// ``directives(in:fieldNames:)`` for names already in bytes (lower case).
+    static func directives(in fields: HTTPFieldLines, byteNames: [[UInt8]]) -> CacheControl? {
+        for name in byteNames {
             guard let value = combinedValue(of: name, in: fields) else { continue }
             if let directives = parse(value) { return directives }
         }
