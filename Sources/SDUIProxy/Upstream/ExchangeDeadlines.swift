@@ -22,12 +22,15 @@ final class ExchangeDeadlines: Sendable {
         var headArrived = false
         /// The task ended: no timer is armed any more.
         var ended = false
-        /// When the last body part (or the head) arrived.
+        /// When the last body part (or the head) arrived, or the client took the last part.
         var lastArrival = NIODeadline.distantPast
+        /// A part is with the client, and the backend is not read until it is taken: its silence is not its own.
+        var waitingForClient = false
     }
 
     private let headTimeout: TimeAmount
     private let bodyIdleTimeout: TimeAmount
+    /// Times are the loop's (`EventLoop.now`): the clock its timers run on.
     private let state: NIOLoopBoundBox<State>
 
     init(headTimeout: TimeAmount, bodyIdleTimeout: TimeAmount, eventLoop: any EventLoop) {
@@ -51,9 +54,13 @@ final class ExchangeDeadlines: Sendable {
 
     /// Follows `task`: it is what a limit cancels, and its end disarms them.
     func watch<Response: Sendable>(_ task: HTTPClient.Task<Response>) {
-        let ended = task.futureResult.map { _ in }
+        watch(ended: task.futureResult.map { _ in }, cancel: { task.cancel() })
+    }
+
+    /// Follows an exchange that `cancel` ends and that is over when `ended` completes.
+    func watch(ended: EventLoopFuture<Void>, cancel: @escaping @Sendable () -> Void) {
         onLoop { state in
-            state.value.cancel = { task.cancel() }
+            state.value.cancel = cancel
             ended.hop(to: state.eventLoop).whenComplete { _ in
                 state.value.ended = true
                 state.value.timer?.cancel()
@@ -76,17 +83,22 @@ final class ExchangeDeadlines: Sendable {
             guard !state.value.ended, !state.value.headArrived else { return }
             state.value.headArrived = true
             state.value.timer?.cancel()
-            state.value.lastArrival = .now()
+            state.value.lastArrival = state.eventLoop.now
             self.armIdleTimer(at: state.value.lastArrival + self.bodyIdleTimeout)
         }
     }
 
-    /// A part of the body arrived: the silence starts again.
-    func bodyPartArrived() {
-        if state.eventLoop.inEventLoop {
-            state.value.lastArrival = .now()
-        } else {
-            onLoop { state in state.value.lastArrival = .now() }
+    /// A part of the body arrived: the silence starts again. With `untilTaken`, the part is with a client that
+    /// reads on only when it completes: the clock stops until then.
+    func bodyPartArrived(untilTaken: EventLoopFuture<Void>? = nil) {
+        onLoop { state in
+            state.value.lastArrival = state.eventLoop.now
+            guard let untilTaken else { return }
+            state.value.waitingForClient = true
+            untilTaken.hop(to: state.eventLoop).whenComplete { _ in
+                state.value.waitingForClient = false
+                state.value.lastArrival = state.eventLoop.now
+            }
         }
     }
 
@@ -96,8 +108,11 @@ final class ExchangeDeadlines: Sendable {
         let state = self.state
         state.value.timer = state.eventLoop.scheduleTask(deadline: deadline) {
             guard !state.value.ended else { return }
-            let end = state.value.lastArrival + self.bodyIdleTimeout
-            if end <= .now() { self.expire(.body) } else { self.armIdleTimer(at: end) }
+            let end =
+                state.value.waitingForClient
+                ? state.eventLoop.now + self.bodyIdleTimeout
+                : state.value.lastArrival + self.bodyIdleTimeout
+            if end <= state.eventLoop.now { self.expire(.body) } else { self.armIdleTimer(at: end) }
         }
     }
 

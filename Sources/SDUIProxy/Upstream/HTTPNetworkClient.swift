@@ -209,8 +209,9 @@ private final class ForwardingDelegate: HTTPClientResponseDelegate {
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        deadlines.bodyPartArrived()
-        return sink.receiveBodyPart(buffer)
+        let taken = sink.receiveBodyPart(buffer)
+        deadlines.bodyPartArrived(untilTaken: taken)
+        return taken
     }
 
     func didFinishRequest(task: HTTPClient.Task<Void>) throws {
