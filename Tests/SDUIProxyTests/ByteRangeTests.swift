@@ -87,6 +87,20 @@ struct ByteRangeTests {
         }
     }
 
+    @Test("Beagle 1.x's form serves ranges too: the part, with its beagle-hash and max-age")
+    func beagleForm() async throws {
+        try await ProxyHarness.run(origin: Self.origin(), configure: { $0.compat.beagleHash = true }) {
+            proxy async throws in
+            _ = try await proxy.get("/a")
+            let part = try await proxy.get("/a", headers: [("Range", "bytes=0-2")])
+            #expect(part.status == .partialContent)
+            #expect(part.body == "abc")
+            #expect(part["Content-Range"] == "bytes 0-2/26")
+            #expect(part["beagle-hash"] != nil)
+            #expect(part["Cache-Control"]?.hasPrefix("max-age=") == true)
+        }
+    }
+
     @Test("a condition that holds answers 304 before any range")
     func notModifiedFirst() async throws {
         try await ProxyHarness.run(origin: Self.origin()) { proxy async throws in

@@ -303,26 +303,26 @@ struct CacheResponder {
             presentation.beagleMaxAge = entry.remainingLifetime(at: now)
             // Beagle 1.x clients only ever get a 304 for the hash they sent.
             presentation.notModified = headers.first(name: "beagle-hash").map(entry.hasContentHash) ?? false
-        } else if entry.status == .ok {
-            if headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since") {
-                presentation.notModified = ConditionalRequest.isNotModified(
-                    requestHeaders: headers,
-                    etag: entry.etag,
-                    lastModified: entry.lastModified
-                )
-            }
-            // A range of the stored whole (RFC 9110 section 14); a condition that answers 304 comes first, and a
-            // HEAD gets the whole head.
-            if !presentation.notModified, !request.isHead, headers.contains(name: "range") {
-                let decision = RangeRequest.decide(
-                    headers: headers,
-                    length: entry.bodyLength,
-                    etag: entry.etag,
-                    lastModified: entry.lastModified,
-                    date: { entry.headers.first(name: "date") }
-                )
-                if decision != .whole { presentation.range = decision }
-            }
+        } else if entry.status == .ok,
+            headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since")
+        {
+            presentation.notModified = ConditionalRequest.isNotModified(
+                requestHeaders: headers,
+                etag: entry.etag,
+                lastModified: entry.lastModified
+            )
+        }
+        // A range of the stored whole (RFC 9110 section 14), in either form; a condition that answers 304 comes
+        // first, and a HEAD gets the whole head.
+        if entry.status == .ok, !presentation.notModified, !request.isHead, headers.contains(name: "range") {
+            let decision = RangeRequest.decide(
+                headers: headers,
+                length: entry.bodyLength,
+                etag: entry.etag,
+                lastModified: entry.lastModified,
+                date: { entry.headers.first(name: "date") }
+            )
+            if decision != .whole { presentation.range = decision }
         }
         return presentation
     }
