@@ -103,11 +103,7 @@ struct CacheStatusTests {
                 default: TestOrigin.Response.component()
                 }
             },
-            configure: { configuration in
-                var policy = configuration.cache.policy
-                policy.bypass = true
-                configuration.cache.routes = [.init(prefix: "/live", policy: policy)]
-            }
+            configure: { ProxyHarness.bypassingCache(under: "/live", in: &$0) }
         ) { proxy async throws in
             #expect(try await proxy.get("/private")["Cache-Status"] == "sdui-proxy; fwd=uri-miss; fwd-status=200")
             let authorized = try await proxy.get("/a", headers: [("Authorization", "Bearer x")])

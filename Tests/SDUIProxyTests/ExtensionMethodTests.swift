@@ -14,30 +14,26 @@ import Testing
 struct ExtensionMethodTests {
     @Test("RFC 9110 §9.1: a method the proxy has never heard of is forwarded exactly as received, body and all")
     func forwardedAsReceived() async throws {
-        try await RawOrigin.run(answer: RawOrigin.componentOrNoContent) { origin in
-            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
-                for method in ["BREW", "M-SEARCH", "get", "PROPFIND"] {
-                    let reply = try await proxy.get("/pot", method: HTTPMethod(rawValue: method), body: "hi")
-                    #expect(reply.status == .noContent, "\(method)")
-                    #expect(reply["Cache-Status"] == nil, "\(method): not on the cache path")
-                }
-                #expect(origin.requestLines == ["BREW /pot", "M-SEARCH /pot", "get /pot", "PROPFIND /pot"])
-                #expect(origin.bodies == ["hi", "hi", "hi", "hi"])
+        try await ProxyHarness.run(behind: RawOrigin.componentOrNoContent) { proxy, origin async throws in
+            for method in ["BREW", "M-SEARCH", "get", "PROPFIND"] {
+                let reply = try await proxy.get("/pot", method: HTTPMethod(rawValue: method), body: "hi")
+                #expect(reply.status == .noContent, "\(method)")
+                #expect(reply["Cache-Status"] == nil, "\(method): not on the cache path")
             }
+            #expect(origin.requestLines == ["BREW /pot", "M-SEARCH /pot", "get /pot", "PROPFIND /pot"])
+            #expect(origin.bodies == ["hi", "hi", "hi", "hi"])
         }
     }
 
     @Test("RFC 9111 §4.4: a 2xx to any unsafe method invalidates its target; OPTIONS and TRACE do not")
     func invalidation() async throws {
-        try await RawOrigin.run(answer: RawOrigin.componentOrNoContent) { origin in
-            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
-                for (method, invalidates) in [("OPTIONS", false), ("TRACE", false), ("BREW", true), ("PURGE", true)] {
-                    _ = try await proxy.get("/screens/a")
-                    #expect(try await proxy.get("/screens/a")["X-Cache"] == "HIT")
-                    _ = try await proxy.get("/screens/a", method: HTTPMethod(rawValue: method))
-                    let after = try await proxy.get("/screens/a")["X-Cache"]
-                    #expect(after == (invalidates ? "MISS" : "HIT"), "\(method)")
-                }
+        try await ProxyHarness.run(behind: RawOrigin.componentOrNoContent) { proxy, origin async throws in
+            for (method, invalidates) in [("OPTIONS", false), ("TRACE", false), ("BREW", true), ("PURGE", true)] {
+                _ = try await proxy.get("/screens/a")
+                #expect(try await proxy.get("/screens/a")["X-Cache"] == "HIT")
+                _ = try await proxy.get("/screens/a", method: HTTPMethod(rawValue: method))
+                let after = try await proxy.get("/screens/a")["X-Cache"]
+                #expect(after == (invalidates ? "MISS" : "HIT"), "\(method)")
             }
         }
     }

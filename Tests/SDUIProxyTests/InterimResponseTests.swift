@@ -23,40 +23,36 @@ struct InterimResponseTests {
 
     @Test("RFC 9110 §15.2: a fill's 1xx reach its client as they come; not stored, not merged, not replayed on a hit")
     func earlyHints() async throws {
-        try await RawOrigin.run(answer: Self.hinting) { origin in
-            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
-                let connection = try await RawConnection(port: proxy.server.publicPort)
-                try await connection.send("GET /screens/a HTTP/1.1\r\nHost: x\r\n\r\n")
-                let proceed = try #require(try await connection.readResponse(bodyless: true))
-                #expect(proceed.head == "HTTP/1.1 100 Continue")
-                let hints = try #require(try await connection.readResponse(bodyless: true))
-                #expect(hints.head == "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload")
-                let final = try #require(try await connection.readResponse())
-                #expect(final.head.hasPrefix("HTTP/1.1 200 OK\r\n"))
-                #expect(!final.head.contains("Link:"), "the interim fields are not merged into the final response")
-                #expect(final.body == Self.component)
+        try await ProxyHarness.run(behind: Self.hinting) { proxy, origin async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /screens/a HTTP/1.1\r\nHost: x\r\n\r\n")
+            let proceed = try #require(try await connection.readResponse(bodyless: true))
+            #expect(proceed.head == "HTTP/1.1 100 Continue")
+            let hints = try #require(try await connection.readResponse(bodyless: true))
+            #expect(hints.head == "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload")
+            let final = try #require(try await connection.readResponse())
+            #expect(final.head.hasPrefix("HTTP/1.1 200 OK\r\n"))
+            #expect(!final.head.contains("Link:"), "the interim fields are not merged into the final response")
+            #expect(final.body == Self.component)
 
-                try await connection.send("GET /screens/a HTTP/1.1\r\nHost: x\r\n\r\n")
-                let hit = try #require(try await connection.readResponse())
-                #expect(hit.head.hasPrefix("HTTP/1.1 200 OK\r\n"), "a hit is the stored 200, without the hints")
-                #expect(hit.head.contains("\r\nX-Cache: HIT\r\n"))
-                #expect(!hit.head.contains("Link:"))
-                await connection.close()
-            }
+            try await connection.send("GET /screens/a HTTP/1.1\r\nHost: x\r\n\r\n")
+            let hit = try #require(try await connection.readResponse())
+            #expect(hit.head.hasPrefix("HTTP/1.1 200 OK\r\n"), "a hit is the stored 200, without the hints")
+            #expect(hit.head.contains("\r\nX-Cache: HIT\r\n"))
+            #expect(!hit.head.contains("Link:"))
+            await connection.close()
         }
     }
 
     @Test("RFC 9110 §15.2: an HTTP/1.0 client is never sent an interim response")
     func notToHTTP10() async throws {
-        try await RawOrigin.run(answer: Self.hinting) { origin in
-            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
-                let connection = try await RawConnection(port: proxy.server.publicPort)
-                try await connection.send("GET /screens/b HTTP/1.0\r\nHost: x\r\n\r\n")
-                let final = try #require(try await connection.readResponse())
-                #expect(final.head.hasPrefix("HTTP/1.1 200 OK\r\n"), "\(final.head)")
-                #expect(final.body == Self.component)
-                await connection.close()
-            }
+        try await ProxyHarness.run(behind: Self.hinting) { proxy, origin async throws in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("GET /screens/b HTTP/1.0\r\nHost: x\r\n\r\n")
+            let final = try #require(try await connection.readResponse())
+            #expect(final.head.hasPrefix("HTTP/1.1 200 OK\r\n"), "\(final.head)")
+            #expect(final.body == Self.component)
+            await connection.close()
         }
     }
 }

@@ -31,9 +31,7 @@ struct UpstreamBodyTests {
             configure: { configuration in
                 configuration.upstream.timeout = .seconds(3)
                 configuration.upstream.bodyIdleTimeout = .seconds(5)
-                var bypass = configuration.cache.policy
-                bypass.bypass = true
-                configuration.cache.routes = [.init(prefix: "/live", policy: bypass)]
+                ProxyHarness.bypassingCache(under: "/live", in: &configuration)
             }
         ) { proxy async throws in
             let filled = try await proxy.get("/a")
@@ -66,9 +64,7 @@ struct UpstreamBodyTests {
             origin: Self.slowBody(gap: .seconds(4)),
             configure: { configuration in
                 configuration.upstream.bodyIdleTimeout = .milliseconds(500)
-                var bypass = configuration.cache.policy
-                bypass.bypass = true
-                configuration.cache.routes = [.init(prefix: "/live", policy: bypass)]
+                ProxyHarness.bypassingCache(under: "/live", in: &configuration)
             }
         ) { proxy async throws in
             await #expect(throws: (any Error).self) { try await proxy.get("/live/a") }
@@ -91,22 +87,20 @@ struct UpstreamBodyTests {
                 true
             )
         }
-        try await RawOrigin.run(answer: answers) { origin in
-            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
-                for path in ["/plain", "/coded"] {
-                    let miss = try await proxy.get(path)
-                    let hit = try await proxy.get(path)
-                    #expect(miss.status == .ok)
-                    #expect(hit["X-Cache"] == "HIT", "\(path)")
-                    #expect(hit.body == miss.body)
-                    #expect(hit.body == (path == "/plain" ? #"{"_beagleComponent_":"closed"}"# : "not really gzip"))
-                    for reply in [miss, hit] {
-                        #expect(reply.headers["transfer-encoding"].allSatisfy { $0 == "chunked" }, "\(path)")
-                        #expect(reply["Content-Length"] == String(reply.body.utf8.count), "\(path)")
-                    }
+        try await ProxyHarness.run(behind: answers) { proxy, origin async throws in
+            for path in ["/plain", "/coded"] {
+                let miss = try await proxy.get(path)
+                let hit = try await proxy.get(path)
+                #expect(miss.status == .ok)
+                #expect(hit["X-Cache"] == "HIT", "\(path)")
+                #expect(hit.body == miss.body)
+                #expect(hit.body == (path == "/plain" ? #"{"_beagleComponent_":"closed"}"# : "not really gzip"))
+                for reply in [miss, hit] {
+                    #expect(reply.headers["transfer-encoding"].allSatisfy { $0 == "chunked" }, "\(path)")
+                    #expect(reply["Content-Length"] == String(reply.body.utf8.count), "\(path)")
                 }
-                #expect(origin.requestLines == ["GET /plain", "GET /coded"])
             }
+            #expect(origin.requestLines == ["GET /plain", "GET /coded"])
         }
     }
 }

@@ -29,6 +29,14 @@ struct ProxyHarness {
         return configuration
     }
 
+    /// `configuration` with a route under `prefix` that bypasses the cache (its requests are forwarded as they
+    /// came, with both bodies streamed).
+    static func bypassingCache(under prefix: String, in configuration: inout ProxyConfiguration) {
+        var policy = configuration.cache.policy
+        policy.bypass = true
+        configuration.cache.routes.append(.init(prefix: prefix, policy: policy))
+    }
+
     static var logger: Logger {
         var logger = Logger(label: "test")
         logger.logLevel = .critical

@@ -102,3 +102,17 @@ final class RawOrigin: Sendable {
         }
     }
 }
+
+extension ProxyHarness {
+    /// Runs `body` with a proxy in front of a ``RawOrigin`` that answers with `answer`.
+    static func run(
+        behind answer: @escaping RawOrigin.Answer,
+        _ body: (ProxyHarness, RawOrigin) async throws -> Void
+    ) async throws {
+        try await RawOrigin.run(answer: answer) { origin in
+            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
+                try await body(proxy, origin)
+            }
+        }
+    }
+}
