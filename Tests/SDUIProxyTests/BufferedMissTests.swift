@@ -130,12 +130,17 @@ struct BufferedMissTests {
                 try await waitUntil { streams.load == (1, 6) }
                 #expect(proxy.origin.requests(to: "/big/sized").count == 3)
                 gated.gates[2].open()
+                var statuses: [String] = []
                 for try await reply in group {
                     #expect(reply.status == .ok)
                     #expect(reply.headers.first(name: "X-Cache") == "BYPASS")
                     let whole = reply.body == Self.big
                     #expect(whole, "the whole body, \(reply.body.count) bytes of \(Self.big.count)")
+                    statuses.append(reply.headers.first(name: "Cache-Status") ?? "")
                 }
+                // RFC 9211: the five that joined the first one's exchange say so.
+                #expect(statuses.filter { $0.hasSuffix("; collapsed") }.count == 5, "\(statuses)")
+                #expect(statuses.allSatisfy { $0.hasPrefix("sdui-proxy; fwd=uri-miss; fwd-status=200") }, "\(statuses)")
             }
             #expect(proxy.origin.requests(to: "/big/sized").count == 3)
             #expect(streams.load == (0, 0))

@@ -67,10 +67,19 @@ struct CacheStatusTests {
             let stale = try await proxy.get("/a")
             #expect(stale["X-Cache"] == "STALE")
             let status = try #require(stale["Cache-Status"])
+            // What the backend answered is there: the 503 the stale entry stood in for.
             #expect(
-                status.hasPrefix("sdui-proxy; fwd=stale; ttl=-") || status.hasPrefix("sdui-proxy; fwd=stale; ttl=0")
+                status.hasPrefix("sdui-proxy; fwd=stale; fwd-status=503; ttl=-")
+                    || status.hasPrefix("sdui-proxy; fwd=stale; fwd-status=503; ttl=0"),
+                "\(status)"
             )
             #expect(status.hasSuffix("; detail=stale-if-error"), "\(status)")
+            // A backend that does not answer has no status to report.
+            try await proxy.origin.stop()
+            let unreachable = try #require(try await proxy.get("/a")["Cache-Status"])
+            #expect(unreachable.hasPrefix("sdui-proxy; fwd=stale; ttl="), "\(unreachable)")
+            #expect(!unreachable.contains("fwd-status"))
+            try await proxy.origin.restart()
         }
     }
 

@@ -28,8 +28,9 @@ public final class ComponentFetcher: Sendable {
         case stored(CachedResponse)
         /// The backend confirmed the stale entry (304); this is the refreshed entry.
         case revalidated(CachedResponse)
-        /// The backend failed and the stale entry may stand in for it.
-        case servedStale(CachedResponse, because: String)
+        /// The backend failed and the stale entry may stand in for it; `backendStatus` is the server error it
+        /// answered with, nil when it gave no answer.
+        case servedStale(CachedResponse, because: String, backendStatus: UInt?)
         /// The response may not be stored; `reason` says why (for logs).
         case notStored(UpstreamResponse, reason: String)
     }
@@ -195,7 +196,8 @@ public final class ComponentFetcher: Sendable {
             case .success(let outcome):
                 switch request.fillPolicy(self.storageRules).waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
                 case .standIn(let reason):
-                    completion(.success(self.standIn(for: request, because: reason)), true)
+                    let standIn = self.standIn(for: request, because: reason, backendStatus: outcome.failedStatus)
+                    completion(.success(standIn), true)
                 case .take:
                     completion(.success(outcome), true)
                 case .fetchAlone:
@@ -212,7 +214,7 @@ public final class ComponentFetcher: Sendable {
 
     /// The request's stale entry standing in for a failed backend, as its fill policy allowed: logged, at most
     /// once an interval per target.
-    private func standIn(for request: Request, because reason: String) -> Outcome {
+    private func standIn(for request: Request, because reason: String, backendStatus: UInt?) -> Outcome {
         guard let stale = request.staleEntry else { preconditionFailure("only a stale entry stands in") }
         failureLog.log(
             level: .info,
@@ -221,7 +223,7 @@ public final class ComponentFetcher: Sendable {
             kind: "stale",
             metadata: ["key": "\(request.key)", "error": "\(reason)"]
         )
-        return .servedStale(stale, because: reason)
+        return .servedStale(stale, because: reason, backendStatus: backendStatus)
     }
 
     /// The stale entry standing in for `error` when the fill policy allows, else the error.
@@ -230,7 +232,7 @@ public final class ComponentFetcher: Sendable {
         guard let reason = request.fillPolicy(storageRules).staleStandIn(after: failure, at: .now()) else {
             return .failure(error)
         }
-        return .success(standIn(for: request, because: reason))
+        return .success(standIn(for: request, because: reason, backendStatus: nil))
     }
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
@@ -349,7 +351,7 @@ public final class ComponentFetcher: Sendable {
             guard let stale = request.staleEntry else { preconditionFailure("only a stale entry is revalidated") }
             return revalidate(stale, with: response.headers, for: request, policy, requestTime: requestTime)
         case .standIn(let reason):
-            return standIn(for: request, because: reason)
+            return standIn(for: request, because: reason, backendStatus: response.status.code)
         case .decide:
             break
         }
@@ -510,11 +512,21 @@ extension ComponentFetcher.Request {
 }
 
 extension ComponentFetcher.Outcome {
+    /// The server error the backend answered the exchange with, when it did: not stored, stored, or stood in for.
+    fileprivate var failedStatus: UInt? {
+        switch self {
+        case .notStored(let response, _) where response.status.code >= 500: response.status.code
+        case .stored(let entry) where entry.status.code >= 500: entry.status.code
+        case .servedStale(_, _, let status): status
+        case .stored, .revalidated, .notStored: nil
+        }
+    }
+
     /// The outcome as a coalesced run's waiters decide on it.
     fileprivate var asLeaderOutcome: CacheFillPolicy.LeaderOutcome {
         switch self {
         case .stored(let entry), .revalidated(let entry): .entry(entry)
-        case .servedStale(let entry, let reason): .servedStale(entry, because: reason)
+        case .servedStale(let entry, let reason, _): .servedStale(entry, because: reason)
         case .notStored(let response, _): .notStored(status: response.status, fields: response.fields)
         }
     }

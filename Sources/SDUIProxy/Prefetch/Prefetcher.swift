@@ -270,7 +270,7 @@ public final class Prefetcher: StoredComponentObserver {
             switch outcome {
             case .stored(let entry), .revalidated(let entry):
                 return .cached(entry, at: .now())
-            case .servedStale(_, let reason):
+            case .servedStale(_, let reason, _):
                 return .failed(ProxyError(.network, "the backend failed (\(reason)); the stale entry was kept"))
             case .notStored(let response, let reason):
                 if response.status.code >= 400 { return .backendError(status: response.status) }

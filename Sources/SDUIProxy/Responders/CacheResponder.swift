@@ -133,10 +133,11 @@ struct CacheResponder {
                 entry,
                 presentation(of: entry, .revalidated, status, request: request, proxy: proxy, now: now)
             )
-        case .success(.servedStale(let entry, let why)):
+        case .success(.servedStale(let entry, let why, let backendStatus)):
             // The fetcher logged the failure it stood in for, once per key and interval.
             proxy.logger.debug("serving stale", metadata: ["key": "\(request.key)", "reason": "\(why)"])
             proxy.cache.recordStaleServe(request.key)
+            status.forwardStatus = backendStatus
             status.detail = "stale-if-error"
             sink.writeStored(entry, presentation(of: entry, .stale, status, request: request, proxy: proxy, now: now))
         case .success(.notStored(let response, let why)):
@@ -239,7 +240,7 @@ struct CacheResponder {
         let streams = proxy.fetcher.sharedStreams
         let identity = CacheFillPolicy.streamSharingIdentity(upstreamHeaders: upstream.headers)
         guard let stream = streams.joinOrLead(request.key, request: identity, subscriber, on: sink.eventLoop)
-        else { return }
+        else { return relay.markCollapsed() }
         let failureLog = proxy.fetcher.failureLog
         let logger = proxy.logger
         let (key, target) = (request.key, request.target)

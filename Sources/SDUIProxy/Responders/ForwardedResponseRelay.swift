@@ -17,14 +17,15 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     private final class State {
         let sink: any ResponseSink
         var progress = Progress.waitingForHead
+        var annotation: CacheAnnotation?
 
-        init(sink: any ResponseSink) {
+        init(sink: any ResponseSink, annotation: CacheAnnotation?) {
             self.sink = sink
+            self.annotation = annotation
         }
     }
 
     private let state: NIOLoopBound<State>
-    private let annotation: CacheAnnotation?
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
 
     init(
@@ -32,24 +33,29 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         annotation: CacheAnnotation?,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     ) {
-        self.state = NIOLoopBound(State(sink: sink), eventLoop: sink.eventLoop)
-        self.annotation = annotation
+        self.state = NIOLoopBound(State(sink: sink, annotation: annotation), eventLoop: sink.eventLoop)
         self.receivedHead = receivedHead
     }
 
     /// How far the response has come; read on the sink's loop.
     var progress: Progress { state.value.progress }
 
+    /// The response is another request's exchange, shared: its `Cache-Status` says `collapsed`. On the sink's
+    /// loop, before the head.
+    func markCollapsed() {
+        state.value.annotation?.status.collapsed = true
+    }
+
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         receivedHead(status, headers)
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
-        if var annotation {
+        let state = self.state.value
+        if var annotation = state.annotation {
             annotation.status.forwardStatus = status.code
             annotation.add(to: &headers)
         }
-        let state = self.state.value
         state.progress = .streaming
-        state.sink.writeHead(status: status, headers: headers, cacheResult: annotation?.result)
+        state.sink.writeHead(status: status, headers: headers, cacheResult: state.annotation?.result)
     }
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
