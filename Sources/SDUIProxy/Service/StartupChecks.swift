@@ -59,8 +59,10 @@ public enum StartupChecks {
         }
     }
 
-    /// Refuses a shared queue whose lease does not outlast a delivery: a replica cut off from the database keeps
-    /// delivering until `upstream.timeout`, and another replica must not take the request over before then.
+    /// Refuses a shared queue whose lease does not outlast a delivery's wait for the backend's answer: a replica cut
+    /// off from the database may still be waiting for it until `upstream.timeout` (which bounds the response head;
+    /// once the head is in, the backend has taken the write), and another replica must not send the request
+    /// again before then.
     public static func checkLease(
         _ queue: QueueConfiguration,
         upstream: ProxyConfiguration.Upstream
@@ -69,8 +71,8 @@ public enum StartupChecks {
             throw ConfigurationError(
                 key: "queue.leaseTimeout",
                 problem: "must be longer than upstream.timeout (\(upstream.timeout)) with a postgres:// queue.store: "
-                    + "a replica that loses the database is still delivering until then, and another must not take "
-                    + "the request over before it has finished"
+                    + "a replica that loses the database may wait for the backend's answer until then, and another "
+                    + "must not send the request again before it has come"
             )
         }
     }

@@ -52,7 +52,8 @@ public final class CachedResponse: Sendable {
     /// nanoseconds (in place of the seconds, so an entry is no larger) so that a soft purge can end it at the
     /// very moment of the purge (``softPurged(at:)``).
     private let freshnessNanoseconds: Int64
-    /// The response's `Cache-Control`, parsed.
+    /// The directives that decide for the response: its targeted field's (RFC 9213) when it had a valid one,
+    /// else its `Cache-Control` (``StorageRules/directives(of:)``).
     public let directives: CacheControl
     /// How long past expiry the entry may be served while it is refreshed in the background.
     public let staleWhileRevalidate: Int64
@@ -195,8 +196,8 @@ public final class CachedResponse: Sendable {
         }
     }
 
-    /// Makes an entry from a backend response's status, headers and body; `directives` is the headers'
-    /// `Cache-Control` when the caller has parsed it already. With `endToEndOnly`, the headers are as the backend
+    /// Makes an entry from a backend response's status, headers and body; `directives` are the ones that decide
+    /// for it (``StorageRules/directives(of:)``), without which the entry reads its `Cache-Control`. With `endToEndOnly`, the headers are as the backend
     /// sent them, and those that do not travel end to end (``UpstreamRequestBuilder/EndToEndFilter``) are
     /// dropped in the same pass.
     public convenience init(
