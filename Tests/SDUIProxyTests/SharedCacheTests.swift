@@ -1,5 +1,4 @@
 import AsyncHTTPClient
-import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -325,8 +324,7 @@ struct SharedCacheTests {
     /// The head's field lines but `Age`, with `Cache-Status`'s ttl written as `<left>` (it counts down).
     private static func lines(of head: String) -> [String] {
         head.components(separatedBy: "\r\n").dropFirst().filter { !$0.isEmpty && !$0.hasPrefix("Age: ") }.map {
-            $0.hasPrefix("Cache-Status: ")
-                ? $0.replacingOccurrences(of: #"ttl=\d+"#, with: "ttl=<left>", options: .regularExpression) : $0
+            $0.hasPrefix("Cache-Status: ") ? CacheStatusText.withTTLLeftOut($0) : $0
         }
     }
 
