@@ -33,6 +33,22 @@ struct LoopLocalPoolLimitTests {
         try await origin.stop()
     }
 
+    /// Waits until the origin has accepted every connection `client` opened on `loop`, and closed them all.
+    ///
+    /// The origin's own count alone is not enough: a connection the client opened, used and closed while the
+    /// origin was busy waits in the listen backlog, and is counted open only when the origin accepts it, which
+    /// may be after the count was read.
+    static func waitUntilAllClosed(
+        by origin: TestOrigin,
+        _ client: LoopLocalHTTPClient,
+        on loop: any EventLoop
+    ) async throws {
+        let opened = try await loop.submit { client.pool(for: loop).connectionsOpened }.get()
+        try await waitUntil(timeout: .seconds(5)) {
+            origin.acceptedConnections == opened && origin.openConnections == 0
+        }
+    }
+
     static func request(_ target: String) -> UpstreamRequest {
         UpstreamRequest(method: .GET, target: target, headers: [:])
     }
@@ -69,7 +85,7 @@ struct LoopLocalPoolLimitTests {
                         #expect(error.kind == .timeout, "cycle \(cycle), request \(index)")
                     }
                 }
-                try await waitUntil(timeout: .seconds(5)) { origin.openConnections == 0 }
+                try await Self.waitUntilAllClosed(by: origin, client, on: loop)
             }
             origin.resetMaxOpenConnections()
             for index in 0..<6 {
@@ -104,7 +120,7 @@ struct LoopLocalPoolLimitTests {
             let chained = loop.makePromise(of: Int.self)
             loop.execute { Self.chain(client, on: loop, remaining: 60, succeeded: 0, done: chained) }
             #expect(try await chained.futureResult.get() == 60)
-            try await waitUntil(timeout: .seconds(5)) { origin.openConnections == 0 }
+            try await Self.waitUntilAllClosed(by: origin, client, on: loop)
 
             origin.resetMaxOpenConnections()
             // Eight requests at once on a limit of two: two connections, six requests waiting for one.

@@ -147,7 +147,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         try await streaming.shutdown()
     }
 
-    private func pool(for eventLoop: any EventLoop) -> PoolState {
+    func pool(for eventLoop: any EventLoop) -> PoolState {
         if let pool = groupPools[ObjectIdentifier(eventLoop)] { return pool }
         return outsidePools.withLock { state in
             if let pool = state.pools[ObjectIdentifier(eventLoop)] { return pool }
