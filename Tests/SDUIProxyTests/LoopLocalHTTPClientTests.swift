@@ -308,4 +308,66 @@ struct LoopLocalHTTPClientTests {
         }
         try await origin.stop()
     }
+
+    /// Collects a forwarded response's head and body.
+    final class CollectingSink: ForwardedResponseSink, @unchecked Sendable {
+        let eventLoop: any EventLoop
+        var status: HTTPResponseStatus?
+        var body = ""
+
+        init(eventLoop: any EventLoop) {
+            self.eventLoop = eventLoop
+        }
+
+        func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+            self.status = status
+        }
+
+        func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+            body += String(buffer: buffer)
+            return eventLoop.makeSucceededVoidFuture()
+        }
+
+        func receiveEnd() {}
+    }
+
+    @Test("forwarded requests share the pool: bodies with and without a length arrive whole, on one connection")
+    func forwarding() async throws {
+        let origin = try await TestOrigin { request in
+            TestOrigin.Response(status: .ok, headers: [], body: "got " + String(buffer: request.body))
+        }
+        let client = try Self.client(for: origin, timeout: .seconds(10))
+        try await Self.shuttingDown(client) {
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            for (index, length) in [5, nil].enumerated() {
+                let sink = CollectingSink(eventLoop: loop)
+                try await loop.flatSubmit {
+                    let body = RequestBodyStream(eventLoop: loop, contentLength: length)
+                    let sent = client.forward(
+                        UpstreamRequest(method: .PUT, target: "/forms/\(index)", headers: ["Content-Length": "5"]),
+                        body: body,
+                        on: loop,
+                        to: sink
+                    )
+                    _ = body.append(ByteBuffer(string: "he"))
+                    _ = body.append(ByteBuffer(string: "llo"))
+                    body.finish()
+                    return sent
+                }.get()
+                try await loop.submit {
+                    #expect(sink.status == .ok)
+                    #expect(sink.body == "got hello")
+                }.get()
+            }
+            // A fill after them takes the same connection.
+            #expect(try await Self.get(client, "/r", loop: loop).status == .ok)
+            let requests = origin.requests
+            #expect(requests.map(\.uri) == ["/forms/0", "/forms/1", "/r"])
+            #expect(requests[0].headers["content-length"] == ["5"])
+            #expect(requests[1].headers["content-length"].isEmpty, "a body without a length is sent in chunks")
+            #expect(requests[1].headers["transfer-encoding"] == ["chunked"])
+            #expect(origin.acceptedConnections == 1)
+        }
+        try await origin.stop()
+    }
 }

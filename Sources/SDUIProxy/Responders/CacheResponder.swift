@@ -78,10 +78,9 @@ struct CacheResponder {
         {
             return stream(request, reason, because: nil, proxy: proxy, sink: sink)
         }
-        // The fetch completes on the sink's loop. An HTTP/1.0 client is never sent an interim response (RFC 9110
-        // section 15.2).
+        // The fetch completes on the sink's loop.
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
-        let takesInterim = request.head.version.major > 1 || request.head.version.minor >= 1
+        let takesInterim = InterimRelay.reaches(request.head.version)
         let fetch = fill(
             request,
             staleEntry: staleEntry,

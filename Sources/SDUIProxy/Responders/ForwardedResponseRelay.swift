@@ -18,22 +18,29 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         let sink: any ResponseSink
         var progress = Progress.waitingForHead
         var annotation: CacheAnnotation?
+        let takesInterim: Bool
 
-        init(sink: any ResponseSink, annotation: CacheAnnotation?) {
+        init(sink: any ResponseSink, annotation: CacheAnnotation?, takesInterim: Bool) {
             self.sink = sink
             self.annotation = annotation
+            self.takesInterim = takesInterim
         }
     }
 
     private let state: NIOLoopBound<State>
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
 
+    /// - Parameter takesInterim: whether the client may be sent the backend's interim responses.
     init(
         to sink: any ResponseSink,
         annotation: CacheAnnotation?,
+        takesInterim: Bool,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     ) {
-        self.state = NIOLoopBound(State(sink: sink, annotation: annotation), eventLoop: sink.eventLoop)
+        self.state = NIOLoopBound(
+            State(sink: sink, annotation: annotation, takesInterim: takesInterim),
+            eventLoop: sink.eventLoop
+        )
         self.receivedHead = receivedHead
     }
 
@@ -44,6 +51,12 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     /// loop, before the head.
     func markCollapsed() {
         state.value.annotation?.status.collapsed = true
+    }
+
+    func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        let state = self.state.value
+        guard state.takesInterim, state.progress == .waitingForHead else { return }
+        state.sink.writeInterim(status: status, headers: headers)
     }
 
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {

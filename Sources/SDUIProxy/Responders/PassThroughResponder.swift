@@ -104,7 +104,11 @@ struct PassThroughResponder {
     ) -> ForwardedResponseRelay {
         let method = head.method
         let requestHost = head.headers.first(name: "host")
-        return ForwardedResponseRelay(to: sink, annotation: annotation) { status, headers in
+        return ForwardedResponseRelay(
+            to: sink,
+            annotation: annotation,
+            takesInterim: InterimRelay.reaches(head.version)
+        ) { status, headers in
             Invalidation.apply(
                 method: method,
                 target: target,

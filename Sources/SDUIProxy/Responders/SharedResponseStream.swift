@@ -66,6 +66,14 @@ final class SharedResponseStream: ForwardedResponseSink {
         }
     }
 
+    /// An interim response goes to every client joined so far: each asked the same of the backend.
+    func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        let subscribers = state.withLock { $0.subscribers }
+        for (_, subscriber) in subscribers {
+            subscriber.eventLoop.execute { subscriber.sink.receiveInterim(status: status, headers: headers) }
+        }
+    }
+
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         let shared = CacheFillPolicy.mayShareStreamedResponse(status: status, headers: headers)
         let (receiving, alone) = state.withLock { state in

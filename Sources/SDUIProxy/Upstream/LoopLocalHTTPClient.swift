@@ -7,11 +7,13 @@ import Synchronization
 
 /// A ``NetworkClient`` for plain-HTTP backends whose connections live on the event loop of the request that
 /// uses them: each loop keeps its own pool of keep-alive HTTP/1.1 connections, so a miss never crosses threads
-/// and takes no lock. This is the cache-fill path (`fetch`); streamed pass-through (`forward`) goes through
-/// AsyncHTTPClient, which does that best.
+/// and takes no lock. Cache fills (`fetch`) and pass-through (`forward`, both bodies streamed) share the pool,
+/// and `upstream.maxConnections` bounds them together.
 ///
-/// Same contract as ``HTTPNetworkClient``: connect timeout, an overall deadline per exchange, the body limit,
-/// and failures mapped to ``ProxyError`` kinds `network`, `timeout` and `upstreamTooLarge`. A request that
+/// Same contract as ``HTTPNetworkClient``: connect timeout, `upstream.timeout` for the head (from when the
+/// backend has the whole request), `upstream.bodyIdleTimeout` for each silence of the body, the body limit,
+/// and failures mapped to ``ProxyError`` kinds `network`, `timeout` and `upstreamTooLarge`. Unlike it, interim
+/// responses reach the client: each 1xx is passed on as it arrives. A request without a streamed body that
 /// fails on a reused connection before any byte of the answer arrived (the backend closed an idle connection)
 /// is sent once more on a new connection.
 public final class LoopLocalHTTPClient: NetworkClient {
@@ -28,7 +30,6 @@ public final class LoopLocalHTTPClient: NetworkClient {
     /// Pools of loops from outside the group, made when first asked for, and whether the client is shut down
     /// (a pool made after that opens no connection).
     private let outsidePools: Mutex<(pools: [ObjectIdentifier: PoolState], shutDown: Bool)>
-    private let streaming: HTTPNetworkClient
 
     public init(
         origin: UpstreamOrigin.HTTPOrigin,
@@ -47,7 +48,6 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         self.groupPools = groupPools
         self.outsidePools = Mutex(([:], false))
-        self.streaming = HTTPNetworkClient(origin: origin, configuration: configuration, eventLoopGroup: eventLoopGroup)
     }
 
     public func fetch(
@@ -131,7 +131,56 @@ public final class LoopLocalHTTPClient: NetworkClient {
         on eventLoop: any EventLoop,
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void> {
-        streaming.forward(request, body: body, on: eventLoop, to: sink)
+        // The framing is this hop's: the body's length when the client gave it, chunks when it did not.
+        var headers = request.headers
+        headers.remove(name: "Transfer-Encoding")
+        let isChunked = body != nil && body?.contentLength == nil
+        if let body, let length = body.contentLength {
+            headers.replaceOrAdd(name: "Content-Length", value: String(length))
+        } else if let inMemory = request.body, body == nil {
+            headers.replaceOrAdd(name: "Content-Length", value: String(inMemory.readableBytes))
+        } else if isChunked {
+            headers.remove(name: "Content-Length")
+            headers.add(name: "Transfer-Encoding", value: "chunked")
+        } else {
+            headers.remove(name: "Content-Length")
+            if request.method == .POST || request.method == .PUT || request.method == .PATCH {
+                headers.add(name: "Content-Length", value: "0")
+            }
+        }
+        let encoded: ByteBuffer
+        do {
+            encoded = try HTTPWireFormat.encodeRequest(
+                method: request.method,
+                target: origin.basePath.isEmpty ? request.target : origin.basePath + request.target,
+                host: hostHeader,
+                headers: headers,
+                body: body == nil ? request.body : nil
+            )
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
+        let forwarding = ForwardedExchange(
+            sink: sink,
+            body: body,
+            isChunked: isChunked,
+            headTimeout: timeout,
+            promise: eventLoop.makePromise()
+        )
+        let exchange = Exchange(
+            request: encoded,
+            isHEAD: request.method == .HEAD,
+            maxBodyBytes: .max,
+            budget: nil,
+            deadline: .now() + timeout,
+            bodyIdleTimeout: bodyIdleTimeout,
+            interim: nil,
+            forwarding: forwarding
+        )
+        let pool = self.pool(for: eventLoop)
+        let run: @Sendable () -> Void = { pool.run(exchange) { result in forwarding.connectionEnded(result) } }
+        if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
+        return forwarding.futureResult
     }
 
     public func shutdown() async throws {
@@ -144,7 +193,6 @@ public final class LoopLocalHTTPClient: NetworkClient {
         for pool in all {
             try? await pool.eventLoop.submit { pool.closeAll() }.get()
         }
-        try await streaming.shutdown()
     }
 
     func pool(for eventLoop: any EventLoop) -> PoolState {
@@ -186,5 +234,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         var bodyIdleTimeout: TimeAmount
         /// Where interim responses go; nil to let them go.
         var interim: InterimRelay?
+        /// The caller's side of a forwarded exchange, whose response streams to it; nil for a cache fill.
+        var forwarding: ForwardedExchange? = nil
     }
 }

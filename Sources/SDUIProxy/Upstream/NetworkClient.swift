@@ -10,8 +10,9 @@ public struct UpstreamRequest: Sendable {
     public var headers: HTTPHeaders
     /// A body held in memory (replayed deliveries); streamed bodies go through ``NetworkClient/forward(_:body:on:to:)``.
     public var body: ByteBuffer?
-    /// Where interim (1xx) responses to the request go as they arrive: the client a cache fill is for. Clients
-    /// that cannot see them (AsyncHTTPClient's, which skips them) ignore it.
+    /// Where interim (1xx) responses to a cache fill go as they arrive: the client the fill is for (a forwarded
+    /// request's go to its ``ForwardedResponseSink``). Clients that cannot see them (AsyncHTTPClient's, which
+    /// skips them) ignore it.
     var interim: InterimRelay?
 
     public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
@@ -26,6 +27,12 @@ public struct UpstreamRequest: Sendable {
 /// they arrive: on the client's loop, which is the exchange's.
 struct InterimRelay: Sendable {
     let sink: NIOLoopBound<any ResponseSink>
+
+    /// Whether a client speaking `version` may be sent interim responses: never an HTTP/1.0 one (RFC 9110
+    /// section 15.2).
+    static func reaches(_ version: HTTPVersion) -> Bool {
+        version.major > 1 || version.minor >= 1
+    }
 
     func relay(_ head: HTTPResponseParser.Head) {
         sink.value.writeInterim(status: head.status, headers: head.headers)
@@ -57,12 +64,18 @@ public struct UpstreamResponse: Sendable {
 ///
 /// Every call happens on the event loop given to ``NetworkClient/forward(_:body:on:to:)``.
 public protocol ForwardedResponseSink: Sendable {
+    /// An interim (1xx) response ahead of the final one, as it arrived; the default lets it go.
+    func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders)
     /// The response head; body parts follow.
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders)
     /// A part of the body; the returned future completes when the client can take more (backpressure).
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void>
     /// The response is complete.
     func receiveEnd()
+}
+
+extension ForwardedResponseSink {
+    public func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {}
 }
 
 /// How the proxy talks to the component backend (the seed's `NetworkClient`).

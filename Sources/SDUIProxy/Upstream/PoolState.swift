@@ -63,7 +63,8 @@ final class PoolState: @unchecked Sendable {
     /// Runs `exchange` on an idle connection, a new one, or the first to come free.
     func run(_ exchange: LoopLocalHTTPClient.Exchange, completion: @escaping Completion) {
         eventLoop.preconditionInEventLoop()
-        start(exchange, retryOnStaleConnection: true, completion: completion)
+        // A body streamed from the client cannot be sent twice.
+        start(exchange, retryOnStaleConnection: exchange.forwarding?.body == nil, completion: completion)
     }
 
     /// The common case, an idle connection ready, takes no future, no callback and no entry in ``waiting``: the
@@ -242,6 +243,7 @@ final class PoolState: @unchecked Sendable {
             case .closedBeforeResponse, .closedDuringResponse:
                 return ProxyError(.network, "the backend closed the connection")
             case .busy: return ProxyError(.internalError, "an upstream connection was used twice")
+            case .abandoned: return ProxyError(.network, "the exchange with the backend was given up")
             case .malformed(let failure): return failure.proxyError
             }
         }

@@ -19,6 +19,7 @@ public final class RequestBodyStream: Sendable {
         var producerPaused = false
         var onDemand: (() -> Void)?
         var onFinish: (() -> Void)?
+        var onFailure: ((any Error) -> Void)?
     }
 
     private let state: NIOLoopBoundBox<State>
@@ -81,6 +82,10 @@ public final class RequestBodyStream: Sendable {
             state.value.waitingConsumer = nil
             consumer.fail(error)
         }
+        if let onFailure = state.value.onFailure {
+            state.value.onFailure = nil
+            onFailure(error)
+        }
     }
 
     /// What to call once the whole body has arrived (at once when it already has): the moment the client's time
@@ -90,6 +95,16 @@ public final class RequestBodyStream: Sendable {
             handler()
         } else {
             state.value.onFinish = handler
+        }
+    }
+
+    /// What to call when the body fails, at once when it has failed already: a consumer busy writing a part learns
+    /// it without asking for the next.
+    public func setFailureHandler(_ handler: @escaping (any Error) -> Void) {
+        if let failure = state.value.failure {
+            handler(failure)
+        } else {
+            state.value.onFailure = handler
         }
     }
 

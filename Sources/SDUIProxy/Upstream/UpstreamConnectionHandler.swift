@@ -1,16 +1,19 @@
 import NIOCore
 import SDUIProxyCore
 
-/// One keep-alive connection to the backend: one exchange at a time, the response read whole, and its end told
-/// to the connection's pool.
+/// One keep-alive connection to the backend: one exchange at a time, and its end told to the connection's pool.
+/// A cache fill's response is read whole; a forwarded one (``ForwardedExchange``) streams both ways: the request
+/// body as the client sends it, the response to the client as it comes, reading paused while the client has not
+/// taken what it was given.
 ///
 /// It speaks HTTP/1.1 itself, with no codec handlers in the pipeline: the request goes out as the bytes
 /// ``HTTPWireFormat/encodeRequest(method:target:host:headers:body:)`` made, and the answer is read with
 /// ``HTTPResponseParser``.
 ///
 /// Confined to its channel's event loop, like its pool: every call and callback happens on that loop.
-final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
+final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
     enum Failure: Error, Equatable {
@@ -24,6 +27,8 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         case overBudget(Int)
         case busy
         case malformed(HTTPParseFailure)
+        /// A forwarded exchange's caller gave it up: its client's body failed, or its client could not take a part.
+        case abandoned
     }
 
     /// The longest response head accepted from the backend.
@@ -69,6 +74,12 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     /// timeout then schedule one task per timeout period instead of one each.
     private var timer: Scheduled<Void>?
     private var timerDeadline = NIODeadline.distantFuture
+    /// The exchange in flight when it is forwarded: kept beside ``current`` so that a fill's parts pay one check.
+    private var forwarding: ForwardedExchange?
+    /// Whether reading waits for the client to take the parts of a forwarded response it was given, and whether
+    /// the channel asked to read meanwhile.
+    private var readsPaused = false
+    private var readWanted = false
 
     init(eventLoop: any EventLoop, pool: PoolState, id: UpstreamPoolStateMachine.ConnectionID) {
         self.eventLoop = eventLoop
@@ -105,8 +116,134 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         guard current == nil else { return end(sent, with: .failure(Failure.busy)) }
         current = sent
         parser.expectResponse(isHEAD: exchange.isHEAD)
-        armTimer(for: exchange.deadline)
+        forwarding = exchange.forwarding
+        guard let forwarding, !forwarding.requestSent else {
+            armTimer(for: exchange.deadline)
+            context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
+            return
+        }
+        // The upload is the client's time (limits.requestTimeout), not the backend's: its deadline starts once the
+        // whole request is written.
+        current?.deadline = .distantFuture
+        // Flushed at once: a backend may answer the head alone (`100 Continue`, or a refusal) before any body.
         context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
+        forwarding.body?.setFailureHandler { [self] error in bodyFailed(error, of: forwarding) }
+        sendBodyPart(of: forwarding)
+    }
+
+    // MARK: Forwarded exchanges: the request body
+
+    /// Writes the body's next part, or its end; each part is written only once the one before it is out, so the
+    /// client is read only as fast as the backend takes the body.
+    private func sendBodyPart(of forwarding: ForwardedExchange) {
+        guard let body = forwarding.body else { return }
+        body.next().hop(to: eventLoop).whenComplete { [self] result in
+            guard self.forwarding === forwarding, let context else { return }
+            switch result {
+            case .success(let part?):
+                let written = eventLoop.makePromise(of: Void.self)
+                if forwarding.isChunked {
+                    var size = context.channel.allocator.buffer(capacity: 18)
+                    size.writeString(String(part.readableBytes, radix: 16))
+                    size.writeStaticString("\r\n")
+                    context.write(wrapOutboundOut(size), promise: nil)
+                    context.write(wrapOutboundOut(part), promise: nil)
+                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "\r\n")), promise: written)
+                } else {
+                    context.writeAndFlush(wrapOutboundOut(part), promise: written)
+                }
+                // The next part is asked for in a turn of its own: a body whose parts are all there already would
+                // otherwise nest a call per part.
+                written.futureResult.whenSuccess { self.eventLoop.execute { self.sendBodyPart(of: forwarding) } }
+            case .success(nil):
+                if forwarding.isChunked {
+                    context.write(wrapOutboundOut(ByteBuffer(staticString: "0\r\n\r\n")), promise: nil)
+                }
+                context.flush()
+                forwarding.requestSent = true
+                // The backend's time starts now, unless its answer came while the body was still going out.
+                if current?.head == nil {
+                    let deadline = NIODeadline.now() + forwarding.headTimeout
+                    current?.deadline = deadline
+                    armTimer(for: deadline)
+                }
+            case .failure(let error):
+                bodyFailed(error, of: forwarding)
+            }
+        }
+    }
+
+    /// The client's body will not be whole: the backend must not take what it got for a shorter request, so the
+    /// connection closes under it.
+    private func bodyFailed(_ error: any Error, of forwarding: ForwardedExchange) {
+        guard self.forwarding === forwarding, !forwarding.requestSent else { return }
+        forwarding.abandon(because: error)
+        fail(with: .abandoned, closing: true)
+    }
+
+    // MARK: Forwarded exchanges: the response
+
+    /// Passes one part of a forwarded response to the exchange's sink as it comes.
+    private func receive(_ part: HTTPResponseParser.Part, forwarding: ForwardedExchange) {
+        switch part {
+        case .head(let head, let keepAlive, _):
+            current?.head = head
+            current?.keepAlive = keepAlive
+            restartBodyClock()
+            forwarding.sink.receiveHead(status: head.status, headers: head.fields.headers)
+        case .interim(let head):
+            // Passed on as it came; an answer has begun, so the request is not sent again on another connection.
+            current?.retryIfStale = false
+            forwarding.sink.receiveInterim(status: head.status, headers: head.fields.headers)
+        case .body(let part):
+            // Until the client takes the part, the backend is not read: its silence is not its own.
+            readsPaused = true
+            current?.deadline = .distantFuture
+            forwarding.deliver(part) { [self] result in partTaken(result, of: forwarding) }
+        case .end:
+            guard let inFlight = current.take() else { return }
+            self.forwarding = nil
+            resumeReading()
+            // A connection whose request did not go out whole cannot carry another.
+            if !inFlight.keepAlive || !forwarding.requestSent { close() }
+            guard let head = inFlight.head else { return end(inFlight, with: .failure(Failure.closedDuringResponse)) }
+            end(
+                inFlight,
+                with: .success(UpstreamResponse(status: head.status, fields: head.fields, body: ByteBuffer()))
+            )
+        }
+    }
+
+    private func partTaken(_ result: Result<Void, any Error>, of forwarding: ForwardedExchange) {
+        guard self.forwarding === forwarding else { return }
+        if case .failure = result { return fail(with: .abandoned, closing: true) }
+        guard forwarding.partsWithClient == 0 else { return }
+        restartBodyClock()
+        resumeReading()
+    }
+
+    /// The body may go `bodyIdleTimeout` from now without a byte.
+    private func restartBodyClock() {
+        guard let idle = current?.exchange.bodyIdleTimeout else { return }
+        let deadline = NIODeadline.now() + idle
+        current?.deadline = deadline
+        armTimer(for: deadline)
+    }
+
+    private func resumeReading() {
+        readsPaused = false
+        if readWanted, let context {
+            readWanted = false
+            context.read()
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if readsPaused {
+            readWanted = true
+        } else {
+            context.read()
+        }
     }
 
     private func end(_ inFlight: Current, with result: Result<UpstreamResponse, any Error>) {
@@ -150,6 +287,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     /// out and back: a copy retained its completion, head and body, and made the body's buffer shared while it
     /// grew.
     private func receive(_ part: HTTPResponseParser.Part) {
+        if let forwarding { return receive(part, forwarding: forwarding) }
         guard let maxBodyBytes = current?.exchange.maxBodyBytes else { return }
         switch part {
         case .head(let head, let keepAlive, let length):
@@ -233,6 +371,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         reusable = false
         if let inFlight = current {
             current = nil
+            forwarding = nil
             // A reused connection reset before any byte of the answer arrived: the backend had closed it and
             // refused the request, as when the close itself arrives first, so the request may go once more.
             let unanswered = inFlight.retryIfStale && inFlight.head == nil && pending == nil
@@ -256,6 +395,10 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
     private func fail(with failure: Failure, closing: Bool) {
         let inFlight = current
         current = nil
+        if forwarding != nil {
+            forwarding = nil
+            resumeReading()
+        }
         if closing { close() }
         if let inFlight { end(inFlight, with: .failure(failure)) }
     }
@@ -273,7 +416,7 @@ final class UpstreamConnectionHandler: ChannelInboundHandler, @unchecked Sendabl
         guard let inFlight = current else { return }
         if inFlight.deadline <= .now() {
             fail(with: inFlight.head == nil ? .timedOut : .bodyStalled, closing: true)
-        } else {
+        } else if inFlight.deadline != .distantFuture {
             armTimer(for: inFlight.deadline)
         }
     }

@@ -2,11 +2,13 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import SDUIProxyCore
 
 /// An origin that reads each request's line, headers and `Content-Length` body itself (NIO's decoder refuses
 /// methods it does not know), and answers with the bytes `answer` gives for the request line, closing the
 /// connection after them when it says so: for answers NIO's encoder would not write, like a body that ends with
-/// the connection.
+/// the connection. A request that says `Expect: 100-continue` is answered `100 Continue` once its head is in, as a
+/// server that wants the body does.
 final class RawOrigin: Sendable {
     /// The bytes of an answer, and whether the connection closes after them.
     typealias Answer = @Sendable (_ requestLine: String) -> (bytes: String, close: Bool)
@@ -62,6 +64,8 @@ final class RawOrigin: Sendable {
         typealias OutboundOut = ByteBuffer
 
         private var buffer = ByteBuffer()
+        /// Whether the request whose body is awaited was told to go on.
+        private var continued = false
         private let answer: Answer
         private let record: @Sendable (String, String) -> Void
 
@@ -73,7 +77,8 @@ final class RawOrigin: Sendable {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             var bytes = unwrapInboundIn(data)
             buffer.writeBuffer(&bytes)
-            while let request = nextRequest() {
+            while let request = nextRequest(context: context) {
+                continued = false
                 record(request.line, request.body)
                 let (bytes, close) = answer(request.line)
                 let written = context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: bytes)))
@@ -85,7 +90,7 @@ final class RawOrigin: Sendable {
         }
 
         /// The next whole request in the buffer: its method and target, and its body.
-        private func nextRequest() -> (line: String, body: String)? {
+        private func nextRequest(context: ChannelHandlerContext) -> (line: String, body: String)? {
             let text = String(buffer: buffer)
             guard let headEnd = text.range(of: "\r\n\r\n") else { return nil }
             let headLines = text[..<headEnd.lowerBound].components(separatedBy: "\r\n")
@@ -93,7 +98,17 @@ final class RawOrigin: Sendable {
                 headLines.dropFirst().first { $0.lowercased().hasPrefix("content-length:") }
                 .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
             let headBytes = text[..<headEnd.upperBound].utf8.count
-            guard buffer.readableBytes >= headBytes + length else { return nil }
+            guard buffer.readableBytes >= headBytes + length else {
+                let expects = headLines.dropFirst().contains { $0.lowercased() == "expect: 100-continue" }
+                if expects, !continued {
+                    continued = true
+                    context.writeAndFlush(
+                        wrapOutboundOut(ByteBuffer(string: "HTTP/1.1 100 Continue\r\n\r\n")),
+                        promise: nil
+                    )
+                }
+                return nil
+            }
             buffer.moveReaderIndex(forwardBy: headBytes)
             let body = buffer.readString(length: length) ?? ""
             buffer.discardReadBytes()
@@ -107,10 +122,15 @@ extension ProxyHarness {
     /// Runs `body` with a proxy in front of a ``RawOrigin`` that answers with `answer`.
     static func run(
         behind answer: @escaping RawOrigin.Answer,
+        configure: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in },
         _ body: (ProxyHarness, RawOrigin) async throws -> Void
     ) async throws {
         try await RawOrigin.run(answer: answer) { origin in
-            try await ProxyHarness.run(configure: { $0.upstream.url = origin.url }) { proxy async throws in
+            let setUp: @Sendable (inout ProxyConfiguration) -> Void = { configuration in
+                configuration.upstream.url = origin.url
+                configure(&configuration)
+            }
+            try await ProxyHarness.run(configure: setUp) { proxy async throws in
                 try await body(proxy, origin)
             }
         }

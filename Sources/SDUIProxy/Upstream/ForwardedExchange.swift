@@ -1,0 +1,94 @@
+import NIOCore
+import SDUIProxyCore
+
+/// The caller's side of a forwarded exchange on a loop-local connection (``LoopLocalHTTPClient/forward(_:body:on:to:)``):
+/// where the request body comes from, where the response goes as it streams in, and the future that completes
+/// once the caller has it all.
+///
+/// The connection reads the backend and writes the body; this object keeps what outlives the connection's part
+/// of the exchange. A response read whole may still have parts with a slow client: the connection goes back to
+/// its pool at once, and the end is passed on, and the future completed, only once the client has taken every
+/// part. Confined to its event loop, the connection's and the caller's.
+final class ForwardedExchange: @unchecked Sendable {
+    let sink: any ForwardedResponseSink
+    /// The request body, streamed as the client sends it; nil when the request has none (or has it in memory).
+    let body: RequestBodyStream?
+    /// Whether the body goes out in chunks: the client did not say its length.
+    let isChunked: Bool
+    /// How long the backend has for its answer's head once it has the whole request (`upstream.timeout`).
+    let headTimeout: TimeAmount
+    private let promise: EventLoopPromise<Void>
+
+    /// Whether the whole request has been written: until then the backend's time has not started, and a
+    /// connection whose exchange ends earlier cannot be reused.
+    var requestSent: Bool
+    /// Parts handed to the sink that it has not taken yet.
+    private(set) var partsWithClient = 0
+    /// Whether the backend's response was read whole; its end waits for the client to take the last parts.
+    private var responseEnded = false
+    private var completed = false
+    /// Why the caller gave the exchange up (its body failed, or its sink could not take a part): the error the
+    /// future fails with, whatever the connection saw.
+    private(set) var abandonment: (any Error)?
+
+    init(
+        sink: any ForwardedResponseSink,
+        body: RequestBodyStream?,
+        isChunked: Bool,
+        headTimeout: TimeAmount,
+        promise: EventLoopPromise<Void>
+    ) {
+        self.sink = sink
+        self.body = body
+        self.isChunked = isChunked
+        self.headTimeout = headTimeout
+        self.promise = promise
+        self.requestSent = body == nil
+    }
+
+    var futureResult: EventLoopFuture<Void> { promise.futureResult }
+
+    /// The caller gave the exchange up for `error`; the first reason is the one kept.
+    func abandon(because error: any Error) {
+        if abandonment == nil { abandonment = error }
+    }
+
+    /// Hands a body part to the sink; `taken` is called, on the loop, once the client took it or could not.
+    func deliver(_ part: ByteBuffer, taken: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        partsWithClient += 1
+        let eventLoop = promise.futureResult.eventLoop
+        sink.receiveBodyPart(part).hop(to: eventLoop).whenComplete { result in
+            self.partsWithClient -= 1
+            if case .failure(let error) = result {
+                self.abandon(because: error)
+                self.complete(.failure(error))
+            } else if self.partsWithClient == 0, self.responseEnded {
+                self.finish()
+            }
+            taken(result)
+        }
+    }
+
+    /// What the pool tells the exchange's caller when the connection's part of it ends.
+    func connectionEnded(_ result: Result<UpstreamResponse, any Error>) {
+        switch result {
+        case .success:
+            responseEnded = true
+            if partsWithClient == 0 { finish() }
+        case .failure(let error):
+            complete(.failure(abandonment ?? error))
+        }
+    }
+
+    private func finish() {
+        guard !completed else { return }
+        sink.receiveEnd()
+        complete(.success(()))
+    }
+
+    private func complete(_ result: Result<Void, any Error>) {
+        guard !completed else { return }
+        completed = true
+        promise.completeWith(result)
+    }
+}

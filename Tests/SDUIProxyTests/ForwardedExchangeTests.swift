@@ -1,0 +1,224 @@
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// A forwarded exchange on one upstream connection, driven through an `EmbeddedChannel`: the request body as it
+/// is written, the response as it is passed on, reading paused while the client holds a part, and the
+/// connection closed under a request the client gave up.
+@Suite("A forwarded exchange on a loop-local connection")
+struct ForwardedExchangeTests {
+    /// Counts the reads that get past the connection's handler to the channel.
+    final class ReadCounter: ChannelOutboundHandler {
+        typealias OutboundIn = ByteBuffer
+        var reads = 0
+
+        func read(context: ChannelHandlerContext) {
+            reads += 1
+            context.read()
+        }
+    }
+
+    /// Records what it is given; with `holds`, keeps each part until the test lets it go.
+    final class RecordingSink: ForwardedResponseSink, @unchecked Sendable {
+        let eventLoop: EmbeddedEventLoop
+        var holds = false
+        var interim: [HTTPResponseStatus] = []
+        var head: HTTPResponseStatus?
+        var parts: [String] = []
+        var held: [EventLoopPromise<Void>] = []
+        var ended = false
+
+        init(eventLoop: EmbeddedEventLoop) {
+            self.eventLoop = eventLoop
+        }
+
+        func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
+            interim.append(status)
+        }
+
+        func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+            head = status
+        }
+
+        func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+            parts.append(String(buffer: buffer))
+            guard holds else { return eventLoop.makeSucceededVoidFuture() }
+            let promise = eventLoop.makePromise(of: Void.self)
+            held.append(promise)
+            return promise.futureResult
+        }
+
+        func receiveEnd() {
+            ended = true
+        }
+    }
+
+    struct Fixture {
+        let loop = EmbeddedEventLoop()
+        let channel: EmbeddedChannel
+        let handler: UpstreamConnectionHandler
+        let reads = ReadCounter()
+        let sink: RecordingSink
+
+        init() throws {
+            let pool = PoolState(
+                eventLoop: loop,
+                host: "127.0.0.1",
+                port: 1,
+                connectTimeout: .seconds(1),
+                maximumConnections: 1
+            )
+            handler = UpstreamConnectionHandler(eventLoop: loop, pool: pool, id: .init(0))
+            channel = EmbeddedChannel(loop: loop)
+            sink = RecordingSink(eventLoop: loop)
+            try channel.pipeline.syncOperations.addHandler(reads)
+            try channel.pipeline.syncOperations.addHandler(handler)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        }
+
+        /// Sends a POST with `body` on the connection; its outcome is recorded in the returned box.
+        func forward(body: RequestBodyStream?) -> Outcome {
+            let forwarding = ForwardedExchange(
+                sink: sink,
+                body: body,
+                isChunked: body != nil && body?.contentLength == nil,
+                headTimeout: .seconds(5),
+                promise: loop.makePromise()
+            )
+            let exchange = LoopLocalHTTPClient.Exchange(
+                request: ByteBuffer(string: "POST /form HTTP/1.1\r\nHost: x\r\n\r\n"),
+                isHEAD: false,
+                maxBodyBytes: .max,
+                budget: nil,
+                deadline: .now() + .seconds(5),
+                bodyIdleTimeout: .seconds(30),
+                interim: nil,
+                forwarding: forwarding
+            )
+            let outcome = Outcome()
+            forwarding.futureResult.whenComplete { outcome.result = $0 }
+            handler.send(exchange, retryIfStale: false) { forwarding.connectionEnded($0) }
+            return outcome
+        }
+
+        /// Everything written to the backend since the last call, as text.
+        func written() throws -> String {
+            var text = ""
+            while let part = try channel.readOutbound(as: ByteBuffer.self) { text += String(buffer: part) }
+            return text
+        }
+
+        func receive(_ text: String) throws {
+            try channel.writeInbound(ByteBuffer(string: text))
+        }
+    }
+
+    final class Outcome: @unchecked Sendable {
+        var result: Result<Void, any Error>?
+        var succeeded: Bool { if case .success = result { true } else { false } }
+        var failure: (any Error)? { if case .failure(let error) = result { error } else { nil } }
+    }
+
+    @Test("a body without a length goes out in chunks as the client sends it; the connection is kept after the answer")
+    func chunkedBody() throws {
+        let fixture = try Fixture()
+        let body = RequestBodyStream(eventLoop: fixture.loop, contentLength: nil)
+        let outcome = fixture.forward(body: body)
+        #expect(try fixture.written() == "POST /form HTTP/1.1\r\nHost: x\r\n\r\n", "the head goes out before any body")
+        _ = body.append(ByteBuffer(string: "abc"))
+        fixture.loop.run()
+        #expect(try fixture.written() == "3\r\nabc\r\n")
+        _ = body.append(ByteBuffer(string: "de"))
+        body.finish()
+        fixture.loop.run()
+        #expect(try fixture.written() == "2\r\nde\r\n0\r\n\r\n")
+
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        #expect(fixture.sink.head == .ok)
+        #expect(fixture.sink.parts == ["ok"])
+        #expect(fixture.sink.ended)
+        #expect(outcome.succeeded)
+        #expect(fixture.handler.isUsable, "a whole exchange leaves the connection for the next")
+    }
+
+    @Test("reading waits while the client holds a part; the end is passed on once it took the last")
+    func backPressure() throws {
+        let fixture = try Fixture()
+        fixture.sink.holds = true
+        let outcome = fixture.forward(body: nil)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+        #expect(fixture.sink.parts == ["abc"])
+        fixture.channel.read()
+        #expect(fixture.reads.reads == 0, "the backend is not read while the client holds a part")
+        fixture.sink.held[0].succeed()
+        #expect(fixture.reads.reads == 1, "the read asked for meanwhile goes out once the part is taken")
+
+        try fixture.receive("def")
+        #expect(fixture.sink.parts == ["abc", "def"])
+        #expect(!fixture.sink.ended, "the end waits for the client to take the last part")
+        #expect(outcome.result == nil)
+        #expect(fixture.handler.isUsable, "the connection is free already: its part of the exchange is over")
+        fixture.sink.held[1].succeed()
+        #expect(fixture.sink.ended)
+        #expect(outcome.succeeded)
+    }
+
+    @Test("a client that cannot take a part gives the exchange up: the connection closes, with the client's error")
+    func clientGone() throws {
+        struct Gone: Error {}
+        let fixture = try Fixture()
+        fixture.sink.holds = true
+        let outcome = fixture.forward(body: nil)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+        fixture.sink.held[0].fail(Gone())
+        #expect(!fixture.channel.isActive, "the rest of the response is not read for no one")
+        #expect(outcome.failure is Gone)
+        #expect(!fixture.sink.ended)
+    }
+
+    @Test("a body the client gives up closes the connection under the request: the backend never sees it end")
+    func bodyGivenUp() throws {
+        let fixture = try Fixture()
+        let body = RequestBodyStream(eventLoop: fixture.loop, contentLength: 10)
+        let outcome = fixture.forward(body: body)
+        _ = body.append(ByteBuffer(string: "hello"))
+        fixture.loop.run()
+        #expect(try fixture.written() == "POST /form HTTP/1.1\r\nHost: x\r\n\r\nhello")
+        let tooLarge = ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes")
+        body.fail(tooLarge)
+        fixture.loop.run()
+        #expect(!fixture.channel.isActive)
+        #expect(try fixture.written() == "")
+        #expect((outcome.failure as? ProxyError) == tooLarge, "the client's error, not the connection's")
+    }
+
+    @Test("an answer that comes before the whole body is passed on, and its connection closed after it")
+    func earlyAnswer() throws {
+        let fixture = try Fixture()
+        let body = RequestBodyStream(eventLoop: fixture.loop, contentLength: 10)
+        let outcome = fixture.forward(body: body)
+        _ = body.append(ByteBuffer(string: "hello"))
+        fixture.loop.run()
+        try fixture.receive("HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\n\r\n")
+        #expect(fixture.sink.head == .payloadTooLarge)
+        #expect(fixture.sink.ended)
+        #expect(outcome.succeeded)
+        #expect(!fixture.channel.isActive, "the backend would read the rest of the body as the next request")
+    }
+
+    @Test("interim responses go to the sink as they come, the final head after them")
+    func interim() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.forward(body: nil)
+        try fixture.receive("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+        #expect(fixture.sink.interim.map(\.code) == [103])
+        #expect(fixture.sink.head == nil)
+        try fixture.receive("HTTP/1.1 204 No Content\r\n\r\n")
+        #expect(fixture.sink.head == .noContent)
+        #expect(outcome.succeeded)
+    }
+}
