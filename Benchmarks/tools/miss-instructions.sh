@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Instructions the proxy executes per cache miss (or, with KIND=hit, per hit), counted by callgrind:
+# Instructions the proxy executes per cache miss (with KIND=hit, per hit; with KIND=pass, per GET forwarded on a
+# bypass route, the pass-through path), counted by callgrind:
 # deterministic, unlike a timed run, so a change to the miss or hit path can be judged by one number, also on
 # machines where perf cannot read the CPU's counters.
 #
 #   BIN=.build-release/release/sdui-proxy Benchmarks/tools/miss-instructions.sh
 #   WARMUP=300 MISSES=2000 BIN=... Benchmarks/tools/miss-instructions.sh
 #   KIND=hit MISSES=20000 BIN=... Benchmarks/tools/miss-instructions.sh   # one URL, stored by the warm-up
+#   KIND=pass BIN=... Benchmarks/tools/miss-instructions.sh                # unique URLs under a bypass route
 #   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
 #
 # Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
@@ -48,7 +50,7 @@ die() {
 [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 [[ $WARMUP =~ ^[0-9]+$ && $MISSES =~ ^[1-9][0-9]*$ ]] || die "WARMUP and MISSES must be whole numbers (MISSES > 0)"
-[[ $KIND == miss || $KIND == hit ]] || die "KIND must be miss or hit"
+[[ $KIND == miss || $KIND == hit || $KIND == pass ]] || die "KIND must be miss, hit or pass"
 
 missing=()
 command -v valgrind >/dev/null || missing+=(valgrind)
@@ -131,6 +133,11 @@ int sigsuspend(const sigset_t *mask) {
 C
 cc -shared -fPIC -O2 -o "$proxy_dir/sigsuspend-copy.so" "$proxy_dir/sigsuspend-copy.c"
 gen_proxy_yaml "$proxy_dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" 256MiB
+if [[ $KIND == pass ]]; then
+    sed -i 's|^cache: { maxBytes: 256MiB }$|cache: { maxBytes: 256MiB, routes: [{ prefix: /pass, bypass: true }] }|' \
+        "$proxy_dir/sdui-proxy.yaml"
+    grep -q 'bypass: true' "$proxy_dir/sdui-proxy.yaml" || die "could not add the bypass route to the proxy's config"
+fi
 LD_PRELOAD=$proxy_dir/sigsuspend-copy.so valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no \
     --callgrind-out-file="$proxy_dir/callgrind.out" $CALLGRIND_ARGS \
     "$proxy_dir/sdui-proxy" --config "$proxy_dir/sdui-proxy.yaml" >"$proxy_dir/proxy.log" 2>&1 &
@@ -139,19 +146,21 @@ wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$PROXY_PID" proxy
 wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$PROXY_PID" proxy
 log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, proxy (callgrind) pid $PROXY_PID on :$PROXY_PORT"
 
-# requests PREFIX COUNT: COUNT GETs on one keep-alive connection, each a 200 of KIND: for misses, never-seen
-# URLs; for hits, one URL, which the warm-up's first request stores.
+# requests PREFIX COUNT: COUNT GETs on one keep-alive connection, each a 200 of KIND: for misses and passes,
+# never-seen URLs; for hits, one URL, which the warm-up's first request stores.
 requests() {
     python3 - "$PROXY_PORT" "$KIND" "$1" "$2" <<'EOF'
 import http.client, sys
 port, kind, prefix, count = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 for i in range(count):
-    target = f"/screens/{prefix}/{i}?u={i}" if kind == "miss" else "/screens/hit"
+    target = {"miss": f"/screens/{prefix}/{i}?u={i}", "pass": f"/pass/{prefix}/{i}", "hit": "/screens/hit"}[kind]
     conn.request("GET", target, headers={"beagle-platform": "IOS"})
     response = conn.getresponse()
     body = response.read()
     expected = "HIT" if kind == "hit" and not (prefix.startswith("warm") and i == 0) else "MISS"
+    if kind == "pass":
+        expected = "BYPASS"
     if response.status != 200 or response.getheader("X-Cache") != expected or not body:
         sys.exit(f"request {i}: status {response.status}, X-Cache {response.getheader('X-Cache')}")
 conn.close()

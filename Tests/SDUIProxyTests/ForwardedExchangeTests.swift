@@ -22,6 +22,19 @@ struct ForwardedExchangeTests {
         }
     }
 
+    /// Holds the promises of the writes that reach it while `holding`: a backend that stopped reading.
+    final class WriteHolder: ChannelOutboundHandler {
+        typealias OutboundIn = ByteBuffer
+        var holding = false
+        var held: [EventLoopPromise<Void>] = []
+
+        func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+            guard holding else { return context.write(data, promise: promise) }
+            context.write(data, promise: nil)
+            if let promise { held.append(promise) }
+        }
+    }
+
     /// Records what it is given; with `holds`, keeps each part until the test lets it go.
     final class RecordingSink: ForwardedResponseSink, @unchecked Sendable {
         let eventLoop: EmbeddedEventLoop
@@ -62,6 +75,7 @@ struct ForwardedExchangeTests {
         let channel: EmbeddedChannel
         let handler: UpstreamConnectionHandler
         let reads = ReadCounter()
+        let writes = WriteHolder()
         let sink: RecordingSink
 
         init() throws {
@@ -76,11 +90,13 @@ struct ForwardedExchangeTests {
             channel = EmbeddedChannel(loop: loop)
             sink = RecordingSink(eventLoop: loop)
             try channel.pipeline.syncOperations.addHandler(reads)
+            try channel.pipeline.syncOperations.addHandler(writes)
             try channel.pipeline.syncOperations.addHandler(handler)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         }
 
-        /// Sends a POST with `body` on the connection; its outcome is recorded in the returned box.
+        /// Sends a POST with `body` on the connection, as ``LoopLocalHTTPClient/forward(_:body:on:to:)`` does; its
+        /// outcome is recorded in the returned box, which also holds the exchange weakly.
         func forward(body: RequestBodyStream?) -> Outcome {
             let forwarding = ForwardedExchange(
                 sink: sink,
@@ -94,13 +110,15 @@ struct ForwardedExchangeTests {
                 isHEAD: false,
                 maxBodyBytes: .max,
                 budget: nil,
-                deadline: .now() + .seconds(5),
+                deadline: loop.now + .seconds(5),
                 bodyIdleTimeout: .seconds(30),
                 interim: nil,
                 forwarding: forwarding
             )
             let outcome = Outcome()
+            outcome.exchange = forwarding
             forwarding.futureResult.whenComplete { outcome.result = $0 }
+            forwarding.watchBody()
             handler.send(exchange, retryIfStale: false) { forwarding.connectionEnded($0) }
             return outcome
         }
@@ -119,6 +137,8 @@ struct ForwardedExchangeTests {
 
     final class Outcome: @unchecked Sendable {
         var result: Result<Void, any Error>?
+        /// The exchange, while something else keeps it.
+        weak var exchange: ForwardedExchange?
         var succeeded: Bool { if case .success = result { true } else { false } }
         var failure: (any Error)? { if case .failure(let error) = result { error } else { nil } }
     }
@@ -143,6 +163,8 @@ struct ForwardedExchangeTests {
         #expect(fixture.sink.ended)
         #expect(outcome.succeeded)
         #expect(fixture.handler.isUsable, "a whole exchange leaves the connection for the next")
+        #expect(outcome.exchange == nil, "nothing keeps the exchange once it ended, though its body is still there")
+        withExtendedLifetime(body) {}
     }
 
     @Test("reading waits while the client holds a part; the end is passed on once it took the last")
@@ -208,6 +230,56 @@ struct ForwardedExchangeTests {
         #expect(fixture.sink.ended)
         #expect(outcome.succeeded)
         #expect(!fixture.channel.isActive, "the backend would read the rest of the body as the next request")
+        #expect(outcome.exchange == nil, "the body's next part is no longer waited for")
+        #expect(body.append(ByteBuffer(string: "world")), "what the client still sends is dropped, not held")
+    }
+
+    @Test("the backend's time starts once the client's body is whole, even when the backend stopped reading it")
+    func headDeadlineAfterUpload() throws {
+        let fixture = try Fixture()
+        let body = RequestBodyStream(eventLoop: fixture.loop, contentLength: 5)
+        let outcome = fixture.forward(body: body)
+        fixture.loop.advanceTime(by: .seconds(60))
+        #expect(outcome.result == nil, "the upload is the client's time, however long it takes")
+        fixture.writes.holding = true
+        _ = body.append(ByteBuffer(string: "hello"))
+        body.finish()
+        fixture.loop.advanceTime(by: .seconds(4))
+        #expect(outcome.result == nil)
+        fixture.loop.advanceTime(by: .seconds(2))
+        #expect((outcome.failure as? ProxyError) == ProxyError(.timeout, "the backend did not answer in time"))
+        #expect(!fixture.channel.isActive)
+    }
+
+    @Test("a client that takes no part for bodyIdleTimeout is cut off; taking one starts the clock again")
+    func clientStalled() throws {
+        let fixture = try Fixture()
+        fixture.sink.holds = true
+        let outcome = fixture.forward(body: nil)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+        fixture.loop.advanceTime(by: .seconds(20))
+        fixture.sink.held[0].succeed()
+        fixture.loop.advanceTime(by: .seconds(20))
+        #expect(outcome.result == nil, "20 s after the client took the part, within the 30 s")
+        try fixture.receive("de")
+        fixture.loop.advanceTime(by: .seconds(31))
+        #expect(
+            (outcome.failure as? ProxyError) == ProxyError(.timeout, "the client did not take the response in time")
+        )
+        #expect(!fixture.channel.isActive, "the connection is not held for a client that does not read")
+    }
+
+    @Test("an empty part of a body without a length is not written: it would end the body")
+    func emptyChunk() throws {
+        let fixture = try Fixture()
+        let body = RequestBodyStream(eventLoop: fixture.loop, contentLength: nil)
+        _ = fixture.forward(body: body)
+        _ = try fixture.written()
+        _ = body.append(ByteBuffer())
+        _ = body.append(ByteBuffer(string: "a"))
+        body.finish()
+        fixture.loop.run()
+        #expect(try fixture.written() == "1\r\na\r\n0\r\n\r\n")
     }
 
     @Test("interim responses go to the sink as they come, the final head after them")

@@ -8,11 +8,15 @@ import Testing
 
 @Suite("The event-loop-local upstream client")
 struct LoopLocalHTTPClientTests {
-    static func client(for origin: TestOrigin, timeout: Duration = .seconds(2)) throws -> LoopLocalHTTPClient {
+    static func client(
+        for origin: TestOrigin,
+        timeout: Duration = .seconds(2),
+        maxConnections: Int = 4
+    ) throws -> LoopLocalHTTPClient {
         guard case .http(let httpOrigin) = try UpstreamOrigin(parsing: origin.url) else { throw CancellationError() }
         var configuration = ProxyConfiguration.Upstream()
         configuration.timeout = timeout
-        configuration.maxConnections = 4
+        configuration.maxConnections = maxConnections
         return LoopLocalHTTPClient(
             origin: httpOrigin,
             configuration: configuration,
@@ -367,6 +371,45 @@ struct LoopLocalHTTPClientTests {
             #expect(requests[1].headers["content-length"].isEmpty, "a body without a length is sent in chunks")
             #expect(requests[1].headers["transfer-encoding"] == ["chunked"])
             #expect(origin.acceptedConnections == 1)
+        }
+        try await origin.stop()
+    }
+
+    @Test("a body that fails while its request waits for a connection answers at once; the connection stays whole")
+    func bodyFailsWhileWaiting() async throws {
+        let gate = OriginGate()
+        let origin = try await TestOrigin { request in
+            request.uri == "/held" ? .component(heldBy: gate) : .component()
+        }
+        let client = try Self.client(for: origin, timeout: .seconds(30), maxConnections: 1)
+        try await Self.shuttingDown(client) {
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            // The pool's one connection is busy with a fill the origin holds.
+            let held = client.fetch(
+                UpstreamRequest(method: .GET, target: "/held", headers: [:]),
+                maxBodyBytes: 1 << 20,
+                on: loop
+            )
+            try await waitUntil(timeout: .seconds(10)) { origin.requestCount == 1 }
+            let tooLarge = ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes")
+            let forwarded = try await loop.submit {
+                let body = RequestBodyStream(eventLoop: loop, contentLength: 100)
+                let sent = client.forward(
+                    UpstreamRequest(method: .POST, target: "/forms", headers: [:]),
+                    body: body,
+                    on: loop,
+                    to: CollectingSink(eventLoop: loop)
+                )
+                body.fail(tooLarge)
+                return sent
+            }.get()
+            // Answered while the fill still holds the connection: not after upstream.timeout, nor once it is free.
+            await #expect(throws: tooLarge) { try await forwarded.get() }
+            gate.open()
+            #expect(try await held.get().status == .ok)
+            #expect(try await Self.get(client, "/after", loop: loop).status == .ok)
+            #expect(origin.requests.map(\.uri) == ["/held", "/after"], "the given-up request never went out")
+            #expect(origin.acceptedConnections == 1, "the connection it would have had was left whole")
         }
         try await origin.stop()
     }

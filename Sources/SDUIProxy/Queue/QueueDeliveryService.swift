@@ -385,9 +385,9 @@ public final class QueueDeliveryService: Service, Sendable {
         let eventLoop = eventLoopGroup.next()
         let answer = StatusOnlySink(eventLoop: eventLoop)
         do {
+            // The body is in memory: it goes with the request, and again if a stale connection refuses it.
             try await eventLoop.flatSubmit { [client] in
-                let body = request.body.map { RequestBodyStream.complete($0, on: eventLoop) }
-                return client.forward(request, body: body, on: eventLoop, to: answer)
+                client.forward(request, body: nil, on: eventLoop, to: answer)
             }.get()
         } catch {
             // A body cut short (a reset, the deadline) after the head came: the backend has answered, and sending

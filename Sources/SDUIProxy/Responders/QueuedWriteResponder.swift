@@ -63,8 +63,8 @@ struct QueuedWriteResponder {
             if queueBehindBacklog {
                 return Self.enqueue(upstream, id: id, failure: nil, queue: queue, on: eventLoop).map { $0 }
             }
-            let body = upstream.body.map { RequestBodyStream.complete($0, on: eventLoop) }
-            return client.forward(upstream, body: body, on: eventLoop, to: answer)
+            // The body is in memory: it goes with the request, and again if a stale connection refuses it.
+            return client.forward(upstream, body: nil, on: eventLoop, to: answer)
                 .flatMap { () -> EventLoopFuture<UpstreamResponse?> in
                     guard let status = answer.statusToQueueFor else { return eventLoop.makeSucceededFuture(nil) }
                     let failure = "backend answered \(status.code)"

@@ -26,6 +26,10 @@ final class ForwardedExchange: @unchecked Sendable {
     private(set) var partsWithClient = 0
     /// Whether the backend's response was read whole; its end waits for the client to take the last parts.
     private var responseEnded = false
+    /// Whether the connection's part of the exchange is over, whichever way it ended.
+    private var connectionDone = false
+    /// The connection carrying the exchange, once it has one: told when the client's body fails.
+    weak var connection: UpstreamConnectionHandler?
     private var completed = false
     /// Why the caller gave the exchange up (its body failed, or its sink could not take a part): the error the
     /// future fails with, whatever the connection saw.
@@ -53,6 +57,22 @@ final class ForwardedExchange: @unchecked Sendable {
         if abandonment == nil { abandonment = error }
     }
 
+    /// From now on, a client's body that fails is ``bodyFailed(_:)``. On the loop, before the exchange asks for a
+    /// connection.
+    func watchBody() {
+        body?.setFailureHandler { [weak self] error in self?.bodyFailed(error) }
+    }
+
+    /// The client's body will not be whole (too large, cut off, timed out): the caller is answered with its error
+    /// at once, whether the exchange has a connection yet or still waits for one, and the connection carrying it
+    /// closes under the request.
+    func bodyFailed(_ error: any Error) {
+        guard !requestSent, !connectionDone else { return }
+        abandon(because: error)
+        complete(.failure(error))
+        connection?.exchangeAbandoned(self)
+    }
+
     /// Hands a body part to the sink; `taken` is called, on the loop, once the client took it or could not.
     func deliver(_ part: ByteBuffer, taken: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         partsWithClient += 1
@@ -71,6 +91,13 @@ final class ForwardedExchange: @unchecked Sendable {
 
     /// What the pool tells the exchange's caller when the connection's part of it ends.
     func connectionEnded(_ result: Result<UpstreamResponse, any Error>) {
+        connectionDone = true
+        connection = nil
+        if !requestSent {
+            // Nothing takes the rest of the body now (the backend answered early, or the exchange failed): what
+            // waits for its next part is let go, and the parts the client still sends are dropped.
+            body?.fail(ProxyError(.network, "the exchange with the backend ended before the whole body was sent"))
+        }
         switch result {
         case .success:
             responseEnded = true

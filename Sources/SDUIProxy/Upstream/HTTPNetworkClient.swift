@@ -116,11 +116,13 @@ public final class HTTPNetworkClient: NetworkClient {
             bodyIdleTimeout: bodyIdleTimeout,
             eventLoop: body?.eventLoop ?? eventLoop
         )
-        let clientBody = body.map { stream in
-            HTTPClient.Body.stream(contentLength: stream.contentLength.map(Int64.init)) { writer in
-                stream.drain { part in writer.write(.byteBuffer(part)) }
-            }
-        }
+        // A body in memory (a queued write) goes as it is when none is streamed.
+        let clientBody =
+            body.map { stream in
+                HTTPClient.Body.stream(contentLength: stream.contentLength.map(Int64.init)) { writer in
+                    stream.drain { part in writer.write(.byteBuffer(part)) }
+                }
+            } ?? request.body.map { .byteBuffer($0) }
         let clientRequest: HTTPClient.Request
         do {
             clientRequest = try makeRequest(request, body: clientBody)

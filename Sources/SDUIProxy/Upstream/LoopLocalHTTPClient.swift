@@ -131,6 +131,11 @@ public final class LoopLocalHTTPClient: NetworkClient {
         on eventLoop: any EventLoop,
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void> {
+        guard body == nil || body?.eventLoop === eventLoop else {
+            return eventLoop.makeFailedFuture(
+                ProxyError(.internalError, "a request body must stream on the event loop of its exchange")
+            )
+        }
         // The framing is this hop's: the body's length when the client gave it, chunks when it did not.
         var headers = request.headers
         headers.remove(name: "Transfer-Encoding")
@@ -178,7 +183,12 @@ public final class LoopLocalHTTPClient: NetworkClient {
             forwarding: forwarding
         )
         let pool = self.pool(for: eventLoop)
-        let run: @Sendable () -> Void = { pool.run(exchange) { result in forwarding.connectionEnded(result) } }
+        let run: @Sendable () -> Void = {
+            // From now on, a body that fails answers the caller at once, even while the exchange waits for a
+            // connection.
+            forwarding.watchBody()
+            pool.run(exchange) { result in forwarding.connectionEnded(result) }
+        }
         if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
         return forwarding.futureResult
     }

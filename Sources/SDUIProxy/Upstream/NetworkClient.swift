@@ -8,7 +8,8 @@ public struct UpstreamRequest: Sendable {
     /// The request target relative to the backend's base (`/screens/home?x=1`), already normalised.
     public var target: String
     public var headers: HTTPHeaders
-    /// A body held in memory (replayed deliveries); streamed bodies go through ``NetworkClient/forward(_:body:on:to:)``.
+    /// A body held in memory (queued writes and their deliveries), sent with the request; a body streamed from a
+    /// client goes to ``NetworkClient/forward(_:body:on:to:)`` as a ``RequestBodyStream`` instead.
     public var body: ByteBuffer?
     /// Where interim (1xx) responses to a cache fill go as they arrive: the client the fill is for (a forwarded
     /// request's go to its ``ForwardedResponseSink``). Clients that cannot see them (AsyncHTTPClient's, which

@@ -87,7 +87,7 @@ final class PoolState: @unchecked Sendable {
                     connectionClosed(id)
                     continue
                 }
-                connection.send(exchange, retryIfStale: retryOnStaleConnection, completion: completion)
+                send(exchange, on: connection, retryIfStale: retryOnStaleConnection, completion: completion)
             case .open(let id, let waiter):
                 waiting[waiter] = Waiter(exchange: exchange, retryIfStale: false, completion: completion)
                 connect(id, deadline: exchange.deadline)
@@ -161,7 +161,7 @@ final class PoolState: @unchecked Sendable {
                 // Closed as it was handed over: the request goes again, as if on a stale connection.
                 return start(waiter.exchange, retryOnStaleConnection: false, completion: waiter.completion)
             }
-            connection.send(waiter.exchange, retryIfStale: waiter.retryIfStale, completion: waiter.completion)
+            send(waiter.exchange, on: connection, retryIfStale: waiter.retryIfStale, completion: waiter.completion)
         case .open(let id, let waiterID):
             guard let waiter = waiting[waiterID] else { return }
             waiter.timeout?.cancel()
@@ -177,6 +177,21 @@ final class PoolState: @unchecked Sendable {
             perform(.fail(failed, failure), cause: cause)
             perform(.open(id, for: waiterID))
         }
+    }
+
+    /// Sends `exchange` on `connection`, leased to it; unless its caller gave it up while it waited for one (a
+    /// forwarded request whose client's body failed), when the connection is released untouched.
+    private func send(
+        _ exchange: LoopLocalHTTPClient.Exchange,
+        on connection: UpstreamConnectionHandler,
+        retryIfStale: Bool,
+        completion: @escaping Completion
+    ) {
+        if let abandonment = exchange.forwarding?.abandonment {
+            perform(machine.connectionReleased(connection.id, reusable: connection.isUsable, now: .now()))
+            return completion(.failure(abandonment))
+        }
+        connection.send(exchange, retryIfStale: retryIfStale, completion: completion)
     }
 
     /// Removes the waiter from ``waiting`` and cancels its timeout.
@@ -244,6 +259,7 @@ final class PoolState: @unchecked Sendable {
                 return ProxyError(.network, "the backend closed the connection")
             case .busy: return ProxyError(.internalError, "an upstream connection was used twice")
             case .abandoned: return ProxyError(.network, "the exchange with the backend was given up")
+            case .clientStalled: return ProxyError(.timeout, "the client did not take the response in time")
             case .malformed(let failure): return failure.proxyError
             }
         }

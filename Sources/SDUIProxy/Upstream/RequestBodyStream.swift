@@ -46,6 +46,8 @@ public final class RequestBodyStream: Sendable {
     /// Hands over a part of the body. Returns false when the producer should pause reading until
     /// `onDemand` (given to ``setDemandHandler(_:)``) is called.
     public func append(_ buffer: ByteBuffer) -> Bool {
+        // Nobody takes the rest of a body that failed (the backend answered, or gave up): it is dropped.
+        if state.value.failure != nil { return true }
         if let consumer = state.value.waitingConsumer {
             state.value.waitingConsumer = nil
             consumer.succeed(buffer)
@@ -63,6 +65,8 @@ public final class RequestBodyStream: Sendable {
     /// The body is complete.
     public func finish() {
         state.value.finished = true
+        // A whole body no longer fails: what waited for that is let go.
+        state.value.onFailure = nil
         if let onFinish = state.value.onFinish {
             state.value.onFinish = nil
             onFinish()
@@ -106,6 +110,11 @@ public final class RequestBodyStream: Sendable {
         } else {
             state.value.onFailure = handler
         }
+    }
+
+    /// Whether the body is whole and every part of it was taken.
+    public var isDrained: Bool {
+        state.value.finished && state.value.buffered.isEmpty && state.value.failure == nil
     }
 
     /// What to call when a paused producer may read again.

@@ -29,6 +29,8 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         case malformed(HTTPParseFailure)
         /// A forwarded exchange's caller gave it up: its client's body failed, or its client could not take a part.
         case abandoned
+        /// A forwarded response's client took no part for `upstream.bodyIdleTimeout`.
+        case clientStalled
     }
 
     /// The longest response head accepted from the backend.
@@ -122,62 +124,73 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
             return
         }
-        // The upload is the client's time (limits.requestTimeout), not the backend's: its deadline starts once the
-        // whole request is written.
+        forwarding.connection = self
+        // The upload is the client's time (limits.requestTimeout), not the backend's: the backend's deadline starts
+        // once the client has sent the whole body. Not once the last part is written: a backend that stopped
+        // reading would never let that happen.
         current?.deadline = .distantFuture
         // Flushed at once: a backend may answer the head alone (`100 Continue`, or a refusal) before any body.
         context.writeAndFlush(wrapOutboundOut(exchange.request), promise: nil)
-        forwarding.body?.setFailureHandler { [self] error in bodyFailed(error, of: forwarding) }
+        forwarding.body?.setFinishHandler { [weak self, weak forwarding] in
+            guard let self, let forwarding else { return }
+            clientBodyEnded(forwarding)
+        }
         sendBodyPart(of: forwarding)
     }
 
     // MARK: Forwarded exchanges: the request body
 
     /// Writes the body's next part, or its end; each part is written only once the one before it is out, so the
-    /// client is read only as fast as the backend takes the body.
+    /// client is read only as fast as the backend takes the body. A body that fails is the exchange's to tell
+    /// (``exchangeAbandoned(_:)``).
     private func sendBodyPart(of forwarding: ForwardedExchange) {
         guard let body = forwarding.body else { return }
-        body.next().hop(to: eventLoop).whenComplete { [self] result in
+        body.next().whenSuccess { [self] part in
             guard self.forwarding === forwarding, let context else { return }
-            switch result {
-            case .success(let part?):
-                let written = eventLoop.makePromise(of: Void.self)
-                if forwarding.isChunked {
-                    var size = context.channel.allocator.buffer(capacity: 18)
-                    size.writeString(String(part.readableBytes, radix: 16))
-                    size.writeStaticString("\r\n")
-                    context.write(wrapOutboundOut(size), promise: nil)
-                    context.write(wrapOutboundOut(part), promise: nil)
-                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "\r\n")), promise: written)
-                } else {
-                    context.writeAndFlush(wrapOutboundOut(part), promise: written)
-                }
+            guard let part else { return bodySent(forwarding) }
+            // An empty chunk would end the body.
+            guard part.readableBytes > 0 else { return eventLoop.execute { self.sendBodyPart(of: forwarding) } }
+            let written = eventLoop.makePromise(of: Void.self)
+            if forwarding.isChunked {
+                var size = context.channel.allocator.buffer(capacity: 18)
+                size.writeString(String(part.readableBytes, radix: 16))
+                size.writeStaticString("\r\n")
+                context.write(wrapOutboundOut(size), promise: nil)
+                context.write(wrapOutboundOut(part), promise: nil)
+                context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "\r\n")), promise: written)
+            } else {
+                context.writeAndFlush(wrapOutboundOut(part), promise: written)
+            }
+            written.futureResult.whenSuccess {
+                // The last part: the request is whole in this turn, before an answer to it is read.
+                if body.isDrained { return self.bodySent(forwarding) }
                 // The next part is asked for in a turn of its own: a body whose parts are all there already would
                 // otherwise nest a call per part.
-                written.futureResult.whenSuccess { self.eventLoop.execute { self.sendBodyPart(of: forwarding) } }
-            case .success(nil):
-                if forwarding.isChunked {
-                    context.write(wrapOutboundOut(ByteBuffer(staticString: "0\r\n\r\n")), promise: nil)
-                }
-                context.flush()
-                forwarding.requestSent = true
-                // The backend's time starts now, unless its answer came while the body was still going out.
-                if current?.head == nil {
-                    let deadline = NIODeadline.now() + forwarding.headTimeout
-                    current?.deadline = deadline
-                    armTimer(for: deadline)
-                }
-            case .failure(let error):
-                bodyFailed(error, of: forwarding)
+                self.eventLoop.execute { self.sendBodyPart(of: forwarding) }
             }
         }
     }
 
-    /// The client's body will not be whole: the backend must not take what it got for a shorter request, so the
-    /// connection closes under it.
-    private func bodyFailed(_ error: any Error, of forwarding: ForwardedExchange) {
-        guard self.forwarding === forwarding, !forwarding.requestSent else { return }
-        forwarding.abandon(because: error)
+    private func bodySent(_ forwarding: ForwardedExchange) {
+        guard self.forwarding === forwarding, !forwarding.requestSent, let context else { return }
+        if forwarding.isChunked {
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "0\r\n\r\n")), promise: nil)
+        }
+        forwarding.requestSent = true
+    }
+
+    /// The client has sent the whole body: the backend's time for its answer starts.
+    private func clientBodyEnded(_ forwarding: ForwardedExchange) {
+        guard self.forwarding === forwarding, current?.head == nil else { return }
+        let deadline = eventLoop.now + forwarding.headTimeout
+        current?.deadline = deadline
+        armTimer(for: deadline)
+    }
+
+    /// The exchange's caller gave it up (its client's body failed): the backend must not take what it got for a
+    /// shorter request, so the connection closes under it.
+    func exchangeAbandoned(_ forwarding: ForwardedExchange) {
+        guard self.forwarding === forwarding else { return }
         fail(with: .abandoned, closing: true)
     }
 
@@ -196,9 +209,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             current?.retryIfStale = false
             forwarding.sink.receiveInterim(status: head.status, headers: head.fields.headers)
         case .body(let part):
-            // Until the client takes the part, the backend is not read: its silence is not its own.
+            // Until the client takes the part, the backend is not read. The clock runs on meanwhile: a client
+            // that takes no part for `bodyIdleTimeout` would otherwise hold a connection that cache fills share.
             readsPaused = true
-            current?.deadline = .distantFuture
             forwarding.deliver(part) { [self] result in partTaken(result, of: forwarding) }
         case .end:
             guard let inFlight = current.take() else { return }
@@ -225,7 +238,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     /// The body may go `bodyIdleTimeout` from now without a byte.
     private func restartBodyClock() {
         guard let idle = current?.exchange.bodyIdleTimeout else { return }
-        let deadline = NIODeadline.now() + idle
+        let deadline = eventLoop.now + idle
         current?.deadline = deadline
         armTimer(for: deadline)
     }
@@ -301,7 +314,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             // The head is in: from here the body may take as long as it keeps coming. The timer armed for the
             // head's deadline is moved when the idle limit ends sooner; a later end is met when it fires.
             if let idle = current?.exchange.bodyIdleTimeout {
-                let deadline = NIODeadline.now() + idle
+                let deadline = eventLoop.now + idle
                 current?.deadline = deadline
                 armTimer(for: deadline)
             }
@@ -309,7 +322,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             // Never stored nor merged into the final response: passed on as it came, or let go.
             current?.exchange.interim?.relay(head)
         case .body(var part):
-            if let idle = current?.exchange.bodyIdleTimeout { current?.deadline = .now() + idle }
+            if let idle = current?.exchange.bodyIdleTimeout { current?.deadline = eventLoop.now + idle }
             // A small body that arrives whole in one read is kept as the read buffer's slice: the exchange
             // completes within this read, and the cache copies the body into its entry, so the slice is gone
             // before the channel reads again and reuses its buffer. Any other body is copied out as it arrives,
@@ -414,8 +427,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private func timerFired() {
         timer = nil
         guard let inFlight = current else { return }
-        if inFlight.deadline <= .now() {
-            fail(with: inFlight.head == nil ? .timedOut : .bodyStalled, closing: true)
+        if inFlight.deadline <= eventLoop.now {
+            let failure: Failure = inFlight.head == nil ? .timedOut : readsPaused ? .clientStalled : .bodyStalled
+            fail(with: failure, closing: true)
         } else if inFlight.deadline != .distantFuture {
             armTimer(for: inFlight.deadline)
         }
