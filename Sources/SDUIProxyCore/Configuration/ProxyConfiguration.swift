@@ -60,7 +60,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// request, connecting included) before the client gets a 504.
         public var timeout: Duration = .seconds(5)
         /// How long the backend may go silent while it sends a response body; then the exchange fails (a cache
-        /// fill's client gets a 504, a streamed response is cut short).
+        /// fill's client gets a 504, a streamed response is cut short). A client that takes no part of a
+        /// forwarded response for as long is cut off too.
         public var bodyIdleTimeout: Duration = .seconds(30)
         /// Connections kept per event loop to the backend.
         public var maxConnections = 64
