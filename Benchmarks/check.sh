@@ -138,6 +138,8 @@ if command -v python3 >/dev/null; then
         printf 'latency\tnginx\t16\t1\t300000\t10000000\t30000.0\t150\t500\t0\t3000000\t30000\t0\t0\t0\t0.1\n'
         printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
         printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
+        printf 'pass\tproxy\t64\t1\t70000\t10000000\t7000.0\t1000\t5000\t0\t2800000\t40000\t0\t0\t0\t2.5\n'
+        printf 'pass\tnginx-nocache\t64\t1\t100000\t10000000\t10000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
         printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\t2.5\n'
         printf 'speeds\tproxy\t64\t1\t40000\t10000000\t4000.0\t1000\t5000\t0\t1200000\t40000\t0\t0\t0\t2.5\n'
         printf 'speeds\tnginx-nocache\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t800000\t20000\t0\t0\t0\t2.5\n'
@@ -163,8 +165,9 @@ if command -v python3 >/dev/null; then
         grep -q '^| nginx proxy_cache, reuseport | 16 | 10,000 | 0.90 | 6.00 | 20.0 | 29.3 | 0 | 2.5 | 9/7 |$' <<<"$out" &&
         grep -q '^| 16 | 1.00 | 1.00 | 1.00 | 1.00 | 0.50 | 1.00 | 1.00 | 1.00 | 1.00 |$' <<<"$out" &&
         grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out" &&
-        grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions and speeds tables included); last line is the hit CPU ratio"
+        grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out" &&
+        grep -q '^| 64 | 0.70 | 2.00 |$' <<<"$out"; then
+        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds and pass-through tables included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

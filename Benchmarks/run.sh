@@ -7,6 +7,7 @@
 #   SKIP_BUILD=1 BIN=/path/to/sdui-proxy Benchmarks/run.sh
 #   SCENARIOS=instructions Benchmarks/run.sh            # CPU instructions per hit and per miss (perf stat)
 #   SCENARIOS=speeds Benchmarks/run.sh                  # miss rates across origin restarts (the two speeds)
+#   SCENARIOS=pass Benchmarks/run.sh                    # pass-through (a bypass route) against nginx without a cache
 #
 # stdout carries only the final report (markdown); progress goes to stderr. The last line on stdout is always
 #   hit-cpu-per-request ratio vs nginx: X.XX
@@ -35,6 +36,8 @@ LATENCY_TARGETS=${LATENCY_TARGETS:-"proxy nginx varnish"}
 LATENCY_RATE=${LATENCY_RATE:-30000}
 MISS_CONNECTIONS=${MISS_CONNECTIONS:-$CONNECTIONS}
 MISS_TARGETS=${MISS_TARGETS:-"proxy nginx-nocache"}
+PASS_CONNECTIONS=${PASS_CONNECTIONS:-$CONNECTIONS}
+PASS_TARGETS=${PASS_TARGETS:-"proxy nginx-nocache"}
 MIXED_TARGETS=${MIXED_TARGETS:-"proxy nginx varnish"}
 MIXED_CONNECTIONS=${MIXED_CONNECTIONS:-64}
 MIXED_KEYS=${MIXED_KEYS:-20000}
@@ -542,6 +545,26 @@ scenario_miss() {
     done
 }
 
+# Pass-through: unique GETs under a bypass route (the proxy forwards them, streamed, as nginx without a cache does).
+scenario_pass() {
+    local targets target round conns got
+    read -ra targets <<<"$PASS_TARGETS"
+    PROXY_BYPASS_PREFIX=/pass start_targets "$CACHE_MB" "${targets[@]}"
+    for target in "${targets[@]}"; do
+        got=$(curl_head "$target" "/pass/bench/check-$RUN_ID-$target")
+        [[ ${got%% *} == 200 ]] || die "$target: a GET on the bypass route answered '$got', expected 200"
+        [[ $target != proxy || $got == "200 BYPASS" ]] || die "proxy: a GET on /pass answered '$got', expected '200 BYPASS'"
+    done
+    for target in "${targets[@]}"; do run_load pass "$target" 64 warm "$WARMUP" / miss.lua "$RUN_ID-warm-$target" /pass/bench/; done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for conns in $PASS_CONNECTIONS; do
+            for target in "${targets[@]}"; do
+                run_load pass "$target" "$conns" "$round" "$DURATION" / miss.lua "$RUN_ID-$round-$conns-$target" /pass/bench/
+            done
+        done
+    done
+}
+
 scenario_mixed() {
     local targets target round conns stats_before stats_after
     read -ra targets <<<"$MIXED_TARGETS"
@@ -797,8 +820,8 @@ main() {
     local scenario rc failed=()
     for scenario in $SCENARIOS; do
         case $scenario in
-        hit | latency | miss | mixed | stampede | memory | instructions | speeds) ;;
-        *) die "unknown scenario '$scenario' (hit, latency, miss, mixed, stampede, memory, instructions, speeds)" ;;
+        hit | latency | miss | pass | mixed | stampede | memory | instructions | speeds) ;;
+        *) die "unknown scenario '$scenario' (hit, latency, miss, pass, mixed, stampede, memory, instructions, speeds)" ;;
         esac
     done
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"

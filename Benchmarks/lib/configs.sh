@@ -200,6 +200,7 @@ EOF
 }
 
 # gen_proxy_yaml FILE PORT ADMIN_PORT ORIGIN_PORT MAX_BYTES
+# With PROXY_BYPASS_PREFIX set, requests under that prefix bypass the cache (the pass-through scenario).
 gen_proxy_yaml() {
     local file=$1 port=$2 admin_port=$3 origin_port=$4 max_bytes=$5
     mkdir -p "$(dirname "$file")"
@@ -208,7 +209,7 @@ gen_proxy_yaml() {
 listen: { host: 127.0.0.1, port: $port }
 admin: { host: 127.0.0.1, port: $admin_port }
 upstream: { url: "http://127.0.0.1:$origin_port", timeout: 5s, maxConnections: 64 }
-cache: { maxBytes: $max_bytes }
+cache: { maxBytes: $max_bytes$(if [[ -n ${PROXY_BYPASS_PREFIX:-} ]]; then printf ', routes: [{ prefix: %s, bypass: true }]' "$PROXY_BYPASS_PREFIX"; fi) }
 log: { level: ${PROXY_LOG_LEVEL:-error} }
 EOF
     # Optional: how many hops of shouldPrefetch navigation actions the proxy follows (unset: the proxy's default).

@@ -1,5 +1,5 @@
 -- Miss scenario: every request is a URL nobody asked before: /screens/bench/<run>-<thread>-<counter>?u=<random>.
--- Args: [run id]
+-- Args: [run id] [path prefix, /screens/bench/ unless given: /pass/bench/ for the pass-through scenario]
 local dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local bench = dofile(dir .. "common.lua")
 
@@ -11,7 +11,7 @@ done = bench.done
 
 function init(args)
   bench.seed()
-  prefix = "/screens/bench/" .. (args[1] or tostring(os.time())) .. "-" .. bench.thread_id() .. "-"
+  prefix = (args[2] or "/screens/bench/") .. (args[1] or tostring(os.time())) .. "-" .. bench.thread_id() .. "-"
 end
 
 function request()

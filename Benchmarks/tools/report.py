@@ -287,6 +287,18 @@ def main():
             print(f"| {conns} | {fmt_ratio(r)} | {verdict} | {fmt_ratio(ratio(p and p['cpu'], n and n['cpu']))} |")
         print()
 
+    passes = summarize(runs, "pass")
+    if passes:
+        print_scenario_table("Pass-through: unique GETs on a bypass route (both forward without a cache)", passes)
+        print("| conns | req/s proxy ÷ nginx (no cache) | CPU/req proxy ÷ nginx (no cache) |")
+        print("|---:|---:|---:|")
+        for conns in sorted({c for (_, c) in passes}):
+            p = passes.get(("proxy", conns))
+            n = passes.get(("nginx-nocache", conns))
+            r = ratio(p and p["rps"], n and n["rps"])
+            print(f"| {conns} | {fmt_ratio(r)} | {fmt_ratio(ratio(p and p['cpu'], n and n['cpu']))} |")
+        print()
+
     mixed = summarize(runs, "mixed")
     if mixed:
         print_scenario_table(
