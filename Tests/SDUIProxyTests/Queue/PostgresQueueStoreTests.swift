@@ -76,11 +76,13 @@ struct PostgresQueueStoreTests {
         return nil
     }
 
-    /// Whether `time` is `expected` to within the few milliseconds that moving it onto the database's clock and
-    /// back may add.
+    /// Whether `time` is `expected` to within what moving it onto the database's clock and back may add. Each store
+    /// measures the clocks' offset to within half the round trip of its measuring query, and a time written by one
+    /// store and read by another carries both errors: tens of milliseconds on a loaded machine (62 ms seen), where
+    /// a wrong conversion (the offset applied twice, a time zone) is hours off.
     private func about(_ time: QueueInstant?, _ expected: QueueInstant) -> Bool {
         guard let time else { return false }
-        return abs(time.millisecondsSinceEpoch - expected.millisecondsSinceEpoch) <= 50
+        return abs(time.millisecondsSinceEpoch - expected.millisecondsSinceEpoch) <= 1000
     }
 
     @Test("what one replica queued, another reads whole: headers, body, status, depths")
