@@ -205,7 +205,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
     }
 
-    func pool(for eventLoop: any EventLoop) -> PoolState {
+    private func pool(for eventLoop: any EventLoop) -> PoolState {
         if let pool = groupPools[ObjectIdentifier(eventLoop)] { return pool }
         return outsidePools.withLock { state in
             if let pool = state.pools[ObjectIdentifier(eventLoop)] { return pool }

@@ -51,12 +51,6 @@ final class PoolState: @unchecked Sendable {
         if closed { _ = machine.shutdown() }
     }
 
-    /// How many connections the pool has opened (or tried to) since it started; read on its loop.
-    var connectionsOpened: Int {
-        eventLoop.preconditionInEventLoop()
-        return machine.connectionsOpened
-    }
-
     /// What an exchange's caller is told, once, on the pool's loop.
     typealias Completion = @Sendable (Result<UpstreamResponse, any Error>) -> Void
 

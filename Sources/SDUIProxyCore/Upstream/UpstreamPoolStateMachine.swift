@@ -116,9 +116,6 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// The connections that count against the limit: connecting, idle, leased or closing.
     public var connectionCount: Int { states.count }
 
-    /// How many connections the pool has asked its driver to open since it started.
-    public var connectionsOpened: Int { nextConnection }
-
     /// The idle connections, the one taken next last.
     public var idleConnections: [ConnectionID] { idle }
 

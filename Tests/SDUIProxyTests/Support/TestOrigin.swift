@@ -21,6 +21,8 @@ final class TestOrigin: Sendable {
         var body: ByteBuffer
         /// The status the origin answered with.
         var status: HTTPResponseStatus = .ok
+        /// The connection it came on: 1 for the first the origin accepted, and so on.
+        var connection = 0
     }
 
     struct Response: Sendable {
@@ -184,7 +186,10 @@ final class TestOrigin: Sendable {
             .serverChannelOption(.socketOption(NIOBSDSocket.Option(rawValue: SO_REUSEPORT)), value: 1)
             .childChannelInitializer { channel in
                 origin.connections.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
-                origin.accepted.withLockedValue { $0 += 1 }
+                let number = origin.accepted.withLockedValue { accepted in
+                    accepted += 1
+                    return accepted
+                }
                 origin.openCount.withLockedValue { count in
                     count.now += 1
                     count.most = max(count.most, count.now)
@@ -195,7 +200,7 @@ final class TestOrigin: Sendable {
                 }
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(OriginHandler(origin: origin))
+                    try channel.pipeline.syncOperations.addHandler(OriginHandler(origin: origin, connection: number))
                 }
             }
             .bind(host: "127.0.0.1", port: port).get()
@@ -207,11 +212,13 @@ private final class OriginHandler: ChannelInboundHandler {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let origin: TestOrigin
+    private let connection: Int
     private var head: HTTPRequestHead?
     private var body = ByteBuffer()
 
-    init(origin: TestOrigin) {
+    init(origin: TestOrigin, connection: Int) {
         self.origin = origin
+        self.connection = connection
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -224,7 +231,13 @@ private final class OriginHandler: ChannelInboundHandler {
         case .end:
             guard let head else { return }
             let response = origin.handle(
-                TestOrigin.Request(method: head.method, uri: head.uri, headers: head.headers, body: body)
+                TestOrigin.Request(
+                    method: head.method,
+                    uri: head.uri,
+                    headers: head.headers,
+                    body: body,
+                    connection: connection
+                )
             )
             let keepAlive = head.isKeepAlive
             let isHead = head.method == .HEAD
