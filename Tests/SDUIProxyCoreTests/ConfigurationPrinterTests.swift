@@ -32,7 +32,7 @@ struct ConfigurationPrinterTests {
         let yaml = """
             listen: { host: "::", port: 8181, trustedProxies: [10.0.0.0/8, "::1"] }
             admin: { host: localhost, port: 0 }
-            upstream: { url: "http://backend:8081/bff", timeout: 1500ms, connectTimeout: 250us, maxConnections: 3, maxResponseBytes: 1000 }
+            upstream: { url: "https://backend:8443/bff", timeout: 1500ms, bodyIdleTimeout: 7s, connectTimeout: 250us, maxConnections: 3, maxResponseBytes: 1000, caFile: /etc/ca.pem }
             platform: { header: x-platform, default: ios, allowed: [] }
             headers:
               X-Api-Key: "a value: with # signs, \\"quotes\\" and \\\\ slashes"
@@ -50,7 +50,7 @@ struct ConfigurationPrinterTests {
                 - { prefix: "/a b/", defaultTTL: 1d, bypass: true }
                 - { prefix: /assets/, validateComponents: true, vary: [] }
             prefetch:
-              urls: [/screens/home, "http://backend:8081/bff/screens/x?y=1"]
+              urls: [/screens/home, "https://backend:8443/bff/screens/x?y=1"]
               platforms: [IOS]
               followActions: 0
               concurrency: 2

@@ -46,6 +46,18 @@ struct ConfigurationTests {
         #expect("\(refused)".contains("at least upstream.maxResponseBytes"))
     }
 
+    @Test("upstream.caFile is read from the file or SDUI_PROXY_UPSTREAM_CA_FILE, absent by default, and printed")
+    func caFile() throws {
+        #expect(try load("").upstream.caFile == nil)
+        let yaml = "upstream: { url: \"https://backend.internal\", caFile: /etc/ssl/internal-ca.pem }"
+        #expect(try load(yaml).upstream.caFile == "/etc/ssl/internal-ca.pem")
+        let fromEnvironment = try load(yaml, environment: ["SDUI_PROXY_UPSTREAM_CA_FILE": "/run/ca.pem"])
+        #expect(fromEnvironment.upstream.caFile == "/run/ca.pem")
+        let printed = ConfigurationPrinter.yaml(fromEnvironment, adminTokenIsSet: false)
+        #expect(printed.contains("caFile: /run/ca.pem"), "\(printed)")
+        #expect(printed.contains("bodyIdleTimeout: 30s"), "\(printed)")
+    }
+
     @Test("the bundled config file is valid and serves the samples")
     func bundledFile() throws {
         let root = String(#filePath).split(separator: "/").dropLast(3).joined(separator: "/")

@@ -17,7 +17,7 @@ struct LoopLocalHTTPClientTests {
         var configuration = ProxyConfiguration.Upstream()
         configuration.timeout = timeout
         configuration.maxConnections = maxConnections
-        return LoopLocalHTTPClient(
+        return try LoopLocalHTTPClient(
             origin: httpOrigin,
             configuration: configuration,
             eventLoopGroup: MultiThreadedEventLoopGroup.singleton
@@ -190,7 +190,7 @@ struct LoopLocalHTTPClientTests {
         var configuration = ProxyConfiguration.Upstream()
         configuration.timeout = timeout
         configuration.maxConnections = maxConnections
-        let client = LoopLocalHTTPClient(
+        let client = try LoopLocalHTTPClient(
             origin: httpOrigin,
             configuration: configuration,
             eventLoopGroup: MultiThreadedEventLoopGroup.singleton

@@ -103,4 +103,32 @@ struct StartupChecksTests {
         #expect(server.context.configuration.upstream.url == "http://127.0.0.1:9")
         await server.shutdown(drainTimeout: .seconds(2))
     }
+
+    @Test("upstream.caFile: only for an https:// upstream, readable, and holding certificates")
+    func caFile() throws {
+        let certificates = try TestCertificates()
+        let valid = try certificates.writeAuthority()
+        let garbage = Self.temporary("garbage")
+        try "not a certificate".write(toFile: garbage, atomically: true, encoding: .utf8)
+        defer {
+            try? FileManager.default.removeItem(atPath: valid)
+            try? FileManager.default.removeItem(atPath: garbage)
+        }
+        var upstream = ProxyConfiguration.Upstream()
+        upstream.url = "https://backend.internal:8443"
+        func refusal(_ caFile: String, url: String? = nil) -> ConfigurationError? {
+            var checked = upstream
+            checked.caFile = caFile
+            if let url { checked.url = url }
+            return problem { () throws(ConfigurationError) in try StartupChecks.checkUpstream(checked) }
+        }
+        #expect(refusal(valid) == nil)
+        let plain = refusal(valid, url: "http://backend.internal:8080")
+        #expect(plain?.key == "upstream.caFile")
+        #expect(plain?.problem.contains("https://") == true, "\(String(describing: plain))")
+        let missing = refusal(Self.temporary("missing"))
+        #expect(missing?.problem.contains("cannot read") == true, "\(String(describing: missing))")
+        let notPEM = refusal(garbage)
+        #expect(notPEM?.problem.contains("not a PEM file of certificates") == true, "\(String(describing: notPEM))")
+    }
 }

@@ -5,26 +5,16 @@ import Testing
 
 @testable import SDUIProxy
 
-/// Both clients that fill the cache from an HTTP backend take a fill's body from the byte budget
-/// (`upstream.maxBufferedBytes`) while they hold it.
-@Suite("The upstream clients' byte budget")
+/// The client that fills the cache from an HTTP backend takes a fill's body from the byte budget
+/// (`upstream.maxBufferedBytes`) while it holds it.
+@Suite("The upstream client's byte budget")
 struct UpstreamBufferBudgetTests {
-    enum Kind: String, CaseIterable, CustomTestStringConvertible {
-        case pooled, asyncHTTPClient
-        var testDescription: String { rawValue }
-    }
-
-    static func client(_ kind: Kind, for origin: TestOrigin) throws -> any NetworkClient {
+    static func client(for origin: TestOrigin) throws -> any NetworkClient {
         guard case .http(let httpOrigin) = try UpstreamOrigin(parsing: origin.url) else { throw CancellationError() }
         var configuration = ProxyConfiguration.Upstream()
         configuration.timeout = .seconds(10)
         let group = MultiThreadedEventLoopGroup.singleton
-        switch kind {
-        case .pooled:
-            return LoopLocalHTTPClient(origin: httpOrigin, configuration: configuration, eventLoopGroup: group)
-        case .asyncHTTPClient:
-            return HTTPNetworkClient(origin: httpOrigin, configuration: configuration, eventLoopGroup: group)
-        }
+        return try LoopLocalHTTPClient(origin: httpOrigin, configuration: configuration, eventLoopGroup: group)
     }
 
     /// A fetch for a cache fill, its body taken from `budget`.
@@ -43,10 +33,9 @@ struct UpstreamBufferBudgetTests {
     }
 
     @Test(
-        "a fill holds its body's bytes while it reads it; one that does not fit fails; nothing else counts",
-        arguments: Kind.allCases
+        "a fill holds its body's bytes while it reads it; one that does not fit fails; nothing else counts"
     )
-    func budget(kind: Kind) async throws {
+    func budget() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response(headers: [("Content-Type", "text/plain")])
             response.body = String(repeating: "b", count: 600)
@@ -59,7 +48,7 @@ struct UpstreamBufferBudgetTests {
             }
             return response
         }
-        let client = try Self.client(kind, for: origin)
+        let client = try Self.client(for: origin)
         let budget = ByteBudget(limit: 1000)
         do {
             // Room for it: fetched whole, and every byte given back once the exchange has ended.

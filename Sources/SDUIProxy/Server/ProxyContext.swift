@@ -85,15 +85,9 @@ public final class ProxyContext: Sendable {
             client = reusedClient
         } else {
             switch try UpstreamOrigin(parsing: configuration.upstream.url) {
-            case .http(let origin) where origin.scheme == "http":
-                // Plain HTTP: connections pooled on each event loop. TLS backends go through AsyncHTTPClient.
-                client = LoopLocalHTTPClient(
-                    origin: origin,
-                    configuration: configuration.upstream,
-                    eventLoopGroup: eventLoopGroup
-                )
             case .http(let origin):
-                client = HTTPNetworkClient(
+                // Connections pooled on each event loop, over TLS for an https:// backend.
+                client = try LoopLocalHTTPClient(
                     origin: origin,
                     configuration: configuration.upstream,
                     eventLoopGroup: eventLoopGroup

@@ -13,7 +13,8 @@ import Darwin
 ///
 /// - the admin listener's binding rule (``AdminAuthorization/checkBinding(host:)``);
 /// - both listener hosts resolve to an address;
-/// - a `file:` upstream is a directory that can be read;
+/// - a `file:` upstream is a directory that can be read; an `upstream.caFile` goes with an `https://` upstream and
+///   is a readable PEM file of certificates;
 /// - `queue.store` is a writable directory, or one that can be created, and its SQLite file, when there,
 ///   can be read and written (a `postgres://` store is not checked: a replica starts while its database is down).
 ///
@@ -39,8 +40,10 @@ public enum StartupChecks {
         }
     }
 
-    /// Refuses a `file:` upstream that is not a readable directory (what a reload checks of the upstream).
+    /// Refuses a `file:` upstream that is not a readable directory, and a CA file that cannot serve (what a
+    /// reload checks of the upstream).
     public static func checkUpstream(_ upstream: ProxyConfiguration.Upstream) throws(ConfigurationError) {
+        if let caFile = upstream.caFile { try checkCAFile(caFile, upstream: upstream) }
         guard case .directory(let path)? = try? UpstreamOrigin(parsing: upstream.url) else { return }
         let (directory, note) = (absolute(path), relativeNote(path))
         func fail(_ problem: String) -> ConfigurationError {
@@ -57,6 +60,24 @@ public enum StartupChecks {
             let code = errno
             throw fail("cannot read the directory \(directory) (\(describe(errno: code)))")
         }
+    }
+
+    /// Refuses a CA file for a backend that is not reached over TLS, or one that gives no certificate.
+    static func checkCAFile(_ caFile: String, upstream: ProxyConfiguration.Upstream) throws(ConfigurationError) {
+        guard case .http(let origin)? = try? UpstreamOrigin(parsing: upstream.url), origin.scheme == "https" else {
+            throw ConfigurationError(
+                key: "upstream.caFile",
+                problem: "is for an https:// upstream.url, and \(upstream.url) is not one"
+            )
+        }
+        guard access(caFile, R_OK) == 0 else {
+            let code = errno
+            throw ConfigurationError(
+                key: "upstream.caFile",
+                problem: "cannot read \(absolute(caFile)) (\(describe(errno: code)))\(relativeNote(caFile))"
+            )
+        }
+        _ = try UpstreamTLS.certificates(in: caFile)
     }
 
     /// Refuses a shared queue whose lease does not outlast a delivery's wait for the backend's answer: a replica cut

@@ -5,7 +5,7 @@ import NIOPosix
 import SDUIProxyCore
 import Synchronization
 
-/// A ``NetworkClient`` for plain-HTTP backends whose connections live on the event loop of the request that
+/// A ``NetworkClient`` for HTTP and HTTPS backends whose connections live on the event loop of the request that
 /// uses them: each loop keeps its own pool of keep-alive HTTP/1.1 connections, so a miss never crosses threads
 /// and takes no lock. Cache fills (`fetch`) and pass-through (`forward`, both bodies streamed) share the pool,
 /// and `upstream.maxConnections` bounds them together.
@@ -30,21 +30,25 @@ public final class LoopLocalHTTPClient: NetworkClient {
     /// Pools of loops from outside the group, made when first asked for, and whether the client is shut down
     /// (a pool made after that opens no connection).
     private let outsidePools: Mutex<(pools: [ObjectIdentifier: PoolState], shutDown: Bool)>
+    /// How connections are wrapped for an `https://` backend; nil for plain HTTP.
+    private let tls: UpstreamTLS?
 
+    /// Throws when an `https://` backend's TLS cannot be set up (its `upstream.caFile`).
     public init(
         origin: UpstreamOrigin.HTTPOrigin,
         configuration: ProxyConfiguration.Upstream,
         eventLoopGroup: any EventLoopGroup
-    ) {
-        precondition(origin.scheme == "http", "the loop-local client speaks plain HTTP only")
+    ) throws(ConfigurationError) {
+        let tls = origin.scheme == "https" ? try UpstreamTLS(host: origin.host, caFile: configuration.caFile) : nil
         self.origin = origin
+        self.tls = tls
         self.hostHeader = origin.hostHeader
         self.timeout = configuration.timeout.timeAmount
         self.bodyIdleTimeout = configuration.bodyIdleTimeout.timeAmount
         self.configuration = configuration
         var groupPools: [ObjectIdentifier: PoolState] = [:]
         for eventLoop in eventLoopGroup.makeIterator() {
-            groupPools[ObjectIdentifier(eventLoop)] = Self.makePool(on: eventLoop, origin: origin, configuration)
+            groupPools[ObjectIdentifier(eventLoop)] = Self.makePool(on: eventLoop, origin: origin, tls, configuration)
         }
         self.groupPools = groupPools
         self.outsidePools = Mutex(([:], false))
@@ -209,7 +213,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         if let pool = groupPools[ObjectIdentifier(eventLoop)] { return pool }
         return outsidePools.withLock { state in
             if let pool = state.pools[ObjectIdentifier(eventLoop)] { return pool }
-            let pool = Self.makePool(on: eventLoop, origin: origin, configuration, closed: state.shutDown)
+            let pool = Self.makePool(on: eventLoop, origin: origin, tls, configuration, closed: state.shutDown)
             state.pools[ObjectIdentifier(eventLoop)] = pool
             return pool
         }
@@ -218,6 +222,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
     private static func makePool(
         on eventLoop: any EventLoop,
         origin: UpstreamOrigin.HTTPOrigin,
+        _ tls: UpstreamTLS?,
         _ configuration: ProxyConfiguration.Upstream,
         closed: Bool = false
     ) -> PoolState {
@@ -225,6 +230,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             eventLoop: eventLoop,
             host: origin.host,
             port: origin.port,
+            tls: tls,
             connectTimeout: configuration.connectTimeout.timeAmount,
             maximumConnections: max(1, configuration.maxConnections),
             closed: closed

@@ -18,6 +18,7 @@ final class PoolState: @unchecked Sendable {
     let eventLoop: any EventLoop
     private let host: String
     private let port: Int
+    private let tls: UpstreamTLS?
     private let connectTimeout: TimeAmount
     private var machine: UpstreamPoolStateMachine
     /// The connections the machine counts, by identifier.
@@ -38,6 +39,7 @@ final class PoolState: @unchecked Sendable {
         eventLoop: any EventLoop,
         host: String,
         port: Int,
+        tls: UpstreamTLS? = nil,
         connectTimeout: TimeAmount,
         maximumConnections: Int,
         closed: Bool = false
@@ -45,6 +47,7 @@ final class PoolState: @unchecked Sendable {
         self.eventLoop = eventLoop
         self.host = host
         self.port = port
+        self.tls = tls
         self.connectTimeout = connectTimeout
         self.machine = UpstreamPoolStateMachine(limit: maximumConnections)
         // A pool made after its client shut down has no connection to close and no waiter to fail.
@@ -199,11 +202,15 @@ final class PoolState: @unchecked Sendable {
         let handler = UpstreamConnectionHandler(eventLoop: eventLoop, pool: self, id: id)
         connections[id] = handler
         let timeout = min(connectTimeout, deadline - .now())
+        let tls = self.tls
+        // Over TLS, the request written once the connection is established waits in the TLS handler for the
+        // handshake; a handshake that fails fails the exchange (connectionEstablished means the TCP connection).
         ClientBootstrap(group: eventLoop)
             .connectTimeout(max(timeout, .milliseconds(1)))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(tls.makeHandler()) }
                     try channel.pipeline.syncOperations.addHandler(handler)
                 }
             }

@@ -1,4 +1,5 @@
 import NIOCore
+import NIOSSL
 import SDUIProxyCore
 
 /// One keep-alive connection to the backend: one exchange at a time, and its end told to the connection's pool.
@@ -382,6 +383,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         reusable = false
+        // A TLS backend that closed without saying so first: the close that follows decides, as over plain HTTP,
+        // whether a body that runs to the close ended whole or an exchange was cut short.
+        if let error = error as? NIOSSLError, case .uncleanShutdown = error { return context.close(promise: nil) }
         if let inFlight = current {
             current = nil
             forwarding = nil

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 #if canImport(Glibc)
 import Glibc
@@ -24,6 +25,13 @@ enum UpstreamFailureReason {
             return "the backend's host name did not resolve"
         case let error as IOError:
             return reason(errno: error.errnoCode)
+        case let error as NIOSSLError:
+            guard case .handshakeFailed(let cause) = error else { return "TLS failed" }
+            // BoringSSL names a certificate that did not verify this way.
+            return "\(cause)".contains("CERTIFICATE_VERIFY_FAILED")
+                ? "the backend's certificate is not trusted" : "TLS handshake failed"
+        case let error as NIOSSLExtraError where error == .failedToValidateHostname:
+            return "the backend's certificate is for another name"
         case let error as ChannelError:
             switch error {
             case .connectTimeout: return "connecting timed out"

@@ -154,7 +154,7 @@ public struct ConfigurationLoader: Sendable {
     ) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
         try section.rejectUnknownKeys([
             "url", "timeout", "bodyIdleTimeout", "connectTimeout", "maxConnections", "maxResponseBytes",
-            "maxBufferedBytes",
+            "maxBufferedBytes", "caFile",
         ])
         var upstream = ProxyConfiguration.Upstream()
         upstream.url = try section.string("url", default: upstream.url)
@@ -166,6 +166,9 @@ public struct ConfigurationLoader: Sendable {
         upstream.connectTimeout = try section.duration("connectTimeout", default: upstream.connectTimeout)
         guard upstream.connectTimeout > .zero else { throw section.fail("connectTimeout", "must be more than 0") }
         upstream.maxConnections = try section.int("maxConnections", default: upstream.maxConnections, in: 1...100_000)
+        // Checked against the URL in force (flags included) and read at start-up: StartupChecks.
+        let caFile = try section.string("caFile", default: "")
+        upstream.caFile = caFile.isEmpty ? nil : caFile
         upstream.maxResponseBytes = try section.byteSize(
             "maxResponseBytes",
             default: upstream.maxResponseBytes,

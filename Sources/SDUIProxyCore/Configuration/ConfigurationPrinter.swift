@@ -29,10 +29,12 @@ public enum ConfigurationPrinter {
         out.line("upstream:")
         out.pair(1, "url", scalar(config.upstream.url))
         out.pair(1, "timeout", duration(config.upstream.timeout))
+        out.pair(1, "bodyIdleTimeout", duration(config.upstream.bodyIdleTimeout))
         out.pair(1, "connectTimeout", duration(config.upstream.connectTimeout))
         out.pair(1, "maxConnections", "\(config.upstream.maxConnections)")
         out.pair(1, "maxResponseBytes", size(config.upstream.maxResponseBytes))
         out.pair(1, "maxBufferedBytes", size(config.upstream.maxBufferedBytes))
+        if let caFile = config.upstream.caFile { out.pair(1, "caFile", scalar(caFile)) }
 
         out.line("platform:")
         out.pair(1, "header", scalar(config.platform.header))

@@ -63,8 +63,11 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// fill's client gets a 504, a streamed response is cut short). A client that takes no part of a
         /// forwarded response for as long is cut off too.
         public var bodyIdleTimeout: Duration = .seconds(30)
-        /// Connections kept per event loop to the backend.
+        /// Connections kept per event loop to the backend, cache fills and pass-through together.
         public var maxConnections = 64
+        /// For an `https://` backend: a PEM file of the certificates its certificate must chain to, trusted instead
+        /// of the system's roots (a private CA). Nil trusts the system's.
+        public var caFile: String?
         /// The largest response body read into memory for a component request; a larger one is streamed to the
         /// client and not stored.
         public var maxResponseBytes = 8 << 20

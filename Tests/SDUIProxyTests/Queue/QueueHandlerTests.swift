@@ -118,7 +118,7 @@ import Testing
         let webhook: QueueTestOrigin
         let configuration: QueueConfiguration
         let queue: WriteQueue
-        let client: HTTPNetworkClient
+        let client: LoopLocalHTTPClient
         let policy: QueueResponseHandlers.WebhookPolicy
 
         init(directory: String, otherHandlers: [QueueConfiguration.Handler] = []) async throws {

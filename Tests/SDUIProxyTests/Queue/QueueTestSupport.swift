@@ -108,16 +108,15 @@ enum QueueTest {
         return configuration
     }
 
-    /// An upstream client for the origin at `port`, with short timeouts (AsyncHTTPClient retries a refused
-    /// connection until its connect timeout, so that is how long an attempt on a stopped origin takes).
-    static func client(port: Int) throws -> HTTPNetworkClient {
+    /// An upstream client for the origin at `port`, with short timeouts.
+    static func client(port: Int) throws -> LoopLocalHTTPClient {
         guard case .http(let origin) = try UpstreamOrigin(parsing: "http://127.0.0.1:\(port)") else {
             fatalError("not an http origin")
         }
         var upstream = ProxyConfiguration.Upstream()
         upstream.connectTimeout = .seconds(1)
         upstream.timeout = .seconds(3)
-        return HTTPNetworkClient(origin: origin, configuration: upstream, eventLoopGroup: group)
+        return try LoopLocalHTTPClient(origin: origin, configuration: upstream, eventLoopGroup: group)
     }
 
     static func request(

@@ -5,6 +5,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import SDUIProxyCore
 
 @testable import SDUIProxy
@@ -43,9 +44,11 @@ struct ProxyHarness {
         return logger
     }
 
-    /// Runs `body` with a proxy in front of a new origin; everything is shut down afterwards.
+    /// Runs `body` with a proxy in front of a new origin (an HTTPS one with `originTLS`); everything is shut down
+    /// afterwards.
     static func run(
         origin responder: @escaping TestOrigin.Responder = { _ in .component() },
+        originTLS: NIOSSLContext? = nil,
         configure: ((inout ProxyConfiguration) -> Void)? = nil,
         adminToken: String? = nil,
         eventLoopGroup: (any EventLoopGroup)? = nil,
@@ -53,7 +56,7 @@ struct ProxyHarness {
         logger: Logger = ProxyHarness.logger,
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
-        let origin = try await TestOrigin(responder: responder)
+        let origin = try await TestOrigin(tls: originTLS, responder: responder)
         var configuration = testConfiguration(upstream: origin.url)
         configure?(&configuration)
         let server = try await ProxyServer.start(

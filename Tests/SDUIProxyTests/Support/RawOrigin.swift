@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SDUIProxyCore
 
 /// An origin that reads each request's line, headers and `Content-Length` body itself (NIO's decoder refuses
@@ -24,22 +25,32 @@ final class RawOrigin: Sendable {
     }
 
     private let channel: any Channel
+    private let isTLS: Bool
     private let recorded = NIOLockedValueBox<[(line: String, body: String)]>([])
 
-    var url: String { "http://127.0.0.1:\(channel.localAddress!.port!)" }
+    var url: String {
+        isTLS ? "https://localhost:\(channel.localAddress!.port!)" : "http://127.0.0.1:\(channel.localAddress!.port!)"
+    }
     var requestLines: [String] { recorded.withLockedValue { $0.map(\.line) } }
     var bodies: [String] { recorded.withLockedValue { $0.map(\.body) } }
 
-    private init(channel: any Channel) {
+    private init(channel: any Channel, isTLS: Bool) {
         self.channel = channel
+        self.isTLS = isTLS
     }
 
-    static func run(answer: @escaping Answer, _ body: (RawOrigin) async throws -> Void) async throws {
+    /// With `tls`, the origin speaks HTTPS, and its ``url`` is `https://localhost:PORT`.
+    static func run(
+        answer: @escaping Answer,
+        tls: NIOSSLContext? = nil,
+        _ body: (RawOrigin) async throws -> Void
+    ) async throws {
         let box = NIOLockedValueBox<RawOrigin?>(nil)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
                     try channel.pipeline.syncOperations.addHandler(
                         Handler(answer: answer) { line, body in
                             box.withLockedValue { $0 }?.recorded.withLockedValue { $0.append((line, body)) }
@@ -48,7 +59,7 @@ final class RawOrigin: Sendable {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let origin = RawOrigin(channel: channel)
+        let origin = RawOrigin(channel: channel, isTLS: tls != nil)
         box.withLockedValue { $0 = origin }
         do {
             try await body(origin)
@@ -122,10 +133,11 @@ extension ProxyHarness {
     /// Runs `body` with a proxy in front of a ``RawOrigin`` that answers with `answer`.
     static func run(
         behind answer: @escaping RawOrigin.Answer,
+        tls: NIOSSLContext? = nil,
         configure: @escaping @Sendable (inout ProxyConfiguration) -> Void = { _ in },
         _ body: (ProxyHarness, RawOrigin) async throws -> Void
     ) async throws {
-        try await RawOrigin.run(answer: answer) { origin in
+        try await RawOrigin.run(answer: answer, tls: tls) { origin in
             let setUp: @Sendable (inout ProxyConfiguration) -> Void = { configuration in
                 configuration.upstream.url = origin.url
                 configure(&configuration)

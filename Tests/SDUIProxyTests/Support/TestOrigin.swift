@@ -2,6 +2,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 #if canImport(Glibc)
 import Glibc
@@ -79,12 +80,18 @@ final class TestOrigin: Sendable {
 
     var port: Int { boundPort.withLockedValue { $0 } }
 
+    /// How connections are wrapped when the origin speaks HTTPS; nil for plain HTTP.
+    private let tls: NIOSSLContext?
+
+    /// With `tls`, the origin speaks HTTPS, and its ``url`` is `https://localhost:PORT`.
     init(
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         port: Int = 0,
+        tls: NIOSSLContext? = nil,
         responder: @escaping Responder
     ) async throws {
         self.group = group
+        self.tls = tls
         self.responder = NIOLockedValueBox(responder)
         self.channel = NIOLockedValueBox(nil)
         let bound = try await Self.bind(group: group, port: port, origin: self)
@@ -92,7 +99,7 @@ final class TestOrigin: Sendable {
         self.boundPort.withLockedValue { $0 = bound.localAddress!.port! }
     }
 
-    var url: String { "http://127.0.0.1:\(port)" }
+    var url: String { tls == nil ? "http://127.0.0.1:\(port)" : "https://localhost:\(port)" }
 
     var requests: [Request] { recorded.withLockedValue { $0 } }
     var requestCount: Int { recorded.withLockedValue { $0.count } }
@@ -199,6 +206,9 @@ final class TestOrigin: Sendable {
                     _ = origin.connections.withLockedValue { $0.removeValue(forKey: ObjectIdentifier(channel)) }
                 }
                 return channel.eventLoop.makeCompletedFuture {
+                    if let tls = origin.tls {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
+                    }
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
                     try channel.pipeline.syncOperations.addHandler(OriginHandler(origin: origin, connection: number))
                 }
