@@ -126,9 +126,10 @@ struct BufferedMissTests {
             let streams = proxy.server.context.fetcher.sharedStreams
             try await withThrowingTaskGroup(of: ProxyHarness.Reply.self) { group in
                 for _ in 0..<6 { group.addTask { try await proxy.get("/big/sized") } }
-                // All six have joined the one stream whose answer the origin holds.
+                // All six have joined the one stream, and its request has reached the origin, which holds the answer
+                // (joining is done before the request is on its way: the two are waited for separately).
                 try await waitUntil { streams.load == (1, 6) }
-                #expect(proxy.origin.requests(to: "/big/sized").count == 3)
+                try await waitUntil { proxy.origin.requests(to: "/big/sized").count == 3 }
                 gated.gates[2].open()
                 var statuses: [String] = []
                 for try await reply in group {
