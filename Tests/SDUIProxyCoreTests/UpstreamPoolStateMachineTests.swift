@@ -220,6 +220,29 @@ struct UpstreamPoolStateMachineTests {
         Self.checkInvariants(pool, known: [ConnectionID(0)])
     }
 
+    @Test("room left by a close or a failed connect goes to a waiter with time left, not one whose deadline passed")
+    func roomPassesOverExpiredWaiters() {
+        var pool = Pool(limit: 1)
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        _ = pool.leaseRequested(deadline: start + .seconds(10))
+        _ = pool.connectionEstablished(ConnectionID(0))
+        #expect(pool.leaseRequested(deadline: start + .seconds(1)) == .park(WaiterID(1), until: start + .seconds(1)))
+        #expect(pool.leaseRequested(deadline: start + .seconds(10)) == .park(WaiterID(2), until: start + .seconds(10)))
+        // At start + 2 s waiter 1 has no time left to connect in: the room goes to waiter 2.
+        #expect(pool.connectionReleased(ConnectionID(0), reusable: false) == .close(ConnectionID(0)))
+        #expect(
+            pool.connectionClosed(ConnectionID(0), now: start + .seconds(2)) == .open(ConnectionID(1), for: WaiterID(2))
+        )
+        #expect(pool.parkedWaiters == [WaiterID(1)])
+        // Waiter 2's connect fails at start + 3 s: the room is not handed to waiter 1, past its deadline.
+        #expect(pool.connectFailed(ConnectionID(1), now: start + .seconds(3)) == .fail(WaiterID(2), .connectFailed))
+        #expect(pool.connectionCount == 0)
+        #expect(pool.waiterTimedOut(WaiterID(1)) == .fail(WaiterID(1), .noConnectionInTime))
+        // A waiter that comes later finds the room.
+        #expect(pool.leaseRequested(deadline: start + .seconds(20)) == .open(ConnectionID(2), for: WaiterID(3)))
+        Self.checkInvariants(pool, known: [ConnectionID(0), ConnectionID(1), ConnectionID(2)])
+    }
+
     @Test("a released connection passes over a waiter whose deadline has passed; that one waits for its timeout")
     func releasePassesOverExpiredWaiters() {
         var pool = Pool(limit: 1)

@@ -60,8 +60,7 @@ final class PoolState: @unchecked Sendable {
     /// Runs `exchange` on an idle connection, a new one, or the first to come free.
     func run(_ exchange: LoopLocalHTTPClient.Exchange, completion: @escaping Completion) {
         eventLoop.preconditionInEventLoop()
-        // A body streamed from the client cannot be sent twice.
-        start(exchange, retryOnStaleConnection: exchange.forwarding?.body == nil, completion: completion)
+        start(exchange, retryOnStaleConnection: exchange.mayResend, completion: completion)
     }
 
     /// The common case, an idle connection ready, takes no future, no callback and no entry in ``waiting``: the
@@ -131,7 +130,7 @@ final class PoolState: @unchecked Sendable {
     /// future. The machine counts it out once.
     func connectionClosed(_ id: ConnectionID) {
         connections[id] = nil
-        perform(machine.connectionClosed(id))
+        perform(machine.connectionClosed(id, now: .now()))
     }
 
     func closeAll() {
@@ -224,7 +223,7 @@ final class PoolState: @unchecked Sendable {
                     self.perform(self.machine.connectionEstablished(id))
                 case .failure(let error):
                     self.connections[id] = nil
-                    self.perform(self.machine.connectFailed(id), cause: error)
+                    self.perform(self.machine.connectFailed(id, now: .now()), cause: error)
                 }
             }
     }

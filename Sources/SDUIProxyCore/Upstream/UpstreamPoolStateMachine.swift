@@ -7,7 +7,8 @@ import NIOCore
 /// A connection counts against the limit from the moment it is to be opened until the moment it is reported
 /// closed: while it connects, while it is idle or leased, and while it closes. Whatever reports a close, and
 /// however often, it is counted out once. When a connection comes free or room opens up, the longest-waiting
-/// request gets it, so a connection is never idle, nor a slot unused, while a request waits.
+/// request with time left gets it, so a connection is never idle, nor a slot unused, while such a request waits
+/// (one whose deadline has passed waits only for its timeout to be reported).
 ///
 /// Identifiers are never reused: an identifier the pool does not know is a connection that closed, or a waiter
 /// that is no longer waiting.
@@ -163,11 +164,12 @@ public struct UpstreamPoolStateMachine: Sendable {
     }
 
     /// The connection opened for a waiter could not be established: the waiter fails, and the room goes to the
-    /// first parked waiter. An event about a connection that was not connecting is ignored.
-    public mutating func connectFailed(_ connection: ConnectionID) -> Action {
+    /// first parked waiter whose deadline is still ahead at `now` (see ``connectionClosed(_:now:)``). An event
+    /// about a connection that was not connecting is ignored.
+    public mutating func connectFailed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
         guard case .connecting(let waiter) = states[connection] else { return .none }
         states[connection] = nil
-        return failing(waiter, .connectFailed)
+        return failing(waiter, .connectFailed, now: now)
     }
 
     /// A leased connection's exchange ended. A reusable one goes to the first parked waiter whose deadline is
@@ -196,19 +198,24 @@ public struct UpstreamPoolStateMachine: Sendable {
         return .none
     }
 
-    /// The connection closed: it counts no more, and the room goes to the first parked waiter. A connection that
-    /// was still connecting fails its waiter. Reported more than once, it is counted out once.
-    public mutating func connectionClosed(_ connection: ConnectionID) -> Action {
+    /// The connection closed: it counts no more, and the room goes to the first parked waiter whose deadline is
+    /// still ahead at `now`. A connection that was still connecting fails its waiter. Reported more than once, it
+    /// is counted out once.
+    ///
+    /// A waiter whose deadline has passed, its timeout not reported yet, is passed over: a connection opened for
+    /// it would have no time left to connect in, and a backend slow enough that requests time out would be sent
+    /// a new connection for each. The default `now` passes over nobody.
+    public mutating func connectionClosed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
         guard let state = states.removeValue(forKey: connection) else { return .none }
         switch state {
         case .connecting(let waiter):
-            return failing(waiter, .closedWhileConnecting)
+            return failing(waiter, .closedWhileConnecting, now: now)
         case .idle:
             if let index = idle.firstIndex(of: connection) { idle.remove(at: index) }
         case .leased, .closing, .closed:
             break
         }
-        return openForFirstWaiter() ?? .none
+        return openForFirstWaiter(now: now) ?? .none
     }
 
     /// A parked waiter's deadline passed: that waiter, and only that one, fails. One that is not parked any
@@ -239,16 +246,19 @@ public struct UpstreamPoolStateMachine: Sendable {
         return connection
     }
 
-    /// `waiter` fails, its connection having left room for the first parked waiter.
-    private mutating func failing(_ waiter: WaiterID, _ failure: Failure) -> Action {
-        if case .open(let connection, let next) = openForFirstWaiter() {
+    /// `waiter` fails, its connection having left room for the first parked waiter with time left at `now`.
+    private mutating func failing(_ waiter: WaiterID, _ failure: Failure, now: NIODeadline) -> Action {
+        if case .open(let connection, let next) = openForFirstWaiter(now: now) {
             return .failAndOpen(waiter, failure, open: connection, for: next)
         }
         return .fail(waiter, failure)
     }
 
-    private mutating func openForFirstWaiter() -> Action? {
-        guard !isShutDown, states.count < limit, let parked = waiters.popFirst() else { return nil }
+    private mutating func openForFirstWaiter(now: NIODeadline) -> Action? {
+        guard !isShutDown, states.count < limit, let index = waiters.firstIndex(where: { $0.deadline > now }) else {
+            return nil
+        }
+        let parked = waiters.remove(at: index)
         return .open(newConnection(for: parked.waiter), for: parked.waiter)
     }
 }
