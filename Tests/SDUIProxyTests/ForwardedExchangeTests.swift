@@ -108,6 +108,7 @@ struct ForwardedExchangeTests {
             let exchange = LoopLocalHTTPClient.Exchange(
                 request: ByteBuffer(string: "POST /form HTTP/1.1\r\nHost: x\r\n\r\n"),
                 isHEAD: false,
+                mayResend: false,
                 maxBodyBytes: .max,
                 budget: nil,
                 deadline: loop.now + .seconds(5),

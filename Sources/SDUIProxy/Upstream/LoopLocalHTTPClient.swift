@@ -10,12 +10,12 @@ import Synchronization
 /// and takes no lock. Cache fills (`fetch`) and pass-through (`forward`, both bodies streamed) share the pool,
 /// and `upstream.maxConnections` bounds them together.
 ///
-/// Same contract as ``HTTPNetworkClient``: connect timeout, `upstream.timeout` for the head (from when the
-/// backend has the whole request), `upstream.bodyIdleTimeout` for each silence of the body, the body limit,
-/// and failures mapped to ``ProxyError`` kinds `network`, `timeout` and `upstreamTooLarge`. Unlike it, interim
-/// responses reach the client: each 1xx is passed on as it arrives. A request without a streamed body that
-/// fails on a reused connection before any byte of the answer arrived (the backend closed an idle connection)
-/// is sent once more on a new connection.
+/// Its contract: the connect timeout, `upstream.timeout` for the head (from when the backend has the whole
+/// request), `upstream.bodyIdleTimeout` for each silence of the body, the body limit, and failures mapped to
+/// ``ProxyError`` kinds `network`, `timeout` and `upstreamTooLarge`. Interim responses reach the client: each
+/// 1xx is passed on as it arrives. An idempotent request without a streamed body that fails on a reused
+/// connection before any byte of the answer arrived (the backend closed an idle connection) is sent once more on
+/// a new connection (``StaleConnectionRetry``).
 public final class LoopLocalHTTPClient: NetworkClient {
     private let origin: UpstreamOrigin.HTTPOrigin
     /// The origin's `Host` value, formatted once rather than per request.
@@ -117,6 +117,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         let exchange = Exchange(
             request: encoded,
             isHEAD: request.method == .HEAD,
+            mayResend: StaleConnectionRetry.mayResend(request.method, streamsBody: false),
             maxBodyBytes: maxBodyBytes,
             budget: budget,
             deadline: deadline,
@@ -179,6 +180,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         let exchange = Exchange(
             request: encoded,
             isHEAD: request.method == .HEAD,
+            mayResend: StaleConnectionRetry.mayResend(request.method, streamsBody: body != nil),
             maxBodyBytes: .max,
             budget: nil,
             deadline: .now() + timeout,
@@ -189,8 +191,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
         let pool = self.pool(for: eventLoop)
         let run: @Sendable () -> Void = {
             // From now on, a body that fails answers the caller at once, even while the exchange waits for a
-            // connection.
+            // connection; one that failed already takes none.
             forwarding.watchBody()
+            guard forwarding.abandonment == nil else { return }
             pool.run(exchange) { result in forwarding.connectionEnded(result) }
         }
         if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
@@ -241,6 +244,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
         /// The request as bytes on the wire, head and body.
         var request: ByteBuffer
         var isHEAD: Bool
+        /// Whether the request may be sent again after a reused connection failed before answering.
+        var mayResend: Bool
         var maxBodyBytes: Int
         /// What the body's bytes are taken from while they are held (cache fills); nil for none.
         var budget: ByteBudget?

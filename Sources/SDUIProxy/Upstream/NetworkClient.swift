@@ -12,8 +12,7 @@ public struct UpstreamRequest: Sendable {
     /// client goes to ``NetworkClient/forward(_:body:on:to:)`` as a ``RequestBodyStream`` instead.
     public var body: ByteBuffer?
     /// Where interim (1xx) responses to a cache fill go as they arrive: the client the fill is for (a forwarded
-    /// request's go to its ``ForwardedResponseSink``). Clients that cannot see them (AsyncHTTPClient's, which
-    /// skips them) ignore it.
+    /// request's go to its ``ForwardedResponseSink``). A client that reads no backend (a directory) ignores it.
     var interim: InterimRelay?
 
     public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
