@@ -1,6 +1,7 @@
 import NIOCore
 import NIOEmbedded
 import NIOHTTP1
+import NIOSSL
 import SDUIProxyCore
 import Testing
 
@@ -124,6 +125,23 @@ struct ForwardedExchangeTests {
             return outcome
         }
 
+        /// Sends a cache fill's GET on the connection; its outcome is recorded in the returned box.
+        func fetch() -> FillOutcome {
+            let exchange = LoopLocalHTTPClient.Exchange(
+                request: ByteBuffer(string: "GET /screen HTTP/1.1\r\nHost: x\r\n\r\n"),
+                isHEAD: false,
+                mayResend: false,
+                maxBodyBytes: 1 << 20,
+                budget: nil,
+                deadline: loop.now + .seconds(5),
+                bodyIdleTimeout: .seconds(30),
+                interim: nil
+            )
+            let outcome = FillOutcome()
+            handler.send(exchange, retryIfStale: false) { outcome.result = $0 }
+            return outcome
+        }
+
         /// Everything written to the backend since the last call, as text.
         func written() throws -> String {
             var text = ""
@@ -134,6 +152,10 @@ struct ForwardedExchangeTests {
         func receive(_ text: String) throws {
             try channel.writeInbound(ByteBuffer(string: text))
         }
+    }
+
+    final class FillOutcome: @unchecked Sendable {
+        var result: Result<UpstreamResponse, any Error>?
     }
 
     final class Outcome: @unchecked Sendable {
@@ -252,7 +274,7 @@ struct ForwardedExchangeTests {
         #expect(!fixture.channel.isActive)
     }
 
-    @Test("a client that takes no part for bodyIdleTimeout is cut off; taking one starts the clock again")
+    @Test("a client that takes no part for bodyIdleTimeout is cut off; the clock starts again as a part comes")
     func clientStalled() throws {
         let fixture = try Fixture()
         fixture.sink.holds = true
@@ -260,14 +282,41 @@ struct ForwardedExchangeTests {
         try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
         fixture.loop.advanceTime(by: .seconds(20))
         fixture.sink.held[0].succeed()
-        fixture.loop.advanceTime(by: .seconds(20))
-        #expect(outcome.result == nil, "20 s after the client took the part, within the 30 s")
+        // A part 25 s after the client took the last: the client has its own 30 s for it from now.
+        fixture.loop.advanceTime(by: .seconds(25))
         try fixture.receive("de")
-        fixture.loop.advanceTime(by: .seconds(31))
+        fixture.loop.advanceTime(by: .seconds(20))
+        #expect(outcome.result == nil, "20 s after the part came, within the 30 s")
+        fixture.loop.advanceTime(by: .seconds(11))
         #expect(
             (outcome.failure as? ProxyError) == ProxyError(.timeout, "the client did not take the response in time")
         )
         #expect(!fixture.channel.isActive, "the connection is not held for a client that does not read")
+    }
+
+    @Test("RFC 9112 §9.8: over TLS, a body that runs to a close without close_notify is not taken as whole")
+    func truncatedByUncleanClose() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.fetch()
+        try fixture.receive("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n{\"_beagleComponent_\":")
+        fixture.channel.pipeline.fireErrorCaught(NIOSSLError.uncleanShutdown)
+        fixture.loop.run()
+        #expect(!fixture.channel.isActive)
+        guard case .failure(let error)? = outcome.result else {
+            Issue.record("a cut-off body was taken: \(String(describing: outcome.result))")
+            return
+        }
+        #expect((error as? ProxyError) == ProxyError(.network, "the backend closed the connection"))
+    }
+
+    @Test("a body that runs to a clean close is whole")
+    func wholeByCleanClose() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.fetch()
+        try fixture.receive("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\nwhole")
+        try fixture.channel.close().wait()
+        let response = try #require(try outcome.result?.get())
+        #expect(String(buffer: response.body) == "whole")
     }
 
     @Test("an empty part of a body without a length is not written: it would end the body")

@@ -124,4 +124,21 @@ struct UpstreamTLSTests {
             }
         }
     }
+
+    @Test("a reload reads upstream.caFile again: a rotated authority is trusted without a restart")
+    func rotatedAuthority() async throws {
+        let old = try TestCertificates()
+        let current = try TestCertificates()
+        try await Self.withAuthorityFile(of: old) { caFile in
+            try await ProxyHarness.run(
+                originTLS: current.serverContext,
+                configure: { $0.upstream.caFile = caFile }
+            ) { proxy in
+                #expect(try await proxy.get("/screens/before").status == .badGateway)
+                try current.authorityPEM.write(toFile: caFile, atomically: true, encoding: .utf8)
+                try await proxy.server.reload(proxy.server.context.configuration)
+                #expect(try await proxy.get("/screens/after").status == .ok)
+            }
+        }
+    }
 }

@@ -497,7 +497,9 @@ public final class ProxyServer: Sendable {
         configuration.queue = old.configuration.queue
         configuration.eventLoops = old.configuration.eventLoops
 
-        let upstreamChanged = configuration.upstream != old.configuration.upstream
+        // With a CA file, the client is made again on every reload: it reads the file again (a rotated CA).
+        let upstreamChanged =
+            configuration.upstream != old.configuration.upstream || configuration.upstream.caFile != nil
         if upstreamChanged { try StartupChecks.checkUpstream(configuration.upstream) }
         let context = try ProxyContext.build(
             configuration: configuration,

@@ -83,6 +83,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     /// the channel asked to read meanwhile.
     private var readsPaused = false
     private var readWanted = false
+    /// Whether a TLS backend closed without its `close_notify`: the close may be an attacker's, so a body that runs
+    /// to it is not taken as whole (RFC 9112 section 9.8).
+    private var closedWithoutNotify = false
 
     init(eventLoop: any EventLoop, pool: PoolState, id: UpstreamPoolStateMachine.ConnectionID) {
         self.eventLoop = eventLoop
@@ -210,9 +213,11 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             current?.retryIfStale = false
             forwarding.sink.receiveInterim(status: head.status, headers: head.fields.headers)
         case .body(let part):
-            // Until the client takes the part, the backend is not read. The clock runs on meanwhile: a client
-            // that takes no part for `bodyIdleTimeout` would otherwise hold a connection that cache fills share.
+            // Until the client takes the part, the backend is not read. The clock, started again as the part
+            // came, runs on meanwhile: a client that takes no part for `bodyIdleTimeout` would otherwise hold a
+            // connection that cache fills share.
             readsPaused = true
+            restartBodyClock()
             forwarding.deliver(part) { [self] result in partTaken(result, of: forwarding) }
         case .end:
             guard let inFlight = current.take() else { return }
@@ -368,8 +373,8 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         // a retry of that exchange finds the room the connection left.
         pool.connectionClosed(id)
         if let inFlight = current {
-            // A body that runs to the close ends here; anything else was cut short.
-            if parser.bodyEndsWithConnection, let part = try? parser.finish() {
+            // A body that runs to the close ends here, unless TLS did not close it; anything else was cut short.
+            if parser.bodyEndsWithConnection, !closedWithoutNotify, let part = try? parser.finish() {
                 receive(part)
             } else {
                 fail(
@@ -383,9 +388,13 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         reusable = false
-        // A TLS backend that closed without saying so first: the close that follows decides, as over plain HTTP,
-        // whether a body that runs to the close ended whole or an exchange was cut short.
-        if let error = error as? NIOSSLError, case .uncleanShutdown = error { return context.close(promise: nil) }
+        // A TLS backend that closed without saying so first: the close that follows decides whether an exchange
+        // was cut short, or not answered at all (and may be sent again), as over plain HTTP; but a body that runs
+        // to the close is not whole.
+        if let error = error as? NIOSSLError, case .uncleanShutdown = error {
+            closedWithoutNotify = true
+            return context.close(promise: nil)
+        }
         if let inFlight = current {
             current = nil
             forwarding = nil

@@ -32,6 +32,8 @@ enum UpstreamFailureReason {
                 ? "the backend's certificate is not trusted" : "TLS handshake failed"
         case let error as NIOSSLExtraError where error == .failedToValidateHostname:
             return "the backend's certificate is for another name"
+        case let error as NIOSSLExtraError where error == .serverHostnameImpossibleToMatch:
+            return "no certificate can name the backend's host (a host name with characters like _ cannot be)"
         case let error as ChannelError:
             switch error {
             case .connectTimeout: return "connecting timed out"

@@ -14,13 +14,18 @@ struct UpstreamTLS: Sendable {
 
     init(host: String, caFile: String?) throws(ConfigurationError) {
         var configuration = TLSConfiguration.makeClientConfiguration()
+        // A connection the proxy closes counts against upstream.maxConnections until it is closed: the backend's
+        // own close_notify is not waited for long (5 s by default), least of all from a backend too slow to answer.
+        configuration.shutdownTimeout = .milliseconds(250)
         if let caFile { configuration.trustRoots = .certificates(try Self.certificates(in: caFile)) }
         do {
             context = try NIOSSLContext(configuration: configuration)
         } catch {
             throw ConfigurationError(key: "upstream.url", problem: "cannot set up TLS for the backend (\(error))")
         }
-        serverHostname = (try? SocketAddress(ipAddress: host, port: 0)) == nil ? host : nil
+        // A name is sent without its root's trailing dot (RFC 6066 section 3).
+        let name = host.hasSuffix(".") ? String(host.dropLast()) : host
+        serverHostname = (try? SocketAddress(ipAddress: name, port: 0)) == nil ? name : nil
     }
 
     /// The certificates of a PEM file, or why it gives none.
