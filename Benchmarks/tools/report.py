@@ -105,6 +105,24 @@ def ms(us):
     return None if us is None else us / 1000.0
 
 
+def print_nocache_ratios(rows, target=None):
+    """The proxy's req/s and CPU per request against nginx without a cache, per connection count; with `target`,
+    whether the req/s ratio reaches it."""
+    verdict_header = f" target ≥ {target:.2f} |" if target is not None else ""
+    verdict_rule = ":---:|" if target is not None else ""
+    print(f"| conns | req/s proxy ÷ nginx (no cache) |{verdict_header} CPU/req proxy ÷ nginx (no cache) |")
+    print(f"|---:|---:|{verdict_rule}---:|")
+    for conns in sorted({c for (_, c) in rows}):
+        p = rows.get(("proxy", conns))
+        n = rows.get(("nginx-nocache", conns))
+        r = ratio(p and p["rps"], n and n["rps"])
+        verdict = ""
+        if target is not None:
+            verdict = " " + ("n/a" if r is None else ("yes" if r >= target else "**no**")) + " |"
+        print(f"| {conns} | {fmt_ratio(r)} |{verdict} {fmt_ratio(ratio(p and p['cpu'], n and n['cpu']))} |")
+    print()
+
+
 def print_scenario_table(title, stats, with_hits=False):
     print(f"### {title}")
     print()
@@ -277,27 +295,12 @@ def main():
     misses = summarize(runs, "miss")
     if misses:
         print_scenario_table("Misses: every URL unique (proxy fills its cache; nginx forwards without a cache)", misses)
-        print("| conns | req/s proxy ÷ nginx (no cache) | target ≥ 0.60 | CPU/req proxy ÷ nginx (no cache) |")
-        print("|---:|---:|:---:|---:|")
-        for conns in sorted({c for (_, c) in misses}):
-            p = misses.get(("proxy", conns))
-            n = misses.get(("nginx-nocache", conns))
-            r = ratio(p and p["rps"], n and n["rps"])
-            verdict = "n/a" if r is None else ("yes" if r >= 0.6 else "**no**")
-            print(f"| {conns} | {fmt_ratio(r)} | {verdict} | {fmt_ratio(ratio(p and p['cpu'], n and n['cpu']))} |")
-        print()
+        print_nocache_ratios(misses, target=0.6)
 
     passes = summarize(runs, "pass")
     if passes:
         print_scenario_table("Pass-through: unique GETs on a bypass route (both forward without a cache)", passes)
-        print("| conns | req/s proxy ÷ nginx (no cache) | CPU/req proxy ÷ nginx (no cache) |")
-        print("|---:|---:|---:|")
-        for conns in sorted({c for (_, c) in passes}):
-            p = passes.get(("proxy", conns))
-            n = passes.get(("nginx-nocache", conns))
-            r = ratio(p and p["rps"], n and n["rps"])
-            print(f"| {conns} | {fmt_ratio(r)} | {fmt_ratio(ratio(p and p['cpu'], n and n['cpu']))} |")
-        print()
+        print_nocache_ratios(passes)
 
     mixed = summarize(runs, "mixed")
     if mixed:

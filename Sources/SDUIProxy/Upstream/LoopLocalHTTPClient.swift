@@ -104,13 +104,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         let encoded: ByteBuffer
         do {
-            encoded = try HTTPWireFormat.encodeRequest(
-                method: request.method,
-                target: origin.basePath.isEmpty ? request.target : origin.basePath + request.target,
-                host: hostHeader,
-                headers: headers,
-                body: request.body
-            )
+            encoded = try encode(request, headers: headers, body: request.body)
         } catch {
             return eventLoop.execute { completion(.failure(error)) }
         }
@@ -160,13 +154,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         let encoded: ByteBuffer
         do {
-            encoded = try HTTPWireFormat.encodeRequest(
-                method: request.method,
-                target: origin.basePath.isEmpty ? request.target : origin.basePath + request.target,
-                host: hostHeader,
-                headers: headers,
-                body: body == nil ? request.body : nil
-            )
+            encoded = try encode(request, headers: headers, body: body == nil ? request.body : nil)
         } catch {
             return eventLoop.makeFailedFuture(error)
         }
@@ -198,6 +186,22 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
         return forwarding.futureResult
+    }
+
+    /// `request` as bytes on the wire, with `headers` (its own, framed for this hop) and `body` when it goes with
+    /// the head; under the origin's base path, with its `Host`.
+    private func encode(
+        _ request: UpstreamRequest,
+        headers: HTTPHeaders,
+        body: ByteBuffer?
+    ) throws(ProxyError) -> ByteBuffer {
+        try HTTPWireFormat.encodeRequest(
+            method: request.method,
+            target: origin.basePath.isEmpty ? request.target : origin.basePath + request.target,
+            host: hostHeader,
+            headers: headers,
+            body: body
+        )
     }
 
     public func shutdown() async throws {
