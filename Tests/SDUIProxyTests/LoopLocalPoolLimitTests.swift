@@ -55,10 +55,11 @@ struct LoopLocalPoolLimitTests {
     func waitersTimingOut() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
-            if request.uri.hasPrefix("/slow") { response.delay = .seconds(4) }
+            if request.uri.hasPrefix("/slow") { response.delay = .seconds(6) }
             return response
         }
-        try await Self.withClient(for: origin, timeout: .seconds(1), maxConnections: 2) { client, loop in
+        // Two seconds: what the requests after the timeouts take on a loaded machine is well inside them.
+        try await Self.withClient(for: origin, timeout: .seconds(2), maxConnections: 2) { client, loop in
             for cycle in 0..<3 {
                 // Two requests take both connections and six wait for one; each of them times out.
                 for (index, future) in try await Self.together(8, "/slow/\(cycle)", client, on: loop).enumerated() {

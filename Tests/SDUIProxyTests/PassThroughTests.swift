@@ -125,15 +125,16 @@ struct PassThroughTests {
     func slowUploadIsNotChargedToTheBackend() async throws {
         try await ProxyHarness.run(
             origin: Self.countsBody,
-            configure: { $0.upstream.timeout = .milliseconds(500) }
+            // Long enough for a loaded machine to pass the last part on and answer it.
+            configure: { $0.upstream.timeout = .milliseconds(1500) }
         ) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort)
             let piece = String(repeating: "x", count: 20_000)
             try await connection.send("POST /api/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n")
-            // 200 KB over about 1.5 s: three times the backend's timeout, all of it the client's.
+            // 200 KB over about 5 s: more than three times the backend's timeout, all of it the client's.
             for _ in 0..<10 {
                 try await connection.send(piece)
-                try await Task.sleep(for: .milliseconds(150))
+                try await Task.sleep(for: .milliseconds(500))
             }
             let response = try #require(try await connection.readResponse())
             #expect(response.head.hasPrefix("HTTP/1.1 200"), "\(response.head) \(response.body)")
