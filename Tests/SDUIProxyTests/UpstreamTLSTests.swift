@@ -135,6 +135,10 @@ struct UpstreamTLSTests {
                 configure: { $0.upstream.caFile = caFile }
             ) { proxy in
                 #expect(try await proxy.get("/screens/before").status == .badGateway)
+                // The same file: the client, and its connections, are kept.
+                let client = ObjectIdentifier(proxy.server.context.client as AnyObject)
+                try await proxy.server.reload(proxy.server.context.configuration)
+                #expect(ObjectIdentifier(proxy.server.context.client as AnyObject) == client)
                 try current.authorityPEM.write(toFile: caFile, atomically: true, encoding: .utf8)
                 try await proxy.server.reload(proxy.server.context.configuration)
                 #expect(try await proxy.get("/screens/after").status == .ok)

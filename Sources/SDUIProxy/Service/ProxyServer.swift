@@ -497,9 +497,12 @@ public final class ProxyServer: Sendable {
         configuration.queue = old.configuration.queue
         configuration.eventLoops = old.configuration.eventLoops
 
-        // With a CA file, the client is made again on every reload: it reads the file again (a rotated CA).
-        let upstreamChanged =
-            configuration.upstream != old.configuration.upstream || configuration.upstream.caFile != nil
+        // A CA file rotated in place changes the upstream too: the client is made again when the file's bytes differ
+        // from those it trusts (or cannot be read, which the checks then report).
+        var upstreamChanged = configuration.upstream != old.configuration.upstream
+        if !upstreamChanged, let caFile = configuration.upstream.caFile {
+            upstreamChanged = (try? UpstreamTLS.read(caFile)) != (old.client as? LoopLocalHTTPClient)?.authorityFile
+        }
         if upstreamChanged { try StartupChecks.checkUpstream(configuration.upstream) }
         let context = try ProxyContext.build(
             configuration: configuration,

@@ -33,6 +33,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
     /// How connections are wrapped for an `https://` backend; nil for plain HTTP.
     private let tls: UpstreamTLS?
 
+    /// The bytes of `upstream.caFile` the client trusts, as it read them; nil without one.
+    var authorityFile: [UInt8]? { tls?.authorityFile }
+
     /// Throws when an `https://` backend's TLS cannot be set up (its `upstream.caFile`).
     public init(
         origin: UpstreamOrigin.HTTPOrigin,

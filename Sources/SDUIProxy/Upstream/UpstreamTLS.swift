@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import NIOSSL
 import SDUIProxyCore
@@ -11,13 +12,19 @@ struct UpstreamTLS: Sendable {
     let context: NIOSSLContext
     /// The name sent in SNI and checked against the certificate; nil for an IP address.
     let serverHostname: String?
+    /// The bytes of `upstream.caFile` as read, when one is set: a reload makes the client again only when they
+    /// changed.
+    let authorityFile: [UInt8]?
 
     init(host: String, caFile: String?) throws(ConfigurationError) {
         var configuration = TLSConfiguration.makeClientConfiguration()
         // A connection the proxy closes counts against upstream.maxConnections until it is closed: the backend's
         // own close_notify is not waited for long (5 s by default), least of all from a backend too slow to answer.
         configuration.shutdownTimeout = .milliseconds(250)
-        if let caFile { configuration.trustRoots = .certificates(try Self.certificates(in: caFile)) }
+        authorityFile = try caFile.map { path throws(ConfigurationError) in try Self.read(path) }
+        if let authorityFile, let caFile {
+            configuration.trustRoots = .certificates(try Self.certificates(in: authorityFile, from: caFile))
+        }
         do {
             context = try NIOSSLContext(configuration: configuration)
         } catch {
@@ -28,11 +35,24 @@ struct UpstreamTLS: Sendable {
         serverHostname = (try? SocketAddress(ipAddress: name, port: 0)) == nil ? name : nil
     }
 
+    /// The bytes of the file at `path`, or why it cannot be read.
+    static func read(_ path: String) throws(ConfigurationError) -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError(key: "upstream.caFile", problem: "cannot read \(path)")
+        }
+        return Array(data)
+    }
+
     /// The certificates of a PEM file, or why it gives none.
     static func certificates(in path: String) throws(ConfigurationError) -> [NIOSSLCertificate] {
+        try certificates(in: read(path), from: path)
+    }
+
+    /// The certificates in `bytes`, read from `path`, or why they are none.
+    static func certificates(in bytes: [UInt8], from path: String) throws(ConfigurationError) -> [NIOSSLCertificate] {
         let certificates: [NIOSSLCertificate]
         do {
-            certificates = try NIOSSLCertificate.fromPEMFile(path)
+            certificates = try NIOSSLCertificate.fromPEMBytes(bytes)
         } catch {
             throw ConfigurationError(key: "upstream.caFile", problem: "\(path) is not a PEM file of certificates")
         }
