@@ -125,8 +125,10 @@ struct ForwardedExchangeTests {
             return outcome
         }
 
-        /// Sends a cache fill's GET on the connection; its outcome is recorded in the returned box.
-        func fetch() -> FillOutcome {
+        /// Sends a cache fill's GET on the connection; its outcome is recorded in the returned box. With
+        /// `retryIfStale`, as on a reused connection: a close before any answer sends it again, on a connection the
+        /// embedded loop cannot open.
+        func fetch(retryIfStale: Bool = false) -> FillOutcome {
             let exchange = LoopLocalHTTPClient.Exchange(
                 request: ByteBuffer(string: "GET /screen HTTP/1.1\r\nHost: x\r\n\r\n"),
                 isHEAD: false,
@@ -138,7 +140,7 @@ struct ForwardedExchangeTests {
                 interim: nil
             )
             let outcome = FillOutcome()
-            handler.send(exchange, retryIfStale: false) { outcome.result = $0 }
+            handler.send(exchange, retryIfStale: retryIfStale) { outcome.result = $0 }
             return outcome
         }
 
@@ -307,6 +309,20 @@ struct ForwardedExchangeTests {
             return
         }
         #expect((error as? ProxyError) == ProxyError(.network, "the backend closed the connection"))
+    }
+
+    @Test("a fill whose client was passed an interim response is not sent again when its connection closes")
+    func noResendAfterInterim() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.fetch(retryIfStale: true)
+        try fixture.receive("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+        try fixture.channel.close().wait()
+        // Sent again, it would fail to connect on this loop; not sent again, it fails with the close.
+        guard case .failure(let error)? = outcome.result else {
+            Issue.record("the fill did not fail: \(String(describing: outcome.result))")
+            return
+        }
+        #expect((error as? ProxyError) == ProxyError(.network, "the backend closed the connection"), "\(error)")
     }
 
     @Test("a body that runs to a clean close is whole")

@@ -376,7 +376,7 @@ struct PrefetchTests {
         // Four seconds of freshness: the hit below comes well inside what the last refresh stored.
         try await Self.refreshingDeclaredURL(answers: { $0 == 2 ? badAnswer : .component(maxAge: 4) }) {
             proxy async throws in
-            // The warm-up, the refresh that gets the bad answer, then the one a second later that stores.
+            // The warm-up, the refresh that gets the bad answer, then the one an interval later that stores.
             try await waitUntil { proxy.server.context.cache.statistics.stores >= 2 }
             #expect(proxy.origin.requestCount >= 3)
             #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")

@@ -202,9 +202,14 @@ final class PoolState: @unchecked Sendable {
         connections[id] = handler
         let timeout = min(connectTimeout, deadline - .now())
         let tls = self.tls
+        // A loop that cannot carry sockets (an embedded one) fails the connection rather than the process.
+        guard let bootstrap = ClientBootstrap(validatingGroup: eventLoop) else {
+            connections[id] = nil
+            return perform(machine.connectFailed(id, now: .now()), cause: ChannelError.operationUnsupported)
+        }
         // Over TLS, the request written once the connection is established waits in the TLS handler for the
         // handshake; a handshake that fails fails the exchange (connectionEstablished means the TCP connection).
-        ClientBootstrap(group: eventLoop)
+        bootstrap
             .connectTimeout(max(timeout, .milliseconds(1)))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in

@@ -325,7 +325,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
                 armTimer(for: deadline)
             }
         case .interim(let head):
-            // Never stored nor merged into the final response: passed on as it came, or let go.
+            // Never stored nor merged into the final response: passed on as it came, or let go. An answer has
+            // begun: the request is not sent again, which would pass the client this interim response twice.
+            current?.retryIfStale = false
             current?.exchange.interim?.relay(head)
         case .body(var part):
             if let idle = current?.exchange.bodyIdleTimeout { current?.deadline = eventLoop.now + idle }

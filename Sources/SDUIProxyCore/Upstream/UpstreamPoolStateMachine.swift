@@ -60,7 +60,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         /// Send the waiter's exchange on this connection, open already. A waiter that was parked is parked no
         /// more: its timeout is cancelled.
         case lease(ConnectionID, to: WaiterID)
-        /// Open this new connection, and report ``connectionEstablished(_:)`` or ``connectFailed(_:)``; it is
+        /// Open this new connection, and report ``connectionEstablished(_:)`` or ``connectFailed(_:now:)``; it is
         /// the waiter's once established. A waiter that was parked is parked no more.
         case open(ConnectionID, for: WaiterID)
         /// The waiter waits for a connection until its deadline, when the driver reports
@@ -68,7 +68,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         case park(WaiterID, until: NIODeadline)
         /// The waiter gets no connection. A waiter that was parked is parked no more.
         case fail(WaiterID, Failure)
-        /// Close this connection, and report ``connectionClosed(_:)`` when it is.
+        /// Close this connection, and report ``connectionClosed(_:now:)`` when it is.
         case close(ConnectionID)
         /// The first waiter fails, and the room its connection left goes to the second, which was parked: open
         /// the new connection for it.
