@@ -100,11 +100,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         let deadline = NIODeadline.now() + timeout
         // The backend's `Host` is written by the encoder: a GET's headers go out as they are, uncopied.
         var headers = request.headers
-        if let body = request.body {
-            headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
-        } else if request.method == .POST || request.method == .PUT || request.method == .PATCH {
-            headers.replaceOrAdd(name: "Content-Length", value: "0")
-        }
+        Self.frameBodyWithHead(&headers, of: request)
         let encoded: ByteBuffer
         do {
             encoded = try encode(request, headers: headers, body: request.body)
@@ -144,16 +140,13 @@ public final class LoopLocalHTTPClient: NetworkClient {
         let isChunked = body != nil && body?.contentLength == nil
         if let body, let length = body.contentLength {
             headers.replaceOrAdd(name: "Content-Length", value: String(length))
-        } else if let inMemory = request.body, body == nil {
-            headers.replaceOrAdd(name: "Content-Length", value: String(inMemory.readableBytes))
         } else if isChunked {
             headers.remove(name: "Content-Length")
             headers.add(name: "Transfer-Encoding", value: "chunked")
         } else {
-            headers.remove(name: "Content-Length")
-            if request.method == .POST || request.method == .PUT || request.method == .PATCH {
-                headers.add(name: "Content-Length", value: "0")
-            }
+            // No body streamed: the client's length is not this hop's.
+            if request.body == nil { headers.remove(name: "Content-Length") }
+            Self.frameBodyWithHead(&headers, of: request)
         }
         let encoded: ByteBuffer
         do {
@@ -189,6 +182,16 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
         return forwarding.futureResult
+    }
+
+    /// Frames a request whose body, if it has one, goes in the same buffer as its head: that body's length, or a
+    /// length of 0 for a method that is expected to carry one. A GET's headers are left as they are, uncopied.
+    private static func frameBodyWithHead(_ headers: inout HTTPHeaders, of request: UpstreamRequest) {
+        if let body = request.body {
+            headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
+        } else if request.method == .POST || request.method == .PUT || request.method == .PATCH {
+            headers.replaceOrAdd(name: "Content-Length", value: "0")
+        }
     }
 
     /// `request` as bytes on the wire, with `headers` (its own, framed for this hop) and `body` when it goes with
