@@ -220,14 +220,21 @@ struct UpstreamPoolStateMachineTests {
         Self.checkInvariants(pool, known: [ConnectionID(0)])
     }
 
-    @Test("room left by a close or a failed connect goes to a waiter with time left, not one whose deadline passed")
-    func roomPassesOverExpiredWaiters() {
+    /// A pool of one connection, leased, and two parked waiters: waiter 1 until `start` + 1 s, waiter 2 until
+    /// `start` + 10 s.
+    static func fullPoolWithShortAndLongWaiter(start: NIODeadline) -> Pool {
         var pool = Pool(limit: 1)
-        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
         _ = pool.leaseRequested(deadline: start + .seconds(10))
         _ = pool.connectionEstablished(ConnectionID(0))
         #expect(pool.leaseRequested(deadline: start + .seconds(1)) == .park(WaiterID(1), until: start + .seconds(1)))
         #expect(pool.leaseRequested(deadline: start + .seconds(10)) == .park(WaiterID(2), until: start + .seconds(10)))
+        return pool
+    }
+
+    @Test("room left by a close or a failed connect goes to a waiter with time left, not one whose deadline passed")
+    func roomPassesOverExpiredWaiters() {
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        var pool = Self.fullPoolWithShortAndLongWaiter(start: start)
         // At start + 2 s waiter 1 has no time left to connect in: the room goes to waiter 2.
         #expect(pool.connectionReleased(ConnectionID(0), reusable: false) == .close(ConnectionID(0)))
         #expect(
@@ -245,12 +252,8 @@ struct UpstreamPoolStateMachineTests {
 
     @Test("a released connection passes over a waiter whose deadline has passed; that one waits for its timeout")
     func releasePassesOverExpiredWaiters() {
-        var pool = Pool(limit: 1)
         let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
-        _ = pool.leaseRequested(deadline: start + .seconds(10))
-        _ = pool.connectionEstablished(ConnectionID(0))
-        #expect(pool.leaseRequested(deadline: start + .seconds(1)) == .park(WaiterID(1), until: start + .seconds(1)))
-        #expect(pool.leaseRequested(deadline: start + .seconds(10)) == .park(WaiterID(2), until: start + .seconds(10)))
+        var pool = Self.fullPoolWithShortAndLongWaiter(start: start)
         // At start + 2 s waiter 1 is past its deadline, its timeout not reported yet: waiter 2 gets the connection.
         #expect(
             pool.connectionReleased(ConnectionID(0), reusable: true, now: start + .seconds(2))
