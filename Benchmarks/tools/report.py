@@ -105,16 +105,19 @@ def ms(us):
     return None if us is None else us / 1000.0
 
 
-def print_nocache_ratios(rows, target=None):
-    """The proxy's req/s and CPU per request against nginx without a cache, per connection count; with `target`,
-    whether the req/s ratio reaches it."""
+def print_nocache_ratios(rows, target=None, anchor="nginx-nocache"):
+    """The proxy's req/s and CPU per request against `anchor` (nginx without a cache unless named), per connection
+    count; with `target`, whether the req/s ratio reaches it. Prints nothing when the anchor did not run."""
+    if not any(t == anchor for (t, _) in rows):
+        return
+    name = LABEL.get(anchor, anchor)
     verdict_header = f" target ≥ {target:.2f} |" if target is not None else ""
     verdict_rule = ":---:|" if target is not None else ""
-    print(f"| conns | req/s proxy ÷ nginx (no cache) |{verdict_header} CPU/req proxy ÷ nginx (no cache) |")
+    print(f"| conns | req/s proxy ÷ {name} |{verdict_header} CPU/req proxy ÷ {name} |")
     print(f"|---:|---:|{verdict_rule}---:|")
     for conns in sorted({c for (_, c) in rows}):
         p = rows.get(("proxy", conns))
-        n = rows.get(("nginx-nocache", conns))
+        n = rows.get((anchor, conns))
         r = ratio(p and p["rps"], n and n["rps"])
         verdict = ""
         if target is not None:
@@ -294,8 +297,14 @@ def main():
 
     misses = summarize(runs, "miss")
     if misses:
-        print_scenario_table("Misses: every URL unique (proxy fills its cache; nginx forwards without a cache)", misses)
-        print_nocache_ratios(misses, target=0.6)
+        print_scenario_table(
+            "Misses: every URL unique (the proxy validates and stores each; nginx without a cache forwards it, "
+            "nginx proxy_cache forwards and stores it)",
+            misses,
+        )
+        print_nocache_ratios(misses, target=0.9)
+        # The same job as the proxy's miss: nginx's cache writes each miss to its cache directory.
+        print_nocache_ratios(misses, anchor="nginx")
 
     passes = summarize(runs, "pass")
     if passes:
