@@ -18,7 +18,7 @@ struct JSONParser {
     private let end: Int
     private var index = 0
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
-    private var reduction = Reduction(keys: KeySet([]), markerIndex: nil, maximumDepth: 0, maximumCount: 0)
+    private var reduction = Reduction(keys: KeySet.none, markerIndex: nil, maximumDepth: 0, maximumCount: 0)
 
     private init(bytes: UnsafeRawBufferPointer) {
         self.bytes = bytes

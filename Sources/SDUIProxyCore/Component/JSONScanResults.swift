@@ -49,6 +49,9 @@ extension JSONParser {
             var prefix: UInt64
         }
 
+        /// No keys: what a parser starts with, made once (a set is a few arrays, and a parser is made per miss).
+        static let none = KeySet([])
+
         init(_ names: [String]) {
             self.names = names
             let utf8 = names.map { Array($0.utf8) }
