@@ -101,6 +101,24 @@ struct RequestRouterTests {
         #expect(smuggling)
     }
 
+    @Test("an allowed platform sent as configured is used as it is; a name made in code that is no platform is not")
+    func allowedPlatformsAsSent() throws {
+        var configuration = try ConfigurationLoader().load(yaml: Self.yaml)
+        // The loader refuses such a name; a configuration made in code is not checked by it.
+        configuration.platform.allowed = ["IOS", "NOT A PLATFORM"]
+        let router = RequestRouter(configuration: configuration, queue: nil)
+        guard case .cache(let request) = router.route(Self.head(.GET, "/screens/a", [("X-Platform", "IOS")])) else {
+            return #expect(Bool(false), "an allowed platform refused")
+        }
+        #expect(request.platform == "IOS")
+        guard
+            case .refuse(let error, _) = router.route(
+                Self.head(.GET, "/screens/a", [("X-Platform", "NOT A PLATFORM")])
+            )
+        else { return #expect(Bool(false), "a name that is no platform accepted") }
+        #expect(error.status == .badRequest)
+    }
+
     @Test("the prefetcher's request for a target keys the same entry as a client's GET for it")
     func prefetchKeysLikeAClient() throws {
         let router = try Self.router()

@@ -47,7 +47,8 @@ public struct RequestRouter: Sendable {
         platformHeader = configuration.platform.header.lowercased()
         defaultPlatform = configuration.platform.defaultValue
         allowedPlatforms = configuration.platform.allowed
-        allowedPlatformSet = Set(configuration.platform.allowed)
+        // Only names a request may use as they are: the loader checks them, a configuration made in code may not.
+        allowedPlatformSet = Set(configuration.platform.allowed.filter(PlatformValue.isValid))
     }
 
     /// Where `head` goes.
@@ -113,8 +114,9 @@ public struct RequestRouter: Sendable {
         let values = headers[platformHeader]
         guard values.count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
         guard let value = values.first else { return defaultPlatform }
-        // Most clients send the canonical upper-case name: then the value is used as it is.
-        let platform = allowedPlatformSet.contains(value) ? value : value.trimmingWhitespace().uppercased()
+        // Most clients send an allowed name as it is configured: valid and allowed, used as it is, hashed once.
+        if allowedPlatformSet.contains(value) { return value }
+        let platform = value.trimmingWhitespace().uppercased()
         guard PlatformValue.isValid(platform) else {
             throw ProxyError(.badRequest, "\(platformHeader) must be a platform name like IOS, ANDROID or WEB")
         }
