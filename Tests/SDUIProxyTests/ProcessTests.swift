@@ -265,7 +265,7 @@ struct ProcessTests {
         try await origin.stop()
         let config = directory + ".yaml"
         try """
-        upstream: { url: "\(origin.url)", timeout: 1s }
+        upstream: { url: "\(origin.url)", timeout: 5s }
         queue:
           store: \(directory)
           routes:

@@ -22,6 +22,9 @@ struct WriteQueueProxyTests {
         )
         route.retry.backoff = .milliseconds(20)
         route.retry.maxBackoff = .milliseconds(100)
+        // Quick retries, never given up: twenty of them (the default) pass in about two seconds, which a loaded
+        // machine can spend between a test stopping the backend and starting it again.
+        route.retry.maxAttempts = 10_000
         queue.routes = [route]
         return queue
     }
@@ -192,10 +195,11 @@ struct WriteQueueProxyTests {
 
     @Test("on a sequential route a new write queues behind the backlog instead of overtaking it")
     func newWriteQueuesBehindTheBacklog() async throws {
-        // The first delivery comes a second after the backend is back: time for the second write to arrive.
+        // The first retry comes three to six seconds after the refusal (the backoff's jitter halves it at most):
+        // time for the second write to arrive, on a loaded machine too.
         try await Self.withQueuedWrites(configure: {
-            $0.queue?.routes[0].retry.backoff = .seconds(2)
-            $0.queue?.routes[0].retry.maxBackoff = .seconds(2)
+            $0.queue?.routes[0].retry.backoff = .seconds(6)
+            $0.queue?.routes[0].retry.maxBackoff = .seconds(6)
         }) { proxy async throws in
             try await proxy.origin.stop()
             let first = try await proxy.get("/api/orders", method: .POST, body: "A")
@@ -203,7 +207,7 @@ struct WriteQueueProxyTests {
             try await proxy.origin.restart()
             let second = try await proxy.get("/api/orders", method: .POST, body: "B")
             #expect(second.status == .accepted)
-            try await waitUntil(timeout: .seconds(10)) { proxy.origin.requests(to: "/api/orders").count == 2 }
+            try await waitUntil(timeout: .seconds(15)) { proxy.origin.requests(to: "/api/orders").count == 2 }
             #expect(proxy.origin.requests(to: "/api/orders").map { String(buffer: $0.body) } == ["A", "B"])
             // With the backlog delivered, the next write goes straight through.
             try await waitUntil { try await proxy.admin("/queue").body.contains(#""depth":0"#) }

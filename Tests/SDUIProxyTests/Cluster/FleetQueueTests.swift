@@ -39,7 +39,9 @@ struct FleetQueueTests {
     private static func queueConfiguration(store: String) -> QueueConfiguration {
         var queue = QueueConfiguration()
         queue.store = store
-        queue.leaseTimeout = .seconds(2)
+        // Leases and timeouts of seconds: a renewal a loaded machine delays by a second must not hand a head to
+        // another replica, nor a delivery the backend holds time out, or a write would be sent twice.
+        queue.leaseTimeout = .seconds(8)
         var route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential)
         route.retry.maxAttempts = 1000
         route.retry.backoff = .milliseconds(50)
@@ -57,7 +59,7 @@ struct FleetQueueTests {
         var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
         configuration.cluster.replicaName = name
         // Shorter than the lease, as a shared queue requires.
-        configuration.upstream.timeout = .milliseconds(1500)
+        configuration.upstream.timeout = .seconds(5)
         var queue = queueConfiguration(store: store)
         tune(&queue)
         configuration.queue = queue
@@ -84,11 +86,11 @@ struct FleetQueueTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let config = directory + "/replica-c.yaml"
         try """
-        upstream: { url: "\(origin.url)", timeout: 1500ms }
+        upstream: { url: "\(origin.url)", timeout: 5s }
         cluster: { replicaName: c }
         queue:
           store: "\(store)"
-          leaseTimeout: 2s
+          leaseTimeout: 8s
           routes:
             - { match: POST /api/orders, ordering: sequential, retry: { maxAttempts: 1000, backoff: 50ms, maxBackoff: 200ms } }
         """.write(toFile: config, atomically: true, encoding: .utf8)
@@ -144,7 +146,7 @@ struct FleetQueueTests {
                 try await Self.startReplica("b2", origin: origin, store: store),
             ]
             let admin = inProcess.map { "http://127.0.0.1:\($0.adminPort)" }
-            try await waitUntil(timeout: .seconds(20)) {
+            try await waitUntil(timeout: .seconds(30)) {
                 try await ProcessTests.get(admin[0] + "/queue").2.contains(#""depth":0"#)
             }
 
@@ -215,7 +217,7 @@ struct FleetQueueTests {
             #expect(origin.inFlight == 6)
             gate.open()
             let admin = "http://127.0.0.1:\(replicas[0].adminPort)"
-            try await waitUntil(timeout: .seconds(20)) {
+            try await waitUntil(timeout: .seconds(30)) {
                 try await ProcessTests.get(admin + "/queue").2.contains(#""depth":0"#)
             }
             let delivered = origin.requests.filter { $0.status == .created }
@@ -262,7 +264,7 @@ struct FleetQueueTests {
             // In a fleet a sequential route's writes are queued, so that the database orders them.
             #expect(accepted == Array(repeating: .accepted, count: 15))
             let admin = "http://127.0.0.1:\(replicas[0].adminPort)"
-            try await waitUntil(timeout: .seconds(20)) {
+            try await waitUntil(timeout: .seconds(30)) {
                 try await ProcessTests.get(admin + "/queue").2.contains(#""depth":0"#)
             }
             #expect(origin.maxInFlight == 1)

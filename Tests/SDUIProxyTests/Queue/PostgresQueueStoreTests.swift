@@ -275,16 +275,20 @@ struct PostgresQueueStoreTests {
     func expiredLeaseIsTakenOver() async throws {
         let url = try await #require(PostgresTestServer.current).makeDatabase()
         let registry = PrometheusCollectorRegistry()
-        let a = store("a", url, leaseTimeout: .milliseconds(300))
-        let b = store("b", url, leaseTimeout: .milliseconds(300), registry: registry)
+        // Seconds, not milliseconds: b must find the lease still running, and a loaded machine may take a second
+        // between a's claim and b's.
+        let a = store("a", url, leaseTimeout: .seconds(3))
+        let b = store("b", url, leaseTimeout: .seconds(3), registry: registry)
         try await closing([a, b]) {
+            // b's connection is opened first, so that b's claim below is one query, not a connection set up.
+            _ = try await b.pendingCount()
             try await a.insert(entry("only"))
             #expect(claimedID(try await a.claimHead(route: "POST /api", at: .now())) == "only")
             let until = try #require(waitTime(try await b.claimHead(route: "POST /api", at: .now())))
             try await Task.sleep(for: until.duration(since: .now()) + .milliseconds(20))
             var claim = try await b.claimHead(route: "POST /api", at: .now())
             // The database's clock may be a little behind this one's: look again, a bounded number of times.
-            for _ in 0..<20 where claimedID(claim) == nil {
+            for _ in 0..<40 where claimedID(claim) == nil {
                 try await Task.sleep(for: .milliseconds(50))
                 claim = try await b.claimHead(route: "POST /api", at: .now())
             }
@@ -324,7 +328,7 @@ struct PostgresQueueStoreTests {
             #expect(try await a.renewClaim(id: "held"))
             let after = try #require(try await b.earliestAttempt(routes: ["POST /c"], excluding: []))
             #expect(after > before)
-            #expect(after > QueueInstant.now().advanced(by: .seconds(8)))
+            #expect(after > QueueInstant.now().advanced(by: .seconds(5)))
             #expect(try await b.claimDue(routes: ["POST /c"], at: .now(), excluding: [], limit: 5).isEmpty)
 
             // Released (a stop before the delivery began): another replica claims it at once.
@@ -338,9 +342,12 @@ struct PostgresQueueStoreTests {
     @Test("an outcome's notification belongs to the replica that recorded it, until its lease runs out")
     func notificationsAreLeased() async throws {
         let url = try await #require(PostgresTestServer.current).makeDatabase()
-        let a = store("a", url, leaseTimeout: .milliseconds(400))
-        let b = store("b", url, leaseTimeout: .milliseconds(400))
+        // Seconds, not milliseconds: b must look while a's lease still runs, on a loaded machine too.
+        let a = store("a", url, leaseTimeout: .seconds(3))
+        let b = store("b", url, leaseTimeout: .seconds(3))
         try await closing([a, b]) {
+            // b's connection is opened first, so that b's look below is one query, not a connection set up.
+            _ = try await b.pendingCount()
             try await a.insert(entry("done"))
             #expect(claimedID(try await a.claimHead(route: "POST /api", at: .now())) == "done")
             #expect(
@@ -361,7 +368,7 @@ struct PostgresQueueStoreTests {
 
             // a stops renewing (it died): b takes the notification over.
             var taken: [QueueOutcomeEvent] = []
-            for _ in 0..<40 where taken.isEmpty {
+            for _ in 0..<160 where taken.isEmpty {
                 try await Task.sleep(for: .milliseconds(50))
                 taken = try await b.unnotifiedOutcomes(limit: 10)
             }

@@ -226,7 +226,8 @@ import Testing
 
     @Test func concurrentRoutesDeliverInParallelUpToTheLimit() async throws {
         let origin = try await QueueTestOrigin.start()
-        origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .milliseconds(300)) }
+        // A second each: three deliveries overlap at the backend even when a loaded machine starts them apart.
+        origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(1)) }
         let route = Route(method: "POST", pathPrefix: "/api/events", ordering: .concurrent, retry: QueueTest.retry())
         var ids: Set<String> = []
         // All nine are queued before the deliverer starts: enqueued one by one while it runs, on a busy machine
@@ -274,7 +275,9 @@ import Testing
 
     @Test func gracefulShutdownFinishesTheDeliveryInFlightAndStartsNoOther() async throws {
         let origin = try await QueueTestOrigin.start()
-        origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .milliseconds(400)) }
+        // Long enough that the shutdown comes while "a" is in flight on a loaded machine too, and well within the
+        // upstream timeout (10 s), so that the answer still comes in time.
+        origin.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(2)) }
         var receipts: [QueueReceipt] = []
         try await withQueue(
             port: origin.port,

@@ -198,8 +198,9 @@ import Testing
             #expect(webhook.requests.count == 1)
             stopping = clock.now
         }
-        // Shutting down waited for the drain timeout (200 ms), not for the webhook (10 s).
-        #expect(clock.now - stopping < .milliseconds(1500))
+        // Shutting down waited for the drain timeout (200 ms), not for the webhook (10 s); a loaded machine may add
+        // seconds to the first.
+        #expect(clock.now - stopping < .seconds(5))
         #expect(backend.requests.count == 5)
         #expect(webhook.requests.count == 1)
         // The stuck notification was cancelled; the four still waiting for it were not started (each started

@@ -108,14 +108,15 @@ enum QueueTest {
         return configuration
     }
 
-    /// An upstream client for the origin at `port`, with short timeouts.
+    /// An upstream client for the origin at `port`: a short connect timeout, and ten seconds for an answer, which a
+    /// loaded machine may need when the origin delays it by one or two.
     static func client(port: Int) throws -> LoopLocalHTTPClient {
         guard case .http(let origin) = try UpstreamOrigin(parsing: "http://127.0.0.1:\(port)") else {
             fatalError("not an http origin")
         }
         var upstream = ProxyConfiguration.Upstream()
         upstream.connectTimeout = .seconds(1)
-        upstream.timeout = .seconds(3)
+        upstream.timeout = .seconds(10)
         return try LoopLocalHTTPClient(origin: origin, configuration: upstream, eventLoopGroup: group)
     }
 
