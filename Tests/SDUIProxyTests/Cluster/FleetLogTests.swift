@@ -42,6 +42,9 @@ struct FleetLogTests {
             var settings = FleetLog.Settings(replicaName: name)
             settings.pollInterval = .milliseconds(200)
             settings.heartbeatInterval = .milliseconds(200)
+            // A write's answer and a prefetch's count wait this long at most; a loaded machine's PostgreSQL may need
+            // more than the proxy's two seconds, and the tests check what is recorded, not how soon.
+            settings.recordWait = .seconds(10)
             tune(&settings)
             let applied = self.applied
             log = FleetLog(
@@ -115,11 +118,11 @@ struct FleetLogTests {
         return replicas
     }
 
-    /// Two replicas, the second with its listening connection just killed and slow to come back (a second), so
-    /// what the test does next happens while it is away.
+    /// Two replicas, the second with its listening connection just killed and slow to come back (four seconds,
+    /// room for a loaded machine), so what the test does next happens while it is away.
     static func replicasWithSecondAway(url: PostgresURL, server: PostgresTestServer) async throws -> [Replica] {
         let replicas = try await Self.replicas(["a", "b"], url: url) { name, settings in
-            if name == "b" { settings.reconnectDelays = (.seconds(1), .seconds(2)) }
+            if name == "b" { settings.reconnectDelays = (.seconds(4), .seconds(8)) }
         }
         #expect(try await server.terminateConnections(applicationName: replicas[1].applicationName) == 1)
         try await replicas[1].waitUntil(connected: false)
@@ -190,7 +193,7 @@ struct FleetLogTests {
         let replicas = try await Self.replicasWithSecondAway(url: url, server: server)
         let invalidation = CacheInvalidation(.tag("promo"))
         #expect(await replicas[0].log.invalidated(invalidation) == .recorded)
-        try await replicas[1].waitUntil(connected: true)
+        try await replicas[1].waitUntil(connected: true, upTo: .seconds(20))
         #expect(try await replicas[1].waitForApplied(1) == [.invalidation(invalidation)])
         for replica in replicas { await replica.stop() }
     }
@@ -230,7 +233,7 @@ struct FleetLogTests {
                 logger: PostgresTestServer.logger
             )
         }
-        try await replicas[1].waitUntil(connected: true)
+        try await replicas[1].waitUntil(connected: true, upTo: .seconds(20))
         #expect(try await replicas[1].waitForApplied(1) == [Self.purge(.all)])
         for replica in replicas { await replica.stop() }
     }
@@ -301,6 +304,11 @@ struct FleetLogTests {
         try await server.start()
         try await replicas[0].waitUntil(connected: true)
         #expect(try await replicas[1].waitForApplied(2) == made.map(FleetLogEntry.Payload.invalidation))
+        // The other replica may read the rows before this one has taken in that its writes were committed.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while await replicas[0].log.status.pending != 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         #expect(await replicas[0].log.status.pending == 0)
         for replica in replicas { await replica.stop() }
         await server.shutdown()
