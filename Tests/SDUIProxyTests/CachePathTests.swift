@@ -261,7 +261,8 @@ struct CachePathTests {
         try await ProxyHarness.run(
             origin: { _ in
                 var response = TestOrigin.Response.component()
-                response.delay = .seconds(2)
+                // Far past the timeout: a proxy loop held off its core for seconds must still find the timer first.
+                response.delay = .seconds(10)
                 return response
             },
             configure: { $0.upstream.timeout = .milliseconds(300) }

@@ -10,7 +10,8 @@ import Testing
 struct LoopLocalHTTPClientTests {
     static func client(
         for origin: TestOrigin,
-        timeout: Duration = .seconds(2),
+        // Long: the tests that want a timeout ask for theirs, and on a loaded machine an answer can take seconds.
+        timeout: Duration = .seconds(10),
         maxConnections: Int = 4
     ) throws -> LoopLocalHTTPClient {
         guard case .http(let httpOrigin) = try UpstreamOrigin(parsing: origin.url) else { throw CancellationError() }
@@ -140,7 +141,8 @@ struct LoopLocalHTTPClientTests {
     func failures() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component(extra: #","pad":"\#(String(repeating: "p", count: 4000))""#)
-            if request.uri == "/slow" { response.delay = .seconds(3) }
+            // Far beyond the impatient client's second, so a loop held off its core for seconds still times out.
+            if request.uri == "/slow" { response.delay = .seconds(8) }
             return response
         }
         // Only the exchange that is meant to time out gets a short timeout: on a loaded machine, the others can
@@ -203,17 +205,18 @@ struct LoopLocalHTTPClientTests {
     func timeoutOnReusedConnection() async throws {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
-            if request.uri == "/slow" { response.delay = .seconds(5) }
-            if request.uri == "/late" { response.delay = .milliseconds(1200) }
+            if request.uri == "/slow" { response.delay = .seconds(10) }
+            if request.uri == "/late" { response.delay = .milliseconds(2500) }
             return response
         }
         // Wide margins: with all tests running at once on a loaded machine, an answer the origin delays by a
         // second can arrive a second late.
-        try await Self.withClient(for: origin, timeout: .seconds(3)) { client in
+        try await Self.withClient(for: origin, timeout: .seconds(5)) { client in
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             _ = try await Self.get(client, "/first", loop: loop)
-            try await Task.sleep(for: .milliseconds(2000))
-            // The first exchange's deadline passes while this one runs; it still has its own 3 seconds.
+            try await Task.sleep(for: .milliseconds(3500))
+            // The first exchange's deadline passes while this one runs (at most 1.5 s of it are left, and the
+            // answer takes 2.5); it still has its own 5 seconds.
             let late = try await Self.get(client, "/late", loop: loop)
             #expect(late.status == .ok)
             #expect(origin.acceptedConnections == 1)
@@ -227,8 +230,8 @@ struct LoopLocalHTTPClientTests {
                 #expect(error.kind == .timeout)
             }
             let waited = clock.now - started
-            #expect(waited >= .milliseconds(2990))
-            #expect(waited < .seconds(5))
+            #expect(waited >= .milliseconds(4990))
+            #expect(waited < .seconds(9))
         }
     }
 
@@ -237,10 +240,10 @@ struct LoopLocalHTTPClientTests {
         let origin = try await TestOrigin { request in
             var response = TestOrigin.Response.component()
             if request.uri.hasPrefix("/hold") { response.delay = .milliseconds(100) }
-            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(8) }
+            if request.uri.hasPrefix("/stuck") { response.delay = .seconds(15) }
             return response
         }
-        try await Self.withClient(for: origin, timeout: .seconds(3), maxConnections: 2) { client in
+        try await Self.withClient(for: origin, timeout: .seconds(5), maxConnections: 2) { client in
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             // Five exchanges on two connections: three of them wait for a connection to come free.
             let responses = try await withThrowingTaskGroup(of: HTTPResponseStatus.self) { group in
@@ -267,8 +270,9 @@ struct LoopLocalHTTPClientTests {
             }
             // Both stuck exchanges hold their connections before the third asks for one.
             try await waitUntil { origin.requests.filter { $0.uri.hasPrefix("/stuck") }.count == 2 }
-            // A second and a half between the stuck exchanges' deadlines and the waiting one's, for loaded machines.
-            try await Task.sleep(until: stuckSent + .milliseconds(1500))
+            // Three seconds between the stuck exchanges' deadlines and the waiting one's, for loaded machines (a
+            // stuck exchange's deadline starts when its task runs, which may be after `stuckSent`).
+            try await Task.sleep(until: stuckSent + .seconds(3))
             let waited = try await Self.get(client, "/waiting", loop: loop)
             #expect(waited.status == .ok)
             for task in stuck { #expect(await task.value == .timeout) }

@@ -201,7 +201,7 @@ struct ProxyMetricsTests {
             samples(metrics.render()).first { $0.hasPrefix("sdui_open_connections ") }
         }
         func waitFor(_ expected: String) async throws -> Bool {
-            for _ in 0..<200 {
+            for _ in 0..<1000 {
                 if openConnections() == expected { return true }
                 try await Task.sleep(for: .milliseconds(10))
             }
