@@ -131,7 +131,7 @@ struct PassThroughTests {
             let connection = try await RawConnection(port: proxy.server.publicPort)
             let piece = String(repeating: "x", count: 20_000)
             try await connection.send("POST /api/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n")
-            // 200 KB over about 5 s: more than three times the backend's timeout, all of it the client's.
+            // 200 KB over about 5 s: longer than the backend's timeout, all of it the client's.
             for _ in 0..<10 {
                 try await connection.send(piece)
                 try await Task.sleep(for: .milliseconds(500))
