@@ -534,6 +534,8 @@ scenario_miss() {
         got=$(curl_head "$target" "/screens/bench/check-$RUN_ID-$target?u=1")
         [[ ${got%% *} == 200 ]] || die "$target: a unique GET answered '$got', expected 200"
         [[ $target != proxy || $got == "200 MISS" ]] || die "proxy: a unique GET answered '$got', expected '200 MISS'"
+        # nginx's X-Cache is its $upstream_cache_status: MISS shows the request went through its cache.
+        [[ $target != nginx || $got == "200 MISS" ]] || die "nginx: a unique GET answered '$got', expected '200 MISS'"
     done
     for target in "${targets[@]}"; do run_load miss "$target" 64 warm "$WARMUP" / miss.lua "$RUN_ID-warm-$target"; done
     for ((round = 1; round <= ROUNDS; round++)); do
