@@ -12,6 +12,7 @@ extension FleetLog {
     /// `prefetcher` holds by then (it is made after the log, from the context the log's invalidator is part of).
     static func make(
         for configuration: ProxyConfiguration,
+        recordWait: Duration,
         cache: ResponseCache,
         prefetcher: PrefetcherSlot,
         metrics: ProxyMetrics,
@@ -23,12 +24,14 @@ extension FleetLog {
         var logger = logger
         logger[metadataKey: "replica"] = "\(replicaName)"
         let prefetchLogger = logger
+        var settings = Settings(replicaName: replicaName)
+        settings.recordWait = recordWait
         return FleetLog(
             configuration: try PostgresConnectionSettings.connectionConfiguration(
                 url,
                 applicationName: "sdui-proxy \(replicaName)"
             ),
-            settings: Settings(replicaName: replicaName),
+            settings: settings,
             appliers: Appliers(
                 invalidate: { invalidation in cache.invalidate(invalidation, now: .now()) },
                 prefetch: { prefetch in

@@ -125,6 +125,9 @@ public final class ProxyServer: Sendable {
         /// The admin listener's connection cap: enough for operators and probes, few enough that connections
         /// without the token cannot take the process's descriptors.
         var maximumAdminConnections = 256
+        /// How long a purge or a fleet prefetch waits for the fleet's log to take it before answering `pending`
+        /// (``FleetLog/Settings/recordWait``).
+        var fleetRecordWait = FleetLog.Settings(replicaName: "").recordWait
     }
 
     static func start(
@@ -203,6 +206,7 @@ public final class ProxyServer: Sendable {
             )
             fleetLog = try FleetLog.make(
                 for: configuration,
+                recordWait: tuning.fleetRecordWait,
                 cache: cache,
                 prefetcher: fleetPrefetcher,
                 metrics: metrics,

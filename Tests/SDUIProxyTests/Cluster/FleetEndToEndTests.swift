@@ -75,7 +75,19 @@ struct FleetEndToEndTests {
                 var configuration = ProxyHarness.testConfiguration(upstream: origin.url)
                 configuration.cluster.postgres = url
                 configuration.cluster.replicaName = name
-                servers.append(try await ProxyServer.start(configuration: configuration, logger: ProxyHarness.logger))
+                // A purge's answer says "recorded" once PostgreSQL has the row; a loaded machine's may take more
+                // than the two seconds a deployment waits (within the ten the test's client waits for an answer).
+                var tuning = ProxyServer.Tuning()
+                tuning.fleetRecordWait = .seconds(8)
+                servers.append(
+                    try await ProxyServer.start(
+                        configuration: configuration,
+                        logger: ProxyHarness.logger,
+                        adminAuthorization: AdminAuthorization(token: nil),
+                        eventLoopGroup: nil,
+                        tuning: tuning
+                    )
+                )
             }
             let fleet = Fleet(origin: origin, servers: servers, client: client)
             // Every replica is connected to the log, and has said so in it.
