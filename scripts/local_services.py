@@ -2,6 +2,7 @@
 the installed packages (run as `nobody` when the caller is root), nginx, and stopping what was started, by PID."""
 import glob
 import os
+import random
 import shutil
 import signal
 import socket
@@ -11,10 +12,37 @@ import tempfile
 import time
 
 
+_handed_out = set()
+
+
+def _ephemeral_low():
+    """The lowest port the kernel gives outgoing connections (32768 unless configured otherwise)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, below the kernel's range for outgoing connections, and not one this process
+    handed out before. A port from `bind(0)` comes from that range: between this call and the server's bind, any
+    connection the run opens (a replica to PostgreSQL, nginx to a backend) may take it, and the server then fails
+    to start. Two servers of one run are never told the same port."""
+    low = min(_ephemeral_low(), 65536)
+    candidates = range(10000, low) if low > 11000 else range(1024, 65536)
+    for _ in range(200):
+        port = random.choice(candidates)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    sys.exit("no free port on 127.0.0.1 below the range for outgoing connections")
 
 
 def postgres_bin():
