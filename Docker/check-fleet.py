@@ -43,7 +43,21 @@ def log(message):
     print(f"check-fleet: {message}", file=sys.stderr, flush=True)
 
 
+# The replicas' logs and processes, so that a failure shows what each replica said and whether it is still running.
+replica_logs = []
+
+
 def fail(message):
+    for name, path, process in replica_logs:
+        status = process.poll()
+        state = "running" if status is None else f"exited with status {status}"
+        try:
+            with open(path) as f:
+                tail = f.readlines()[-20:]
+        except OSError as error:
+            tail = [f"(no log: {error})\n"]
+        log(f"{name} ({state}), the end of its log:")
+        sys.stderr.write("".join("    " + line for line in tail))
     sys.exit(f"check-fleet: FAILED: {message}")
 
 
@@ -117,13 +131,18 @@ def run(work):
             "SDUI_PROXY_ADMIN_HOST": "127.0.0.1",
             "SDUI_PROXY_ADMIN_PORT": str(admin),
         })
+        log_path = os.path.join(work, f"{name}.log")
         process = services.start(as_unprivileged() + [binary, "--config", config], env=environment, cwd=work,
-                                 stderr=open(os.path.join(work, f"{name}.log"), "w"))
+                                 stderr=open(log_path, "w"))
         replicas.append((name, public, admin, process))
-    for name, _, admin, _ in replicas:
-        until(f"{name} connected to the fleet's log",
-              lambda admin=admin: safe(lambda: '"connected":true' in request(admin, "GET", "/cluster", admin=True)[2]),
-              limit=30)
+        replica_logs.append((name, log_path, process))
+    for name, _, admin, process in replicas:
+        def connected(name=name, admin=admin, process=process):
+            # A replica that exited will not connect: say so at once, not after the limit.
+            if process.poll() is not None:
+                fail(f"{name} exited with status {process.returncode} before it connected to the fleet's log")
+            return safe(lambda: '"connected":true' in request(admin, "GET", "/cluster", admin=True)[2])
+        until(f"{name} connected to the fleet's log", connected, limit=30)
     log("PostgreSQL, the backend and three replicas are up")
 
     with open(os.path.join(ROOT, "Docker/balancer-nginx.conf")) as f:
