@@ -90,8 +90,9 @@ struct FleetEndToEndTests {
                 )
             }
             let fleet = Fleet(origin: origin, servers: servers, client: client)
-            // Every replica is connected to the log, and has said so in it.
-            let deadline = ContinuousClock.now + .seconds(10)
+            // Every replica is connected to the log, and has said so in it (a loaded machine's PostgreSQL can take
+            // seconds to let each login in).
+            let deadline = ContinuousClock.now + .seconds(30)
             for replica in servers.indices {
                 while ContinuousClock.now < deadline,
                     !(try await fleet.admin(replica, "/cluster").body.contains(#""connected":true"#))

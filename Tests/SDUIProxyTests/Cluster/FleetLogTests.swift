@@ -51,7 +51,8 @@ struct FleetLogTests {
                 configuration: try PostgresConnectionSettings.connectionConfiguration(
                     url,
                     applicationName: applicationName,
-                    connectTimeout: .seconds(2)
+                    // A loaded machine's PostgreSQL, shared by every test, can take seconds to let a login in.
+                    connectTimeout: .seconds(10)
                 ),
                 settings: settings,
                 appliers: FleetLog.Appliers(
@@ -87,7 +88,7 @@ struct FleetLogTests {
         }
 
         /// Waits until the log's connection is up (or down, with `connected: false`).
-        func waitUntil(connected: Bool, upTo limit: Duration = .seconds(10)) async throws {
+        func waitUntil(connected: Bool, upTo limit: Duration = .seconds(30)) async throws {
             let deadline = ContinuousClock.now + limit
             while await log.status.connected != connected, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(5))
@@ -193,7 +194,7 @@ struct FleetLogTests {
         let replicas = try await Self.replicasWithSecondAway(url: url, server: server)
         let invalidation = CacheInvalidation(.tag("promo"))
         #expect(await replicas[0].log.invalidated(invalidation) == .recorded)
-        try await replicas[1].waitUntil(connected: true, upTo: .seconds(20))
+        try await replicas[1].waitUntil(connected: true)
         #expect(try await replicas[1].waitForApplied(1) == [.invalidation(invalidation)])
         for replica in replicas { await replica.stop() }
     }
@@ -233,7 +234,7 @@ struct FleetLogTests {
                 logger: PostgresTestServer.logger
             )
         }
-        try await replicas[1].waitUntil(connected: true, upTo: .seconds(20))
+        try await replicas[1].waitUntil(connected: true)
         #expect(try await replicas[1].waitForApplied(1) == [Self.purge(.all)])
         for replica in replicas { await replica.stop() }
     }
