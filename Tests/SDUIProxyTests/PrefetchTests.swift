@@ -359,7 +359,7 @@ struct PrefetchTests {
             TestOrigin.Response.component(maxAge: 4).withHeader("ETag", "\"same\"")
         }) { proxy async throws in
             // The refresh is done when its answer is stored, a moment after the origin has seen it.
-            try await waitUntil { proxy.server.context.cache.statistics.stores >= 2 }
+            try await waitUntil(timeout: .seconds(30)) { proxy.server.context.cache.statistics.stores >= 2 }
             #expect(proxy.origin.requests[1].headers.first(name: "if-none-match") == "\"same\"")
             #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
         }
@@ -376,8 +376,9 @@ struct PrefetchTests {
         // Four seconds of freshness: the hit below comes well inside what the last refresh stored.
         try await Self.refreshingDeclaredURL(answers: { $0 == 2 ? badAnswer : .component(maxAge: 4) }) {
             proxy async throws in
-            // The warm-up, the refresh that gets the bad answer, then the one an interval later that stores.
-            try await waitUntil { proxy.server.context.cache.statistics.stores >= 2 }
+            // The warm-up, the refresh that gets the bad answer, then the one an interval later that stores: seven
+            // seconds or so, more on a loaded machine.
+            try await waitUntil(timeout: .seconds(30)) { proxy.server.context.cache.statistics.stores >= 2 }
             #expect(proxy.origin.requestCount >= 3)
             #expect(try await proxy.get("/declared")["X-Cache"] == "HIT")
         }
@@ -390,7 +391,7 @@ struct PrefetchTests {
             return number == 1 ? response.withHeader("Age", "2") : response
         }) { proxy async throws in
             // No client asks: only a refresh can send the second request.
-            try await waitUntil { proxy.origin.requestCount >= 2 }
+            try await waitUntil(timeout: .seconds(30)) { proxy.origin.requestCount >= 2 }
         }
     }
 
