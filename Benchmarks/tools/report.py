@@ -105,9 +105,9 @@ def ms(us):
     return None if us is None else us / 1000.0
 
 
-def print_nocache_ratios(rows, target=None, anchor="nginx-nocache"):
-    """The proxy's req/s and CPU per request against `anchor` (nginx without a cache unless named), per connection
-    count; with `target`, whether the req/s ratio reaches it. Prints nothing when the anchor did not run."""
+def print_ratios_to(anchor, rows, target=None):
+    """The proxy's req/s and CPU per request against `anchor`, per connection count; with `target`, whether the
+    req/s ratio reaches it. Prints nothing when the anchor did not run."""
     if not any(t == anchor for (t, _) in rows):
         return
     name = LABEL.get(anchor, anchor)
@@ -302,14 +302,14 @@ def main():
             "nginx proxy_cache forwards and stores it)",
             misses,
         )
-        print_nocache_ratios(misses, target=0.9)
+        print_ratios_to("nginx-nocache", misses, target=0.9)
         # The same job as the proxy's miss: nginx's cache writes each miss to its cache directory.
-        print_nocache_ratios(misses, anchor="nginx")
+        print_ratios_to("nginx", misses)
 
     passes = summarize(runs, "pass")
     if passes:
         print_scenario_table("Pass-through: unique GETs on a bypass route (both forward without a cache)", passes)
-        print_nocache_ratios(passes)
+        print_ratios_to("nginx-nocache", passes)
 
     mixed = summarize(runs, "mixed")
     if mixed:
