@@ -40,7 +40,9 @@ public actor FleetLog: Service {
         /// The first reconnection's delay, doubled after each failure up to the second.
         public var reconnectDelays: (first: Duration, maximum: Duration) = (.milliseconds(100), .seconds(2))
         /// How long an invalidation's answer waits for its row to be written before it says `pending`.
-        public var recordWait: Duration = .seconds(2)
+        public var recordWait = Settings.defaultRecordWait
+        /// ``recordWait`` unless set: what a deployment waits.
+        public static let defaultRecordWait: Duration = .seconds(2)
         /// How long a read or write of the log may take before its connection is taken for dead and closed: a
         /// half-open connection (a server that vanished without closing it) answers nothing, ever.
         public var queryTimeout: Duration = .seconds(5)

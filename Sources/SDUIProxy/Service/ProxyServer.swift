@@ -127,7 +127,7 @@ public final class ProxyServer: Sendable {
         var maximumAdminConnections = 256
         /// How long a purge or a fleet prefetch waits for the fleet's log to take it before answering `pending`
         /// (``FleetLog/Settings/recordWait``).
-        var fleetRecordWait = FleetLog.Settings(replicaName: "").recordWait
+        var fleetRecordWait = FleetLog.Settings.defaultRecordWait
     }
 
     static func start(
