@@ -76,7 +76,7 @@ struct CacheInvalidationTests {
     func hard(scope: CacheInvalidation.Scope, reached: [CacheKey]) {
         let cache = Self.filledCache()
         let now = Self.start + .seconds(10)
-        #expect(cache.invalidate(CacheInvalidation(scope), now: now) == reached.count)
+        #expect(cache.invalidate(CacheInvalidation(scope), now: now).responses == reached.count)
         for key in Self.allKeys {
             #expect(Self.state(cache, key, at: now) == (reached.contains(key) ? .miss : .fresh), "\(key)")
         }
@@ -91,7 +91,7 @@ struct CacheInvalidationTests {
         let cache = Self.filledCache()
         let bytes = cache.statistics.bytes
         let now = Self.start + .seconds(10)
-        #expect(cache.invalidate(CacheInvalidation(scope, soft: true), now: now) == reached.count)
+        #expect(cache.invalidate(CacheInvalidation(scope, soft: true), now: now).responses == reached.count)
         for key in Self.allKeys {
             #expect(Self.state(cache, key, at: now) == (reached.contains(key) ? .stale : .fresh), "\(key)")
         }
@@ -113,7 +113,7 @@ struct CacheInvalidationTests {
         )
         cache.store(stored, for: Self.key("/s"))
         let purgedAt = Self.start + .seconds(10)
-        #expect(cache.invalidate(CacheInvalidation(.targets(["/s"]), soft: true), now: purgedAt) == 1)
+        #expect(cache.invalidate(CacheInvalidation(.targets(["/s"]), soft: true), now: purgedAt).responses == 1)
 
         guard case .stale(let entry) = cache.lookup(Self.key("/s"), requestHeaders: [:], now: purgedAt) else {
             Issue.record("expected the entry stale right after the purge")
@@ -142,7 +142,7 @@ struct CacheInvalidationTests {
         let stored = Self.entry(cacheControl: "max-age=10, stale-while-revalidate=60")
         cache.store(stored, for: Self.key("/s"))
         let purgedAt = Self.start + .seconds(30)
-        #expect(cache.invalidate(CacheInvalidation(.all, soft: true), now: purgedAt) == 1)
+        #expect(cache.invalidate(CacheInvalidation(.all, soft: true), now: purgedAt).responses == 1)
         guard case .stale(let entry) = cache.lookup(Self.key("/s"), requestHeaders: [:], now: purgedAt) else {
             Issue.record("expected the stale entry")
             return
@@ -197,7 +197,7 @@ struct CacheInvalidationTests {
             cache.store(Self.entry(vary: (["accept-language"], language)), for: Self.key("/v"))
         }
         let now = Self.start + .seconds(1)
-        #expect(cache.invalidate(CacheInvalidation(.targets(["/v"]), soft: true), now: now) == 2)
+        #expect(cache.invalidate(CacheInvalidation(.targets(["/v"]), soft: true), now: now).responses == 2)
         for language in ["en", "pt"] {
             guard case .stale = cache.lookup(Self.key("/v"), requestHeaders: ["Accept-Language": language], now: now)
             else {
@@ -206,7 +206,7 @@ struct CacheInvalidationTests {
             }
         }
         #expect(cache.statistics.entries == 2)
-        #expect(cache.invalidate(CacheInvalidation(.targets(["/v"])), now: now) == 2)
+        #expect(cache.invalidate(CacheInvalidation(.targets(["/v"])), now: now).responses == 2)
         #expect(cache.statistics.entries == 0)
         #expect(cache.statistics.bytes == 0)
     }

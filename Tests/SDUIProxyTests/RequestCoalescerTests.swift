@@ -10,58 +10,125 @@ struct RequestCoalescerTests {
 
     private let group = MultiThreadedEventLoopGroup.singleton
 
+    /// The run `role` leads; records an issue when it waits.
+    private func leading(_ role: RequestCoalescer<String, Int>.Role) -> RequestCoalescer<String, Int>.Run? {
+        guard case .lead(let run) = role else {
+            Issue.record("expected to lead, but waits")
+            return nil
+        }
+        return run
+    }
+
+    /// The outcome `role` waits for; records an issue when it leads.
+    private func waiting(_ role: RequestCoalescer<String, Int>.Role) -> EventLoopFuture<Int>? {
+        guard case .wait(let future) = role else {
+            Issue.record("expected to wait, but leads")
+            return nil
+        }
+        return future
+    }
+
     @Test("the first caller leads; callers on other loops wait and get its outcome; the key is then free again")
     func leaderAndWaiters() async throws {
         let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(10))
-        #expect(coalescer.join(key: "k", on: group.next()) == nil)
+        let first = try #require(leading(coalescer.join(key: "k", stamp: 0, on: group.next())))
         var waiters: [EventLoopFuture<Int>] = []
         for _ in 0..<10 {
             let loop = group.next()
-            let waiter = try #require(coalescer.join(key: "k", on: loop))
+            let waiter = try #require(waiting(coalescer.join(key: "k", stamp: 0, on: loop)))
             #expect(waiter.eventLoop === loop)
             waiters.append(waiter)
         }
         #expect(coalescer.inFlightCount == 1)
         #expect(coalescer.coalescedWaits == 10)
         // Other keys lead runs of their own.
-        #expect(coalescer.join(key: "other", on: group.next()) == nil)
+        let other = try #require(leading(coalescer.join(key: "other", stamp: 0, on: group.next())))
         #expect(coalescer.inFlightCount == 2)
 
-        coalescer.finish(key: "k", with: .success(42))
+        coalescer.finish(first, with: .success(42))
         for waiter in waiters { #expect(try await waiter.get() == 42) }
         #expect(coalescer.inFlightCount == 1)
 
         // A later call for the same key leads again, and a failure reaches its waiters too.
-        #expect(coalescer.join(key: "k", on: group.next()) == nil)
-        let failed = try #require(coalescer.join(key: "k", on: group.next()))
-        coalescer.finish(key: "k", with: .failure(Boom()))
+        let second = try #require(leading(coalescer.join(key: "k", stamp: 0, on: group.next())))
+        #expect(second != first)
+        let failed = try #require(waiting(coalescer.join(key: "k", stamp: 0, on: group.next())))
+        coalescer.finish(second, with: .failure(Boom()))
         await #expect(throws: Boom.self) { try await failed.get() }
-        coalescer.finish(key: "other", with: .success(1))
+        coalescer.finish(other, with: .success(1))
+        #expect(coalescer.inFlightCount == 0)
+    }
+
+    @Test("a run its callers may no longer join finishes for its own waiters while a new run takes the later ones")
+    func refusedRun() async throws {
+        let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(10))
+        let old = try #require(leading(coalescer.join(key: "k", stamp: 1, on: group.next())))
+        let early = try #require(waiting(coalescer.join(key: "k", stamp: 1, on: group.next())))
+        // An invalidation came (the stamp is now 2): a run stamped 1 takes no one, so this caller leads anew.
+        var asked: [UInt64] = []
+        let new = try #require(
+            leading(
+                coalescer.join(key: "k", stamp: 2, on: group.next()) { stamp in
+                    asked.append(stamp)
+                    return stamp >= 2
+                }
+            )
+        )
+        #expect(asked == [1])
+        #expect(new != old)
+        #expect(coalescer.inFlightCount == 2)
+        // Later callers join the new run, which their rule accepts.
+        let late = try #require(waiting(coalescer.join(key: "k", stamp: 2, on: group.next()) { $0 >= 2 }))
+
+        // The old run ends first: it answers its own waiter, and leaves the new run taking callers.
+        coalescer.finish(old, with: .success(1))
+        #expect(try await early.get() == 1)
+        #expect(coalescer.inFlightCount == 1)
+        let later = try #require(waiting(coalescer.join(key: "k", stamp: 2, on: group.next())))
+        coalescer.finish(new, with: .success(2))
+        #expect(try await late.get() == 2)
+        #expect(try await later.get() == 2)
+        #expect(coalescer.inFlightCount == 0)
+        #expect(coalescer.coalescedWaits == 3)
+    }
+
+    @Test("a refused run that ends after its successor does not free the key its successor holds")
+    func refusedRunEndsLast() async throws {
+        let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(10))
+        let old = try #require(leading(coalescer.join(key: "k", stamp: 0, on: group.next())))
+        let new = try #require(leading(coalescer.join(key: "k", stamp: 1, on: group.next()) { _ in false }))
+        let third = try #require(leading(coalescer.join(key: "k", stamp: 1, on: group.next()) { _ in false }))
+        coalescer.finish(new, with: .success(2))
+        coalescer.finish(old, with: .success(1))
+        // The third run still takes callers.
+        let waiter = try #require(waiting(coalescer.join(key: "k", stamp: 1, on: group.next())))
+        coalescer.finish(third, with: .success(3))
+        #expect(try await waiter.get() == 3)
         #expect(coalescer.inFlightCount == 0)
     }
 
     @Test("a waiter that waits longer than the maximum is told to go alone; the leader still finishes")
     func boundedWait() async throws {
         let coalescer = RequestCoalescer<String, Int>(maximumWait: .milliseconds(50))
-        #expect(coalescer.join(key: "slow", on: group.next()) == nil)
-        let waiter = try #require(coalescer.join(key: "slow", on: group.next()))
+        let leader = try #require(leading(coalescer.join(key: "slow", stamp: 0, on: group.next())))
+        let waiter = try #require(waiting(coalescer.join(key: "slow", stamp: 0, on: group.next())))
 
         await #expect(throws: RequestCoalescer<String, Int>.Failure.waitedTooLong) { try await waiter.get() }
         // The timed-out waiter left the run; the leader still ends it, and the key is free again.
         #expect(coalescer.inFlightCount == 1)
-        coalescer.finish(key: "slow", with: .success(7))
+        coalescer.finish(leader, with: .success(7))
         #expect(coalescer.inFlightCount == 0)
-        #expect(coalescer.join(key: "slow", on: group.next()) == nil)
+        #expect(leading(coalescer.join(key: "slow", stamp: 0, on: group.next())) != nil)
     }
 
     @Test("a maximum wait set later applies to the waiters that join after it")
     func changedWait() async throws {
         let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(60))
-        #expect(coalescer.join(key: "k", on: group.next()) == nil)
+        let leader = try #require(leading(coalescer.join(key: "k", stamp: 0, on: group.next())))
         coalescer.maximumWait = .milliseconds(50)
-        let waiter = try #require(coalescer.join(key: "k", on: group.next()))
+        let waiter = try #require(waiting(coalescer.join(key: "k", stamp: 0, on: group.next())))
         await #expect(throws: RequestCoalescer<String, Int>.Failure.waitedTooLong) { try await waiter.get() }
-        coalescer.finish(key: "k", with: .success(1))
+        coalescer.finish(leader, with: .success(1))
         #expect(coalescer.maximumWait == .milliseconds(50))
     }
 }

@@ -705,7 +705,7 @@ struct SharedCacheTests {
             _ = try await proxy.get("/a", headers: [("beagle-platform", "IOS")])
 
             let byURL = try await proxy.admin("/cache?url=/a", method: .DELETE)
-            #expect(byURL.body == #"{"purged":2,"url":"/a"}"#)
+            #expect(byURL.body == #"{"purged":2,"inFlight":0,"url":"/a"}"#)
             #expect(try await proxy.get("/a")["X-Cache"] == "MISS")
 
             let byTag = try await proxy.admin("/cache?tag=screens", method: .DELETE)
@@ -714,7 +714,7 @@ struct SharedCacheTests {
 
             // The prefix is normalised as request targets are: this one is /screens/.
             let byPrefix = try await proxy.admin("/cache?prefix=/x/../%2573creens/", method: .DELETE)
-            #expect(byPrefix.body == #"{"purged":1,"prefix":"/screens/"}"#)
+            #expect(byPrefix.body == #"{"purged":1,"inFlight":0,"prefix":"/screens/"}"#)
 
             let everything = try await proxy.admin("/cache", method: .DELETE)
             #expect(everything.body.contains(#""purged":2"#))

@@ -26,7 +26,7 @@ struct SoftPurgeTests {
             #expect(try await proxy.get("/s")["X-Cache"] == "HIT")
             version.withLockedValue { $0 = 2 }
             let purge = try await proxy.admin("/cache?url=/s&soft=true", method: .DELETE)
-            #expect(purge.body == #"{"purged":1,"url":"/s","soft":true}"#)
+            #expect(purge.body == #"{"purged":1,"inFlight":0,"url":"/s","soft":true}"#)
 
             let stale = try await proxy.get("/s")
             #expect(stale["X-Cache"] == "STALE")
@@ -56,7 +56,7 @@ struct SoftPurgeTests {
             let first = try await proxy.get("/r")
             #expect(first["X-Cache"] == "MISS")
             let purge = try await proxy.admin("/cache?soft=true&url=/r", method: .DELETE)
-            #expect(purge.body == #"{"purged":1,"url":"/r","soft":true}"#)
+            #expect(purge.body == #"{"purged":1,"inFlight":0,"url":"/r","soft":true}"#)
 
             let revalidated = try await proxy.get("/r")
             #expect(revalidated.status == .ok)
@@ -81,7 +81,7 @@ struct SoftPurgeTests {
         }) { proxy async throws in
             let first = try await proxy.get("/e")
             let purge = try await proxy.admin("/cache?prefix=/e&soft=true", method: .DELETE)
-            #expect(purge.body == #"{"purged":1,"prefix":"/e","soft":true}"#)
+            #expect(purge.body == #"{"purged":1,"inFlight":0,"prefix":"/e","soft":true}"#)
             failing.withLockedValue { $0 = true }
 
             let served = try await proxy.get("/e")
@@ -105,7 +105,7 @@ struct SoftPurgeTests {
         }) { proxy async throws in
             _ = try await proxy.get("/h")
             let purge = try await proxy.admin("/cache?url=/h&soft=false", method: .DELETE)
-            #expect(purge.body == #"{"purged":1,"url":"/h"}"#)
+            #expect(purge.body == #"{"purged":1,"inFlight":0,"url":"/h"}"#)
             let next = try await proxy.get("/h")
             #expect(next["X-Cache"] == "MISS")
             #expect(proxy.origin.requestCount == 2)

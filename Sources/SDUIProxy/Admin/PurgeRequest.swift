@@ -83,10 +83,16 @@ enum PurgeRequest {
         }
     }
 
-    /// The answer to a purge that reached `reached` responses: `{"purged":N,"url":...}` (or `"prefix"`, `"tag"`,
-    /// `"all":true`), with `"soft":true` when it was soft, and in a fleet `"fanOut":"recorded"` (the other replicas
-    /// apply it now) or `"pending"` (when PostgreSQL is reachable again).
-    static func answer(_ invalidation: CacheInvalidation, reached: Int, fanOut: FleetLog.FanOut? = nil) -> String {
+    /// The answer to a purge with what it reached: `{"purged":N,"inFlight":M,"url":...}` (or `"prefix"`, `"tag"`,
+    /// `"all":true`), where `purged` counts stored responses and `inFlight` the fills in flight it reached (for a
+    /// tag, every fill in flight: those whose answers carry it are not stored), with `"soft":true` when it was
+    /// soft, and in a fleet `"fanOut":"recorded"` (the other replicas apply it now) or `"pending"` (when PostgreSQL
+    /// is reachable again).
+    static func answer(
+        _ invalidation: CacheInvalidation,
+        reached: ResponseCache.Reach,
+        fanOut: FleetLog.FanOut? = nil
+    ) -> String {
         let scope =
             switch invalidation.scope {
             case .targets(let targets) where targets.count == 1: #""url":\#(JSONText.quoted(targets[0]))"#
@@ -97,6 +103,6 @@ enum PurgeRequest {
             }
         let soft = invalidation.soft ? #","soft":true"# : ""
         let fleet = fanOut.map { #","fanOut":"\#($0.rawValue)""# } ?? ""
-        return #"{"purged":\#(reached),\#(scope)\#(soft)\#(fleet)}"#
+        return #"{"purged":\#(reached.responses),"inFlight":\#(reached.fillsInFlight),\#(scope)\#(soft)\#(fleet)}"#
     }
 }

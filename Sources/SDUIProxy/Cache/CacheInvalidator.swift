@@ -17,10 +17,11 @@ public final class CacheInvalidator: Sendable {
         self.fleet = fleet
     }
 
-    /// Applies `invalidation` here and hands it to the fleet's log without waiting (the answer of the request that
-    /// made it does not wait for PostgreSQL). Returns how many responses it reached here.
+    /// Applies `invalidation` here, to stored responses and fills in flight alike, and hands it to the fleet's log
+    /// without waiting (the answer of the request that made it does not wait for PostgreSQL). Returns what it
+    /// reached here.
     @discardableResult
-    public func invalidate(_ invalidation: CacheInvalidation, now: NIODeadline = .now()) -> Int {
+    public func invalidate(_ invalidation: CacheInvalidation, now: NIODeadline = .now()) -> ResponseCache.Reach {
         let reached = cache.invalidate(invalidation, now: now)
         fleet?.record(invalidation)
         return reached
@@ -31,7 +32,7 @@ public final class CacheInvalidator: Sendable {
     public func invalidateAcrossFleet(
         _ invalidation: CacheInvalidation,
         now: NIODeadline = .now()
-    ) async -> (reached: Int, fanOut: FleetLog.FanOut?) {
+    ) async -> (reached: ResponseCache.Reach, fanOut: FleetLog.FanOut?) {
         let reached = cache.invalidate(invalidation, now: now)
         guard let fleet else { return (reached, nil) }
         return (reached, await fleet.invalidated(invalidation))

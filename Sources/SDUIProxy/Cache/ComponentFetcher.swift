@@ -33,6 +33,9 @@ public final class ComponentFetcher: Sendable {
         case servedStale(CachedResponse, because: String, backendStatus: UInt?)
         /// The response may not be stored; `reason` says why (for logs).
         case notStored(UpstreamResponse, reason: String)
+        /// The response would have been stored, but an invalidation reached the fill while it was in flight: it
+        /// answers the requests that were waiting for it and is not stored. `reason` names the invalidation.
+        case invalidated(CachedResponse, reason: String)
     }
 
     /// One fetch to make. A reference: the miss path hands it to the coalescer, the exchange and the callbacks
@@ -83,8 +86,10 @@ public final class ComponentFetcher: Sendable {
         let fetcher: ComponentFetcher
         let eventLoop: any EventLoop
         let completion: Completion
-        /// Whether the exchange leads a coalesced run, whose waiters get its outcome first.
-        let leadsCoalescedRun: Bool
+        /// The coalesced run the exchange leads, whose waiters get its outcome first; nil when it leads none.
+        let coalescedRun: RequestCoalescer<CacheKey, Outcome>.Run?
+        /// The fill's place among the fills in flight, which decides whether an invalidation reached it.
+        let ticket: InvalidationHistory.Ticket
         /// When the request went out, in the two clocks its uses need: the response's age (RFC 9111 section
         /// 4.2.3) and the exchange's duration.
         let requestTime: Int64
@@ -185,10 +190,20 @@ public final class ComponentFetcher: Sendable {
     /// makes no future when the fetch leads or does not coalesce.
     public func fetch(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
         guard request.mayCoalesce, CacheFillPolicy.mayCoalesce(requestHeaders: request.clientHeaders) else {
-            return exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
+            return exchange(request, on: eventLoop, coalescedRun: nil, completion: completion)
         }
-        guard let leaderResult = coalescer.join(key: request.key, on: eventLoop) else {
-            return exchange(request, on: eventLoop, leadingCoalescedRun: true, completion: completion)
+        // A run that an invalidation may have reached since it started takes no more requests: they asked after
+        // the purge, and what the run brings may be what it removed.
+        let cache = self.cache
+        let role = coalescer.join(key: request.key, stamp: cache.lastInvalidationSequence, on: eventLoop) { stamp in
+            cache.mayJoinFill(startedAfter: stamp, target: request.key.target)
+        }
+        let leaderResult: EventLoopFuture<Outcome>
+        switch role {
+        case .lead(let run):
+            return exchange(request, on: eventLoop, coalescedRun: run, completion: completion)
+        case .wait(let result):
+            leaderResult = result
         }
         metrics.coalescedWait()
         leaderResult.whenComplete { result in
@@ -201,11 +216,11 @@ public final class ComponentFetcher: Sendable {
                 case .take:
                     completion(.success(outcome), true)
                 case .fetchAlone:
-                    self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
+                    self.exchange(request, on: eventLoop, coalescedRun: nil, completion: completion)
                 }
             case .failure(RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong):
                 self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
-                self.exchange(request, on: eventLoop, leadingCoalescedRun: false, completion: completion)
+                self.exchange(request, on: eventLoop, coalescedRun: nil, completion: completion)
             case .failure(let error):
                 completion(self.standInOrFail(for: request, with: error), true)
             }
@@ -253,7 +268,7 @@ public final class ComponentFetcher: Sendable {
     private func exchange(
         _ request: Request,
         on eventLoop: any EventLoop,
-        leadingCoalescedRun: Bool,
+        coalescedRun: RequestCoalescer<CacheKey, Outcome>.Run?,
         completion: @escaping Completion
     ) {
         var upstream = request.upstream
@@ -268,7 +283,8 @@ public final class ComponentFetcher: Sendable {
             fetcher: self,
             eventLoop: eventLoop,
             completion: completion,
-            leadsCoalescedRun: leadingCoalescedRun,
+            coalescedRun: coalescedRun,
+            ticket: cache.beginFill(target: request.key.target),
             requestTime: HTTPDate.now(),
             started: .now()
         )
@@ -308,7 +324,8 @@ public final class ComponentFetcher: Sendable {
     ) {
         var storedPlan: StoredPlan?
         let outcome = outcome(of: result, for: request, exchange, storedPlan: &storedPlan)
-        if exchange.leadsCoalescedRun { coalescer.finish(key: request.key, with: outcome) }
+        cache.endFill(exchange.ticket)
+        if let run = exchange.coalescedRun { coalescer.finish(run, with: outcome) }
         exchange.completion(outcome, false)
         // The observer hears last: the prefetches it starts go to the same backend, and the client whose miss
         // stored the component is answered before they are sent.
@@ -329,7 +346,7 @@ public final class ComponentFetcher: Sendable {
         case .success(let response):
             metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - exchange.started).nanoseconds))
             do {
-                return .success(try process(response, for: request, requestTime: exchange.requestTime, &storedPlan))
+                return .success(try process(response, for: request, exchange, &storedPlan))
             } catch {
                 return standInOrFail(for: request, with: error)
             }
@@ -342,14 +359,15 @@ public final class ComponentFetcher: Sendable {
     private func process(
         _ response: UpstreamResponse,
         for request: Request,
-        requestTime: Int64,
+        _ exchange: borrowing Exchange,
         _ storedPlan: inout StoredPlan?
     ) throws(ProxyError) -> Outcome {
+        let requestTime = exchange.requestTime
         let policy = request.fillPolicy(storageRules)
         switch policy.firstStep(for: response.status, at: .now()) {
         case .revalidate:
             guard let stale = request.staleEntry else { preconditionFailure("only a stale entry is revalidated") }
-            return revalidate(stale, with: response.headers, for: request, policy, requestTime: requestTime)
+            return revalidate(stale, with: response.headers, for: request, policy, exchange)
         case .standIn(let reason):
             return standIn(for: request, because: reason, backendStatus: response.status.code)
         case .decide:
@@ -402,17 +420,34 @@ public final class ComponentFetcher: Sendable {
             directives: directives,
             endToEndOnly: true
         )
-        guard cache.store(entry, for: request.key) else {
+        switch cache.storeFill(entry, for: request.key, ticket: exchange.ticket) {
+        case .stored(let entry):
+            if logsDebug {
+                logger.debug(
+                    "stored",
+                    metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"]
+                )
+            }
+            storedPlan = plan
+            return .stored(entry)
+        case .storedStale(let entry):
+            invalidatedInFlight(request, discarded: false, reason: "a soft invalidation")
+            return .stored(entry)
+        case .voided(let reason):
+            invalidatedInFlight(request, discarded: true, reason: reason)
+            return .invalidated(entry, reason: reason)
+        case .rejected:
             return .notStored(response, reason: "larger than a cache shard's budget, or an error over stored variants")
         }
-        if logsDebug {
-            logger.debug(
-                "stored",
-                metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"]
-            )
-        }
-        storedPlan = plan
-        return .stored(entry)
+    }
+
+    /// Counts and logs a fill that an invalidation reached while it was in flight.
+    private func invalidatedInFlight(_ request: Request, discarded: Bool, reason: String) {
+        metrics.fillInvalidated(discarded: discarded)
+        logger.info(
+            discarded ? "fill invalidated in flight, not stored" : "fill invalidated in flight, stored stale",
+            metadata: ["key": "\(request.key)", "reason": "\(reason)"]
+        )
     }
 
     /// A 304 for a stale entry: merge the new headers, restart freshness, store (RFC 9111 section 4.3.4).
@@ -421,8 +456,9 @@ public final class ComponentFetcher: Sendable {
         with headers: HTTPHeaders,
         for request: Request,
         _ policy: CacheFillPolicy,
-        requestTime: Int64
+        _ exchange: borrowing Exchange
     ) -> Outcome {
+        let requestTime = exchange.requestTime
         var updates = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         // A 304 without a Date is dated on receipt (RFC 9110 section 6.6.1). The entry's old Date would make
         // the refreshed entry as old as the first answer: stale again at once, revalidated on every request.
@@ -445,10 +481,22 @@ public final class ComponentFetcher: Sendable {
             metadata: metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime),
             directives: directives
         )
-        cache.store(refreshed, for: request.key)
-        cache.recordRevalidation(request.key)
-        logger.debug("revalidated", metadata: ["key": "\(request.key)", "ttl": "\(lifetime)"])
-        return .revalidated(refreshed)
+        // The 304 confirms what was stored when it was asked for: an invalidation since reaches it all the same.
+        switch cache.storeFill(refreshed, for: request.key, ticket: exchange.ticket) {
+        case .stored(let entry):
+            cache.recordRevalidation(request.key)
+            logger.debug("revalidated", metadata: ["key": "\(request.key)", "ttl": "\(lifetime)"])
+            return .revalidated(entry)
+        case .storedStale(let entry):
+            invalidatedInFlight(request, discarded: false, reason: "a soft invalidation")
+            return .revalidated(entry)
+        case .voided(let reason):
+            invalidatedInFlight(request, discarded: true, reason: reason)
+            return .invalidated(refreshed, reason: reason)
+        case .rejected:
+            cache.recordRevalidation(request.key)
+            return .revalidated(refreshed)
+        }
     }
 
     /// Removes the request's stale entry, which the fill policy says must not be served stale later. Only that
@@ -516,16 +564,19 @@ extension ComponentFetcher.Outcome {
     fileprivate var failedStatus: UInt? {
         switch self {
         case .notStored(let response, _) where response.status.code >= 500: response.status.code
-        case .stored(let entry) where entry.status.code >= 500: entry.status.code
+        case .stored(let entry) where entry.status.code >= 500,
+            .invalidated(let entry, _) where entry.status.code >= 500:
+            entry.status.code
         case .servedStale(_, _, let status): status
-        case .stored, .revalidated, .notStored: nil
+        case .stored, .revalidated, .notStored, .invalidated: nil
         }
     }
 
     /// The outcome as a coalesced run's waiters decide on it.
     fileprivate var asLeaderOutcome: CacheFillPolicy.LeaderOutcome {
         switch self {
-        case .stored(let entry), .revalidated(let entry): .entry(entry)
+        // An invalidated answer is still the leader's entry for the waiters: they asked before the invalidation.
+        case .stored(let entry), .revalidated(let entry), .invalidated(let entry, _): .entry(entry)
         case .servedStale(let entry, let reason, _): .servedStale(entry, because: reason)
         case .notStored(let response, _): .notStored(status: response.status, fields: response.fields)
         }

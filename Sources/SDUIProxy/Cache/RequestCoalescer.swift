@@ -3,13 +3,31 @@ import Synchronization
 
 /// Sends identical concurrent requests upstream once and fans the result out (the seed's deduplicator).
 ///
-/// The first caller for a key becomes the leader and runs the work; callers that arrive while it runs wait
-/// for its result on their own event loops. A waiter never waits longer than ``maximumWait``: after that it
+/// The first caller for a key becomes the leader of a run and does the work; callers that arrive while it runs
+/// wait for its result on their own event loops. A waiter never waits longer than ``maximumWait``: after that it
 /// is told to go alone (``Failure/waitedTooLong``), so a stuck upstream exchange cannot hold every client.
+///
+/// A run may stop taking callers before it ends: each run keeps the stamp its leader started it with (the
+/// cache's last invalidation number), and a caller joins only a run its `mayJoin` accepts. One it refuses (a purge
+/// came since it started) is left to finish for the waiters it has, and the caller leads a new run for the key,
+/// which later callers join.
 public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     public enum Failure: Error, Equatable {
         /// The leader did not finish within the maximum wait.
         case waitedTooLong
+    }
+
+    /// A run, as its leader names it when it finishes.
+    public struct Run: Hashable, Sendable {
+        fileprivate let id: UInt64
+    }
+
+    /// What a caller of ``join(key:stamp:on:mayJoin:)`` does.
+    public enum Role {
+        /// It leads this run: it does the work and hands its outcome to ``finish(_:with:)``.
+        case lead(Run)
+        /// It waits for the leader's outcome (on its own event loop), or ``Failure/waitedTooLong``.
+        case wait(EventLoopFuture<Value>)
     }
 
     private struct Waiter {
@@ -18,12 +36,22 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     }
 
     private struct InFlight {
+        let key: Key
+        let stamp: UInt64
         var waiters: [Waiter] = []
     }
 
+    private enum Joined {
+        case leads(Run)
+        case waits(Waiter, run: UInt64)
+    }
+
     private struct State {
-        var inFlight: [Key: InFlight] = [:]
-        var nextWaiterID: UInt64 = 0
+        /// Every run in flight, including those that take no more callers.
+        var runs: [UInt64: InFlight] = [:]
+        /// The run that callers for a key join.
+        var joinable: [Key: UInt64] = [:]
+        var nextID: UInt64 = 0
         var coalescedWaits = 0
     }
 
@@ -44,51 +72,66 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     /// How many callers joined an exchange that was already in flight, since start.
     public var coalescedWaits: Int { state.withLock { $0.coalescedWaits } }
 
-    /// How many keys have work in flight.
-    public var inFlightCount: Int { state.withLock { $0.inFlight.count } }
+    /// How many runs are in flight, including those that take no more callers.
+    public var inFlightCount: Int { state.withLock { $0.runs.count } }
 
-    /// Leads the run for `key`, or joins the run already in flight.
+    /// Leads a run for `key`, or joins the one in flight.
     ///
-    /// The leader runs the work itself and hands its outcome to ``finish(key:with:)``, which passes it to every
+    /// The leader does the work itself and hands its outcome to ``finish(_:with:)``, which passes it to every
     /// waiter. No closure is handed over for the work: the leader is every plain cache miss, and a closure that
     /// captures what the work needs is an allocation each.
     ///
-    /// - Returns: nil when this caller leads; otherwise the leader's outcome, on `eventLoop`, or
-    ///   ``Failure/waitedTooLong``.
-    public func join(key: Key, on eventLoop: any EventLoop) -> EventLoopFuture<Value>? {
-        let joined = state.withLock { state -> (UInt64, EventLoopPromise<Value>)? in
-            guard state.inFlight[key] != nil else {
-                state.inFlight[key] = InFlight()
-                return nil
+    /// - Parameters:
+    ///   - stamp: what a run this caller leads starts with (the cache's last invalidation number).
+    ///   - mayJoin: whether the caller may join a run that started with the stamp it is given; called under the
+    ///     coalescer's lock, so it must not call the coalescer.
+    public func join(
+        key: Key,
+        stamp: UInt64,
+        on eventLoop: any EventLoop,
+        mayJoin: (_ runStamp: UInt64) -> Bool = { _ in true }
+    ) -> Role {
+        let joined = state.withLock { state -> Joined in
+            if let id = state.joinable[key], let run = state.runs[id], mayJoin(run.stamp) {
+                let waiter = Waiter(id: state.nextID, promise: eventLoop.makePromise(of: Value.self))
+                state.nextID &+= 1
+                state.runs[id]!.waiters.append(waiter)
+                state.coalescedWaits += 1
+                return .waits(waiter, run: id)
             }
-            let waiter = Waiter(id: state.nextWaiterID, promise: eventLoop.makePromise(of: Value.self))
-            state.nextWaiterID &+= 1
-            state.inFlight[key]!.waiters.append(waiter)
-            state.coalescedWaits += 1
-            return (waiter.id, waiter.promise)
+            // None in flight, or one that takes no more callers: that one finishes for its own waiters.
+            let id = state.nextID
+            state.nextID &+= 1
+            state.runs[id] = InFlight(key: key, stamp: stamp)
+            state.joinable[key] = id
+            return .leads(Run(id: id))
         }
-        guard let (id, promise) = joined else { return nil }
-        scheduleTimeout(for: id, key: key, promise: promise, on: eventLoop)
-        return promise.futureResult
+        switch joined {
+        case .leads(let run):
+            return .lead(run)
+        case .waits(let waiter, let run):
+            scheduleTimeout(for: waiter, in: run, on: eventLoop)
+            return .wait(waiter.promise.futureResult)
+        }
     }
 
-    /// Ends the run for `key` that the caller leads: every waiter gets `outcome`, on its own loop, and the next
-    /// caller for `key` leads a new run.
-    public func finish(key: Key, with outcome: Result<Value, any Error>) {
-        let waiters = state.withLock { state in state.inFlight.removeValue(forKey: key)?.waiters ?? [] }
+    /// Ends `run`, which the caller leads: every waiter gets `outcome`, on its own loop, and the next caller for
+    /// its key leads a new run (unless a newer run already takes them).
+    public func finish(_ run: Run, with outcome: Result<Value, any Error>) {
+        let waiters = state.withLock { state -> [Waiter] in
+            guard let ended = state.runs.removeValue(forKey: run.id) else { return [] }
+            if state.joinable[ended.key] == run.id { state.joinable.removeValue(forKey: ended.key) }
+            return ended.waiters
+        }
         for waiter in waiters { waiter.promise.completeWith(outcome) }
     }
 
-    private func scheduleTimeout(
-        for id: UInt64,
-        key: Key,
-        promise: EventLoopPromise<Value>,
-        on eventLoop: any EventLoop
-    ) {
+    private func scheduleTimeout(for waiter: Waiter, in run: UInt64, on eventLoop: any EventLoop) {
+        let (id, promise) = (waiter.id, waiter.promise)
         let timeout = eventLoop.scheduleTask(in: maximumWait) {
             let removed = self.state.withLock { state -> Bool in
-                guard let index = state.inFlight[key]?.waiters.firstIndex(where: { $0.id == id }) else { return false }
-                state.inFlight[key]!.waiters.remove(at: index)
+                guard let index = state.runs[run]?.waiters.firstIndex(where: { $0.id == id }) else { return false }
+                state.runs[run]!.waiters.remove(at: index)
                 return true
             }
             if removed { promise.fail(Failure.waitedTooLong) }

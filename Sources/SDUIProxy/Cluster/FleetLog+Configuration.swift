@@ -33,7 +33,8 @@ extension FleetLog {
             ),
             settings: settings,
             appliers: Appliers(
-                invalidate: { invalidation in cache.invalidate(invalidation, now: .now()) },
+                // Through the cache, as every invalidation: it reaches the fills in flight here too.
+                invalidate: { invalidation in cache.invalidate(invalidation, now: .now()).responses },
                 prefetch: { prefetch in
                     guard let prefetcher = prefetcher.prefetcher else { return }
                     prefetchLogger.info(

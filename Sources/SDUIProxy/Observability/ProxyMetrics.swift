@@ -87,6 +87,8 @@ public final class ProxyMetrics: Sendable {
     private let upstreamDuration: DurationHistogram
     private let upstreamErrors: Mutex<[String: Counter]>
     private let coalescedWaits: Counter
+    /// `sdui_cache_fills_invalidated_total{effect}`: discarded, then stored stale.
+    private let invalidatedFills: [Counter]
     private let prefetchCounters: [Counter]
     private let openConnections: Gauge
     private let scrape: Mutex<ScrapeState>
@@ -132,6 +134,17 @@ public final class ProxyMetrics: Sendable {
                 help: "Requests that joined an identical in-flight backend request instead of sending their own."
             )
         )
+        self.invalidatedFills = ["discarded", "stale"].map { effect in
+            registry.makeCounter(
+                descriptor: Self.descriptor(
+                    "cache_fills_invalidated",
+                    unit: "total",
+                    help:
+                        "Cache fills an invalidation reached while in flight: their answers discarded, or stored stale."
+                ),
+                labels: [("effect", effect)]
+            )
+        }
         self.prefetchCounters = PrefetchOutcome.allCases.map { outcome in
             registry.makeCounter(
                 descriptor: Self.descriptor("prefetch", unit: "total", help: "Prefetches by outcome."),
@@ -226,6 +239,13 @@ public final class ProxyMetrics: Sendable {
     /// Counts a request that waited for an identical in-flight backend request: `sdui_coalesced_waits_total`.
     public func coalescedWait() {
         coalescedWaits.increment()
+    }
+
+    /// Counts a fill that an invalidation reached while it was in flight:
+    /// `sdui_cache_fills_invalidated_total{effect="discarded"}` when its answer was not stored, `effect="stale"` when
+    /// a soft one had it stored stale.
+    public func fillInvalidated(discarded: Bool) {
+        invalidatedFills[discarded ? 0 : 1].increment()
     }
 
     /// Counts a prefetch: `sdui_prefetch_total{outcome}`.

@@ -275,6 +275,8 @@ public final class Prefetcher: StoredComponentObserver {
             case .notStored(let response, let reason):
                 if response.status.code >= 400 { return .backendError(status: response.status) }
                 return .uncacheable(reason: reason)
+            case .invalidated(_, let reason):
+                return .uncacheable(reason: reason)
             }
         }.flatMapErrorThrowing { error in
             .failed(Self.proxyError(error))

@@ -449,6 +449,7 @@ extension QueueResponseHandlers {
     /// An invalidation closure over `cache`: a prefix removes entries whose target is under it, a tag the
     /// entries that carry it (``InvalidationRequest/cacheInvalidation``).
     public static func invalidation(through invalidator: CacheInvalidator) -> Invalidate {
-        { request in invalidator.invalidate(request.cacheInvalidation) }
+        // Through the invalidator, as every invalidation: it reaches the fills in flight too.
+        { request in invalidator.invalidate(request.cacheInvalidation).responses }
     }
 }

@@ -125,6 +125,12 @@ struct CacheResponder {
             status.forwardStatus = entry.status.code
             status.stored = true
             sink.writeStored(entry, presentation(of: entry, .miss, status, request: request, proxy: proxy, now: now))
+        case .success(.invalidated(let entry, let why)):
+            // Asked for before an invalidation that reached it: this request gets it, the cache does not keep it.
+            proxy.logger.debug("miss, invalidated in flight", metadata: ["key": "\(request.key)", "reason": "\(why)"])
+            status.forwardStatus = entry.status.code
+            status.detail = "invalidated"
+            sink.writeStored(entry, presentation(of: entry, .miss, status, request: request, proxy: proxy, now: now))
         case .success(.revalidated(let entry)):
             status.forwardStatus = HTTPResponseStatus.notModified.code
             status.stored = true

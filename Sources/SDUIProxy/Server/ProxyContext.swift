@@ -102,6 +102,10 @@ public final class ProxyContext: Sendable {
             configuration.upstream.timeout.timeAmount + configuration.upstream.bodyIdleTimeout.timeAmount + .seconds(1)
         let coalescer = coalescer ?? RequestCoalescer(maximumWait: maximumWait)
         coalescer.maximumWait = maximumWait
+        // Invalidations are remembered for the fills in flight they reach for twice as long as a waiter waits: a
+        // fill that outlasts that (its body trickling in past many idle limits) is not stored when an invalidation
+        // came while it ran, since the record of what that one reached is gone.
+        cache.fillRetention = maximumWait * 2
         let fetcher = ComponentFetcher(
             cache: cache,
             client: client,

@@ -97,6 +97,14 @@ public struct LRUStore<Key: Hashable, Value> {
         return value
     }
 
+    /// Replaces the value stored for `key` in place, its cost and recency unchanged; false when none is stored.
+    @discardableResult
+    public mutating func replaceValue(forKey key: Key, with value: Value) -> Bool {
+        guard let index = indexByKey[key] else { return false }
+        nodes[index].value = value
+        return true
+    }
+
     /// Removes every entry for which `shouldRemove` is true, and returns how many went. O(n).
     @discardableResult
     public mutating func removeAll(where shouldRemove: (Key, Value) -> Bool) -> Int {

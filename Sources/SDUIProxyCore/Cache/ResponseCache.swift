@@ -70,12 +70,21 @@ public final class ResponseCache: Sendable {
 
     private let shards: [Shard]
     private let shardMask: Int
+    /// The invalidations of the last while and the fills in flight, for the fills they reach
+    /// (``InvalidationHistory``): one for the whole cache, taken twice a fill and once an invalidation.
+    private let history: Mutex<InvalidationHistory>
+    /// The history's last invalidation number, read without its lock: a fill that no invalidation came after
+    /// (nearly all) stores without taking it.
+    private let lastInvalidation = Atomic<UInt64>(0)
 
     /// - Parameters:
     ///   - maxBytes: the total byte budget.
     ///   - maxEntries: the total entry limit.
     ///   - shardCount: a power of two; by default one shard per 4 MiB of budget, between 1 and 32.
-    public init(maxBytes: Int, maxEntries: Int, shardCount: Int? = nil) {
+    ///   - fillRetention: how long invalidations are remembered for the fills in flight they reach: longer than a
+    ///     fill takes (``fillRetention``).
+    public init(maxBytes: Int, maxEntries: Int, shardCount: Int? = nil, fillRetention: TimeAmount = .minutes(2)) {
+        history = Mutex(InvalidationHistory(retention: fillRetention))
         let count = shardCount ?? Self.defaultShardCount(maxBytes: maxBytes)
         precondition(count > 0 && count & (count - 1) == 0, "the shard count must be a power of two")
         let costLimit = max(1, maxBytes / count)
@@ -230,18 +239,41 @@ public final class ResponseCache: Sendable {
         }
     }
 
-    /// Applies `invalidation` to the stored responses (every platform and variant its scope reaches), and returns
-    /// how many it reached. Every invalidation comes here, whoever asked for it.
+    /// What an invalidation reached.
+    public struct Reach: Sendable, Equatable {
+        /// The stored responses it removed, or made stale.
+        public var responses: Int
+        /// The fills in flight it reached (for a tag, every fill in flight: their answers' tags decide).
+        public var fillsInFlight: Int
+
+        public init(responses: Int, fillsInFlight: Int = 0) {
+            self.responses = responses
+            self.fillsInFlight = fillsInFlight
+        }
+    }
+
+    /// Applies `invalidation` to the stored responses (every platform and variant its scope reaches) and to the
+    /// fills in flight, and returns what it reached. Every invalidation comes here, whoever asked for it.
     ///
-    /// A hard one removes them. A soft one leaves them stale as of `now` (``CachedResponse/softPurged(at:)``):
+    /// A hard one removes the responses. A soft one leaves them stale as of `now` (``CachedResponse/softPurged(at:)``):
     /// the next lookup finds them stale, so stale-while-revalidate answers with them at once and refreshes in the
     /// background, stale-if-error may stand them in for a failing backend, and the rest are revalidated (a
     /// conditional request when they have validators). Their windows count from `now`; one already stale is left
     /// as it is (and counted as reached). Whatever refreshes them is stored as any response is.
     ///
+    /// It is recorded first, so that a fill in flight that it reaches is not stored, or stored stale
+    /// (``storeFill(_:for:ticket:)``), and no later request joins that fill (``mayJoinFill(startedAfter:target:)``).
+    ///
     /// Visits every shard: for invalidation and admin use, not the hit path.
     @discardableResult
-    public func invalidate(_ invalidation: CacheInvalidation, now: NIODeadline) -> Int {
+    public func invalidate(_ invalidation: CacheInvalidation, now: NIODeadline) -> Reach {
+        // Recorded before the shards are visited: a fill that stores after this visit finds the record
+        // (``storeFill(_:for:ticket:)`` checks after it stores), and one that stored before it is reached here.
+        let fillsReached = history.withLock { history in
+            let (sequence, reached) = history.record(invalidation, at: now)
+            lastInvalidation.store(sequence, ordering: .sequentiallyConsistent)
+            return reached
+        }
         let matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool
         switch invalidation.scope {
         case .targets(let targets):
@@ -255,19 +287,128 @@ public final class ResponseCache: Sendable {
         case .all:
             matches = { _, _ in true }
         }
-        return invalidation.soft ? markStale(where: matches, now: now) : remove(where: matches)
+        let responses = invalidation.soft ? markStale(where: matches, now: now) : remove(where: matches)
+        return Reach(responses: responses, fillsInFlight: fillsReached)
+    }
+
+    // MARK: Fills in flight
+
+    /// How long invalidations are remembered for the fills in flight: longer than a fill takes (the upstream's
+    /// head and body timeouts). A fill that outlasts it is not stored when an invalidation came while it ran.
+    public var fillRetention: TimeAmount {
+        get { history.withLock { $0.retention } }
+        set { history.withLock { $0.retention = newValue } }
+    }
+
+    /// How many fills are in flight.
+    public var fillsInFlight: Int { history.withLock { $0.fillCount } }
+
+    /// Notes a fill of `target` starting: the ticket goes to ``storeFill(_:for:ticket:)`` and ``endFill(_:)``.
+    public func beginFill(target: String) -> InvalidationHistory.Ticket {
+        history.withLock { $0.beginFill(target: target) }
+    }
+
+    /// Notes that the fill of `ticket` has ended, whatever became of it.
+    public func endFill(_ ticket: InvalidationHistory.Ticket) {
+        history.withLock { $0.endFill(ticket) }
+    }
+
+    /// The number of the last invalidation, for ``mayJoinFill(startedAfter:target:)``.
+    public var lastInvalidationSequence: UInt64 { lastInvalidation.load(ordering: .sequentiallyConsistent) }
+
+    /// Whether a request for `target` may join a fill that started when ``lastInvalidationSequence`` was
+    /// `sequence`: no invalidation since may reach it.
+    public func mayJoinFill(startedAfter sequence: UInt64, target: String) -> Bool {
+        guard lastInvalidation.load(ordering: .sequentiallyConsistent) != sequence else { return true }
+        return history.withLock { $0.mayJoin(runStartedAfter: sequence, target: target) }
+    }
+
+    /// What became of a fill's answer.
+    public enum FillStore: Sendable {
+        /// Stored: this entry.
+        case stored(CachedResponse)
+        /// Stored stale, as of a soft invalidation that reached the fill: this entry.
+        case storedStale(CachedResponse)
+        /// Not stored: an invalidation since the fill started reaches it; `reason` says which.
+        case voided(reason: String)
+        /// Not stored: larger than a shard's budget, or an error over stored variants (``store(_:for:)``).
+        case rejected
+    }
+
+    /// Stores the answer of the fill that holds `ticket`, unless an invalidation since the fill started reaches
+    /// it (``InvalidationHistory/verdict(for:target:tags:)``): a hard one voids it, a soft one stores it stale as
+    /// of that invalidation.
+    ///
+    /// Checked before storing and again after: an invalidation recorded between the two may have visited the
+    /// shard before the entry was in it. One recorded after the second check visits the shard after the entry is
+    /// in it, and reaches it as any stored entry.
+    public func storeFill(
+        _ entry: CachedResponse,
+        for key: CacheKey,
+        ticket: InvalidationHistory.Ticket
+    ) -> FillStore {
+        var entry = entry
+        var stale = false
+        var (verdict, checked) = fillVerdict(since: ticket.sequence, target: key.target, tags: entry.tags)
+        switch verdict {
+        case .discard(let reason):
+            return .voided(reason: reason)
+        case .storeStale(let instant):
+            entry = entry.softPurged(at: instant) ?? entry
+            stale = true
+        case .store:
+            break
+        }
+        guard store(entry, for: key) else { return .rejected }
+        (verdict, _) = fillVerdict(since: checked, target: key.target, tags: entry.tags)
+        switch verdict {
+        case .store:
+            return stale ? .storedStale(entry) : .stored(entry)
+        case .discard(let reason):
+            remove(entry, storedFor: key, countingAsPurged: false)
+            return .voided(reason: reason)
+        case .storeStale(let instant):
+            // Replaced only while it is still what is stored: whatever replaced it since is newer.
+            if let softPurged = entry.softPurged(at: instant), replace(entry, with: softPurged, storedFor: key) {
+                return .storedStale(softPurged)
+            }
+            return .storedStale(entry)
+        }
+    }
+
+    /// The verdict on an answer asked for when `sequence` was the last invalidation's number, and the number it
+    /// was given at.
+    private func fillVerdict(
+        since sequence: UInt64,
+        target: String,
+        tags: [String]
+    ) -> (InvalidationHistory.Verdict, UInt64) {
+        let last = lastInvalidation.load(ordering: .sequentiallyConsistent)
+        guard last != sequence else { return (.store, last) }
+        return history.withLock { history in
+            (history.verdict(since: sequence, target: target, tags: tags), history.lastSequence)
+        }
+    }
+
+    /// Replaces `entry` by `replacement` if it is still what is stored for `key`, in place.
+    private func replace(_ entry: CachedResponse, with replacement: CachedResponse, storedFor key: CacheKey) -> Bool {
+        let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)
+        return withShard(for: key) { state -> Bool in
+            guard case .response(let stored)? = state.store.peek(key), stored === entry else { return false }
+            return state.store.replaceValue(forKey: key, with: .response(replacement))
+        }
     }
 
     /// Removes `entry` if it is still what is stored for `key` (under its variant's key, when it varies), and
     /// counts it as purged: for a fill that finds its stale entry must not be served later. Not an invalidation:
     /// the target's other platforms and variants stay.
     @discardableResult
-    public func remove(_ entry: CachedResponse, storedFor key: CacheKey) -> Bool {
+    public func remove(_ entry: CachedResponse, storedFor key: CacheKey, countingAsPurged: Bool = true) -> Bool {
         let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)
         let removed = withShard(for: key) { state -> CachedResponse? in
             guard case .response(let stored)? = state.store.peek(key), stored === entry else { return nil }
             state.store.removeValue(forKey: key)
-            state.statistics.purged += 1
+            if countingAsPurged { state.statistics.purged += 1 }
             return stored
         }
         return removed != nil

@@ -14,7 +14,7 @@ struct AdminEndpointTests {
                 #expect(try await proxy.get(path)["X-Cache"] == "MISS")
             }
             let purge = try await proxy.admin("/cache?prefix=/screens/c", method: .DELETE)
-            #expect(purge.body == #"{"purged":3,"prefix":"/screens/c"}"#)
+            #expect(purge.body == #"{"purged":3,"inFlight":0,"prefix":"/screens/c"}"#)
             for path in ["/screens/c", "/screens/c/1", "/screens/c?tab=2"] {
                 #expect(try await proxy.get(path)["X-Cache"] == "MISS", "\(path)")
             }
@@ -29,15 +29,15 @@ struct AdminEndpointTests {
         try await ProxyHarness.run { proxy async throws in
             for path in ["/search?q=a+b&page=2", "/search?q=a+b", "/search"] { _ = try await proxy.get(path) }
             let raw = try await proxy.admin("/cache?url=/search?q=a+b&page=2", method: .DELETE)
-            #expect(raw.body == #"{"purged":1,"url":"/search?q=a+b&page=2"}"#)
+            #expect(raw.body == #"{"purged":1,"inFlight":0,"url":"/search?q=a+b&page=2"}"#)
             let encoded = try await proxy.admin("/cache?url=%2Fsearch%3Fq%3Da%2Bb", method: .DELETE)
-            #expect(encoded.body == #"{"purged":1,"url":"/search?q=a+b"}"#)
+            #expect(encoded.body == #"{"purged":1,"inFlight":0,"url":"/search?q=a+b"}"#)
             #expect(try await proxy.get("/search")["X-Cache"] == "HIT")
             #expect(try await proxy.get("/search?q=a+b&page=2")["X-Cache"] == "MISS")
             // Written as it is, a target's own escapes keep their meaning, as in a request.
             _ = try await proxy.get("/search?q=a%20b")
             let escaped = try await proxy.admin("/cache?url=/search?q=a%20b", method: .DELETE)
-            #expect(escaped.body == #"{"purged":1,"url":"/search?q=a%20b"}"#)
+            #expect(escaped.body == #"{"purged":1,"inFlight":0,"url":"/search?q=a%20b"}"#)
             #expect(try await proxy.admin("/cache?url=search", method: .DELETE).status == .badRequest)
         }
     }
@@ -121,10 +121,10 @@ struct AdminEndpointTests {
             let paths = ["/u?x=1", "/p/1", "/t", "/o"]
             for path in paths { #expect(try await proxy.get(path)["X-Cache"] == "MISS") }
             let purges: [(String, String, [String])] = [
-                ("soft=true&url=/u?x=1", #"{"purged":1,"url":"/u?x=1","soft":true}"#, ["/u?x=1"]),
-                ("prefix=/p&soft=true", #"{"purged":1,"prefix":"/p","soft":true}"#, ["/p/1"]),
-                ("tag=t&soft=true", #"{"purged":1,"tag":"t","soft":true}"#, ["/t"]),
-                ("soft=true", #"{"purged":4,"all":true,"soft":true}"#, paths),
+                ("soft=true&url=/u?x=1", #"{"purged":1,"inFlight":0,"url":"/u?x=1","soft":true}"#, ["/u?x=1"]),
+                ("prefix=/p&soft=true", #"{"purged":1,"inFlight":0,"prefix":"/p","soft":true}"#, ["/p/1"]),
+                ("tag=t&soft=true", #"{"purged":1,"inFlight":0,"tag":"t","soft":true}"#, ["/t"]),
+                ("soft=true", #"{"purged":4,"inFlight":0,"all":true,"soft":true}"#, paths),
             ]
             for (query, answer, reached) in purges {
                 let purge = try await proxy.admin("/cache?" + query, method: .DELETE)

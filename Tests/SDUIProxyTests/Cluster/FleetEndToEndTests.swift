@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
@@ -145,6 +146,35 @@ struct FleetEndToEndTests {
             #expect(try await fleet.waitFor(2, "/screens/cart") != nil)
             let cluster = try await fleet.admin(0, "/cluster").body
             for name in ["a", "b", "c"] { #expect(cluster.contains(#""name":"\#(name)""#), "\(cluster)") }
+        }
+    }
+
+    @Test("a purge made on one replica voids a fill in flight on another: its answer is not stored there")
+    func purgeVoidsAFillInFlightElsewhere() async throws {
+        try await Self.withFleet { fleet in
+            let gate = OriginGate()
+            let isFirst = NIOLockedValueBox(true)
+            fleet.origin.setResponder { request in
+                guard request.uri == "/screens/slow" else { return .component(maxAge: 300) }
+                let first = isFirst.withLockedValue { value in
+                    defer { value = false }
+                    return value
+                }
+                return .component(maxAge: 300, extra: #","v":\#(first ? 1 : 2)"#, heldBy: first ? gate : nil)
+            }
+            async let held = fleet.get(1, "/screens/slow")
+            try await waitUntil { fleet.origin.requests(to: "/screens/slow").count == 1 }
+            let purge = try await fleet.admin(0, "/cache?url=/screens/slow", method: .DELETE)
+            #expect(purge.body.contains(#""fanOut":"recorded""#), "\(purge.body)")
+            let applied = #"sdui_fleet_invalidations_applied_total{kind="targets"} 1"#
+            try await waitUntil { try await fleet.admin(1, "/metrics").body.contains(applied) }
+            gate.open()
+            let answer = try await held
+            #expect(answer.body.contains(#""v":1"#))
+            #expect(answer["Cache-Status"]?.hasSuffix("; detail=invalidated") == true, "\(answer.headers)")
+            let next = try await fleet.get(1, "/screens/slow")
+            #expect(next["X-Cache"] == "MISS")
+            #expect(next.body.contains(#""v":2"#))
         }
     }
 }

@@ -29,7 +29,7 @@ struct FleetWithoutPostgresTests {
 
             let purge = try await proxy.admin("/cache?url=/screens/a", method: .DELETE)
             #expect(purge.status == .ok)
-            #expect(purge.body == #"{"purged":1,"url":"/screens/a","fanOut":"pending"}"#)
+            #expect(purge.body == #"{"purged":1,"inFlight":0,"url":"/screens/a","fanOut":"pending"}"#)
             #expect(try await proxy.get("/screens/a")["X-Cache"] == "MISS")
 
             let cluster = try await proxy.admin("/cluster").body
