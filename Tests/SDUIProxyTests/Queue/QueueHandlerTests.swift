@@ -18,6 +18,27 @@ import Testing
         }
     }
 
+    @Test("a handler's invalidation goes through the cache's invalidator, and so reaches the fills in flight too")
+    func handlerInvalidationReachesFillsInFlight() {
+        let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
+        let invalidate = QueueResponseHandlers.invalidation(through: CacheInvalidator(cache: cache))
+        let ticket = cache.beginFill(target: "/screens/orders/1")
+        #expect(invalidate(.prefix("/screens/orders")) == 0)
+        let answer = CachedResponse(
+            status: .ok,
+            headers: ["Content-Type": "application/json", "Cache-Control": "max-age=60"],
+            body: ByteBuffer(string: "{}"),
+            metadata: CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        )
+        let key = CacheKey(target: "/screens/orders/1", platform: "WEB")
+        guard case .voided = cache.storeFill(answer, for: key, ticket: ticket) else {
+            Issue.record("the fill in flight was stored after the handler's invalidation")
+            return
+        }
+        cache.endFill(ticket)
+        #expect(cache.statistics.entries == 0)
+    }
+
     @Test func handlersInvalidateAndNotifyOnTheirOutcomes() async throws {
         let backend = try await QueueTestOrigin.start()
         backend.setBehaviour { head, _, _ in .init(status: head.uri.hasSuffix("/bad") ? .unprocessableEntity : .created)
