@@ -32,6 +32,20 @@ struct PurgeInFlightTests {
         }
     }
 
+    /// Runs `body` with a proxy whose fill of `/slow/home` is in flight: the origin has the request and holds its
+    /// answer until `gate` opens; `first` is the answer the client that asked will get.
+    private static func withFillInFlight(
+        _ body: (_ proxy: ProxyHarness, _ gate: OriginGate, _ first: Task<ProxyHarness.Reply, any Error>) async throws
+            -> Void
+    ) async throws {
+        let gate = OriginGate()
+        try await ProxyHarness.run(origin: origin(held: gate)) { proxy async throws in
+            let first = Task { try await proxy.get("/slow/home") }
+            try await waitUntil { proxy.origin.requestCount == 1 }
+            try await body(proxy, gate, first)
+        }
+    }
+
     static let purges: [(query: String, answer: String)] = [
         ("url=/slow/home", #"{"purged":0,"inFlight":1,"url":"/slow/home"}"#),
         ("prefix=/slow", #"{"purged":0,"inFlight":1,"prefix":"/slow"}"#),
@@ -44,10 +58,7 @@ struct PurgeInFlightTests {
         arguments: purges
     )
     func hardPurge(query: String, answer: String) async throws {
-        let gate = OriginGate()
-        try await ProxyHarness.run(origin: Self.origin(held: gate)) { proxy async throws in
-            async let first = proxy.get("/slow/home")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await Self.withFillInFlight { proxy, gate, first async throws in
             let purge = try await proxy.admin("/cache" + (query.isEmpty ? "" : "?" + query), method: .DELETE)
             #expect(purge.body == answer)
 
@@ -59,7 +70,7 @@ struct PurgeInFlightTests {
             #expect(proxy.origin.requestCount == 2)
 
             gate.open()
-            let old = try await first
+            let old = try await first.value
             #expect(old.status == .ok)
             #expect(old.body.contains(#""v":1"#))
             let status = try #require(old["Cache-Status"])
@@ -77,13 +88,10 @@ struct PurgeInFlightTests {
 
     @Test("a purge during a fill that no one asks again for: the next request is a miss, not a hit on the old answer")
     func nextRequestMisses() async throws {
-        let gate = OriginGate()
-        try await ProxyHarness.run(origin: Self.origin(held: gate)) { proxy async throws in
-            async let first = proxy.get("/slow/home")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await Self.withFillInFlight { proxy, gate, first async throws in
             _ = try await proxy.admin("/cache?url=/slow/home", method: .DELETE)
             gate.open()
-            #expect(try await first.body.contains(#""v":1"#))
+            #expect(try await first.value.body.contains(#""v":1"#))
             let next = try await proxy.get("/slow/home")
             #expect(next["X-Cache"] == "MISS")
             #expect(next.body.contains(#""v":2"#))
@@ -93,16 +101,13 @@ struct PurgeInFlightTests {
 
     @Test("a purge of another screen leaves the fill alone: stored, and later requests join it")
     func otherTarget() async throws {
-        let gate = OriginGate()
-        try await ProxyHarness.run(origin: Self.origin(held: gate)) { proxy async throws in
-            async let first = proxy.get("/slow/home")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await Self.withFillInFlight { proxy, gate, first async throws in
             let purge = try await proxy.admin("/cache?url=/slow/other", method: .DELETE)
             #expect(purge.body == #"{"purged":0,"inFlight":0,"url":"/slow/other"}"#)
             async let joined = proxy.get("/slow/home")
             try await waitUntil { try await proxy.admin("/cache/stats").body.contains(#""coalescedWaits":1"#) }
             gate.open()
-            #expect(try await first["Cache-Status"]?.hasSuffix("stored") == true)
+            #expect(try await first.value["Cache-Status"]?.hasSuffix("stored") == true)
             #expect(try await joined["Cache-Status"]?.hasSuffix("stored; collapsed") == true)
             #expect(try await proxy.get("/slow/home").body.contains(#""v":1"#))
             #expect(proxy.origin.requestCount == 1)
@@ -111,10 +116,7 @@ struct PurgeInFlightTests {
 
     @Test("requests that joined the fill before the purge get its answer too")
     func waitersBeforeThePurge() async throws {
-        let gate = OriginGate()
-        try await ProxyHarness.run(origin: Self.origin(held: gate)) { proxy async throws in
-            async let first = proxy.get("/slow/home")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await Self.withFillInFlight { proxy, gate, first async throws in
             async let waiter = proxy.get("/slow/home")
             try await waitUntil { try await proxy.admin("/cache/stats").body.contains(#""coalescedWaits":1"#) }
             _ = try await proxy.admin("/cache?url=/slow/home", method: .DELETE)
@@ -122,7 +124,7 @@ struct PurgeInFlightTests {
             let waited = try await waiter
             #expect(waited.body.contains(#""v":1"#))
             #expect(waited["Cache-Status"]?.hasSuffix("; collapsed; detail=invalidated") == true)
-            #expect(try await first.body.contains(#""v":1"#))
+            #expect(try await first.value.body.contains(#""v":1"#))
             #expect(proxy.origin.requestCount == 1)
             #expect(try await proxy.get("/slow/home")["X-Cache"] == "MISS")
         }
@@ -130,14 +132,11 @@ struct PurgeInFlightTests {
 
     @Test("a soft purge during a fill stores its answer stale: the next request is served stale and refreshes it")
     func softPurge() async throws {
-        let gate = OriginGate()
-        try await ProxyHarness.run(origin: Self.origin(held: gate)) { proxy async throws in
-            async let first = proxy.get("/slow/home")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await Self.withFillInFlight { proxy, gate, first async throws in
             let purge = try await proxy.admin("/cache?url=/slow/home&soft=true", method: .DELETE)
             #expect(purge.body == #"{"purged":0,"inFlight":1,"url":"/slow/home","soft":true}"#)
             gate.open()
-            #expect(try await first.body.contains(#""v":1"#))
+            #expect(try await first.value.body.contains(#""v":1"#))
 
             let next = try await proxy.get("/slow/home")
             #expect(next["X-Cache"] == "STALE")
@@ -151,13 +150,10 @@ struct PurgeInFlightTests {
 
     @Test("a successful POST to the screen during its fill invalidates the fill as a purge does")
     func unsafeMethod() async throws {
-        let gate = OriginGate()
-        try await ProxyHarness.run(origin: Self.origin(held: gate)) { proxy async throws in
-            async let first = proxy.get("/slow/home")
-            try await waitUntil { proxy.origin.requestCount == 1 }
+        try await Self.withFillInFlight { proxy, gate, first async throws in
             #expect(try await proxy.get("/slow/home", method: .POST, body: "{}").status == .ok)
             gate.open()
-            #expect(try await first["Cache-Status"]?.hasSuffix("detail=invalidated") == true)
+            #expect(try await first.value["Cache-Status"]?.hasSuffix("detail=invalidated") == true)
             #expect(try await proxy.get("/slow/home")["X-Cache"] == "MISS")
         }
     }

@@ -420,34 +420,44 @@ public final class ComponentFetcher: Sendable {
             directives: directives,
             endToEndOnly: true
         )
-        switch cache.storeFill(entry, for: request.key, ticket: exchange.ticket) {
-        case .stored(let entry):
+        switch store(entry, for: request, exchange) {
+        case .stored(let stored), .storedStale(let stored):
             if logsDebug {
                 logger.debug(
                     "stored",
-                    metadata: ["key": "\(request.key)", "bytes": "\(entry.byteCost)", "ttl": "\(lifetime)"]
+                    metadata: ["key": "\(request.key)", "bytes": "\(stored.byteCost)", "ttl": "\(lifetime)"]
                 )
             }
             storedPlan = plan
-            return .stored(entry)
-        case .storedStale(let entry):
-            invalidatedInFlight(request, discarded: false, reason: "a soft invalidation")
-            return .stored(entry)
+            return .stored(stored)
         case .voided(let reason):
-            invalidatedInFlight(request, discarded: true, reason: reason)
             return .invalidated(entry, reason: reason)
         case .rejected:
             return .notStored(response, reason: "larger than a cache shard's budget, or an error over stored variants")
         }
     }
 
-    /// Counts and logs a fill that an invalidation reached while it was in flight.
-    private func invalidatedInFlight(_ request: Request, discarded: Bool, reason: String) {
-        metrics.fillInvalidated(discarded: discarded)
+    /// Stores the answer of the fill `exchange` made, unless an invalidation reached the fill while it was in
+    /// flight (``ResponseCache/storeFill(_:for:ticket:)``): such a fill is counted and logged.
+    private func store(
+        _ entry: CachedResponse,
+        for request: Request,
+        _ exchange: borrowing Exchange
+    ) -> ResponseCache.FillStore {
+        let stored = cache.storeFill(entry, for: request.key, ticket: exchange.ticket)
+        let invalidation: (discarded: Bool, reason: String)
+        switch stored {
+        case .stored, .rejected: return stored
+        case .storedStale: invalidation = (false, "a soft invalidation")
+        case .voided(let reason): invalidation = (true, reason)
+        }
+        metrics.fillInvalidated(discarded: invalidation.discarded)
         logger.info(
-            discarded ? "fill invalidated in flight, not stored" : "fill invalidated in flight, stored stale",
-            metadata: ["key": "\(request.key)", "reason": "\(reason)"]
+            invalidation.discarded
+                ? "fill invalidated in flight, not stored" : "fill invalidated in flight, stored stale",
+            metadata: ["key": "\(request.key)", "reason": "\(invalidation.reason)"]
         )
+        return stored
     }
 
     /// A 304 for a stale entry: merge the new headers, restart freshness, store (RFC 9111 section 4.3.4).
@@ -482,16 +492,12 @@ public final class ComponentFetcher: Sendable {
             directives: directives
         )
         // The 304 confirms what was stored when it was asked for: an invalidation since reaches it all the same.
-        switch cache.storeFill(refreshed, for: request.key, ticket: exchange.ticket) {
-        case .stored(let entry):
+        switch store(refreshed, for: request, exchange) {
+        case .stored(let entry), .storedStale(let entry):
             cache.recordRevalidation(request.key)
             logger.debug("revalidated", metadata: ["key": "\(request.key)", "ttl": "\(lifetime)"])
             return .revalidated(entry)
-        case .storedStale(let entry):
-            invalidatedInFlight(request, discarded: false, reason: "a soft invalidation")
-            return .revalidated(entry)
         case .voided(let reason):
-            invalidatedInFlight(request, discarded: true, reason: reason)
             return .invalidated(refreshed, reason: reason)
         case .rejected:
             cache.recordRevalidation(request.key)
