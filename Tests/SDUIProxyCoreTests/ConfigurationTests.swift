@@ -55,6 +55,11 @@ struct ConfigurationTests {
         #expect(try load("upstream: { maxConnections: 1 }").upstream.forwardConnectionLimit == 1)
         let set = try load("upstream: { maxConnections: 10, maxForwardConnections: 10 }")
         #expect(set.upstream.forwardConnectionLimit == 10)
+        let printed = ConfigurationPrinter.yaml(set, adminTokenIsSet: false)
+        #expect(printed.contains("maxForwardConnections: 10"), "\(printed)")
+        #expect(try load(printed) == set)
+        // Left out, it is left out of the print too: it follows maxConnections wherever that comes from.
+        #expect(!ConfigurationPrinter.yaml(defaults, adminTokenIsSet: false).contains("maxForwardConnections"))
         let fromEnvironment = try load("", environment: ["SDUI_PROXY_UPSTREAM_MAX_FORWARD_CONNECTIONS": "3"])
         #expect(fromEnvironment.upstream.forwardConnectionLimit == 3)
         let over = try #require(error("upstream: { maxConnections: 8, maxForwardConnections: 9 }"))
