@@ -46,6 +46,60 @@ struct ConfigurationTests {
         #expect("\(refused)".contains("at least upstream.maxResponseBytes"))
     }
 
+    @Test("upstream.maxForwardConnections: half of maxConnections by default, at most maxConnections")
+    func forwardConnections() throws {
+        let defaults = try load("")
+        #expect(defaults.upstream.maxForwardConnections == nil)
+        #expect(defaults.upstream.forwardConnectionLimit == 32)
+        #expect(try load("upstream: { maxConnections: 10 }").upstream.forwardConnectionLimit == 5)
+        #expect(try load("upstream: { maxConnections: 1 }").upstream.forwardConnectionLimit == 1)
+        let set = try load("upstream: { maxConnections: 10, maxForwardConnections: 10 }")
+        #expect(set.upstream.forwardConnectionLimit == 10)
+        let printed = ConfigurationPrinter.yaml(set, adminTokenIsSet: false)
+        #expect(printed.contains("maxForwardConnections: 10"), "\(printed)")
+        #expect(try load(printed) == set)
+        // Left out, it is left out of the print too: it follows maxConnections wherever that comes from.
+        #expect(!ConfigurationPrinter.yaml(defaults, adminTokenIsSet: false).contains("maxForwardConnections"))
+        let fromEnvironment = try load("", environment: ["SDUI_PROXY_UPSTREAM_MAX_FORWARD_CONNECTIONS": "3"])
+        #expect(fromEnvironment.upstream.forwardConnectionLimit == 3)
+        let over = try #require(error("upstream: { maxConnections: 8, maxForwardConnections: 9 }"))
+        #expect(over.key == "upstream.maxForwardConnections")
+        #expect("\(over)".contains("at most upstream.maxConnections (8)"), "\(over)")
+        let zero = try #require(error("upstream: { maxForwardConnections: 0 }"))
+        #expect(zero.key == "upstream.maxForwardConnections")
+    }
+
+    @Test("limits.requestBufferBytes and requestBufferDirectory: 64KiB and the system's temporary directory")
+    func requestBuffering() throws {
+        let defaults = try load("")
+        #expect(defaults.limits.requestBufferBytes == 64 << 10)
+        #expect(defaults.limits.requestBufferDirectory == nil)
+        let set = try load("limits: { requestBufferBytes: 1MiB, requestBufferDirectory: /var/spool/proxy }")
+        #expect(set.limits.requestBufferBytes == 1 << 20)
+        #expect(set.limits.requestBufferDirectory == "/var/spool/proxy")
+        let fromEnvironment = try load("", environment: ["SDUI_PROXY_LIMITS_REQUEST_BUFFER_BYTES": "0"])
+        #expect(fromEnvironment.limits.requestBufferBytes == 0, "0 writes every body to a file")
+        let bad = try #require(error("limits: { requestBufferBytes: lots }"))
+        #expect(bad.key == "limits.requestBufferBytes")
+        let printed = ConfigurationPrinter.yaml(set, adminTokenIsSet: false)
+        #expect(try load(printed) == set)
+    }
+
+    @Test("stream: true on a bypass route streams uploads; anywhere else it is refused, naming the key")
+    func streamingRoutes() throws {
+        let yaml = "cache: { routes: [{ prefix: /uploads/, bypass: true, stream: true }, { prefix: /api/ }] }"
+        let configuration = try load(yaml)
+        #expect(configuration.cache.routes.map(\.policy.stream) == [true, false])
+        #expect(try load(ConfigurationPrinter.yaml(configuration, adminTokenIsSet: false)) == configuration)
+        let notBypass = try #require(error("cache: { routes: [{ prefix: /screens/, stream: true }] }"))
+        #expect(notBypass.key.hasSuffix("stream"), "\(notBypass)")
+        #expect(notBypass.key.hasPrefix("cache.routes"), "\(notBypass)")
+        #expect("\(notBypass)".contains("bypass: true"), "\(notBypass)")
+        let topLevel = try #require(error("cache: { stream: true }"))
+        #expect(topLevel.key == "cache.stream")
+        #expect(try load("cache: { routes: [{ prefix: /screens/, stream: false }] }").cache.routes.count == 1)
+    }
+
     @Test("upstream.caFile is read from the file or SDUI_PROXY_UPSTREAM_CA_FILE, absent by default, and printed")
     func caFile() throws {
         #expect(try load("").upstream.caFile == nil)

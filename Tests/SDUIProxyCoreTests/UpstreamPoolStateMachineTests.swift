@@ -28,7 +28,13 @@ struct UpstreamPoolStateMachineTests {
             sourceLocation: sourceLocation
         )
         #expect(Set(pool.idleConnections).count == pool.idleConnections.count, sourceLocation: sourceLocation)
-        if !pool.parkedWaiters.isEmpty {
+        #expect(pool.forwardCount <= pool.forwardLimit, "forwards over their share", sourceLocation: sourceLocation)
+        // A forward waits while forwards hold their whole share, whatever else is free; nothing else waits for a
+        // reason other than a full pool.
+        let servable =
+            pool.mayTakeConnection(for: .forward)
+            ? pool.parkedWaiters : pool.parkedWaiters.filter { !pool.parkedForwards.contains($0) }
+        if !servable.isEmpty {
             // Nobody waits while a connection is idle or there is room for a new one.
             #expect(
                 pool.idleConnections.isEmpty,
@@ -72,6 +78,93 @@ struct UpstreamPoolStateMachineTests {
         #expect(pool.limit == 1)
         #expect(pool.leaseRequested(deadline: Self.deadline) == .open(ConnectionID(0), for: WaiterID(0)))
         #expect(pool.leaseRequested(deadline: Self.deadline) == .park(WaiterID(1), until: Self.deadline))
+    }
+
+    // MARK: - The forwards' share
+
+    @Test("forwards hold at most their share; one over it waits while fills still get connections")
+    func forwardWaitsWhileFillsGetConnections() {
+        var pool = Pool(limit: 4, forwardLimit: 2)
+        #expect(pool.leaseRequested(deadline: Self.deadline, for: .forward) == .open(ConnectionID(0), for: WaiterID(0)))
+        #expect(pool.leaseRequested(deadline: Self.deadline, for: .forward) == .open(ConnectionID(1), for: WaiterID(1)))
+        // Room for two more connections, but forwards hold their share.
+        #expect(pool.leaseRequested(deadline: Self.deadline, for: .forward) == .park(WaiterID(2), until: Self.deadline))
+        #expect(pool.parkedForwards == [WaiterID(2)])
+        #expect(pool.forwardCount == 2)
+        // Fills take the rest of the pool.
+        #expect(pool.leaseRequested(deadline: Self.deadline, for: .fill) == .open(ConnectionID(2), for: WaiterID(3)))
+        #expect(pool.leaseRequested(deadline: Self.deadline, for: .fill) == .open(ConnectionID(3), for: WaiterID(4)))
+        for id in 0..<4 { _ = pool.connectionEstablished(ConnectionID(id)) }
+        // A fill's connection released goes idle, not to the waiting forward; the next fill takes it.
+        #expect(pool.connectionReleased(ConnectionID(2), reusable: true) == .none)
+        #expect(pool.idleConnections == [ConnectionID(2)])
+        #expect(pool.leaseRequested(deadline: Self.deadline, for: .fill) == .lease(ConnectionID(2), to: WaiterID(5)))
+        // A forward's connection released goes to the waiting forward.
+        #expect(pool.connectionReleased(ConnectionID(0), reusable: true) == .lease(ConnectionID(0), to: WaiterID(2)))
+        #expect(pool.forwardCount == 2)
+        #expect(pool.parkedWaiters.isEmpty)
+        Self.checkInvariants(pool, known: (0..<4).map(ConnectionID.init))
+    }
+
+    @Test("fills are never starved by forwards: however many forwards wait, fills are served from the rest")
+    func fillsNeverStarvedByForwards() {
+        var pool = Pool(limit: 4, forwardLimit: 2)
+        var known: [ConnectionID] = []
+        var forwardConnections: [ConnectionID] = []
+        for _ in 0..<50 {
+            if case .open(let connection, let waiter) = pool.leaseRequested(deadline: Self.deadline, for: .forward) {
+                known.append(connection)
+                #expect(pool.connectionEstablished(connection) == .lease(connection, to: waiter))
+                forwardConnections.append(connection)
+            }
+        }
+        #expect(forwardConnections.count == 2)
+        #expect(pool.parkedForwards.count == 48)
+        // Round after round, two fills at once get connections and give them back, while the forwards' connections
+        // stay busy, or close and are replaced for the next waiting forward.
+        for round in 0..<10 {
+            var held: [ConnectionID] = []
+            for _ in 0..<2 {
+                switch pool.leaseRequested(deadline: Self.deadline, for: .fill) {
+                case .open(let connection, let waiter):
+                    known.append(connection)
+                    #expect(pool.connectionEstablished(connection) == .lease(connection, to: waiter))
+                    held.append(connection)
+                case .lease(let connection, _):
+                    held.append(connection)
+                case let other:
+                    Issue.record("round \(round): a fill got \(other)")
+                }
+            }
+            for connection in held { #expect(pool.connectionReleased(connection, reusable: true) == .none) }
+            // A forward's connection that cannot be reused closes, and the next forward gets a connection at once:
+            // an idle one, or a new one.
+            let finished = forwardConnections.removeFirst()
+            switch pool.connectionReleased(finished, reusable: false) {
+            case .closeAndLease(finished, let idle, _):
+                forwardConnections.append(idle)
+            case .closeAndOpen(finished, let opened, let waiter):
+                known.append(opened)
+                #expect(pool.connectionEstablished(opened) == .lease(opened, to: waiter))
+                forwardConnections.append(opened)
+            case let other:
+                Issue.record("round \(round): a forward's release gave \(other), not a connection to the next forward")
+                return
+            }
+            Self.checkInvariants(pool, known: known)
+            // Its room is the fills': no forward gets it.
+            #expect(pool.connectionClosed(finished) == .none)
+            Self.checkInvariants(pool, known: known)
+        }
+        #expect(pool.forwardCount == 2)
+        #expect(pool.parkedForwards.count == 38)
+    }
+
+    @Test("a share larger than the pool, or below one, is the pool, or one")
+    func forwardLimitBounds() {
+        #expect(Pool(limit: 4, forwardLimit: 9).forwardLimit == 4)
+        #expect(Pool(limit: 4, forwardLimit: 0).forwardLimit == 1)
+        #expect(Pool(limit: 4).forwardLimit == 4)
     }
 
     // MARK: - Every connection event in every connection state
@@ -458,6 +551,15 @@ struct UpstreamPoolStateMachineTests {
             case .failAndOpen(let failed, let failure, let connection, let waiter):
                 run(.fail(failed, failure))
                 run(.open(connection, for: waiter))
+            case .failAndLease(let failed, let failure, let connection, let waiter):
+                run(.fail(failed, failure))
+                run(.lease(connection, to: waiter))
+            case .closeAndOpen(let closed, let connection, let waiter):
+                run(.close(closed))
+                run(.open(connection, for: waiter))
+            case .closeAndLease(let closed, let connection, let waiter):
+                run(.close(closed))
+                run(.lease(connection, to: waiter))
             }
         }
 
@@ -468,11 +570,14 @@ struct UpstreamPoolStateMachineTests {
         }
     }
 
-    @Test("random sequences of events keep the limit, and every waiter ends exactly once", arguments: [1, 2, 3, 5])
-    func randomSequences(limit: Int) {
-        var random = SplitMix64(seed: 0x9001 &+ UInt64(limit))
+    @Test(
+        "random sequences of events keep the limit and the forwards' share, and every waiter ends exactly once",
+        arguments: [(1, 1), (2, 2), (3, 3), (5, 5), (2, 1), (4, 2), (5, 1), (5, 3)]
+    )
+    func randomSequences(limit: Int, forwardLimit: Int) {
+        var random = SplitMix64(seed: 0x9001 &+ UInt64(limit) &+ UInt64(forwardLimit) << 8)
         for _ in 0..<40 {
-            var pool = Pool(limit: limit)
+            var pool = Pool(limit: limit, forwardLimit: forwardLimit)
             var driver = Driver()
             func pick<T>(_ items: [T]) -> T? {
                 items.isEmpty ? nil : items[Int(random.next() % UInt64(items.count))]
@@ -481,7 +586,10 @@ struct UpstreamPoolStateMachineTests {
                 let action: Pool.Action
                 switch random.next() % 16 {
                 case 0...3:
-                    action = pool.leaseRequested(deadline: Self.deadline)
+                    action = pool.leaseRequested(
+                        deadline: Self.deadline,
+                        for: random.next() % 2 == 0 ? .fill : .forward
+                    )
                     if case .park(let waiter, _) = action { driver.every.append(waiter) }
                     if case .lease(_, let waiter) = action { driver.every.append(waiter) }
                     if case .open(_, let waiter) = action { driver.every.append(waiter) }

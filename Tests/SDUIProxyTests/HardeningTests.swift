@@ -246,7 +246,7 @@ struct HardeningTests {
             }
         ) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort, allowHalfClosure: true)
-            // Chunked, so the body is forwarded as it comes and refused when it passes the limit.
+            // Chunked, so the body is refused when it passes the limit, not on its head.
             let chunk = "3e8\r\n" + String(repeating: "x", count: 1000) + "\r\n"
             try await connection.send(
                 "POST /api HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + chunk

@@ -167,9 +167,35 @@ struct PublicHTTPHandlerTests {
         }
     }
 
-    @Test("a forwarded body that stops half-way fails the forward, and the client gets 408 and a close")
-    func stalledForwardedBodyTimesOut() throws {
+    /// A route under `/api/` that streams uploads as they arrive (`stream: true`), for the tests of streamed bodies.
+    static func streamingUploads(_ configuration: inout ProxyConfiguration) {
+        var policy = configuration.cache.policy
+        policy.bypass = true
+        policy.stream = true
+        configuration.cache.routes.append(.init(prefix: "/api/", policy: policy))
+    }
+
+    @Test("a forwarded body that stops half-way: the client gets 408 and a close, and the backend never hears of it")
+    func stalledBufferedBodyTimesOut() throws {
         try EmbeddedPublicConnection.run({ $0.limits.requestTimeout = .milliseconds(100) }) { connection in
+            try connection.send("PUT /api/profile HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n0123")
+            #expect(connection.backend.forwards.isEmpty)
+
+            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .requestTimeout)
+            #expect(response.closesConnection)
+            #expect(connection.backend.forwards.isEmpty, "no backend connection for a body that never came")
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("a streamed body that stops half-way fails the forward, and the client gets 408 and a close")
+    func stalledForwardedBodyTimesOut() throws {
+        try EmbeddedPublicConnection.run({
+            $0.limits.requestTimeout = .milliseconds(100)
+            Self.streamingUploads(&$0)
+        }) { connection in
             try connection.send("PUT /api/profile HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n0123")
             let forward = try #require(connection.backend.forwards.first)
             #expect(forward.receivedBody == "0123")
@@ -313,9 +339,32 @@ struct PublicHTTPHandlerTests {
 
     // MARK: Forwards
 
-    @Test("a POST's body streams to the backend as it arrives, and the backend's answer comes back, kept alive")
-    func forwardedPostStreamsItsBody() throws {
+    @Test("a POST's body is read whole, then forwarded with its length; the answer comes back, kept alive")
+    func forwardedPostIsReadWhole() throws {
         try EmbeddedPublicConnection.run { connection in
+            try connection.send(
+                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
+                    + "Transfer-Encoding: chunked\r\n\r\n8\r\n{\"item\":\r\n"
+            )
+            #expect(connection.backend.forwards.isEmpty, "no backend exchange before the body is whole")
+            try connection.send("c\r\n\"tea\",\"n\":2}\r\n0\r\n\r\n")
+            let forward = try #require(connection.backend.forwards.first)
+            #expect(forward.request.method == .POST)
+            #expect(forward.body == nil, "nothing left to stream")
+            #expect(forward.request.body.map { String(buffer: $0) } == "{\"item\":\"tea\",\"n\":2}")
+            forward.respond(status: .created, headers: ["Content-Length": "8"], body: "{\"id\":7}")
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .created)
+            #expect(response.body == "{\"id\":7}")
+            #expect(!response.closesConnection)
+            #expect(connection.isOpen)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("a POST's body on a streaming route goes to the backend as it arrives; the answer comes back, kept alive")
+    func forwardedPostStreamsItsBody() throws {
+        try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
             try connection.send(
                 "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
                     + "Content-Length: 20\r\n\r\n{\"item\":"
@@ -345,7 +394,10 @@ struct PublicHTTPHandlerTests {
 
     @Test("a body answered before it was whole does not count against the next request's limits.maxBodyBytes")
     func earlyAnswerLeavesNoBodyCount() throws {
-        try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in
+        try EmbeddedPublicConnection.run({
+            $0.limits.maxBodyBytes = 16
+            Self.streamingUploads(&$0)
+        }) { connection in
             try connection.send("POST /api/a HTTP/1.1\r\nHost: app.example\r\nContent-Length: 16\r\n\r\n123456789012")
             let early = try #require(connection.backend.forwards.first)
             early.respond(status: .accepted, headers: ["Content-Length": "0"], body: "")
@@ -365,7 +417,7 @@ struct PublicHTTPHandlerTests {
 
     @Test("a backend that answers without reading the body: reading, paused for it, resumes to drop the rest")
     func earlyAnswerResumesPausedReading() throws {
-        try EmbeddedPublicConnection.run { connection in
+        try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
             connection.backend.readsForwardedBodies = false
             let chunk = String(repeating: "x", count: 64 * 1024)
             try connection.send("POST /api/upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1048576\r\n\r\n")
@@ -381,7 +433,7 @@ struct PublicHTTPHandlerTests {
             #expect(connection.reads.count > readsWhilePaused, "the held-back read goes through once the answer is out")
             // The rest of the body is read and dropped, and the connection takes its next request.
             for _ in 0..<11 { try connection.send(chunk) }
-            try connection.send("GET /api/next HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            try connection.send("GET /screens/next HTTP/1.1\r\nHost: app.example\r\n\r\n")
             #expect(connection.backend.forwards.count == 1)
             #expect(connection.backend.fetches.count == 1)
             #expect(connection.isOpen)
@@ -390,7 +442,7 @@ struct PublicHTTPHandlerTests {
 
     @Test("a drain closes a connection whose answer is out while the rest of its body still comes")
     func drainAfterEarlyAnswer() throws {
-        try EmbeddedPublicConnection.run { connection in
+        try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
             try connection.send("POST /api/a HTTP/1.1\r\nHost: app.example\r\nContent-Length: 100\r\n\r\nabc")
             let forward = try #require(connection.backend.forwards.first)
             forward.respond(status: .accepted, headers: ["Content-Length": "0"], body: "")
@@ -436,7 +488,7 @@ struct PublicHTTPHandlerTests {
 
     @Test("a whole upload the backend has not taken yet does not hold reading for the requests after it")
     func wholeUploadDoesNotHoldReading() throws {
-        try EmbeddedPublicConnection.run { connection in
+        try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
             connection.backend.readsForwardedBodies = false
             let chunk = String(repeating: "x", count: 64 * 1024)
             try connection.send("POST /api/upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 327680\r\n\r\n")
@@ -485,7 +537,10 @@ struct PublicHTTPHandlerTests {
 
     @Test("a chunked body that grows past limits.maxBodyBytes gets 413 and a close; the rest is not forwarded")
     func streamedBodyOverTheLimit() throws {
-        try EmbeddedPublicConnection.run({ $0.limits.maxBodyBytes = 16 }) { connection in
+        try EmbeddedPublicConnection.run({
+            $0.limits.maxBodyBytes = 16
+            Self.streamingUploads(&$0)
+        }) { connection in
             try connection.send(
                 "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n"
             )

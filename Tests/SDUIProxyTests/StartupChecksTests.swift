@@ -65,6 +65,29 @@ struct StartupChecksTests {
         #expect(notAFile?.problem.contains("queue.sqlite is not a regular file") == true)
     }
 
+    @Test("limits.requestBufferDirectory: an existing directory passes; a missing one or a file is refused")
+    func requestBufferDirectory() throws {
+        let directory = Self.temporary("spool")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var configuration = ProxyConfiguration()
+        configuration.limits.requestBufferDirectory = directory
+        let check = { (configuration: ProxyConfiguration) in
+            self.problem { () throws(ConfigurationError) in
+                try StartupChecks.check(configuration, adminAuthorization: AdminAuthorization(token: nil))
+            }
+        }
+        #expect(check(configuration) == nil)
+        configuration.limits.requestBufferDirectory = directory + "/missing"
+        let missing = check(configuration)
+        #expect(missing?.key == "limits.requestBufferDirectory")
+        #expect(missing?.problem.contains("\(directory)/missing does not exist") == true)
+        let file = directory + "/plain"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: file))
+        configuration.limits.requestBufferDirectory = file
+        #expect(check(configuration)?.problem.contains("\(file) is not a directory") == true)
+    }
+
     @Test("a relative file: upstream that is missing is named with the working directory it was taken from")
     func relativeUpstream() throws {
         var upstream = ProxyConfiguration.Upstream()

@@ -212,7 +212,8 @@ struct CacheResponder {
                 target: request.target,
                 platform: request.platform,
                 annotation: annotation,
-                body: nil,
+                body: .none,
+                fillsCache: true,
                 proxy: proxy,
                 sink: sink
             )
@@ -235,13 +236,15 @@ struct CacheResponder {
                 stream(request, forward, because: nil, alone: true, proxy: proxy, sink: boundSink.value)
             }
         )
-        let upstream = PassThroughResponder.upstreamRequest(
+        var upstream = PassThroughResponder.upstreamRequest(
             for: head,
             target: request.target,
             platform: request.platform,
             proxy: proxy,
             sink: sink
         )
+        // A miss all the same: it must not wait behind forwards for a connection.
+        upstream.fillsCache = true
         let streams = proxy.fetcher.sharedStreams
         let identity = CacheFillPolicy.streamSharingIdentity(upstreamHeaders: upstream.headers)
         guard let stream = streams.joinOrLead(request.key, request: identity, subscriber, on: sink.eventLoop)

@@ -2,21 +2,41 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// Forwards a request the cache does not take (unsafe methods, bypass routes) to the backend, both bodies
-/// streamed, and passes the answer to a ``ResponseSink`` as it comes. A successful unsafe method invalidates the
-/// entries its answer names when the answer's head arrives.
+/// Forwards a request the cache does not take (unsafe methods, bypass routes) to the backend, with its body read
+/// whole first or streamed (``ForwardedRequestBody``), and passes the answer to a ``ResponseSink`` as it comes. A
+/// successful unsafe method invalidates the entries its answer names when the answer's head arrives.
 struct PassThroughResponder {
-    /// Forwards `head` with `body` (nil when the request has none) and answers on `sink`.
+    /// Forwards `head` with `requestBody` and answers on `sink`. `fillsCache` is for a cache miss streamed to its
+    /// client: its backend connection is a fill's, not from the forwards' share of the pool.
     func respond(
         to head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
         annotation: CacheAnnotation?,
-        body: RequestBodyStream?,
+        body requestBody: ForwardedRequestBody,
+        fillsCache: Bool = false,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
-        let upstream = Self.upstreamRequest(for: head, target: target, platform: platform, proxy: proxy, sink: sink)
+        var upstream = Self.upstreamRequest(for: head, target: target, platform: platform, proxy: proxy, sink: sink)
+        upstream.fillsCache = fillsCache
+        let body: RequestBodyStream?
+        var spoolFile: RequestSpoolFile?
+        switch requestBody {
+        case .none:
+            body = nil
+        case .streamed(let stream):
+            body = stream
+        case .whole(let buffer):
+            body = nil
+            upstream.body = buffer
+            // The proxy has the body already (and said 100 Continue itself): the backend is not to wait for it.
+            upstream.headers.remove(name: "Expect")
+        case .spooled(let file, let length):
+            body = file.stream(length: length, on: sink.eventLoop)
+            spoolFile = file
+            upstream.headers.remove(name: "Expect")
+        }
         let relay = Self.relay(
             for: head,
             target: target,
@@ -27,13 +47,18 @@ struct PassThroughResponder {
         let failureLog = proxy.fetcher.failureLog
         let eventLoop = sink.eventLoop
         let boundSink = NIOLoopBound(sink, eventLoop: eventLoop)
-        proxy.client.forward(upstream, body: body, on: eventLoop, to: relay).hop(to: eventLoop)
-            .assumeIsolated().whenFailure { error in
-                let proxyError = Self.logFailure(error, of: head, target: target, in: failureLog)
-                // The backend must not see the rest of a body it will not be answered for as a shorter request.
-                body?.fail(proxyError)
-                Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
-            }
+        let forwarded = proxy.client.forward(upstream, body: body, on: eventLoop, to: relay).hop(to: eventLoop)
+            .assumeIsolated()
+        forwarded.whenFailure { error in
+            let proxyError = Self.logFailure(error, of: head, target: target, in: failureLog)
+            // The backend must not see the rest of a body it will not be answered for as a shorter request.
+            body?.fail(proxyError)
+            Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
+        }
+        if let spoolFile {
+            // The request has ended, however it ended: its body's file goes.
+            forwarded.whenComplete { _ in spoolFile.remove(eventLoop: eventLoop) }
+        }
     }
 
     /// The request forwarded for `head`: its headers as the backend expects them, with the client's forwarding

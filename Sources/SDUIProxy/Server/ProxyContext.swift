@@ -27,6 +27,10 @@ public final class ProxyContext: Sendable {
     public let router: RequestRouter
     /// What responses tell clients about the cache: `Cache-Status`, `X-Cache`.
     let cacheReporting: CacheReporting
+    /// Where the files of request bodies too large to keep in memory are written and read, off the event loops.
+    let threadPool: NIOThreadPool
+    /// Where those files go: `limits.requestBufferDirectory`, or the system's temporary directory.
+    let requestBufferDirectory: String
 
     public init(
         configuration: ProxyConfiguration,
@@ -36,8 +40,12 @@ public final class ProxyContext: Sendable {
         writeQueue: WriteQueue? = nil,
         metrics: ProxyMetrics = ProxyMetrics(),
         invalidator: CacheInvalidator? = nil,
+        threadPool: NIOThreadPool = .singleton,
         logger: Logger
     ) {
+        self.threadPool = threadPool
+        self.requestBufferDirectory =
+            configuration.limits.requestBufferDirectory ?? RequestSpoolFile.systemTemporaryDirectory
         precondition(invalidator.map { $0.cache === cache } ?? true, "the invalidator must apply to this cache")
         self.invalidator = invalidator ?? CacheInvalidator(cache: cache)
         self.writeQueue = writeQueue
@@ -129,6 +137,7 @@ public final class ProxyContext: Sendable {
             writeQueue: writeQueue,
             metrics: metrics,
             invalidator: invalidator,
+            threadPool: threadPool,
             logger: logger
         )
     }

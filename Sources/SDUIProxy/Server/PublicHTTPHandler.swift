@@ -9,8 +9,10 @@ import SDUIProxyCore
 /// ``ConnectionStateMachine``'s decisions; this handler does the I/O they call for.
 ///
 /// A request goes where the ``RequestRouter`` sends it: GET and HEAD to the ``CacheResponder`` once the request
-/// has been read, other methods to the ``PassThroughResponder`` at once (both bodies streamed), queued write
-/// routes to the ``QueuedWriteResponder`` once the body has been read whole, refusals answered here. Responders
+/// has been read, other methods to the ``PassThroughResponder`` once the body has been read whole (in memory, or a
+/// temporary file past `limits.requestBufferBytes`: ``RequestBodyBuffer``), or at once with the body streamed on a
+/// route that says `stream: true`, queued write routes to the ``QueuedWriteResponder`` once the body has been read
+/// whole, refusals answered here. Responders
 /// write to this handler as their ``ResponseSink``; its ``HTTP1ResponseWriter`` encodes and counts them.
 ///
 /// It reads the connection's bytes itself with ``HTTPRequestParser``, rather than behind a decoding handler: a
@@ -32,8 +34,19 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         indirect case refuse(ProxyError)
         /// Streamed to the backend (nil when the request has no body); the pass-through responder answers.
         case forward(RequestBodyStream?)
+        /// Read whole before it is forwarded: the pass-through responder is handed it at the end.
+        indirect case buffer(BufferedForward)
         /// Held whole, up to `limit`, for the queued write responder at the end.
         indirect case collectWrite(QueuedWriteResponder.Write, limit: Int)
+    }
+
+    /// A forward whose body is being read whole, and what it is forwarded with once it is.
+    private struct BufferedForward {
+        let head: HTTPRequestHead
+        let target: RequestTarget
+        let platform: String
+        let annotation: CacheAnnotation?
+        let buffer: RequestBodyBuffer
     }
 
     private let runtime: ProxyRuntime
@@ -221,15 +234,31 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .cache(let request):
             requestBody = .answerFromCache(request)
         case .forward(let target, let platform, let cacheResult):
-            let body = bodyStream(for: head, context: context)
+            let annotation = withProxy { proxy in cacheResult.map { proxy.cacheReporting.forwarded($0) } }
+            let length = Self.bodyLength(of: head)
+            // A body is read whole before the backend sees the request, so that a slow client holds no backend
+            // connection; unless its route streams uploads.
+            if length != .none, !withProxy({ proxy in proxy.router.streamsBody(of: target) }) {
+                // Refused at once when it says it is too large: the backend never sees it.
+                if let declared = length.declared, declared > maxBodyBytes { return refuseNow(Self.bodyTooLarge) }
+                let forward = BufferedForward(
+                    head: head,
+                    target: target,
+                    platform: platform,
+                    annotation: annotation,
+                    buffer: bodyBuffer(context: context)
+                )
+                return startBuffering(forward)
+            }
+            let body = length == .none ? nil : bodyStream(for: length, context: context)
             requestBody = .forward(body)
             withProxy { proxy in
                 PassThroughResponder().respond(
                     to: head,
                     target: target,
                     platform: platform,
-                    annotation: cacheResult.map { proxy.cacheReporting.forwarded($0) },
-                    body: body,
+                    annotation: annotation,
+                    body: body.map { .streamed($0) } ?? .none,
                     proxy: proxy,
                     sink: self
                 )
@@ -254,13 +283,108 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    /// The stream a forwarded request's body goes into, nil when the request has none. Reading pauses while the
-    /// backend cannot take more.
-    private func bodyStream(for head: HTTPRequestHead, context: ChannelHandlerContext) -> RequestBodyStream? {
-        let contentLength = head.headers.first(name: "content-length").flatMap { Int($0) }
-        let isChunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
-        guard isChunked || (contentLength ?? 0) > 0 else { return nil }
-        let stream = RequestBodyStream(eventLoop: context.eventLoop, contentLength: isChunked ? nil : contentLength)
+    /// How a request says its body is framed.
+    private enum BodyLength: Equatable {
+        /// It has none.
+        case none
+        /// It declares this many bytes.
+        case declared(Int)
+        /// In chunks, of a length known only at the end.
+        case chunked
+
+        var declared: Int? {
+            if case .declared(let length) = self { return length }
+            return nil
+        }
+    }
+
+    private static func bodyLength(of head: HTTPRequestHead) -> BodyLength {
+        if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
+            return .chunked
+        }
+        guard let length = head.headers.first(name: "content-length").flatMap({ Int($0) }), length > 0 else {
+            return .none
+        }
+        return .declared(length)
+    }
+
+    /// The buffer a forwarded request's body is read into, whole. Reading pauses while it cannot take more.
+    private func bodyBuffer(context: ChannelHandlerContext) -> RequestBodyBuffer {
+        let buffer = withProxy { proxy in
+            RequestBodyBuffer(
+                eventLoop: context.eventLoop,
+                memoryLimit: proxy.configuration.limits.requestBufferBytes,
+                directory: proxy.requestBufferDirectory,
+                threadPool: proxy.threadPool
+            )
+        }
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let id = ObjectIdentifier(buffer)
+        buffer.setDemandHandler {
+            let handler = loopBound.value
+            // A buffer the connection has let go of may not resume reading for the request after it.
+            guard case .buffer(let current) = handler.requestBody, ObjectIdentifier(current.buffer) == id else {
+                return
+            }
+            if handler.machine.bodyTakerReady() { handler.context?.read() }
+        }
+        return buffer
+    }
+
+    /// Starts reading a forwarded request's body whole. A client that waits for `100 Continue` is told to go on by
+    /// the proxy itself: the backend will see nothing before the body is in.
+    private func startBuffering(_ forward: BufferedForward) {
+        requestBody = .buffer(forward)
+        let head = forward.head
+        if head.version.major == 1, head.version.minor >= 1,
+            head.headers[canonicalForm: "expect"].contains(where: { $0.lowercased() == "100-continue" })
+        {
+            writeInterim(status: .continue, headers: [:])
+        }
+    }
+
+    /// A forwarded body past `limits.maxBodyBytes`.
+    private static let bodyTooLarge = ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes")
+
+    /// Lets go of a body being read whole for a forward that will not be made: its memory, and its file if it has
+    /// one.
+    private func discardBufferedBody() {
+        guard case .buffer(let forward) = requestBody else { return }
+        requestBody = .none
+        forward.buffer.discard()
+    }
+
+    /// The body of a forwarded request read whole: it goes to the backend now, or the error that kept it from
+    /// being buffered answers.
+    private func forwardBuffered(_ forward: BufferedForward, body result: Result<RequestBodyBuffer.Body, any Error>) {
+        let body: ForwardedRequestBody
+        switch result {
+        case .success(.whole(let buffer)):
+            body = .whole(buffer)
+        case .success(.spooled(let file, let length)):
+            body = .spooled(file, length: length)
+        case .failure(let error):
+            let proxyError =
+                error as? ProxyError ?? ProxyError(.unavailable, "the request body could not be buffered")
+            proxy.logger.warning("request body not buffered", metadata: ["error": "\(proxyError)"])
+            return write(proxyError)
+        }
+        withProxy { proxy in
+            PassThroughResponder().respond(
+                to: forward.head,
+                target: forward.target,
+                platform: forward.platform,
+                annotation: forward.annotation,
+                body: body,
+                proxy: proxy,
+                sink: self
+            )
+        }
+    }
+
+    /// The stream a forwarded request's body goes into. Reading pauses while the backend cannot take more.
+    private func bodyStream(for length: BodyLength, context: ChannelHandlerContext) -> RequestBodyStream {
+        let stream = RequestBodyStream(eventLoop: context.eventLoop, contentLength: length.declared)
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let id = ObjectIdentifier(stream)
         stream.setDemandHandler {
@@ -281,10 +405,17 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 // body is not read.
                 requestBody = .none
                 machine.closeAfterResponse()
-                stream.fail(ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes"))
+                stream.fail(Self.bodyTooLarge)
                 return
             }
             if !stream.append(part) { machine.bodyTakerFull() }
+        case .buffer(let forward):
+            requestBodyBytes += part.readableBytes
+            guard requestBodyBytes <= maxBodyBytes else {
+                // Refused without the backend ever seeing it; the rest of the body is not read.
+                return refuseNow(Self.bodyTooLarge)
+            }
+            if !forward.buffer.append(part) { machine.bodyTakerFull() }
         case .collectWrite(var write, let limit):
             guard write.body.readableBytes + part.readableBytes <= limit else {
                 requestBody = .none
@@ -315,6 +446,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             // The body is whole: reading, if it was paused while the backend took the body, is not held for the
             // requests after this one (the stream's own demand no longer counts once it is let go).
             if machine.bodyTakerReady() { context.read() }
+        case .buffer(let forward):
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            forward.buffer.finish { result in loopBound.value.forwardBuffered(forward, body: result) }
+            // As for a streamed body: reading is not held for the requests after this one.
+            if machine.bodyTakerReady() { context.read() }
         case .collectWrite(let write, _):
             withProxy { proxy in QueuedWriteResponder().respond(to: write, proxy: proxy, sink: self) }
         case .none:
@@ -324,6 +460,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Answers with `error` at once, and closes the connection after it without reading more.
     private func refuseNow(_ error: ProxyError) {
+        discardBufferedBody()
         requestBody = .none
         machine.closeAfterResponse()
         write(error)
@@ -351,6 +488,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 stream.fail(error)
                 return
             }
+            discardBufferedBody()
             requestBody = .none
             // A response already under way can only be cut short.
             guard !writer.headWritten else { return abort() }
@@ -364,6 +502,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 requestBody = .none
                 stream.fail(error)
             }
+            discardBufferedBody()
         case .close:
             context.closeAfterAnswer(lingering: machine.isDraining ? .whileDraining : .init())
         }
@@ -423,6 +562,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             requestBody = .none
             stream.fail(ProxyError(.network, "the client closed the connection"))
         }
+        // A body cut off while it was read whole: the backend never hears of the request.
+        discardBufferedBody()
         context.fireChannelInactive()
     }
 
@@ -587,6 +728,7 @@ extension PublicHTTPHandler: ResponseSink {
                 schedulePipelinedRequests()
             case .dropRestOfBody(let readNow):
                 // Answered before its body was whole: the rest is read and dropped, and its taker let go.
+                discardBufferedBody()
                 requestBody = .none
                 if readNow { context.read() }
             default:

@@ -16,7 +16,8 @@ import Darwin
 /// - a `file:` upstream is a directory that can be read; an `upstream.caFile` goes with an `https://` upstream and
 ///   is a readable PEM file of certificates;
 /// - `queue.store` is a writable directory, or one that can be created, and its SQLite file, when there,
-///   can be read and written (a `postgres://` store is not checked: a replica starts while its database is down).
+///   can be read and written (a `postgres://` store is not checked: a replica starts while its database is down);
+/// - a `limits.requestBufferDirectory` is a directory the proxy can write in.
 ///
 /// The queue store's lock is not tried: a running proxy holds it, and the checks run before a SIGHUP to it.
 /// Nothing is created or changed.
@@ -30,6 +31,7 @@ public enum StartupChecks {
         try checkHost(configuration.listen.host, key: "listen.host")
         try checkHost(configuration.admin.host, key: "admin.host")
         try checkUpstream(configuration.upstream)
+        if let directory = configuration.limits.requestBufferDirectory { try checkRequestBufferDirectory(directory) }
         // A PostgreSQL store is not tried here: a replica starts while its database is down.
         if let queue = configuration.queue {
             switch try? queue.storeLocation {
@@ -95,6 +97,26 @@ public enum StartupChecks {
                     + "a replica that loses the database may wait for the backend's answer until then, and another "
                     + "must not send the request again before it has come"
             )
+        }
+    }
+
+    /// Refuses a directory for request bodies that is missing, not a directory, or not writable: every upload
+    /// larger than `limits.requestBufferBytes` would fail there.
+    public static func checkRequestBufferDirectory(_ path: String) throws(ConfigurationError) {
+        let (directory, note) = (absolute(path), relativeNote(path))
+        func fail(_ problem: String) -> ConfigurationError {
+            ConfigurationError(key: "limits.requestBufferDirectory", problem: problem + note)
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            let code = errno
+            if code == ENOENT { throw fail("the directory \(directory) does not exist") }
+            throw fail("cannot reach \(directory) (\(describe(errno: code)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw fail("\(directory) is not a directory") }
+        guard access(path, W_OK | X_OK) == 0 else {
+            let code = errno
+            throw fail("cannot write in \(directory) (\(describe(errno: code)))")
         }
     }
 

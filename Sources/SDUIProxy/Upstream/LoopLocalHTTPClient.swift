@@ -7,8 +7,9 @@ import Synchronization
 
 /// A ``NetworkClient`` for HTTP and HTTPS backends whose connections live on the event loop of the request that
 /// uses them: each loop keeps its own pool of keep-alive HTTP/1.1 connections, so a miss never crosses threads
-/// and takes no lock. Cache fills (`fetch`) and pass-through (`forward`, both bodies streamed) share the pool,
-/// and `upstream.maxConnections` bounds them together.
+/// and takes no lock. Cache fills (`fetch`) and pass-through (`forward`) share the pool, and
+/// `upstream.maxConnections` bounds them together; forwards hold at most `upstream.maxForwardConnections` of it,
+/// so that slow forwards never leave a cache miss without a connection.
 ///
 /// Its contract: the connect timeout, `upstream.timeout` for the head (from when the backend has the whole
 /// request), `upstream.bodyIdleTimeout` for each silence of the body, the body limit, and failures mapped to
@@ -165,6 +166,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             request: encoded,
             isHEAD: request.method == .HEAD,
             mayResend: StaleConnectionRetry.mayResend(request.method, streamsBody: body != nil),
+            use: request.fillsCache ? .fill : .forward,
             maxBodyBytes: .max,
             budget: nil,
             deadline: .now() + timeout,
@@ -246,6 +248,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             tls: tls,
             connectTimeout: configuration.connectTimeout.timeAmount,
             maximumConnections: max(1, configuration.maxConnections),
+            maximumForwardConnections: configuration.forwardConnectionLimit,
             closed: closed
         )
     }
@@ -256,6 +259,8 @@ public final class LoopLocalHTTPClient: NetworkClient {
         var isHEAD: Bool
         /// Whether the request may be sent again after a reused connection failed before answering.
         var mayResend: Bool
+        /// Which share of the pool the exchange takes its connection from.
+        var use: UpstreamPoolStateMachine.Use = .fill
         var maxBodyBytes: Int
         /// What the body's bytes are taken from while they are held (cache fills); nil for none.
         var budget: ByteBudget?

@@ -14,6 +14,10 @@ public struct UpstreamRequest: Sendable {
     /// Where interim (1xx) responses to a cache fill go as they arrive: the client the fill is for (a forwarded
     /// request's go to its ``ForwardedResponseSink``). A client that reads no backend (a directory) ignores it.
     var interim: InterimRelay?
+    /// Whether a request sent with ``NetworkClient/forward(_:body:on:to:)`` is a cache miss streamed to its
+    /// clients (too large to store): it takes its backend connection as a fill does, not from the forwards' share
+    /// (`upstream.maxForwardConnections`). Requests sent with `fetch` are always fills.
+    var fillsCache = false
 
     public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
         self.method = method

@@ -42,6 +42,7 @@ final class PoolState: @unchecked Sendable {
         tls: UpstreamTLS? = nil,
         connectTimeout: TimeAmount,
         maximumConnections: Int,
+        maximumForwardConnections: Int? = nil,
         closed: Bool = false
     ) {
         self.eventLoop = eventLoop
@@ -49,7 +50,7 @@ final class PoolState: @unchecked Sendable {
         self.port = port
         self.tls = tls
         self.connectTimeout = connectTimeout
-        self.machine = UpstreamPoolStateMachine(limit: maximumConnections)
+        self.machine = UpstreamPoolStateMachine(limit: maximumConnections, forwardLimit: maximumForwardConnections)
         // A pool made after its client shut down has no connection to close and no waiter to fail.
         if closed { _ = machine.shutdown() }
     }
@@ -74,7 +75,7 @@ final class PoolState: @unchecked Sendable {
         // Each turn either sends, or counts out an idle connection found closed: it ends within one turn per
         // idle connection.
         while true {
-            let action = machine.leaseRequested(deadline: exchange.deadline)
+            let action = machine.leaseRequested(deadline: exchange.deadline, for: exchange.use)
             switch action {
             case .lease(let id, _):
                 guard let connection = connections[id], connection.isUsable else {
@@ -96,7 +97,7 @@ final class PoolState: @unchecked Sendable {
                 )
             case .fail(_, let failure):
                 completion(.failure(Self.proxyError(failure, cause: nil)))
-            case .none, .close, .failAndOpen:
+            case .none, .close, .failAndOpen, .failAndLease, .closeAndOpen, .closeAndLease:
                 preconditionFailure("a request for a connection cannot be answered with \(action)")
             }
             return
@@ -153,8 +154,11 @@ final class PoolState: @unchecked Sendable {
             break
         case .lease(let id, let waiterID):
             guard let waiter = take(waiterID) else { return }
-            guard let connection = connections[id] else {
-                // Closed as it was handed over: the request goes again, as if on a stale connection.
+            guard let connection = connections[id], connection.isUsable else {
+                // Closed as it was handed over (an idle one, given to a forward, may have been closed by the
+                // backend): counted out, and the request goes again, as if on a stale connection.
+                connections[id]?.close()
+                connectionClosed(id)
                 return start(waiter.exchange, retryOnStaleConnection: false, completion: waiter.completion)
             }
             send(waiter.exchange, on: connection, retryIfStale: waiter.retryIfStale, completion: waiter.completion)
@@ -172,6 +176,15 @@ final class PoolState: @unchecked Sendable {
         case .failAndOpen(let failed, let failure, let id, let waiterID):
             perform(.fail(failed, failure), cause: cause)
             perform(.open(id, for: waiterID))
+        case .failAndLease(let failed, let failure, let id, let waiterID):
+            perform(.fail(failed, failure), cause: cause)
+            perform(.lease(id, to: waiterID))
+        case .closeAndOpen(let closed, let id, let waiterID):
+            perform(.close(closed))
+            perform(.open(id, for: waiterID))
+        case .closeAndLease(let closed, let id, let waiterID):
+            perform(.close(closed))
+            perform(.lease(id, to: waiterID))
         }
     }
 

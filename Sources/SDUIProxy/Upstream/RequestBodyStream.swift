@@ -112,6 +112,9 @@ public final class RequestBodyStream: Sendable {
         }
     }
 
+    /// Whether the body failed: nobody takes its parts any more.
+    public var hasFailed: Bool { state.value.failure != nil }
+
     /// Whether the body is whole and every part of it was taken.
     public var isDrained: Bool {
         state.value.finished && state.value.buffered.isEmpty && state.value.failure == nil

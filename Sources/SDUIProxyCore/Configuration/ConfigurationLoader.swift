@@ -153,8 +153,8 @@ public struct ConfigurationLoader: Sendable {
         _ section: ConfigurationSection
     ) throws(ConfigurationError) -> ProxyConfiguration.Upstream {
         try section.rejectUnknownKeys([
-            "url", "timeout", "bodyIdleTimeout", "connectTimeout", "maxConnections", "maxResponseBytes",
-            "maxBufferedBytes", "caFile",
+            "url", "timeout", "bodyIdleTimeout", "connectTimeout", "maxConnections", "maxForwardConnections",
+            "maxResponseBytes", "maxBufferedBytes", "caFile",
         ])
         var upstream = ProxyConfiguration.Upstream()
         upstream.url = try section.string("url", default: upstream.url)
@@ -166,6 +166,16 @@ public struct ConfigurationLoader: Sendable {
         upstream.connectTimeout = try section.duration("connectTimeout", default: upstream.connectTimeout)
         guard upstream.connectTimeout > .zero else { throw section.fail("connectTimeout", "must be more than 0") }
         upstream.maxConnections = try section.int("maxConnections", default: upstream.maxConnections, in: 1...100_000)
+        // Left out, it follows maxConnections (half of it), whatever sets that.
+        if let forwards = try section.optionalInt("maxForwardConnections", in: 1...100_000) {
+            guard forwards <= upstream.maxConnections else {
+                throw section.fail(
+                    "maxForwardConnections",
+                    "must be at most upstream.maxConnections (\(upstream.maxConnections)): forwards take their connections from that pool"
+                )
+            }
+            upstream.maxForwardConnections = forwards
+        }
         // Checked against the URL in force (flags included) and read at start-up: StartupChecks.
         let caFile = try section.string("caFile", default: "")
         upstream.caFile = caFile.isEmpty ? nil : caFile
@@ -236,12 +246,18 @@ public struct ConfigurationLoader: Sendable {
         cache.cacheStatusKey = try section.bool("cacheStatusKey", default: cache.cacheStatusKey)
         for routeSection in try section.sectionList("routes") {
             try routeSection.rejectUnknownKeys([
-                "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError",
+                "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError", "stream",
             ])
             let prefix = try routeSection.string("prefix", default: "")
             guard prefix.hasPrefix("/") else { throw routeSection.fail("prefix", "must be a path starting with /") }
             var policy = try routePolicy(routeSection, inheriting: cache.policy)
             policy.bypass = try routeSection.bool("bypass", default: false)
+            policy.stream = try routeSection.bool("stream", default: false)
+            // Only a forwarded request has a body to stream: a cached route's requests never reach the backend
+            // with one.
+            guard !policy.stream || policy.bypass else {
+                throw routeSection.fail("stream", "streams request bodies only on a route with bypass: true")
+            }
             cache.routes.append(.init(prefix: prefix, policy: policy))
         }
         return cache
@@ -326,13 +342,21 @@ public struct ConfigurationLoader: Sendable {
     {
         try section.rejectUnknownKeys([
             "maxHeaderBytes", "maxHeaderCount", "maxURLBytes", "maxBodyBytes", "requestTimeout", "idleTimeout",
-            "maxConnections",
+            "maxConnections", "requestBufferBytes", "requestBufferDirectory",
         ])
         var limits = ProxyConfiguration.Limits()
         limits.maxHeaderBytes = try section.byteSize("maxHeaderBytes", default: limits.maxHeaderBytes, minimum: 256)
         limits.maxHeaderCount = try section.int("maxHeaderCount", default: limits.maxHeaderCount, in: 1...10_000)
         limits.maxURLBytes = try section.byteSize("maxURLBytes", default: limits.maxURLBytes, minimum: 16)
         limits.maxBodyBytes = try section.byteSize("maxBodyBytes", default: limits.maxBodyBytes, minimum: 0)
+        limits.requestBufferBytes = try section.byteSize(
+            "requestBufferBytes",
+            default: limits.requestBufferBytes,
+            minimum: 0
+        )
+        // Checked for being a writable directory at start-up (StartupChecks), where the process's view counts.
+        let bufferDirectory = try section.string("requestBufferDirectory", default: "")
+        limits.requestBufferDirectory = bufferDirectory.isEmpty ? nil : bufferDirectory
         limits.requestTimeout = try section.duration("requestTimeout", default: limits.requestTimeout)
         guard limits.requestTimeout > .zero else { throw section.fail("requestTimeout", "must be more than 0") }
         limits.idleTimeout = try section.duration("idleTimeout", default: limits.idleTimeout)

@@ -32,6 +32,8 @@ public enum ConfigurationPrinter {
         out.pair(1, "bodyIdleTimeout", duration(config.upstream.bodyIdleTimeout))
         out.pair(1, "connectTimeout", duration(config.upstream.connectTimeout))
         out.pair(1, "maxConnections", "\(config.upstream.maxConnections)")
+        // Printed only when set: left out, it follows maxConnections.
+        if let forwards = config.upstream.maxForwardConnections { out.pair(1, "maxForwardConnections", "\(forwards)") }
         out.pair(1, "maxResponseBytes", size(config.upstream.maxResponseBytes))
         out.pair(1, "maxBufferedBytes", size(config.upstream.maxBufferedBytes))
         if let caFile = config.upstream.caFile { out.pair(1, "caFile", scalar(caFile)) }
@@ -81,6 +83,7 @@ public enum ConfigurationPrinter {
                 out.item(2, "prefix", scalar(route.prefix))
                 policy(route.policy, indent: 3, into: &out)
                 out.pair(3, "bypass", "\(route.policy.bypass)")
+                if route.policy.bypass { out.pair(3, "stream", "\(route.policy.stream)") }
             }
         }
 
@@ -104,6 +107,8 @@ public enum ConfigurationPrinter {
         out.pair(1, "requestTimeout", duration(limits.requestTimeout))
         out.pair(1, "idleTimeout", duration(limits.idleTimeout))
         out.pair(1, "maxConnections", "\(limits.maxConnections)")
+        out.pair(1, "requestBufferBytes", size(limits.requestBufferBytes))
+        if let directory = limits.requestBufferDirectory { out.pair(1, "requestBufferDirectory", scalar(directory)) }
 
         out.line(
             "eventLoops: { count: \(config.eventLoops.count), yieldAfter: \(duration(config.eventLoops.yieldAfter)) }"

@@ -80,6 +80,12 @@ struct ConfigurationSection {
         return number
     }
 
+    /// A whole number that may be left out: nil then, for a default that depends on other keys.
+    func optionalInt(_ key: String, in range: ClosedRange<Int>) throws(ConfigurationError) -> Int? {
+        guard try value(key) != nil else { return nil }
+        return try int(key, default: range.lowerBound, in: range)
+    }
+
     func bool(_ key: String, default fallback: Bool) throws(ConfigurationError) -> Bool {
         guard let node = try value(key) else { return fallback }
         guard case .scalar = node, let flag = node.bool else { throw mismatch(key, "true or false", node) }

@@ -65,6 +65,10 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var bodyIdleTimeout: Duration = .seconds(30)
         /// Connections kept per event loop to the backend, cache fills and pass-through together.
         public var maxConnections = 64
+        /// Of ``maxConnections``, the most that forwarded requests (and uploads streamed as they come) hold at once
+        /// per event loop; the rest stay for cache fills. Nil is half of ``maxConnections`` (at least one): see
+        /// ``forwardConnectionLimit``.
+        public var maxForwardConnections: Int?
         /// For an `https://` backend: a PEM file of the certificates its certificate must chain to, trusted instead
         /// of the system's roots (a private CA). Nil trusts the system's.
         public var caFile: String?
@@ -76,6 +80,16 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var maxBufferedBytes = 64 << 20
 
         public init() {}
+
+        /// The forwards' share of the pool in force: ``maxForwardConnections``, or half of ``maxConnections``.
+        public var forwardConnectionLimit: Int {
+            maxForwardConnections ?? Self.defaultForwardConnections(maxConnections: maxConnections)
+        }
+
+        /// `upstream.maxForwardConnections` when the file does not say: half the pool, at least one connection.
+        public static func defaultForwardConnections(maxConnections: Int) -> Int {
+            max(1, maxConnections / 2)
+        }
     }
 
     /// How the client's platform is read and passed on.
@@ -138,6 +152,10 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var vary: [String] = []
         /// Never cache under this prefix; requests are forwarded and marked `BYPASS`.
         public var bypass = false
+        /// On a bypass route: request bodies are streamed to the backend as they arrive, on a connection taken when
+        /// the head arrives, instead of being read whole first (`limits.requestBufferBytes`). For large uploads
+        /// a backend wants as they come.
+        public var stream = false
         /// How long past expiry an entry may be served when the backend is down, times out or answers 5xx,
         /// for responses that do not say (`stale-if-error`); zero turns it off. Never for responses that say
         /// `must-revalidate`, `proxy-revalidate`, `no-cache` or `s-maxage` (RFC 9111 section 4.2.4).
@@ -191,6 +209,12 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var maxURLBytes = 8 << 10
         /// A request body (forwarded requests; queued ones have `queue.maxBodyBytes`).
         public var maxBodyBytes = 10 << 20
+        /// A forwarded request's body is read whole before a backend connection is taken for it: this much is kept
+        /// in memory, the rest written to a temporary file in ``requestBufferDirectory``.
+        public var requestBufferBytes = 64 << 10
+        /// Where bodies larger than ``requestBufferBytes`` are written while they arrive; nil is the system's
+        /// temporary directory (`TMPDIR`, else `/tmp`).
+        public var requestBufferDirectory: String?
         /// From the first byte of a request to its end.
         public var requestTimeout: Duration = .seconds(30)
         /// How long a keep-alive connection may wait for its next request.

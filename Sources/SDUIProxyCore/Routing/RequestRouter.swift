@@ -31,6 +31,8 @@ public struct RequestRouter: Sendable {
     private let cache: ProxyConfiguration.Cache
     /// The policy of every path when no route has one of its own: no lookup per request.
     private let onlyPolicy: ProxyConfiguration.RoutePolicy?
+    /// Whether any route streams request bodies: without one, no forward looks its route up.
+    private let hasStreamingRoutes: Bool
     private let queue: QueueConfiguration?
     /// The platform header, lower-cased.
     private let platformHeader: String
@@ -43,6 +45,7 @@ public struct RequestRouter: Sendable {
         limits = configuration.limits
         cache = configuration.cache
         onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
+        hasStreamingRoutes = configuration.cache.routes.contains { $0.policy.bypass && $0.policy.stream }
         self.queue = queue
         platformHeader = configuration.platform.header.lowercased()
         defaultPlatform = configuration.platform.defaultValue
@@ -100,6 +103,14 @@ public struct RequestRouter: Sendable {
             policy: policy,
             key: cacheKey(target: target, platform: platform, headers: headers, policy: policy)
         )
+    }
+
+    /// Whether a forwarded request for `target` streams its body to the backend as it arrives (its route bypasses
+    /// the cache and says `stream: true`), rather than having it read whole before a backend connection is taken.
+    public func streamsBody(of target: RequestTarget) -> Bool {
+        guard hasStreamingRoutes else { return false }
+        let policy = cache.policy(forPath: target.path)
+        return policy.bypass && policy.stream
     }
 
     /// The error for a queued write whose body exceeds `queue.maxBodyBytes`.

@@ -7,12 +7,26 @@ import NIOCore
 /// A connection counts against the limit from the moment it is to be opened until the moment it is reported
 /// closed: while it connects, while it is idle or leased, and while it closes. Whatever reports a close, and
 /// however often, it is counted out once. When a connection comes free or room opens up, the longest-waiting
-/// request with time left gets it, so a connection is never idle, nor a slot unused, while such a request waits
-/// (one whose deadline has passed waits only for its timeout to be reported).
+/// request with time left, and room in its share, gets it, so a connection is never idle, nor a slot unused, while
+/// such a request waits (one whose deadline has passed waits only for its timeout to be reported).
+///
+/// Forwards (requests passed through to the backend, and uploads streamed as they come) hold at most
+/// ``forwardLimit`` connections at once; cache fills may hold all of them. So however many forwards wait, and
+/// however long they take, the rest of the pool stays for fills: a fill waits only for other fills. A forward over
+/// its share waits, even with a connection idle or room for one, until a forward's connection comes free; a fill is
+/// never kept waiting for a forward's sake.
 ///
 /// Identifiers are never reused: an identifier the pool does not know is a connection that closed, or a waiter
 /// that is no longer waiting.
 public struct UpstreamPoolStateMachine: Sendable {
+    /// What a request wants a connection for: it decides which share of the pool it may take.
+    public enum Use: Hashable, Sendable {
+        /// A cache fill (a miss, a revalidation, a prefetch): any connection of the pool.
+        case fill
+        /// A request passed through to the backend: only within ``UpstreamPoolStateMachine/forwardLimit``.
+        case forward
+    }
+
     /// One connection of the pool.
     public struct ConnectionID: Hashable, Sendable, CustomStringConvertible {
         public let rawValue: Int
@@ -73,6 +87,15 @@ public struct UpstreamPoolStateMachine: Sendable {
         /// The first waiter fails, and the room its connection left goes to the second, which was parked: open
         /// the new connection for it.
         case failAndOpen(WaiterID, Failure, open: ConnectionID, for: WaiterID)
+        /// The first waiter fails, and its connection having left room in the forwards' share, the idle connection
+        /// goes to the second, a parked forward.
+        case failAndLease(WaiterID, Failure, lease: ConnectionID, to: WaiterID)
+        /// Close the first connection (a forward's, not reusable), and open the second for a parked forward that
+        /// the first one's release let back under ``UpstreamPoolStateMachine/forwardLimit``.
+        case closeAndOpen(ConnectionID, open: ConnectionID, for: WaiterID)
+        /// Close the first connection (a forward's, not reusable), and send a parked forward that its release let
+        /// back under ``UpstreamPoolStateMachine/forwardLimit`` on the idle connection.
+        case closeAndLease(ConnectionID, lease: ConnectionID, to: WaiterID)
     }
 
     /// What the driver does when the pool shuts down.
@@ -91,10 +114,15 @@ public struct UpstreamPoolStateMachine: Sendable {
     private struct Parked: Hashable, Sendable {
         var waiter: WaiterID
         var deadline: NIODeadline
+        var use: Use
     }
 
     /// The most connections counted at once.
     public let limit: Int
+    /// The most connections forwards hold at once: connecting for one, or leased to one.
+    public let forwardLimit: Int
+    /// The connections held for forwards, connecting or leased.
+    private var forwardConnections: Set<ConnectionID> = []
     /// The connections that count, by state: an identifier missing here is closed.
     private var states: [ConnectionID: ConnectionState] = [:]
     /// The idle connections, the most recently used last: it is the one taken next, and the least recently
@@ -107,9 +135,11 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// Whether ``shutdown()`` happened: no request gets a connection after that, and no connection goes idle.
     public private(set) var isShutDown = false
 
-    /// A pool of at most `limit` connections (at least one, whatever `limit` says).
-    public init(limit: Int) {
+    /// A pool of at most `limit` connections (at least one, whatever `limit` says), of which forwards hold at most
+    /// `forwardLimit` (from one to `limit`; all of them when nil).
+    public init(limit: Int, forwardLimit: Int? = nil) {
         self.limit = max(1, limit)
+        self.forwardLimit = min(max(1, forwardLimit ?? limit), self.limit)
         idle.reserveCapacity(self.limit)
         states.reserveCapacity(self.limit)
     }
@@ -123,6 +153,17 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// The parked waiters, the longest waiting first.
     public var parkedWaiters: [WaiterID] { waiters.map(\.waiter) }
 
+    /// The parked waiters that are forwards, the longest waiting first.
+    public var parkedForwards: [WaiterID] { waiters.filter { $0.use == .forward }.map(\.waiter) }
+
+    /// The connections forwards hold now: connecting for one, or leased to one.
+    public var forwardCount: Int { forwardConnections.count }
+
+    /// Whether a request for `use` may take a connection now, as far as the shares go.
+    public func mayTakeConnection(for use: Use) -> Bool {
+        use == .fill || forwardConnections.count < forwardLimit
+    }
+
     /// The deadline `waiter` is parked until, if it is parked.
     public func deadline(of waiter: WaiterID) -> NIODeadline? {
         waiters.first { $0.waiter == waiter }?.deadline
@@ -132,20 +173,24 @@ public struct UpstreamPoolStateMachine: Sendable {
         states[connection] ?? .closed
     }
 
-    /// A request wants a connection until `deadline`: an idle one, a new one if there is room, or the first to
-    /// come free (the action names the waiter it is, from now on).
-    public mutating func leaseRequested(deadline: NIODeadline) -> Action {
+    /// A request wants a connection for `use` until `deadline`: an idle one, a new one if there is room, or the
+    /// first to come free (the action names the waiter it is, from now on). A forward over its share waits even
+    /// when there is a connection for it.
+    public mutating func leaseRequested(deadline: NIODeadline, for use: Use = .fill) -> Action {
         let waiter = WaiterID(nextWaiter)
         nextWaiter += 1
         if isShutDown { return .fail(waiter, .shuttingDown) }
-        if let connection = idle.popLast() {
-            states[connection] = .leased
-            return .lease(connection, to: waiter)
+        if mayTakeConnection(for: use) {
+            if let connection = idle.popLast() {
+                states[connection] = .leased
+                if use == .forward { forwardConnections.insert(connection) }
+                return .lease(connection, to: waiter)
+            }
+            if states.count < limit {
+                return .open(newConnection(for: waiter, use: use), for: waiter)
+            }
         }
-        if states.count < limit {
-            return .open(newConnection(for: waiter), for: waiter)
-        }
-        waiters.append(Parked(waiter: waiter, deadline: deadline))
+        waiters.append(Parked(waiter: waiter, deadline: deadline, use: use))
         return .park(waiter, until: deadline)
     }
 
@@ -169,12 +214,16 @@ public struct UpstreamPoolStateMachine: Sendable {
     public mutating func connectFailed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
         guard case .connecting(let waiter) = states[connection] else { return .none }
         states[connection] = nil
+        forwardConnections.remove(connection)
         return failing(waiter, .connectFailed, now: now)
     }
 
     /// A leased connection's exchange ended. A reusable one goes to the first parked waiter whose deadline is
-    /// still ahead at `now`, or idle; one that is not, or any after shutdown, is to be closed (it counts until it
-    /// is closed). An event about a connection that was not leased is ignored.
+    /// still ahead at `now` and whose share has room, or idle; one that is not, or any after shutdown, is to be
+    /// closed (it counts until it is closed). An event about a connection that was not leased is ignored.
+    ///
+    /// A forward's connection released leaves room in the forwards' share: a forward parked for want of it, with
+    /// room in the pool for a new connection, gets one opened (the room exists only while no fill waits).
     ///
     /// A waiter whose deadline has passed but whose timeout has not been reported yet is passed over: handed a
     /// connection, its exchange would time out at once and the healthy connection be closed with it. It stays
@@ -185,12 +234,18 @@ public struct UpstreamPoolStateMachine: Sendable {
         now: NIODeadline = .distantPast
     ) -> Action {
         guard states[connection] == .leased else { return .none }
+        forwardConnections.remove(connection)
         guard reusable, !isShutDown else {
             states[connection] = .closing
-            return .close(connection)
+            switch serveFirstWaiter(now: now) {
+            case .open(let opened, let waiter)?: return .closeAndOpen(connection, open: opened, for: waiter)
+            case .lease(let idle, let waiter)?: return .closeAndLease(connection, lease: idle, to: waiter)
+            default: return .close(connection)
+            }
         }
-        if let index = waiters.firstIndex(where: { $0.deadline > now }) {
+        if let index = firstServableWaiter(now: now) {
             let parked = waiters.remove(at: index)
+            if parked.use == .forward { forwardConnections.insert(connection) }
             return .lease(connection, to: parked.waiter)
         }
         states[connection] = .idle
@@ -207,6 +262,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// a new connection for each. The default `now` passes over nobody.
     public mutating func connectionClosed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
         guard let state = states.removeValue(forKey: connection) else { return .none }
+        forwardConnections.remove(connection)
         switch state {
         case .connecting(let waiter):
             return failing(waiter, .closedWhileConnecting, now: now)
@@ -215,7 +271,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         case .leased, .closing, .closed:
             break
         }
-        return openForFirstWaiter(now: now) ?? .none
+        return serveFirstWaiter(now: now) ?? .none
     }
 
     /// A parked waiter's deadline passed: that waiter, and only that one, fails. One that is not parked any
@@ -239,26 +295,43 @@ public struct UpstreamPoolStateMachine: Sendable {
         return action
     }
 
-    private mutating func newConnection(for waiter: WaiterID) -> ConnectionID {
+    private mutating func newConnection(for waiter: WaiterID, use: Use) -> ConnectionID {
         let connection = ConnectionID(nextConnection)
         nextConnection += 1
         states[connection] = .connecting(for: waiter)
+        if use == .forward { forwardConnections.insert(connection) }
         return connection
+    }
+
+    /// The first parked waiter whose deadline is still ahead at `now` and whose share has room.
+    private func firstServableWaiter(now: NIODeadline) -> CircularBuffer<Parked>.Index? {
+        let forwardsMayTake = forwardConnections.count < forwardLimit
+        return waiters.firstIndex { $0.deadline > now && ($0.use == .fill || forwardsMayTake) }
     }
 
     /// `waiter` fails, its connection having left room for the first parked waiter with time left at `now`.
     private mutating func failing(_ waiter: WaiterID, _ failure: Failure, now: NIODeadline) -> Action {
-        if case .open(let connection, let next) = openForFirstWaiter(now: now) {
-            return .failAndOpen(waiter, failure, open: connection, for: next)
+        switch serveFirstWaiter(now: now) {
+        case .open(let connection, let next)?: return .failAndOpen(waiter, failure, open: connection, for: next)
+        case .lease(let connection, let next)?: return .failAndLease(waiter, failure, lease: connection, to: next)
+        default: return .fail(waiter, failure)
         }
-        return .fail(waiter, failure)
     }
 
-    private mutating func openForFirstWaiter(now: NIODeadline) -> Action? {
-        guard !isShutDown, states.count < limit, let index = waiters.firstIndex(where: { $0.deadline > now }) else {
-            return nil
+    /// The first parked waiter with time left at `now` and room in its share gets an idle connection, or a new one
+    /// when there is room: after a connection left the pool, or a forward's left the forwards' share. (An idle
+    /// connection can be there only for a forward: a fill would have taken it.) Nil when nobody can be served.
+    private mutating func serveFirstWaiter(now: NIODeadline) -> Action? {
+        guard !isShutDown, let index = firstServableWaiter(now: now) else { return nil }
+        guard let connection = idle.last else {
+            guard states.count < limit else { return nil }
+            let parked = waiters.remove(at: index)
+            return .open(newConnection(for: parked.waiter, use: parked.use), for: parked.waiter)
         }
+        idle.removeLast()
         let parked = waiters.remove(at: index)
-        return .open(newConnection(for: parked.waiter), for: parked.waiter)
+        states[connection] = .leased
+        if parked.use == .forward { forwardConnections.insert(connection) }
+        return .lease(connection, to: parked.waiter)
     }
 }

@@ -27,12 +27,15 @@ final class RawOrigin: Sendable {
     private let channel: any Channel
     private let isTLS: Bool
     private let recorded = NIOLockedValueBox<[(line: String, body: String)]>([])
+    private let heads = NIOLockedValueBox<[String]>([])
 
     var url: String {
         isTLS ? "https://localhost:\(channel.localAddress!.port!)" : "http://127.0.0.1:\(channel.localAddress!.port!)"
     }
     var requestLines: [String] { recorded.withLockedValue { $0.map(\.line) } }
     var bodies: [String] { recorded.withLockedValue { $0.map(\.body) } }
+    /// The request lines of the heads read, each as soon as its head was in, whether its body was or not.
+    var headsSeen: [String] { heads.withLockedValue { $0 } }
 
     private init(channel: any Channel, isTLS: Bool) {
         self.channel = channel
@@ -54,6 +57,8 @@ final class RawOrigin: Sendable {
                     try channel.pipeline.syncOperations.addHandler(
                         Handler(answer: answer) { line, body in
                             box.withLockedValue { $0 }?.recorded.withLockedValue { $0.append((line, body)) }
+                        } recordHead: { line in
+                            box.withLockedValue { $0 }?.heads.withLockedValue { $0.append(line) }
                         }
                     )
                 }
@@ -77,12 +82,20 @@ final class RawOrigin: Sendable {
         private var buffer = ByteBuffer()
         /// Whether the request whose body is awaited was told to go on.
         private var continued = false
+        /// Whether the head of the request whose body is awaited was recorded.
+        private var headRecorded = false
         private let answer: Answer
         private let record: @Sendable (String, String) -> Void
+        private let recordHead: @Sendable (String) -> Void
 
-        init(answer: @escaping Answer, record: @escaping @Sendable (String, String) -> Void) {
+        init(
+            answer: @escaping Answer,
+            record: @escaping @Sendable (String, String) -> Void,
+            recordHead: @escaping @Sendable (String) -> Void
+        ) {
             self.answer = answer
             self.record = record
+            self.recordHead = recordHead
         }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -90,6 +103,7 @@ final class RawOrigin: Sendable {
             buffer.writeBuffer(&bytes)
             while let request = nextRequest(context: context) {
                 continued = false
+                headRecorded = false
                 record(request.line, request.body)
                 let (bytes, close) = answer(request.line)
                 let written = context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: bytes)))
@@ -109,6 +123,11 @@ final class RawOrigin: Sendable {
                 headLines.dropFirst().first { $0.lowercased().hasPrefix("content-length:") }
                 .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
             let headBytes = text[..<headEnd.upperBound].utf8.count
+            let requestLine = headLines[0].split(separator: " ").prefix(2).joined(separator: " ")
+            if !headRecorded {
+                headRecorded = true
+                recordHead(requestLine)
+            }
             guard buffer.readableBytes >= headBytes + length else {
                 let expects = headLines.dropFirst().contains { $0.lowercased() == "expect: 100-continue" }
                 if expects, !continued {
