@@ -127,7 +127,8 @@ struct HealthCommand: AsyncParsableCommand {
         discussion: """
             Reads the same configuration as the proxy (--config, SDUI_PROXY_* variables, --admin-port) and asks \
             GET /health on admin.host:admin.port (0.0.0.0 and :: are asked on loopback), within 2 s. /health \
-            needs no token. On failure, one line on standard error says why.
+            needs no token, unless admin.probesOpen is false: then SDUI_PROXY_ADMIN_TOKEN is sent. On failure, \
+            one line on standard error says why.
             """
     )
 
@@ -152,7 +153,16 @@ struct HealthCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
         let admin = configuration.admin
-        if let problem = await HealthProbe.run(host: admin.host, port: admin.port, timeout: .seconds(2)) {
+        // With the probes closed (admin.probesOpen: false), /health needs the token too.
+        let token = configuration.adminProbesOpen ? nil : environment[AdminAuthorization.tokenVariable]
+        // A bearer token holds no whitespace: what is around it (a file's newline) is not part of it.
+        let trimmed = token?.filter { !$0.isWhitespace }
+        if let problem = await HealthProbe.run(
+            host: admin.host,
+            port: admin.port,
+            timeout: .seconds(2),
+            token: trimmed?.isEmpty == false ? trimmed : nil
+        ) {
             FileHandleOutput.standardError("sdui-proxy health: \(problem)\n")
             throw ExitCode(1)
         }

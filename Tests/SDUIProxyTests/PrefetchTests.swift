@@ -99,6 +99,71 @@ struct PrefetchTests {
         }
     }
 
+    @Test("readyWhen succeeded: /ready is 503 with the failed count until a retry fetches the failed URL, then 200")
+    func readyWhenSucceeded() async throws {
+        let backendUp = NIOLockedValueBox(false)
+        let retries = ManualScheduler()
+        var tuning = ProxyServer.Tuning()
+        tuning.warmUpScheduler = retries.scheduler
+        try await ProxyHarness.run(
+            origin: { request in
+                guard request.uri == "/flaky", !backendUp.withLockedValue({ $0 }) else { return .component() }
+                return TestOrigin.Response(status: .serviceUnavailable, body: "down")
+            },
+            configure: {
+                $0.prefetch.urls = ["/steady", "/flaky"]
+                $0.prefetch.platforms = ["WEB"]
+                $0.prefetch.readyWhen = .succeeded
+            },
+            tuning: tuning
+        ) { proxy async throws in
+            // The failed URL's retry is scheduled once its first fetch has failed: the warm-up has been through both.
+            try await waitUntil { retries.pendingDelays.count == 1 }
+            let delay = try #require(retries.pendingDelays.first)
+            #expect(delay >= .milliseconds(500) && delay <= .seconds(1))
+            let notReady = try await proxy.admin("/ready")
+            #expect(notReady.status == .serviceUnavailable)
+            #expect(notReady.body == #"{"ready":false,"done":2,"total":2,"failed":1}"#)
+
+            // Still down: the retry fails, and the next one waits longer.
+            retries.fireAll()
+            try await waitUntil { proxy.origin.requests(to: "/flaky").count == 2 && retries.pendingDelays.count == 1 }
+            #expect(try await proxy.admin("/ready").status == .serviceUnavailable)
+            let second = try #require(retries.pendingDelays.first)
+            #expect(second >= .seconds(1) && second <= .seconds(2))
+
+            backendUp.withLockedValue { $0 = true }
+            retries.fireAll()
+            try await waitUntil { try await proxy.admin("/ready").status == .ok }
+            #expect(try await proxy.admin("/ready").body == #"{"ready":true,"done":2,"total":2,"failed":0}"#)
+            #expect(try await proxy.get("/flaky")["X-Cache"] == "HIT")
+            // Fetched once: nothing more is scheduled.
+            #expect(retries.pendingDelays.isEmpty)
+            #expect(proxy.origin.requests(to: "/steady").count == 1)
+        }
+    }
+
+    @Test("readyWhen finished (the default): ready once tried, with the failures counted, and nothing retried")
+    func readyWhenFinished() async throws {
+        let retries = ManualScheduler()
+        var tuning = ProxyServer.Tuning()
+        tuning.warmUpScheduler = retries.scheduler
+        try await ProxyHarness.run(
+            origin: { request in
+                request.uri == "/flaky" ? TestOrigin.Response(status: .serviceUnavailable, body: "down") : .component()
+            },
+            configure: {
+                $0.prefetch.urls = ["/steady", "/flaky"]
+                $0.prefetch.platforms = ["WEB"]
+            },
+            tuning: tuning
+        ) { proxy async throws in
+            try await waitUntil { try await proxy.admin("/ready").status == .ok }
+            #expect(try await proxy.admin("/ready").body == #"{"ready":true,"done":2,"total":2,"failed":1}"#)
+            #expect(retries.pendingDelays.isEmpty)
+        }
+    }
+
     @Test("a reload with new declared URLs keeps a warm proxy ready, though no probe saw the first warm-up end")
     func readinessAcrossReload() async throws {
         let gate = OriginGate()
