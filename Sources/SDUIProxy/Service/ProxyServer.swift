@@ -462,7 +462,8 @@ public final class ProxyServer: Sendable {
         }
         try? await threadPool.shutdownGracefully()
         try? await ownEventLoops?.group.shutdownGracefully()
-        context.logger.info("stopped")
+        // A proxy that never listened did not run: its start-up error is all there is to say (the caller says it).
+        if announced.reported != nil { context.logger.info("stopped") }
     }
 
     /// Shuts the services down in reverse order: the listeners stop accepting and let in-flight requests finish
