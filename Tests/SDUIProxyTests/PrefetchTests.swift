@@ -259,9 +259,19 @@ struct PrefetchTests {
         "malformed bodies, wrong types and limits are refused with the error body",
         arguments: [
             ("not json", HTTPResponseStatus.badRequest, "badRequest"),
-            (#"{"urls":"/a"}"#, .badRequest, "wrong type at urls"),
-            (#"{"urls":[1]}"#, .badRequest, "wrong type"),
-            (#"{"platforms":["IOS"]}"#, .badRequest, "missing urls"),
+            (#"{"urls":"/a"}"#, .badRequest, "urls: expected a list of URLs, got a string"),
+            (#"{"urls":[1]}"#, .badRequest, "urls[0]: expected a URL (a string), got the number 1"),
+            (#"{"platforms":["IOS"]}"#, .badRequest, "urls: missing"),
+            (#"["/a"]"#, .badRequest, "expected an object like"),
+            (
+                #"{"urls":["/a"],"platforms":"IOS"}"#, .badRequest,
+                "platforms: expected a list of platform names, got a string"
+            ),
+            (
+                #"{"urls":["/a"],"followActions":"1"}"#, .badRequest,
+                "followActions: expected a whole number, got a string"
+            ),
+            (#"{"urls":["/a"],"fleet":"yes"}"#, .badRequest, "fleet: expected true or false, got a string"),
             (#"{"urls":[]}"#, .badRequest, "1 to 3"),
             (#"{"urls":["/a","/b","/c","/d"]}"#, .badRequest, "1 to 3"),
             (#"{"urls":["/a"],"platforms":["TV"]}"#, .badRequest, "unknown platform"),
