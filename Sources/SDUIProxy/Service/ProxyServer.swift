@@ -347,7 +347,8 @@ public final class ProxyServer: Sendable {
                     client: CurrentNetworkClient(runtime: runtime),
                     handlers: handlers,
                     eventLoopGroup: group,
-                    logger: logger
+                    logger: logger,
+                    metrics: context.metrics
                 )
             )
         }
