@@ -3,8 +3,8 @@
 
 Package.swift asks for version ranges (`from:`), so a build elsewhere resolves them afresh and may get newer
 releases than the tested ones. Package.resolved records what the tests resolved, but not in a form the image can
-use: the machines the tests run on build from a package mirror with commit ids of its own, so Package.resolved is
-kept out of the repository and of the image. This script writes the resolved *versions* (every package of the
+use: it pins commit ids, and a package mirror has commit ids of its own, so Package.resolved is kept out of the
+repository and of the image; versions mean the same everywhere. This script writes the resolved *versions* (every package of the
 graph, the ones Package.swift names and the ones they bring) to Docker/Package.pins, as exact requirements that the
 Dockerfile's build stage appends to Package.swift:
 
