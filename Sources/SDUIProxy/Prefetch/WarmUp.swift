@@ -20,7 +20,8 @@ public final class WarmUp: Sendable {
     }
 
     /// Runs a task after a delay and returns what cancels it: the event loop's timer in the proxy; tests pass
-    /// their own, to fire retries when they choose instead of after a wait on the wall clock.
+    /// their own, to fire retries when they choose instead of after a wait on the wall clock. It must not run the
+    /// task before it returns (the warm-up calls it while it holds its state).
     public typealias Scheduler = @Sendable (TimeAmount, @escaping @Sendable () -> Void) -> @Sendable () -> Void
 
     private struct State {
@@ -140,7 +141,7 @@ public final class WarmUp: Sendable {
         let job = Self.job(url: url, platform: platform)
         let rule = configuration.readyWhen
         let (firstTry, retries, progress) = state.withLock { state -> (Bool, Bool, Progress) in
-            let firstTry = state.readiness.done
+            let doneBefore = state.readiness.done
             let retries = state.readiness.record(job, succeeded: !outcome.isFailure, rule: rule)
             let readiness = state.readiness
             let progress = Progress(
@@ -149,7 +150,8 @@ public final class WarmUp: Sendable {
                 failed: readiness.failed,
                 isReady: readiness.isReady(rule)
             )
-            return (readiness.done > firstTry, retries, progress)
+            // The pair's first try ended now: it counts in the progress of the start-up warm-up.
+            return (readiness.done > doneBefore, retries, progress)
         }
         let metadata: Logger.Metadata = ["url": "\(url)", "platform": "\(platform)"]
         switch outcome {
