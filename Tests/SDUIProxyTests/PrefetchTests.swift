@@ -117,13 +117,15 @@ struct PrefetchTests {
             },
             tuning: tuning
         ) { proxy async throws in
-            // The failed URL's retry is scheduled once its first fetch has failed: the warm-up has been through both.
+            // Both first fetches end, in either order; the failed one's retry is scheduled as its failure is recorded.
+            let failing = #"{"ready":false,"done":2,"total":2,"failed":1}"#
+            try await waitUntil { try await proxy.admin("/ready").body == failing }
             try await waitUntil { retries.pendingDelays.count == 1 }
             let delay = try #require(retries.pendingDelays.first)
             #expect(delay >= .milliseconds(500) && delay <= .seconds(1))
             let notReady = try await proxy.admin("/ready")
             #expect(notReady.status == .serviceUnavailable)
-            #expect(notReady.body == #"{"ready":false,"done":2,"total":2,"failed":1}"#)
+            #expect(notReady.body == failing)
 
             // Still down: the retry fails, and the next one waits longer.
             retries.fireAll()

@@ -72,7 +72,13 @@ import Testing
         try await origin.stop()
         let directory = QueueTest.makeDirectory()
         defer { QueueTest.removeDirectory(directory) }
-        let route = Route(method: "POST", pathPrefix: "/api/orders", ordering: .sequential, retry: QueueTest.retry())
+        // Never given up before the test brings the origin back, however slowly the machine runs it.
+        let route = Route(
+            method: "POST",
+            pathPrefix: "/api/orders",
+            ordering: .sequential,
+            retry: QueueTest.retry(maxAttempts: 100_000)
+        )
         let queue = try await QueueTest.openQueue(QueueTest.configuration(directory: directory, routes: [route]))
         let client = try QueueTest.client(port: origin.port)
         let metrics = ProxyMetrics()
