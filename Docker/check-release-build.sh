@@ -2,7 +2,8 @@
 # Builds the release binary the way Docker/Dockerfile does and runs it laid out like the image, for machines
 # (and CI) without a Docker engine:
 #
-#   1. `swift build -c release --static-swift-stdlib` (the Dockerfile's command, same flags);
+#   1. `swift build -c release --static-swift-stdlib` (the Dockerfile's command, same flags), on the versions this
+#      checkout resolved, which CI checks are the image's (Docker/Package.pins, scripts/pin-dependencies.py --check);
 #   2. the binary copied to <tmp>/usr/local/bin, the bundled config to <tmp>/etc/sdui-proxy/sdui-proxy.yaml and
 #      the samples to <tmp>/usr/share/sdui-proxy/config/samples, the working directory set to
 #      <tmp>/usr/share/sdui-proxy;
