@@ -14,6 +14,11 @@ config/samples), three replicas on sdui-proxy-fleet.yaml with the compose file's
      replica reports it pending, and once the backend is back it is delivered, as every replica reports;
   5. SIGTERM: every replica drains and exits with status 0.
 
+Before that it checks what only a Docker engine would otherwise show: the replicas trust the compose network's range
+for the balancer's X-Forwarded-For (listen.trustedProxies against the network's subnet), and the image declares no
+VOLUME that would give each replica an anonymous volume it never uses. Run, the client's address reaches the backend
+through the balancer and a replica (the backend logs X-Forwarded-For; the compose network's range is loopback here).
+
 Everything runs as `nobody` when the caller is root, and everything it started is stopped by PID at the end.
 
     BIN=.build/release/sdui-proxy Docker/check-fleet.py      # the debug build by default
@@ -21,6 +26,7 @@ Everything runs as `nobody` when the caller is root, and everything it started i
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -92,10 +98,41 @@ def start_backend(work, samples, port, name):
     with open(os.path.join(ROOT, "Docker/backend-nginx.conf")) as f:
         config = f.read().replace("listen 8081;", f"listen 127.0.0.1:{port};")
     config = config.replace("root /usr/share/nginx/html;", f"root {samples};")
+    # Each request's X-Forwarded-For, one per line: what the backend learns of the client.
+    config = "log_format forwarded_for '$request_uri $http_x_forwarded_for';\n" + config.replace(
+        "server_name _;", f"server_name _;\n    access_log {backend_access_log(work, name)} forwarded_for;")
     return services.nginx(work, name, config, port)
 
 
+def backend_access_log(work, name):
+    return os.path.join(work, name, "access.log")
+
+
+def check_compose_files():
+    """What the compose files promise that no process here can show: the trusted range is the network's, the
+    balancer sets X-Forwarded-For, and the image gives the replicas no volume."""
+    with open(os.path.join(ROOT, "Docker/docker-compose.fleet.yml")) as f:
+        compose = f.read()
+    with open(os.path.join(ROOT, "Docker/sdui-proxy-fleet.yaml")) as f:
+        fleet_config = f.read()
+    with open(os.path.join(ROOT, "Docker/balancer-nginx.conf")) as f:
+        balancer = f.read()
+    with open(os.path.join(ROOT, "Docker/Dockerfile")) as f:
+        dockerfile = f.read()
+    subnets = re.findall(r"^\s*-\s*subnet:\s*(\S+)", compose, re.MULTILINE)
+    trusted = re.search(r"trustedProxies:\s*\[([^\]]*)\]", fleet_config)
+    trusted = [entry.strip() for entry in trusted.group(1).split(",")] if trusted else []
+    if not subnets or any(subnet not in trusted for subnet in subnets):
+        fail(f"listen.trustedProxies {trusted} in sdui-proxy-fleet.yaml is not the compose network's range {subnets}")
+    if not re.search(r"^\s*proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;", balancer, re.MULTILINE):
+        fail("the balancer does not set X-Forwarded-For: the replicas would see every client as the balancer")
+    if re.search(r"^VOLUME\b", dockerfile, re.MULTILINE):
+        fail("the image declares a VOLUME: every replica of the fleet would get an anonymous volume it never uses")
+    log(f"the replicas trust the compose network {subnets} for the balancer's X-Forwarded-For; the image has no VOLUME")
+
+
 def run(work):
+    check_compose_files()
     # The binary and the samples where `nobody` can read them.
     binary = os.path.join(work, "sdui-proxy")
     shutil.copy(BIN, binary)
@@ -130,6 +167,8 @@ def run(work):
             "SDUI_PROXY_LISTEN_PORT": str(public),
             "SDUI_PROXY_ADMIN_HOST": "127.0.0.1",
             "SDUI_PROXY_ADMIN_PORT": str(admin),
+            # The compose network's range, where the balancer is: loopback here.
+            "SDUI_PROXY_LISTEN_TRUSTED_PROXIES": "[127.0.0.0/8]",
         })
         log_path = os.path.join(work, f"{name}.log")
         process = services.start(as_unprivileged() + [binary, "--config", config], env=environment, cwd=work,
@@ -180,6 +219,21 @@ def run(work):
         until(f"{name} missing the purged screen",
               lambda public=public: request(public, "GET", "/screens/home")[1].getheader("X-Cache") == "MISS")
     log("a purge through the balancer reached every replica")
+
+    # The client's address reaches the backend: the balancer's X-Forwarded-For, kept by the replica that trusts it,
+    # with the balancer's hop appended. A replica that did not trust it would send the balancer's address alone.
+    screen = "/screens/products/3"
+    status, response, text = request(lb_public, "GET", screen)
+    if status != 200 or response.getheader("X-Cache") != "MISS":
+        fail(f"a first GET {screen} through the balancer answered {status} {response.getheader('X-Cache')}")
+    def forwarded_for():
+        with open(backend_access_log(work, "backend")) as f:
+            return [line.split(" ", 1)[1].strip() for line in f if line.startswith(screen + " ")]
+    # nginx writes its log line once the answer has gone: it may come a moment after the replica has it.
+    until(f"the backend's log line for {screen}", lambda: len(forwarded_for()) > 0)
+    if forwarded_for() != ["127.0.0.1, 127.0.0.1"]:
+        fail(f"the backend saw X-Forwarded-For {forwarded_for()} for {screen} (expected the client, then the balancer)")
+    log(f"the backend saw the client's address through the balancer and a replica: {forwarded_for()[0]}")
 
     # 4. A write while the backend is down: accepted into the shared queue, delivered once it is back.
     backend.send_signal(signal.SIGINT)

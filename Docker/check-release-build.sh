@@ -2,11 +2,14 @@
 # Builds the release binary the way Docker/Dockerfile does and runs it laid out like the image, for machines
 # (and CI) without a Docker engine:
 #
-#   1. `swift build -c release --static-swift-stdlib` (the Dockerfile's command, same flags);
+#   1. `swift build -c release --static-swift-stdlib` (the Dockerfile's command, same flags), on the versions this
+#      checkout resolved, which CI checks are the image's (Docker/Package.pins, scripts/pin-dependencies.py --check);
 #   2. the binary copied to <tmp>/usr/local/bin, the bundled config to <tmp>/etc/sdui-proxy/sdui-proxy.yaml and
 #      the samples to <tmp>/usr/share/sdui-proxy/config/samples, the working directory set to
 #      <tmp>/usr/share/sdui-proxy;
-#   3. `sdui-proxy --check-config --config <tmp>/etc/sdui-proxy/sdui-proxy.yaml`;
+#   3. `sdui-proxy --check-config --config <tmp>/etc/sdui-proxy/sdui-proxy.yaml`, and `--print-config` with the
+#      environment Docker/docker-compose.yml gives its proxy: the volume it mounts for queued writes must hold
+#      the queue the configuration in force has;
 #   4. two proxies started on that config with free loopback ports: an origin serving the samples from its files,
 #      and in front of it, the proxy under test with `--upstream http://` the origin; GET /health on its admin
 #      port, a sample screen fetched twice (a miss, fetched over HTTP from the origin, then a hit);
@@ -126,6 +129,28 @@ if ! output="$(timeout 30 ${RUN_AS[@]+"${RUN_AS[@]}"} "${BINARY}" --check-config
     fail "--check-config rejected the bundled config: ${output}"
 fi
 log "check-config: ${output}"
+
+# docker-compose.yml mounts a volume at /var/lib/sdui-proxy for the write queue: the configuration in force there
+# (the bundled file and the compose file's environment) must have a queue, stored in that volume.
+COMPOSE="${ROOT}/Docker/docker-compose.yml"
+if grep -Eq '^ *- *[a-z-]+:/var/lib/sdui-proxy' "${COMPOSE}"; then
+    compose_environment=()
+    # The proxy service's SDUI_PROXY_* entries (not commented out), with ${VAR:?...} given a value.
+    while IFS= read -r entry; do
+        compose_environment+=("${entry}")
+    done < <(sed -n '/^  proxy:/,/^  [a-z]/p' "${COMPOSE}" \
+        | sed -n 's/^ *\(SDUI_PROXY_[A-Z_]*\): *\(.*\)$/\1=\2/p' \
+        | sed -e 's/\${[A-Z_]*:?[^}]*}/compose-check-token/' -e 's/^\([A-Z_]*\)="\(.*\)"$/\1=\2/')
+    [[ "${#compose_environment[@]}" -gt 0 ]] || fail "no SDUI_PROXY_* environment found for the proxy in ${COMPOSE}"
+    if ! printed="$(env "${compose_environment[@]}" timeout 30 "${BINARY}" --print-config --config "${CONFIG}" 2>&1)"; then
+        fail "the configuration docker-compose.yml gives its proxy does not load: ${printed}"
+    fi
+    grep -q '^queue:' <<<"${printed}" \
+        || fail "docker-compose.yml mounts a volume for the write queue, but its proxy's configuration has no queue"
+    grep -Eq '^  store: "?/var/lib/sdui-proxy/' <<<"${printed}" \
+        || fail "the write queue of docker-compose.yml's proxy is not stored in the volume at /var/lib/sdui-proxy"
+    log "docker-compose.yml: the proxy's queue is stored in the volume it mounts"
+fi
 
 # --- 4. Run it --------------------------------------------------------------------------------------------------
 # A loopback port that is free now. Another process may take it before the proxy binds, so start-up is retried

@@ -32,11 +32,13 @@ struct SDUIProxyCommand: AsyncParsableCommand {
 
             Admin listener: 127.0.0.1:9090 by default (admin.host, admin.port, --admin-port), with /health, \
             /ready, /metrics, cache purges and the queue's status. With SDUI_PROXY_ADMIN_TOKEN set, every path \
-            but /health needs "Authorization: Bearer <token>"; without it, admin.host must be a loopback \
-            address. `sdui-proxy health` asks /health, for container health checks.
+            but /health and /ready (unless admin.probesOpen is false) needs "Authorization: Bearer <token>"; \
+            without it, admin.host must be a loopback address. `sdui-proxy health` asks /health, for container \
+            health checks.
 
             Exit status: 0 stopped by SIGTERM or SIGINT, or a check passed; 1 the proxy failed (a port in use, \
-            the queue store held by another process); 2 the configuration is refused.
+            the queue store held by another process); 2 the configuration is refused; 64 the command line is \
+            wrong (an unknown flag, a missing or malformed value).
             """,
         version: SDUIProxyVersion.current,
         subcommands: [HealthCommand.self]
@@ -103,6 +105,10 @@ struct SDUIProxyCommand: AsyncParsableCommand {
         do {
             // The proxy's services run in one group, which SIGTERM and SIGINT drain.
             try await service.run()
+        } catch let error as ProxyStartupError {
+            // It never served (a port in use, the queue store held): one line says why, as configuration errors do.
+            FileHandleOutput.standardError("sdui-proxy: \(error)\n")
+            throw ExitCode(1)
         } catch {
             logger.critical("sdui-proxy stopped with an error", metadata: ["error": "\(error)"])
             throw ExitCode(error is ConfigurationError ? 2 : 1)
@@ -127,7 +133,8 @@ struct HealthCommand: AsyncParsableCommand {
         discussion: """
             Reads the same configuration as the proxy (--config, SDUI_PROXY_* variables, --admin-port) and asks \
             GET /health on admin.host:admin.port (0.0.0.0 and :: are asked on loopback), within 2 s. /health \
-            needs no token. On failure, one line on standard error says why.
+            needs no token, unless admin.probesOpen is false: then SDUI_PROXY_ADMIN_TOKEN is sent. On failure, \
+            one line on standard error says why.
             """
     )
 
@@ -152,7 +159,16 @@ struct HealthCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
         let admin = configuration.admin
-        if let problem = await HealthProbe.run(host: admin.host, port: admin.port, timeout: .seconds(2)) {
+        // With the probes closed (admin.probesOpen: false), /health needs the token too.
+        let token = configuration.adminProbesOpen ? nil : environment[AdminAuthorization.tokenVariable]
+        // A bearer token holds no whitespace: what is around it (a file's newline) is not part of it.
+        let trimmed = token?.filter { !$0.isWhitespace }
+        if let problem = await HealthProbe.run(
+            host: admin.host,
+            port: admin.port,
+            timeout: .seconds(2),
+            token: trimmed?.isEmpty == false ? trimmed : nil
+        ) {
             FileHandleOutput.standardError("sdui-proxy health: \(problem)\n")
             throw ExitCode(1)
         }

@@ -17,7 +17,9 @@ struct ConfigurationPrinterTests {
 
     @Test("a default header the file removed stays removed when the printed configuration is loaded")
     func removedDefaultHeaderRoundTrips() throws {
-        let configuration = try ConfigurationLoader().load(yaml: "headers: { Content-Type: \"\", X-A: b }")
+        let configuration = try ConfigurationLoader().load(
+            yaml: "upstream: { url: \"http://backend.test\" }\nheaders: { Content-Type: \"\", X-A: b }"
+        )
         #expect(configuration.headers.map(\.name) == ["X-A"])
         #expect(try reloaded(configuration) == configuration)
     }
@@ -105,7 +107,7 @@ struct ConfigurationPrinterTests {
         let configuration = try ConfigurationLoader(environment: [
             "SDUI_PROXY_CLUSTER_POSTGRES": "postgres://sdui:hunter2@db:5432/sdui?sslmode=verify-full",
             "SDUI_PROXY_QUEUE_STORE": "postgresql://queue:s3cret%21@db/q",
-        ]).load(yaml: "queue: {}")
+        ]).load(yaml: "upstream: { url: \"http://backend.test\" }\nqueue: {}")
         let text = ConfigurationPrinter.yaml(configuration, adminTokenIsSet: false)
         for secret in ["hunter2", "s3cret"] { #expect(!text.contains(secret), "\(text)") }
         #expect(text.contains("postgres: \"postgres://sdui:<redacted>@db?sslmode=verify-full\""))

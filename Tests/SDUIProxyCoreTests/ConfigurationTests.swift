@@ -5,6 +5,10 @@ import Testing
 
 @Suite("Configuration: file, environment and flags")
 struct ConfigurationTests {
+    /// The backend the tests' files name when they are about something else: a file must name one.
+    static let backend = "http://backend.test"
+
+    /// Loads `yaml`, with `upstream: { url: backend }` before it when it has no `upstream` section of its own.
     private func load(
         _ yaml: String,
         environment: [String: String] = [:],
@@ -12,7 +16,11 @@ struct ConfigurationTests {
     )
         throws(ConfigurationError) -> ProxyConfiguration
     {
-        try ConfigurationLoader(environment: environment).load(yaml: yaml, overrides: overrides)
+        // Only before a mapping's keys: a file that is something else is left to fail as it is.
+        let isMapping = yaml.first.map { $0.isLetter } ?? true
+        let named =
+            yaml.contains("upstream") || !isMapping ? yaml : "upstream: { url: \"\(Self.backend)\" }\n" + yaml
+        return try ConfigurationLoader(environment: environment).load(yaml: named, overrides: overrides)
     }
 
     private func error(_ yaml: String, environment: [String: String] = [:]) -> ConfigurationError? {
@@ -24,10 +32,12 @@ struct ConfigurationTests {
         }
     }
 
-    @Test("an empty file is the defaults")
+    @Test("a file that names only the backend is the defaults")
     func defaults() throws {
         let configuration = try load("")
-        #expect(configuration == ProxyConfiguration())
+        var defaults = ProxyConfiguration()
+        defaults.upstream.url = Self.backend
+        #expect(configuration == defaults)
         #expect(configuration.listen.port == 8080)
         #expect(configuration.admin.host == "127.0.0.1")
         #expect(configuration.cache.maxBytes == 256 << 20)
@@ -38,9 +48,15 @@ struct ConfigurationTests {
     @Test("upstream.maxBufferedBytes is at least maxResponseBytes: by default, and refused below it")
     func bufferedBytes() throws {
         #expect(try load("").upstream.maxBufferedBytes == 64 << 20)
-        #expect(try load("upstream: { maxBufferedBytes: 16MiB }").upstream.maxBufferedBytes == 16 << 20)
+        #expect(
+            try load("upstream: { url: \"\(Self.backend)\", maxBufferedBytes: 16MiB }").upstream.maxBufferedBytes
+                == 16 << 20
+        )
         // A larger per-response limit raises the default, so one such response can still be held.
-        #expect(try load("upstream: { maxResponseBytes: 100MiB }").upstream.maxBufferedBytes == 100 << 20)
+        #expect(
+            try load("upstream: { url: \"\(Self.backend)\", maxResponseBytes: 100MiB }").upstream.maxBufferedBytes
+                == 100 << 20
+        )
         let refused = try #require(error("upstream: { maxBufferedBytes: 1MiB }"))
         #expect("\(refused)".contains("upstream.maxBufferedBytes"))
         #expect("\(refused)".contains("at least upstream.maxResponseBytes"))
@@ -317,8 +333,8 @@ struct ConfigurationTests {
     @Test("every environment variable the README documents sets its key")
     func documentedVariablesAreKnown() throws {
         #expect(Self.documentedVariables.count > 40)
-        for (key, value, variable) in Self.documentedVariables {
-            // The default, given through the variable: the loader must read it (an unknown name is refused
+        for (key, value, variable) in Self.documentedVariables where !value.hasPrefix("none") {
+            // (A key with no default, upstream.url, has its own test.) The default, given through the variable: the loader must read it (an unknown name is refused
             // whatever its value), and it must mean what it does in the file.
             let yaml = key.hasPrefix("queue.") ? "queue: { routes: [{ match: POST /api }] }" : ""
             let fromVariable = error(yaml, environment: [variable: value])
@@ -440,6 +456,70 @@ struct ConfigurationTests {
         #expect(throws: ConfigurationError.self) { try ConfigurationLoader().load(path: "/nonexistent/sdui.yaml") }
     }
 
+    @Test("a configuration that names no upstream.url is refused; the file, the environment or a flag may name it")
+    func upstreamRequired() throws {
+        for yaml in ["", "cache: { defaultTTL: 60s }", "upstream: { timeout: 3s }"] {
+            #expect(throws: ConfigurationError.self) { try ConfigurationLoader().load(yaml: yaml) }
+            do {
+                _ = try ConfigurationLoader().load(yaml: yaml)
+            } catch {
+                #expect(error.key == "upstream.url")
+                #expect(error.problem.hasPrefix("is not set: name the component backend"))
+            }
+        }
+        let environment = ["SDUI_PROXY_UPSTREAM_URL": "http://env:1"]
+        #expect(try ConfigurationLoader(environment: environment).load(yaml: "").upstream.url == "http://env:1")
+        let flagged = try ConfigurationLoader().load(yaml: "", overrides: .init(upstream: "file:config/samples"))
+        #expect(flagged.upstream.url == "file:config/samples")
+    }
+
+    @Test("admin.probesOpen and prefetch.readyWhen: defaults, the file, the environment, and bad values")
+    func probesAndReadiness() throws {
+        let defaults = try load("")
+        #expect(defaults.adminProbesOpen)
+        #expect(defaults.prefetch.readyWhen == .finished)
+        let configured = try load("admin: { probesOpen: false }\nprefetch: { readyWhen: succeeded }")
+        #expect(!configured.adminProbesOpen)
+        #expect(configured.prefetch.readyWhen == .succeeded)
+        let fromEnvironment = try load(
+            "",
+            environment: ["SDUI_PROXY_ADMIN_PROBES_OPEN": "false", "SDUI_PROXY_PREFETCH_READY_WHEN": "succeeded"]
+        )
+        #expect(!fromEnvironment.adminProbesOpen)
+        #expect(fromEnvironment.prefetch.readyWhen == .succeeded)
+        let refused = try #require(error("prefetch: { readyWhen: warm }"))
+        #expect(refused.key == "prefetch.readyWhen")
+        #expect(refused.problem.contains("must be finished or succeeded"))
+        #expect(error("admin: { probesOpen: sometimes }")?.key == "admin.probesOpen")
+        let printed = ConfigurationPrinter.yaml(configured, adminTokenIsSet: false)
+        #expect(printed.contains("probesOpen: false"))
+        #expect(printed.contains("readyWhen: succeeded"))
+        #expect(try ConfigurationLoader().load(yaml: printed) == configured)
+    }
+
+    @Test(
+        "a file that is not valid YAML is named by its path, and a relative path that cannot be read is made absolute"
+    )
+    func fileErrorsNameTheFile() throws {
+        let path = NSTemporaryDirectory() + "broken-\(UUID().uuidString).yaml"
+        try Data("cache: [unclosed\n".utf8).write(to: URL(fileURLWithPath: path))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect(throws: ConfigurationError.self) { try ConfigurationLoader().load(path: path) }
+        do {
+            _ = try ConfigurationLoader().load(path: path)
+        } catch {
+            #expect(error.key == path)
+            #expect(error.problem.hasPrefix("not valid YAML"))
+        }
+        let relative = "no-such-\(UUID().uuidString).yaml"
+        do {
+            _ = try ConfigurationLoader().load(path: relative)
+            Issue.record("a missing file loaded")
+        } catch {
+            #expect(error.key == FileManager.default.currentDirectoryPath + "/" + relative)
+        }
+    }
+
     @Test("size and duration parsing")
     func parsing() {
         #expect(ConfigValueParsing.byteSize("256MiB") == 256 << 20)
@@ -473,7 +553,7 @@ struct ConfigurationTests {
         let refused = error(yaml)
         #expect(refused?.key.hasSuffix(key) == true)
         #expect(refused?.problem.contains("at most 3650d") == true)
-        #expect(throws: Never.self) { try load("upstream: { timeout: 3650d }") }
+        #expect(throws: Never.self) { try load("upstream: { url: \"\(Self.backend)\", timeout: 3650d }") }
     }
 }
 

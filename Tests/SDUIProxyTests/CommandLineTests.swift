@@ -107,9 +107,20 @@ struct CommandLineTests {
         ] {
             #expect(text.contains(expected), "\(expected)")
         }
+        #expect(text.contains("64 the command line is wrong"))
         let health = try Self.run(["health", "--help"])
         #expect(health.status == 0)
         #expect(health.standardOutput.contains("--admin-port"))
+    }
+
+    @Test("a flag the command does not take, or a malformed value, exits 64 (a usage error)")
+    func badFlags() throws {
+        for arguments in [["--no-such-flag"], ["--port", "eighty"], ["health", "--upstream", "file:config/samples"]] {
+            let finished = try Self.run(arguments)
+            #expect(finished.status == 64, "\(arguments): \(finished.standardError)")
+            #expect(finished.standardOutput.isEmpty)
+            #expect(!finished.standardError.isEmpty)
+        }
     }
 
     // MARK: --print-config
@@ -142,7 +153,10 @@ struct CommandLineTests {
 
     @Test("--print-config prints neither the admin token nor the credentials in a URL")
     func printConfigRedacts() async throws {
-        let yaml = "headers: { X-Callback: \"https://svc:hunter2@auth.internal/token\" }\n"
+        let yaml = """
+            upstream: { url: "file:config/samples" }
+            headers: { X-Callback: "https://svc:hunter2@auth.internal/token" }
+            """
         try await Self.withFile(yaml) { path in
             let finished = try Self.run(
                 ["--config", path, "--print-config"],
@@ -295,6 +309,68 @@ struct CommandLineTests {
         }
     }
 
+    @Test("a config file that names no upstream.url is refused: the sample screens are no default")
+    func noUpstream() async throws {
+        try await expectRefused(
+            "cache: { defaultTTL: 60s }\n",
+            saying: ["upstream.url", "is not set", "SDUI_PROXY_UPSTREAM_URL", "--upstream"]
+        )
+        try await expectRefused("", saying: ["upstream.url", "is not set"])
+        // Named by the environment or a flag instead, it is accepted.
+        try await Self.withFile("cache: { defaultTTL: 60s }\n") { path in
+            let flagged = try Self.run(["--check-config", "--config", path, "--upstream", "file:config/samples"])
+            #expect(flagged.status == 0, "\(flagged.standardError)")
+            let fromEnvironment = try Self.run(
+                ["--check-config", "--config", path],
+                environment: ["SDUI_PROXY_UPSTREAM_URL": "file:config/samples"]
+            )
+            #expect(fromEnvironment.status == 0, "\(fromEnvironment.standardError)")
+        }
+    }
+
+    @Test("a port in use is said in one line, host and port as configured, and nothing else; exit 1")
+    func portInUse() async throws {
+        let (descriptor, port) = try Self.loopbackSocket(listening: true)
+        defer { close(descriptor) }
+        let yaml = """
+            listen: { host: 127.0.0.1 }
+            upstream: { url: "file:config/samples" }
+            """
+        try await Self.withFile(yaml) { path in
+            let finished = try Self.run(["--config", path, "--port", "\(port)", "--admin-port", "0"])
+            #expect(finished.status == 1)
+            #expect(
+                finished.standardError == "sdui-proxy: cannot listen on 127.0.0.1:\(port): address already in use\n"
+            )
+            #expect(finished.standardOutput.isEmpty)
+        }
+    }
+
+    @Test("a missing config file is named by its absolute path; a YAML syntax error names the file")
+    func unreadableFiles() async throws {
+        let root =
+            ProcessTests.repositoryRoot.path.hasSuffix("/")
+            ? String(ProcessTests.repositoryRoot.path.dropLast()) : ProcessTests.repositoryRoot.path
+        let name = "no-such-config-\(UUID().uuidString).yaml"
+        for arguments in [["--config", name], ["--check-config", "--config", name], ["--config", "./" + name]] {
+            let missing = try Self.run(arguments)
+            #expect(missing.status == 2)
+            #expect(
+                missing.standardError
+                    == "sdui-proxy: config error: \(root)/\(name): cannot read the config file (missing or unreadable)\n"
+            )
+        }
+        try await Self.withFile("upstream: { url: \"file:config/samples\"\ncache: [unclosed\n") { path in
+            let broken = try Self.run(["--check-config", "--config", path])
+            #expect(broken.status == 2)
+            #expect(
+                broken.standardError.hasPrefix("sdui-proxy: config error: \(path): not valid YAML"),
+                "\(broken.standardError)"
+            )
+            #expect(broken.standardError.split(separator: "\n").count == 1)
+        }
+    }
+
     @Test("a file: upstream directory that does not exist is refused, saying where a relative path resolves")
     func missingUpstreamDirectory() async throws {
         let name = "no-such-directory-\(UUID().uuidString)"
@@ -328,7 +404,10 @@ struct CommandLineTests {
 
     @Test("the admin binding rule is checked by --check-config too")
     func adminBindingRule() async throws {
-        try await expectRefused("admin: { host: 0.0.0.0 }\n", saying: ["admin.host", "SDUI_PROXY_ADMIN_TOKEN"])
+        try await expectRefused(
+            "upstream: { url: \"file:config/samples\" }\nadmin: { host: 0.0.0.0 }\n",
+            saying: ["admin.host", "SDUI_PROXY_ADMIN_TOKEN"]
+        )
     }
 
     @Test("--check-config passes a queue store that does not exist yet, and creates nothing")

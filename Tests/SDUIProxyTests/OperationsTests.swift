@@ -62,6 +62,48 @@ struct OperationsTests {
         }
     }
 
+    @Test("/health and /ready need no token (admin.probesOpen), and a 401 carries a Bearer challenge")
+    func probesOpenAndChallenge() async throws {
+        try await ProxyHarness.run(adminToken: "s3cret") { proxy async throws in
+            try await waitUntil { try await proxy.admin("/ready").status == .ok }
+            #expect(try await proxy.admin("/health").status == .ok)
+            let refused = try await proxy.admin("/metrics")
+            #expect(refused.status == .unauthorized)
+            #expect(refused["WWW-Authenticate"] == #"Bearer realm="sdui-proxy""#)
+            // Refused on the head, before a body, by the gate: the same challenge.
+            let connection = try await RawConnection(port: proxy.server.adminPort)
+            try await connection.send("POST /prefetch HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+            let answer = try await connection.readUntilClosed(timeout: .seconds(5))
+            #expect(answer.hasPrefix("HTTP/1.1 401"))
+            #expect(answer.lowercased().contains("www-authenticate: bearer realm=\"sdui-proxy\"\r\n"))
+        }
+    }
+
+    @Test("with admin.probesOpen false, /health and /ready need the token like every other path")
+    func probesClosed() async throws {
+        try await ProxyHarness.run(configure: { $0.adminProbesOpen = false }, adminToken: "s3cret") {
+            proxy async throws in
+            for path in ["/health", "/ready"] {
+                let refused = try await proxy.admin(path)
+                #expect(refused.status == .unauthorized, "\(path)")
+                #expect(refused["WWW-Authenticate"] == #"Bearer realm="sdui-proxy""#)
+            }
+            #expect(try await proxy.admin("/health", headers: [("Authorization", "Bearer s3cret")]).status == .ok)
+        }
+    }
+
+    @Test("GET /queue and /queue/ID without a queue say it is not configured")
+    func queueNotConfigured() async throws {
+        try await ProxyHarness.run { proxy async throws in
+            for path in ["/queue", "/queue/0123"] {
+                let reply = try await proxy.admin(path)
+                #expect(reply.status == .notFound, "\(path)")
+                #expect(reply.body.contains("the write queue is not configured"), "\(reply.body)")
+                #expect(reply.body.hasPrefix(#"{"error":{"kind":"notFound""#))
+            }
+        }
+    }
+
     @Test("a request without the admin token is refused on its head, before its body is read")
     func adminRefusesOnTheHead() async throws {
         try await ProxyHarness.run(adminToken: "s3cret") { proxy async throws in

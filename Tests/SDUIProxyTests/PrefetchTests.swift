@@ -99,6 +99,73 @@ struct PrefetchTests {
         }
     }
 
+    @Test("readyWhen succeeded: /ready is 503 with the failed count until a retry fetches the failed URL, then 200")
+    func readyWhenSucceeded() async throws {
+        let backendUp = NIOLockedValueBox(false)
+        let retries = ManualScheduler()
+        var tuning = ProxyServer.Tuning()
+        tuning.warmUpScheduler = retries.scheduler
+        try await ProxyHarness.run(
+            origin: { request in
+                guard request.uri == "/flaky", !backendUp.withLockedValue({ $0 }) else { return .component() }
+                return TestOrigin.Response(status: .serviceUnavailable, body: "down")
+            },
+            configure: {
+                $0.prefetch.urls = ["/steady", "/flaky"]
+                $0.prefetch.platforms = ["WEB"]
+                $0.prefetch.readyWhen = .succeeded
+            },
+            tuning: tuning
+        ) { proxy async throws in
+            // Both first fetches end, in either order; the failed one's retry is scheduled as its failure is recorded.
+            let failing = #"{"ready":false,"done":2,"total":2,"failed":1}"#
+            try await waitUntil { try await proxy.admin("/ready").body == failing }
+            try await waitUntil { retries.pendingDelays.count == 1 }
+            let delay = try #require(retries.pendingDelays.first)
+            #expect(delay >= .milliseconds(500) && delay <= .seconds(1))
+            let notReady = try await proxy.admin("/ready")
+            #expect(notReady.status == .serviceUnavailable)
+            #expect(notReady.body == failing)
+
+            // Still down: the retry fails, and the next one waits longer.
+            retries.fireAll()
+            try await waitUntil { proxy.origin.requests(to: "/flaky").count == 2 && retries.pendingDelays.count == 1 }
+            #expect(try await proxy.admin("/ready").status == .serviceUnavailable)
+            let second = try #require(retries.pendingDelays.first)
+            #expect(second >= .seconds(1) && second <= .seconds(2))
+
+            backendUp.withLockedValue { $0 = true }
+            retries.fireAll()
+            try await waitUntil { try await proxy.admin("/ready").status == .ok }
+            #expect(try await proxy.admin("/ready").body == #"{"ready":true,"done":2,"total":2,"failed":0}"#)
+            #expect(try await proxy.get("/flaky")["X-Cache"] == "HIT")
+            // Fetched once: nothing more is scheduled.
+            #expect(retries.pendingDelays.isEmpty)
+            #expect(proxy.origin.requests(to: "/steady").count == 1)
+        }
+    }
+
+    @Test("readyWhen finished (the default): ready once tried, with the failures counted, and nothing retried")
+    func readyWhenFinished() async throws {
+        let retries = ManualScheduler()
+        var tuning = ProxyServer.Tuning()
+        tuning.warmUpScheduler = retries.scheduler
+        try await ProxyHarness.run(
+            origin: { request in
+                request.uri == "/flaky" ? TestOrigin.Response(status: .serviceUnavailable, body: "down") : .component()
+            },
+            configure: {
+                $0.prefetch.urls = ["/steady", "/flaky"]
+                $0.prefetch.platforms = ["WEB"]
+            },
+            tuning: tuning
+        ) { proxy async throws in
+            try await waitUntil { try await proxy.admin("/ready").status == .ok }
+            #expect(try await proxy.admin("/ready").body == #"{"ready":true,"done":2,"total":2,"failed":1}"#)
+            #expect(retries.pendingDelays.isEmpty)
+        }
+    }
+
     @Test("a reload with new declared URLs keeps a warm proxy ready, though no probe saw the first warm-up end")
     func readinessAcrossReload() async throws {
         let gate = OriginGate()
@@ -194,9 +261,19 @@ struct PrefetchTests {
         "malformed bodies, wrong types and limits are refused with the error body",
         arguments: [
             ("not json", HTTPResponseStatus.badRequest, "badRequest"),
-            (#"{"urls":"/a"}"#, .badRequest, "wrong type at urls"),
-            (#"{"urls":[1]}"#, .badRequest, "wrong type"),
-            (#"{"platforms":["IOS"]}"#, .badRequest, "missing urls"),
+            (#"{"urls":"/a"}"#, .badRequest, "urls: expected a list of URLs, got a string"),
+            (#"{"urls":[1]}"#, .badRequest, "urls[0]: expected a URL (a string), got the number 1"),
+            (#"{"platforms":["IOS"]}"#, .badRequest, "urls: missing"),
+            (#"["/a"]"#, .badRequest, "expected an object like"),
+            (
+                #"{"urls":["/a"],"platforms":"IOS"}"#, .badRequest,
+                "platforms: expected a list of platform names, got a string"
+            ),
+            (
+                #"{"urls":["/a"],"followActions":"1"}"#, .badRequest,
+                "followActions: expected a whole number, got a string"
+            ),
+            (#"{"urls":["/a"],"fleet":"yes"}"#, .badRequest, "fleet: expected true or false, got a string"),
             (#"{"urls":[]}"#, .badRequest, "1 to 3"),
             (#"{"urls":["/a","/b","/c","/d"]}"#, .badRequest, "1 to 3"),
             (#"{"urls":["/a"],"platforms":["TV"]}"#, .badRequest, "unknown platform"),

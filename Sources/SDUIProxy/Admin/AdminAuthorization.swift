@@ -11,8 +11,8 @@ import Darwin
 
 /// Who may call the admin endpoints.
 ///
-/// With a token (from `SDUI_PROXY_ADMIN_TOKEN`, never from the config file), every admin path but `/health`
-/// needs `Authorization: Bearer <token>`. Without one, the admin listener must be bound to a loopback
+/// With a token (from `SDUI_PROXY_ADMIN_TOKEN`, never from the config file), every admin path but the probes
+/// (`/health` and `/ready`, unless `admin.probesOpen` is false) needs `Authorization: Bearer <token>`. Without one, the admin listener must be bound to a loopback
 /// address (``checkBinding(host:token:)`` enforces that at start-up) and every request is allowed. A token that
 /// is set but holds nothing is refused at start-up (``checkBinding(host:)``): a variable emptied by mistake must
 /// not turn authentication off.
@@ -21,8 +21,11 @@ import Darwin
 public struct AdminAuthorization: Sendable {
     /// The environment variable that holds the token.
     public static let tokenVariable = "SDUI_PROXY_ADMIN_TOKEN"
-    /// The paths anyone may call: liveness checks carry no credentials.
-    public static let publicPaths: Set<String> = ["/health"]
+    /// The probes: liveness and readiness checks carry no credentials, and their answers reveal nothing.
+    public static let probePaths: Set<String> = ["/health", "/ready"]
+
+    /// The paths anyone may call: ``probePaths`` unless ``openingProbes(_:)`` closed them.
+    public private(set) var publicPaths = AdminAuthorization.probePaths
 
     /// The token's bytes; nil without one, empty when one was given that held only whitespace (no request
     /// matches it, and ``checkBinding(host:)`` refuses it).
@@ -49,6 +52,14 @@ public struct AdminAuthorization: Sendable {
         self.init(token: environment[Self.tokenVariable])
     }
 
+    /// This authorization with the probes open to anyone (`admin.probesOpen`), or needing the token like every other
+    /// path when `open` is false.
+    public func openingProbes(_ open: Bool) -> AdminAuthorization {
+        var authorization = self
+        authorization.publicPaths = open ? Self.probePaths : []
+        return authorization
+    }
+
     /// Whether a token is required for paths other than the public ones.
     public var requiresToken: Bool { token != nil }
 
@@ -58,17 +69,25 @@ public struct AdminAuthorization: Sendable {
     /// the presented one holds, and a presented token of another length costs the same.
     public func isAuthorized(_ headers: HTTPHeaders, path: String) -> Bool {
         let pathOnly = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        if Self.publicPaths.contains(String(pathOnly)) { return true }
+        if publicPaths.contains(String(pathOnly)) { return true }
         guard let token else { return true }
         let values = headers[canonicalForm: "authorization"]
         guard values.count == 1, let presented = Self.bearerCredentials(values[0]) else { return false }
         return Self.constantTimeEquals(token, presented)
     }
 
-    /// The answer to a request that ``isAuthorized(_:path:)`` refused: 401 with the error model's body.
-    public static let unauthorizedResponse = AdminResponse(
-        ProxyError(.unauthorized, "this admin endpoint needs the header Authorization: Bearer <token>")
-    )
+    /// The realm of the `WWW-Authenticate` challenge.
+    public static let realm = "sdui-proxy"
+
+    /// The answer to a request that ``isAuthorized(_:path:)`` refused: 401 with the error model's body, and the
+    /// challenge RFC 9110 section 11.6.1 requires of a 401 (RFC 6750's `Bearer` scheme).
+    public static let unauthorizedResponse: AdminResponse = {
+        var response = AdminResponse(
+            ProxyError(.unauthorized, "this admin endpoint needs the header Authorization: Bearer <token>")
+        )
+        response.headers = [("WWW-Authenticate", #"Bearer realm="\#(realm)""#)]
+        return response
+    }()
 
     /// The credentials of an `Authorization: Bearer <credentials>` value (scheme case-insensitive), or nil.
     static func bearerCredentials(_ value: Substring) -> ArraySlice<UInt8>? {

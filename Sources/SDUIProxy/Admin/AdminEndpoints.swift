@@ -17,7 +17,7 @@ enum AdminEndpoints {
             let progress = readiness()
             // Once the public listener has stopped accepting, the proxy is on its way out whatever it warmed up.
             let draining = isDraining()
-            let ready = progress.isFinished && !draining
+            let ready = progress.isReady && !draining
             let json =
                 #"{"ready":\#(ready),"done":\#(progress.done),"total":\#(progress.total),"failed":\#(progress.failed)"#
                 + (draining ? #","draining":true}"# : "}")
@@ -52,6 +52,20 @@ enum AdminEndpoints {
                 let id = String(request.path.dropFirst("/queue/".count))
                 return eventLoop.makeFutureWithTask { await queue.status(id: id) }
             }
+        } else {
+            // Not a plain "no endpoint": the operator asked the right path of a proxy that has no queue.
+            let notConfigured: AdminRouter.Endpoint = { _, eventLoop in
+                eventLoop.makeSucceededFuture(
+                    AdminResponse(
+                        ProxyError(
+                            .notFound,
+                            "the write queue is not configured (the configuration has no queue section)"
+                        )
+                    )
+                )
+            }
+            router.register(.GET, "/queue", notConfigured)
+            router.register(.GET, prefix: "/queue/", notConfigured)
         }
         return router
     }

@@ -7,17 +7,23 @@ import SDUIProxyCore
 public enum HealthProbe {
     /// Asks `host`:`port` (a name or an address; wildcard addresses are reached on loopback) for `/health`.
     ///
+    /// - Parameter token: the admin token, sent as `Authorization: Bearer` when given (the probes are open unless
+    ///   `admin.probesOpen` is false).
     /// - Returns: nil when the proxy answered 200 with `{"status":"ok"}` within `timeout`, else why not, in one
     ///   line.
-    public static func run(host listenerHost: String, port: Int, timeout: Duration) async -> String? {
+    public static func run(
+        host listenerHost: String,
+        port: Int,
+        timeout: Duration,
+        token: String? = nil
+    ) async -> String? {
         let host = HealthCheck.probeHost(forListenerHost: listenerHost)
         let display = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         let deadline = NIODeadline.now() + TimeAmount(timeout)
+        var request = HTTPClientRequest(url: "http://\(display)\(HealthCheck.path)")
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         do {
-            let response = try await HTTPClient.shared.execute(
-                HTTPClientRequest(url: "http://\(display)\(HealthCheck.path)"),
-                deadline: deadline
-            )
+            let response = try await HTTPClient.shared.execute(request, deadline: deadline)
             let body = try await response.body.collect(upTo: 64 << 10)
             return HealthCheck.problem(status: Int(response.status.code), body: Array(buffer: body))
                 .map { "\(display): \($0)" }

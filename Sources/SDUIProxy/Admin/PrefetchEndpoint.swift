@@ -16,13 +16,6 @@ struct PrefetchEndpoint {
     let proxy: ProxyContext
     let prefetcher: Prefetcher
 
-    private struct Body: Decodable {
-        var urls: [String]
-        var platforms: [String]?
-        var followActions: Int?
-        var fleet: Bool?
-    }
-
     /// The most distinct platforms one request may name.
     static let maximumPlatforms = 16
 
@@ -40,11 +33,11 @@ struct PrefetchEndpoint {
                 )
             )
         }
-        let body: Body
+        let body: PrefetchRequest
         do {
-            body = try JSONDecoder().decode(Body.self, from: Data(bytes.readableBytesView))
+            body = try PrefetchRequest.parse(Data(bytes.readableBytesView))
         } catch {
-            return eventLoop.makeSucceededFuture(AdminResponse(ProxyError(.badRequest, Self.describe(error))))
+            return eventLoop.makeSucceededFuture(AdminResponse(error))
         }
         guard !body.urls.isEmpty, body.urls.count <= limits.maxURLsPerRequest else {
             return eventLoop.makeSucceededFuture(
@@ -135,17 +128,5 @@ struct PrefetchEndpoint {
         let error = outcome.failureReason.map(JSONText.quoted) ?? "null"
         return #"{"url":\#(JSONText.quoted(url)),"platform":\#(JSONText.quoted(platform)),"#
             + #""status":"\#(outcome.name)","bytes":\#(bytes),"error":\#(error)}"#
-    }
-
-    private static func describe(_ error: any Error) -> String {
-        switch error {
-        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
-            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
-            return "wrong type at \(path.isEmpty ? "the top level" : path): \(context.debugDescription)"
-        case DecodingError.keyNotFound(let key, _):
-            return "missing \(key.stringValue)"
-        default:
-            return "the body is not valid JSON"
-        }
     }
 }

@@ -382,7 +382,8 @@ public final class PostgresQueueStore: QueueStore {
                 """
                 WITH done AS (
                   UPDATE sdui_queue
-                  SET state = \(state.rawValue), last_error = COALESCE(\(lastError), last_error), status = \(status),
+                  SET state = \(state.rawValue), status = \(status),
+                    last_error = CASE WHEN \(state == .failed) THEN COALESCE(\(lastError), last_error) END,
                     attempts = \(attempts), finished_at = \(self.onDatabaseClock(time)), finished_by = \(owner),
                     body = NULL, headers = NULL, lease_owner = NULL, lease_until = NULL,
                     notify_pending = \(awaitingNotification), notify_owner = \(notifier),

@@ -33,12 +33,15 @@ public final class QueueDeliveryService: Service, Sendable {
     private let pollInterval: Duration
     private let storeRetryDelay: Duration
     private let logger: Logger
+    /// Counts each failed delivery in `sdui_upstream_errors_total`, as failed cache fills are.
+    private let metrics: ProxyMetrics?
 
     /// - Parameters:
     ///   - client: sends deliveries to the backend (the proxy's upstream client).
     ///   - handlers: run on final outcomes; this service runs them and finishes them when it stops.
     ///   - pollInterval: how often the store is looked at without any wake-up.
     ///   - storeRetryDelay: the wait after the store failed.
+    ///   - metrics: where each delivery that fails to reach the backend is counted; nil counts nothing.
     public init(
         queue: WriteQueue,
         client: any NetworkClient,
@@ -46,7 +49,8 @@ public final class QueueDeliveryService: Service, Sendable {
         eventLoopGroup: any EventLoopGroup,
         pollInterval: Duration = .seconds(5),
         storeRetryDelay: Duration = .seconds(1),
-        logger: Logger = Logger(label: "sdui-proxy.queue.delivery")
+        logger: Logger = Logger(label: "sdui-proxy.queue.delivery"),
+        metrics: ProxyMetrics? = nil
     ) {
         self.queue = queue
         self.client = client
@@ -55,6 +59,7 @@ public final class QueueDeliveryService: Service, Sendable {
         self.pollInterval = pollInterval
         self.storeRetryDelay = storeRetryDelay
         self.logger = logger
+        self.metrics = metrics
     }
 
     /// Delivers until graceful shutdown or cancellation, then waits for deliveries in flight and handlers.
@@ -298,6 +303,9 @@ public final class QueueDeliveryService: Service, Sendable {
             }
         }
         guard let result = claimed else { return true }
+        // Every attempt that did not reach the backend, not only the first of an outage: each is a request the
+        // backend failed.
+        if case .error(let error) = result { metrics?.upstreamFailed(kind: error.kind) }
         let decision = rules.afterAttempt(
             result,
             attempts: attempts,

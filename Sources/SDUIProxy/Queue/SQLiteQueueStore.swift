@@ -327,12 +327,15 @@ public final class SQLiteQueueStore: QueueStore {
         let rows = try await connection.query(
             """
             UPDATE queued_requests
-            SET state = ?, last_error = COALESCE(?, last_error), status = ?, attempts = ?, finished_at = ?,
+            SET state = ?, last_error = CASE WHEN ? THEN COALESCE(?, last_error) END, status = ?, attempts = ?,
+                finished_at = ?,
                 body = NULL, headers = NULL, notify_pending = ?
             WHERE id = ? AND state = 'pending' RETURNING seq
             """,
             [
-                .text(state.rawValue), lastError.map { .text($0) } ?? .null, status.map { .integer($0) } ?? .null,
+                // A delivered request's earlier failures are history: its last error goes with them.
+                .text(state.rawValue), .integer(state == .failed ? 1 : 0), lastError.map { .text($0) } ?? .null,
+                status.map { .integer($0) } ?? .null,
                 .integer(attempts), .integer(Int(time.millisecondsSinceEpoch)), .integer(awaitingNotification ? 1 : 0),
                 .text(id),
             ]

@@ -6,6 +6,14 @@ import SDUIProxyCore
 import ServiceLifecycle
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// One of the proxy's listeners (public or admin) as a `Service`.
 ///
 /// `run()` binds the address and reports the bound port through ``listening``; a bind that fails (a port in
@@ -118,8 +126,27 @@ final class ListenerService: Service, Sendable, CustomStringConvertible {
         do {
             return try await bootstrap.bind(host: address.host, port: address.port).get()
         } catch {
-            throw ProxyStartupError(message: "cannot listen on \(address.host):\(address.port): \(error)")
+            throw ProxyStartupError(
+                message: "cannot listen on \(address.host):\(address.port): \(Self.reason(forBindError: error))"
+            )
         }
+    }
+
+    /// Why a bind failed, in the words of the system's error (`address already in use`), without the library's
+    /// call names and numbers: an operator reads this line, the log has nothing more to say about it.
+    static func reason(forBindError error: any Error) -> String {
+        if let error = error as? IOError {
+            switch error.errnoCode {
+            case EADDRINUSE: return "address already in use"
+            case EACCES: return "permission denied (a port below 1024 needs privileges)"
+            case EADDRNOTAVAIL: return "this machine has no such address"
+            default:
+                guard let text = strerror(error.errnoCode) else { return "error \(error.errnoCode)" }
+                return String(cString: text).lowercased()
+            }
+        }
+        if error is SocketAddressError { return "the host does not resolve to an address" }
+        return "\(error)"
     }
 }
 

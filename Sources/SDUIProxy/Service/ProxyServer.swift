@@ -55,6 +55,8 @@ public final class ProxyServer: Sendable {
     let publicListener: ListenerService
     let adminListener: ListenerService
     private let warmUps: WarmUps
+    /// Runs the refreshes and retries of the warm-ups a reload starts, as of the first.
+    private let warmUpScheduler: WarmUp.Scheduler?
     /// The services of the group, in start order (they shut down in reverse).
     private let services: [any Service]
     private let drainDeadline: DrainDeadline
@@ -78,6 +80,7 @@ public final class ProxyServer: Sendable {
         adminListener: ListenerService,
         prefetcher: Prefetcher,
         warmUps: WarmUps,
+        warmUpScheduler: WarmUp.Scheduler?,
         drainDeadline: DrainDeadline,
         connectionLimiter: ConnectionLimiter
     ) {
@@ -90,6 +93,7 @@ public final class ProxyServer: Sendable {
         self.adminListener = adminListener
         self.prefetcher = prefetcher
         self.warmUps = warmUps
+        self.warmUpScheduler = warmUpScheduler
         self.drainDeadline = drainDeadline
         self.connectionLimiter = connectionLimiter
     }
@@ -128,6 +132,8 @@ public final class ProxyServer: Sendable {
         /// How long a purge or a fleet prefetch waits for the fleet's log to take it before answering `pending`
         /// (``FleetLog/Settings/recordWait``).
         var fleetRecordWait = FleetLog.Settings.defaultRecordWait
+        /// Runs the warm-up's refreshes and retries; nil runs them on the event loops' timers.
+        var warmUpScheduler: WarmUp.Scheduler? = nil
     }
 
     static func start(
@@ -267,7 +273,8 @@ public final class ProxyServer: Sendable {
                 prefetcher: prefetcher,
                 configuration: configuration.prefetch,
                 eventLoopGroup: group,
-                logger: logger
+                logger: logger,
+                scheduler: tuning.warmUpScheduler
             )
         )
         let router = AdminEndpoints.router(
@@ -277,6 +284,8 @@ public final class ProxyServer: Sendable {
             // The admin listener drains after the public one: meanwhile, /ready takes the proxy out of rotation.
             isDraining: { publicListener.listening.reported != nil && !publicListener.isAcceptingConnections }
         )
+        // `/health` and `/ready` reveal nothing; an orchestrator's probes carry no token (`admin.probesOpen`).
+        let adminAuthorization = adminAuthorization.openingProbes(configuration.adminProbesOpen)
         let adminLimiter = ConnectionLimiter(
             maximum: tuning.maximumAdminConnections,
             refusal: "too many open admin connections"
@@ -338,7 +347,8 @@ public final class ProxyServer: Sendable {
                     client: CurrentNetworkClient(runtime: runtime),
                     handlers: handlers,
                     eventLoopGroup: group,
-                    logger: logger
+                    logger: logger,
+                    metrics: context.metrics
                 )
             )
         }
@@ -361,6 +371,7 @@ public final class ProxyServer: Sendable {
             adminListener: adminListener,
             prefetcher: prefetcher,
             warmUps: warmUps,
+            warmUpScheduler: tuning.warmUpScheduler,
             drainDeadline: drainDeadline,
             connectionLimiter: limiter
         )
@@ -452,7 +463,8 @@ public final class ProxyServer: Sendable {
         }
         try? await threadPool.shutdownGracefully()
         try? await ownEventLoops?.group.shutdownGracefully()
-        context.logger.info("stopped")
+        // A proxy that never listened did not run: its start-up error is all there is to say (the caller says it).
+        if announced.reported != nil { context.logger.info("stopped") }
     }
 
     /// Shuts the services down in reverse order: the listeners stop accepting and let in-flight requests finish
@@ -487,6 +499,7 @@ public final class ProxyServer: Sendable {
         for (name, changed) in [
             ("listen", configuration.listen != old.configuration.listen),
             ("admin", configuration.admin != old.configuration.admin),
+            ("admin.probesOpen", configuration.adminProbesOpen != old.configuration.adminProbesOpen),
             ("cache.maxBytes", configuration.cache.maxBytes != old.configuration.cache.maxBytes),
             ("cache.maxEntries", configuration.cache.maxEntries != old.configuration.cache.maxEntries),
             ("queue", configuration.queue != old.configuration.queue),
@@ -496,6 +509,7 @@ public final class ProxyServer: Sendable {
         }
         configuration.listen = old.configuration.listen
         configuration.admin = old.configuration.admin
+        configuration.adminProbesOpen = old.configuration.adminProbesOpen
         configuration.cache.maxBytes = old.configuration.cache.maxBytes
         configuration.cache.maxEntries = old.configuration.cache.maxEntries
         configuration.queue = old.configuration.queue
@@ -547,14 +561,15 @@ public final class ProxyServer: Sendable {
                 prefetcher: prefetcher,
                 configuration: configuration.prefetch,
                 eventLoopGroup: eventLoopGroup,
-                logger: logger
+                logger: logger,
+                scheduler: warmUpScheduler
             )
             warmUps.replace(with: warmUp)
         }
     }
 }
 
-/// The proxy could not start (a port in use, a missing directory, ...).
+/// The proxy could not start (a port in use, a missing directory, ...): its message is one line for the operator.
 public struct ProxyStartupError: Error, CustomStringConvertible {
     public var message: String
     public var description: String { message }

@@ -29,10 +29,11 @@ final class WarmUpService: Service, Sendable, CustomStringConvertible {
     }
 }
 
-/// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once the first
-/// has finished, so a reload never takes a warm proxy out of rotation.
+/// The warm-up in force (a reload with new declared URLs starts another); `/ready` holds once one has been
+/// ready (finished, or with `prefetch.readyWhen: succeeded` every URL fetched), so a reload never takes a warm
+/// proxy out of rotation.
 final class WarmUps: Sendable {
-    private let state: Mutex<(current: WarmUp, anyFinished: Bool, started: Bool, stopped: Bool)>
+    private let state: Mutex<(current: WarmUp, anyReady: Bool, started: Bool, stopped: Bool)>
 
     init(_ first: WarmUp) {
         state = Mutex((first, false, false, false))
@@ -40,14 +41,17 @@ final class WarmUps: Sendable {
 
     var current: WarmUp { state.withLock { $0.current } }
 
-    /// Starts the warm-up in force; its end makes the proxy ready for good.
+    /// Starts the warm-up in force; its end makes the proxy ready for good, when it did what `readyWhen` asks.
     func startCurrent() {
         let warmUp = state.withLock { state -> WarmUp? in
             guard !state.stopped else { return nil }
             state.started = true
             return state.current
         }
-        warmUp?.start().whenComplete { _ in self.state.withLock { $0.anyFinished = true } }
+        guard let warmUp else { return }
+        warmUp.start().whenComplete { _ in
+            if warmUp.progress.isReady { self.state.withLock { $0.anyReady = true } }
+        }
     }
 
     /// Stops the warm-up in force; none starts after this.
@@ -61,6 +65,8 @@ final class WarmUps: Sendable {
     /// Stops the warm-up in force and puts `warmUp` in its place, started if the first one was.
     func replace(with warmUp: WarmUp) {
         let (old, starts) = state.withLock { state -> (WarmUp, Bool) in
+            // The one replaced may have become ready since anyone asked.
+            if state.current.progress.isReady { state.anyReady = true }
             defer { state.current = warmUp }
             return (state.current, state.started && !state.stopped)
         }
@@ -68,11 +74,15 @@ final class WarmUps: Sendable {
         if starts { startCurrent() }
     }
 
-    /// Progress of the warm-up in force, reported as finished once any has finished.
+    /// Progress of the warm-up in force, reported as finished and ready once any has been ready.
     var readiness: WarmUp.Progress {
         state.withLock { state in
             var progress = state.current.progress
-            if state.anyFinished { progress.done = progress.total }
+            if progress.isReady { state.anyReady = true }
+            if state.anyReady {
+                progress.done = progress.total
+                progress.isReady = true
+            }
             return progress
         }
     }

@@ -38,11 +38,20 @@ public struct ConfigurationLoader: Sendable {
         path: String,
         overrides: CommandLineOverrides = .init()
     ) throws(ConfigurationError) -> ProxyConfiguration {
+        let absolutePath = Self.absolute(path)
         guard let text = Self.readFile(path) else {
-            throw ConfigurationError(key: path, problem: "cannot read the config file (missing or unreadable)")
+            throw ConfigurationError(key: absolutePath, problem: "cannot read the config file (missing or unreadable)")
         }
-        return try load(yaml: text, overrides: overrides)
+        do {
+            return try load(yaml: text, overrides: overrides)
+        } catch let error where error.key == Self.wholeFileKey {
+            // The file as a whole is the problem (its YAML): name it, where a key would be named.
+            throw ConfigurationError(key: absolutePath, problem: error.problem)
+        }
     }
+
+    /// The key of an error about the text as a whole, which ``load(path:overrides:)`` replaces with the file's path.
+    static let wholeFileKey = "(file)"
 
     /// Validates `yaml` with the environment and `overrides` laid over it.
     public func load(
@@ -54,7 +63,7 @@ public struct ConfigurationLoader: Sendable {
             root = try Yams.compose(yaml: yaml)
         } catch {
             let oneLine = "\(error)".split(whereSeparator: \.isNewline).joined(separator: " ")
-            throw ConfigurationError(key: "(file)", problem: "not valid YAML: \(oneLine)")
+            throw ConfigurationError(key: Self.wholeFileKey, problem: "not valid YAML: \(oneLine)")
         }
         let log = ConfigurationSection.VariableLog()
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
@@ -73,8 +82,12 @@ public struct ConfigurationLoader: Sendable {
             }
             return range
         }
-        config.admin = try Self.address(top.section("admin"), default: config.admin)
-        config.upstream = try Self.upstream(top.section("upstream"))
+        let admin = try top.section("admin")
+        config.admin = try Self.address(admin, default: config.admin, otherKeys: ["probesOpen"])
+        config.adminProbesOpen = try admin.bool("probesOpen", default: config.adminProbesOpen)
+        let upstreamSection = try top.section("upstream")
+        config.upstream = try Self.upstream(upstreamSection)
+        let upstreamNamed = try upstreamSection.names("url")
         config.platform = try Self.platform(top.section("platform"))
         if let pairs = try top.orderedPairs("headers") {
             for (name, value) in pairs {
@@ -106,6 +119,17 @@ public struct ConfigurationLoader: Sendable {
         if let upstream = overrides.upstream {
             try Self.checkUpstreamURL(upstream, key: "--upstream")
             config.upstream.url = upstream
+        }
+        // No backend named means no backend: the sample screens are the bundled config's, never a fallback that a
+        // deployment whose working directory holds them would serve instead of failing.
+        guard upstreamNamed || overrides.upstream != nil else {
+            throw ConfigurationError(
+                key: "upstream.url",
+                problem: """
+                    is not set: name the component backend (http://host:port/base, or file:DIRECTORY for a \
+                    directory of screens) in the config file, in SDUI_PROXY_UPSTREAM_URL or with --upstream
+                    """
+            )
         }
         // Declared URLs are checked against the upstream they will be fetched from (the flags' included): one
         // that can never be fetched would otherwise fail, and be retried, for as long as the proxy runs.
@@ -301,7 +325,7 @@ public struct ConfigurationLoader: Sendable {
     ) throws(ConfigurationError) -> ProxyConfiguration.Prefetch {
         try section.rejectUnknownKeys([
             "urls", "platforms", "followActions", "concurrency", "refresh", "allowedHosts", "maxURLsPerRequest",
-            "maxRequestBytes",
+            "maxRequestBytes", "readyWhen",
         ])
         var prefetch = ProxyConfiguration.Prefetch()
         prefetch.urls = try section.stringList("urls", default: prefetch.urls)
@@ -316,6 +340,12 @@ public struct ConfigurationLoader: Sendable {
         prefetch.followActions = try section.int("followActions", default: prefetch.followActions, in: 0...10)
         prefetch.concurrency = try section.int("concurrency", default: prefetch.concurrency, in: 1...1024)
         prefetch.refresh = try section.bool("refresh", default: prefetch.refresh)
+        let readyWhen = try section.string("readyWhen", default: prefetch.readyWhen.rawValue)
+        guard let rule = ProxyConfiguration.ReadyWhen(rawValue: readyWhen) else {
+            let names = ProxyConfiguration.ReadyWhen.allCases.map(\.rawValue).joined(separator: " or ")
+            throw section.fail("readyWhen", "must be \(names), not \"\(readyWhen)\"")
+        }
+        prefetch.readyWhen = rule
         prefetch.allowedHosts = try section.stringList("allowedHosts", default: prefetch.allowedHosts)
         for host in prefetch.allowedHosts
         where host.isEmpty || host.contains("/" as Character) || host.contains(" " as Character) {
@@ -412,6 +442,15 @@ public struct ConfigurationLoader: Sendable {
         } catch {
             throw ConfigurationError(key: key, problem: error.message)
         }
+    }
+
+    /// `path` from the root: relative paths are taken from the working directory.
+    static func absolute(_ path: String) -> String {
+        guard !path.hasPrefix("/"), let directory = getcwd(nil, 0) else { return path }
+        defer { free(directory) }
+        var base = String(cString: directory)
+        if !base.hasSuffix("/") { base += "/" }
+        return base + (path.hasPrefix("./") ? String(path.dropFirst(2)) : path)
     }
 
     private static func readFile(_ path: String) -> String? {

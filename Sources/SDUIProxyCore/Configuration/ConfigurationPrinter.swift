@@ -24,7 +24,10 @@ public enum ConfigurationPrinter {
             "listen: { host: \(scalar(config.listen.host, flow: true)), port: \(config.listen.port), "
                 + "trustedProxies: \(list(config.trustedProxies.map(\.description))) }"
         )
-        out.line("admin: { host: \(scalar(config.admin.host, flow: true)), port: \(config.admin.port) }")
+        out.line(
+            "admin: { host: \(scalar(config.admin.host, flow: true)), port: \(config.admin.port), "
+                + "probesOpen: \(config.adminProbesOpen) }"
+        )
 
         out.line("upstream:")
         out.pair(1, "url", scalar(config.upstream.url))
@@ -94,6 +97,7 @@ public enum ConfigurationPrinter {
         out.pair(1, "followActions", "\(prefetch.followActions)")
         out.pair(1, "concurrency", "\(prefetch.concurrency)")
         out.pair(1, "refresh", "\(prefetch.refresh)")
+        out.pair(1, "readyWhen", prefetch.readyWhen.rawValue)
         out.pair(1, "allowedHosts", list(prefetch.allowedHosts))
         out.pair(1, "maxURLsPerRequest", "\(prefetch.maxURLsPerRequest)")
         out.pair(1, "maxRequestBytes", size(prefetch.maxRequestBytes))

@@ -183,6 +183,9 @@ struct ConfigurationSection {
 
     func keyPath(_ key: String) -> String { Self.join(path, key) }
 
+    /// Whether the file or the environment gives `key` a value.
+    func names(_ key: String) throws(ConfigurationError) -> Bool { try value(key) != nil }
+
     /// The environment variable that overrides `key` in this section.
     func environmentName(_ key: String) -> String {
         let parts = (path + [key]).map(Self.screamingSnakeCase)

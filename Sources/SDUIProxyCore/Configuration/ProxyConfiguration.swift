@@ -1,6 +1,7 @@
 /// The whole configuration of a proxy, as read from the config file, the environment and flags.
 ///
-/// Every value has a default, so an empty file is a valid configuration (it proxies to `upstream.url`).
+/// Every value has a default; the loader still requires the file, the environment or a flag to name `upstream.url`
+/// (``ConfigurationLoader``), so that no deployment serves the bundled sample screens by accident.
 public struct ProxyConfiguration: Sendable, Equatable {
     public var listen = ListenAddress(host: "0.0.0.0", port: 8080)
     /// `listen.trustedProxies`: the load balancers and proxies in front of this one. A connection from one of
@@ -8,6 +9,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
     /// are replaced by what the proxy saw.
     public var trustedProxies: [IPAddressRange] = []
     public var admin = ListenAddress(host: "127.0.0.1", port: 9090)
+    /// `admin.probesOpen`: whether `/health` and `/ready` answer without the admin token. They reveal nothing, and
+    /// the probes of an orchestrator (Kubernetes, a load balancer) carry no secrets.
+    public var adminProbesOpen = true
     public var upstream = Upstream()
     public var platform = Platform()
     /// Headers added to every upstream request, after the client's end-to-end headers: ``defaultHeaders`` with
@@ -31,6 +35,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
 
     public static func == (lhs: ProxyConfiguration, rhs: ProxyConfiguration) -> Bool {
         lhs.listen == rhs.listen && lhs.trustedProxies == rhs.trustedProxies && lhs.admin == rhs.admin
+            && lhs.adminProbesOpen == rhs.adminProbesOpen
             && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
@@ -52,7 +57,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
 
     /// The component backend.
     public struct Upstream: Sendable, Equatable {
-        /// `http://host:port/base` for a real backend, or `file:DIRECTORY` for the file-backed one.
+        /// `http://host:port/base` for a real backend, or `file:DIRECTORY` for the file-backed one. A loaded
+        /// configuration always names it (the loader refuses one that does not); this value is the bundled
+        /// config's, for configurations built in code.
         public var url = "file:config/samples"
         /// How long connecting may take.
         public var connectTimeout: Duration = .seconds(2)
@@ -187,6 +194,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var concurrency = 8
         /// Re-fetch declared URLs shortly before they expire, so they never go cold.
         public var refresh = false
+        /// When `/ready` says ready: once the start-up warm-up has finished, or once every declared URL has been
+        /// fetched successfully (the failed ones are tried again until they are).
+        public var readyWhen = ReadyWhen.finished
         /// Hosts besides the upstream's that absolute action URLs may name (other names of this service).
         public var allowedHosts: [String] = []
         /// The most URLs one call to the prefetch endpoint may list.
@@ -197,6 +207,14 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public static let largestRequestBytes = 1 << 20
 
         public init() {}
+    }
+
+    /// `prefetch.readyWhen`: what the start-up warm-up must have done before `/ready` answers 200.
+    public enum ReadyWhen: String, Sendable, Equatable, CaseIterable {
+        /// Every declared URL has been tried once, whatever came of it.
+        case finished
+        /// Every declared URL has been fetched successfully once; failed ones are tried again with backoff.
+        case succeeded
     }
 
     /// Limits on what clients of the public listener may send and how long they may take.

@@ -20,6 +20,19 @@ struct AdminAuthorizationTests {
         #expect(!authorization.isAuthorized(HTTPHeaders(), path: "/healthz"))
     }
 
+    @Test("/ready is open like /health by default; with the probes closed both need the token")
+    func probes() {
+        #expect(authorization.isAuthorized(HTTPHeaders(), path: "/ready"))
+        #expect(authorization.openingProbes(true).isAuthorized(HTTPHeaders(), path: "/ready?x=1"))
+        let closed = authorization.openingProbes(false)
+        for path in ["/health", "/ready"] {
+            #expect(!closed.isAuthorized(HTTPHeaders(), path: path))
+            #expect(closed.isAuthorized(headers(("Authorization", "Bearer s3cret-token")), path: path))
+        }
+        // Without a token there is nothing to close them with.
+        #expect(AdminAuthorization(token: nil).openingProbes(false).isAuthorized(HTTPHeaders(), path: "/ready"))
+    }
+
     @Test("other paths need the exact bearer token")
     func tokenRequired() {
         #expect(authorization.isAuthorized(headers(("Authorization", "Bearer s3cret-token")), path: "/prefetch"))
@@ -43,6 +56,9 @@ struct AdminAuthorizationTests {
         #expect(response.contentType == "application/json")
         #expect(response.json.hasPrefix(#"{"error":{"kind":"unauthorized","message":"#))
         #expect(response.json.hasSuffix(#","retryable":false}}"#))
+        // RFC 9110 section 11.6.1: a 401 names the scheme it wants.
+        #expect(response.headers.map(\.name) == ["WWW-Authenticate"])
+        #expect(response.headers.first?.value == #"Bearer realm="sdui-proxy""#)
     }
 
     @Test("two Authorization headers are refused even if one holds the token")

@@ -134,6 +134,7 @@ struct PostgresQueueStoreTests {
             // A failed attempt keeps "1" at the head, backing off.
             let retryAt = QueueInstant.now().advanced(by: .seconds(60))
             try await a.recordAttempt(id: "1", attempts: 1, nextAttemptAt: retryAt, lastError: "503", status: 503)
+            #expect(try await b.status(id: "1")?.lastError == "503")
             #expect(about(waitTime(try await b.claimHead(route: "POST /api", at: .now())), retryAt))
             // Asked as of just after that time (times move between clocks to within a few milliseconds).
             #expect(
@@ -145,6 +146,8 @@ struct PostgresQueueStoreTests {
             )
             #expect(claimedID(try await a.claimHead(route: "POST /api", at: .now())) == "2")
             #expect(try await b.status(id: "1")?.status == 201)
+            // Delivered: the failed attempt before it is history, and its error is not shown.
+            #expect(try await b.status(id: "1")?.lastError == nil)
             // A recording tried again after its answer was lost (the change had committed) is still this
             // replica's, and says so; another replica's is not.
             #expect(

@@ -65,6 +65,60 @@ import Testing
         try await origin.stop()
     }
 
+    /// Each attempt that cannot reach the backend is a backend failure, counted as a cache fill's is; once
+    /// delivered, the attempts that failed before are history and the status shows no error.
+    @Test func failedAttemptsCountEachTimeAndADeliveredWriteShowsNoError() async throws {
+        let origin = try await QueueTestOrigin.start()
+        try await origin.stop()
+        let directory = QueueTest.makeDirectory()
+        defer { QueueTest.removeDirectory(directory) }
+        // Never given up before the test brings the origin back, however slowly the machine runs it.
+        let route = Route(
+            method: "POST",
+            pathPrefix: "/api/orders",
+            ordering: .sequential,
+            retry: QueueTest.retry(maxAttempts: 100_000)
+        )
+        let queue = try await QueueTest.openQueue(QueueTest.configuration(directory: directory, routes: [route]))
+        let client = try QueueTest.client(port: origin.port)
+        let metrics = ProxyMetrics()
+        let receipt = try await queue.enqueue(QueueTest.request(.POST, "/api/orders", body: "{}"))
+        let service = QueueDeliveryService(
+            queue: queue,
+            client: client,
+            eventLoopGroup: QueueTest.group,
+            logger: QueueTest.logger,
+            metrics: metrics
+        )
+        func networkErrors() -> Int {
+            let prefix = #"sdui_upstream_errors_total{kind="network"} "#
+            let line = metrics.render().split(separator: "\n").first { $0.hasPrefix(prefix) }
+            return line.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
+        }
+        try await QueueTest.withRunningService(service) {
+            let retried = await QueueTest.waitUntil { await (QueueTest.status(queue, receipt.id).attempts ?? 0) >= 3 }
+            #expect(retried)
+            let pending = await QueueTest.status(queue, receipt.id)
+            #expect(pending.lastError != nil)
+            // Counted before each is recorded: at least as many as the status shows.
+            #expect(networkErrors() >= pending.attempts ?? 0)
+            try await origin.start()
+            let drained = await QueueTest.waitUntil { queue.depth == 0 }
+            #expect(drained)
+        }
+        let delivered = await QueueTest.status(queue, receipt.id)
+        #expect(delivered.state == "delivered")
+        #expect(delivered.status == 200)
+        #expect(delivered.lastError == nil)
+        #expect(delivered.fields["lastError"] == nil)
+        // Every attempt but the last failed, and each was counted.
+        #expect(networkErrors() == (delivered.attempts ?? 0) - 1)
+        #expect((delivered.attempts ?? 0) >= 4)
+        try await client.shutdown()
+        try await queue.close()
+        try await origin.stop()
+    }
+
     @Test func deliversEverythingInOrderAfterACrash() async throws {
         let origin = try await QueueTestOrigin.start()
         origin.setBehaviour { _, _, _ in .init(status: .serviceUnavailable) }
