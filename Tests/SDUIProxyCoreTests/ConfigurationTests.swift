@@ -67,9 +67,13 @@ struct ConfigurationTests {
         let defaults = try load("")
         #expect(defaults.upstream.maxForwardConnections == nil)
         #expect(defaults.upstream.forwardConnectionLimit == 32)
-        #expect(try load("upstream: { maxConnections: 10 }").upstream.forwardConnectionLimit == 5)
-        #expect(try load("upstream: { maxConnections: 1 }").upstream.forwardConnectionLimit == 1)
-        let set = try load("upstream: { maxConnections: 10, maxForwardConnections: 10 }")
+        #expect(
+            try load("upstream: { url: \"\(Self.backend)\", maxConnections: 10 }").upstream.forwardConnectionLimit == 5
+        )
+        #expect(
+            try load("upstream: { url: \"\(Self.backend)\", maxConnections: 1 }").upstream.forwardConnectionLimit == 1
+        )
+        let set = try load("upstream: { url: \"\(Self.backend)\", maxConnections: 10, maxForwardConnections: 10 }")
         #expect(set.upstream.forwardConnectionLimit == 10)
         let printed = ConfigurationPrinter.yaml(set, adminTokenIsSet: false)
         #expect(printed.contains("maxForwardConnections: 10"), "\(printed)")
@@ -78,10 +82,12 @@ struct ConfigurationTests {
         #expect(!ConfigurationPrinter.yaml(defaults, adminTokenIsSet: false).contains("maxForwardConnections"))
         let fromEnvironment = try load("", environment: ["SDUI_PROXY_UPSTREAM_MAX_FORWARD_CONNECTIONS": "3"])
         #expect(fromEnvironment.upstream.forwardConnectionLimit == 3)
-        let over = try #require(error("upstream: { maxConnections: 8, maxForwardConnections: 9 }"))
+        let over = try #require(
+            error("upstream: { url: \"\(Self.backend)\", maxConnections: 8, maxForwardConnections: 9 }")
+        )
         #expect(over.key == "upstream.maxForwardConnections")
         #expect("\(over)".contains("at most upstream.maxConnections (8)"), "\(over)")
-        let zero = try #require(error("upstream: { maxForwardConnections: 0 }"))
+        let zero = try #require(error("upstream: { url: \"\(Self.backend)\", maxForwardConnections: 0 }"))
         #expect(zero.key == "upstream.maxForwardConnections")
     }
 
