@@ -254,8 +254,9 @@ struct RequestBufferingTests {
             // Two loops of 32 backend connections: 150 uploads are more than twice what either pool holds.
             configuration.eventLoops.count = 2
             configuration.upstream.maxConnections = 32
-            // Short, so that a miss left without a connection fails fast, and uploads are cut and reopened.
-            configuration.upstream.timeout = .seconds(1)
+            // Short, so that uploads are cut and reopened. The backend's own timeout stays the harness's: a miss on a
+            // loaded machine may take more than a second, and what shows an upload holding a backend connection is
+            // the backend seeing one, checked below, not how long a miss waited.
             configuration.limits.requestTimeout = .seconds(1)
         }
         try await ProxyHarness.run(

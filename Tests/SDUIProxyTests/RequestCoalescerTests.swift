@@ -61,7 +61,8 @@ struct RequestCoalescerTests {
 
     @Test("a run its callers may no longer join finishes for its own waiters while a new run takes the later ones")
     func refusedRun() async throws {
-        let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(10))
+        // No wait runs out here: these are about which run a caller joins, not how long it waits.
+        let coalescer = RequestCoalescer<String, Int>(maximumWait: .hours(1))
         let old = try #require(leading(coalescer.join(key: "k", stamp: 1, on: group.next())))
         let early = try #require(waiting(coalescer.join(key: "k", stamp: 1, on: group.next())))
         // An invalidation came (the stamp is now 2): a run stamped 1 takes no one, so this caller leads anew.
@@ -94,7 +95,8 @@ struct RequestCoalescerTests {
 
     @Test("a refused run that ends after its successor does not free the key its successor holds")
     func refusedRunEndsLast() async throws {
-        let coalescer = RequestCoalescer<String, Int>(maximumWait: .seconds(10))
+        // No wait runs out here: these are about which run a caller joins, not how long it waits.
+        let coalescer = RequestCoalescer<String, Int>(maximumWait: .hours(1))
         let old = try #require(leading(coalescer.join(key: "k", stamp: 0, on: group.next())))
         let new = try #require(leading(coalescer.join(key: "k", stamp: 1, on: group.next()) { _ in false }))
         let third = try #require(leading(coalescer.join(key: "k", stamp: 1, on: group.next()) { _ in false }))
