@@ -7,21 +7,29 @@ import SDUIProxyCore
 /// entries its answer names when the answer's head arrives.
 struct PassThroughResponder {
     /// Forwards `head` with `body` (nil when the request has none) and answers on `sink`.
+    ///
+    /// - Parameter clientFields: what the client sees changed in the answer's fields; by default, an answer to a
+    ///   GET or HEAD loses the tag field as stored answers do (unless `cache.exposeTags`), and others pass as
+    ///   they came.
     func respond(
         to head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
         annotation: CacheAnnotation?,
         body: RequestBodyStream?,
+        clientFields: ClientFacingFields? = nil,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
         let upstream = Self.upstreamRequest(for: head, target: target, platform: platform, proxy: proxy, sink: sink)
+        let readsCache = head.method == .GET || head.method == .HEAD
         let relay = Self.relay(
             for: head,
             target: target,
             annotation: annotation,
             invalidator: proxy.invalidator,
+            clientFields: clientFields
+                ?? (readsCache ? ClientFacingFields(proxy.configuration, policy: nil) : ClientFacingFields()),
             to: sink
         )
         let failureLog = proxy.fetcher.failureLog
@@ -94,12 +102,13 @@ struct PassThroughResponder {
     }
 
     /// A relay of the backend's answer to `head` that invalidates, when its head comes, the entries an unsafe
-    /// method's answer makes stale.
+    /// method's answer makes stale, and changes its fields as `clientFields` says.
     static func relay(
         for head: HTTPRequestHead,
         target: RequestTarget,
         annotation: CacheAnnotation?,
         invalidator: CacheInvalidator,
+        clientFields: ClientFacingFields = ClientFacingFields(),
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
@@ -107,7 +116,8 @@ struct PassThroughResponder {
         return ForwardedResponseRelay(
             to: sink,
             annotation: annotation,
-            takesInterim: InterimRelay.reaches(head.version)
+            takesInterim: InterimRelay.reaches(head.version),
+            clientFields: clientFields
         ) { status, headers in
             Invalidation.apply(
                 method: method,
