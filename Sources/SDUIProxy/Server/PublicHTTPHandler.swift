@@ -34,6 +34,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case forward(RequestBodyStream?)
         /// Held whole, up to `limit`, for the queued write responder at the end.
         indirect case collectWrite(QueuedWriteResponder.Write, limit: Int)
+        /// Dropped; the queued write's public status answers at the end.
+        indirect case answerQueueStatus(id: String)
     }
 
     private let runtime: ProxyRuntime
@@ -251,6 +253,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             // Answered at once, without reading the rest: what follows can no longer be trusted to be a request.
             refuseNow(error)
+        case .queueStatus(let id):
+            requestBody = .answerQueueStatus(id: id)
         }
     }
 
@@ -295,7 +299,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             var part = part
             write.body.writeBuffer(&part)
             requestBody = .collectWrite(write, limit: limit)
-        case .none, .answerFromCache, .refuse, .forward(nil):
+        case .none, .answerFromCache, .refuse, .forward(nil), .answerQueueStatus:
             break
         }
     }
@@ -317,6 +321,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if machine.bodyTakerReady() { context.read() }
         case .collectWrite(let write, _):
             withProxy { proxy in QueuedWriteResponder().respond(to: write, proxy: proxy, sink: self) }
+        case .answerQueueStatus(let id):
+            withProxy { proxy in QueueStatusResponder().respond(to: id, proxy: proxy, sink: self) }
         case .none:
             break
         }

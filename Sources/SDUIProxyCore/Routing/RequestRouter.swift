@@ -25,7 +25,14 @@ public struct RequestRouter: Sendable {
         /// Refused with `error`; when `closeConnection`, at once and the connection closes, since what follows
         /// cannot be trusted to be a request; otherwise once the request has been read.
         indirect case refuse(ProxyError, closeConnection: Bool)
+        /// GET or HEAD of ``RequestRouter/queueStatusPrefix`` and a queued write's id: the write's public status,
+        /// answered by the proxy itself once the request has been read. Only when the proxy has a write queue.
+        indirect case queueStatus(id: String)
     }
+
+    /// Where a client follows a queued write on the public listener: this, then the write's id. The `Location` of
+    /// a 202 names it.
+    public static let queueStatusPrefix = "/.sdui/queue/"
 
     private let limits: ProxyConfiguration.Limits
     private let cache: ProxyConfiguration.Cache
@@ -58,6 +65,12 @@ public struct RequestRouter: Sendable {
             target = try RequestAdmission.admit(head, limits: limits)
         } catch {
             return .refuse(error.error, closeConnection: error.closeConnection)
+        }
+        // A target that starts `/.` is rare: most requests pay one byte's comparison for the status path.
+        if queue != nil, target.description.utf8.dropFirst().first == UInt8(ascii: "."),
+            head.method == .GET || head.method == .HEAD, let id = Self.queueStatusID(in: target.path)
+        {
+            return .queueStatus(id: id)
         }
         let platform: String
         do {
@@ -100,6 +113,14 @@ public struct RequestRouter: Sendable {
             policy: policy,
             key: cacheKey(target: target, platform: platform, headers: headers, policy: policy)
         )
+    }
+
+    /// The id in a path under ``queueStatusPrefix``: the one segment after it, nil when there is none or more.
+    public static func queueStatusID(in path: String) -> String? {
+        guard path.hasPrefix(queueStatusPrefix) else { return nil }
+        let id = path.dropFirst(queueStatusPrefix.count)
+        guard !id.isEmpty, !id.contains("/") else { return nil }
+        return String(id)
     }
 
     /// The error for a queued write whose body exceeds `queue.maxBodyBytes`.
