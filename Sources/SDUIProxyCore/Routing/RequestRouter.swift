@@ -39,6 +39,8 @@ public struct RequestRouter: Sendable {
     /// The policy of every path when no route has one of its own: no lookup per request.
     private let onlyPolicy: ProxyConfiguration.RoutePolicy?
     private let queue: QueueConfiguration?
+    /// Whether there is a queue, read on every request: testing ``queue`` for nil copies the configuration.
+    private let hasQueue: Bool
     /// The platform header, lower-cased.
     private let platformHeader: String
     private let defaultPlatform: String
@@ -51,6 +53,7 @@ public struct RequestRouter: Sendable {
         cache = configuration.cache
         onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
         self.queue = queue
+        hasQueue = queue != nil
         platformHeader = configuration.platform.header.lowercased()
         defaultPlatform = configuration.platform.defaultValue
         allowedPlatforms = configuration.platform.allowed
@@ -66,10 +69,8 @@ public struct RequestRouter: Sendable {
         } catch {
             return .refuse(error.error, closeConnection: error.closeConnection)
         }
-        // A target that starts `/.` is rare: most requests pay one byte's comparison for the status path.
-        if queue != nil, target.description.utf8.dropFirst().first == UInt8(ascii: "."),
-            head.method == .GET || head.method == .HEAD, let id = Self.queueStatusID(in: target.path)
-        {
+        // Only a proxy with a queue answers its status path; one without pays a flag's test.
+        if hasQueue, head.method == .GET || head.method == .HEAD, let id = Self.queueStatusID(in: target.path) {
             return .queueStatus(id: id)
         }
         let platform: String
