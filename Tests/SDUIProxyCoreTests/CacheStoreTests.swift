@@ -129,6 +129,42 @@ struct CacheStoreTests {
         #expect(statistics.entries == 1)
     }
 
+    @Test("a miss is a vary-miss while another platform or variant of the target is stored, else a uri-miss")
+    func varyMissAcrossPlatforms() {
+        // One shard's budget holds two entries: a third evicts the least recently used.
+        let cache = ResponseCache(maxBytes: 2 * Self.entry("{}").byteCost, maxEntries: 100, shardCount: 1)
+        let ios = CacheKey(target: "/a", platform: "IOS")
+        let android = CacheKey(target: "/a", platform: "ANDROID")
+        let french = CacheKey(target: "/a", platform: "IOS", varyValues: ["fr"])
+        func isVaryMiss(_ key: CacheKey) -> Bool? {
+            switch cache.lookup(key, requestHeaders: [:], now: .now()) {
+            case .miss: false
+            case .varyMiss: true
+            case .fresh, .stale: nil
+            }
+        }
+        #expect(isVaryMiss(android) == false)
+        cache.store(Self.entry("{}"), for: ios)
+        #expect(isVaryMiss(android) == true)
+        #expect(isVaryMiss(french) == true)
+        #expect(isVaryMiss(CacheKey(target: "/b", platform: "IOS")) == false)
+        // Replacing the stored response counts it once: removing it leaves nothing.
+        cache.store(Self.entry("{}"), for: ios)
+        cache.invalidate(CacheInvalidation(.targets(["/a"])), now: .now())
+        #expect(isVaryMiss(android) == false)
+        // Evicted, it no longer makes the target's misses vary-misses.
+        cache.store(Self.entry("{}"), for: ios)
+        cache.store(Self.entry("{}"), for: CacheKey(target: "/b", platform: "IOS"))
+        cache.store(Self.entry("{}"), for: CacheKey(target: "/c", platform: "IOS"))
+        #expect(isVaryMiss(ios) == false)
+        #expect(isVaryMiss(CacheKey(target: "/b", platform: "WEB")) == true)
+        // A stale response that is dropped goes from the count too.
+        let dropped = Self.entry("{}")
+        cache.store(dropped, for: CacheKey(target: "/d", platform: "IOS"))
+        cache.remove(dropped, storedFor: CacheKey(target: "/d", platform: "IOS"))
+        #expect(isVaryMiss(CacheKey(target: "/d", platform: "WEB")) == false)
+    }
+
     @Test("age counts the initial age and the time resident")
     func age() {
         let stored = NIODeadline.now()

@@ -48,6 +48,7 @@ struct ConfigurationPrinterTests {
               validateComponents: false
               vary: [Accept-Language]
               tagHeader: X-Tags
+              exposeTags: true
               routes:
                 - { prefix: "/a b/", defaultTTL: 1d, bypass: true }
                 - { prefix: /assets/, validateComponents: true, vary: [] }

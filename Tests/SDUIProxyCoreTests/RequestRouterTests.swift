@@ -49,6 +49,30 @@ struct RequestRouterTests {
         }
     }
 
+    @Test("GET and HEAD of /.sdui/queue/ID ask for a queued write's status, only when there is a queue")
+    func queueStatus() throws {
+        let router = try Self.router()
+        for method in [HTTPMethod.GET, .HEAD] {
+            guard case .queueStatus(let id) = router.route(Self.head(method, "/.sdui/queue/0123abc?x=1")) else {
+                Issue.record("\(method) of a queue status not routed to it")
+                continue
+            }
+            #expect(id == "0123abc")
+        }
+        // No id, a path below one, or another method: not a status.
+        for (method, uri) in [
+            (HTTPMethod.GET, "/.sdui/queue/"), (.GET, "/.sdui/queue/a/b"), (.DELETE, "/.sdui/queue/a"),
+        ] {
+            if case .queueStatus = router.route(Self.head(method, uri)) { Issue.record("\(method) \(uri)") }
+        }
+        // A proxy without a queue passes the path to the backend like any other.
+        let configuration = try ConfigurationLoader().load(yaml: #"upstream: { url: "http://127.0.0.1:9" }"#)
+        let withoutQueue = RequestRouter(configuration: configuration, queue: nil)
+        guard case .cache = withoutQueue.route(Self.head(.GET, "/.sdui/queue/0123abc")) else {
+            return #expect(Bool(false), "routed as a queue status without a queue")
+        }
+    }
+
     @Test("a bypass route is forwarded with X-Cache BYPASS; other methods are forwarded without it")
     func forwards() throws {
         let router = try Self.router()

@@ -37,6 +37,31 @@ struct CacheStatusTests {
         }
     }
 
+    @Test("RFC 9211 §2.2: another platform's entry stored makes a miss fwd=vary-miss; none stored, fwd=uri-miss")
+    func otherPlatformIsVaryMiss() async throws {
+        try await ProxyHarness.run(origin: { _ in TestOrigin.Response.component() }) { proxy async throws in
+            let first = try await proxy.get("/a", headers: [("beagle-platform", "IOS")])
+            #expect(
+                Self.leftOf60(first["Cache-Status"]) == "sdui-proxy; fwd=uri-miss; fwd-status=200; ttl=<left>; stored"
+            )
+            let android = try await proxy.get("/a", headers: [("beagle-platform", "ANDROID")])
+            #expect(
+                Self.leftOf60(android["Cache-Status"])
+                    == "sdui-proxy; fwd=vary-miss; fwd-status=200; ttl=<left>; stored"
+            )
+            // The default platform is a variant like any other.
+            let web = try await proxy.get("/a")
+            #expect(
+                Self.leftOf60(web["Cache-Status"]) == "sdui-proxy; fwd=vary-miss; fwd-status=200; ttl=<left>; stored"
+            )
+            let elsewhere = try await proxy.get("/b", headers: [("beagle-platform", "ANDROID")])
+            #expect(
+                Self.leftOf60(elsewhere["Cache-Status"])
+                    == "sdui-proxy; fwd=uri-miss; fwd-status=200; ttl=<left>; stored"
+            )
+        }
+    }
+
     @Test("RFC 9211 §2.2: fwd=stale when a stale entry is revalidated (304) or stands in for a failure")
     func staleForwards() async throws {
         let failing = NIOLockedValueBox(false)

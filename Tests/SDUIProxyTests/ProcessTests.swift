@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import SDUIProxyCore
 import Testing
 
 /// The `sdui-proxy` executable itself: exit statuses, signals, and a crash with writes queued.
@@ -282,7 +283,7 @@ struct ProcessTests {
                 body: #"{"n":\#(number)}"#
             )
             #expect(reply.0 == .accepted)
-            ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
+            ids.append(String(reply.1.first(name: "location")?.dropFirst(RequestRouter.queueStatusPrefix.count) ?? ""))
         }
         first.signal(SIGKILL)
         _ = try await first.waitForExit()

@@ -360,6 +360,8 @@ struct SharedCacheTests {
             #expect(hit.head.hasPrefix("HTTP/1.1 200 OK\r\n"))
             #expect(notModified.head.hasPrefix("HTTP/1.1 304 Not Modified\r\n"))
             let length = "Content-Length: \(#"{"_beagleComponent_":"a"}"#.utf8.count)"
+            // The backend's Vary, with the platform the key holds.
+            let vary = "Vary: Accept, beagle-platform"
             if beagle {
                 // Each max-age is what is left of 60 seconds, in whole seconds, however long this machine took
                 // to get there; the lines are compared with it written as "<left>".
@@ -375,14 +377,14 @@ struct SharedCacheTests {
                 #expect(
                     leftOf60(hit.head) == [
                         "Content-Type: application/json", "ETag: \"v1\"", "X-Other: kept, on 200s only",
-                        "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", "Accept-Ranges: bytes", length,
+                        "Expires: Sun, 22 Nov 2099 09:00:00 GMT", vary, "Accept-Ranges: bytes", length,
                         maxAge, hash!,
                         "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
                 #expect(
                     leftOf60(notModified.head) == [
-                        "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept", maxAge, hash!,
+                        "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", vary, maxAge, hash!,
                         "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
@@ -390,7 +392,7 @@ struct SharedCacheTests {
                 #expect(
                     Self.lines(of: hit.head) == [
                         "Content-Type: application/json", "Cache-Control: public, max-age=60", "ETag: \"v1\"",
-                        "X-Other: kept, on 200s only", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", "Vary: Accept",
+                        "X-Other: kept, on 200s only", "Expires: Sun, 22 Nov 2099 09:00:00 GMT", vary,
                         "Accept-Ranges: bytes", length,
                         "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
@@ -398,7 +400,7 @@ struct SharedCacheTests {
                 #expect(
                     Self.lines(of: notModified.head) == [
                         "Cache-Control: public, max-age=60", "ETag: \"v1\"", "Expires: Sun, 22 Nov 2099 09:00:00 GMT",
-                        "Vary: Accept", "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
+                        vary, "X-Cache: HIT", "Cache-Status: sdui-proxy; hit; ttl=<left>",
                     ]
                 )
             }

@@ -107,7 +107,7 @@ struct WriteQueueProxyTests {
             let location = try #require(accepted["Location"])
             refusing.withLockedValue { $0 = false }
             try await waitUntil(timeout: .seconds(10)) { try await proxy.admin("/queue").body.contains(#""depth":0"#) }
-            #expect(try await proxy.admin(location).body.contains("delivered"))
+            #expect(try await proxy.get(location).body.contains("delivered"))
             let next = try await proxy.get("/api/orders", method: .POST, body: #"{"n":2}"#)
             #expect(next.status == .created, "\(next.status) \(next.body)")
         }
@@ -125,8 +125,8 @@ struct WriteQueueProxyTests {
             let accepted = try await proxy.get("/api/orders", method: .POST, body: "{}")
             let location = try #require(accepted["Location"])
             try await proxy.origin.restart()
-            try await waitUntil(timeout: .seconds(10)) { !(try await proxy.admin(location).body.contains("pending")) }
-            let status = try await proxy.admin(location).body
+            try await waitUntil(timeout: .seconds(10)) { !(try await proxy.get(location).body.contains("pending")) }
+            let status = try await proxy.get(location).body
             #expect(status.contains(#""state":"delivered""#))
             #expect(status.contains(#""status":201"#))
             #expect(proxy.origin.requests(to: "/api/orders").count == 1)
@@ -147,8 +147,8 @@ struct WriteQueueProxyTests {
             try await proxy.origin.stop()
             let location = try #require(try await proxy.get("/api/orders", method: .POST, body: "{}")["Location"])
             try await proxy.origin.restart()
-            try await waitUntil(timeout: .seconds(10)) { try await proxy.admin(location).body.contains("delivered") }
-            #expect(try await proxy.admin(location).body.contains(#""status":201"#))
+            try await waitUntil(timeout: .seconds(10)) { try await proxy.get(location).body.contains("delivered") }
+            #expect(try await proxy.get(location).body.contains(#""status":201"#))
             #expect(proxy.origin.requests(to: "/api/orders").count == 1)
         }
     }
@@ -178,18 +178,59 @@ struct WriteQueueProxyTests {
             #expect(accepted.status == .accepted)
             #expect(accepted.body.contains(#""queued":true"#))
             let location = try #require(accepted["Location"])
-            #expect(location.hasPrefix("/queue/"))
-            let pending = try await proxy.admin(location)
+            #expect(location.hasPrefix("/.sdui/queue/"))
+            let pending = try await proxy.get(location)
             #expect(pending.body.contains("pending"))
 
             try await proxy.origin.restart()
             try await waitUntil(timeout: .seconds(10)) { proxy.origin.requests(to: "/api/orders").count == 1 }
             let delivered = try #require(proxy.origin.requests(to: "/api/orders").first)
             #expect(String(buffer: delivered.body) == #"{"n":1}"#)
-            #expect(delivered.headers.first(name: "idempotency-key") == String(location.dropFirst("/queue/".count)))
-            try await waitUntil { try await proxy.admin(location).body.contains("delivered") }
+            #expect(
+                delivered.headers.first(name: "idempotency-key")
+                    == String(location.dropFirst(RequestRouter.queueStatusPrefix.count))
+            )
+            try await waitUntil { try await proxy.get(location).body.contains("delivered") }
             let overview = try await proxy.admin("/queue")
             #expect(overview.status == .ok)
+        }
+    }
+
+    @Test("a queued write's Location is its public status: the outcome, never the request's headers or body")
+    func publicStatus() async throws {
+        try await Self.withQueuedWrites { proxy async throws in
+            try await proxy.origin.stop()
+            let secret = [("Authorization", "Bearer s3cret"), ("X-Card", "4111")]
+            let accepted = try await proxy.get("/api/orders?token=t0k", headers: secret, method: .POST, body: "pan-42")
+            #expect(accepted.status == .accepted)
+            let location = try #require(accepted["Location"])
+            let id = String(location.dropFirst(RequestRouter.queueStatusPrefix.count))
+            #expect(location == RequestRouter.queueStatusPrefix + id && WriteQueue.isQueueID(id))
+            let pending = try await proxy.get(location)
+            #expect(pending.status == .ok && pending["Cache-Control"] == "no-store")
+            #expect(pending.body.contains(#""state":"pending""#) && pending.body.contains(#""id":"\#(id)""#))
+            for carried in ["s3cret", "4111", "t0k", "pan-42", "/api/orders", "POST"] {
+                #expect(!pending.body.contains(carried), "\(carried) in \(pending.body)")
+            }
+            // The status is the proxy's own: the backend never sees it asked for, and it is not a cache miss.
+            #expect(pending["X-Cache"] == nil)
+            #expect(try await proxy.get(location, method: .HEAD).status == .ok)
+
+            try await proxy.origin.restart()
+            try await waitUntil(timeout: .seconds(10)) { try await proxy.get(location).body.contains("delivered") }
+            let delivered = try await proxy.get(location).body
+            #expect(delivered.contains(#""status":201"#) && delivered.contains("finishedAt"), "\(delivered)")
+            #expect(proxy.origin.requests.allSatisfy { !$0.uri.hasPrefix("/.sdui/") })
+            // The admin listener's status, with the request's route and target, stays.
+            #expect(try await proxy.admin("/queue/" + id).body.contains(#""target":"/api/orders?token=t0k""#))
+
+            // An id no write has, or one the queue could not have made, is a JSON 404 without asking the backend.
+            for unknown in [String(repeating: "0", count: 32), "1", id.uppercased()] {
+                let reply = try await proxy.get(RequestRouter.queueStatusPrefix + unknown)
+                #expect(reply.status == .notFound, "\(unknown)")
+                #expect(reply.body.contains(#""kind":"notFound""#), "\(reply.body)")
+            }
+            #expect(proxy.origin.requests.allSatisfy { !$0.uri.hasPrefix("/.sdui/") })
         }
     }
 

@@ -114,6 +114,8 @@ public final class ComponentFetcher: Sendable {
     /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
     private let platformHeader: String
     private let tagHeader: String
+    /// `cache.exposeTags`: whether clients see the tag header of stored entries.
+    private let exposesTags: Bool
     /// The operator's cache-wide rules for what is stored and for how long.
     private let storageRules: StorageRules
     /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
@@ -152,6 +154,7 @@ public final class ComponentFetcher: Sendable {
         bufferBudget: ByteBudget? = nil,
         platformHeader: String,
         tagHeader: String,
+        exposesTags: Bool = false,
         storageRules: StorageRules,
         computesContentHash: Bool = true,
         metrics: ProxyMetrics,
@@ -167,6 +170,7 @@ public final class ComponentFetcher: Sendable {
         self.bufferBudget = bufferBudget
         self.platformHeader = platformHeader.lowercased()
         self.tagHeader = tagHeader.lowercased()
+        self.exposesTags = exposesTags
         self.storageRules = storageRules
         self.computesContentHash = computesContentHash
         self.coalescer = coalescer
@@ -473,7 +477,11 @@ public final class ComponentFetcher: Sendable {
         // A 304 without a Date is dated on receipt (RFC 9110 section 6.6.1). The entry's old Date would make
         // the refreshed entry as old as the first answer: stale again at once, revalidated on every request.
         if !updates.contains(name: "date") { updates.add(name: "Date", value: HTTPDate.format(HTTPDate.now())) }
-        let merged = stale.headers(updatedBy: updates)
+        var merged = stale.headers(updatedBy: updates)
+        // The stored head clients see may lack the tag field; the entry's tags hold on unless the 304 brings new.
+        if !stale.tags.isEmpty, !merged.contains(name: tagHeader) {
+            merged.add(name: tagHeader, value: stale.tags.joined(separator: " "))
+        }
         let mergedFields = HTTPFieldLines(merged)
         let directives = policy.rules.directives(of: mergedFields)
         let lifetime: Int64
@@ -529,6 +537,10 @@ public final class ComponentFetcher: Sendable {
         )
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
         metadata.tagHeader = tagHeader
+        metadata.clientFields = ClientFacingFields(
+            keyFields: ClientFacingFields.keyFields(platformHeader: platformHeader, policy: request.policy),
+            hiddenField: exposesTags ? nil : tagHeader
+        )
         metadata.computesContentHash = computesContentHash
         metadata.varyNames = varyNames(in: fields, keyedBy: request.policy.vary)
         metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)

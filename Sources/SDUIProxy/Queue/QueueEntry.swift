@@ -164,7 +164,23 @@ public struct QueueEntryStatus: Sendable, Equatable {
         self.lastError = lastError
     }
 
-    /// The JSON body of `GET /queue/ID`.
+    /// The JSON body of `GET /.sdui/queue/ID` on the public listener: where the write stands, for the client that
+    /// sent it. Only the outcome: no route, method or target (a query can carry what the client would not show),
+    /// no error text (it can name the backend's insides), and never the headers or the body.
+    public var publicJSON: String {
+        var fields = [
+            #""id":\#(JSONText.quoted(id))"#,
+            #""state":"\#(state.rawValue)""#,
+            #""attempts":\#(attempts)"#,
+            #""enqueuedAt":"\#(enqueuedAt)""#,
+        ]
+        if let nextAttemptAt { fields.append(#""nextAttemptAt":"\#(nextAttemptAt)""#) }
+        if let finishedAt { fields.append(#""finishedAt":"\#(finishedAt)""#) }
+        if let status { fields.append(#""status":\#(status)"#) }
+        return "{" + fields.joined(separator: ",") + "}"
+    }
+
+    /// The JSON body of `GET /queue/ID` on the admin listener.
     public var json: String {
         var fields = [
             #""id":\#(JSONText.quoted(id))"#,

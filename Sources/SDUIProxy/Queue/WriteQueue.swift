@@ -17,7 +17,8 @@ public final class WriteQueue: Sendable {
     public let configuration: QueueConfiguration
     /// Where the requests are kept.
     public let store: any QueueStore
-    /// The path a receipt's status location starts with (`/queue/`); the id follows.
+    /// The path a receipt's status location starts with (`/.sdui/queue/`, on the public listener); the id
+    /// follows.
     public let statusPathPrefix: String
     let logger: Logger
 
@@ -40,7 +41,7 @@ public final class WriteQueue: Sendable {
     public init(
         configuration: QueueConfiguration,
         store: any QueueStore,
-        statusPathPrefix: String = "/queue/",
+        statusPathPrefix: String = RequestRouter.queueStatusPrefix,
         logger: Logger = Logger(label: "sdui-proxy.queue")
     ) async throws {
         self.configuration = configuration
@@ -80,7 +81,7 @@ public final class WriteQueue: Sendable {
         eventLoop: any EventLoop,
         replicaName: String = "sdui-proxy",
         claimMetrics: QueueClaimMetrics? = nil,
-        statusPathPrefix: String = "/queue/",
+        statusPathPrefix: String = RequestRouter.queueStatusPrefix,
         logger: Logger = Logger(label: "sdui-proxy.queue")
     ) async throws -> WriteQueue {
         let store: any QueueStore
@@ -329,8 +330,18 @@ public final class WriteQueue: Sendable {
         pendingCount.subtract(1, ordering: .relaxed)
     }
 
+    /// Whether `text` is a queue id as ``newID()`` makes them: 32 lower-case hex digits.
+    public static func isQueueID(_ text: String) -> Bool {
+        let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
+        let letters = UInt8(ascii: "a")...UInt8(ascii: "f")
+        return text.utf8.count == 32 && text.utf8.allSatisfy { digits.contains($0) || letters.contains($0) }
+    }
+
     /// A new queue id: 128 random bits as 32 lower-case hex digits. ``enqueue(_:)`` makes one when the request
     /// brings none; make one beforehand to send it as `Idempotency-Key` with the immediate forward.
+    ///
+    /// The bits come from the system's secure generator: the id is all a client needs to read its write's status
+    /// on the public listener (``RequestRouter/queueStatusPrefix``), so it must not be guessed.
     public static func newID() -> String {
         var generator = SystemRandomNumberGenerator()
         let digits = Array("0123456789abcdef".utf8)

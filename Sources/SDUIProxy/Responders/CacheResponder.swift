@@ -148,7 +148,11 @@ struct CacheResponder {
         case .success(.notStored(let response, let why)):
             proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(why)"])
             status.forwardStatus = response.status.code
-            sink.write(response, annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key))
+            sink.write(
+                response,
+                annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key),
+                clientFields: ClientFacingFields(proxy.configuration, policy: request.policy)
+            )
         case .failure(let error):
             let proxyError =
                 error as? ProxyError
@@ -206,6 +210,8 @@ struct CacheResponder {
         }
         let head = request.head
         let annotation = proxy.cacheReporting.annotation(.bypass, CacheStatus(forward: forward), key: request.key)
+        // Keyed like a stored answer, it says so alike.
+        let clientFields = ClientFacingFields(proxy.configuration, policy: request.policy)
         guard !alone, head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
             return PassThroughResponder().respond(
                 to: head,
@@ -214,6 +220,7 @@ struct CacheResponder {
                 annotation: annotation,
                 body: .none,
                 fillsCache: true,
+                clientFields: clientFields,
                 proxy: proxy,
                 sink: sink
             )
@@ -223,6 +230,7 @@ struct CacheResponder {
             target: request.target,
             annotation: annotation,
             invalidator: proxy.invalidator,
+            clientFields: clientFields,
             to: sink
         )
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)

@@ -28,6 +28,8 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     }
 
     private let state: NIOLoopBound<State>
+    /// What the client sees changed in the backend's fields (`Vary`, the tag field).
+    private let clientFields: ClientFacingFields
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
 
     /// - Parameter takesInterim: whether the client may be sent the backend's interim responses.
@@ -35,12 +37,14 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         to sink: any ResponseSink,
         annotation: CacheAnnotation?,
         takesInterim: Bool,
+        clientFields: ClientFacingFields = ClientFacingFields(),
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     ) {
         self.state = NIOLoopBound(
             State(sink: sink, annotation: annotation, takesInterim: takesInterim),
             eventLoop: sink.eventLoop
         )
+        self.clientFields = clientFields
         self.receivedHead = receivedHead
     }
 
@@ -62,6 +66,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         receivedHead(status, headers)
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
+        if !clientFields.changesNothing { clientFields.apply(to: &headers) }
         let state = self.state.value
         if var annotation = state.annotation {
             annotation.status.forwardStatus = status.code

@@ -8,6 +8,10 @@ import SDUIProxyCore
 struct PassThroughResponder {
     /// Forwards `head` with `requestBody` and answers on `sink`. `fillsCache` is for a cache miss streamed to its
     /// client: its backend connection is a fill's, not from the forwards' share of the pool.
+    ///
+    /// - Parameter clientFields: what the client sees changed in the answer's fields; by default, an answer to a
+    ///   GET or HEAD loses the tag field as stored answers do (unless `cache.exposeTags`), and others pass as
+    ///   they came.
     func respond(
         to head: HTTPRequestHead,
         target: RequestTarget,
@@ -15,6 +19,7 @@ struct PassThroughResponder {
         annotation: CacheAnnotation?,
         body requestBody: ForwardedRequestBody,
         fillsCache: Bool = false,
+        clientFields: ClientFacingFields? = nil,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
@@ -37,11 +42,14 @@ struct PassThroughResponder {
             spoolFile = file
             upstream.headers.remove(name: "Expect")
         }
+        let readsCache = head.method == .GET || head.method == .HEAD
         let relay = Self.relay(
             for: head,
             target: target,
             annotation: annotation,
             invalidator: proxy.invalidator,
+            clientFields: clientFields
+                ?? (readsCache ? ClientFacingFields(proxy.configuration, policy: nil) : ClientFacingFields()),
             to: sink
         )
         let failureLog = proxy.fetcher.failureLog
@@ -119,12 +127,13 @@ struct PassThroughResponder {
     }
 
     /// A relay of the backend's answer to `head` that invalidates, when its head comes, the entries an unsafe
-    /// method's answer makes stale.
+    /// method's answer makes stale, and changes its fields as `clientFields` says.
     static func relay(
         for head: HTTPRequestHead,
         target: RequestTarget,
         annotation: CacheAnnotation?,
         invalidator: CacheInvalidator,
+        clientFields: ClientFacingFields = ClientFacingFields(),
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
@@ -132,7 +141,8 @@ struct PassThroughResponder {
         return ForwardedResponseRelay(
             to: sink,
             annotation: annotation,
-            takesInterim: InterimRelay.reaches(head.version)
+            takesInterim: InterimRelay.reaches(head.version),
+            clientFields: clientFields
         ) { status, headers in
             Invalidation.apply(
                 method: method,

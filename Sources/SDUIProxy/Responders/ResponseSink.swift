@@ -79,9 +79,14 @@ struct EntryPresentation {
 }
 
 extension ResponseSink {
-    /// Writes a backend response that was not stored.
-    func write(_ response: UpstreamResponse, annotation: CacheAnnotation?) {
+    /// Writes a backend response that was not stored, its fields changed as `clientFields` says.
+    func write(
+        _ response: UpstreamResponse,
+        annotation: CacheAnnotation?,
+        clientFields: ClientFacingFields = ClientFacingFields()
+    ) {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
+        clientFields.apply(to: &headers)
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
         annotation?.add(to: &headers)
         writeComposed(status: response.status, headers: headers, body: response.body, cacheResult: annotation?.result)

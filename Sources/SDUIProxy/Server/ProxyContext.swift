@@ -122,6 +122,7 @@ public final class ProxyContext: Sendable {
                 ? bufferBudget : ByteBudget(limit: configuration.upstream.maxBufferedBytes),
             platformHeader: configuration.platform.header,
             tagHeader: configuration.cache.tagHeader,
+            exposesTags: configuration.cache.exposeTags,
             storageRules: configuration.cache.storageRules,
             computesContentHash: configuration.compat.beagleHash,
             metrics: metrics,

@@ -38,6 +38,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         indirect case buffer(BufferedForward)
         /// Held whole, up to `limit`, for the queued write responder at the end.
         indirect case collectWrite(QueuedWriteResponder.Write, limit: Int)
+        /// Dropped; the queued write's public status answers at the end.
+        indirect case answerQueueStatus(id: String)
     }
 
     /// A forward whose body is being read whole, and what it is forwarded with once it is.
@@ -280,6 +282,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             // Answered at once, without reading the rest: what follows can no longer be trusted to be a request.
             refuseNow(error)
+        case .queueStatus(let id):
+            requestBody = .answerQueueStatus(id: id)
         }
     }
 
@@ -426,7 +430,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             var part = part
             write.body.writeBuffer(&part)
             requestBody = .collectWrite(write, limit: limit)
-        case .none, .answerFromCache, .refuse, .forward(nil):
+        case .none, .answerFromCache, .refuse, .forward(nil), .answerQueueStatus:
             break
         }
     }
@@ -453,9 +457,18 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if machine.bodyTakerReady() { context.read() }
         case .collectWrite(let write, _):
             withProxy { proxy in QueuedWriteResponder().respond(to: write, proxy: proxy, sink: self) }
+        case .answerQueueStatus(let id):
+            answerQueueStatus(id)
         case .none:
             break
         }
+    }
+
+    /// Answers a queued write's public status. Out of line: inlined into ``endRequest(context:)``, it made every
+    /// request's end cost more.
+    @inline(never)
+    private func answerQueueStatus(_ id: String) {
+        withProxy { proxy in QueueStatusResponder().respond(to: id, proxy: proxy, sink: self) }
     }
 
     /// Answers with `error` at once, and closes the connection after it without reading more.

@@ -185,6 +185,10 @@ public final class CachedResponse: Sendable {
         public var variant: String = ""
         /// The response header whose space-separated values are purge tags.
         public var tagHeader: String = "surrogate-key"
+        /// What the stored head changes for clients: the request fields the key includes named in `Vary`, and
+        /// the tag field left out (its tags still in ``CachedResponse/tags``). Applied here, once, so that a hit
+        /// writes the stored head as it is.
+        public var clientFields = ClientFacingFields()
         /// Whether the entry's ``CachedResponse/contentHash`` will be asked for on every hit (Beagle 1.x clients),
         /// so it is worth computing once when the entry is made.
         public var computesContentHash = true
@@ -231,10 +235,19 @@ public final class CachedResponse: Sendable {
         let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(fields) : nil
         // A stored 200 serves byte ranges itself (RFC 9110 section 14.3), whatever the backend said of its own.
         let advertisesRanges = status == .ok
+        // The backend's `Vary` lines give way to one that also names the request fields the key includes.
+        let clientFields = metadata.clientFields
+        var varyMembers: [String] = []
+        if !clientFields.keyFields.isEmpty {
+            fields.forEachListMember(of: "vary") { varyMembers.append(String(decoding: $0, as: UTF8.self)) }
+        }
+        let mergedVary = clientFields.vary(merging: varyMembers)
         func isStored(_ name: UnsafeRawBufferPointer) -> Bool {
             !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length")
                 && !HTTPSyntax.equalsIgnoringCase(bytes: name, "age") && filter?.passes(name) != false
                 && !(advertisesRanges && HTTPSyntax.equalsIgnoringCase(bytes: name, "accept-ranges"))
+                && !(mergedVary != nil && HTTPSyntax.equalsIgnoringCase(bytes: name, "vary"))
+                && !clientFields.hides(name)
         }
         // A first pass measures the head and reads what the entry needs from the lines it keeps; the second
         // writes them into the entry's one array, sized exactly.
@@ -244,6 +257,12 @@ public final class CachedResponse: Sendable {
         var tags: [String] = []
         var keptDirectives = CacheControl()
         fields.forEachField { name, value in
+            // Read whether or not clients see the field.
+            if HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader), filter?.passes(name) != false {
+                // Tags are separated by spaces; lists of them (`a b, c`) by commas.
+                tags += value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
+                    .map { String(decoding: $0, as: UTF8.self) }
+            }
             guard isStored(name) else { return }
             headBytes += name.count + 2 + value.count + 2
             if HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
@@ -251,12 +270,8 @@ public final class CachedResponse: Sendable {
             } else if directives == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control") {
                 keptDirectives.read(value)
             }
-            if HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader) {
-                // Tags are separated by spaces; lists of them (`a b, c`) by commas.
-                tags += value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
-                    .map { String(decoding: $0, as: UTF8.self) }
-            }
         }
+        if let mergedVary { headBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
         let hash = !hasUpstreamETag || metadata.computesContentHash ? ContentHash.hash64(body) : nil
         let computedETag = hasUpstreamETag ? nil : ContentHash.entityTag(hash: hash!, length: body.readableBytes)
@@ -285,6 +300,9 @@ public final class CachedResponse: Sendable {
                     lastModifiedValue = valueStart..<(valueStart + value.count)
                 }
                 head.writeLine(name, value)
+            }
+            if let mergedVary {
+                mergedVary.withContiguousUTF8 { head.writeLine("Vary", UnsafeRawBufferPointer($0)) }
             }
             if let computedETag {
                 computedETag.withContiguousUTF8 { tag in

@@ -76,6 +76,9 @@ public final class ResponseCache: Sendable {
     /// The history's last invalidation number, read without its lock: a fill that no invalidation came after
     /// (nearly all) stores without taking it.
     private let lastInvalidation = Atomic<UInt64>(0)
+    /// How many responses each target has stored, over its platforms and variants: for telling a miss with other
+    /// variants stored from one with none.
+    private let storedTargets: StoredTargets
 
     /// - Parameters:
     ///   - maxBytes: the total byte budget.
@@ -91,6 +94,7 @@ public final class ResponseCache: Sendable {
         let countLimit = max(1, maxEntries / count)
         shards = (0..<count).map { _ in Shard(costLimit: costLimit, countLimit: countLimit) }
         shardMask = count - 1
+        storedTargets = StoredTargets(shardCount: count)
     }
 
     static func defaultShardCount(maxBytes: Int) -> Int {
@@ -126,8 +130,13 @@ public final class ResponseCache: Sendable {
     /// Finds the entry for `key` (and, when the backend varies, for the variant `requestHeaders` select) and
     /// marks it most recently used. Fresh entries count as hits and absent ones as misses; what a stale entry
     /// turns into is for the caller to record.
+    ///
+    /// A miss is a ``Lookup/varyMiss`` when the target has a response stored for another platform, other values
+    /// of the route's vary headers, or other values of those its backend's `Vary` names.
     public func lookup(_ key: CacheKey, requestHeaders: HTTPHeaders, now: NIODeadline) -> Lookup {
         switch lookupOne(key, now: now) {
+        case .found(.miss):
+            return storedTargets.contains(key.target) ? .varyMiss : .miss
         case .found(let lookup):
             return lookup
         case .varies(let names):
@@ -205,8 +214,11 @@ public final class ResponseCache: Sendable {
 
     private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {
         var evicted = Evicted()
+        var replacesResponse = false
         let stored = withShard(for: key) { state in
-            let replacesList = state.store.peek(key)?.isVariantList ?? false
+            let replaced = state.store.peek(key)
+            let replacesList = replaced?.isVariantList ?? false
+            replacesResponse = replaced.map { !$0.isVariantList } ?? false
             let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in evicted.keep(key, slot) }
             state.statistics.evictions += evicted.responses
             state.variantLists += (stored && slot.isVariantList ? 1 : 0) - (replacesList ? 1 : 0) - evicted.lists
@@ -218,6 +230,10 @@ public final class ResponseCache: Sendable {
             }
             return stored
         }
+        // The key held a response before (replaced, or gone with a replacement too large to keep), and holds one
+        // after when this one was stored.
+        storedTargets.add((stored && !slot.isVariantList ? 1 : 0) - (replacesResponse ? 1 : 0), for: key.target)
+        evicted.forEachResponse { storedTargets.add(-1, for: $0.target) }
         // The evicted entries are freed here, after the lock: freeing reads memory long out of the processor's
         // caches and can wait for the allocator of the thread that made them, and lookups on the shard would
         // wait for both.
@@ -236,6 +252,12 @@ public final class ResponseCache: Sendable {
         mutating func keep(_ key: CacheKey, _ slot: Slot) {
             if first == nil { first = (key, slot) } else { more.append((key, slot)) }
             if slot.isVariantList { lists += 1 } else { responses += 1 }
+        }
+
+        /// Calls `body` with the key of each evicted response.
+        func forEachResponse(_ body: (CacheKey) -> Void) {
+            if let (key, slot) = first, !slot.isVariantList { body(key) }
+            for (key, slot) in more where !slot.isVariantList { body(key) }
         }
     }
 
@@ -411,12 +433,15 @@ public final class ResponseCache: Sendable {
             if countingAsPurged { state.statistics.purged += 1 }
             return stored
         }
+        if removed != nil { storedTargets.add(-1, for: key.target) }
         return removed != nil
     }
 
     /// Removes every stored response whose normalised target matches, and returns how many went.
     private func remove(where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool) -> Int {
         var removed = 0
+        // Responses removed per target, applied to the counts after each shard's lock.
+        var removedTargets: [String: Int] = [:]
         for shard in shards {
             removed += shard.state.withLock { state in
                 // Responses are counted; the lists of a target's varying headers go with them uncounted.
@@ -427,6 +452,7 @@ public final class ResponseCache: Sendable {
                     case .response(let entry):
                         guard matches(key.target, entry) else { return false }
                         responses += 1
+                        removedTargets[key.target, default: 0] -= 1
                         return true
                     case .variants:
                         guard matches(key.target, nil) else { return false }
@@ -438,6 +464,8 @@ public final class ResponseCache: Sendable {
                 state.statistics.purged += responses
                 return responses
             }
+            storedTargets.apply(removedTargets)
+            removedTargets.removeAll(keepingCapacity: true)
         }
         return removed
     }

@@ -247,6 +247,7 @@ public struct ConfigurationLoader: Sendable {
     private static func cache(_ section: ConfigurationSection) throws(ConfigurationError) -> ProxyConfiguration.Cache {
         try section.rejectUnknownKeys([
             "maxBytes", "maxEntries", "defaultTTL", "validateComponents", "vary", "routes", "staleIfError", "tagHeader",
+            "exposeTags",
             "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie", "honorClientNoCache", "name",
             "xCacheHeader",
             "cacheStatusKey",
@@ -257,6 +258,7 @@ public struct ConfigurationLoader: Sendable {
         cache.policy = try routePolicy(section, inheriting: cache.policy)
         cache.tagHeader = try section.string("tagHeader", default: cache.tagHeader)
         guard HTTPSyntax.isToken(cache.tagHeader) else { throw section.fail("tagHeader", "is not a header name") }
+        cache.exposeTags = try section.bool("exposeTags", default: cache.exposeTags)
         cache.storageRules = try storageRules(section)
         cache.honorClientNoCache = try section.bool("honorClientNoCache", default: cache.honorClientNoCache)
         cache.name = try section.string("name", default: cache.name)

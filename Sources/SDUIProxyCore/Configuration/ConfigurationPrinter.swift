@@ -66,6 +66,7 @@ public enum ConfigurationPrinter {
         out.pair(1, "maxBytes", size(config.cache.maxBytes))
         out.pair(1, "maxEntries", "\(config.cache.maxEntries)")
         out.pair(1, "tagHeader", scalar(config.cache.tagHeader))
+        out.pair(1, "exposeTags", "\(config.cache.exposeTags)")
         let rules = config.cache.storageRules
         out.pair(1, "targetedFields", list(rules.targetedFields))
         out.line(

@@ -123,6 +123,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var routes: [Route] = []
         /// The response header whose space-separated values tag entries for purging.
         public var tagHeader = "Surrogate-Key"
+        /// Whether clients see the ``tagHeader`` field. Off, it is left out of what they are sent (the tags are
+        /// still recorded for purging): the tags are the operator's vocabulary.
+        public var exposeTags = false
         /// What is stored, and for how long, beyond what each response says: targeted fields
         /// (`targetedFields`), heuristic freshness (`heuristic`), the cap on errors (`maxErrorTTL`) and
         /// `storeSetCookie`.

@@ -25,7 +25,14 @@ public struct RequestRouter: Sendable {
         /// Refused with `error`; when `closeConnection`, at once and the connection closes, since what follows
         /// cannot be trusted to be a request; otherwise once the request has been read.
         indirect case refuse(ProxyError, closeConnection: Bool)
+        /// GET or HEAD of ``RequestRouter/queueStatusPrefix`` and a queued write's id: the write's public status,
+        /// answered by the proxy itself once the request has been read. Only when the proxy has a write queue.
+        indirect case queueStatus(id: String)
     }
+
+    /// Where a client follows a queued write on the public listener: this, then the write's id. The `Location` of
+    /// a 202 names it.
+    public static let queueStatusPrefix = "/.sdui/queue/"
 
     private let limits: ProxyConfiguration.Limits
     private let cache: ProxyConfiguration.Cache
@@ -34,6 +41,8 @@ public struct RequestRouter: Sendable {
     /// Whether any route streams request bodies: without one, no forward looks its route up.
     private let hasStreamingRoutes: Bool
     private let queue: QueueConfiguration?
+    /// Whether there is a queue, read on every request: testing ``queue`` for nil copies the configuration.
+    private let hasQueue: Bool
     /// The platform header, lower-cased.
     private let platformHeader: String
     private let defaultPlatform: String
@@ -47,6 +56,7 @@ public struct RequestRouter: Sendable {
         onlyPolicy = configuration.cache.routes.isEmpty ? configuration.cache.policy : nil
         hasStreamingRoutes = configuration.cache.routes.contains { $0.policy.bypass && $0.policy.stream }
         self.queue = queue
+        hasQueue = queue != nil
         platformHeader = configuration.platform.header.lowercased()
         defaultPlatform = configuration.platform.defaultValue
         allowedPlatforms = configuration.platform.allowed
@@ -61,6 +71,10 @@ public struct RequestRouter: Sendable {
             target = try RequestAdmission.admit(head, limits: limits)
         } catch {
             return .refuse(error.error, closeConnection: error.closeConnection)
+        }
+        // Only a proxy with a queue answers its status path; one without pays a flag's test.
+        if hasQueue, head.method == .GET || head.method == .HEAD, let id = Self.queueStatusID(in: target.path) {
+            return .queueStatus(id: id)
         }
         let platform: String
         do {
@@ -111,6 +125,14 @@ public struct RequestRouter: Sendable {
         guard hasStreamingRoutes else { return false }
         let policy = cache.policy(forPath: target.path)
         return policy.bypass && policy.stream
+    }
+
+    /// The id in a path under ``queueStatusPrefix``: the one segment after it, nil when there is none or more.
+    public static func queueStatusID(in path: String) -> String? {
+        guard path.hasPrefix(queueStatusPrefix) else { return nil }
+        let id = path.dropFirst(queueStatusPrefix.count)
+        guard !id.isEmpty, !id.contains("/") else { return nil }
+        return String(id)
     }
 
     /// The error for a queued write whose body exceeds `queue.maxBodyBytes`.

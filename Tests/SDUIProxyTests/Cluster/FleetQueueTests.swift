@@ -120,7 +120,9 @@ struct FleetQueueTests {
                     body: #"{"n":\#(number)}"#
                 )
                 #expect(reply.0 == .accepted, "write \(number) through port \(port): \(reply.2)")
-                ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
+                ids.append(
+                    String(reply.1.first(name: "location")?.dropFirst(RequestRouter.queueStatusPrefix.count) ?? "")
+                )
             }
             // Every replica answers the same about the queue.
             for port in inProcess.map(\.adminPort) + [c.adminPort] {
@@ -178,6 +180,38 @@ struct FleetQueueTests {
         try await origin.stop()
     }
 
+    @Test("a write accepted by one replica is followed on another's public listener, at the 202's Location")
+    func publicStatusOnAnyReplica() async throws {
+        let server = try #require(PostgresTestServer.current)
+        let store = Self.storeText(try await server.makeDatabase())
+        let origin = try await TestOrigin { _ in TestOrigin.Response(status: .serviceUnavailable, body: "{}") }
+        var replicas: [ProxyServer] = []
+        do {
+            for name in ["a", "b"] { replicas.append(try await Self.startReplica(name, origin: origin, store: store)) }
+            let accepted = try await ProcessTests.get(
+                "http://127.0.0.1:\(replicas[0].publicPort)/api/orders",
+                method: .POST,
+                headers: [("Authorization", "Bearer s3cret")],
+                body: #"{"n":1}"#
+            )
+            #expect(accepted.0 == .accepted)
+            let location = try #require(accepted.1.first(name: "location"))
+            #expect(location.hasPrefix(RequestRouter.queueStatusPrefix))
+            let status = try await ProcessTests.get("http://127.0.0.1:\(replicas[1].publicPort)" + location)
+            #expect(status.0 == .ok)
+            #expect(status.2.contains(#""state":"pending""#), "\(status.2)")
+            #expect(!status.2.contains("s3cret") && !status.2.contains("/api/orders"), "\(status.2)")
+            let unknown = RequestRouter.queueStatusPrefix + String(repeating: "f", count: 32)
+            #expect(try await ProcessTests.get("http://127.0.0.1:\(replicas[1].publicPort)" + unknown).0 == .notFound)
+        } catch {
+            for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
+            try? await origin.stop()
+            throw error
+        }
+        for replica in replicas { await replica.shutdown(drainTimeout: .seconds(1)) }
+        try await origin.stop()
+    }
+
     @Test("a concurrent route's backlog is delivered by every replica at once, each write once")
     func concurrentRouteSpreadsOverReplicas() async throws {
         let server = try #require(PostgresTestServer.current)
@@ -209,7 +243,9 @@ struct FleetQueueTests {
                     body: #"{"n":\#(number)}"#
                 )
                 #expect(reply.0 == .accepted)
-                ids.append(String(reply.1.first(name: "location")?.dropFirst("/queue/".count) ?? ""))
+                ids.append(
+                    String(reply.1.first(name: "location")?.dropFirst(RequestRouter.queueStatusPrefix.count) ?? "")
+                )
             }
             // Back, but holding every answer: the deliveries pile up at the backend, two per replica at most.
             up.store(true, ordering: .relaxed)

@@ -29,7 +29,7 @@ import Testing
             receipts.append(try await queue.enqueue(request))
         }
         #expect(queue.depth == 5)
-        #expect(receipts.allSatisfy { $0.location == "/queue/" + $0.id && $0.route == "POST /api/orders" })
+        #expect(receipts.allSatisfy { $0.location == "/.sdui/queue/" + $0.id && $0.route == "POST /api/orders" })
 
         let ids = receipts.map(\.id)
         let service = QueueDeliveryService(

@@ -92,7 +92,7 @@ import Testing
             let receipt = try await queue.enqueue(QueueTest.request(.POST, "/api/orders?x=1", body: "{}"))
             #expect(receipt.status == .accepted)
             #expect(receipt.id.count == 32)
-            #expect(receipt.location == "/queue/\(receipt.id)")
+            #expect(receipt.location == "/.sdui/queue/\(receipt.id)")
             let receiptJSON = QueueTest.json(receipt.json)
             #expect(receiptJSON["queued"] as? Bool == true)
             #expect(receiptJSON["id"] as? String == receipt.id)
@@ -105,6 +105,10 @@ import Testing
             #expect(fields["target"] as? String == "/api/orders?x=1")
             #expect(fields["attempts"] as? Int == 0)
             #expect(fields["nextAttemptAt"] is String)
+            // What the client sees of it: the outcome, not what the write carried nor where it went.
+            let client = QueueTest.json(try #require(try await queue.store.status(id: receipt.id)).publicJSON)
+            #expect(Set(client.keys) == ["id", "state", "attempts", "enqueuedAt", "nextAttemptAt"])
+            #expect(client["state"] as? String == "pending" && client["id"] as? String == receipt.id)
 
             let unknown = await queue.status(id: "no-such-id")
             #expect(unknown.status == .notFound)

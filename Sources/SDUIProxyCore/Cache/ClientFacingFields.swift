@@ -1,0 +1,77 @@
+import NIOHTTP1
+
+/// What the cache changes in a backend's header fields before clients see them.
+///
+/// - `Vary` names every request field the cache key includes (the platform header and the route's `vary`
+///   headers), merged with the backend's own `Vary`: a CDN or browser cache in front of the proxy must not hand
+///   one platform's answer to another. The platform header is named even when the client sent none and the
+///   configured default keyed the entry: a client that sends one would select another entry.
+/// - The purge tag field (`cache.tagHeader`) is the operator's vocabulary, left out unless `cache.exposeTags`
+///   keeps it; the tags themselves are still recorded for purging.
+///
+/// A stored entry has these applied once, in its stored head, so a hit pays nothing for them; answers passed on
+/// unstored have them applied as they go out.
+public struct ClientFacingFields: Sendable, Equatable {
+    /// The request fields the cache key includes, as configured, which `Vary` names. Empty for answers the cache
+    /// keys on nothing (bypass routes).
+    public var keyFields: [String]
+    /// The field left out of what clients see, lower-cased; nil when clients see it.
+    public var hiddenField: String?
+
+    /// Fields with `keyFields` to name in `Vary`, and `hiddenField` to leave out.
+    public init(keyFields: [String] = [], hiddenField: String? = nil) {
+        self.keyFields = keyFields
+        self.hiddenField = hiddenField?.lowercased()
+    }
+
+    /// The fields for answers to requests under `policy` (nil for a request whose answer the cache keys on
+    /// nothing), as `configuration` says.
+    public init(_ configuration: ProxyConfiguration, policy: ProxyConfiguration.RoutePolicy?) {
+        self.init(
+            keyFields: policy.map { Self.keyFields(platformHeader: configuration.platform.header, policy: $0) } ?? [],
+            hiddenField: configuration.cache.exposeTags ? nil : configuration.cache.tagHeader
+        )
+    }
+
+    /// The request fields the key of a request under `policy` includes: the platform header, then the route's
+    /// `vary` headers (``RequestRouter/cacheKey(target:platform:headers:policy:)``).
+    public static func keyFields(platformHeader: String, policy: ProxyConfiguration.RoutePolicy) -> [String] {
+        var keyFields = [platformHeader]
+        for name in policy.vary where !keyFields.contains(where: { $0.lowercased() == name.lowercased() }) {
+            keyFields.append(name)
+        }
+        return keyFields
+    }
+
+    /// Whether these fields change nothing.
+    public var changesNothing: Bool { keyFields.isEmpty && hiddenField == nil }
+
+    /// Whether the field named `name` is left out.
+    public func hides(_ name: UnsafeRawBufferPointer) -> Bool {
+        guard let hiddenField else { return false }
+        return HTTPSyntax.sameIgnoringCase(bytes: name, hiddenField)
+    }
+
+    /// The value of `Vary` that names the backend's `members` (as it sent them, in its order), then each of
+    /// ``keyFields`` it did not name, every name once whatever its case; nil when there is nothing to name, or
+    /// when the backend's `Vary` has `*`, which already says that any field may select the answer.
+    public func vary(merging members: [String]) -> String? {
+        guard !keyFields.isEmpty, !members.contains("*") else { return nil }
+        var names: [String] = []
+        var seen: Set<String> = []
+        for name in members + keyFields where !name.isEmpty && seen.insert(name.lowercased()).inserted {
+            names.append(name)
+        }
+        return names.joined(separator: ", ")
+    }
+
+    /// Applies the changes to the headers of an answer passed on as it came: the hidden field removed, `Vary`
+    /// merged with ``keyFields``.
+    public func apply(to headers: inout HTTPHeaders) {
+        if let hiddenField { headers.remove(name: hiddenField) }
+        guard !keyFields.isEmpty else { return }
+        let members = headers[canonicalForm: "vary"].map(String.init)
+        guard let merged = vary(merging: members) else { return }
+        headers.replaceOrAdd(name: "Vary", value: merged)
+    }
+}

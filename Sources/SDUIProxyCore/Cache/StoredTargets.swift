@@ -1,0 +1,48 @@
+import Synchronization
+
+/// How many responses the cache holds per normalised target, over every platform and variant: what tells a miss
+/// whose target has other variants stored (`Cache-Status: fwd=vary-miss`, RFC 9211) from one with nothing stored
+/// (`fwd=uri-miss`).
+///
+/// A response's platform and configured vary values are part of its ``CacheKey``, so its variants lie in other
+/// shards of the cache than the one a miss looks in. The counts are kept beside the shards, changed only when
+/// responses are stored, evicted or removed, and read only on a miss: a hit never touches them.
+///
+/// The cache changes them after releasing a shard's lock, so the changes for one target may arrive out of order
+/// (an eviction's before the store's it undoes). They are sums, not flags: a target counts as stored while its sum
+/// is above zero, and is forgotten only when the sum is exactly zero, so every order ends with the right answer.
+final class StoredTargets: Sendable {
+    /// One lock's share of the counts.
+    private final class Shard: Sendable {
+        let counts = Mutex<[String: Int]>([:])
+    }
+
+    private let shards: [Shard]
+    private let shardMask: Int
+
+    /// - Parameter shardCount: a power of two.
+    init(shardCount: Int) {
+        precondition(shardCount > 0 && shardCount & (shardCount - 1) == 0, "the shard count must be a power of two")
+        shards = (0..<shardCount).map { _ in Shard() }
+        shardMask = shardCount - 1
+    }
+
+    /// Adds `delta` responses to `target`'s count.
+    func add(_ delta: Int, for target: String) {
+        guard delta != 0 else { return }
+        shards[target.hashValue & shardMask].counts.withLock { counts in
+            let count = counts[target, default: 0] + delta
+            counts[target] = count == 0 ? nil : count
+        }
+    }
+
+    /// Applies each change of `changes`.
+    func apply(_ changes: [String: Int]) {
+        for (target, delta) in changes { add(delta, for: target) }
+    }
+
+    /// Whether any response is stored for `target`.
+    func contains(_ target: String) -> Bool {
+        shards[target.hashValue & shardMask].counts.withLock { ($0[target] ?? 0) > 0 }
+    }
+}

@@ -1,0 +1,68 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@Suite("What clients see of an answer's Vary and tag field")
+struct ClientFacingFieldsTests {
+    @Test("Vary names the backend's fields as sent, then each key field it did not name, once whatever its case")
+    func varyMerging() {
+        let fields = ClientFacingFields(keyFields: ["beagle-platform", "accept-language"])
+        #expect(fields.vary(merging: []) == "beagle-platform, accept-language")
+        #expect(fields.vary(merging: ["Accept-Encoding"]) == "Accept-Encoding, beagle-platform, accept-language")
+        #expect(
+            fields.vary(merging: ["Beagle-Platform", "accept-encoding", "ACCEPT-ENCODING"])
+                == "Beagle-Platform, accept-encoding, accept-language"
+        )
+        // `*` already says that anything may select the answer.
+        #expect(fields.vary(merging: ["*"]) == nil)
+        // An answer keyed on no request field keeps the backend's Vary as it is.
+        #expect(ClientFacingFields(hiddenField: "Surrogate-Key").vary(merging: ["Origin"]) == nil)
+    }
+
+    @Test("the key's fields are the platform header, then the route's vary headers not already named")
+    func keyFieldsOfRoute() {
+        var configuration = ProxyConfiguration()
+        configuration.cache.policy.vary = ["accept-language", "beagle-platform"]
+        let keyed = ClientFacingFields(configuration, policy: configuration.cache.policy)
+        #expect(keyed.keyFields == ["beagle-platform", "accept-language"])
+        #expect(keyed.hiddenField == "surrogate-key")
+        // A bypassed answer is keyed on nothing; exposed tags are not hidden.
+        configuration.cache.exposeTags = true
+        let bypassed = ClientFacingFields(configuration, policy: nil)
+        #expect(bypassed.keyFields.isEmpty && bypassed.hiddenField == nil && bypassed.changesNothing)
+    }
+
+    @Test("an answer passed on loses the hidden field and gets one merged Vary")
+    func applyToPassedOnHeaders() {
+        var headers: HTTPHeaders = [
+            "Content-Type": "application/json", "surrogate-KEY": "a b", "Vary": "Origin", "vary": "Accept-Encoding",
+        ]
+        ClientFacingFields(keyFields: ["beagle-platform"], hiddenField: "Surrogate-Key").apply(to: &headers)
+        #expect(!headers.contains(name: "surrogate-key"))
+        #expect(headers["vary"] == ["Origin, Accept-Encoding, beagle-platform"])
+        #expect(headers["content-type"] == ["application/json"])
+    }
+
+    @Test("a stored head names the key's fields in one Vary and leaves the tag field out, its tags still kept")
+    func storedHead() {
+        var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        metadata.clientFields = ClientFacingFields(keyFields: ["beagle-platform"], hiddenField: "surrogate-key")
+        let entry = CachedResponse(
+            status: .ok,
+            headers: [
+                "Content-Type": "application/json", "Vary": "Accept-Encoding", "Surrogate-Key": "home all",
+                "ETag": #""v1""#,
+            ],
+            body: ByteBuffer(string: "{}"),
+            metadata: metadata
+        )
+        #expect(
+            String(decoding: entry.encodedHead, as: UTF8.self)
+                == "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nETag: \"v1\"\r\n"
+                + "Vary: Accept-Encoding, beagle-platform\r\nAccept-Ranges: bytes\r\nContent-Length: 2\r\n"
+        )
+        #expect(entry.tags == ["home", "all"])
+        #expect(entry.headers["vary"] == ["Accept-Encoding, beagle-platform"])
+    }
+}
