@@ -167,26 +167,22 @@ public struct QueueEntryStatus: Sendable, Equatable {
     /// The JSON body of `GET /.sdui/queue/ID` on the public listener: where the write stands, for the client that
     /// sent it. Only the outcome: no route, method or target (a query can carry what the client would not show),
     /// no error text (it can name the backend's insides), and never the headers or the body.
-    public var publicJSON: String {
-        var fields = [
-            #""id":\#(JSONText.quoted(id))"#,
-            #""state":"\#(state.rawValue)""#,
-            #""attempts":\#(attempts)"#,
-            #""enqueuedAt":"\#(enqueuedAt)""#,
-        ]
-        if let nextAttemptAt { fields.append(#""nextAttemptAt":"\#(nextAttemptAt)""#) }
-        if let finishedAt { fields.append(#""finishedAt":"\#(finishedAt)""#) }
-        if let status { fields.append(#""status":\#(status)"#) }
-        return "{" + fields.joined(separator: ",") + "}"
-    }
+    public var publicJSON: String { jsonObject(forOperator: false) }
 
-    /// The JSON body of `GET /queue/ID` on the admin listener.
-    public var json: String {
-        var fields = [
-            #""id":\#(JSONText.quoted(id))"#,
-            #""route":\#(JSONText.quoted(route))"#,
-            #""method":\#(JSONText.quoted(method))"#,
-            #""target":\#(JSONText.quoted(target))"#,
+    /// The JSON body of `GET /queue/ID` on the admin listener: the outcome, with the write's route, method and
+    /// target and the last error.
+    public var json: String { jsonObject(forOperator: true) }
+
+    private func jsonObject(forOperator: Bool) -> String {
+        var fields = [#""id":\#(JSONText.quoted(id))"#]
+        if forOperator {
+            fields += [
+                #""route":\#(JSONText.quoted(route))"#,
+                #""method":\#(JSONText.quoted(method))"#,
+                #""target":\#(JSONText.quoted(target))"#,
+            ]
+        }
+        fields += [
             #""state":"\#(state.rawValue)""#,
             #""attempts":\#(attempts)"#,
             #""enqueuedAt":"\#(enqueuedAt)""#,
@@ -194,7 +190,7 @@ public struct QueueEntryStatus: Sendable, Equatable {
         if let nextAttemptAt { fields.append(#""nextAttemptAt":"\#(nextAttemptAt)""#) }
         if let finishedAt { fields.append(#""finishedAt":"\#(finishedAt)""#) }
         if let status { fields.append(#""status":\#(status)"#) }
-        if let lastError { fields.append(#""lastError":\#(JSONText.quoted(lastError))"#) }
+        if forOperator, let lastError { fields.append(#""lastError":\#(JSONText.quoted(lastError))"#) }
         return "{" + fields.joined(separator: ",") + "}"
     }
 }

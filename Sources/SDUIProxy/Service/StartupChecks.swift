@@ -47,9 +47,20 @@ public enum StartupChecks {
     public static func checkUpstream(_ upstream: ProxyConfiguration.Upstream) throws(ConfigurationError) {
         if let caFile = upstream.caFile { try checkCAFile(caFile, upstream: upstream) }
         guard case .directory(let path)? = try? UpstreamOrigin(parsing: upstream.url) else { return }
+        try checkDirectory(path, key: "upstream.url", value: upstream.url, readable: true)
+    }
+
+    /// Refuses `path`, the directory `key` names (written `value` in the config when given), when it is missing,
+    /// not a directory, or not readable (`readable`) or writable (otherwise) by the proxy.
+    private static func checkDirectory(
+        _ path: String,
+        key: String,
+        value: String? = nil,
+        readable: Bool
+    ) throws(ConfigurationError) {
         let (directory, note) = (absolute(path), relativeNote(path))
         func fail(_ problem: String) -> ConfigurationError {
-            ConfigurationError(key: "upstream.url", problem: "\(upstream.url): \(problem)\(note)")
+            ConfigurationError(key: key, problem: (value.map { "\($0): " } ?? "") + problem + note)
         }
         var info = stat()
         guard stat(path, &info) == 0 else {
@@ -58,9 +69,10 @@ public enum StartupChecks {
             throw fail("cannot reach \(directory) (\(describe(errno: code)))")
         }
         guard info.st_mode & S_IFMT == S_IFDIR else { throw fail("\(directory) is not a directory") }
-        guard access(path, R_OK | X_OK) == 0 else {
+        guard access(path, (readable ? R_OK : W_OK) | X_OK) == 0 else {
             let code = errno
-            throw fail("cannot read the directory \(directory) (\(describe(errno: code)))")
+            let action = readable ? "read the directory" : "write in"
+            throw fail("cannot \(action) \(directory) (\(describe(errno: code)))")
         }
     }
 
@@ -103,21 +115,7 @@ public enum StartupChecks {
     /// Refuses a directory for request bodies that is missing, not a directory, or not writable: every upload
     /// larger than `limits.requestBufferBytes` would fail there.
     public static func checkRequestBufferDirectory(_ path: String) throws(ConfigurationError) {
-        let (directory, note) = (absolute(path), relativeNote(path))
-        func fail(_ problem: String) -> ConfigurationError {
-            ConfigurationError(key: "limits.requestBufferDirectory", problem: problem + note)
-        }
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            let code = errno
-            if code == ENOENT { throw fail("the directory \(directory) does not exist") }
-            throw fail("cannot reach \(directory) (\(describe(errno: code)))")
-        }
-        guard info.st_mode & S_IFMT == S_IFDIR else { throw fail("\(directory) is not a directory") }
-        guard access(path, W_OK | X_OK) == 0 else {
-            let code = errno
-            throw fail("cannot write in \(directory) (\(describe(errno: code)))")
-        }
+        try checkDirectory(path, key: "limits.requestBufferDirectory", readable: false)
     }
 
     /// Refuses a queue store directory the proxy could neither use nor create.
