@@ -10,8 +10,9 @@ config/samples), three replicas on sdui-proxy-fleet.yaml with the compose file's
   1. the compose file's warm-up, through the balancer's admin port with "fleet": true, is taken by all three;
   2. each replica then answers /screens/home from its cache, and so does the balancer;
   3. a prefix purge through the balancer reaches every replica;
-  4. with the backend down, a write through the balancer is accepted (202) into the shared queue, every
-     replica reports it pending, and once the backend is back it is delivered, as every replica reports;
+  4. with the backend down, a write through the balancer is accepted (202) into the shared queue, its Location (the
+     public /.sdui/queue/ID) and every replica's admin /queue/ID report it pending, and once the backend is back it
+     is delivered, as every replica reports on both listeners;
   5. SIGTERM: every replica drains and exits with status 0.
 
 Before that it checks what only a Docker engine would otherwise show: the replicas trust the compose network's range
@@ -241,15 +242,27 @@ def run(work):
     status, response, text = request(lb_public, "POST", "/api/orders", '{"order":1}')
     if status != 202:
         fail(f"a write with the backend down answered {status} {text}")
-    location = response.getheader("Location")
-    for name, _, admin, _ in replicas:
-        status, _, text = request(admin, "GET", location, admin=True)
-        if '"state":"pending"' not in text and '"state":"delivered"' not in text:
-            fail(f"{name} reported {location} as {status} {text}")
+    # Location is the client's own, read-only view of the write on the public listener (through the balancer, so on
+    # whichever replica it reaches); the admin listener of every replica has the operator's view at /queue/ID.
+    location = response.getheader("Location") or ""
+    if not location.startswith("/.sdui/queue/"):
+        fail(f"a queued write's Location is {location!r}, not its public status /.sdui/queue/ID")
+    admin_status = "/queue/" + location.rsplit("/", 1)[1]
+    status, _, text = request(lb_public, "GET", location)
+    if '"state":"pending"' not in text and '"state":"delivered"' not in text:
+        fail(f"the balancer reported {location} as {status} {text}")
+    for name, public, admin, _ in replicas:
+        for port, path, is_admin in ((public, location, False), (admin, admin_status, True)):
+            status, _, text = request(port, "GET", path, admin=is_admin)
+            if '"state":"pending"' not in text and '"state":"delivered"' not in text:
+                fail(f"{name} reported {path} as {status} {text}")
     start_backend(work, samples, backend_port, "backend-again")
-    for name, _, admin, _ in replicas:
-        until(f"{name} reporting {location} delivered",
-              lambda admin=admin: '"state":"delivered"' in request(admin, "GET", location, admin=True)[2], limit=30)
+    for name, public, admin, _ in replicas:
+        until(f"{name} reporting {admin_status} delivered",
+              lambda admin=admin: '"state":"delivered"' in request(admin, "GET", admin_status, admin=True)[2],
+              limit=30)
+        until(f"{name} reporting {location} delivered to its client",
+              lambda public=public: '"state":"delivered"' in request(public, "GET", location)[2], limit=30)
     log(f"a write through the balancer with the backend down was queued and delivered ({location})")
 
     # 5. Graceful stop.
