@@ -116,6 +116,9 @@ public final class ComponentFetcher: Sendable {
     private let tagHeader: String
     /// `cache.exposeTags`: whether clients see the tag header of stored entries.
     private let exposesTags: Bool
+    /// The client-facing fields of entries on routes that key on no header of their own (nearly all): made once
+    /// here, not on every miss.
+    private let plainClientFields: ClientFacingFields
     /// The operator's cache-wide rules for what is stored and for how long.
     private let storageRules: StorageRules
     /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
@@ -171,6 +174,10 @@ public final class ComponentFetcher: Sendable {
         self.platformHeader = platformHeader.lowercased()
         self.tagHeader = tagHeader.lowercased()
         self.exposesTags = exposesTags
+        self.plainClientFields = ClientFacingFields(
+            keyFields: [platformHeader.lowercased()],
+            hiddenField: exposesTags ? nil : tagHeader
+        )
         self.storageRules = storageRules
         self.computesContentHash = computesContentHash
         self.coalescer = coalescer
@@ -537,10 +544,13 @@ public final class ComponentFetcher: Sendable {
         )
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
         metadata.tagHeader = tagHeader
-        metadata.clientFields = ClientFacingFields(
-            keyFields: ClientFacingFields.keyFields(platformHeader: platformHeader, policy: request.policy),
-            hiddenField: exposesTags ? nil : tagHeader
-        )
+        metadata.clientFields =
+            request.policy.vary.isEmpty
+            ? plainClientFields
+            : ClientFacingFields(
+                keyFields: ClientFacingFields.keyFields(platformHeader: platformHeader, policy: request.policy),
+                hiddenField: exposesTags ? nil : tagHeader
+            )
         metadata.computesContentHash = computesContentHash
         metadata.varyNames = varyNames(in: fields, keyedBy: request.policy.vary)
         metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)

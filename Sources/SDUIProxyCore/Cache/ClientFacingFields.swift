@@ -14,14 +14,19 @@ import NIOHTTP1
 public struct ClientFacingFields: Sendable, Equatable {
     /// The request fields the cache key includes, as configured, which `Vary` names. Empty for answers the cache
     /// keys on nothing (bypass routes).
-    public var keyFields: [String]
+    public var keyFields: [String] {
+        didSet { keyFieldsVary = Self.merged([], keyFields) }
+    }
     /// The field left out of what clients see, lower-cased; nil when clients see it.
     public var hiddenField: String?
+    /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored.
+    private var keyFieldsVary: String?
 
     /// Fields with `keyFields` to name in `Vary`, and `hiddenField` to leave out.
     public init(keyFields: [String] = [], hiddenField: String? = nil) {
         self.keyFields = keyFields
         self.hiddenField = hiddenField?.lowercased()
+        self.keyFieldsVary = Self.merged([], keyFields)
     }
 
     /// The fields for answers to requests under `policy` (nil for a request whose answer the cache keys on
@@ -56,6 +61,10 @@ public struct ClientFacingFields: Sendable, Equatable {
     /// ``keyFields`` it did not name, every name once whatever its case; nil when there is nothing to name, or
     /// when the backend's `Vary` has `*`, which already says that any field may select the answer.
     public func vary(merging members: [String]) -> String? {
+        members.isEmpty ? keyFieldsVary : Self.merged(members, keyFields)
+    }
+
+    private static func merged(_ members: [String], _ keyFields: [String]) -> String? {
         guard !keyFields.isEmpty, !members.contains("*") else { return nil }
         var names: [String] = []
         var seen: Set<String> = []
