@@ -247,10 +247,10 @@ struct ShutdownTests {
             origin: { _ in .component(heldBy: gate) },
             configure: {
                 $0.prefetch.concurrency = 1
-                // The held exchange ends at its timeout: the client's shutdown lets exchanges in flight finish. Long
-                // enough that, on a loaded machine, it does not end (and let the next prefetch start) before the
-                // shutdown has begun.
-                $0.upstream.timeout = .seconds(3)
+                // The held exchange ends when the test has the origin drop it, never by its timeout: ended before
+                // the shutdown had dropped the backlog (a loaded machine can take seconds to get there), it would
+                // let the next prefetch start.
+                $0.upstream.timeout = .seconds(60)
             }
         ) { proxy async throws in
             let prefetches = (0..<4).map {
@@ -260,7 +260,13 @@ struct ShutdownTests {
             let outcomes = Mutex<[Prefetcher.Outcome]>([])
             for prefetch in prefetches { prefetch.whenSuccess { outcome in outcomes.withLock { $0.append(outcome) } } }
             try await waitUntil { proxy.origin.requestCount == 1 }
-            await proxy.server.shutdown(drainTimeout: .milliseconds(100))
+            async let shutdown: Void = proxy.server.shutdown(drainTimeout: .milliseconds(100))
+            // The shutdown drops the three waiting; the held one is still in flight, and the shutdown waits for it.
+            try await waitUntil { outcomes.withLock { $0.count } == 3 }
+            #expect(proxy.origin.requestCount == 1)
+            // The origin drops the held exchange: it ends, failed, and the shutdown goes on.
+            await proxy.origin.closeOpenConnections()
+            await shutdown
             let ended = outcomes.withLock { $0 }
             #expect(ended.count == 4)
             #expect(ended.allSatisfy { if case .failed = $0 { true } else { false } })
