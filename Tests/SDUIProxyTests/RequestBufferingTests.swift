@@ -254,10 +254,11 @@ struct RequestBufferingTests {
             // Two loops of 32 backend connections: 150 uploads are more than twice what either pool holds.
             configuration.eventLoops.count = 2
             configuration.upstream.maxConnections = 32
-            // Short, so that uploads are cut and reopened. The backend's own timeout stays the harness's: a miss on a
-            // loaded machine may take more than a second, and what shows an upload holding a backend connection is
-            // the backend seeing one, checked below, not how long a miss waited.
-            configuration.limits.requestTimeout = .seconds(1)
+            // Uploads are cut after five seconds and reopened: held for the misses' whole run, without a churn of
+            // 150 new connections a second that would crowd the suites running beside this one. The backend's own
+            // timeout stays the harness's: what shows an upload holding a backend connection is the backend seeing
+            // one, checked below, not how long a miss waited.
+            configuration.limits.requestTimeout = .seconds(5)
         }
         try await ProxyHarness.run(
             origin: { request in request.uri == "/anything" ? Self.answerWithLength(request) : .component() },
