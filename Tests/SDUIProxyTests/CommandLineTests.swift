@@ -23,7 +23,7 @@ struct CommandLineTests {
         _ arguments: [String],
         environment: [String: String] = [:],
         timeout: Duration = .seconds(20)
-    ) throws -> Finished {
+    ) async throws -> Finished {
         let outputs = NSTemporaryDirectory() + "sdui-cli-" + UUID().uuidString
         defer {
             try? FileManager.default.removeItem(atPath: outputs + ".out")
@@ -61,7 +61,9 @@ struct CommandLineTests {
                 Issue.record("sdui-proxy \(arguments.joined(separator: " ")) did not end within \(timeout)")
                 break
             }
-            usleep(10_000)
+            // Polled by sleeping the task, not the thread: a blocked thread is one of the few the whole suite's
+            // asynchronous tests run on, and a child starting slowly would stall every proxy test's client.
+            try? await Task.sleep(for: .milliseconds(10))
         }
         let signal = status & 0x7f
         return Finished(
@@ -88,15 +90,15 @@ struct CommandLineTests {
     // MARK: Version and help
 
     @Test("--version prints the version and nothing else")
-    func version() throws {
-        let finished = try Self.run(["--version"])
+    func version() async throws {
+        let finished = try await Self.run(["--version"])
         #expect(finished.status == 0)
         #expect(finished.standardOutput == SDUIProxyVersion.current + "\n")
     }
 
     @Test("--help names the config file's default path, the environment, the signals and the admin listener")
-    func help() throws {
-        let finished = try Self.run(["--help"])
+    func help() async throws {
+        let finished = try await Self.run(["--help"])
         #expect(finished.status == 0)
         // Help text is wrapped to the terminal's width: compare with the line breaks taken out.
         let text = finished.standardOutput.split(whereSeparator: \.isWhitespace).joined(separator: " ")
@@ -108,15 +110,15 @@ struct CommandLineTests {
             #expect(text.contains(expected), "\(expected)")
         }
         #expect(text.contains("64 the command line is wrong"))
-        let health = try Self.run(["health", "--help"])
+        let health = try await Self.run(["health", "--help"])
         #expect(health.status == 0)
         #expect(health.standardOutput.contains("--admin-port"))
     }
 
     @Test("a flag the command does not take, or a malformed value, exits 64 (a usage error)")
-    func badFlags() throws {
+    func badFlags() async throws {
         for arguments in [["--no-such-flag"], ["--port", "eighty"], ["health", "--upstream", "file:config/samples"]] {
-            let finished = try Self.run(arguments)
+            let finished = try await Self.run(arguments)
             #expect(finished.status == 64, "\(arguments): \(finished.standardError)")
             #expect(finished.standardOutput.isEmpty)
             #expect(!finished.standardError.isEmpty)
@@ -135,7 +137,7 @@ struct CommandLineTests {
             """
         try await Self.withFile(yaml) { path in
             let environment = ["SDUI_PROXY_LOG_LEVEL": "debug", "SDUI_PROXY_PREFETCH_URLS": "[/screens/home]"]
-            let finished = try Self.run(
+            let finished = try await Self.run(
                 ["--config", path, "--print-config", "--port", "8181", "--admin-port", "9191"],
                 environment: environment
             )
@@ -158,7 +160,7 @@ struct CommandLineTests {
             headers: { X-Callback: "https://svc:hunter2@auth.internal/token" }
             """
         try await Self.withFile(yaml) { path in
-            let finished = try Self.run(
+            let finished = try await Self.run(
                 ["--config", path, "--print-config"],
                 environment: ["SDUI_PROXY_ADMIN_TOKEN": "s3cretTok3n", "SDUI_PROXY_ADMIN_HOST": "0.0.0.0"]
             )
@@ -176,7 +178,7 @@ struct CommandLineTests {
     @Test("--print-config of a config that does not load exits 2 and prints nothing on standard output")
     func printConfigRefusesBrokenFile() async throws {
         try await Self.withFile("cache: { maxBytes: plenty }\n") { path in
-            let finished = try Self.run(["--config", path, "--print-config"])
+            let finished = try await Self.run(["--config", path, "--print-config"])
             #expect(finished.status == 2)
             #expect(finished.standardOutput.isEmpty)
             #expect(finished.standardError.contains("cache.maxBytes"))
@@ -234,12 +236,12 @@ struct CommandLineTests {
         }
         let bound = try #require(ports, "the proxy did not start: \(process.standardError)")
 
-        let healthy = try Self.run(["health", "--admin-port", "\(bound.admin)"], environment: environment)
+        let healthy = try await Self.run(["health", "--admin-port", "\(bound.admin)"], environment: environment)
         #expect(healthy.status == 0, "\(healthy.standardError)")
         #expect(healthy.standardError.isEmpty)
 
         // The public listener answers /health from the backend: a 404, not the proxy's ok.
-        let notAdmin = try Self.run(["health", "--admin-port", "\(bound.public)"], environment: environment)
+        let notAdmin = try await Self.run(["health", "--admin-port", "\(bound.public)"], environment: environment)
         #expect(notAdmin.status == 1)
         #expect(notAdmin.standardError.contains("404"))
         #expect(notAdmin.standardError.split(separator: "\n").count == 1)
@@ -249,10 +251,10 @@ struct CommandLineTests {
     }
 
     @Test("health exits 1 with one line on standard error when nothing listens")
-    func healthWithNothingListening() throws {
+    func healthWithNothingListening() async throws {
         let port = try Self.unusedPort()
         let started = ContinuousClock.now
-        let finished = try Self.run(["health", "--config", "config/sdui-proxy.yaml", "--admin-port", "\(port)"])
+        let finished = try await Self.run(["health", "--config", "config/sdui-proxy.yaml", "--admin-port", "\(port)"])
         #expect(finished.status == 1)
         let lines = finished.standardError.split(separator: "\n")
         #expect(lines.count == 1)
@@ -261,18 +263,18 @@ struct CommandLineTests {
         #expect(finished.standardError.contains("refused"))
         #expect(ContinuousClock.now - started < .seconds(10))
 
-        let unloadable = try Self.run(["health", "--config", "/nonexistent/sdui-proxy.yaml"])
+        let unloadable = try await Self.run(["health", "--config", "/nonexistent/sdui-proxy.yaml"])
         #expect(unloadable.status == 1)
         #expect(unloadable.standardError.contains("/nonexistent/sdui-proxy.yaml"))
     }
 
     @Test("health gives up after 2 s on a listener that never answers")
-    func healthTimesOut() throws {
+    func healthTimesOut() async throws {
         // A listening socket nobody accepts on: the kernel completes the connection, and no answer ever comes.
         let (descriptor, port) = try Self.loopbackSocket(listening: true)
         defer { close(descriptor) }
         let started = ContinuousClock.now
-        let finished = try Self.run(["health", "--admin-port", "\(port)"])
+        let finished = try await Self.run(["health", "--admin-port", "\(port)"])
         let elapsed = ContinuousClock.now - started
         #expect(finished.status == 1)
         #expect(finished.standardError == "sdui-proxy health: no answer from 127.0.0.1:\(port): timed out after 2 s\n")
@@ -299,7 +301,7 @@ struct CommandLineTests {
             for arguments in [
                 ["--check-config", "--config", path], ["--config", path, "--port", "0", "--admin-port", "0"],
             ] {
-                let finished = try Self.run(arguments)
+                let finished = try await Self.run(arguments)
                 #expect(finished.status == 2, "\(arguments): \(finished.standardError)")
                 #expect(finished.standardError.split(separator: "\n").count == 1, "\(finished.standardError)")
                 for text in expected {
@@ -318,9 +320,9 @@ struct CommandLineTests {
         try await expectRefused("", saying: ["upstream.url", "is not set"])
         // Named by the environment or a flag instead, it is accepted.
         try await Self.withFile("cache: { defaultTTL: 60s }\n") { path in
-            let flagged = try Self.run(["--check-config", "--config", path, "--upstream", "file:config/samples"])
+            let flagged = try await Self.run(["--check-config", "--config", path, "--upstream", "file:config/samples"])
             #expect(flagged.status == 0, "\(flagged.standardError)")
-            let fromEnvironment = try Self.run(
+            let fromEnvironment = try await Self.run(
                 ["--check-config", "--config", path],
                 environment: ["SDUI_PROXY_UPSTREAM_URL": "file:config/samples"]
             )
@@ -337,7 +339,7 @@ struct CommandLineTests {
             upstream: { url: "file:config/samples" }
             """
         try await Self.withFile(yaml) { path in
-            let finished = try Self.run(["--config", path, "--port", "\(port)", "--admin-port", "0"])
+            let finished = try await Self.run(["--config", path, "--port", "\(port)", "--admin-port", "0"])
             #expect(finished.status == 1)
             #expect(
                 finished.standardError == "sdui-proxy: cannot listen on 127.0.0.1:\(port): address already in use\n"
@@ -353,7 +355,7 @@ struct CommandLineTests {
             ? String(ProcessTests.repositoryRoot.path.dropLast()) : ProcessTests.repositoryRoot.path
         let name = "no-such-config-\(UUID().uuidString).yaml"
         for arguments in [["--config", name], ["--check-config", "--config", name], ["--config", "./" + name]] {
-            let missing = try Self.run(arguments)
+            let missing = try await Self.run(arguments)
             #expect(missing.status == 2)
             #expect(
                 missing.standardError
@@ -361,7 +363,7 @@ struct CommandLineTests {
             )
         }
         try await Self.withFile("upstream: { url: \"file:config/samples\"\ncache: [unclosed\n") { path in
-            let broken = try Self.run(["--check-config", "--config", path])
+            let broken = try await Self.run(["--check-config", "--config", path])
             #expect(broken.status == 2)
             #expect(
                 broken.standardError.hasPrefix("sdui-proxy: config error: \(path): not valid YAML"),
@@ -419,7 +421,7 @@ struct CommandLineTests {
             queue: { store: "\(directory)/queue", routes: [{ match: POST /api/orders }] }
             """
         try await Self.withFile(yaml) { path in
-            let finished = try Self.run(["--check-config", "--config", path])
+            let finished = try await Self.run(["--check-config", "--config", path])
             #expect(finished.status == 0, "\(finished.standardError)")
             #expect(finished.standardOutput.contains("is valid"))
             #expect(!FileManager.default.fileExists(atPath: directory))
