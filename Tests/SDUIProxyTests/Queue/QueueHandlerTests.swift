@@ -212,7 +212,7 @@ import Testing
                 _ = try await queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "\(index)"))
             }
             // All five are delivered while the first notification is still stuck in the webhook.
-            let delivered = await QueueTest.waitUntil(timeout: .seconds(5)) { queue.depth == 0 }
+            let delivered = await QueueTest.waitUntil { queue.depth == 0 }
             #expect(delivered)
             let notifying = await QueueTest.waitUntil { webhook.inFlight == 1 }
             #expect(notifying)
