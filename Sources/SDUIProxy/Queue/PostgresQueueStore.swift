@@ -43,12 +43,12 @@ public final class PostgresQueueStore: QueueStore {
     }
 
     public let settings: Settings
-    private let client: PostgresClient
+    let client: PostgresClient
     private let running: Task<Void, Never>
     private let metrics: QueueClaimMetrics?
-    private let logger: Logger
+    let logger: Logger
     /// Whether the schema was brought up to date on a connection of this store.
-    private let migrated = Atomic(false)
+    let migrated = Atomic(false)
 
     /// The key of the advisory locks that order inserts, one per route ("SDUI" in ASCII; the route's hash is
     /// the second key).
@@ -57,7 +57,7 @@ public final class PostgresQueueStore: QueueStore {
     /// attempts, queue and finish times), so replicas whose clocks disagree still agree on what is due, how old a
     /// request is, and whose lease ran out; times are moved between it and this process's clock as they go in and
     /// come out, by the clocks' offset (``onDatabaseClock(_:)``, ``onLocalClock(_:)``).
-    private static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
     /// How far the database's clock is ahead of this process's, in milliseconds, as last measured; and when (on
     /// this process's clock). One offset for every conversion, so a time written and read back is the same.
@@ -72,13 +72,13 @@ public final class PostgresQueueStore: QueueStore {
     }
 
     /// A time on the database's clock moved onto this process's.
-    private func onLocalClock(_ milliseconds: Int64) -> QueueInstant {
+    func onLocalClock(_ milliseconds: Int64) -> QueueInstant {
         QueueInstant(millisecondsSinceEpoch: milliseconds - clockOffset.load(ordering: .relaxed))
     }
 
     /// Measures the clocks' offset on `connection` when the last measure is old: the database's reading against
     /// the middle of the round trip that read it, so the error is at most half that trip.
-    private func measureClockOffsetIfOld(on connection: PostgresConnection, logger: Logger) async throws {
+    func measureClockOffsetIfOld(on connection: PostgresConnection, logger: Logger) async throws {
         let before = QueueInstant.now().millisecondsSinceEpoch
         guard before - offsetMeasuredAt.load(ordering: .relaxed) >= Self.offsetLifetime else { return }
         let rows = try await connection.query("SELECT \(unescaped: Self.databaseNow)", logger: logger)
@@ -88,7 +88,7 @@ public final class PostgresQueueStore: QueueStore {
             offsetMeasuredAt.store(after, ordering: .relaxed)
         }
     }
-    private static let entryColumns =
+    static let entryColumns =
         "seq, id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
 
     /// A store over the database `url` names, connecting as it needs to.
@@ -578,139 +578,6 @@ public final class PostgresQueueStore: QueueStore {
         running.cancel()
         await running.value
     }
-
-    // MARK: Connections
-
-    /// Runs `body` on a pooled connection, after bringing the schema up to date once. A connection that does not
-    /// come within `operationTimeout` fails the operation; one whose query takes longer is closed (a half-open
-    /// connection answers nothing, ever), and the pool opens another.
-    @discardableResult
-    private func withConnection<Result: Sendable>(
-        _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> Result
-    ) async throws -> Result {
-        let limit = settings.operationTimeout
-        let logger = self.logger
-        let progress = OperationProgress()
-        let operation = Task { [self] in
-            try await client.withConnection { connection in
-                progress.leased.store(true, ordering: .relaxed)
-                let watchdog = Task {
-                    try await Task.sleep(for: limit)
-                    try? await connection.close()
-                }
-                defer { watchdog.cancel() }
-                if !self.migrated.load(ordering: .relaxed) {
-                    try await ClusterSchema.migrate(on: connection, logger: logger)
-                    self.migrated.store(true, ordering: .relaxed)
-                }
-                try await self.measureClockOffsetIfOld(on: connection, logger: logger)
-                return try await body(connection, logger)
-            }
-        }
-        // Only the wait for a connection is cut short: a statement sent is left to finish (or to the watchdog),
-        // since cancelling it could lose the answer of a change that commits anyway.
-        let waitForConnection = Task {
-            try await Task.sleep(for: limit)
-            guard !progress.leased.load(ordering: .relaxed) else { return }
-            progress.timedOut.store(true, ordering: .relaxed)
-            operation.cancel()
-        }
-        defer { waitForConnection.cancel() }
-        do {
-            return try await withTaskCancellationHandler {
-                try await operation.value
-            } onCancel: {
-                if !progress.leased.load(ordering: .relaxed) { operation.cancel() }
-            }
-        } catch let error as QueueStoreError {
-            throw error
-        } catch {
-            // PostgreSQL's own errors say little when printed; this says what happened, without parameters.
-            if progress.timedOut.load(ordering: .relaxed) {
-                throw QueueStoreError("the queue's database did not answer within \(limit)")
-            }
-            throw QueueStoreError("the queue's database: \(PostgresErrorText.describe(error))")
-        }
-    }
-
-    /// How far one operation got: whether it has its connection, and whether the wait for one ran out.
-    private final class OperationProgress: Sendable {
-        let leased = Atomic(false)
-        let timedOut = Atomic(false)
-    }
-
-    // MARK: Rows
-
-    private static let qualifiedEntryColumns = entryColumns.split(separator: ", ").map { "q." + $0 }.joined(
-        separator: ", "
-    )
-
-    /// An entry as read (its times on this process's clock), with its lease and next attempt on the database's
-    /// clock, and that clock's reading.
-    private struct ClaimedRow {
-        var seq: Int64
-        var entry: QueueEntry
-        var nextAttemptOnDatabaseClock: Int64
-        var lease: QueueClaimRules.Lease?
-        var databaseNow: Int64
-    }
-
-    private func claimedRow(_ row: PostgresRow) throws -> ClaimedRow {
-        let (
-            seq, id, route, method, target, headers, body, enqueuedAt, attempts, nextAttemptAt, lastError, status,
-            leaseOwner, leaseUntil, databaseNow
-        ) = try row.decode(
-            (
-                Int64, String, String, String, String, ByteBuffer?, ByteBuffer?, Int64, Int, Int64, String?, Int?,
-                String?, Int64?, Int64
-            ).self
-        )
-        let entry = QueueEntry(
-            id: id,
-            route: route,
-            method: HTTPMethod(rawValue: method),
-            target: target,
-            headers: try QueueEntry.decodeHeaders(headers),
-            body: body,
-            enqueuedAt: onLocalClock(enqueuedAt),
-            attempts: attempts,
-            nextAttemptAt: onLocalClock(nextAttemptAt),
-            lastError: lastError,
-            lastStatus: status
-        )
-        let lease = zip(leaseOwner, leaseUntil).map { QueueClaimRules.Lease(owner: $0, untilMilliseconds: $1) }
-        return ClaimedRow(
-            seq: seq,
-            entry: entry,
-            nextAttemptOnDatabaseClock: nextAttemptAt,
-            lease: lease,
-            databaseNow: databaseNow
-        )
-    }
-
-    // MARK: Logs
-
-    private func logTakeOver(of entry: QueueEntry, from previousOwner: String) {
-        logger.warning(
-            "took over a queued request whose deliverer's lease ran out: it is sent again with the same Idempotency-Key",
-            metadata: [
-                "id": "\(entry.id)", "route": "\(entry.route)", "previousOwner": "\(previousOwner)",
-                "attempts": "\(entry.attempts)",
-            ]
-        )
-    }
-
-    private func logLostClaim(id: String, outcome: String) {
-        logger.warning(
-            "another replica took over a queued request during its delivery: \(outcome) is that replica's to record",
-            metadata: ["id": "\(id)", "owner": "\(settings.owner)"]
-        )
-    }
-}
-
-private func zip<A, B>(_ first: A?, _ second: B?) -> (A, B)? {
-    guard let first, let second else { return nil }
-    return (first, second)
 }
 
 extension Duration {

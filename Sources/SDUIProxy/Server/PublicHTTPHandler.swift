@@ -25,7 +25,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// What becomes of the current request's body, and who answers it when its end arrives. The large payloads
     /// are boxed, so that the cache path's value stays a reference and a tag.
-    private enum RequestBody {
+    enum RequestBody {
         /// Nothing more to do: the request has been answered, or is being answered.
         case none
         /// Dropped; the cache responder answers at the end.
@@ -43,7 +43,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// A forward whose body is being read whole, and what it is forwarded with once it is.
-    private struct BufferedForward {
+    struct BufferedForward {
         let head: HTTPRequestHead
         let target: RequestTarget
         let platform: String
@@ -53,7 +53,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let runtime: ProxyRuntime
     /// The context in force when the current request started; refreshed when a reload replaced it.
-    private var proxy: ProxyContext {
+    var proxy: ProxyContext {
         didSet { contextChanged() }
     }
     /// ``proxy`` without a reference count, for ``withProxy(_:)``.
@@ -65,28 +65,28 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var cacheResponder: CacheResponder
     private var maxBodyBytes: Int
 
-    private var machine: ConnectionStateMachine
+    var machine: ConnectionStateMachine
     private var parser: HTTPRequestParser
     /// The bytes after the last complete part of a read that ended inside one; the next read is appended.
     private var unparsed: ByteBuffer?
-    private var requestBody = RequestBody.none
+    var requestBody = RequestBody.none
     /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
     private var requestBodyBytes = 0
     /// Encodes, counts and tracks the responses.
-    private var writer: HTTP1ResponseWriter
+    var writer: HTTP1ResponseWriter
     /// Responses written while a read burst is handled are flushed once, when it ends.
-    private var isHandlingRead = false
-    private var needsFlush = false
+    var isHandlingRead = false
+    var needsFlush = false
     /// The peer, worked out on the connection's first request that needs it: formatting an address allocates,
     /// and a connection's peer does not change.
-    private var peer: ClientPeer?
+    var peer: ClientPeer?
     /// The single task that wakes the connection at its deadline; it moves only when the deadline comes earlier,
     /// so a request costs a clock read, not a timer allocation and cancellation.
-    private var wakeUpAt: NIODeadline?
-    private var scheduledWakeUp: Scheduled<Void>?
-    private var context: ChannelHandlerContext?
+    var wakeUpAt: NIODeadline?
+    var scheduledWakeUp: Scheduled<Void>?
+    var context: ChannelHandlerContext?
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
-    private var loop: (any EventLoop)?
+    var loop: (any EventLoop)?
 
     /// Made on the connection's event loop: `buffers` and `requests` are that loop's.
     init(runtime: ProxyRuntime, buffers: ResponseBufferRecycler, requests: RequestTally) {
@@ -186,7 +186,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Starts the request deadline when the connection waits with part of a next request already in: bytes that
     /// came behind a response, or after one was answered in the same read.
-    private func noteRequestInProgress(context: ChannelHandlerContext) {
+    func noteRequestInProgress(context: ChannelHandlerContext) {
         guard !parser.isBetweenRequests || unparsed != nil, machine.isIdle else { return }
         machine.bytesReceived(now: NIODeadline.now())
         updateWakeUp()
@@ -352,7 +352,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Lets go of a body being read whole for a forward that will not be made: its memory, and its file if it has
     /// one.
-    private func discardBufferedBody() {
+    func discardBufferedBody() {
         guard case .buffer(let forward) = requestBody else { return }
         requestBody = .none
         forward.buffer.discard()
@@ -489,7 +489,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Ends the request being read with `error`: the responder streaming its body answers (or cuts its answer
     /// short); otherwise the error is the answer.
-    private func interrupt(
+    func interrupt(
         _ action: ConnectionStateMachine.InterruptionAction,
         with error: ProxyError,
         context: ChannelHandlerContext
@@ -517,48 +517,6 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             discardBufferedBody()
         case .close:
-            context.closeAfterAnswer(lingering: machine.isDraining ? .whileDraining : .init())
-        }
-    }
-
-    // MARK: Deadlines
-
-    /// Moves the wake-up earlier when the machine's deadline comes before it. Compares deadlines only: the
-    /// scheduled task is touched (and retained) only when it moves.
-    private func updateWakeUp() {
-        guard let at = machine.deadline?.at else { return }
-        wakeUp(before: at)
-    }
-
-    /// Moves the wake-up to `at` when it is later.
-    private func wakeUp(before at: NIODeadline) {
-        if let wakeUpAt, wakeUpAt <= at { return }
-        guard let context else { return }
-        scheduledWakeUp?.cancel()
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        scheduledWakeUp = context.eventLoop.scheduleTask(deadline: at) { loopBound.value.wokeUp() }
-        wakeUpAt = at
-    }
-
-    private func wokeUp() {
-        scheduledWakeUp = nil
-        wakeUpAt = nil
-        guard let context else { return }
-        switch machine.timerFired(now: NIODeadline.now()) {
-        case .none:
-            updateWakeUp()
-        case .closeIdle:
-            proxy.logger.debug("closing an idle connection")
-            context.close(promise: nil)
-        case .requestTimedOut(let headArrived):
-            proxy.logger.info(
-                "request timed out while being read",
-                metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
-            )
-            let error = ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout")
-            interrupt(.answerAndClose(headArrived: headArrived), with: error, context: context)
-        case .close:
-            // The request's answer is out and its body still comes: close without resetting what was sent.
             context.closeAfterAnswer(lingering: machine.isDraining ? .whileDraining : .init())
         }
     }
@@ -599,7 +557,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Hands over the requests pipelined behind the response that just ended, after the current call stack, so
     /// that response's bytes go first.
-    private func schedulePipelinedRequests() {
+    func schedulePipelinedRequests() {
         guard let context else { return }
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         context.eventLoop.execute { loopBound.value.handlePipelinedRequests() }
@@ -618,136 +576,5 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let requestStarted = !parser.isBetweenRequests || unparsed != nil
         if machine.heldBackPartsHandled(requestStarted: requestStarted, now: NIODeadline.now()) { context.read() }
         updateWakeUp()
-    }
-}
-
-// MARK: - Writing responses
-
-extension PublicHTTPHandler: ResponseSink {
-    /// Set when the handler is added, before any request.
-    var eventLoop: any EventLoop { loop! }
-
-    var client: ClientPeer {
-        if let peer { return peer }
-        let remote = context?.channel.remoteAddress
-        let trusted = proxy.configuration.trustedProxies
-        let isTrustedProxy =
-            !trusted.isEmpty
-            && remote.flatMap(IPAddressRange.bytes(of:)).map { bytes in trusted.contains { $0.contains(bytes) } }
-                == true
-        let peer = ClientPeer(address: remote?.ipAddress, isTrustedProxy: isTrustedProxy)
-        self.peer = peer
-        return peer
-    }
-
-    func writeInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
-        // Only before the final response: the machine has not begun it, the writer has written nothing of it.
-        guard let context, !writer.headWritten else { return }
-        var head = context.channel.allocator.buffer(capacity: 256)
-        HTTP1ResponseEncoder.writeInterimHead(status: status, headers: headers, into: &head)
-        context.writeAndFlush(wrapOutboundOut(head), promise: nil)
-    }
-
-    func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
-        // Encoded (and counted) even when the client has gone: a slow answer is the one operators need to see.
-        let closes = context == nil || machine.responseStarted()
-        let response = writer.stored(entry, presentation, closesConnection: closes)
-        send(response.composed, then: response.body)
-    }
-
-    func writeComposed(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, cacheResult: CacheResult?) {
-        let closes = context == nil || machine.responseStarted()
-        let response = writer.composed(
-            status: status,
-            headers: headers,
-            body: body,
-            cacheResult: cacheResult,
-            closesConnection: closes
-        )
-        send(response.composed, then: response.body)
-    }
-
-    func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?) {
-        // Recorded even when the client has gone, so the response is counted with its own status.
-        let head = writer.streamedHead(
-            status: status,
-            headers: headers,
-            cacheResult: cacheResult,
-            closesConnection: context == nil || machine.responseStarted(),
-            allocator: context?.channel.allocator ?? ByteBufferAllocator()
-        )
-        context?.write(wrapOutboundOut(head), promise: nil)
-    }
-
-    func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        guard let context else { return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
-        writer.countBodyPart(buffer)
-        switch writer.framing {
-        case .none:
-            return context.eventLoop.makeSucceededVoidFuture()
-        case .contentLength:
-            return context.writeAndFlush(wrapOutboundOut(buffer))
-        case .chunked:
-            guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
-            let allocator = context.channel.allocator
-            context.write(
-                wrapOutboundOut(HTTP1ResponseEncoder.chunkPrefix(count: buffer.readableBytes, allocator: allocator)),
-                promise: nil
-            )
-            context.write(wrapOutboundOut(buffer), promise: nil)
-            return context.writeAndFlush(wrapOutboundOut(HTTP1ResponseEncoder.chunkSuffix))
-        }
-    }
-
-    func writeEnd() {
-        let last = writer.streamedEnd(allocator: context?.channel.allocator ?? ByteBufferAllocator())
-        finish(with: last)
-    }
-
-    func abort() {
-        writer.abandon()
-        context?.close(promise: nil)
-    }
-
-    /// Writes a composed response, and `body` behind it when it was not copied in.
-    private func send(_ composed: ByteBuffer, then body: ByteBuffer?) {
-        guard let body else { return finish(with: composed) }
-        context?.write(wrapOutboundOut(composed), promise: nil)
-        finish(with: body)
-    }
-
-    /// Writes the response's last bytes and tells the machine it ended: then the connection closes, takes the
-    /// requests pipelined behind it, or waits for the next. A response written while a read burst is handled is
-    /// flushed with the burst; one that completes later (after an upstream exchange), at once.
-    private func finish(with last: ByteBuffer) {
-        guard let context else { return }
-        let ended = machine.responseEnded(now: NIODeadline.now())
-        switch ended {
-        case .close:
-            let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()
-            // The last write completes once everything before it is out, so a closing connection loses nothing.
-            context.writeAndFlush(wrapOutboundOut(last)).assumeIsolated().whenComplete { _ in
-                context.closeAfterAnswer(lingering: lingering)
-            }
-        case .waitForRequest, .handleHeldBack, .dropRestOfBody:
-            if isHandlingRead {
-                context.write(wrapOutboundOut(last), promise: nil)
-                needsFlush = true
-            } else {
-                context.writeAndFlush(wrapOutboundOut(last), promise: nil)
-            }
-            switch ended {
-            case .handleHeldBack:
-                schedulePipelinedRequests()
-            case .dropRestOfBody(let readNow):
-                // Answered before its body was whole: the rest is read and dropped, and its taker let go.
-                discardBufferedBody()
-                requestBody = .none
-                if readNow { context.read() }
-            default:
-                noteRequestInProgress(context: context)
-            }
-            updateWakeUp()
-        }
     }
 }

@@ -1,0 +1,134 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+// MARK: - Writing responses
+
+extension PublicHTTPHandler: ResponseSink {
+    /// Set when the handler is added, before any request.
+    var eventLoop: any EventLoop { loop! }
+
+    var client: ClientPeer {
+        if let peer { return peer }
+        let remote = context?.channel.remoteAddress
+        let trusted = proxy.configuration.trustedProxies
+        let isTrustedProxy =
+            !trusted.isEmpty
+            && remote.flatMap(IPAddressRange.bytes(of:)).map { bytes in trusted.contains { $0.contains(bytes) } }
+                == true
+        let peer = ClientPeer(address: remote?.ipAddress, isTrustedProxy: isTrustedProxy)
+        self.peer = peer
+        return peer
+    }
+
+    func writeInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        // Only before the final response: the machine has not begun it, the writer has written nothing of it.
+        guard let context, !writer.headWritten else { return }
+        var head = context.channel.allocator.buffer(capacity: 256)
+        HTTP1ResponseEncoder.writeInterimHead(status: status, headers: headers, into: &head)
+        context.writeAndFlush(wrapOutboundOut(head), promise: nil)
+    }
+
+    func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
+        // Encoded (and counted) even when the client has gone: a slow answer is the one operators need to see.
+        let closes = context == nil || machine.responseStarted()
+        let response = writer.stored(entry, presentation, closesConnection: closes)
+        send(response.composed, then: response.body)
+    }
+
+    func writeComposed(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, cacheResult: CacheResult?) {
+        let closes = context == nil || machine.responseStarted()
+        let response = writer.composed(
+            status: status,
+            headers: headers,
+            body: body,
+            cacheResult: cacheResult,
+            closesConnection: closes
+        )
+        send(response.composed, then: response.body)
+    }
+
+    func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?) {
+        // Recorded even when the client has gone, so the response is counted with its own status.
+        let head = writer.streamedHead(
+            status: status,
+            headers: headers,
+            cacheResult: cacheResult,
+            closesConnection: context == nil || machine.responseStarted(),
+            allocator: context?.channel.allocator ?? ByteBufferAllocator()
+        )
+        context?.write(wrapOutboundOut(head), promise: nil)
+    }
+
+    func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        guard let context else { return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+        writer.countBodyPart(buffer)
+        switch writer.framing {
+        case .none:
+            return context.eventLoop.makeSucceededVoidFuture()
+        case .contentLength:
+            return context.writeAndFlush(wrapOutboundOut(buffer))
+        case .chunked:
+            guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
+            let allocator = context.channel.allocator
+            context.write(
+                wrapOutboundOut(HTTP1ResponseEncoder.chunkPrefix(count: buffer.readableBytes, allocator: allocator)),
+                promise: nil
+            )
+            context.write(wrapOutboundOut(buffer), promise: nil)
+            return context.writeAndFlush(wrapOutboundOut(HTTP1ResponseEncoder.chunkSuffix))
+        }
+    }
+
+    func writeEnd() {
+        let last = writer.streamedEnd(allocator: context?.channel.allocator ?? ByteBufferAllocator())
+        finish(with: last)
+    }
+
+    func abort() {
+        writer.abandon()
+        context?.close(promise: nil)
+    }
+
+    /// Writes a composed response, and `body` behind it when it was not copied in.
+    private func send(_ composed: ByteBuffer, then body: ByteBuffer?) {
+        guard let body else { return finish(with: composed) }
+        context?.write(wrapOutboundOut(composed), promise: nil)
+        finish(with: body)
+    }
+
+    /// Writes the response's last bytes and tells the machine it ended: then the connection closes, takes the
+    /// requests pipelined behind it, or waits for the next. A response written while a read burst is handled is
+    /// flushed with the burst; one that completes later (after an upstream exchange), at once.
+    func finish(with last: ByteBuffer) {
+        guard let context else { return }
+        let ended = machine.responseEnded(now: NIODeadline.now())
+        switch ended {
+        case .close:
+            let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()
+            // The last write completes once everything before it is out, so a closing connection loses nothing.
+            context.writeAndFlush(wrapOutboundOut(last)).assumeIsolated().whenComplete { _ in
+                context.closeAfterAnswer(lingering: lingering)
+            }
+        case .waitForRequest, .handleHeldBack, .dropRestOfBody:
+            if isHandlingRead {
+                context.write(wrapOutboundOut(last), promise: nil)
+                needsFlush = true
+            } else {
+                context.writeAndFlush(wrapOutboundOut(last), promise: nil)
+            }
+            switch ended {
+            case .handleHeldBack:
+                schedulePipelinedRequests()
+            case .dropRestOfBody(let readNow):
+                // Answered before its body was whole: the rest is read and dropped, and its taker let go.
+                discardBufferedBody()
+                requestBody = .none
+                if readNow { context.read() }
+            default:
+                noteRequestInProgress(context: context)
+            }
+            updateWakeUp()
+        }
+    }
+}
