@@ -14,13 +14,11 @@ import NIOHTTP1
 public struct ClientFacingFields: Sendable, Equatable {
     /// The request fields the cache key includes, as configured, which `Vary` names. Empty for answers the cache
     /// keys on nothing (bypass routes).
-    public var keyFields: [String] {
-        didSet { keyFieldsVary = Self.merged([], keyFields) }
-    }
+    public let keyFields: [String]
     /// The field left out of what clients see, lower-cased; nil when clients see it.
-    public var hiddenField: String?
+    public let hiddenField: String?
     /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored.
-    private var keyFieldsVary: String?
+    private let keyFieldsVary: String?
 
     /// Fields with `keyFields` to name in `Vary`, and `hiddenField` to leave out.
     public init(keyFields: [String] = [], hiddenField: String? = nil) {
