@@ -296,18 +296,9 @@ public final class ResponseCache: Sendable {
             lastInvalidation.store(sequence, ordering: .sequentiallyConsistent)
             return reached
         }
-        let matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool
-        switch invalidation.scope {
-        case .targets(let targets):
-            let targets = Set(targets)
-            matches = { target, _ in targets.contains(target) }
-        case .prefix(let prefix):
-            let prefix = PathPrefix(prefix)
-            matches = { target, _ in prefix.matches(target) }
-        case .tag(let tag):
-            matches = { _, entry in entry?.tags.contains(tag) ?? false }
-        case .all:
-            matches = { _, _ in true }
+        // The same rule that judges the fills in flight; a list of varying headers carries no tags.
+        let matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool = { target, entry in
+            invalidation.mayReach(target: target, tags: entry?.tags ?? [])
         }
         let responses = invalidation.soft ? markStale(where: matches, now: now) : remove(where: matches)
         return Reach(responses: responses, fillsInFlight: fillsReached)
