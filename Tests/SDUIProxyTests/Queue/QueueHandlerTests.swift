@@ -132,8 +132,9 @@ import Testing
         try await webhook.stop()
     }
 
-    /// A backend, a webhook that holds every notification for 10 s, and a queue whose `/api` route notifies it,
-    /// with a policy that sends one notification at a time and never gives up on the stuck one during a test.
+    /// A backend, a webhook that holds every notification until the fixture stops, and a queue whose `/api` route
+    /// notifies it, with a policy that sends one notification at a time and never gives up on the stuck one during a
+    /// test.
     private struct StuckWebhook {
         let backend: QueueTestOrigin
         let webhook: QueueTestOrigin
@@ -141,11 +142,13 @@ import Testing
         let queue: WriteQueue
         let client: LoopLocalHTTPClient
         let policy: QueueResponseHandlers.WebhookPolicy
+        /// Holds the webhook's answers; opened by `stop()`.
+        let stuck = OriginGate()
 
         init(directory: String, otherHandlers: [QueueConfiguration.Handler] = []) async throws {
             backend = try await QueueTestOrigin.start()
             webhook = try await QueueTestOrigin.start()
-            webhook.setBehaviour { _, _, _ in .init(status: .ok, delay: .seconds(10)) }
+            webhook.setBehaviour { [stuck] _, _, _ in .init(status: .ok, heldBy: stuck) }
             let route = QueueConfiguration.Route(method: "POST", pathPrefix: "/api", retry: QueueTest.retry())
             configuration = QueueTest.configuration(
                 directory: directory,
@@ -156,8 +159,8 @@ import Testing
             client = try QueueTest.client(port: backend.port)
             var policy = QueueResponseHandlers.WebhookPolicy()
             policy.concurrency = 1
-            // Longer than the webhook is stuck, so the stuck notification is not retried during the test.
-            policy.timeout = .seconds(30)
+            // Longer than any test, so the stuck notification is not retried while it runs.
+            policy.timeout = .seconds(3600)
             self.policy = policy
         }
 
@@ -186,6 +189,7 @@ import Testing
         }
 
         func stop() async throws {
+            stuck.open()
             try await client.shutdown()
             try await queue.close()
             try await backend.stop()
@@ -205,8 +209,6 @@ import Testing
                 LoggingBootstrap.makeHandler(label: $0, format: .json, level: .info, sink: logs.sink)
             }
         )
-        let clock = ContinuousClock()
-        var stopping = clock.now
         try await QueueTest.withRunningService(service) {
             for index in 0..<5 {
                 _ = try await queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "\(index)"))
@@ -217,11 +219,9 @@ import Testing
             let notifying = await QueueTest.waitUntil { webhook.inFlight == 1 }
             #expect(notifying)
             #expect(webhook.requests.count == 1)
-            stopping = clock.now
         }
-        // Shutting down waited for the drain timeout (200 ms), not for the webhook (10 s); a loaded machine may add
-        // seconds to the first.
-        #expect(clock.now - stopping < .seconds(5))
+        // The service stopped while the webhook still held its answer (the gate opens only in `fixture.stop()`, and
+        // the notification's timeout is an hour): shutting down waited for the drain timeout, not for the webhook.
         #expect(backend.requests.count == 5)
         #expect(webhook.requests.count == 1)
         // The stuck notification was cancelled; the four still waiting for it were not started (each started
@@ -285,8 +285,8 @@ import Testing
             for index in 0..<5 {
                 _ = try await fixture.queue.enqueue(QueueTest.request(.POST, "/api/\(index)", body: "{}"))
             }
-            // The webhook holds the first notification for 10 s; every write's invalidation runs meanwhile.
-            let invalidated = await QueueTest.waitUntil(timeout: .seconds(5)) {
+            // The webhook holds the first notification until the test ends; every write's invalidation runs meanwhile.
+            let invalidated = await QueueTest.waitUntil {
                 invalidations.requests.withLock { $0.count } == 5
             }
             #expect(invalidated)

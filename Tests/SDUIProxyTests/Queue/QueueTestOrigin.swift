@@ -19,6 +19,8 @@ final class QueueTestOrigin: Sendable {
         var status: HTTPResponseStatus
         var delay: TimeAmount = .zero
         var body: String = "{}"
+        /// Answer only once this gate is open.
+        var heldBy: OriginGate?
     }
 
     private let origin: TestOrigin
@@ -60,6 +62,7 @@ final class QueueTestOrigin: Sendable {
             let reply = behaviour(head, String(buffer: request.body), before)
             var response = TestOrigin.Response(status: reply.status, body: reply.body)
             response.delay = reply.delay
+            response.heldBy = reply.heldBy
             return response
         }
     }
