@@ -2,7 +2,7 @@
 # Load benchmark for sdui-proxy against two anchors, nginx proxy_cache and Varnish, all in front of one static
 # nginx origin, all on 127.0.0.1. See Benchmarks/README.md for what is measured and for every knob.
 #
-#   Benchmarks/run.sh                                   # everything, defaults (≈ 17 min)
+#   Benchmarks/run.sh                                   # everything, defaults (≈ 22 min)
 #   ROUNDS=1 DURATION=3 SCENARIOS="hit" Benchmarks/run.sh
 #   SKIP_BUILD=1 BIN=/path/to/sdui-proxy Benchmarks/run.sh
 #   SCENARIOS=instructions Benchmarks/run.sh            # CPU instructions per hit and per miss (perf stat)
