@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Cheap CI check of the benchmark harness, without any load and without the proxy binary:
 #   - bash -n on the scripts;
-#   - the generated nginx configs pass `nginx -t` and the VCL compiles with `varnishd -C` (when those exist);
-#   - the wrk Lua scripts parse (luajit or lua, when one exists);
+#   - the generated nginx configs (the hit-gzip scenario's gzip front included) pass `nginx -t`, and the VCLs (plain
+#     and gzip-storing) compile with `varnishd -C` (when those exist);
+#   - the wrk Lua scripts parse (luajit or lua, when one exists); hit-gzip.lua asks for gzip;
 #   - the Python tools parse, and report.py renders a sample result set ending with the required last line;
-#   - the generated proxy config passes `sdui-proxy --check-config` when a binary happens to exist (BIN=...).
+#   - the generated proxy config passes `sdui-proxy --check-config` when a binary happens to exist (BIN=...), and
+#     so does its compression-off variant when that binary knows the `compression` section.
 # Tools that are missing are skipped with a message; the script exits non-zero only on a real failure.
 set -euo pipefail
 
@@ -44,11 +46,38 @@ cp "$BENCH_DIR/fixtures/screen.json" "$TMP/www/screen.json"
 gen_origin_conf "$TMP/origin" 18000 "$TMP/www" 2k
 gen_nginx_conf "$TMP/nginx" 18081 18082 18084 18000 256m
 gen_nginx_conf "$TMP/nginx-small" 18081 18082 18084 18000 8m
+gen_nginx_conf "$TMP/nginx-gzip" 18081 18082 18084 18000 256m 18085
 gen_vcl "$TMP/varnish/bench.vcl" 18000
+gen_vcl "$TMP/varnish-gzip/bench.vcl" 18000 gzip
 gen_proxy_yaml "$TMP/proxy/sdui-proxy.yaml" 18080 19090 18000 256MiB
+PROXY_COMPRESSION='{ encodings: [] }' gen_proxy_yaml "$TMP/proxy-uncompressed/sdui-proxy.yaml" 18080 19090 18000 1024MiB
+
+# The hit-gzip scenario's nginx: gzip at level 1 on its own port, identity asked of the origin; the others without it.
+gzip_server=$(sed -n '/listen 127.0.0.1:18085 /,/^    }/p' "$TMP/nginx-gzip/nginx.conf")
+missing=""
+for directive in 'gzip on;' 'gzip_comp_level 1;' 'gzip_types application/json;' 'gzip_proxied any;' \
+    'proxy_cache sdui;' 'proxy_set_header Accept-Encoding "";'; do
+    grep -qF "$directive" <<<"$gzip_server" || missing+=" '$directive'"
+done
+if [[ -z $missing ]] && ! grep -q 'gzip' "$TMP/nginx/nginx.conf"; then
+    pass "nginx gzip front: gzip level 1 for application/json in front of proxy_cache on its own port, only when asked"
+else
+    fail "nginx gzip front: missing${missing:- nothing}, or gzip in the plain config"
+fi
+if grep -q 'set beresp.do_gzip = true;' "$TMP/varnish-gzip/bench.vcl" && ! grep -q 'do_gzip' "$TMP/varnish/bench.vcl"; then
+    pass "gzip-storing VCL sets beresp.do_gzip, the plain one does not"
+else
+    fail "gzip-storing VCL: beresp.do_gzip not where expected"
+fi
+if grep -qx 'compression: { encodings: \[\] }' "$TMP/proxy-uncompressed/sdui-proxy.yaml" &&
+    ! grep -q '^compression:' "$TMP/proxy/sdui-proxy.yaml"; then
+    pass "proxy config: compression off only in the compression-off variant (the default config has no such section)"
+else
+    fail "proxy config: compression section not where expected"
+fi
 
 if command -v nginx >/dev/null; then
-    for name in origin nginx nginx-small; do
+    for name in origin nginx nginx-small nginx-gzip; do
         if out=$(nginx -t -p "$TMP/$name" -c "$TMP/$name/nginx.conf" -e "$TMP/$name/logs/error.log" 2>&1); then
             pass "nginx -t ($name)"
         else
@@ -61,11 +90,13 @@ fi
 
 if command -v varnishd >/dev/null; then
     # -j none: as root, varnishd would otherwise drop to the varnish user, who cannot read the 0700 temp dir.
-    if out=$(varnishd -j none -C -f "$TMP/varnish/bench.vcl" -n "$TMP/varnish/instance" 2>&1 >/dev/null); then
-        pass "varnishd -C (VCL compiles)"
-    else
-        fail "varnishd -C: $out"
-    fi
+    for name in varnish varnish-gzip; do
+        if out=$(varnishd -j none -C -f "$TMP/$name/bench.vcl" -n "$TMP/$name/instance" 2>&1 >/dev/null); then
+            pass "varnishd -C ($name VCL compiles)"
+        else
+            fail "varnishd -C ($name): $out"
+        fi
+    done
 else
     skip "varnishd -C (varnish not installed)"
 fi
@@ -75,6 +106,15 @@ if [[ -n ${BIN:-} && -x ${BIN:-} ]]; then
         pass "sdui-proxy --check-config"
     else
         fail "sdui-proxy --check-config: $out"
+    fi
+    # The compression-off variant (memory scenario) needs a binary that knows the section: one that refuses it as
+    # an unknown key predates store-time compression, and the variant is skipped; any other refusal is a failure.
+    if out=$("$BIN" --check-config --config "$TMP/proxy-uncompressed/sdui-proxy.yaml" 2>&1); then
+        pass "sdui-proxy --check-config (compression off)"
+    elif grep -q 'compression: unknown key' <<<"$out"; then
+        skip "sdui-proxy --check-config (compression off): skipped: binary without compression support"
+    else
+        fail "sdui-proxy --check-config (compression off): $out"
     fi
 else
     skip "sdui-proxy --check-config (set BIN=path/to/sdui-proxy to include it)"
@@ -114,6 +154,13 @@ for script in "$BENCH_DIR"/lua/*.lua; do
         fail "$lua_checker ${script#"$ROOT"/}: $out"
     fi
 done
+# Without a response() callback wrk builds the request once from wrk.headers, so that is where gzip must be asked for.
+if grep -qE '^wrk\.headers\["Accept-Encoding"\] = "gzip"$' "$BENCH_DIR/lua/hit-gzip.lua" &&
+    ! grep -qE '^function (request|response)' "$BENCH_DIR/lua/hit-gzip.lua"; then
+    pass "lua/hit-gzip.lua asks for gzip in wrk.headers, no request() or response() callback"
+else
+    fail "lua/hit-gzip.lua does not set wrk.headers[\"Accept-Encoding\"] = \"gzip\" (or has a per-request callback)"
+fi
 
 # --- Python tools parse; report.py renders a sample and ends with the required line
 if command -v python3 >/dev/null; then
@@ -127,13 +174,17 @@ if command -v python3 >/dev/null; then
     sample=$TMP/results
     mkdir -p "$sample"
     {
-        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\n'
+        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\tbytes\n'
         for t in proxy nginx varnish; do
             for c in 16 64 256; do
                 printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\t2.5\t%s\n' "$t" "$c" "$c"
             done
         done
         printf 'hit\tnginx-reuseport\t16\t1\t100000\t10000000\t10000.0\t900\t6000\t0\t2000000\t30000\t0\t0\t0\t2.5\t9/7\n'
+        # Gzip hits, with wrk's bytes (the rows above have none: a results file from before the column still renders).
+        printf 'hit-gzip\tproxy\t64\t1\t100000\t10000000\t9500.0\t900\t3000\t0\t2100000\t30000\t0\t0\t0\t2.5\t64\t120000000\n'
+        printf 'hit-gzip\tnginx-gzip\t64\t1\t50000\t10000000\t5000.0\t1900\t6000\t0\t1500000\t30000\t0\t0\t0\t2.5\t64\t64000000\n'
+        printf 'hit-gzip\tvarnish-gzip\t64\t1\t80000\t10000000\t8000.0\t1200\t4000\t0\t2400000\t30000\t0\t0\t0\t2.5\t64\t100000000\n'
         printf 'latency\tproxy\t16\t1\t300000\t10000000\t30000.0\t120\t400\t0\t2000000\t30000\t0\t0\t0\t0.1\n'
         printf 'latency\tnginx\t16\t1\t300000\t10000000\t30000.0\t150\t500\t0\t3000000\t30000\t0\t0\t0\t0.1\n'
         printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
@@ -145,7 +196,16 @@ if command -v python3 >/dev/null; then
         printf 'speeds\tnginx-nocache\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t800000\t20000\t0\t0\t0\t2.5\n'
     } >"$sample/runs.tsv"
     printf 'target\tclients\tanswered\tok\torigin_requests\tx_cache\tfailures\nproxy\t1000\t1000\t1000\t1\tHIT 999, MISS 1\t-\n' >"$sample/stampede.tsv"
-    printf 'target\tentries\tmisses\trss_before_kb\trss_after_kb\tpayload_bytes\nproxy\t100000\t100000\t20000\t400000\t2427\n' >"$sample/memory.tsv"
+    {
+        printf 'target\tentries\tmisses\trss_before_kb\trss_after_kb\tpayload_bytes\n'
+        printf 'proxy-uncompressed\t100000\t100000\t20000\t300000\t2427\n'
+        printf 'proxy\t100000\t100000\t20000\t400000\t2427\n'
+    } >"$sample/memory.tsv"
+    {
+        printf 'target\tstatus\tx_cache\tcontent_encoding\tgzip_body_bytes\tcontent_length\tvary\tgunzipped_equals_fixture\n'
+        printf 'proxy\t200\tHIT\tgzip\t880\t880\tAccept-Encoding\tbytes\n'
+        printf 'nginx-gzip\t200\tHIT\tgzip\t962\tchunked\tAccept-Encoding\tbytes\n'
+    } >"$sample/gzip-check.tsv"
     {
         printf 'kind\ttarget\tround\trequests\tuser_instructions\tinstructions\tcycles\n'
         printf 'hit\tproxy\t1\t1000\t30000000\t45000000\t50000000\n'
@@ -160,6 +220,13 @@ if command -v python3 >/dev/null; then
     } >"$sample/speeds.tsv"
     if out=$(python3 "$BENCH_DIR/tools/report.py" "$sample" 2>&1) &&
         [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
+        [[ $(tail -n 2 <<<"$out" | head -n 1) == "gzip-hit-cpu-per-request ratio vs nginx gzip: 0.70" ]] &&
+        grep -q '^| sdui-proxy | 64 | 9,500 | 0.90 | 3.00 | 21.0 | 29.3 | 1,200 | 0 | 2.5 | 64 |$' <<<"$out" &&
+        grep -q '^| 64 | 0.70 | \*\*no\*\* | 1.90 | 0.50 | 0.70 | 1.19 |$' <<<"$out" &&
+        grep -q '^| 64 | 20.0 | 21.0 | 1.05 | 10,000 | 9,500 | 0.95 | yes | n/a | 1,200 |$' <<<"$out" &&
+        grep -q '^| nginx proxy_cache + gzip (level 1) | HIT | gzip | 962 | chunked | Accept-Encoding | bytes |$' <<<"$out" &&
+        grep -q '^- compression off: RSS per entry 1.18× the payload, target ≤ 1.20×: yes$' <<<"$out" &&
+        grep -q '^- compression on ÷ off: RSS per entry 1.36×$' <<<"$out" &&
         grep -q '^| hit | sdui-proxy | 30,000 | 45,000 | 50,000 | 1.36 |$' <<<"$out" &&
         grep -q '^| sdui-proxy | 16 | 10,000 | 0.90 | 3.00 | 20.0 | 29.3 | 0 | 2.5 | 16 |$' <<<"$out" &&
         grep -q '^| nginx proxy_cache, reuseport | 16 | 10,000 | 0.90 | 6.00 | 20.0 | 29.3 | 0 | 2.5 | 9/7 |$' <<<"$out" &&
@@ -167,7 +234,7 @@ if command -v python3 >/dev/null; then
         grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out" &&
         grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out" &&
         grep -q '^| 64 | 0.70 | 2.00 |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds and pass-through tables included); last line is the hit CPU ratio"
+        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, pass-through, gzip-hit and both memory rows included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

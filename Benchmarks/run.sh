@@ -2,12 +2,13 @@
 # Load benchmark for sdui-proxy against two anchors, nginx proxy_cache and Varnish, all in front of one static
 # nginx origin, all on 127.0.0.1. See Benchmarks/README.md for what is measured and for every knob.
 #
-#   Benchmarks/run.sh                                   # everything, defaults (≈ 17 min)
+#   Benchmarks/run.sh                                   # everything, defaults (≈ 22 min)
 #   ROUNDS=1 DURATION=3 SCENARIOS="hit" Benchmarks/run.sh
 #   SKIP_BUILD=1 BIN=/path/to/sdui-proxy Benchmarks/run.sh
 #   SCENARIOS=instructions Benchmarks/run.sh            # CPU instructions per hit and per miss (perf stat)
 #   SCENARIOS=speeds Benchmarks/run.sh                  # miss rates across origin restarts (the two speeds)
 #   SCENARIOS=pass Benchmarks/run.sh                    # pass-through (a bypass route) against nginx without a cache
+#   SCENARIOS="hit hit-gzip" Benchmarks/run.sh          # gzip hits (stored gzip) against identity hits and nginx's gzip
 #
 # stdout carries only the final report (markdown); progress goes to stderr. The last line on stdout is always
 #   hit-cpu-per-request ratio vs nginx: X.XX
@@ -21,7 +22,7 @@ ROOT=$(cd "$BENCH_DIR/.." && pwd)
 source "$BENCH_DIR/lib/configs.sh"
 
 # ---- knobs -------------------------------------------------------------------------------------------------
-SCENARIOS=${SCENARIOS:-"hit latency miss mixed stampede memory"}
+SCENARIOS=${SCENARIOS:-"hit hit-gzip latency miss mixed stampede memory"}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 DURATION=${DURATION%s}
@@ -31,6 +32,8 @@ WARMUP=${WARMUP:-2}
 WARMUP=${WARMUP%s}
 HIT_TARGETS=${HIT_TARGETS:-"proxy nginx nginx-reuseport varnish"}
 HIT_PATH=${HIT_PATH:-/screens/home}
+GZIP_HIT_TARGETS=${GZIP_HIT_TARGETS:-"proxy nginx-gzip varnish-gzip"}
+GZIP_HIT_CONNECTIONS=${GZIP_HIT_CONNECTIONS:-$CONNECTIONS}
 CACHE_MB=${CACHE_MB:-256}
 LATENCY_TARGETS=${LATENCY_TARGETS:-"proxy nginx varnish"}
 LATENCY_RATE=${LATENCY_RATE:-30000}
@@ -46,7 +49,7 @@ ZIPF_S=${ZIPF_S:-1.0}
 STAMPEDE_TARGETS=${STAMPEDE_TARGETS:-"proxy nginx varnish"}
 STAMPEDE_CLIENTS=${STAMPEDE_CLIENTS:-1000}
 ORIGIN_SLOW_RATE=${ORIGIN_SLOW_RATE:-2k}
-MEMORY_TARGETS=${MEMORY_TARGETS:-"proxy varnish"}
+MEMORY_TARGETS=${MEMORY_TARGETS:-"proxy-uncompressed proxy varnish"}
 MEMORY_ENTRIES=${MEMORY_ENTRIES:-100000}
 MEMORY_CACHE_MB=${MEMORY_CACHE_MB:-1024}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-180}
@@ -68,8 +71,11 @@ NGINX_PORT=${NGINX_PORT:-18081}
 NGINX_NOCACHE_PORT=${NGINX_NOCACHE_PORT:-18082}
 VARNISH_PORT=${VARNISH_PORT:-18083}
 NGINX_REUSEPORT_PORT=${NGINX_REUSEPORT_PORT:-18084}
+NGINX_GZIP_PORT=${NGINX_GZIP_PORT:-18085}
 
 SCENARIO_PID=
+PROXY_COMPRESSION_SUPPORT=unknown # yes, no or refused: set by probe_proxy_compression
+PROXY_COMPRESSION_DETAIL="not probed"
 RUN_ID=$(date +%Y%m%d-%H%M%S)-$$
 RUN_DIR=$WORK_DIR/run
 RESULTS=$WORK_DIR/results/$RUN_ID
@@ -241,19 +247,23 @@ rss_kb() {
 
 target_port() {
     case $1 in
-    proxy) echo "$PROXY_PORT" ;;
+    proxy | proxy-uncompressed) echo "$PROXY_PORT" ;;
     nginx) echo "$NGINX_PORT" ;;
     nginx-nocache) echo "$NGINX_NOCACHE_PORT" ;;
     nginx-reuseport) echo "$NGINX_REUSEPORT_PORT" ;;
-    varnish) echo "$VARNISH_PORT" ;;
+    nginx-gzip) echo "$NGINX_GZIP_PORT" ;;
+    varnish | varnish-gzip) echo "$VARNISH_PORT" ;;
     *) die "unknown target $1" ;;
     esac
 }
 
-# The registry name of the server that answers for a target.
+# The registry name of the server that answers for a target. proxy-uncompressed (store-time compression off) and
+# varnish-gzip (JSON stored gzipped) are the proxy and Varnish started with another config.
 target_server() {
     case $1 in
-    nginx-nocache | nginx-reuseport) echo nginx ;;
+    nginx-nocache | nginx-reuseport | nginx-gzip) echo nginx ;;
+    proxy-uncompressed) echo proxy ;;
+    varnish-gzip) echo varnish ;;
     *) echo "$1" ;;
     esac
 }
@@ -334,6 +344,26 @@ build_proxy() {
     [[ -x $BIN ]] || die "the build did not produce $BIN"
 }
 
+# probe_proxy_compression: sets PROXY_COMPRESSION_SUPPORT to yes when the binary's --check-config accepts a
+# `compression` section, no when it refuses it as an unknown key (a binary from before store-time compression),
+# and to refused otherwise (PROXY_COMPRESSION_DETAIL then says why).
+probe_proxy_compression() {
+    local dir=$RUN_DIR/probe out
+    mkdir -p "$dir"
+    PROXY_COMPRESSION='{ encodings: [] }' gen_proxy_yaml "$dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" 1MiB
+    if out=$(timeout 30 "$BIN" --check-config --config "$dir/sdui-proxy.yaml" 2>&1); then
+        PROXY_COMPRESSION_SUPPORT=yes
+        PROXY_COMPRESSION_DETAIL="the binary accepts a compression section"
+    elif grep -q 'compression: unknown key' <<<"$out"; then
+        PROXY_COMPRESSION_SUPPORT=no
+        PROXY_COMPRESSION_DETAIL="binary without compression support (its --check-config refuses a compression section as an unknown key)"
+    else
+        PROXY_COMPRESSION_SUPPORT=refused
+        PROXY_COMPRESSION_DETAIL="the binary's --check-config refuses 'compression: { encodings: [] }': $(head -n 3 <<<"$out" | tr '\n' ' ')"
+    fi
+    log "proxy compression: $PROXY_COMPRESSION_DETAIL"
+}
+
 # ---- servers -----------------------------------------------------------------------------------------------
 start_origin() {
     local dir=$RUN_DIR/origin
@@ -348,64 +378,77 @@ start_origin() {
     log "origin (nginx) on :$ORIGIN_PORT, pid $(registered_pid origin)"
 }
 
-# start_proxy MAX_MB
+# start_proxy MAX_MB (PROXY_COMPRESSION, when set, is the config's compression section)
 start_proxy() {
     local mb=$1 dir=$RUN_DIR/proxy
     require_free_port "$PROXY_PORT" proxy
     require_free_port "$PROXY_ADMIN_PORT" "proxy admin"
     mkdir -p "$dir"
     gen_proxy_yaml "$dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" "${mb}MiB"
-    printf '=== %s: start, cache %s MiB, %s\n' "$(date +%T)" "$mb" "$BIN" >>"$dir/proxy.log"
+    printf '=== %s: start, cache %s MiB, compression %s, %s\n' "$(date +%T)" "$mb" "${PROXY_COMPRESSION:-default}" "$BIN" \
+        >>"$dir/proxy.log"
     "$BIN" --config "$dir/sdui-proxy.yaml" >>"$dir/proxy.log" 2>&1 &
     register proxy $!
     wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$!" proxy
     wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$!" proxy
-    log "sdui-proxy on :$PROXY_PORT (admin :$PROXY_ADMIN_PORT, cache ${mb} MiB), pid $(registered_pid proxy)"
+    log "sdui-proxy on :$PROXY_PORT (admin :$PROXY_ADMIN_PORT, cache ${mb} MiB, compression ${PROXY_COMPRESSION:-default})," \
+        "pid $(registered_pid proxy)"
 }
 
-# start_nginx MAX_MB: the proxy_cache server and the no-cache server, one nginx instance.
+# start_nginx MAX_MB [GZIP_PORT]: the proxy_cache server and the no-cache server, one nginx instance; with
+# GZIP_PORT, also the proxy_cache server that gzips at every hit (the hit-gzip scenario's nginx).
 start_nginx() {
-    local mb=$1 dir=$RUN_DIR/nginx
+    local mb=$1 gzip_port=${2:-} dir=$RUN_DIR/nginx
     require_free_port "$NGINX_PORT" nginx
     require_free_port "$NGINX_NOCACHE_PORT" "nginx no-cache"
     require_free_port "$NGINX_REUSEPORT_PORT" "nginx reuseport"
+    [[ -z $gzip_port ]] || require_free_port "$gzip_port" "nginx gzip"
     rm -rf "$dir"
-    gen_nginx_conf "$dir" "$NGINX_PORT" "$NGINX_NOCACHE_PORT" "$NGINX_REUSEPORT_PORT" "$ORIGIN_PORT" "${mb}m"
+    gen_nginx_conf "$dir" "$NGINX_PORT" "$NGINX_NOCACHE_PORT" "$NGINX_REUSEPORT_PORT" "$ORIGIN_PORT" "${mb}m" "$gzip_port"
     nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" >"$dir/stdout.log" 2>&1 &
     register nginx $!
     wait_http "http://127.0.0.1:$NGINX_PORT/ready" "$!" nginx
     wait_http "http://127.0.0.1:$NGINX_NOCACHE_PORT/ready" "$!" nginx
     wait_http "http://127.0.0.1:$NGINX_REUSEPORT_PORT/ready" "$!" nginx
+    [[ -z $gzip_port ]] || wait_http "http://127.0.0.1:$gzip_port/ready" "$!" nginx
     log "nginx proxy_cache on :$NGINX_PORT (and with reuseport on :$NGINX_REUSEPORT_PORT), no cache on" \
-        ":$NGINX_NOCACHE_PORT (max_size ${mb}m), pid $(registered_pid nginx)"
+        ":$NGINX_NOCACHE_PORT${gzip_port:+, proxy_cache with gzip on :$gzip_port} (max_size ${mb}m), pid $(registered_pid nginx)"
 }
 
-# start_varnish MAX_MB
+# start_varnish MAX_MB [gzip]: with "gzip", the VCL stores JSON gzipped (the hit-gzip scenario's Varnish).
 start_varnish() {
-    local mb=$1 dir=$RUN_DIR/varnish
+    local mb=$1 gzip=${2:-} dir=$RUN_DIR/varnish
     require_free_port "$VARNISH_PORT" varnish
     rm -rf "$dir"
     mkdir -p "$dir"
-    gen_vcl "$dir/bench.vcl" "$ORIGIN_PORT"
+    gen_vcl "$dir/bench.vcl" "$ORIGIN_PORT" "$gzip"
     # -F: foreground (we background it and own its PID); -j none: no privilege separation, nothing outside $dir.
     varnishd -F -j none -n "$dir/instance" -a "127.0.0.1:$VARNISH_PORT" -f "$dir/bench.vcl" \
         -s "malloc,${mb}m" -T none >"$dir/varnishd.log" 2>&1 &
     register varnish $!
     wait_http "http://127.0.0.1:$VARNISH_PORT/ready" "$!" varnish
-    log "Varnish on :$VARNISH_PORT (malloc ${mb}m), pid $(registered_pid varnish)"
+    log "Varnish on :$VARNISH_PORT (malloc ${mb}m${gzip:+, JSON stored gzipped}), pid $(registered_pid varnish)"
 }
 
-# start_targets MB TARGET...: starts the servers behind the given targets (once each).
+# start_targets MB TARGET...: starts the servers behind the given targets (once each). A target that is a server
+# with another config (proxy-uncompressed, varnish-gzip) cannot run next to the same server's plain target.
 start_targets() {
-    local mb=$1 target server started=" "
+    local mb=$1 target server started=" " nginx_gzip_port=""
     shift
+    [[ " $* " != *" proxy "* || " $* " != *" proxy-uncompressed "* ]] ||
+        die "proxy and proxy-uncompressed are one server with two configs; they cannot be started together"
+    [[ " $* " != *" varnish "* || " $* " != *" varnish-gzip "* ]] ||
+        die "varnish and varnish-gzip are one server with two configs; they cannot be started together"
+    [[ " $* " != *" nginx-gzip "* ]] || nginx_gzip_port=$NGINX_GZIP_PORT
     for target in "$@"; do
         server=$(target_server "$target")
         [[ $started == *" $server "* ]] && continue
-        case $server in
+        case $target in
         proxy) start_proxy "$mb" ;;
-        nginx) start_nginx "$mb" ;;
+        proxy-uncompressed) PROXY_COMPRESSION='{ encodings: [] }' start_proxy "$mb" ;;
+        nginx | nginx-*) start_nginx "$mb" "$nginx_gzip_port" ;;
         varnish) start_varnish "$mb" ;;
+        varnish-gzip) start_varnish "$mb" gzip ;;
         esac
         started+="$server "
     done
@@ -468,19 +511,25 @@ run_load() {
     local -A r=()
     local kv
     for kv in ${line#BENCH }; do r[${kv%%=*}]=${kv#*=}; done
-    local per_req=n/a
+    local per_req=n/a bytes_per_response=n/a
     ((r[requests] > 0)) && per_req=$(awk -v c="$cpu_us" -v n="${r[requests]}" 'BEGIN { printf "%.1f", c / n }')
-    log "$(printf '%-8s %-15s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s  steal %s%%  conns/process %s' \
+    ((r[requests] > 0)) && bytes_per_response=$((r[bytes] / r[requests]))
+    log "$(printf '%-8s %-15s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s  steal %s%%  conns/process %s  bytes/response %s' \
         "$scenario" "$target" "$conns" "$round" "${r[rps]}" "$(awk -v u="${r[p50_us]}" 'BEGIN { print u / 1000 }')" \
-        "$(awk -v u="${r[p99_us]}" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "${r[hits]}" "${r[misses]}" "$steal" "$split")"
+        "$(awk -v u="${r[p99_us]}" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "${r[hits]}" "${r[misses]}" "$steal" "$split" "$bytes_per_response")"
+    # A scenario whose answers must be compressed (hit-gzip) sets MAX_BYTES_PER_RESPONSE to the identity body's size:
+    # more than that per response (headers included) means the load was answered uncompressed.
+    if [[ -n ${MAX_BYTES_PER_RESPONSE:-} && $bytes_per_response != n/a ]] && ((bytes_per_response >= MAX_BYTES_PER_RESPONSE)); then
+        die "$scenario/$target/c$conns: $bytes_per_response bytes per response, not under the identity body's $MAX_BYTES_PER_RESPONSE: the load was not answered compressed (output in $outfile)"
+    fi
     [[ $round == warm ]] && return 0
     if ((r[errors] > 0)); then
         note "$scenario/$target/c$conns round $round: ${r[errors]} errors (connect ${r[connect]}, read ${r[read]}, write ${r[write]}, non-2xx/3xx ${r[status]}, timeout ${r[timeout]})"
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$scenario" "$target" "$conns" "$round" "${r[requests]}" "${r[duration_us]}" "${r[rps]}" "${r[p50_us]}" \
         "${r[p99_us]}" "${r[errors]}" "$cpu_us" "$rss" "${r[hits]}" "${r[misses]}" "${r[other]}" "$steal" "$split" \
-        >>"$RESULTS/runs.tsv"
+        "${r[bytes]}" >>"$RESULTS/runs.tsv"
 }
 
 # ---- scenarios ---------------------------------------------------------------------------------------------
@@ -505,6 +554,84 @@ scenario_hit() {
     for ((round = 1; round <= ROUNDS; round++)); do
         for conns in $CONNECTIONS; do
             for target in "${targets[@]}"; do run_load hit "$target" "$conns" "$round" "$DURATION" "$HIT_PATH" hit.lua; done
+        done
+    done
+}
+
+# header_value NAME: the values of header NAME in the response head on stdin, joined with ", " (CRs dropped).
+header_value() {
+    awk -v n="$(tr '[:upper:]' '[:lower:]' <<<"$1")" -F': *' '
+        tolower($1) == n { sub(/^[^:]*: */, ""); gsub(/\r/, ""); v = (v == "" ? $0 : v ", " $0) }
+        END { print v }'
+}
+
+# check_gzip_hit TARGET: before any load, one GET of HIT_PATH with Accept-Encoding: gzip (after an identity GET has
+# stored it, and a first gzip GET has let the target make or store its gzip form) must be a 200 HIT with
+# Content-Encoding: gzip and a body that gunzips to the fixture. Anything else ends the scenario, so a run never
+# compares an identity answer with a gzip one. What it saw goes to gzip-check.tsv.
+check_gzip_hit() {
+    local target=$1 url headers status xcache encoding vary length same
+    local body=$RUN_DIR/gzip-check-$target.body
+    url="http://127.0.0.1:$(target_port "$target")$HIT_PATH"
+    curl_head "$target" "$HIT_PATH" >/dev/null
+    curl -s --max-time 10 -H 'Accept-Encoding: gzip' -o /dev/null "$url" || true
+    headers=$(curl -s --max-time 10 -H 'Accept-Encoding: gzip' -D - -o "$body" "$url") ||
+        die "$target: GET $HIT_PATH with Accept-Encoding: gzip failed (curl exit $?)"
+    status=$(awk 'NR == 1 { print $2 }' <<<"$headers")
+    xcache=$(header_value X-Cache <<<"$headers")
+    encoding=$(header_value Content-Encoding <<<"$headers")
+    vary=$(header_value Vary <<<"$headers")
+    length=$(header_value Content-Length <<<"$headers")
+    [[ -n $length ]] || length=$(header_value Transfer-Encoding <<<"$headers")
+    [[ $status == 200 ]] || die "$target: GET $HIT_PATH with Accept-Encoding: gzip answered $status, expected 200"
+    [[ $xcache == HIT ]] || die "$target: GET $HIT_PATH with Accept-Encoding: gzip answered X-Cache '${xcache:--}', expected HIT"
+    [[ $encoding == gzip ]] ||
+        die "$target: GET $HIT_PATH with Accept-Encoding: gzip answered Content-Encoding '${encoding:-none}', expected gzip; hit-gzip will not compare an uncompressed answer with compressed ones"
+    same=$(python3 -c '
+import gzip, json, sys
+try:
+    got = gzip.decompress(open(sys.argv[1], "rb").read())
+except Exception as error:
+    print(f"not gzip ({error})"); sys.exit(1)
+want = open(sys.argv[2], "rb").read()
+if got == want:
+    print("bytes")
+else:
+    try:
+        same = json.loads(got) == json.loads(want)
+    except ValueError:
+        same = False
+    print("json" if same else f"differs ({len(got)} bytes gunzipped, fixture {len(want)})")
+    sys.exit(0 if same else 1)' "$body" "$FIXTURE") ||
+        die "$target: the gzip answer to GET $HIT_PATH does not gunzip to fixtures/screen.json: $same (body in $body)"
+    [[ -f $RESULTS/gzip-check.tsv ]] ||
+        printf 'target\tstatus\tx_cache\tcontent_encoding\tgzip_body_bytes\tcontent_length\tvary\tgunzipped_equals_fixture\n' >"$RESULTS/gzip-check.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$status" "$xcache" "$encoding" "$(wc -c <"$body")" "${length:--}" \
+        "${vary:--}" "$same" >>"$RESULTS/gzip-check.tsv"
+    log "hit-gzip $target: 200 HIT, Content-Encoding gzip, $(wc -c <"$body") bytes gunzipping to the fixture ($same), Vary '${vary:--}'"
+    [[ ,${vary// /}, == *,[Aa]ccept-[Ee]ncoding,* ]] || note "hit-gzip/$target: its gzip answer has no Vary: Accept-Encoding (Vary: '${vary:--}')"
+}
+
+# hit-gzip: the hit scenario's cached URL asked for with Accept-Encoding: gzip. The proxy answers from the gzip form
+# it stored once, nginx gzips its cached identity body at every hit (level 1), Varnish answers from the gzip it
+# stored (do_gzip). Measured as the hit scenario is; the report sets the proxy against nginx and against its own
+# identity hits of the hit scenario in the same run.
+scenario_hit_gzip() {
+    local targets target round conns
+    read -ra targets <<<"$GZIP_HIT_TARGETS"
+    if [[ " ${targets[*]} " == *" proxy "* && $PROXY_COMPRESSION_SUPPORT != yes ]]; then
+        die "proxy: $PROXY_COMPRESSION_DETAIL; hit-gzip needs a binary with store-time compression (GZIP_HIT_TARGETS without proxy measures the anchors alone)"
+    fi
+    start_targets "$CACHE_MB" "${targets[@]}"
+    for target in "${targets[@]}"; do check_gzip_hit "$target"; done
+    # Guard on every run, warm-ups included: compressed answers (headers and all) are smaller than the identity body.
+    MAX_BYTES_PER_RESPONSE=$(wc -c <"$FIXTURE")
+    for target in "${targets[@]}"; do run_load hit-gzip "$target" 64 warm "$WARMUP" "$HIT_PATH" hit-gzip.lua; done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for conns in $GZIP_HIT_CONNECTIONS; do
+            for target in "${targets[@]}"; do
+                run_load hit-gzip "$target" "$conns" "$round" "$DURATION" "$HIT_PATH" hit-gzip.lua
+            done
         done
     done
 }
@@ -669,6 +796,13 @@ scenario_memory() {
     local -a targets
     read -ra targets <<<"$MEMORY_TARGETS"
     for target in "${targets[@]}"; do
+        # The proxy with compression off needs a binary that knows the section; an older one is measured as `proxy`.
+        if [[ $target == proxy-uncompressed && $PROXY_COMPRESSION_SUPPORT != yes ]]; then
+            log "memory: skipped: $target: $PROXY_COMPRESSION_DETAIL"
+            note "memory: $target skipped: $PROXY_COMPRESSION_DETAIL; the sdui-proxy row is that binary, without store-time compression"
+            [[ $PROXY_COMPRESSION_SUPPORT == no ]] || failed=1
+            continue
+        fi
         stop_server "$(target_server "$target")" # a fresh process for each measurement
         start_targets "$MEMORY_CACHE_MB" "$target"
         local root
@@ -696,14 +830,14 @@ scenario_memory() {
         after=$(rss_kb "${pids[@]}")
         # What the proxy's own byte accounting says an entry costs (GET /cache/stats: bytes / entries), if it has one.
         local stats="" accounted=""
-        if [[ $target == proxy ]]; then
+        if [[ $(target_server "$target") == proxy ]]; then
             stats=$(curl -sf --max-time 5 "http://127.0.0.1:$PROXY_ADMIN_PORT/cache/stats" 2>/dev/null || true)
             accounted=$(python3 -c 'import json, sys
 try:
     d = json.loads(sys.argv[1]); print(round(d["bytes"] / d["entries"]) if d.get("entries") else "")
 except Exception:
     print("")' "$stats" 2>/dev/null || true)
-            [[ -z $stats ]] || note "memory: proxy GET /cache/stats after the fill: $(tr -d '\n' <<<"$stats" | cut -c1-400)"
+            [[ -z $stats ]] || note "memory: $target GET /cache/stats after the fill: $(tr -d '\n' <<<"$stats" | cut -c1-400)"
         fi
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$MEMORY_ENTRIES" "$misses" "$before" "$after" "$(wc -c <"$FIXTURE")" \
             "$accounted" >>"$RESULTS/memory.tsv"
@@ -822,8 +956,8 @@ main() {
     local scenario rc failed=()
     for scenario in $SCENARIOS; do
         case $scenario in
-        hit | latency | miss | pass | mixed | stampede | memory | instructions | speeds) ;;
-        *) die "unknown scenario '$scenario' (hit, latency, miss, pass, mixed, stampede, memory, instructions, speeds)" ;;
+        hit | hit-gzip | latency | miss | pass | mixed | stampede | memory | instructions | speeds) ;;
+        *) die "unknown scenario '$scenario' (hit, hit-gzip, latency, miss, pass, mixed, stampede, memory, instructions, speeds)" ;;
         esac
     done
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
@@ -844,7 +978,8 @@ main() {
 
     ensure_tools
     build_proxy
-    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\n' >"$RESULTS/runs.tsv"
+    probe_proxy_compression
+    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\tbytes\n' >"$RESULTS/runs.tsv"
     : >"$RESULTS/notes.txt"
     {
         echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -855,6 +990,7 @@ main() {
         echo "payload_bytes=$(wc -c <"$FIXTURE")"
         echo "scenarios=$SCENARIOS"
         echo "latency_rate=$LATENCY_RATE"
+        echo "proxy_compression=$PROXY_COMPRESSION_SUPPORT"
     } >"$RESULTS/meta.txt"
     log "run $RUN_ID: scenarios '$SCENARIOS', $ROUNDS round(s) of ${DURATION}s, connections '$CONNECTIONS'; results in $RESULTS"
     log "proxy $BIN ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')), $(nginx -v 2>&1), $(varnishd -V 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -c1-40)"
@@ -866,7 +1002,7 @@ main() {
         # scenario and a signal (Ctrl-C, TERM) interrupts the `wait` at once; cleanup then ends the subshell.
         (
             set -e
-            "scenario_$scenario"
+            "scenario_${scenario//-/_}"
         ) &
         SCENARIO_PID=$!
         set +e

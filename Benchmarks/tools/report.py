@@ -7,13 +7,16 @@ RESULTS_DIR holds (each optional, tab-separated, with a header line):
   runs.tsv      scenario target conns round requests duration_us rps p50_us p99_us errors cpu_us rss_kb hits misses other
                 [steal_pct: the machine's CPU steal during the run, in %]
                 [conn_split: established connections per server process, mid-run, largest first ("12/4")]
+                [bytes: bytes wrk read over the run, headers included]
   stampede.tsv  target clients answered ok origin_requests x_cache failures
   memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
+  gzip-check.tsv  target status x_cache content_encoding gzip_body_bytes content_length vary gunzipped_equals_fixture
   instructions.tsv  kind target round requests user_instructions instructions cycles
   speeds.tsv    target restart requests user_instructions user_cycles kernel_instructions kernel_cycles
   notes.txt     free-form lines printed under "Notes"
   meta.txt      key=value lines (date, host, rounds, duration, ...)
-The last line printed is always `hit-cpu-per-request ratio vs nginx: X.XX` (or n/a when no hit data exists).
+The last line printed is always `hit-cpu-per-request ratio vs nginx: X.XX` (or n/a when no hit data exists);
+when the hit-gzip scenario ran, `gzip-hit-cpu-per-request ratio vs nginx gzip: X.XX` comes just before it.
 """
 import csv
 import os
@@ -26,8 +29,15 @@ LABEL = {
     "nginx": "nginx proxy_cache",
     "nginx-nocache": "nginx (no cache)",
     "nginx-reuseport": "nginx proxy_cache, reuseport",
+    "nginx-gzip": "nginx proxy_cache + gzip (level 1)",
     "varnish": "Varnish",
+    "varnish-gzip": "Varnish, stored gzip",
+    "proxy-uncompressed": "sdui-proxy, compression off",
 }
+# Targets of the hit-gzip scenario and of the memory scenario's second proxy row.
+GZIP_CPU_TARGET = 0.60  # the proxy's CPU per gzip hit, at most this fraction of nginx's (gzip at every hit)
+GZIP_VS_IDENTITY = 0.10  # the proxy's gzip hit within this of its identity hit (CPU/request and req/s)
+MEMORY_UNCOMPRESSED_TARGET = 1.20  # RSS per entry with compression off, at most this times the payload
 
 
 def read_tsv(path):
@@ -77,6 +87,10 @@ def summarize(runs, scenario):
         per_req = [
             num(r["cpu_us"]) / num(r["requests"]) if num(r["requests"]) else None for r in rows
         ]
+        per_response = [
+            num(r.get("bytes")) / num(r["requests"]) if num(r["requests"]) and num(r.get("bytes")) is not None else None
+            for r in rows
+        ]
         hit_ratio = []
         for r in rows:
             h, m = num(r["hits"]) or 0, num(r["misses"]) or 0
@@ -92,12 +106,15 @@ def summarize(runs, scenario):
             "hit_ratio": median(hit_ratio),
             "steal": median(num(r.get("steal_pct")) for r in rows),
             "splits": [r.get("conn_split") or "n/a" for r in rows],
+            "bytes": median(per_response),
         }
     return result
 
 
 def target_order(target):
-    order = ["proxy", "nginx", "nginx-reuseport", "nginx-nocache", "varnish"]
+    order = [
+        "proxy-uncompressed", "proxy", "nginx", "nginx-reuseport", "nginx-gzip", "nginx-nocache", "varnish", "varnish-gzip"
+    ]
     return order.index(target) if target in order else len(order)
 
 
@@ -126,13 +143,16 @@ def print_ratios_to(anchor, rows, target=None):
     print()
 
 
-def print_scenario_table(title, stats, with_hits=False):
+def print_scenario_table(title, stats, with_hits=False, with_bytes=False):
     print(f"### {title}")
     print()
     header = "| target | conns | req/s | p50 ms | p99 ms | server CPU µs/req | server RSS MiB |"
     line = "|---|---:|---:|---:|---:|---:|---:|"
     if with_hits:
         header += " hit ratio |"
+        line += "---:|"
+    if with_bytes:
+        header += " bytes/response |"
         line += "---:|"
     header += " errors | steal % |"
     line += "---:|---:|"
@@ -151,6 +171,8 @@ def print_scenario_table(title, stats, with_hits=False):
         if with_hits:
             hit_ratio = s["hit_ratio"]
             row += " n/a |" if hit_ratio is None else f" {hit_ratio * 100:.1f} % |"
+        if with_bytes:
+            row += f" {fmt(s['bytes'])} |"
         row += f" {s['errors']} | {fmt(s['steal'], 1)} |"
         if with_splits:
             row += f" {', '.join(s['splits'])} |"
@@ -172,6 +194,87 @@ def print_anchor_ratios(stats, metrics):
         cells = [fmt_ratio(ratio(p and p[key], a and a[key])) for key, _ in metrics for a in rows]
         print(f"| {conns} | " + " | ".join(cells) + " |")
     print()
+
+
+def verdict(value, ok):
+    return "n/a" if value is None else ("yes" if ok(value) else "**no**")
+
+
+def print_gzip_hits(gzip_hits, hits, checks):
+    """The hit-gzip scenario: its table, the proxy against the anchors (CPU per gzip hit against nginx's, with its
+    target), against its own identity hits of the hit scenario in the same run, and what each target's gzip
+    answer looked like before the load. Returns the proxy ÷ nginx-gzip CPU ratio at 64 connections."""
+    print_scenario_table(
+        "Gzip hits: the hit URL with Accept-Encoding: gzip (the proxy and Varnish answer a gzip form stored once; "
+        "nginx gzips its cached body at every hit, level 1)",
+        gzip_hits,
+        with_bytes=True,
+    )
+    conns_all = sorted({c for (_, c) in gzip_hits})
+    if any(t == "proxy" for (t, _) in gzip_hits) and any(t == "nginx-gzip" for (t, _) in gzip_hits):
+        with_varnish = any(t == "varnish-gzip" for (t, _) in gzip_hits)
+        print(
+            f"The proxy against the anchors (CPU/request: lower is better, target ≤ {GZIP_CPU_TARGET:.2f}× nginx's; "
+            "req/s: higher is better):"
+        )
+        print()
+        header = f"| conns | CPU/req proxy ÷ nginx gzip | target ≤ {GZIP_CPU_TARGET:.2f} | req/s proxy ÷ nginx gzip | p99 proxy ÷ nginx gzip |"
+        rule = "|---:|---:|:---:|---:|---:|"
+        if with_varnish:
+            header += " CPU/req proxy ÷ Varnish gzip | req/s proxy ÷ Varnish gzip |"
+            rule += "---:|---:|"
+        print(header)
+        print(rule)
+        for conns in conns_all:
+            p, n, v = (gzip_hits.get((t, conns)) for t in ("proxy", "nginx-gzip", "varnish-gzip"))
+            cpu = ratio(p and p["cpu"], n and n["cpu"])
+            row = (
+                f"| {conns} | {fmt_ratio(cpu)} | {verdict(cpu, lambda x: x <= GZIP_CPU_TARGET)} | "
+                f"{fmt_ratio(ratio(p and p['rps'], n and n['rps']))} | {fmt_ratio(ratio(p and p['p99'], n and n['p99']))} |"
+            )
+            if with_varnish:
+                row += f" {fmt_ratio(ratio(p and p['cpu'], v and v['cpu']))} | {fmt_ratio(ratio(p and p['rps'], v and v['rps']))} |"
+            print(row)
+        print()
+    if any(t == "proxy" for (t, _) in gzip_hits) and any(t == "proxy" for (t, _) in hits):
+        print(
+            "The proxy's gzip hit against its own identity hit (the hit scenario, same run; target: CPU/request and "
+            f"req/s within {GZIP_VS_IDENTITY * 100:.0f} %):"
+        )
+        print()
+        print(
+            "| conns | CPU µs/req identity | CPU µs/req gzip | gzip ÷ identity | req/s identity | req/s gzip | "
+            f"gzip ÷ identity | within {GZIP_VS_IDENTITY * 100:.0f} % | bytes/response identity | bytes/response gzip |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|")
+        for conns in conns_all:
+            g, i = gzip_hits.get(("proxy", conns)), hits.get(("proxy", conns))
+            if g is None or i is None:
+                continue
+            cpu, rps = ratio(g["cpu"], i["cpu"]), ratio(g["rps"], i["rps"])
+            within = "n/a"
+            if cpu is not None and rps is not None:
+                ok = cpu <= 1 + GZIP_VS_IDENTITY and rps >= 1 - GZIP_VS_IDENTITY
+                within = "yes" if ok else "**no**"
+            print(
+                f"| {conns} | {fmt(i['cpu'], 1)} | {fmt(g['cpu'], 1)} | {fmt_ratio(cpu)} | {fmt(i['rps'])} | "
+                f"{fmt(g['rps'])} | {fmt_ratio(rps)} | {within} | {fmt(i['bytes'])} | {fmt(g['bytes'])} |"
+            )
+        print()
+    if checks:
+        print("Each target's gzip answer, checked before the load (one curl; bytes/response above are wrk's, headers included):")
+        print()
+        print("| target | X-Cache | Content-Encoding | gzip body bytes | Content-Length | Vary | gunzips to the fixture |")
+        print("|---|---|---|---:|---:|---|---|")
+        for row in sorted(checks, key=lambda r: target_order(r["target"])):
+            print(
+                f"| {LABEL.get(row['target'], row['target'])} | {row['x_cache']} | {row['content_encoding']} | "
+                f"{fmt(num(row['gzip_body_bytes']))} | {row['content_length']} | {row['vary']} | "
+                f"{row['gunzipped_equals_fixture']} |"
+            )
+        print()
+    p, n = gzip_hits.get(("proxy", 64)), gzip_hits.get(("nginx-gzip", 64))
+    return ratio(p and p["cpu"], n and n["cpu"])
 
 
 def print_instructions(rows):
@@ -295,6 +398,13 @@ def main():
         print()
         print_anchor_ratios(latency, [("p50", "p50"), ("p99", "p99")])
 
+    gzip_cpu_ratio = None
+    gzip_ran = False
+    gzip_hits = summarize(runs, "hit-gzip")
+    if gzip_hits:
+        gzip_ran = True
+        gzip_cpu_ratio = print_gzip_hits(gzip_hits, hits, read_tsv(os.path.join(directory, "gzip-check.tsv")))
+
     misses = summarize(runs, "miss")
     if misses:
         print_scenario_table(
@@ -340,6 +450,14 @@ def main():
 
     memory = read_tsv(os.path.join(directory, "memory.tsv"))
     if memory:
+        # The proxy row is the default config: store-time compression on, once the binary has it.
+        compression = meta.get("proxy_compression")
+        memory_label = dict(LABEL)
+        if compression == "yes" or any(r["target"] == "proxy-uncompressed" for r in memory):
+            memory_label["proxy"] = "sdui-proxy, compression on (default)"
+        elif compression == "no":
+            memory_label["proxy"] = "sdui-proxy (binary without compression)"
+        per_entry_of = {}
         print("### Memory: RSS growth per cached entry")
         print()
         print(
@@ -352,13 +470,25 @@ def main():
             before, after = num(row["rss_before_kb"]), num(row["rss_after_kb"])
             payload = num(row["payload_bytes"])
             per_entry = (after - before) * 1024 / entries if entries and before is not None and after is not None else None
+            per_entry_of[row["target"]] = (per_entry, payload)
             print(
-                f"| {LABEL.get(row['target'], row['target'])} | {fmt(entries)} | {row['misses']} | "
+                f"| {memory_label.get(row['target'], row['target'])} | {fmt(entries)} | {row['misses']} | "
                 f"{fmt(before / 1024 if before is not None else None, 1)} | {fmt(after / 1024 if after is not None else None, 1)} | "
                 f"{fmt(per_entry)} | {fmt(payload)} | {fmt_ratio(ratio(per_entry, payload))} | "
                 f"{fmt(num(row.get('cache_bytes_per_entry')))} |"
             )
         print()
+        if "proxy-uncompressed" in per_entry_of:
+            per_entry, payload = per_entry_of["proxy-uncompressed"]
+            r = ratio(per_entry, payload)
+            print(
+                f"- compression off: RSS per entry {fmt_ratio(r)}× the payload, target ≤ "
+                f"{MEMORY_UNCOMPRESSED_TARGET:.2f}×: {verdict(r, lambda x: x <= MEMORY_UNCOMPRESSED_TARGET)}"
+            )
+            if "proxy" in per_entry_of:
+                on = ratio(per_entry_of["proxy"][0], per_entry)
+                print(f"- compression on ÷ off: RSS per entry {fmt_ratio(on)}×")
+            print()
 
     notes_path = os.path.join(directory, "notes.txt")
     if os.path.exists(notes_path):
@@ -372,6 +502,8 @@ def main():
 
     if proxy_stampede is not None:
         print(f"stampede origin requests: {proxy_stampede}")
+    if gzip_ran:
+        print(f"gzip-hit-cpu-per-request ratio vs nginx gzip: {fmt_ratio(gzip_cpu_ratio)}")
     print(f"hit-cpu-per-request ratio vs nginx: {fmt_ratio(hit_cpu_ratio)}")
     return 0
 
