@@ -99,8 +99,22 @@ if [[ -z "${PROXY_BINARY:-}" ]]; then
     BINARY="${BIN_DIR}/sdui-proxy"
 fi
 [[ -x "${BINARY}" ]] || fail "no binary at ${BINARY}"
-if command -v ldd >/dev/null 2>&1 && ldd "${BINARY}" | grep -Eq 'libswift|libFoundation|libdispatch'; then
-    fail "${BINARY} links the Swift runtime dynamically; --static-swift-stdlib did not take effect"
+if command -v ldd >/dev/null 2>&1; then
+    libraries="$(ldd "${BINARY}")" || fail "ldd cannot read ${BINARY}"
+    if grep -Eq 'libswift|libFoundation|libdispatch' <<<"${libraries}"; then
+        fail "${BINARY} links the Swift runtime dynamically; --static-swift-stdlib did not take effect"
+    fi
+    if grep -q 'not found' <<<"${libraries}"; then
+        fail "${BINARY} needs shared libraries this machine lacks: $(grep 'not found' <<<"${libraries}" | tr -s ' \t\n' ' ')"
+    fi
+    # The image's run stage installs what the binary loads beyond the base image (zlib1g for libz, libbrotli1 for
+    # brotli's three libraries): a library outside this list must be added to Docker/Dockerfile, and here.
+    expected='^(linux-vdso|ld-linux[-a-z0-9_]*|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libutil|libz|libbrotlienc|libbrotlidec|libbrotlicommon)\.so'
+    unexpected="$(awk '{ print $1 }' <<<"${libraries}" | sed 's|.*/||' | grep -Ev "${expected}" || true)"
+    [[ -z "${unexpected}" ]] \
+        || fail "${BINARY} loads shared libraries the image does not install: $(tr '\n' ' ' <<<"${unexpected}")"
+    grep -q 'libbrotlienc' <<<"${libraries}" || fail "${BINARY} does not load libbrotlienc: is brotli linked?"
+    log "shared libraries: $(awk '{ print $1 }' <<<"${libraries}" | sed 's|.*/||' | tr '\n' ' ')"
 fi
 
 # --- 2. Lay out the files as in the image ---------------------------------------------------------------------

@@ -123,6 +123,12 @@ public enum ConfigurationPrinter {
             "log: { level: \(scalar(config.log.level, flow: true)), format: \(scalar(config.log.format, flow: true)), "
                 + "access: \(config.log.access) }"
         )
+        let compression = config.compression
+        out.line("compression:")
+        out.pair(1, "encodings", list(compression.encodings.map(\.rawValue)))
+        out.pair(1, "minBytes", size(compression.minBytes))
+        out.pair(1, "types", list(compression.types))
+        out.line("  level: { gzip: \(compression.gzipLevel), br: \(compression.brotliLevel) }")
         out.line("cluster:")
         out.pair(1, "postgres", config.cluster.postgres.map { quoted($0.description) } ?? scalar(""))
         out.pair(1, "replicaName", scalar(config.cluster.replicaName))

@@ -149,6 +149,19 @@ struct ConfigurationSection {
         return result
     }
 
+    /// A list of strings that may also be written as one string of comma-separated entries (`br, gzip`), the
+    /// way an environment variable says it most easily; an empty string is the empty list.
+    func commaSeparatedList(_ key: String, default fallback: [String]) throws(ConfigurationError) -> [String] {
+        guard let node = try value(key) else { return fallback }
+        guard case .scalar(let scalar) = node else { return try stringList(key, default: fallback) }
+        guard !scalar.string.trimmingWhitespace().isEmpty else { return [] }
+        let entries = scalar.string.split(separator: ",", omittingEmptySubsequences: false).map {
+            $0.trimmingWhitespace()
+        }
+        guard !entries.contains(where: \.isEmpty) else { throw fail(key, "an entry is empty") }
+        return entries
+    }
+
     /// The raw sequence at `key`, each element as its own section (for lists of mappings).
     func sectionList(_ key: String) throws(ConfigurationError) -> [ConfigurationSection] {
         guard let node = try value(key) else { return [] }

@@ -30,6 +30,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var queue: QueueConfiguration?
     /// Replicas sharing a PostgreSQL database; without `cluster.postgres`, a single node.
     public var cluster = ClusterConfiguration()
+    /// The codings responses are stored in besides their own, and which responses are.
+    public var compression = CompressionConfiguration()
 
     public init() {}
 
@@ -41,7 +43,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
             && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
             && lhs.limits == rhs.limits && lhs.eventLoops == rhs.eventLoops && lhs.queue == rhs.queue
-            && lhs.cluster == rhs.cluster
+            && lhs.cluster == rhs.cluster && lhs.compression == rhs.compression
     }
 
     /// A host and port to listen on.

@@ -1,0 +1,113 @@
+/// Compressing stored responses (config key `compression`): the codings a response is also stored in, besides
+/// its identity form, and which responses are worth it.
+///
+/// Each form is made once, when the response is stored, and served to the clients whose `Accept-Encoding` takes
+/// it; a hit compresses nothing. A reload applies to responses stored after it: entries stored before keep the
+/// forms they were stored with until they are replaced or purged.
+public struct CompressionConfiguration: Sendable, Equatable {
+    /// The codings each stored response is also kept in; empty turns compression off. Only the codings in
+    /// ``ContentCoding/stored`` are accepted, each once.
+    public var encodings: [ContentCoding] = ContentCoding.stored
+    /// Bodies smaller than this are stored only as they are: a few hundred bytes gain less than their headers
+    /// and a second copy cost.
+    public var minBytes = 256
+    /// The media types that are compressed (see ``compresses(contentType:)``): `type/subtype` for one type,
+    /// `type/` for every subtype of a type, `+suffix` for a structured syntax suffix (RFC 6838 section 4.2.8).
+    /// Images other than SVG, fonts and archives are compressed already, and are left out.
+    public var types = ["application/json", "+json", "text/", "application/javascript", "image/svg+xml"]
+    /// The gzip level, 1 (fastest) to 9 (smallest).
+    public var gzipLevel = 6
+    /// The brotli quality, 0 (fastest) to 11 (smallest). Past 5 or so brotli gets much slower for a few percent;
+    /// a response is compressed once, but while a fill waits for it.
+    public var brotliLevel = 5
+
+    /// The levels the config accepts, which are the ones zlib and brotli take.
+    public static let gzipLevels = 1...9
+    public static let brotliLevels = 0...11
+
+    /// The defaults: br and gzip, for JSON, text, JavaScript and SVG of 256 bytes or more.
+    public init() {}
+
+    /// Whether any response is compressed.
+    public var isEnabled: Bool { !encodings.isEmpty }
+
+    /// The level a response is stored in `coding` at; `deflate`, which is never stored, takes gzip's.
+    public func level(for coding: ContentCoding) -> Int {
+        switch coding {
+        case .br: brotliLevel
+        case .gzip, .deflate: gzipLevel
+        }
+    }
+
+    /// Whether a response of this `Content-Type` is compressed: its media type (parameters and surrounding
+    /// whitespace aside, without regard to case) is one of ``types``, starts with one that ends in `/`, or has a
+    /// subtype that ends with one that starts with `+`. A response without a `Content-Type` is not compressed:
+    /// what it is would be a guess.
+    public func compresses(contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let mediaType = Self.mediaType(contentType)
+        guard let slash = mediaType.firstIndex(of: "/"), slash != mediaType.startIndex else { return false }
+        let subtype = mediaType[mediaType.index(after: slash)...]
+        guard !subtype.isEmpty else { return false }
+        return types.contains { entry in
+            let entry = entry.lowercased()
+            if entry.hasPrefix("+") { return subtype.count > entry.count && subtype.hasSuffix(entry) }
+            if entry.hasSuffix("/") { return mediaType.hasPrefix(entry) }
+            return mediaType == entry
+        }
+    }
+
+    /// `type/subtype` of a `Content-Type` value, lower case.
+    private static func mediaType(_ contentType: String) -> String {
+        let beforeParameters = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)[0]
+        return beforeParameters.trimmingWhitespace().lowercased()
+    }
+
+    // MARK: Parsing
+
+    /// Reads the `compression` section; every key has a default, and problems name the key path.
+    static func parse(_ section: ConfigurationSection) throws(ConfigurationError) -> CompressionConfiguration {
+        try section.rejectUnknownKeys(["encodings", "minBytes", "types", "level"])
+        var compression = CompressionConfiguration()
+        let names = try section.commaSeparatedList("encodings", default: compression.encodings.map(\.rawValue))
+        compression.encodings = []
+        for name in names {
+            guard let coding = ContentCoding(rawValue: name.lowercased()), ContentCoding.stored.contains(coding) else {
+                let stored = ContentCoding.stored.map(\.rawValue).joined(separator: ", ")
+                let why =
+                    name.lowercased() == ContentCoding.deflate.rawValue ? " (deflate is decoded, never stored)" : ""
+                throw section.fail("encodings", "\"\(name)\" is not a coding responses are stored in: \(stored)\(why)")
+            }
+            guard !compression.encodings.contains(coding) else {
+                throw section.fail("encodings", "\(coding) is listed twice")
+            }
+            compression.encodings.append(coding)
+        }
+        compression.minBytes = try section.byteSize("minBytes", default: compression.minBytes)
+        compression.types = try section.commaSeparatedList("types", default: compression.types).map {
+            $0.lowercased()
+        }
+        for entry in compression.types where !isTypePattern(entry) {
+            throw section.fail(
+                "types",
+                "\"\(entry)\" is not a media type (application/json), a type with every subtype (text/) or a suffix (+json)"
+            )
+        }
+        let level = try section.section("level")
+        try level.rejectUnknownKeys(["gzip", "br"])
+        compression.gzipLevel = try level.int("gzip", default: compression.gzipLevel, in: gzipLevels)
+        compression.brotliLevel = try level.int("br", default: compression.brotliLevel, in: brotliLevels)
+        return compression
+    }
+
+    /// `type/subtype`, `type/` or `+suffix`, each part a token.
+    private static func isTypePattern(_ entry: String) -> Bool {
+        if entry.hasPrefix("+") {
+            let suffix = entry.dropFirst()
+            return HTTPSyntax.isToken(suffix) && !suffix.contains("/")
+        }
+        let parts = entry.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, HTTPSyntax.isToken(parts[0]), !parts[1].contains("/") else { return false }
+        return parts[1].isEmpty || HTTPSyntax.isToken(parts[1])
+    }
+}
