@@ -1,46 +1,56 @@
 import NIOCore
 import NIOHTTP1
 
-/// A stored response: what a hit writes to the client, as it was encoded, plus what freshness, validation
-/// and purging need, all worked out once when the entry is made so a hit parses nothing.
+/// A stored response: a representation (its status and header fields) in one or more forms (identity, and the
+/// content codings it was compressed into when stored), plus what freshness, validation and purging need, all
+/// worked out once when the entry is made so a hit parses nothing.
 ///
-/// Immutable and shared: one instance serves every hit and every coalesced waiter.
-///
-/// Small bodies are kept as exactly their bytes, behind the encoded head in the same array: a `ByteBuffer`'s
-/// storage is a power of two (4 KiB for a 2.4 KB component), and a body read from the network is often a slice
-/// of a larger read buffer. A hit copies such a body behind its head anyway (one write costs less than two), so
-/// keeping it exact is free on the hit path, and one array per entry is one allocation when it is stored and
-/// one object to free when it is evicted. Bodies over ``maximumExactBodyBytes`` stay in a buffer (without
-/// spare capacity) that hits write without copying.
+/// Immutable and shared: one instance serves every hit and every coalesced waiter. Each ``StoredForm`` keeps its
+/// head encoded for HTTP/1.1 beside its body, so a hit in any form is one buffer and one write; the fields in
+/// those heads are the same in every form but the form's own (`Content-Encoding`, `ETag`, `Content-Length`).
 public final class CachedResponse: Sendable {
-    public let status: HTTPResponseStatus
-    /// The body as stored.
-    public var storedBody: StoredBody {
-        if let largeBody { .buffer(largeBody) } else { .exact(wire[headCount...]) }
-    }
-    /// The encoded head, then the body when it is kept exact: one array.
-    private let wire: [UInt8]
-    /// Where the encoded head ends in ``wire``.
-    private let headCount: Int
-    /// A body over ``maximumExactBodyBytes``, in the buffer it arrived in, which hits write as it is; nil when
-    /// the body is kept exact, behind the encoded head.
-    public let largeBody: ByteBuffer?
-    /// The body's length in bytes.
-    public let bodyLength: Int
-    /// The strong validator clients see: the backend's `ETag`, or one computed from the content.
-    public var etag: String { text(at: etagValue) }
+    /// The status, as its code: an `HTTPResponseStatus` takes 32 bytes in every entry, for a reason phrase the
+    /// stored heads keep anyway.
+    private let statusCode: UInt16
+    public var status: HTTPResponseStatus { HTTPResponseStatus(statusCode: Int(statusCode)) }
+    /// The representation as the backend sent it (decoded, if it came in a content coding).
+    public let identity: StoredForm
+    /// The content codings the entry is also kept in (at most one form per coding): empty until compressed.
+    public let encodedForms: [StoredForm]
+    /// The codings of ``encodedForms``, for negotiation without looking at the forms.
+    public let codings: ContentNegotiation.Codings
+    /// How much of each form's head is the same in every form: the status line and the shared fields.
+    private let sharedHeadEnd: UInt32
+    private var sharedHeadCount: Int { Int(sharedHeadEnd) }
+    /// The body's length in bytes, in identity.
+    public var bodyLength: Int { identity.bodyLength }
+    /// The strong validator of the identity form: the backend's `ETag`, or one computed from the content. Each
+    /// coded form's is derived from it (``ContentNegotiation/etag(_:for:)``).
+    public var etag: String { identity.etag }
     /// The backend's own validators, used to revalidate upstream (nil when it sent none).
     public var upstreamETag: String? { hasUpstreamETag ? etag : nil }
-    public var lastModified: String? { lastModifiedValue.map(text(at:)) }
-    /// Where the validators' values lie in ``encodedHead``. Only conditional requests and revalidations read
-    /// them; kept as strings, they were objects of their own in every entry, to allocate and to free again when
-    /// it is evicted, long after, from memory no longer in the processor's cache.
-    private let etagValue: Range<Int>
-    private let lastModifiedValue: Range<Int>?
+    public var lastModified: String? {
+        lastModifiedEnd == 0 ? nil : identity.text(at: Int(lastModifiedStart)..<Int(lastModifiedEnd))
+    }
+    /// Where the value of `Last-Modified` lies in the identity form's head (among the shared fields, so in every
+    /// form's alike); an end of 0 when there is none.
+    private let lastModifiedStart: UInt32
+    private let lastModifiedEnd: UInt32
     private let hasUpstreamETag: Bool
 
-    private func text(at range: Range<Int>) -> String {
-        encodedHead.withUnsafeBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+    /// The form in `coding` (identity for nil, or a coding the entry is not kept in).
+    public func form(_ coding: ContentCoding?) -> StoredForm {
+        withForm(coding) { $0 }
+    }
+
+    /// Calls `body` with the form in `coding` (identity for nil, or a coding the entry is not kept in), borrowed
+    /// where the entry keeps it: a hit that copied the form out would retain its array, shared by every loop.
+    public func withForm<Result>(_ coding: ContentCoding?, _ body: (borrowing StoredForm) -> Result) -> Result {
+        guard let coding else { return body(identity) }
+        return encodedForms.withUnsafeBufferPointer { forms in
+            for index in forms.indices where forms[index].coding == coding { return body(forms[index]) }
+            return body(identity)
+        }
     }
     /// When the response was stored, on the monotonic clock.
     public let storedAt: NIODeadline
@@ -52,13 +62,42 @@ public final class CachedResponse: Sendable {
     /// nanoseconds (in place of the seconds, so an entry is no larger) so that a soft purge can end it at the
     /// very moment of the purge (``softPurged(at:)``).
     private let freshnessNanoseconds: Int64
-    /// The directives that decide for the response: its targeted field's (RFC 9213) when it had a valid one,
-    /// else its `Cache-Control` (``StorageRules/directives(of:)``).
-    public let directives: CacheControl
+    /// What the directives that decide for the response say of serving it stale or unchecked: its targeted
+    /// field's (RFC 9213) when it had a valid one, else its `Cache-Control` (``StorageRules/directives(of:)``).
+    public let revalidation: Revalidation
+
+    /// The directives a stored response is looked up by, as flags: all that lookups ask of them. The whole
+    /// ``CacheControl`` took over a hundred bytes in every entry.
+    public struct Revalidation: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+        /// `no-cache`: never served without asking the backend.
+        public static let noCache = Revalidation(rawValue: 1 << 0)
+        public static let mustRevalidate = Revalidation(rawValue: 1 << 1)
+        public static let proxyRevalidate = Revalidation(rawValue: 1 << 2)
+        /// `s-maxage`, which carries `proxy-revalidate` for a shared cache (RFC 9111 section 5.2.2.10).
+        public static let sharedMaxAge = Revalidation(rawValue: 1 << 3)
+
+        public init(_ directives: CacheControl) {
+            var flags: Revalidation = []
+            if directives.noCache { flags.insert(.noCache) }
+            if directives.mustRevalidate { flags.insert(.mustRevalidate) }
+            if directives.proxyRevalidate { flags.insert(.proxyRevalidate) }
+            if directives.sharedMaxAge != nil { flags.insert(.sharedMaxAge) }
+            self = flags
+        }
+
+        /// Whether the response may never be served stale (RFC 9111 section 4.2.4): a client's `max-stale` does
+        /// not outweigh it.
+        public var forbidsStale: Bool { !isDisjoint(with: [.noCache, .mustRevalidate, .proxyRevalidate, .sharedMaxAge]) }
+    }
     /// How long past expiry the entry may be served while it is refreshed in the background.
-    public let staleWhileRevalidate: Int64
+    public var staleWhileRevalidate: Int64 { Int64(staleWhileRevalidateSeconds) }
+    private let staleWhileRevalidateSeconds: Int32
     /// How long past expiry the entry may be served when the backend fails.
-    public let staleIfError: Int64
+    public var staleIfError: Int64 { Int64(staleIfErrorSeconds) }
+    private let staleIfErrorSeconds: Int32
     /// The request headers (lower-cased) named by the response's `Vary`, beyond those in the cache key.
     public let varyNames: [String]
     /// The values of ``varyNames`` in the request that produced this entry.
@@ -89,88 +128,38 @@ public final class CachedResponse: Sendable {
     }
     /// What the entry costs against the cache's byte budget.
     public let byteCost: Int
-    /// The status line, the headers and `Content-Length`, encoded once: a hit writes these bytes, then its
-    /// own `Age` and `X-Cache`, then the body. Shares its array with a body kept exact.
-    public var encodedHead: ArraySlice<UInt8> { wire[..<headCount] }
-    /// The length of ``encodedHead``.
-    public var encodedHeadCount: Int { headCount }
 
-    /// Calls `body` with the encoded head and, when the entry keeps the body as exact bytes, the body, where the
-    /// entry keeps them. A hit writes both this way: taking them as slices (or out of ``storedBody``) retained
-    /// the entry's array, which every loop serving the entry shares, so its count moved between the processors
-    /// on every hit.
-    public func withEncodedBytes(
-        _ body: (_ head: UnsafeRawBufferPointer, _ exactBody: UnsafeRawBufferPointer?) -> Void
-    ) {
-        wire.withUnsafeBytes { all in
-            body(
-                UnsafeRawBufferPointer(rebasing: all[..<headCount]),
-                largeBody == nil ? UnsafeRawBufferPointer(rebasing: all[headCount...]) : nil
-            )
-        }
-    }
-
-    /// The headers sent to clients, without `Age`, `X-Cache`, `Content-Length` and connection-level headers: read
-    /// back from ``encodedHead``, where the entry keeps them.
+    /// The headers sent to clients in identity, without `Age`, `X-Cache`, `Content-Length` and connection-level
+    /// headers: read back from the identity form's head, where the entry keeps them.
     ///
-    /// Only the answers that are not plain hits use them as a collection (a 304 to the client, Beagle 1.x's
-    /// headers, a revalidation), and parsing a few hundred bytes the entry wrote itself costs those about what
-    /// building their own headers does. Kept as strings, they cost every entry memory, and every miss and every
-    /// eviction the strings' reference counts and allocations.
+    /// Only the answers that are not plain hits use them as a collection (Beagle 1.x's headers, a revalidation),
+    /// and reading a few hundred bytes the entry wrote itself costs those about what building their own headers
+    /// does. Kept as strings, they cost every entry memory, and every miss and every eviction the strings'
+    /// reference counts and allocations.
     public var headers: HTTPHeaders {
-        encodedHead.withUnsafeBytes { head in
-            var lines = LineReader(bytes: head)
-            _ = lines.next()  // the status line
-            // Lines this entry wrote from fields already parsed and checked: they parse again.
-            guard var (_, headers) = try? HTTPMessageSyntax.parseFields(&lines, failing: .internalError) else {
-                return HTTPHeaders()
-            }
-            headers.remove(name: "content-length")
-            return headers
+        var headers = HTTPHeaders()
+        identity.forEachField { name, value in
+            guard !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") else { return }
+            headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
         }
+        return headers
     }
-
-    /// Writes a status line and the stored header lines that `keep` accepts, given each line's name: for the
-    /// answers that present the entry otherwise than as stored (a 304, Beagle 1.x's headers), without parsing the
-    /// head or encoding headers again. No `Content-Length` is written unless `keep` accepts the stored one.
-    public func writeHead(
-        status: HTTPResponseStatus,
-        keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool,
-        into buffer: inout ByteBuffer
-    ) {
-        HTTPWireFormat.writeStatusLine(status, into: &buffer)
-        encodedHead.withUnsafeBytes { head in
-            var lines = LineReader(bytes: head)
-            _ = lines.next()  // the stored status line
-            while let line = lines.next() {
-                let text = UnsafeRawBufferPointer(rebasing: head[line])
-                guard keep(UnsafeRawBufferPointer(rebasing: text[..<(text.firstIndex(of: UInt8(ascii: ":")) ?? 0)]))
-                else { continue }
-                buffer.writeBytes(text)
-                buffer.writeStaticString("\r\n")
-            }
-        }
-    }
-
-    /// What a stored 200 says of ranges: it serves them.
-    private static let acceptRangesLine: StaticString = "Accept-Ranges: bytes\r\n"
 
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10
 
-    public enum StoredBody: Sendable {
-        /// Exactly the body's bytes, for bodies up to ``CachedResponse/maximumExactBodyBytes`` (in the array
-        /// that holds ``CachedResponse/encodedHead``).
-        case exact(ArraySlice<UInt8>)
-        /// A larger body, in the buffer it arrived in.
-        case buffer(ByteBuffer)
-    }
+    /// The identity body as a buffer, for the paths that are not plain hits (a small body is copied into a new
+    /// one).
+    public var body: ByteBuffer { identity.body }
 
-    /// The body as a buffer, for the paths that are not plain hits (a small body is copied into a new one).
-    public var body: ByteBuffer {
-        switch storedBody {
-        case .exact(let bytes): ByteBuffer(bytes: bytes)
-        case .buffer(let buffer): buffer
+    /// A body in a content coding, to keep beside the identity one.
+    public struct EncodedBody: Sendable {
+        public var coding: ContentCoding
+        public var body: ByteBuffer
+
+        public init(coding: ContentCoding, body: ByteBuffer) {
+            self.coding = coding
+            self.body = body
         }
     }
 
@@ -192,6 +181,13 @@ public final class CachedResponse: Sendable {
         /// Whether the entry's ``CachedResponse/contentHash`` will be asked for on every hit (Beagle 1.x clients),
         /// so it is worth computing once when the entry is made.
         public var computesContentHash = true
+        /// Whether the response is of a type the proxy compresses: its `Vary` names `Accept-Encoding` from the
+        /// start, in every form, so that a cache downstream that gets the identity form before the coded ones
+        /// exist never gives it for the coded ones' requests, nor the reverse.
+        public var variesByEncoding = false
+        /// The backend sent the body in a content coding, which was decoded: its `ETag` named the coded bytes, not
+        /// these, so the entry computes its own.
+        public var wasDecoded = false
 
         public init(storedAt: NIODeadline, initialAge: Int64, freshnessLifetime: Int64) {
             self.storedAt = storedAt
@@ -210,7 +206,8 @@ public final class CachedResponse: Sendable {
         body: ByteBuffer,
         metadata: Metadata,
         directives: CacheControl? = nil,
-        endToEndOnly: Bool = false
+        endToEndOnly: Bool = false,
+        encodedBodies: [EncodedBody] = []
     ) {
         self.init(
             status: status,
@@ -218,42 +215,50 @@ public final class CachedResponse: Sendable {
             body: body,
             metadata: metadata,
             directives: directives,
-            endToEndOnly: endToEndOnly
+            endToEndOnly: endToEndOnly,
+            encodedBodies: encodedBodies
         )
     }
 
-    /// ``init(status:headers:body:metadata:directives:endToEndOnly:)`` for the fields as a backend sent them,
-    /// read and copied where they lie.
+    /// ``init(status:headers:body:metadata:directives:endToEndOnly:encodedBodies:)`` for the fields as a backend
+    /// sent them, read and copied where they lie. `encodedBodies` are the body in content codings, each kept as a
+    /// form of its own.
     public init(
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,
         body: ByteBuffer,
         metadata: Metadata,
         directives: CacheControl? = nil,
-        endToEndOnly: Bool = false
+        endToEndOnly: Bool = false,
+        encodedBodies: [EncodedBody] = []
     ) {
         let filter = endToEndOnly ? UpstreamRequestBuilder.EndToEndFilter(fields) : nil
         // A stored 200 serves byte ranges itself (RFC 9110 section 14.3), whatever the backend said of its own.
         let advertisesRanges = status == .ok
-        // The backend's `Vary` lines give way to one that also names the request fields the key includes.
+        // The backend's `Vary` lines give way to one that also names the request fields the key includes, and
+        // `Accept-Encoding` when the response may be kept compressed.
         let clientFields = metadata.clientFields
         var varyMembers: [String] = []
-        if !clientFields.keyFields.isEmpty {
+        if !clientFields.keyFields.isEmpty || metadata.variesByEncoding {
             fields.forEachListMember(of: "vary") { varyMembers.append(String(decoding: $0, as: UTF8.self)) }
         }
-        let mergedVary = clientFields.vary(merging: varyMembers)
-        func isStored(_ name: UnsafeRawBufferPointer) -> Bool {
+        let mergedVary = clientFields.vary(merging: varyMembers, namingAcceptEncoding: metadata.variesByEncoding)
+        // The lines every form shares; each form writes its own `Content-Encoding`, `ETag`, `Accept-Ranges` and
+        // `Content-Length`. The stored body is never in a coding the backend chose: the fetcher decodes it.
+        func isShared(_ name: UnsafeRawBufferPointer) -> Bool {
             !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length")
                 && !HTTPSyntax.equalsIgnoringCase(bytes: name, "age") && filter?.passes(name) != false
+                && !HTTPSyntax.equalsIgnoringCase(bytes: name, "etag")
+                && !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-encoding")
                 && !(advertisesRanges && HTTPSyntax.equalsIgnoringCase(bytes: name, "accept-ranges"))
                 && !(mergedVary != nil && HTTPSyntax.equalsIgnoringCase(bytes: name, "vary"))
                 && !clientFields.hides(name)
         }
-        // A first pass measures the head and reads what the entry needs from the lines it keeps; the second
-        // writes them into the entry's one array, sized exactly.
+        // A first pass measures the shared head and reads what the entry needs from the lines; the second writes
+        // them, and each form copies them into its one array, sized exactly.
         let code = String(status.code)
-        var headBytes = Self.statusLineBytes(code: code, reason: status.reasonPhrase)
-        var hasUpstreamETag = false
+        var sharedBytes = Self.statusLineBytes(code: code, reason: status.reasonPhrase)
+        var upstreamETag: String?
         var tags: [String] = []
         var keptDirectives = CacheControl()
         fields.forEachField { name, value in
@@ -263,113 +268,145 @@ public final class CachedResponse: Sendable {
                 tags += value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
                     .map { String(decoding: $0, as: UTF8.self) }
             }
-            guard isStored(name) else { return }
-            headBytes += name.count + 2 + value.count + 2
-            if HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
-                hasUpstreamETag = true
-            } else if directives == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control") {
+            if upstreamETag == nil, !metadata.wasDecoded, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
+                upstreamETag = String(decoding: value, as: UTF8.self)
+            }
+            guard isShared(name) else { return }
+            sharedBytes += name.count + 2 + value.count + 2
+            if directives == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control") {
                 keptDirectives.read(value)
             }
         }
-        if let mergedVary { headBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
+        if let mergedVary { sharedBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
-        let hash = !hasUpstreamETag || metadata.computesContentHash ? ContentHash.hash64(body) : nil
-        let computedETag = hasUpstreamETag ? nil : ContentHash.entityTag(hash: hash!, length: body.readableBytes)
-        if let computedETag { headBytes += "ETag: ".utf8.count + computedETag.utf8.count + 2 }
-        let length = String(body.readableBytes)
-        headBytes += "Content-Length: ".utf8.count + length.utf8.count + 2
-        if advertisesRanges { headBytes += Self.acceptRangesLine.utf8CodeUnitCount }
-        let keepsBodyExact = body.readableBytes <= Self.maximumExactBodyBytes
+        let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
+        let etag = upstreamETag ?? ContentHash.entityTag(hash: hash!, length: body.readableBytes)
 
-        var upstreamETagValue: Range<Int>?
-        var computedETagValue = 0..<0
         var lastModifiedValue: Range<Int>?
-        let wire = [UInt8](unsafeUninitializedCapacity: headBytes + (keepsBodyExact ? body.readableBytes : 0)) {
-            array,
-            count in
-            var head = HeadWriter(into: UnsafeMutableRawBufferPointer(array))
+        let forms = withUnsafeTemporaryAllocation(byteCount: sharedBytes, alignment: 1) { memory in
+            var head = HeadWriter(into: memory)
             head.writeStatusLine(code: code, reason: status.reasonPhrase)
             fields.forEachField { name, value in
-                guard isStored(name) else { return }
+                guard isShared(name) else { return }
                 // The value's place in the line about to be written: `name: value` and CRLF.
                 let valueStart = head.position + name.count + 2
-                if upstreamETagValue == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
-                    upstreamETagValue = valueStart..<(valueStart + value.count)
-                }
                 if lastModifiedValue == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "last-modified") {
                     lastModifiedValue = valueStart..<(valueStart + value.count)
                 }
                 head.writeLine(name, value)
             }
-            if let mergedVary {
-                mergedVary.withContiguousUTF8 { head.writeLine("Vary", UnsafeRawBufferPointer($0)) }
-            }
-            if let computedETag {
-                computedETag.withContiguousUTF8 { tag in
-                    let valueStart = head.position + "ETag: ".utf8.count
-                    computedETagValue = valueStart..<(valueStart + tag.count)
-                    head.writeLine("ETag", UnsafeRawBufferPointer(tag))
-                }
-            }
-            if advertisesRanges { head.write(Self.acceptRangesLine) }
-            length.withContiguousUTF8 { head.writeLine("Content-Length", UnsafeRawBufferPointer($0)) }
-            precondition(head.position == headBytes, "the head was measured wrong")
-            if keepsBodyExact {
-                body.withUnsafeReadableBytes { head.write($0) }
-            }
-            count = head.position
+            if let mergedVary { head.writeLine("Vary", mergedVary) }
+            precondition(head.position == sharedBytes, "the head was measured wrong")
+            let shared = UnsafeRawBufferPointer(memory)
+            let identity = StoredForm(
+                coding: nil,
+                sharedHead: shared,
+                etag: etag,
+                advertisesRanges: advertisesRanges,
+                body: body
+            )
+            return (identity, Self.forms(of: encodedBodies, sharedHead: shared, etag: etag, advertisesRanges))
         }
-        self.hasUpstreamETag = hasUpstreamETag
-        self.etagValue = upstreamETagValue ?? computedETagValue
-        self.lastModifiedValue = lastModifiedValue
+        self.identity = forms.0
+        self.encodedForms = forms.1
+        self.codings = Self.codings(of: forms.1)
+        self.sharedHeadEnd = UInt32(sharedBytes)
+        self.hasUpstreamETag = upstreamETag != nil
+        self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
+        self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)
         self.storedContentHash = hash
-        self.status = status
-        self.bodyLength = body.readableBytes
+        self.statusCode = UInt16(clamping: status.code)
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
         let (lifetime, overflow) = metadata.freshnessLifetime.multipliedReportingOverflow(by: 1_000_000_000)
         self.freshnessNanoseconds = overflow ? .max : lifetime
         let directives = directives ?? keptDirectives
-        self.directives = directives
+        self.revalidation = Revalidation(directives)
         let forbidsStale = directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
-        self.staleWhileRevalidate = forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0
+        self.staleWhileRevalidateSeconds = Int32(clamping: forbidsStale ? 0 : directives.staleWhileRevalidate ?? 0)
         // `s-maxage` carries `proxy-revalidate` for a shared cache (RFC 9111 section 5.2.2.10), so the route's
         // own `staleIfError` does not apply to it. Unlike `proxy-revalidate`, it leaves a `stale-*` directive in
         // the same response in force: `s-maxage=N, stale-while-revalidate=M` is how backends ask CDNs for
         // stale serving in so many words (RFC 5861), and reading it as a prohibition would defeat that.
         let configuredStaleIfError = directives.sharedMaxAge == nil ? metadata.configuredStaleIfError : 0
-        self.staleIfError = forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError
+        self.staleIfErrorSeconds = Int32(clamping: forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError)
         self.varyNames = metadata.varyNames
         self.variant = metadata.variant
         self.tags = tags
-        self.wire = wire
-        self.headCount = headBytes
-        self.largeBody = keepsBodyExact ? nil : Self.withoutSpareCapacity(body)
-        // The fixed part approximates the entry's own object, key and table slot.
-        self.byteCost = body.readableBytes + headBytes + 256
+        self.byteCost = Self.byteCost(identity: forms.0, encodedForms: forms.1)
     }
 
-    /// A copy of `entry` (sharing its bytes) that is fresh for `freshnessNanoseconds` instead.
-    private init(_ entry: CachedResponse, freshnessNanoseconds: Int64) {
+    /// The forms of `bodies`, after the shared head, each tagged as ``ContentNegotiation/etag(_:for:)`` says;
+    /// one per coding, identity and `deflate` left out.
+    private static func forms(
+        of bodies: [EncodedBody],
+        sharedHead: UnsafeRawBufferPointer,
+        etag: String,
+        _ advertisesRanges: Bool
+    ) -> [StoredForm] {
+        var forms: [StoredForm] = []
+        for encoded in bodies
+        where ContentCoding.stored.contains(encoded.coding) && !forms.contains(where: { $0.coding == encoded.coding })
+        {
+            forms.append(
+                StoredForm(
+                    coding: encoded.coding,
+                    sharedHead: sharedHead,
+                    etag: ContentNegotiation.etag(etag, for: encoded.coding),
+                    advertisesRanges: advertisesRanges,
+                    body: encoded.body
+                )
+            )
+        }
+        return forms
+    }
+
+    private static func codings(of forms: [StoredForm]) -> ContentNegotiation.Codings {
+        forms.reduce(into: []) { codings, form in form.coding.map { codings.formUnion(.init($0)) } }
+    }
+
+    /// Every form's bytes, and a fixed part for the entry's own object, key and table slot.
+    private static func byteCost(identity: StoredForm, encodedForms: [StoredForm]) -> Int {
+        encodedForms.reduce(identity.byteCost + 192) { $0 + $1.byteCost }
+    }
+
+    /// A copy of `entry` (sharing its forms) that is fresh for `freshnessNanoseconds` instead, and kept in
+    /// `encodedForms` beside identity.
+    private init(_ entry: CachedResponse, freshnessNanoseconds: Int64, encodedForms: [StoredForm]) {
+        self.identity = entry.identity
+        self.encodedForms = encodedForms
+        self.codings = Self.codings(of: encodedForms)
+        self.sharedHeadEnd = entry.sharedHeadEnd
         self.hasUpstreamETag = entry.hasUpstreamETag
-        self.etagValue = entry.etagValue
-        self.lastModifiedValue = entry.lastModifiedValue
+        self.lastModifiedStart = entry.lastModifiedStart
+        self.lastModifiedEnd = entry.lastModifiedEnd
         self.storedContentHash = entry.storedContentHash
-        self.status = entry.status
-        self.bodyLength = entry.bodyLength
+        self.statusCode = entry.statusCode
         self.storedAt = entry.storedAt
         self.initialAge = entry.initialAge
         self.freshnessNanoseconds = freshnessNanoseconds
-        self.directives = entry.directives
-        self.staleWhileRevalidate = entry.staleWhileRevalidate
-        self.staleIfError = entry.staleIfError
+        self.revalidation = entry.revalidation
+        self.staleWhileRevalidateSeconds = entry.staleWhileRevalidateSeconds
+        self.staleIfErrorSeconds = entry.staleIfErrorSeconds
         self.varyNames = entry.varyNames
         self.variant = entry.variant
         self.tags = entry.tags
-        self.wire = entry.wire
-        self.headCount = entry.headCount
-        self.largeBody = entry.largeBody
-        self.byteCost = entry.byteCost
+        self.byteCost = Self.byteCost(identity: entry.identity, encodedForms: encodedForms)
+    }
+
+    /// This entry kept also in the codings of `bodies` (those it is already kept in replaced): a copy that shares
+    /// the identity form and everything else, for a compression that finished after the entry was stored.
+    public func adding(_ bodies: [EncodedBody]) -> CachedResponse {
+        let added = identity.encodedHead.withUnsafeBytes { head in
+            Self.forms(
+                of: bodies,
+                sharedHead: UnsafeRawBufferPointer(rebasing: head[..<sharedHeadCount]),
+                etag: etag,
+                status == .ok
+            )
+        }
+        let kept = encodedForms.filter { form in !added.contains { $0.coding == form.coding } }
+        return CachedResponse(self, freshnessNanoseconds: freshnessNanoseconds, encodedForms: kept + added)
     }
 
     /// This entry as a soft purge at `now` leaves it: stale from `now` on, so that its stale-while-revalidate and
@@ -384,20 +421,12 @@ public final class CachedResponse: Sendable {
     public func softPurged(at now: NIODeadline) -> CachedResponse? {
         let age = ageNanoseconds(at: now)
         guard age < freshnessNanoseconds else { return nil }
-        return CachedResponse(self, freshnessNanoseconds: age)
+        return CachedResponse(self, freshnessNanoseconds: age, encodedForms: encodedForms)
     }
 
     /// The bytes of `HTTP/1.1 <code> <reason>` and CRLF.
     private static func statusLineBytes(code: String, reason: String) -> Int {
         "HTTP/1.1 ".utf8.count + code.utf8.count + 1 + reason.utf8.count + 2
-    }
-
-    /// A large body accumulated from reads can carry spare capacity; an exact copy keeps the byte budget honest.
-    private static func withoutSpareCapacity(_ body: ByteBuffer) -> ByteBuffer {
-        guard body.capacity > body.readableBytes + body.readableBytes / 4 + 1024 else { return body }
-        var exact = ByteBufferAllocator().buffer(capacity: body.readableBytes)
-        exact.writeImmutableBuffer(body)
-        return exact
     }
 
     /// This entry's headers as a 304 from the backend updates them (RFC 9111 section 4.3.4): every header the
@@ -461,52 +490,5 @@ public final class CachedResponse: Sendable {
     /// Whether a stale entry may be served because the backend failed.
     public func mayServeOnError(at now: NIODeadline) -> Bool {
         staleIfError > 0 && stalenessNanoseconds(at: now) <= staleIfError &* 1_000_000_000
-    }
-}
-
-/// Writes an entry's head into memory measured for it beforehand.
-private struct HeadWriter {
-    private let memory: UnsafeMutableRawBufferPointer
-    private(set) var position = 0
-
-    init(into memory: UnsafeMutableRawBufferPointer) {
-        self.memory = memory
-    }
-
-    mutating func write(_ bytes: UnsafeRawBufferPointer) {
-        UnsafeMutableRawBufferPointer(rebasing: memory[position..<(position + bytes.count)]).copyMemory(from: bytes)
-        position += bytes.count
-    }
-
-    mutating func write(_ text: StaticString) {
-        write(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
-    }
-
-    mutating func write(_ text: String) {
-        text.withContiguousUTF8 { write(UnsafeRawBufferPointer($0)) }
-    }
-
-    /// `HTTP/1.1 <code> <reason>` and CRLF, as ``HTTPWireFormat/writeStatusLine(_:into:)`` writes it.
-    mutating func writeStatusLine(code: String, reason: String) {
-        write("HTTP/1.1 ")
-        write(code)
-        write(" ")
-        write(reason)
-        write("\r\n")
-    }
-
-    /// `name: value` and CRLF.
-    mutating func writeLine(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
-        write(name)
-        write(": ")
-        write(value)
-        write("\r\n")
-    }
-
-    mutating func writeLine(_ name: StaticString, _ value: UnsafeRawBufferPointer) {
-        write(name)
-        write(": ")
-        write(value)
-        write("\r\n")
     }
 }

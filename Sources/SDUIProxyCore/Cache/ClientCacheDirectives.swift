@@ -64,8 +64,6 @@ public struct ClientCacheDirectives: Sendable, Equatable {
     /// Whether the entry's own directives forbid serving it stale at all (RFC 9111 section 4.2.4): a client's
     /// `max-stale` does not outweigh them.
     private static func forbidsStale(_ entry: CachedResponse) -> Bool {
-        let directives = entry.directives
-        return directives.mustRevalidate || directives.proxyRevalidate || directives.noCache
-            || directives.sharedMaxAge != nil
+        entry.revalidation.forbidsStale
     }
 }

@@ -56,10 +56,12 @@ public struct ClientFacingFields: Sendable, Equatable {
     }
 
     /// The value of `Vary` that names the backend's `members` (as it sent them, in its order), then each of
-    /// ``keyFields`` it did not name, every name once whatever its case; nil when there is nothing to name, or
-    /// when the backend's `Vary` has `*`, which already says that any field may select the answer.
-    public func vary(merging members: [String]) -> String? {
-        members.isEmpty ? keyFieldsVary : Self.merged(members, keyFields)
+    /// ``keyFields`` it did not name, then `Accept-Encoding` when `namingAcceptEncoding` (a response kept
+    /// compressed), every name once whatever its case; nil when there is nothing to name, or when the backend's
+    /// `Vary` has `*`, which already says that any field may select the answer.
+    public func vary(merging members: [String], namingAcceptEncoding: Bool = false) -> String? {
+        guard namingAcceptEncoding else { return members.isEmpty ? keyFieldsVary : Self.merged(members, keyFields) }
+        return Self.merged(members, keyFields + ["Accept-Encoding"])
     }
 
     private static func merged(_ members: [String], _ keyFields: [String]) -> String? {

@@ -116,6 +116,11 @@ public struct LRUStore<Key: Hashable, Value> {
         return doomed.count
     }
 
+    /// Calls `body` with every value, in no particular order. O(n).
+    public func forEachValue(_ body: (Value) -> Void) {
+        for index in indexByKey.values { nodes[index].value.map(body) }
+    }
+
     /// Replaces each value for which `replacement` gives a new one, keeping its cost and recency. O(n).
     public mutating func replaceValues(_ replacement: (Key, Value) -> Value?) {
         for index in nodes.indices {

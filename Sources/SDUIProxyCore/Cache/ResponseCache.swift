@@ -27,6 +27,12 @@ public final class ResponseCache: Sendable {
         /// Responses a soft invalidation reached (made stale, or found stale already).
         public var softPurged = 0
         public var rejectedAsTooLarge = 0
+        /// The bytes of the stored bodies in each form: identity, and every coding the cache keeps.
+        public var bodyBytesByForm: [String: Int] = [:]
+        /// Responses kept in at least one content coding beside identity.
+        public var compressedEntries = 0
+        /// Compressions finished after their entry was stored that found it replaced or gone, and were dropped.
+        public var compressionsDropped = 0
 
         public init() {}
     }
@@ -157,7 +163,7 @@ public final class ResponseCache: Sendable {
             slot = withShard(for: variant) { $0.store.peek(variant) }
         }
         guard case .response(let entry)? = slot else { return false }
-        return entry.isFresh(at: now) && !entry.directives.noCache
+        return entry.isFresh(at: now) && !entry.revalidation.contains(.noCache)
     }
 
     private enum SlotLookup {
@@ -171,7 +177,7 @@ public final class ResponseCache: Sendable {
         withShard(for: key) { state -> SlotLookup in
             switch state.store.value(forKey: key) {
             case .response(let entry)?:
-                guard entry.isFresh(at: now), !entry.directives.noCache else { return .found(.stale(entry)) }
+                guard entry.isFresh(at: now), !entry.revalidation.contains(.noCache) else { return .found(.stale(entry)) }
                 state.statistics.hits += 1
                 return .found(.fresh(entry))
             case .variants(let names)?:
@@ -403,6 +409,37 @@ public final class ResponseCache: Sendable {
         }
     }
 
+    /// Stores `compressed` (``CachedResponse/adding(_:)`` made it from `entry`) in place of `entry`, if `entry`
+    /// is still what is stored for `key`: a compression that finished after its entry was stored. An entry
+    /// replaced, purged or evicted meanwhile stays so; the compression is dropped and counted.
+    ///
+    /// The entry's cost grows by its new forms, and less recently used entries make room as for any store. A
+    /// replacement too large for its shard is dropped, and the entry stays as it was.
+    @discardableResult
+    public func storeCompressed(_ compressed: CachedResponse, replacing entry: CachedResponse, for key: CacheKey)
+        -> Bool
+    {
+        let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)
+        var evicted = Evicted()
+        let stored = withShard(for: key) { state -> Bool in
+            guard case .response(let stored)? = state.store.peek(key), stored === entry,
+                compressed.byteCost <= state.store.costLimit
+            else {
+                state.statistics.compressionsDropped += 1
+                return false
+            }
+            state.store.insert(.response(compressed), forKey: key, cost: compressed.byteCost) { key, slot in
+                evicted.keep(key, slot)
+            }
+            state.statistics.evictions += evicted.responses
+            state.variantLists -= evicted.lists
+            return true
+        }
+        evicted.forEachResponse { storedTargets.add(-1, for: $0.target) }
+        withExtendedLifetime(evicted) {}
+        return stored
+    }
+
     /// Replaces `entry` by `replacement` if it is still what is stored for `key`, in place.
     private func replace(_ entry: CachedResponse, with replacement: CachedResponse, storedFor key: CacheKey) -> Bool {
         let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)
@@ -501,6 +538,15 @@ public final class ResponseCache: Sendable {
                 total.purged += state.statistics.purged
                 total.softPurged += state.statistics.softPurged
                 total.rejectedAsTooLarge += state.statistics.rejectedAsTooLarge
+                total.compressionsDropped += state.statistics.compressionsDropped
+                state.store.forEachValue { slot in
+                    guard case .response(let entry) = slot else { return }
+                    total.bodyBytesByForm["identity", default: 0] += entry.bodyLength
+                    if !entry.encodedForms.isEmpty { total.compressedEntries += 1 }
+                    for form in entry.encodedForms {
+                        total.bodyBytesByForm[form.coding?.rawValue ?? "identity", default: 0] += form.bodyLength
+                    }
+                }
             }
         }
         return total

@@ -1,0 +1,235 @@
+import NIOCore
+import NIOHTTP1
+
+/// One form a stored response is kept in: identity, or one content coding of it (RFC 9110 section 8.4). Each
+/// has its own body, length and entity tag; the entry's other header fields are the same in every form.
+///
+/// A form keeps its HTTP/1.1 head encoded, as a cache of the entry's fields: a hit writes it as it is, then its
+/// own `Age` and `X-Cache`, then the body. Small bodies are kept as exactly their bytes, behind the head in the
+/// same array: a `ByteBuffer`'s storage is a power of two (4 KiB for a 2.4 KB component), and a body read from
+/// the network is often a slice of a larger read buffer. A hit copies such a body behind its head anyway (one
+/// write costs less than two), so keeping it exact is free on the hit path, and one array per form is one
+/// allocation when it is stored and one object to free when it is evicted. Bodies over
+/// ``CachedResponse/maximumExactBodyBytes`` stay in a buffer (without spare capacity) that hits write without
+/// copying.
+///
+/// The head's lines are the ones the entry wrote, `name: value` and CRLF each, never folded: reading a field
+/// back from them is a split at known separators, not a parse.
+///
+/// Its fields are declared widest first and narrow where they can be: every entry holds one form inline.
+public struct StoredForm: Sendable {
+    /// The encoded head, then the body when it is kept exact: one array.
+    private let wire: [UInt8]
+    /// A body over ``CachedResponse/maximumExactBodyBytes``, in a buffer that hits write as it is; nil when the
+    /// body is kept exact, behind the encoded head.
+    public let largeBody: ByteBuffer?
+    /// Where the encoded head ends in ``wire``.
+    private let headEnd: UInt32
+    /// Where the value of the form's `ETag` lies in the head. Only conditional requests read it; kept as a string,
+    /// it was an object of its own in every entry, to allocate and to free again when it is evicted.
+    private let etagStart: UInt32
+    private let etagEnd: UInt32
+    /// The body's length in bytes.
+    public let bodyLength: Int
+    /// The form's content coding; nil for identity.
+    public let coding: ContentCoding?
+
+    private var headCount: Int { Int(headEnd) }
+    private var etagValue: Range<Int> { Int(etagStart)..<Int(etagEnd) }
+
+    /// Builds a form from the head lines it shares with the entry's other forms (`sharedHead`: the status line
+    /// and every field but the form's own), its `etag`, and its `body`.
+    ///
+    /// The form's own lines follow the shared ones: `Content-Encoding` (unless identity), `ETag`,
+    /// `Accept-Ranges: bytes` when `advertisesRanges`, and `Content-Length`.
+    init(
+        coding: ContentCoding?,
+        sharedHead: UnsafeRawBufferPointer,
+        etag: String,
+        advertisesRanges: Bool,
+        body: ByteBuffer
+    ) {
+        let length = String(body.readableBytes)
+        var headBytes = sharedHead.count
+        if let coding { headBytes += "Content-Encoding: ".utf8.count + coding.rawValue.utf8.count + 2 }
+        headBytes += "ETag: ".utf8.count + etag.utf8.count + 2
+        if advertisesRanges { headBytes += Self.acceptRangesLine.utf8CodeUnitCount }
+        headBytes += "Content-Length: ".utf8.count + length.utf8.count + 2
+        let keepsBodyExact = body.readableBytes <= CachedResponse.maximumExactBodyBytes
+        var etagValue = 0..<0
+        self.wire = [UInt8](unsafeUninitializedCapacity: headBytes + (keepsBodyExact ? body.readableBytes : 0)) {
+            array,
+            count in
+            var head = HeadWriter(into: UnsafeMutableRawBufferPointer(array))
+            head.write(sharedHead)
+            if let coding { head.writeLine("Content-Encoding", coding.rawValue) }
+            etagValue = (head.position + "ETag: ".utf8.count)..<(head.position + "ETag: ".utf8.count + etag.utf8.count)
+            head.writeLine("ETag", etag)
+            if advertisesRanges { head.write(Self.acceptRangesLine) }
+            head.writeLine("Content-Length", length)
+            precondition(head.position == headBytes, "the head was measured wrong")
+            if keepsBodyExact { body.withUnsafeReadableBytes { head.write($0) } }
+            count = head.position
+        }
+        self.coding = coding
+        self.headEnd = UInt32(headBytes)
+        self.etagStart = UInt32(etagValue.lowerBound)
+        self.etagEnd = UInt32(etagValue.upperBound)
+        self.bodyLength = body.readableBytes
+        self.largeBody = keepsBodyExact ? nil : Self.withoutSpareCapacity(body)
+    }
+
+    /// What a stored 200 says of ranges: it serves them (RFC 9110 section 14.3), whatever the backend said.
+    private static let acceptRangesLine: StaticString = "Accept-Ranges: bytes\r\n"
+
+    /// The strong validator clients see for this form (weak if the backend's was).
+    public var etag: String { text(at: etagValue) }
+
+    /// The text at `range` of the head.
+    func text(at range: Range<Int>) -> String {
+        wire.withUnsafeBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+    }
+
+    /// The status line, the headers and `Content-Length`, encoded once. Shares its array with a body kept exact.
+    public var encodedHead: ArraySlice<UInt8> { wire[..<headCount] }
+    /// The length of ``encodedHead``.
+    public var encodedHeadCount: Int { headCount }
+
+    /// What the form costs in memory: its array, a large body's buffer, and the form itself.
+    var byteCost: Int { wire.count + (largeBody?.readableBytes ?? 0) + MemoryLayout<StoredForm>.size }
+
+    /// Calls `body` with the encoded head and, when the form keeps the body as exact bytes, the body, where the
+    /// form keeps them. A hit writes both this way: taking them as slices (or out of ``storedBody``) retained the
+    /// form's array, which every loop serving the entry shares, so its count moved between the processors on
+    /// every hit.
+    public func withEncodedBytes(
+        _ body: (_ head: UnsafeRawBufferPointer, _ exactBody: UnsafeRawBufferPointer?) -> Void
+    ) {
+        wire.withUnsafeBytes { all in
+            body(
+                UnsafeRawBufferPointer(rebasing: all[..<headCount]),
+                largeBody == nil ? UnsafeRawBufferPointer(rebasing: all[headCount...]) : nil
+            )
+        }
+    }
+
+    public enum StoredBody: Sendable {
+        /// Exactly the body's bytes, for bodies up to ``CachedResponse/maximumExactBodyBytes`` (in the array
+        /// that holds ``StoredForm/encodedHead``).
+        case exact(ArraySlice<UInt8>)
+        /// A larger body, in the buffer it is kept in.
+        case buffer(ByteBuffer)
+    }
+
+    /// The body as stored.
+    public var storedBody: StoredBody {
+        if let largeBody { .buffer(largeBody) } else { .exact(wire[headCount...]) }
+    }
+
+    /// The body as a buffer, for the paths that are not plain hits (a small body is copied into a new one).
+    public var body: ByteBuffer {
+        switch storedBody {
+        case .exact(let bytes): ByteBuffer(bytes: bytes)
+        case .buffer(let buffer): buffer
+        }
+    }
+
+    /// Calls `body` with each header line's name and value, in order, after the status line.
+    public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
+        encodedHead.withUnsafeBytes { head in
+            var lines = LineReader(bytes: head)
+            _ = lines.next()  // the status line
+            while let line = lines.next() {
+                let text = UnsafeRawBufferPointer(rebasing: head[line])
+                guard let colon = text.firstIndex(of: UInt8(ascii: ":")) else { continue }
+                // The entry wrote `name: value`: one space after the colon.
+                body(
+                    UnsafeRawBufferPointer(rebasing: text[..<colon]),
+                    UnsafeRawBufferPointer(rebasing: text[min(colon + 2, text.count)...])
+                )
+            }
+        }
+    }
+
+    /// Writes a status line and the stored header lines that `keep` accepts, given each line's name: for the
+    /// answers that present the form otherwise than as stored (a 304, Beagle 1.x's headers, a part), without
+    /// parsing the head or encoding headers again. No `Content-Length` is written unless `keep` accepts the
+    /// stored one.
+    public func writeHead(
+        status: HTTPResponseStatus,
+        keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool,
+        into buffer: inout ByteBuffer
+    ) {
+        HTTPWireFormat.writeStatusLine(status, into: &buffer)
+        encodedHead.withUnsafeBytes { head in
+            var lines = LineReader(bytes: head)
+            _ = lines.next()  // the stored status line
+            while let line = lines.next() {
+                let text = UnsafeRawBufferPointer(rebasing: head[line])
+                guard keep(UnsafeRawBufferPointer(rebasing: text[..<(text.firstIndex(of: UInt8(ascii: ":")) ?? 0)]))
+                else { continue }
+                buffer.writeBytes(text)
+                buffer.writeStaticString("\r\n")
+            }
+        }
+    }
+
+    /// A large body accumulated from reads can carry spare capacity; an exact copy keeps the byte budget honest.
+    private static func withoutSpareCapacity(_ body: ByteBuffer) -> ByteBuffer {
+        guard body.capacity > body.readableBytes + body.readableBytes / 4 + 1024 else { return body }
+        var exact = ByteBufferAllocator().buffer(capacity: body.readableBytes)
+        exact.writeImmutableBuffer(body)
+        return exact
+    }
+}
+
+/// Writes a head into memory measured for it beforehand.
+struct HeadWriter {
+    private let memory: UnsafeMutableRawBufferPointer
+    private(set) var position = 0
+
+    init(into memory: UnsafeMutableRawBufferPointer) {
+        self.memory = memory
+    }
+
+    mutating func write(_ bytes: UnsafeRawBufferPointer) {
+        UnsafeMutableRawBufferPointer(rebasing: memory[position..<(position + bytes.count)]).copyMemory(from: bytes)
+        position += bytes.count
+    }
+
+    mutating func write(_ text: StaticString) {
+        write(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    mutating func write(_ text: String) {
+        text.withContiguousUTF8 { write(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// `HTTP/1.1 <code> <reason>` and CRLF, as ``HTTPWireFormat/writeStatusLine(_:into:)`` writes it.
+    mutating func writeStatusLine(code: String, reason: String) {
+        write("HTTP/1.1 ")
+        write(code)
+        write(" ")
+        write(reason)
+        write("\r\n")
+    }
+
+    /// `name: value` and CRLF.
+    mutating func writeLine(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+        write(name)
+        write(": ")
+        write(value)
+        write("\r\n")
+    }
+
+    mutating func writeLine(_ name: StaticString, _ value: UnsafeRawBufferPointer) {
+        write(name)
+        write(": ")
+        write(value)
+        write("\r\n")
+    }
+
+    mutating func writeLine(_ name: StaticString, _ value: String) {
+        value.withContiguousUTF8 { writeLine(name, UnsafeRawBufferPointer($0)) }
+    }
+}
