@@ -316,6 +316,13 @@ struct CacheResponder {
             age: entry.ageSeconds(at: now)
         )
         let headers = request.head.headers
+        // Only an entry kept compressed looks at the request's `Accept-Encoding`.
+        if !entry.codings.isEmpty {
+            presentation.coding = ContentNegotiation.coding(
+                forAcceptEncoding: headers.first(name: "accept-encoding"),
+                available: entry.codings
+            )
+        }
         // Compared by code: `HTTPResponseStatus` equality compares reason phrases too.
         let isOK = entry.status.code == 200
         if beagleHash {
@@ -323,9 +330,10 @@ struct CacheResponder {
             // Beagle 1.x clients only ever get a 304 for the hash they sent.
             presentation.notModified = headers.first(name: "beagle-hash").map(entry.hasContentHash) ?? false
         } else if isOK, headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since") {
+            // The validator of the form this request gets: another form's does not match it.
             presentation.notModified = ConditionalRequest.isNotModified(
                 requestHeaders: headers,
-                etag: entry.etag,
+                etag: presentation.coding.map { ContentNegotiation.etag(entry.etag, for: $0) } ?? entry.etag,
                 lastModified: entry.lastModified
             )
         }
@@ -333,10 +341,12 @@ struct CacheResponder {
         // first, and a HEAD gets the whole head. The method is looked at last: comparing one costs a string
         // comparison, and almost no request has a Range.
         if isOK, !presentation.notModified, headers.contains(name: "range"), !request.isHead {
+            // Ranges are of the form this request gets (RFC 9110 section 14.1.2: of the selected representation).
+            let form = entry.form(presentation.coding)
             let decision = RangeRequest.decide(
                 headers: headers,
-                length: entry.bodyLength,
-                etag: entry.etag,
+                length: form.bodyLength,
+                etag: form.etag,
                 lastModified: entry.lastModified,
                 date: { entry.headers.first(name: "date") }
             )

@@ -51,9 +51,11 @@ struct EntryPresentation {
     var notModified = false
     /// Beagle 1.x: `beagle-hash` and a plain `Cache-Control: max-age=N` with the freshness left.
     var beagleMaxAge: Int64?
-    /// The part of the entry a `Range` asks for (a 206), or that nothing it asks for exists (a 416); nil for the
-    /// whole entry.
+    /// The part of the form a `Range` asks for (a 206), or that nothing it asks for exists (a 416); nil for the
+    /// whole form.
     var range: RangeRequest.Decision?
+    /// The form the request negotiated (``ContentNegotiation``): nil for identity.
+    var coding: ContentCoding?
 
     /// Whether the stored head goes out as it is, with no line left out or added.
     var isPlain: Bool { !notModified && beagleMaxAge == nil && range == nil }
@@ -71,10 +73,10 @@ struct EntryPresentation {
     /// Whether a body follows the head (unless the request was a HEAD).
     var sendsBody: Bool { !notModified && range != .unsatisfiable }
 
-    /// The bytes of `entry`'s body that are sent.
-    func bodyRange(of entry: CachedResponse) -> Range<Int> {
+    /// The bytes of `form`'s body that are sent.
+    func bodyRange(of form: borrowing StoredForm) -> Range<Int> {
         if case .part(let part)? = range { return part.lowerBound..<(part.upperBound + 1) }
-        return 0..<entry.bodyLength
+        return 0..<form.bodyLength
     }
 }
 

@@ -59,24 +59,25 @@ enum HTTP1ResponseEncoder {
     /// and `beagle-hash` with its own. Both are cut from the stored lines, not parsed and encoded again.
     static func writeStored(
         _ entry: CachedResponse,
+        _ form: borrowing StoredForm,
         _ presentation: EntryPresentation,
         status: HTTPResponseStatus,
         sendsBody: Bool,
         closesConnection: Bool,
         into buffer: inout ByteBuffer
     ) -> ByteBuffer? {
-        let bodyRange = presentation.bodyRange(of: entry)
-        entry.withEncodedBytes { encodedHead, exactBody in
+        let bodyRange = presentation.bodyRange(of: form)
+        form.withEncodedBytes { encodedHead, exactBody in
             if presentation.isPlain {
                 buffer.writeBytes(encodedHead)
             } else {
-                writeHead(of: entry, status: status, presentation, into: &buffer)
+                writeHead(of: entry, form, status: status, presentation, into: &buffer)
             }
             presentation.annotation.writeLines(age: presentation.age, into: &buffer)
             buffer.writeStaticString(closesConnection ? "Connection: close\r\n\r\n" : "\r\n")
             if sendsBody, let exactBody { buffer.writeBytes(UnsafeRawBufferPointer(rebasing: exactBody[bodyRange])) }
         }
-        guard sendsBody, let largeBody = entry.largeBody else { return nil }
+        guard sendsBody, let largeBody = form.largeBody else { return nil }
         guard bodyRange.count < largeBody.readableBytes else { return largeBody }
         return largeBody.getSlice(at: largeBody.readerIndex + bodyRange.lowerBound, length: bodyRange.count)
     }
@@ -86,6 +87,7 @@ enum HTTP1ResponseEncoder {
     /// keeps no stored line, only the length of the whole.
     private static func writeHead(
         of entry: CachedResponse,
+        _ form: borrowing StoredForm,
         status: HTTPResponseStatus,
         _ presentation: EntryPresentation,
         into head: inout ByteBuffer
@@ -93,12 +95,12 @@ enum HTTP1ResponseEncoder {
         let replacesCacheControl = presentation.beagleMaxAge != nil
         if presentation.range == .unsatisfiable {
             HTTPWireFormat.writeStatusLine(status, into: &head)
-            HTTPWireFormat.writeHeaderLine("Content-Range", "bytes */\(entry.bodyLength)", into: &head)
+            HTTPWireFormat.writeHeaderLine("Content-Range", "bytes */\(form.bodyLength)", into: &head)
             head.writeStaticString("Content-Length: 0\r\n")
             return
         }
         let isPart = presentation.range != nil
-        entry.writeHead(
+        form.writeHead(
             status: status,
             keepingLines: { name in
                 // A part's length is its own (written below); the stored one is the whole's.
@@ -121,7 +123,7 @@ enum HTTP1ResponseEncoder {
             HTTPWireFormat.writeHeaderLine("beagle-hash", entry.contentHash, into: &head)
         }
         if case .part(let part)? = presentation.range {
-            let range = "bytes \(part.lowerBound)-\(part.upperBound)/\(entry.bodyLength)"
+            let range = "bytes \(part.lowerBound)-\(part.upperBound)/\(form.bodyLength)"
             HTTPWireFormat.writeHeaderLine("Content-Range", range, into: &head)
             HTTPWireFormat.writeHeaderLine("Content-Length", String(part.count), into: &head)
         }

@@ -58,20 +58,28 @@ struct HTTP1ResponseWriter {
     ) -> (composed: ByteBuffer, body: ByteBuffer?) {
         let status = presentation.status(of: entry)
         let sendsBody = !isHeadRequest && presentation.sendsBody
-        let bodyBytes = sendsBody ? presentation.bodyRange(of: entry).count : 0
-        account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
-        // Beyond the stored head: Age, X-Cache, Cache-Status and Connection, with room to spare.
-        var buffer = buffers.buffer(minimumCapacity: entry.encodedHeadCount + 256 + bodyBytes)
-        let largeBody = HTTP1ResponseEncoder.writeStored(
-            entry,
-            presentation,
-            status: status,
-            sendsBody: sendsBody,
-            closesConnection: closesConnection,
-            into: &buffer
-        )
-        buffers.recycle(buffer)
-        return (buffer, largeBody)
+        return entry.withForm(presentation.coding) { form in
+            let bodyBytes = sendsBody ? presentation.bodyRange(of: form).count : 0
+            account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
+            let whole = sendsBody && presentation.range == nil
+            requests.countStoredForm(
+                presentation.coding,
+                savedBytes: whole && presentation.coding != nil ? entry.bodyLength - form.bodyLength : 0
+            )
+            // Beyond the stored head: Age, X-Cache, Cache-Status and Connection, with room to spare.
+            var buffer = buffers.buffer(minimumCapacity: form.encodedHeadCount + 256 + bodyBytes)
+            let largeBody = HTTP1ResponseEncoder.writeStored(
+                entry,
+                form,
+                presentation,
+                status: status,
+                sendsBody: sendsBody,
+                closesConnection: closesConnection,
+                into: &buffer
+            )
+            buffers.recycle(buffer)
+            return (buffer, largeBody)
+        }
     }
 
     /// A response the proxy composed: head and, when small, the body in one buffer; a larger body behind it.
