@@ -103,7 +103,7 @@ public final class ComponentFetcher: Sendable {
     /// Plans the prefetches of the components this fetcher stores: the planner of the configuration the fetcher
     /// was made for, held here so that a miss reads no shared state to find it.
     let prefetchPlanner: PrefetchPlanner
-    private let maxResponseBytes: Int
+    let maxResponseBytes: Int
     /// `upstream.maxBufferedBytes`: what all fills' bodies may hold at once; nil for no limit but each body's.
     let bufferBudget: ByteBudget?
     /// Keys whose last fill was too large to hold: their next misses are streamed without a fill.
@@ -112,18 +112,22 @@ public final class ComponentFetcher: Sendable {
     let sharedStreams = SharedResponseStreams()
     /// The platform header (lower case), which every cache key accounts for: a `Vary` on it needs no variant
     /// of its own, nor does one on a header the request's route keys on (its policy's `vary`).
-    private let platformHeader: String
-    private let tagHeader: String
+    let platformHeader: String
+    let tagHeader: String
     /// `cache.exposeTags`: whether clients see the tag header of stored entries.
-    private let exposesTags: Bool
+    let exposesTags: Bool
     /// The client-facing fields of entries on routes that key on no header of their own (nearly all): made once
     /// here, not on every miss.
-    private let plainClientFields: ClientFacingFields
+    let plainClientFields: ClientFacingFields
     /// The operator's cache-wide rules for what is stored and for how long.
     private let storageRules: StorageRules
     /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
-    private let computesContentHash: Bool
+    let computesContentHash: Bool
     private let metrics: ProxyMetrics
+    /// Keeps stored responses compressed as `compression` says; nil keeps them in identity only.
+    private let compressor: StoreTimeCompressor?
+    /// The threads that compress large bodies, which the fetcher that replaces this one at a reload takes over.
+    var compressionPool: CompressionPool? { compressor?.pool }
     private let logger: Logger
     /// Where failures of the backend are logged, each key and kind at most once an interval; the connection
     /// handlers log theirs here too.
@@ -163,8 +167,13 @@ public final class ComponentFetcher: Sendable {
         metrics: ProxyMetrics,
         coalescer: RequestCoalescer<CacheKey, Outcome>,
         prefetchPlanner: PrefetchPlanner,
+        compression: CompressionConfiguration? = nil,
+        compressionPool: CompressionPool? = nil,
         logger: Logger
     ) {
+        self.compressor = compression.map {
+            StoreTimeCompressor(configuration: $0, pool: compressionPool, metrics: metrics, logger: logger)
+        }
         self.prefetchPlanner = prefetchPlanner
         self.metrics = metrics
         self.cache = cache
@@ -384,6 +393,17 @@ public final class ComponentFetcher: Sendable {
         case .decide:
             break
         }
+        var response = response
+        var decodedBytes = 0
+        defer { bufferBudget?.release(decodedBytes) }
+        if response.fields.contains("content-encoding") {
+            switch try decodingContentCoding(of: response, target: request.upstream.target) {
+            case .identity(let decoded, let reserved):
+                (response, decodedBytes) = (decoded, reserved)
+            case .unknownCoding(let coding):
+                return .notStored(response, reason: "in a content coding the proxy does not decode (\(coding))")
+            }
+        }
 
         var plan: StoredPlan?
         if CacheFillPolicy.validatesBody(
@@ -423,16 +443,24 @@ public final class ComponentFetcher: Sendable {
             return .notStored(response, reason: reason)
         }
 
+        let contentType = compressor == nil ? nil : response.fields.first("content-type")
+        let compression = compressor?.plan(contentType: contentType, bodyLength: response.body.readableBytes)
+        var metadata = metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime)
+        metadata.variesByEncoding = compressor?.variesByEncoding(contentType: contentType) ?? false
         let entry = CachedResponse(
             status: response.status,
             fields: response.fields,
             body: response.body,
-            metadata: metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime),
+            metadata: metadata,
             directives: directives,
-            endToEndOnly: true
+            endToEndOnly: true,
+            encodedBodies: compression == .now ? compressor?.encode(response.body) ?? [] : []
         )
         switch store(entry, for: request, exchange) {
         case .stored(let stored), .storedStale(let stored):
+            if compression == .later, stored === entry {
+                compressor?.compressLater(stored, for: request.key, in: cache, on: exchange.eventLoop)
+            }
             if logsDebug {
                 logger.debug(
                     "stored",
@@ -499,12 +527,20 @@ public final class ComponentFetcher: Sendable {
             if dropsStaleEntry { dropStaleEntry(of: request) }
             return .notStored(UpstreamResponse(status: stale.status, headers: merged, body: stale.body), reason: reason)
         }
+        var metadata = metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime)
+        metadata.variesByEncoding =
+            !stale.encodedForms.isEmpty
+            || compressor?.variesByEncoding(contentType: mergedFields.first("content-type")) == true
+        // The body is the one stored, and so are its coded forms: kept, not compressed again.
         let refreshed = CachedResponse(
             status: stale.status,
             fields: mergedFields,
             body: stale.body,
-            metadata: metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime),
-            directives: directives
+            metadata: metadata,
+            directives: directives,
+            encodedBodies: stale.encodedForms.compactMap { form in
+                form.coding.map { CachedResponse.EncodedBody(coding: $0, body: form.body) }
+            }
         )
         // The 304 confirms what was stored when it was asked for: an invalidation since reaches it all the same.
         switch store(refreshed, for: request, exchange) {
@@ -525,50 +561,6 @@ public final class ComponentFetcher: Sendable {
     private func dropStaleEntry(of request: Request) {
         guard let stale = request.staleEntry else { return }
         cache.remove(stale, storedFor: request.key)
-    }
-
-    private func metadata(
-        for fields: HTTPFieldLines,
-        request: Request,
-        lifetime: Int64,
-        requestTime: Int64
-    ) -> CachedResponse.Metadata {
-        var metadata = CachedResponse.Metadata(
-            storedAt: .now(),
-            initialAge: FreshnessPolicy.initialAge(
-                fields: fields,
-                requestTime: requestTime,
-                responseTime: HTTPDate.now()
-            ),
-            freshnessLifetime: lifetime
-        )
-        metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
-        metadata.tagHeader = tagHeader
-        metadata.clientFields =
-            request.policy.vary.isEmpty
-            ? plainClientFields
-            : ClientFacingFields(
-                keyFields: ClientFacingFields.keyFields(platformHeader: platformHeader, policy: request.policy),
-                hiddenField: exposesTags ? nil : tagHeader
-            )
-        metadata.computesContentHash = computesContentHash
-        metadata.varyNames = varyNames(in: fields, keyedBy: request.policy.vary)
-        metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)
-        return metadata
-    }
-
-    /// The request headers a response varies on that its cache key does not already cover: the platform, and
-    /// `keyed`, the headers of the request's own route. (Another route's keyed headers are not in this key.)
-    /// The proxy always fetches unencoded bodies, so `Accept-Encoding` never splits entries.
-    private func varyNames(in fields: HTTPFieldLines, keyedBy keyed: [String]) -> [String] {
-        var names: [String] = []
-        fields.forEachListMember(of: "vary") { member in
-            let name = String(decoding: member, as: UTF8.self).lowercased()
-            if name != "accept-encoding", name != platformHeader, !keyed.contains(name), !names.contains(name) {
-                names.append(name)
-            }
-        }
-        return names.sorted()
     }
 
     private static let shouldPrefetchKey = Array(#""shouldPrefetch""#.utf8)

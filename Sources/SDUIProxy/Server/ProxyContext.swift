@@ -86,6 +86,7 @@ public final class ProxyContext: Sendable {
         invalidator: CacheInvalidator? = nil,
         eventLoopGroup: any EventLoopGroup,
         threadPool: NIOThreadPool,
+        compressionPool: CompressionPool? = nil,
         logger: Logger
     ) throws -> ProxyContext {
         let client: any NetworkClient
@@ -128,6 +129,8 @@ public final class ProxyContext: Sendable {
             metrics: metrics,
             coalescer: coalescer,
             prefetchPlanner: prefetchPlanner(for: configuration),
+            compression: configuration.compression,
+            compressionPool: compressionPool,
             logger: logger
         )
         return ProxyContext(

@@ -175,6 +175,8 @@ public final class ProxyServer: Sendable {
         let group = eventLoopGroup ?? ownEventLoops!.group
         let threadPool = NIOThreadPool(numberOfThreads: 2)
         threadPool.start()
+        let compressionPool = CompressionPool()
+        compressionPool.start()
 
         var writeQueue: WriteQueue?
         let registry = PrometheusCollectorRegistry()
@@ -229,11 +231,13 @@ public final class ProxyServer: Sendable {
                 invalidator: CacheInvalidator(cache: cache, fleet: fleetLog),
                 eventLoopGroup: group,
                 threadPool: threadPool,
+                compressionPool: compressionPool,
                 logger: logger
             )
         } catch {
             try? await writeQueue?.close()
             try? await threadPool.shutdownGracefully()
+            try? await compressionPool.shutdownGracefully()
             try? await ownEventLoops?.group.shutdownGracefully()
             throw error
         }
@@ -462,6 +466,7 @@ public final class ProxyServer: Sendable {
             await retiring.value
         }
         try? await threadPool.shutdownGracefully()
+        try? await context.fetcher.compressionPool?.shutdownGracefully()
         try? await ownEventLoops?.group.shutdownGracefully()
         // A proxy that never listened did not run: its start-up error is all there is to say (the caller says it).
         if announced.reported != nil { context.logger.info("stopped") }
@@ -534,6 +539,7 @@ public final class ProxyServer: Sendable {
             invalidator: old.invalidator,
             eventLoopGroup: eventLoopGroup,
             threadPool: threadPool,
+            compressionPool: old.fetcher.compressionPool,
             logger: logger
         )
         context.fetcher.observeStoredComponents(old.fetcher.storedComponentObserver)
