@@ -113,6 +113,21 @@ enum AdminEndpoints {
             ("evictions", statistics.evictions), ("purged", statistics.purged), ("softPurged", statistics.softPurged),
             ("stores", statistics.stores),
         ]
-        return "{" + fields.map { #""\#($0.0)":\#($0.1)"# }.joined(separator: ",") + "}"
+        let sent = proxy.metrics.storedFormsSent()
+        let forms = RequestTally.formLabels
+        let compression: [(String, String)] = [
+            ("entries", String(statistics.compressedEntries)),
+            ("bodyBytes", object(forms.map { ($0, String(statistics.bodyBytesByForm[$0] ?? 0)) })),
+            ("sent", object(forms.map { ($0, String(sent.byForm[$0] ?? 0)) })),
+            ("savedBytes", String(sent.savedBytes)),
+            ("skipped", String(proxy.fetcher.compressionPool?.refusedJobs ?? 0)),
+            ("dropped", String(statistics.compressionsDropped)),
+        ]
+        return object(fields.map { ($0.0, String($0.1)) } + [("compression", object(compression))])
+    }
+
+    /// A JSON object of `members`, whose values are JSON already (numbers, objects).
+    private static func object(_ members: [(String, String)]) -> String {
+        "{" + members.map { #""\#($0.0)":\#($0.1)"# }.joined(separator: ",") + "}"
     }
 }

@@ -41,6 +41,11 @@ public final class ProxyMetrics: Sendable {
         public var queueDepth: Int?
         /// How often a busy event loop let a thread waiting for its core run (`sdui_event_loop_yields_total`).
         public var eventLoopYields = 0
+        /// The bytes of the stored bodies in each form, identity and each coding (`sdui_cache_body_bytes{encoding}`).
+        public var bodyBytesByForm: [String: Int] = [:]
+        /// Compressions that found their entry replaced or gone, and were dropped
+        /// (`sdui_compressions_dropped_total`).
+        public var compressionsDropped = 0
 
         /// Creates a snapshot from figures gathered by the caller.
         public init(
@@ -69,6 +74,8 @@ public final class ProxyMetrics: Sendable {
                 cacheMisses: statistics.misses,
                 queueDepth: queueDepth
             )
+            bodyBytesByForm = statistics.bodyBytesByForm
+            compressionsDropped = statistics.compressionsDropped
         }
     }
 
@@ -91,6 +98,9 @@ public final class ProxyMetrics: Sendable {
     private let invalidatedFills: [Counter]
     private let prefetchCounters: [Counter]
     private let openConnections: Gauge
+    /// `sdui_compressions_total{coding,result}`: per stored coding, kept then not smaller.
+    private let compressions: [ContentCoding: [Counter]]
+    private let compressionsSkipped: Counter
     private let scrape: Mutex<ScrapeState>
 
     /// What rendering reads and updates; rendering holds its lock, so two scrapes never interleave.
@@ -103,6 +113,12 @@ public final class ProxyMetrics: Sendable {
         let cacheMisses: Counter
         let eventLoopYields: Counter
         var queueDepth: Gauge?
+        let compressionsDropped: Counter
+        /// `sdui_cache_body_bytes{encoding}`, per form of ``RequestTally/formLabels``.
+        let bodyBytes: [Gauge]
+        /// `sdui_cache_responses_by_encoding_total{encoding}`, per form of ``RequestTally/formLabels``.
+        let storedForms: [Counter]
+        let savedBytes: Counter
         /// `sdui_requests_total`, one counter per label combination, made when its first response is rendered.
         var requestCounters = [Counter?](repeating: nil, count: RequestTally.slotCount)
         /// What the tallies held when last rendered, per label combination.
@@ -154,6 +170,28 @@ public final class ProxyMetrics: Sendable {
         self.openConnections = registry.makeGauge(
             descriptor: Self.descriptor("open_connections", help: "Client connections open on the public listener.")
         )
+        self.compressions = Dictionary(
+            uniqueKeysWithValues: ContentCoding.stored.map { coding in
+                let counters = ["kept", "not_smaller"].map { result in
+                    registry.makeCounter(
+                        descriptor: Self.descriptor(
+                            "compressions",
+                            unit: "total",
+                            help: "Stored bodies compressed, by coding: kept, or dropped for not being smaller."
+                        ),
+                        labels: [("coding", coding.rawValue), ("result", result)]
+                    )
+                }
+                return (coding, counters)
+            }
+        )
+        self.compressionsSkipped = registry.makeCounter(
+            descriptor: Self.descriptor(
+                "compressions_skipped",
+                unit: "total",
+                help: "Stored bodies left uncompressed because the compression pool was full."
+            )
+        )
         self.scrape = Mutex(
             ScrapeState(
                 snapshot: snapshot,
@@ -188,7 +226,40 @@ public final class ProxyMetrics: Sendable {
                             "Times a busy event loop let a thread waiting for its core run (eventLoops.yieldAfter)."
                     )
                 ),
-                queueDepth: nil
+                queueDepth: nil,
+                compressionsDropped: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "compressions_dropped",
+                        unit: "total",
+                        help: "Compressions that finished after their entry was replaced or removed, and were dropped."
+                    )
+                ),
+                bodyBytes: RequestTally.formLabels.map { form in
+                    registry.makeGauge(
+                        descriptor: Self.descriptor(
+                            "cache_body_bytes",
+                            help: "Bytes of the stored bodies, by form: identity, and each content coding kept."
+                        ),
+                        labels: [("encoding", form)]
+                    )
+                },
+                storedForms: RequestTally.formLabels.map { form in
+                    registry.makeCounter(
+                        descriptor: Self.descriptor(
+                            "cache_responses_by_encoding",
+                            unit: "total",
+                            help: "Stored responses sent to clients, by the form sent: identity or a content coding."
+                        ),
+                        labels: [("encoding", form)]
+                    )
+                },
+                savedBytes: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "compression_saved_bytes",
+                        unit: "total",
+                        help: "Body bytes not sent because a stored response went out compressed."
+                    )
+                )
             )
         )
     }
@@ -248,6 +319,17 @@ public final class ProxyMetrics: Sendable {
         invalidatedFills[discarded ? 0 : 1].increment()
     }
 
+    /// Counts a body compressed for storing: `sdui_compressions_total{coding,result}`, `result="kept"` when the
+    /// coded body was smaller and kept, `"not_smaller"` when it was dropped.
+    public func compression(_ coding: ContentCoding, kept: Bool) {
+        compressions[coding]?[kept ? 0 : 1].increment()
+    }
+
+    /// Counts a body left uncompressed because the compression pool was full: `sdui_compressions_skipped_total`.
+    public func compressionSkipped() {
+        compressionsSkipped.increment()
+    }
+
     /// Counts a prefetch: `sdui_prefetch_total{outcome}`.
     public func prefetch(outcome: PrefetchOutcome) {
         switch outcome {
@@ -267,6 +349,17 @@ public final class ProxyMetrics: Sendable {
         openConnections.decrement()
     }
 
+    /// The stored responses sent in each form so far (identity and each coding), and the body bytes the coded
+    /// ones saved: the tallies of every loop, added up.
+    public func storedFormsSent() -> (byForm: [String: Int], savedBytes: Int) {
+        let tallies = loopTallies.withLock { Array($0.values) }
+        var byForm: [String: Int] = [:]
+        for (index, form) in RequestTally.formLabels.enumerated() {
+            byForm[form] = tallies.reduce(0) { $0 + $1.storedForms()[index] }
+        }
+        return (byForm, tallies.reduce(0) { $0 + $1.savedBytes })
+    }
+
     // MARK: Rendering
 
     /// Every metric in the Prometheus text exposition format (version 0.0.4), with the cache figures read
@@ -281,6 +374,10 @@ public final class ProxyMetrics: Sendable {
                 Self.setCounter(state.cacheHits, to: snapshot.cacheHits)
                 Self.setCounter(state.cacheMisses, to: snapshot.cacheMisses)
                 Self.setCounter(state.eventLoopYields, to: snapshot.eventLoopYields)
+                Self.setCounter(state.compressionsDropped, to: snapshot.compressionsDropped)
+                for (index, form) in RequestTally.formLabels.enumerated() {
+                    state.bodyBytes[index].set(Double(snapshot.bodyBytesByForm[form] ?? 0))
+                }
                 if let depth = snapshot.queueDepth {
                     if state.queueDepth == nil {
                         state.queueDepth = registry.makeGauge(
@@ -303,6 +400,12 @@ public final class ProxyMetrics: Sendable {
     /// Adds what the tallies counted since the last rendering to the registry's request counters.
     private func addTallies(into state: inout ScrapeState) {
         let tallies = loopTallies.withLock { Array($0.values) }
+        // Mirrors of the tallies' totals, like the cache's figures: the tallies only grow.
+        let sent = storedFormsSent()
+        for (index, form) in RequestTally.formLabels.enumerated() {
+            Self.setCounter(state.storedForms[index], to: sent.byForm[form] ?? 0)
+        }
+        Self.setCounter(state.savedBytes, to: sent.savedBytes)
         for slot in 0..<RequestTally.slotCount {
             let total = tallies.reduce(0) { $0 + $1.count(inSlot: slot) }
             let added = total - state.renderedRequests[slot]

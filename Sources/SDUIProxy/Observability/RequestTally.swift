@@ -17,6 +17,11 @@ public final class RequestTally: @unchecked Sendable {
     static let cacheLabels = ["none"] + CacheResult.allCases.map(\.rawValue)
     /// One count per label combination: slot = (method * status classes + status class) * cache results + cache.
     static let slotCount = methodLabels.count * statusClassLabels.count * cacheLabels.count
+    /// The forms stored responses are sent in (`sdui_cache_responses_by_encoding_total{encoding}`), counted in
+    /// the slots after the requests' ones; then the body bytes the coded ones saved.
+    static let formLabels = ["identity"] + ContentCoding.stored.map(\.rawValue)
+    private static var savedBytesSlot: Int { slotCount + formLabels.count }
+    private static var allSlotCount: Int { savedBytesSlot + 1 }
 
     /// The counts, alone on their cache lines: the allocation is aligned to 128 bytes and padded to a multiple of
     /// it, two 64-byte lines, since processors may fetch lines in adjacent pairs.
@@ -25,15 +30,15 @@ public final class RequestTally: @unchecked Sendable {
     private static let alignmentBytes = 128
 
     public init() {
-        let bytes = Self.slotCount * MemoryLayout<UnsafeAtomic<Int>.Storage>.stride
+        let bytes = Self.allSlotCount * MemoryLayout<UnsafeAtomic<Int>.Storage>.stride
         let padded = (bytes + Self.alignmentBytes - 1) / Self.alignmentBytes * Self.alignmentBytes
         counts = UnsafeMutableRawPointer.allocate(byteCount: padded, alignment: Self.alignmentBytes)
-            .bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: Self.slotCount)
-        counts.initialize(repeating: UnsafeAtomic<Int>.Storage(0), count: Self.slotCount)
+            .bindMemory(to: UnsafeAtomic<Int>.Storage.self, capacity: Self.allSlotCount)
+        counts.initialize(repeating: UnsafeAtomic<Int>.Storage(0), count: Self.allSlotCount)
     }
 
     deinit {
-        counts.deinitialize(count: Self.slotCount)
+        counts.deinitialize(count: Self.allSlotCount)
         UnsafeMutableRawPointer(counts).deallocate()
     }
 
@@ -46,6 +51,29 @@ public final class RequestTally: @unchecked Sendable {
             * Self.cacheLabels.count + Self.cacheIndex(cacheResult)
         UnsafeAtomic<Int>(at: counts + slot).wrappingIncrement(ordering: .relaxed)
     }
+
+    /// Counts a stored response sent in the form of `coding` (nil: identity), whose body was `savedBytes` smaller
+    /// than identity's.
+    public func countStoredForm(_ coding: ContentCoding?, savedBytes: Int) {
+        let form: Int
+        switch coding {
+        case nil, .deflate?: form = 0
+        case .br?: form = 1
+        case .gzip?: form = 2
+        }
+        UnsafeAtomic<Int>(at: counts + Self.slotCount + form).wrappingIncrement(ordering: .relaxed)
+        if savedBytes > 0 {
+            UnsafeAtomic<Int>(at: counts + Self.savedBytesSlot).wrappingIncrement(by: savedBytes, ordering: .relaxed)
+        }
+    }
+
+    /// The stored responses sent in each form of ``formLabels`` so far.
+    func storedForms() -> [Int] {
+        (0..<Self.formLabels.count).map { count(inSlot: Self.slotCount + $0) }
+    }
+
+    /// The body bytes the coded forms saved so far.
+    var savedBytes: Int { count(inSlot: Self.savedBytesSlot) }
 
     /// The responses counted in `slot` so far.
     func count(inSlot slot: Int) -> Int {
