@@ -88,6 +88,8 @@ struct ProxyHarness {
         var status: HTTPResponseStatus
         var headers: HTTPHeaders
         var body: String
+        /// The body's bytes as they came (a coded body is no text).
+        var bytes = ByteBuffer()
 
         subscript(header: String) -> String? { headers.first(name: header) }
     }
@@ -117,7 +119,7 @@ struct ProxyHarness {
         if let body { request.body = .bytes(ByteBuffer(string: body)) }
         let response = try await client.execute(request, timeout: .seconds(10))
         let bytes = try await response.body.collect(upTo: 64 << 20)
-        return Reply(status: response.status, headers: response.headers, body: String(buffer: bytes))
+        return Reply(status: response.status, headers: response.headers, body: String(buffer: bytes), bytes: bytes)
     }
 }
 

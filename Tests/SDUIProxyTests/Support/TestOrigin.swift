@@ -30,6 +30,8 @@ final class TestOrigin: Sendable {
         var status: HTTPResponseStatus = .ok
         var headers: [(String, String)] = [("Content-Type", "application/json")]
         var body: String = ""
+        /// Bytes to send as the body instead of ``body``'s text: a body in a content coding.
+        var rawBody: [UInt8]?
         /// How long to wait before answering.
         var delay: TimeAmount = .zero
         /// Answer only once this gate is open (and then after `delay`).
@@ -265,10 +267,11 @@ private final class OriginHandler: ChannelInboundHandler {
 
     private func write(_ response: TestOrigin.Response, keepAlive: Bool, isHead: Bool, context: ChannelHandlerContext) {
         var headers = HTTPHeaders(response.headers)
+        let bodyBytes = response.rawBody ?? Array(response.body.utf8)
         if !response.chunked {
             headers.replaceOrAdd(
                 name: "Content-Length",
-                value: String(response.declaredLength ?? response.body.utf8.count)
+                value: String(response.declaredLength ?? bodyBytes.count)
             )
         }
         if !keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
@@ -277,10 +280,10 @@ private final class OriginHandler: ChannelInboundHandler {
             promise: nil
         )
         var pause = TimeAmount.zero
-        if !isHead, !response.body.isEmpty {
+        if !isHead, !bodyBytes.isEmpty {
             if response.bodyPieces > 1 {
                 context.flush()
-                let bytes = Array(response.body.utf8)
+                let bytes = bodyBytes
                 let size = (bytes.count + response.bodyPieces - 1) / response.bodyPieces
                 for start in stride(from: 0, to: bytes.count, by: size) {
                     pause = pause + response.pieceGap
@@ -290,7 +293,7 @@ private final class OriginHandler: ChannelInboundHandler {
                     }
                 }
             } else {
-                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: response.body)))), promise: nil)
+                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: bodyBytes)))), promise: nil)
             }
         }
         let origin = self.origin
