@@ -8,6 +8,7 @@
 #   WARMUP=300 MISSES=2000 BIN=... Benchmarks/tools/miss-instructions.sh
 #   KIND=hit MISSES=20000 BIN=... Benchmarks/tools/miss-instructions.sh   # one URL, stored by the warm-up
 #   KIND=pass BIN=... Benchmarks/tools/miss-instructions.sh                # unique URLs under a bypass route
+#   KIND=hit ACCEPT_ENCODING=gzip BIN=... Benchmarks/tools/miss-instructions.sh   # hits of the stored gzip form
 #   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
 #
 # Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
@@ -26,6 +27,8 @@ source "$BENCH_DIR/lib/configs.sh"
 
 BIN=${BIN:-}
 KIND=${KIND:-miss}
+# Sent as Accept-Encoding with every request when set; a hit must then come back in that coding.
+ACCEPT_ENCODING=${ACCEPT_ENCODING:-}
 WARMUP=${WARMUP:-300}
 MISSES=${MISSES:-2000}
 ORIGIN_PORT=${ORIGIN_PORT:-18300}
@@ -149,13 +152,16 @@ log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, proxy (callgrind) pid $PROXY_PID o
 # requests PREFIX COUNT: COUNT GETs on one keep-alive connection, each a 200 of KIND: for misses and passes,
 # never-seen URLs; for hits, one URL, which the warm-up's first request stores.
 requests() {
-    python3 - "$PROXY_PORT" "$KIND" "$1" "$2" <<'EOF'
+    python3 - "$PROXY_PORT" "$KIND" "$1" "$2" "$ACCEPT_ENCODING" <<'EOF'
 import http.client, sys
-port, kind, prefix, count = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+port, kind, prefix, count, coding = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+headers = {"beagle-platform": "IOS"}
+if coding:
+    headers["Accept-Encoding"] = coding
 for i in range(count):
     target = {"miss": f"/screens/{prefix}/{i}?u={i}", "pass": f"/pass/{prefix}/{i}", "hit": "/screens/hit"}[kind]
-    conn.request("GET", target, headers={"beagle-platform": "IOS"})
+    conn.request("GET", target, headers=headers)
     response = conn.getresponse()
     body = response.read()
     expected = "HIT" if kind == "hit" and not (prefix.startswith("warm") and i == 0) else "MISS"
@@ -163,6 +169,8 @@ for i in range(count):
         expected = "BYPASS"
     if response.status != 200 or response.getheader("X-Cache") != expected or not body:
         sys.exit(f"request {i}: status {response.status}, X-Cache {response.getheader('X-Cache')}")
+    if coding and expected == "HIT" and response.getheader("Content-Encoding") != coding:
+        sys.exit(f"request {i}: Content-Encoding {response.getheader('Content-Encoding')}, not {coding}")
 conn.close()
 EOF
 }
