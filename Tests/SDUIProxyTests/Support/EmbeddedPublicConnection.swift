@@ -222,16 +222,19 @@ final class EmbeddedPublicConnection {
     private var output = ByteBuffer()
 
     /// Runs `body` with a new connection, and ends the connection afterwards, whatever happened.
+    /// - Parameter keepsCompressedForms: stores responses compressed as the configuration's `compression` says
+    ///   (every body on the loop, there being no pool); off by default, so heads stay as the other tests expect.
     static func run(
         _ configure: (inout ProxyConfiguration) -> Void = { _ in },
+        keepsCompressedForms: Bool = false,
         _ body: (EmbeddedPublicConnection) throws -> Void
     ) throws {
-        let connection = try EmbeddedPublicConnection(configure)
+        let connection = try EmbeddedPublicConnection(configure, keepsCompressedForms: keepsCompressedForms)
         defer { connection.finish() }
         try body(connection)
     }
 
-    init(_ configure: (inout ProxyConfiguration) -> Void) throws {
+    init(_ configure: (inout ProxyConfiguration) -> Void, keepsCompressedForms: Bool = false) throws {
         var configuration = ProxyConfiguration()
         // Never dialled: the scripted client stands in for the backend.
         configuration.upstream.url = "http://backend.invalid"
@@ -257,6 +260,7 @@ final class EmbeddedPublicConnection {
             metrics: metrics,
             coalescer: RequestCoalescer(maximumWait: .seconds(6)),
             prefetchPlanner: ProxyContext.prefetchPlanner(for: configuration),
+            compression: keepsCompressedForms ? configuration.compression : nil,
             logger: logger
         )
         let context = ProxyContext(
@@ -331,6 +335,16 @@ final class EmbeddedPublicConnection {
     var unreadOutput: String {
         collectOutput()
         return String(buffer: output)
+    }
+
+    /// How many buffers the handler has written since the output was last read; they are kept for reading.
+    func countWrites() -> Int {
+        var writes = 0
+        while let buffer = try? channel.readOutbound(as: ByteBuffer.self) {
+            output.writeImmutableBuffer(buffer)
+            writes += 1
+        }
+        return writes
     }
 
     private func collectOutput() {
