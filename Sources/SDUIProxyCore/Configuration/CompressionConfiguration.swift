@@ -8,8 +8,8 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// The codings each stored response is also kept in; empty turns compression off. Only the codings in
     /// ``ContentCoding/stored`` are accepted, each once.
     public var encodings: [ContentCoding] = ContentCoding.stored
-    /// Bodies smaller than this are stored only as they are: a few hundred bytes gain less than their headers
-    /// and a second copy cost.
+    /// Bodies smaller than this are stored only as they are: compressing a few hundred bytes saves less than a
+    /// second stored copy costs.
     public var minBytes = 256
     /// The media types that are compressed (see ``compresses(contentType:)``): `type/subtype` for one type,
     /// `type/` for every subtype of a type, `+suffix` for a structured syntax suffix (RFC 6838 section 4.2.8).
@@ -21,8 +21,9 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// a response is compressed once, but while a fill waits for it.
     public var brotliLevel = 5
 
-    /// The levels the config accepts, which are the ones zlib and brotli take.
+    /// The gzip levels the config accepts: zlib's, but for 0, which stores without compressing.
     public static let gzipLevels = 1...9
+    /// The brotli qualities the config accepts: all of brotli's.
     public static let brotliLevels = 0...11
 
     /// The defaults: br and gzip, for JSON, text, JavaScript and SVG of 256 bytes or more.
