@@ -65,12 +65,36 @@ public final class ResponseCache: Sendable {
             /// How many of the store's slots are lists of varying headers, not responses: the entries
             /// reported are the responses.
             var variantLists = 0
+            /// The body bytes of the stored responses in each form, kept as they come and go.
+            var forms = FormTally()
         }
 
         let state: Mutex<State>
 
         init(costLimit: Int, countLimit: Int) {
             state = Mutex(State(store: LRUStore(costLimit: costLimit, countLimit: countLimit)))
+        }
+    }
+
+    /// The body bytes of stored responses in each form, and how many responses have a coded form.
+    struct FormTally {
+        var identity = 0
+        var brotli = 0
+        var gzip = 0
+        var compressedEntries = 0
+
+        /// Counts `slot`'s forms in (`sign` 1) or out (-1).
+        mutating func count(_ slot: Slot?, _ sign: Int) {
+            guard case .response(let entry)? = slot else { return }
+            identity += sign * entry.bodyLength
+            if !entry.encodedForms.isEmpty { compressedEntries += sign }
+            for form in entry.encodedForms {
+                switch form.coding {
+                case .br?: brotli += sign * form.bodyLength
+                case .gzip?: gzip += sign * form.bodyLength
+                case .deflate?, nil: break
+                }
+            }
         }
     }
 
@@ -225,7 +249,13 @@ public final class ResponseCache: Sendable {
             let replaced = state.store.peek(key)
             let replacesList = replaced?.isVariantList ?? false
             replacesResponse = replaced.map { !$0.isVariantList } ?? false
-            let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in evicted.keep(key, slot) }
+            let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in
+                state.forms.count(slot, -1)
+                evicted.keep(key, slot)
+            }
+            // What the key held is gone, replaced or with a replacement too large to keep.
+            state.forms.count(replaced, -1)
+            if stored { state.forms.count(slot, 1) }
             state.statistics.evictions += evicted.responses
             state.variantLists += (stored && slot.isVariantList ? 1 : 0) - (replacesList ? 1 : 0) - evicted.lists
             if !stored {
@@ -428,7 +458,10 @@ public final class ResponseCache: Sendable {
                 state.statistics.compressionsDropped += 1
                 return false
             }
+            state.forms.count(.response(stored), -1)
+            state.forms.count(.response(compressed), 1)
             state.store.insert(.response(compressed), forKey: key, cost: compressed.byteCost) { key, slot in
+                state.forms.count(slot, -1)
                 evicted.keep(key, slot)
             }
             state.statistics.evictions += evicted.responses
@@ -458,6 +491,7 @@ public final class ResponseCache: Sendable {
         let removed = withShard(for: key) { state -> CachedResponse? in
             guard case .response(let stored)? = state.store.peek(key), stored === entry else { return nil }
             state.store.removeValue(forKey: key)
+            state.forms.count(.response(stored), -1)
             if countingAsPurged { state.statistics.purged += 1 }
             return stored
         }
@@ -480,6 +514,7 @@ public final class ResponseCache: Sendable {
                     case .response(let entry):
                         guard matches(key.target, entry) else { return false }
                         responses += 1
+                        state.forms.count(slot, -1)
                         removedTargets[key.target, default: 0] -= 1
                         return true
                     case .variants:
@@ -522,6 +557,20 @@ public final class ResponseCache: Sendable {
         return reached
     }
 
+    /// Calls `body` with every stored response, shard by shard: O(n), for tests and diagnostics.
+    func forEachStoredResponse(_ body: (CachedResponse) -> Void) {
+        for shard in shards {
+            let entries = shard.state.withLock { state in
+                var entries: [CachedResponse] = []
+                state.store.forEachValue { slot in
+                    if case .response(let entry) = slot { entries.append(entry) }
+                }
+                return entries
+            }
+            entries.forEach(body)
+        }
+    }
+
     /// The counters and sizes, summed over shards.
     public var statistics: Statistics {
         var total = Statistics()
@@ -539,14 +588,10 @@ public final class ResponseCache: Sendable {
                 total.softPurged += state.statistics.softPurged
                 total.rejectedAsTooLarge += state.statistics.rejectedAsTooLarge
                 total.compressionsDropped += state.statistics.compressionsDropped
-                state.store.forEachValue { slot in
-                    guard case .response(let entry) = slot else { return }
-                    total.bodyBytesByForm["identity", default: 0] += entry.bodyLength
-                    if !entry.encodedForms.isEmpty { total.compressedEntries += 1 }
-                    for form in entry.encodedForms {
-                        total.bodyBytesByForm[form.coding?.rawValue ?? "identity", default: 0] += form.bodyLength
-                    }
-                }
+                total.bodyBytesByForm["identity", default: 0] += state.forms.identity
+                total.bodyBytesByForm["br", default: 0] += state.forms.brotli
+                total.bodyBytesByForm["gzip", default: 0] += state.forms.gzip
+                total.compressedEntries += state.forms.compressedEntries
             }
         }
         return total
