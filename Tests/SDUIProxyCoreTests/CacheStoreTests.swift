@@ -234,7 +234,9 @@ struct CachedResponseStorageTests {
         )
     }
 
-    @Test("the stored head drops framing and Age, keeps the rest in order, and ends with one ETag, the backend's or its own")
+    @Test(
+        "the stored head drops framing and Age, keeps the rest in order, and ends with one ETag, the backend's or its own"
+    )
     func storedHead() {
         let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#)
         func head(_ entry: CachedResponse) -> String { String(decoding: entry.identity.encodedHead, as: UTF8.self) }

@@ -104,11 +104,14 @@ import Testing
         let compressed = plain.adding([.init(coding: .gzip, body: gzip)])
         #expect(compressed.codings == .gzip)
         #expect(head(compressed.identity) == head(plain.identity))
-        let sameArray = compressed.identity.encodedHead.withUnsafeBufferPointer { $0.baseAddress }
+        let sameArray =
+            compressed.identity.encodedHead.withUnsafeBufferPointer { $0.baseAddress }
             == plain.identity.encodedHead.withUnsafeBufferPointer { $0.baseAddress }
         #expect(sameArray)
-        #expect(compressed.byteCost - plain.byteCost == compressed.form(.gzip).encodedHead.count + gzip.readableBytes
-            + MemoryLayout<StoredForm>.size)
+        #expect(
+            compressed.byteCost - plain.byteCost == compressed.form(.gzip).encodedHead.count + gzip.readableBytes
+                + MemoryLayout<StoredForm>.size
+        )
         #expect(head(compressed.form(.gzip)).hasPrefix("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"))
         #expect(compressed.form(.gzip).etag == ContentNegotiation.etag(plain.etag, for: .gzip))
         #expect(compressed.isFresh(at: .now()) && compressed.tags == plain.tags && compressed.status == plain.status)

@@ -70,7 +70,8 @@ struct StoreTimeCompressor: Sendable {
 
     /// Compresses `entry`'s body on the pool, then adds the forms to it if it is still what is stored for `key`.
     /// When the pool is full the entry stays in identity: counted, and logged at debug level.
-    func compressLater(_ entry: CachedResponse, for key: CacheKey, in cache: ResponseCache, on eventLoop: any EventLoop) {
+    func compressLater(_ entry: CachedResponse, for key: CacheKey, in cache: ResponseCache, on eventLoop: any EventLoop)
+    {
         guard let pool else { return }
         let body = entry.body
         let future = pool.run(on: eventLoop) { () -> CachedResponse? in

@@ -90,7 +90,9 @@ public final class CachedResponse: Sendable {
 
         /// Whether the response may never be served stale (RFC 9111 section 4.2.4): a client's `max-stale` does
         /// not outweigh it.
-        public var forbidsStale: Bool { !isDisjoint(with: [.noCache, .mustRevalidate, .proxyRevalidate, .sharedMaxAge]) }
+        public var forbidsStale: Bool {
+            !isDisjoint(with: [.noCache, .mustRevalidate, .proxyRevalidate, .sharedMaxAge])
+        }
     }
     /// How long past expiry the entry may be served while it is refreshed in the background.
     public var staleWhileRevalidate: Int64 { Int64(staleWhileRevalidateSeconds) }
@@ -346,8 +348,7 @@ public final class CachedResponse: Sendable {
     ) -> [StoredForm] {
         var forms: [StoredForm] = []
         for encoded in bodies
-        where ContentCoding.stored.contains(encoded.coding) && !forms.contains(where: { $0.coding == encoded.coding })
-        {
+        where ContentCoding.stored.contains(encoded.coding) && !forms.contains(where: { $0.coding == encoded.coding }) {
             forms.append(
                 StoredForm(
                     coding: encoded.coding,

@@ -201,7 +201,9 @@ public final class ResponseCache: Sendable {
         withShard(for: key) { state -> SlotLookup in
             switch state.store.value(forKey: key) {
             case .response(let entry)?:
-                guard entry.isFresh(at: now), !entry.revalidation.contains(.noCache) else { return .found(.stale(entry)) }
+                guard entry.isFresh(at: now), !entry.revalidation.contains(.noCache) else {
+                    return .found(.stale(entry))
+                }
                 state.statistics.hits += 1
                 return .found(.fresh(entry))
             case .variants(let names)?:
@@ -446,7 +448,11 @@ public final class ResponseCache: Sendable {
     /// The entry's cost grows by its new forms, and less recently used entries make room as for any store. A
     /// replacement too large for its shard is dropped, and the entry stays as it was.
     @discardableResult
-    public func storeCompressed(_ compressed: CachedResponse, replacing entry: CachedResponse, for key: CacheKey)
+    public func storeCompressed(
+        _ compressed: CachedResponse,
+        replacing entry: CachedResponse,
+        for key: CacheKey
+    )
         -> Bool
     {
         let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)

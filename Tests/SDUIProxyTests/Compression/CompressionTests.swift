@@ -15,7 +15,10 @@ struct CompressionTests {
             + items.joined(separator: ",") + "]}}"
     }()
 
-    private static func screenResponse(_ body: String = screen, type: String = "application/json") -> TestOrigin.Response {
+    private static func screenResponse(
+        _ body: String = screen,
+        type: String = "application/json"
+    ) -> TestOrigin.Response {
         TestOrigin.Response(
             headers: [("Content-Type", type), ("Cache-Control", "max-age=60"), ("ETag", #""s1""#)],
             body: body
@@ -146,7 +149,9 @@ struct CompressionTests {
             configure: { $0.compression.encodings = [.gzip] }
         ) { proxy in
             _ = try await proxy.get("/screen")
-            #expect(try await proxy.get("/screen", headers: [("Accept-Encoding", "br, gzip")])["content-encoding"] == "gzip")
+            #expect(
+                try await proxy.get("/screen", headers: [("Accept-Encoding", "br, gzip")])["content-encoding"] == "gzip"
+            )
             #expect(try await proxy.get("/screen", headers: [("Accept-Encoding", "br")])["content-encoding"] == nil)
         }
     }
@@ -175,7 +180,9 @@ struct CompressionTests {
         }
     }
 
-    @Test("a backend's gzip, deflate or br body, whatever its type, is decoded, stored as identity, and compressed again")
+    @Test(
+        "a backend's gzip, deflate or br body, whatever its type, is decoded, stored as identity, and compressed again"
+    )
     func backendCodingsDecoded() async throws {
         let text = String(repeating: "plain text from a backend that compresses anyway. ", count: 20)
         try await ProxyHarness.run(
@@ -267,7 +274,9 @@ struct CompressionTests {
             origin: { request in
                 guard request.headers.first(name: "if-none-match") == #""s1""# else {
                     return TestOrigin.Response(
-                        headers: [("Content-Type", "application/json"), ("Cache-Control", "no-cache"), ("ETag", #""s1""#)],
+                        headers: [
+                            ("Content-Type", "application/json"), ("Cache-Control", "no-cache"), ("ETag", #""s1""#),
+                        ],
                         body: Self.screen
                     )
                 }

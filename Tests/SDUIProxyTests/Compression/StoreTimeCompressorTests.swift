@@ -9,12 +9,20 @@ import Testing
 
 /// What is compressed when, and the pool that compresses large bodies: bounded in the jobs it takes.
 @Suite struct StoreTimeCompressorTests {
-    private func compressor(_ configure: (inout CompressionConfiguration) -> Void = { _ in }, pool: CompressionPool?)
+    private func compressor(
+        _ configure: (inout CompressionConfiguration) -> Void = { _ in },
+        pool: CompressionPool?
+    )
         -> StoreTimeCompressor
     {
         var configuration = CompressionConfiguration()
         configure(&configuration)
-        return StoreTimeCompressor(configuration: configuration, pool: pool, metrics: ProxyMetrics(), logger: Logger(label: "test"))
+        return StoreTimeCompressor(
+            configuration: configuration,
+            pool: pool,
+            metrics: ProxyMetrics(),
+            logger: Logger(label: "test")
+        )
     }
 
     @Test("listed types at least minBytes long are compressed: small ones now, larger ones on the pool")
