@@ -5,27 +5,24 @@ import SDUIProxyCore
 /// Keeps the responses the cache stores in the content codings `compression` names: each body compressed once,
 /// when it is stored, so that a hit in any coding writes bytes made beforehand, as an identity hit does.
 ///
-/// Small bodies are compressed where the fill is answered, before the entry is stored, so its first client may
-/// get them compressed. Larger ones would hold up every connection on the loop: their entry is stored in identity
-/// and answered at once, and the body is compressed on a ``CompressionPool``; the forms are added to the entry
-/// if it is still the one stored then (``ResponseCache/storeCompressed(_:replacing:for:)``).
+/// Compressing is the dearest thing a fill does: brotli at level 5 and gzip at 6 take about 700,000 instructions
+/// for a 2.4 KB screen (callgrind), four times the rest of the miss. On the event loop that would hold up every
+/// connection of the loop for a fraction of a millisecond at each store; so the entry is stored in identity and
+/// answered at once, and the body is compressed on a ``CompressionPool``, whose job adds the forms to the entry
+/// if it is still the one stored then (``ResponseCache/storeCompressed(_:replacing:for:)``). Without a pool
+/// (a fetcher made for a test) bodies are compressed before they are stored.
 struct StoreTimeCompressor: Sendable {
     let configuration: CompressionConfiguration
-    /// Where larger bodies are compressed; without one, every body is compressed where it is stored.
+    /// Where bodies are compressed; without one, each is compressed where it is stored.
     let pool: CompressionPool?
     let metrics: ProxyMetrics
     let logger: Logger
-
-    /// The largest body compressed on the event loop that stores it. Brotli at level 5 and gzip at 6 take about
-    /// 0.1 ms together for a 4 KiB screen, about what handing it to a thread and back costs in latency; past
-    /// that, the loop's other connections would wait for every miss.
-    static let largestCompressedOnLoop = 4 << 10
 
     /// What becomes of a body being stored.
     enum Plan: Equatable {
         /// Kept in identity only: compression is off, the type is not listed, or the body is under `minBytes`.
         case identityOnly
-        /// Compressed before the entry is stored.
+        /// Compressed before the entry is stored (there is no pool).
         case now
         /// Stored in identity, compressed on the pool, the forms added after.
         case later
@@ -36,7 +33,7 @@ struct StoreTimeCompressor: Sendable {
         guard configuration.isEnabled, bodyLength >= configuration.minBytes,
             configuration.compresses(contentType: contentType)
         else { return .identityOnly }
-        return bodyLength <= Self.largestCompressedOnLoop || pool == nil ? .now : .later
+        return pool == nil ? .now : .later
     }
 
     /// Whether responses of `contentType` name `Accept-Encoding` in their `Vary`: every one the proxy may keep
@@ -68,27 +65,24 @@ struct StoreTimeCompressor: Sendable {
         return encoded
     }
 
-    /// Compresses `entry`'s body on the pool, then adds the forms to it if it is still what is stored for `key`.
-    /// When the pool is full the entry stays in identity: counted, and logged at debug level.
+    /// Compresses `entry`'s body on the pool, then adds the forms to it if it is still what is stored for `key`,
+    /// from the pool's thread: the cache is shared, and the loop has nothing more to do with it. When the pool is
+    /// full the entry stays in identity: counted, and logged at debug level.
     func compressLater(_ entry: CachedResponse, for key: CacheKey, in cache: ResponseCache, on eventLoop: any EventLoop)
     {
         guard let pool else { return }
         let body = entry.body
-        let future = pool.run(on: eventLoop) { () -> CachedResponse? in
+        let job = pool.run(on: eventLoop) {
             let encoded = encode(body)
-            return encoded.isEmpty ? nil : entry.adding(encoded)
+            guard !encoded.isEmpty else { return }
+            cache.storeCompressed(entry.adding(encoded), replacing: entry, for: key)
         }
-        guard let future else {
+        if job == nil {
             metrics.compressionSkipped()
             logger.debug(
                 "compression pool full; the entry stays uncompressed",
                 metadata: ["key": "\(key)", "bytes": "\(body.readableBytes)"]
             )
-            return
-        }
-        future.whenSuccess { compressed in
-            guard let compressed else { return }
-            cache.storeCompressed(compressed, replacing: entry, for: key)
         }
     }
 }

@@ -16,7 +16,7 @@ import Testing
         "\(method) \(path) HTTP/1.1\r\nHost: app.example\r\n\(extraHeaders)\r\n"
     }
 
-    @Test("a small body is compressed before it is stored: the miss that filled it already gets its gzip form")
+    @Test("without a compression pool a body is compressed before it is stored: its miss gets the gzip form")
     func missGetsTheCodedForm() throws {
         try EmbeddedPublicConnection.run(keepsCompressedForms: true) { connection in
             try connection.send(Self.get("/screens/home", "Accept-Encoding: gzip\r\n"))
