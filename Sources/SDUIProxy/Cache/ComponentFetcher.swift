@@ -443,10 +443,9 @@ public final class ComponentFetcher: Sendable {
             return .notStored(response, reason: reason)
         }
 
-        let contentType = compressor == nil ? nil : response.fields.first("content-type")
-        let compression = compressor?.plan(contentType: contentType, bodyLength: response.body.readableBytes)
+        let compression = compressor?.plan(for: response.fields, bodyLength: response.body.readableBytes)
         var metadata = metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime)
-        metadata.variesByEncoding = compressor?.variesByEncoding(contentType: contentType) ?? false
+        metadata.variesByEncoding = compression?.variesByEncoding ?? false
         let entry = CachedResponse(
             status: response.status,
             fields: response.fields,
@@ -530,7 +529,7 @@ public final class ComponentFetcher: Sendable {
         var metadata = metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime)
         metadata.variesByEncoding =
             !stale.encodedForms.isEmpty
-            || compressor?.variesByEncoding(contentType: mergedFields.first("content-type")) == true
+            || compressor?.plan(for: mergedFields, bodyLength: stale.bodyLength).variesByEncoding == true
         // The body is the one stored, and so are its coded forms: kept, not compressed again.
         let refreshed = CachedResponse(
             status: stale.status,

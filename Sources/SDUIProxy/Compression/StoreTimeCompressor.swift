@@ -20,26 +20,38 @@ struct StoreTimeCompressor: Sendable {
 
     /// What becomes of a body being stored.
     enum Plan: Equatable {
-        /// Kept in identity only: compression is off, the type is not listed, or the body is under `minBytes`.
+        /// Kept in identity: compression is off, or the response's type is not listed.
         case identityOnly
+        /// Kept in identity, though of a listed type: its body is under `minBytes`.
+        case tooSmall
         /// Compressed before the entry is stored (there is no pool).
         case now
         /// Stored in identity, compressed on the pool, the forms added after.
         case later
+
+        /// Whether the response names `Accept-Encoding` in its `Vary`: every one of a type the proxy compresses,
+        /// whatever its size, so a cache downstream never stores one form for another's requests.
+        var variesByEncoding: Bool { self != .identityOnly }
+    }
+
+    /// What becomes of a response whose fields are `fields`, with a body of `bodyLength` bytes: its
+    /// `Content-Type` read where it lies, once per fill.
+    func plan(for fields: HTTPFieldLines, bodyLength: Int) -> Plan {
+        guard configuration.isEnabled,
+            fields.withFirstValue(of: "content-type", { configuration.compresses(contentType: $0) }) == true
+        else { return .identityOnly }
+        return plan(ofListedTypeWithLength: bodyLength)
     }
 
     /// What becomes of a response of `contentType` with a body of `bodyLength` bytes.
     func plan(contentType: String?, bodyLength: Int) -> Plan {
-        guard configuration.isEnabled, bodyLength >= configuration.minBytes,
-            configuration.compresses(contentType: contentType)
-        else { return .identityOnly }
-        return pool == nil ? .now : .later
+        guard configuration.isEnabled, configuration.compresses(contentType: contentType) else { return .identityOnly }
+        return plan(ofListedTypeWithLength: bodyLength)
     }
 
-    /// Whether responses of `contentType` name `Accept-Encoding` in their `Vary`: every one the proxy may keep
-    /// compressed, whatever its size, so a cache downstream never stores one form for another's requests.
-    func variesByEncoding(contentType: String?) -> Bool {
-        configuration.isEnabled && configuration.compresses(contentType: contentType)
+    private func plan(ofListedTypeWithLength bodyLength: Int) -> Plan {
+        guard bodyLength >= configuration.minBytes else { return .tooSmall }
+        return pool == nil ? .now : .later
     }
 
     /// `body` in each configured coding that makes it smaller; a coding that does not is left out, as is one

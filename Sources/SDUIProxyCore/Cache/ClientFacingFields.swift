@@ -17,14 +17,17 @@ public struct ClientFacingFields: Sendable, Equatable {
     public let keyFields: [String]
     /// The field left out of what clients see, lower-cased; nil when clients see it.
     public let hiddenField: String?
-    /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored.
+    /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored; then the
+    /// same for a response kept compressed, which names `Accept-Encoding` too.
     private let keyFieldsVary: String?
+    private let keyFieldsVaryNamingEncoding: String?
 
     /// Fields with `keyFields` to name in `Vary`, and `hiddenField` to leave out.
     public init(keyFields: [String] = [], hiddenField: String? = nil) {
         self.keyFields = keyFields
         self.hiddenField = hiddenField?.lowercased()
         self.keyFieldsVary = Self.merged([], keyFields)
+        self.keyFieldsVaryNamingEncoding = Self.merged([], keyFields + ["Accept-Encoding"])
     }
 
     /// The fields for answers to requests under `policy` (nil for a request whose answer the cache keys on
@@ -61,7 +64,7 @@ public struct ClientFacingFields: Sendable, Equatable {
     /// `Vary` has `*`, which already says that any field may select the answer.
     public func vary(merging members: [String], namingAcceptEncoding: Bool = false) -> String? {
         guard namingAcceptEncoding else { return members.isEmpty ? keyFieldsVary : Self.merged(members, keyFields) }
-        return Self.merged(members, keyFields + ["Accept-Encoding"])
+        return members.isEmpty ? keyFieldsVaryNamingEncoding : Self.merged(members, keyFields + ["Accept-Encoding"])
     }
 
     private static func merged(_ members: [String], _ keyFields: [String]) -> String? {

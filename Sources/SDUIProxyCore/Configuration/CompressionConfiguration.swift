@@ -45,23 +45,45 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// subtype that ends with one that starts with `+`. A response without a `Content-Type` is not compressed:
     /// what it is would be a guess.
     public func compresses(contentType: String?) -> Bool {
-        guard let contentType else { return false }
-        let mediaType = Self.mediaType(contentType)
-        guard let slash = mediaType.firstIndex(of: "/"), slash != mediaType.startIndex else { return false }
-        let subtype = mediaType[mediaType.index(after: slash)...]
-        guard !subtype.isEmpty else { return false }
+        guard var contentType else { return false }
+        return contentType.withUTF8 { compresses(contentType: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// ``compresses(contentType:)`` for a `Content-Type` value where it lies: every fill asks, so the value is
+    /// read in place, neither copied nor lower-cased.
+    public func compresses(contentType value: UnsafeRawBufferPointer) -> Bool {
+        var start = 0
+        var end = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
+        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
+        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
+        let mediaType = UnsafeRawBufferPointer(rebasing: value[start..<end])
+        guard let slash = mediaType.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < mediaType.count - 1 else {
+            return false
+        }
+        let subtypeCount = mediaType.count - slash - 1
         return types.contains { entry in
-            let entry = entry.lowercased()
-            if entry.hasPrefix("+") { return subtype.count > entry.count && subtype.hasSuffix(entry) }
-            if entry.hasSuffix("/") { return mediaType.hasPrefix(entry) }
-            return mediaType == entry
+            entry.utf8.withContiguousStorageIfAvailable { entry in
+                let entry = UnsafeRawBufferPointer(entry)
+                if entry.first == UInt8(ascii: "+") {
+                    return subtypeCount > entry.count
+                        && Self.equalsFolded(mediaType[(mediaType.count - entry.count)...], entry)
+                }
+                if entry.last == UInt8(ascii: "/") {
+                    return mediaType.count >= entry.count && Self.equalsFolded(mediaType[..<entry.count], entry)
+                }
+                return mediaType.count == entry.count && Self.equalsFolded(mediaType[...], entry)
+            } ?? false
         }
     }
 
-    /// `type/subtype` of a `Content-Type` value, lower case.
-    private static func mediaType(_ contentType: String) -> String {
-        let beforeParameters = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)[0]
-        return beforeParameters.trimmingWhitespace().lowercased()
+    /// Whether `bytes` equal `entry` (one of ``types``), ASCII letters compared without regard to case.
+    private static func equalsFolded(_ bytes: Slice<UnsafeRawBufferPointer>, _ entry: UnsafeRawBufferPointer) -> Bool {
+        guard bytes.count == entry.count else { return false }
+        for (byte, expected) in zip(bytes, entry)
+        where HTTPSyntax.lowercasedASCII(byte) != HTTPSyntax.lowercasedASCII(expected) {
+            return false
+        }
+        return true
     }
 
     // MARK: Parsing
