@@ -241,8 +241,9 @@ struct HardeningTests {
             origin: { _ in .component(delay: .seconds(5)) },
             configure: {
                 Self.limited(&$0)
-                // Two seconds: a loaded machine may take one between connecting and sending.
-                $0.limits.idleTimeout = .seconds(2)
+                // Four seconds: a machine running the whole suite may take two between connecting and the proxy
+                // reading the request.
+                $0.limits.idleTimeout = .seconds(4)
             }
         ) { proxy async throws in
             let connection = try await RawConnection(port: proxy.server.publicPort, allowHalfClosure: true)
@@ -254,7 +255,7 @@ struct HardeningTests {
             let answer = try #require(try await connection.readResponse())
             #expect(answer.head.hasPrefix("HTTP/1.1 413"))
             // Past the idle timeout, the client is still sending its body: it must not be reset.
-            for _ in 0..<12 {
+            for _ in 0..<20 {
                 try await connection.send(String(repeating: chunk, count: 10))
                 try await Task.sleep(for: .milliseconds(250))
             }
