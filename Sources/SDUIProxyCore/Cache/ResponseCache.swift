@@ -66,35 +66,13 @@ public final class ResponseCache: Sendable {
             /// reported are the responses.
             var variantLists = 0
             /// The body bytes of the stored responses in each form, kept as they come and go.
-            var forms = FormTally()
+            var forms = StoredFormTally()
         }
 
         let state: Mutex<State>
 
         init(costLimit: Int, countLimit: Int) {
             state = Mutex(State(store: LRUStore(costLimit: costLimit, countLimit: countLimit)))
-        }
-    }
-
-    /// The body bytes of stored responses in each form, and how many responses have a coded form.
-    struct FormTally {
-        var identity = 0
-        var brotli = 0
-        var gzip = 0
-        var compressedEntries = 0
-
-        /// Counts `slot`'s forms in (`sign` 1) or out (-1).
-        mutating func count(_ slot: Slot?, _ sign: Int) {
-            guard case .response(let entry)? = slot else { return }
-            identity += sign * entry.bodyLength
-            if !entry.encodedForms.isEmpty { compressedEntries += sign }
-            for form in entry.encodedForms {
-                switch form.coding {
-                case .br?: brotli += sign * form.bodyLength
-                case .gzip?: gzip += sign * form.bodyLength
-                case .deflate?, nil: break
-                }
-            }
         }
     }
 
