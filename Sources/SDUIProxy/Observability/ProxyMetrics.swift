@@ -354,8 +354,8 @@ public final class ProxyMetrics: Sendable {
     public func storedFormsSent() -> (byForm: [String: Int], savedBytes: Int) {
         let tallies = loopTallies.withLock { Array($0.values) }
         var byForm: [String: Int] = [:]
-        for (index, form) in RequestTally.formLabels.enumerated() {
-            byForm[form] = tallies.reduce(0) { $0 + $1.storedForms()[index] }
+        for tally in tallies {
+            for (form, count) in zip(RequestTally.formLabels, tally.storedForms()) { byForm[form, default: 0] += count }
         }
         return (byForm, tallies.reduce(0) { $0 + $1.savedBytes })
     }

@@ -50,7 +50,8 @@ enum HTTP1ResponseEncoder {
         buffer.writeStaticString("\r\n")
     }
 
-    /// Appends a stored entry from its encoded head: no header encoding. A body stored as exact bytes (up to
+    /// Appends a stored entry in `form` (the one the request negotiated) from the form's encoded head: no header
+    /// encoding. A body stored as exact bytes (up to
     /// ``CachedResponse/maximumExactBodyBytes``) is copied behind the head, so a hit is one buffer and one write:
     /// that costs less than a second pending write through the channel (8 % fewer instructions per hit, perf
     /// stat). Returns the larger body that goes out as the stored buffer, uncopied, if any.

@@ -187,9 +187,6 @@ public final class CachedResponse: Sendable {
         /// start, in every form, so that a cache downstream that gets the identity form before the coded ones
         /// exist never gives it for the coded ones' requests, nor the reverse.
         public var variesByEncoding = false
-        /// The backend sent the body in a content coding, which was decoded: its `ETag` named the coded bytes, not
-        /// these, so the entry computes its own.
-        public var wasDecoded = false
 
         public init(storedAt: NIODeadline, initialAge: Int64, freshnessLifetime: Int64) {
             self.storedAt = storedAt
@@ -270,7 +267,7 @@ public final class CachedResponse: Sendable {
                 tags += value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
                     .map { String(decoding: $0, as: UTF8.self) }
             }
-            if upstreamETag == nil, !metadata.wasDecoded, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
+            if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
                 upstreamETag = String(decoding: value, as: UTF8.self)
             }
             guard isShared(name) else { return }

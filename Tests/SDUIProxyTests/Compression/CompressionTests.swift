@@ -25,6 +25,12 @@ struct CompressionTests {
         )
     }
 
+    /// Stores `path` with a first request, then waits for its coded forms.
+    private static func storeAndCompress(_ path: String, _ proxy: ProxyHarness) async throws {
+        _ = try await proxy.get(path)
+        try await waitForCompression(proxy)
+    }
+
     /// Waits until `count` stored responses have coded forms: they are compressed on the pool, after the miss.
     private static func waitForCompression(_ proxy: ProxyHarness, entries count: Int = 1) async throws {
         try await waitUntil {
@@ -69,8 +75,7 @@ struct CompressionTests {
     @Test("If-None-Match matches the tag of the form asked for, not another form's; HEAD answers as GET")
     func validatorsPerForm() async throws {
         try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
-            _ = try await proxy.get("/screen")
-            try await Self.waitForCompression(proxy)
+            try await Self.storeAndCompress("/screen", proxy)
             let gzipTag = #""s1-gzip""#
             let notModified = try await proxy.get(
                 "/screen",
@@ -98,8 +103,7 @@ struct CompressionTests {
     @Test("a byte range is a range of the form asked for, its length that form's")
     func rangesPerForm() async throws {
         try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
-            _ = try await proxy.get("/screen")
-            try await Self.waitForCompression(proxy)
+            try await Self.storeAndCompress("/screen", proxy)
             let whole = try await proxy.get("/screen", headers: [("Accept-Encoding", "gzip")])
             let part = try await proxy.get("/screen", headers: [("Accept-Encoding", "gzip"), ("Range", "bytes=0-9")])
             #expect(part.status == .partialContent)
@@ -158,8 +162,7 @@ struct CompressionTests {
             origin: { _ in Self.screenResponse() },
             configure: { $0.compression.encodings = [.gzip] }
         ) { proxy in
-            _ = try await proxy.get("/screen")
-            try await Self.waitForCompression(proxy)
+            try await Self.storeAndCompress("/screen", proxy)
             #expect(
                 try await proxy.get("/screen", headers: [("Accept-Encoding", "br, gzip")])["content-encoding"] == "gzip"
             )
@@ -292,8 +295,7 @@ struct CompressionTests {
                 )
             }
         ) { proxy in
-            _ = try await proxy.get("/screen")
-            try await Self.waitForCompression(proxy)
+            try await Self.storeAndCompress("/screen", proxy)
             let revalidated = try await proxy.get("/screen", headers: [("Accept-Encoding", "br")])
             #expect(revalidated["x-cache"] == "REVALIDATED" && revalidated["content-encoding"] == "br")
             #expect(try Self.decoded(revalidated) == Self.screen)
@@ -307,8 +309,7 @@ struct CompressionTests {
     @Test("stats and metrics count the bytes stored and sent in each form, and the bytes saved")
     func countedInStatsAndMetrics() async throws {
         try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
-            _ = try await proxy.get("/screen")
-            try await Self.waitForCompression(proxy)
+            try await Self.storeAndCompress("/screen", proxy)
             let gzip = try await proxy.get("/screen", headers: [("Accept-Encoding", "gzip")])
             _ = try await proxy.get("/screen", headers: [("Accept-Encoding", "br")])
             let identityLength = Self.screen.utf8.count
