@@ -5,7 +5,7 @@ import SDUIProxyCore
 /// Stands between the admin listener's HTTP decoder and the body aggregator, so that a client without the token
 /// costs the listener nothing: its request is answered 401 on its head, before any of its body is read, and
 /// the connection closed. It also closes a connection idle for `idleTimeout` between requests (or for
-/// ``firstRequestTimeout`` before its first), and one whose request is not complete `requestTimeout` after
+/// ``defaultFirstRequestTimeout`` before its first, unless tuned), and one whose request is not complete `requestTimeout` after
 /// its head: without them, a client could hold a connection, or one of the listener's few slots, and a
 /// part-read body for as long as it liked.
 final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
@@ -26,22 +26,29 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
     /// Whether the current request's answer has been written to its end.
     private var answered = true
 
-    /// How long a new connection may wait before its first request: probes and operators send theirs at once,
-    /// and a connection that sends nothing holds one of the listener's slots.
-    static let firstRequestTimeout: TimeAmount = .seconds(5)
+    /// How long a new connection may wait before its first request, by default: probes and operators send theirs
+    /// at once, and a connection that sends nothing holds one of the listener's slots.
+    static let defaultFirstRequestTimeout: TimeAmount = .seconds(5)
+    private let firstRequestTimeout: TimeAmount
 
-    init(authorization: AdminAuthorization, idleTimeout: TimeAmount, requestTimeout: TimeAmount) {
+    init(
+        authorization: AdminAuthorization,
+        idleTimeout: TimeAmount,
+        requestTimeout: TimeAmount,
+        firstRequestTimeout: TimeAmount = AdminGate.defaultFirstRequestTimeout
+    ) {
         self.authorization = authorization
         self.idleTimeout = idleTimeout
         self.requestTimeout = requestTimeout
+        self.firstRequestTimeout = firstRequestTimeout
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { closeAfter(min(idleTimeout, Self.firstRequestTimeout), context: context) }
+        if context.channel.isActive { closeAfter(min(idleTimeout, firstRequestTimeout), context: context) }
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        closeAfter(min(idleTimeout, Self.firstRequestTimeout), context: context)
+        closeAfter(min(idleTimeout, firstRequestTimeout), context: context)
         context.fireChannelActive()
     }
 

@@ -129,6 +129,8 @@ public final class ProxyServer: Sendable {
         /// The admin listener's connection cap: enough for operators and probes, few enough that connections
         /// without the token cannot take the process's descriptors.
         var maximumAdminConnections = 256
+        /// How long an admin connection may wait before its first request (``AdminGate``).
+        var adminFirstRequestTimeout = AdminGate.defaultFirstRequestTimeout
         /// How long a purge or a fleet prefetch waits for the fleet's log to take it before answering `pending`
         /// (``FleetLog/Settings/recordWait``).
         var fleetRecordWait = FleetLog.Settings.defaultRecordWait
@@ -312,7 +314,8 @@ public final class ProxyServer: Sendable {
                     AdminGate(
                         authorization: adminAuthorization,
                         idleTimeout: limits.idleTimeout.timeAmount,
-                        requestTimeout: limits.requestTimeout.timeAmount
+                        requestTimeout: limits.requestTimeout.timeAmount,
+                        firstRequestTimeout: tuning.adminFirstRequestTimeout
                     )
                 )
                 try sync.addHandler(
