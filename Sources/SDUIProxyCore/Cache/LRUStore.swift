@@ -1,22 +1,26 @@
 /// A least-recently-used map bounded by a total cost (bytes) and an entry count, with O(1) lookup, insert
 /// and removal.
 ///
-/// Nodes live in one array and link to each other by index, so the store allocates only when it grows and
-/// keeps no object per entry. Not thread-safe: ``ResponseCache`` holds one per shard behind a lock.
+/// Nodes live in one array and link to each other by 32-bit index, so the store allocates only when it grows and
+/// keeps no object per entry. They are found through ``NodeIndex``, an open-addressing table of node numbers with
+/// a part of each key's hash: the key is held once, in its node. A `Dictionary` from key to node held every key a
+/// second time in buckets of its own, two and a half per entry at its load factor, which came to more than a
+/// hundred bytes of every cached response. Not thread-safe: ``ResponseCache`` holds one per shard behind a lock.
 public struct LRUStore<Key: Hashable, Value> {
+    /// Declared widest first, the links and cost in 32 bits: one per entry.
     private struct Node {
         var key: Key?
         var value: Value?
-        var cost: Int
-        var previous: Int
-        var next: Int
+        var cost: UInt32
+        var previous: UInt32
+        var next: UInt32
     }
 
-    private static var none: Int { -1 }
+    private static var none: UInt32 { .max }
 
     private var nodes: [Node] = []
-    private var indexByKey: [Key: Int] = [:]
-    private var freeList: [Int] = []
+    private var index = NodeIndex()
+    private var freeList: [UInt32] = []
     /// Most recently used.
     private var head = LRUStore.none
     /// Least recently used: the next to go.
@@ -32,21 +36,21 @@ public struct LRUStore<Key: Hashable, Value> {
     public init(costLimit: Int, countLimit: Int) {
         precondition(costLimit > 0 && countLimit > 0, "an LRU store needs room for at least one entry")
         self.costLimit = costLimit
-        self.countLimit = countLimit
+        self.countLimit = min(countLimit, Int(UInt32.max - 1))
     }
 
-    public var count: Int { indexByKey.count }
+    public var count: Int { index.count }
 
     /// The value for `key`, which becomes the most recently used.
     public mutating func value(forKey key: Key) -> Value? {
-        guard let index = indexByKey[key] else { return nil }
-        moveToFront(index)
-        return nodes[index].value
+        guard let node = find(key) else { return nil }
+        moveToFront(node)
+        return nodes[Int(node)].value
     }
 
     /// The value for `key` without changing its recency.
     public func peek(_ key: Key) -> Value? {
-        indexByKey[key].flatMap { nodes[$0].value }
+        find(key).flatMap { nodes[Int($0)].value }
     }
 
     /// Stores `value` as the most recently used, replacing any value for `key`, then evicts least recently used
@@ -62,27 +66,27 @@ public struct LRUStore<Key: Hashable, Value> {
         evicted: (Key, Value) -> Void = { _, _ in }
     ) -> Bool {
         precondition(cost >= 0, "cost cannot be negative")
-        if let existing = indexByKey[key] {
-            totalCost += cost - nodes[existing].cost
-            nodes[existing].value = value
-            nodes[existing].cost = cost
-            moveToFront(existing)
-        } else {
-            guard cost <= costLimit else { return false }
-            let index = allocateNode(key: key, value: value, cost: cost)
-            indexByKey[key] = index
-            totalCost += cost
-            linkAtFront(index)
-        }
-        if cost > costLimit {
+        let hash = key.hashValue
+        guard cost <= costLimit, cost < Int(UInt32.max) else {
             _ = removeValue(forKey: key)
             return false
         }
-        while totalCost > costLimit || indexByKey.count > countLimit {
+        if let existing = find(key, hash: hash) {
+            totalCost += cost - Int(nodes[Int(existing)].cost)
+            nodes[Int(existing)].value = value
+            nodes[Int(existing)].cost = UInt32(cost)
+            moveToFront(existing)
+        } else {
+            let node = allocateNode(key: key, value: value, cost: UInt32(cost))
+            index.insert(node, hash: hash)
+            totalCost += cost
+            linkAtFront(node)
+        }
+        while totalCost > costLimit || index.count > countLimit {
             let victim = tail
-            guard victim != Self.none, let victimKey = nodes[victim].key else { break }
-            let victimValue = nodes[victim].value!
-            removeNode(at: victim, key: victimKey)
+            guard victim != Self.none, let victimKey = nodes[Int(victim)].key else { break }
+            let victimValue = nodes[Int(victim)].value!
+            removeNode(victim, hash: victimKey.hashValue)
             evicted(victimKey, victimValue)
         }
         return true
@@ -91,96 +95,108 @@ public struct LRUStore<Key: Hashable, Value> {
     /// Removes and returns the value for `key`.
     @discardableResult
     public mutating func removeValue(forKey key: Key) -> Value? {
-        guard let index = indexByKey[key] else { return nil }
-        let value = nodes[index].value
-        removeNode(at: index, key: key)
+        let hash = key.hashValue
+        guard let node = find(key, hash: hash) else { return nil }
+        let value = nodes[Int(node)].value
+        removeNode(node, hash: hash)
         return value
     }
 
     /// Replaces the value stored for `key` in place, its cost and recency unchanged; false when none is stored.
     @discardableResult
     public mutating func replaceValue(forKey key: Key, with value: Value) -> Bool {
-        guard let index = indexByKey[key] else { return false }
-        nodes[index].value = value
+        guard let node = find(key) else { return false }
+        nodes[Int(node)].value = value
         return true
     }
 
     /// Removes every entry for which `shouldRemove` is true, and returns how many went. O(n).
     @discardableResult
     public mutating func removeAll(where shouldRemove: (Key, Value) -> Bool) -> Int {
-        var doomed: [(Key, Int)] = []
-        for (key, index) in indexByKey where shouldRemove(key, nodes[index].value!) {
-            doomed.append((key, index))
+        var doomed: [(UInt32, Int)] = []
+        for node in nodes.indices {
+            guard let key = nodes[node].key, let value = nodes[node].value, shouldRemove(key, value) else { continue }
+            doomed.append((UInt32(node), key.hashValue))
         }
-        for (key, index) in doomed { removeNode(at: index, key: key) }
+        for (node, hash) in doomed { removeNode(node, hash: hash) }
         return doomed.count
     }
 
     /// Calls `body` with every value, in no particular order. O(n).
     public func forEachValue(_ body: (Value) -> Void) {
-        for index in indexByKey.values { nodes[index].value.map(body) }
+        for node in nodes.indices { nodes[node].value.map(body) }
     }
 
     /// Replaces each value for which `replacement` gives a new one, keeping its cost and recency. O(n).
     public mutating func replaceValues(_ replacement: (Key, Value) -> Value?) {
-        for index in nodes.indices {
-            guard let key = nodes[index].key, let value = nodes[index].value, let new = replacement(key, value)
+        for node in nodes.indices {
+            guard let key = nodes[node].key, let value = nodes[node].value, let new = replacement(key, value)
             else { continue }
-            nodes[index].value = new
+            nodes[node].value = new
         }
     }
 
     /// The keys from most to least recently used (for tests and diagnostics).
     public var keysByRecency: [Key] {
         var keys: [Key] = []
-        var index = head
-        while index != Self.none {
-            keys.append(nodes[index].key!)
-            index = nodes[index].next
+        var node = head
+        while node != Self.none {
+            keys.append(nodes[Int(node)].key!)
+            node = nodes[Int(node)].next
         }
         return keys
     }
 
+    // MARK: Finding
+
+    private func find(_ key: Key) -> UInt32? {
+        find(key, hash: key.hashValue)
+    }
+
+    private func find(_ key: Key, hash: Int) -> UInt32? {
+        index.first(hash: hash) { nodes[Int($0)].key == key }
+    }
+
     // MARK: Linking
 
-    private mutating func allocateNode(key: Key, value: Value, cost: Int) -> Int {
+    private mutating func allocateNode(key: Key, value: Value, cost: UInt32) -> UInt32 {
         let node = Node(key: key, value: value, cost: cost, previous: Self.none, next: Self.none)
         if let reused = freeList.popLast() {
-            nodes[reused] = node
+            nodes[Int(reused)] = node
             return reused
         }
         nodes.append(node)
-        return nodes.count - 1
+        return UInt32(nodes.count - 1)
     }
 
-    private mutating func removeNode(at index: Int, key: Key) {
-        unlink(index)
-        indexByKey.removeValue(forKey: key)
-        totalCost -= nodes[index].cost
-        nodes[index] = Node(key: nil, value: nil, cost: 0, previous: Self.none, next: Self.none)
-        freeList.append(index)
+    private mutating func removeNode(_ node: UInt32, hash: Int) {
+        unlink(node)
+        index.remove(node, hash: hash)
+        totalCost -= Int(nodes[Int(node)].cost)
+        nodes[Int(node)] = Node(key: nil, value: nil, cost: 0, previous: Self.none, next: Self.none)
+        freeList.append(node)
     }
 
-    private mutating func moveToFront(_ index: Int) {
-        guard head != index else { return }
-        unlink(index)
-        linkAtFront(index)
+    private mutating func moveToFront(_ node: UInt32) {
+        guard head != node else { return }
+        unlink(node)
+        linkAtFront(node)
     }
 
-    private mutating func linkAtFront(_ index: Int) {
-        nodes[index].previous = Self.none
-        nodes[index].next = head
-        if head != Self.none { nodes[head].previous = index }
-        head = index
-        if tail == Self.none { tail = index }
+    private mutating func linkAtFront(_ node: UInt32) {
+        nodes[Int(node)].previous = Self.none
+        nodes[Int(node)].next = head
+        if head != Self.none { nodes[Int(head)].previous = node }
+        head = node
+        if tail == Self.none { tail = node }
     }
 
-    private mutating func unlink(_ index: Int) {
-        let previous = nodes[index].previous
-        let next = nodes[index].next
-        if previous != Self.none { nodes[previous].next = next } else { head = next }
-        if next != Self.none { nodes[next].previous = previous } else { tail = previous }
-        nodes[index].previous = Self.none
-        nodes[index].next = Self.none
+    private mutating func unlink(_ node: UInt32) {
+        let previous = nodes[Int(node)].previous
+        let next = nodes[Int(node)].next
+        if previous != Self.none { nodes[Int(previous)].next = next } else { head = next }
+        if next != Self.none { nodes[Int(next)].previous = previous } else { tail = previous }
+        nodes[Int(node)].previous = Self.none
+        nodes[Int(node)].next = Self.none
     }
 }
