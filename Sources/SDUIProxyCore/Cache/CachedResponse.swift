@@ -8,19 +8,46 @@ import NIOHTTP1
 /// Immutable and shared: one instance serves every hit and every coalesced waiter. Each ``StoredForm`` keeps its
 /// head encoded for HTTP/1.1 beside its body, so a hit in any form is one buffer and one write; the fields in
 /// those heads are the same in every form but the form's own (`Content-Encoding`, `ETag`, `Content-Length`).
+///
+/// Every cached response holds one, so its stored properties are as narrow as they can be and declared so that
+/// none leaves padding behind it: the one-byte ones after the identity form (which ends in one), then those of
+/// eight bytes, then those of four and two. What most entries lack (`Vary` and tags) is kept out of line.
 public final class CachedResponse: Sendable {
+    /// The representation as the backend sent it (decoded, if it came in a content coding).
+    public let identity: StoredForm
+    /// The codings of ``encodedForms``, for negotiation without looking at the forms.
+    public let codings: ContentNegotiation.Codings
+    /// What the directives that decide for the response say of serving it stale or unchecked: its targeted
+    /// field's (RFC 9213) when it had a valid one, else its `Cache-Control` (``StorageRules/directives(of:)``).
+    public let revalidation: Revalidation
+    private let flags: Flags
+    /// The content codings the entry is also kept in (at most one form per coding): empty until compressed.
+    public let encodedForms: [StoredForm]
+    /// When the response was stored, on the monotonic clock.
+    public let storedAt: NIODeadline
+    /// The response's corrected initial age, in seconds.
+    public let initialAge: Int64
+    /// How long the response is fresh, in nanoseconds, counted from age 0: what freshness is decided on. Kept in
+    /// nanoseconds (in place of the seconds, so an entry is no larger) so that a soft purge can end it at the
+    /// very moment of the purge (``softPurged(at:)``).
+    private let freshnessNanoseconds: Int64
+    /// The content hash, when ``Flags/hasContentHash`` says it was computed.
+    private let storedContentHash: UInt64
+    /// The variant's names and values and the purge tags, which most entries have none of; nil then.
+    private let variance: Variance?
+    /// How much of each form's head is the same in every form: the status line and the shared fields.
+    private let sharedHeadEnd: UInt32
+    /// Where the value of `Last-Modified` lies in the identity form's head (among the shared fields, so in every
+    /// form's alike); an end of 0 when there is none.
+    private let lastModifiedStart: UInt32
+    private let lastModifiedEnd: UInt32
+    private let staleWhileRevalidateSeconds: Int32
+    private let staleIfErrorSeconds: Int32
     /// The status, as its code: an `HTTPResponseStatus` takes 32 bytes in every entry, for a reason phrase the
     /// stored heads keep anyway.
     private let statusCode: UInt16
+
     public var status: HTTPResponseStatus { HTTPResponseStatus(statusCode: Int(statusCode)) }
-    /// The representation as the backend sent it (decoded, if it came in a content coding).
-    public let identity: StoredForm
-    /// The content codings the entry is also kept in (at most one form per coding): empty until compressed.
-    public let encodedForms: [StoredForm]
-    /// The codings of ``encodedForms``, for negotiation without looking at the forms.
-    public let codings: ContentNegotiation.Codings
-    /// How much of each form's head is the same in every form: the status line and the shared fields.
-    private let sharedHeadEnd: UInt32
     private var sharedHeadCount: Int { Int(sharedHeadEnd) }
     /// The body's length in bytes, in identity.
     public var bodyLength: Int { identity.bodyLength }
@@ -28,15 +55,38 @@ public final class CachedResponse: Sendable {
     /// coded form's is derived from it (``ContentNegotiation/etag(_:for:)``).
     public var etag: String { identity.etag }
     /// The backend's own validators, used to revalidate upstream (nil when it sent none).
-    public var upstreamETag: String? { hasUpstreamETag ? etag : nil }
+    public var upstreamETag: String? { flags.contains(.hasUpstreamETag) ? etag : nil }
     public var lastModified: String? {
         lastModifiedEnd == 0 ? nil : identity.text(at: Int(lastModifiedStart)..<Int(lastModifiedEnd))
     }
-    /// Where the value of `Last-Modified` lies in the identity form's head (among the shared fields, so in every
-    /// form's alike); an end of 0 when there is none.
-    private let lastModifiedStart: UInt32
-    private let lastModifiedEnd: UInt32
-    private let hasUpstreamETag: Bool
+
+    /// What an entry knows of itself in one bit.
+    private struct Flags: OptionSet, Sendable {
+        let rawValue: UInt8
+        /// Its `ETag` is the backend's, not one computed from the content.
+        static let hasUpstreamETag = Flags(rawValue: 1 << 0)
+        /// ``storedContentHash`` holds the content hash.
+        static let hasContentHash = Flags(rawValue: 1 << 1)
+    }
+
+    /// What only entries with a `Vary` or purge tags hold.
+    private final class Variance: Sendable {
+        let varyNames: [String]
+        let variant: String
+        let tags: [String]
+
+        init(varyNames: [String], variant: String, tags: [String]) {
+            self.varyNames = varyNames
+            self.variant = variant
+            self.tags = tags
+        }
+
+        /// Nil when there is nothing to hold.
+        static func of(varyNames: [String], variant: String, tags: [String]) -> Variance? {
+            varyNames.isEmpty && variant.isEmpty && tags.isEmpty
+                ? nil : Variance(varyNames: varyNames, variant: variant, tags: tags)
+        }
+    }
 
     /// The form in `coding` (identity for nil, or a coding the entry is not kept in).
     public func form(_ coding: ContentCoding?) -> StoredForm {
@@ -52,19 +102,8 @@ public final class CachedResponse: Sendable {
             return body(identity)
         }
     }
-    /// When the response was stored, on the monotonic clock.
-    public let storedAt: NIODeadline
-    /// The response's corrected initial age, in seconds.
-    public let initialAge: Int64
     /// How long the response is fresh, in seconds, counted from age 0.
     public var freshnessLifetime: Int64 { freshnessNanoseconds / 1_000_000_000 }
-    /// How long the response is fresh, in nanoseconds, counted from age 0: what freshness is decided on. Kept in
-    /// nanoseconds (in place of the seconds, so an entry is no larger) so that a soft purge can end it at the
-    /// very moment of the purge (``softPurged(at:)``).
-    private let freshnessNanoseconds: Int64
-    /// What the directives that decide for the response say of serving it stale or unchecked: its targeted
-    /// field's (RFC 9213) when it had a valid one, else its `Cache-Control` (``StorageRules/directives(of:)``).
-    public let revalidation: Revalidation
 
     /// The directives a stored response is looked up by, as flags: all that lookups ask of them. The whole
     /// ``CacheControl`` took over a hundred bytes in every entry.
@@ -96,22 +135,21 @@ public final class CachedResponse: Sendable {
     }
     /// How long past expiry the entry may be served while it is refreshed in the background.
     public var staleWhileRevalidate: Int64 { Int64(staleWhileRevalidateSeconds) }
-    private let staleWhileRevalidateSeconds: Int32
     /// How long past expiry the entry may be served when the backend fails.
     public var staleIfError: Int64 { Int64(staleIfErrorSeconds) }
-    private let staleIfErrorSeconds: Int32
     /// The request headers (lower-cased) named by the response's `Vary`, beyond those in the cache key.
-    public let varyNames: [String]
+    public var varyNames: [String] { variance?.varyNames ?? [] }
     /// The values of ``varyNames`` in the request that produced this entry.
-    public let variant: String
+    public var variant: String { variance?.variant ?? "" }
     /// Purge tags, from the configured tag header.
-    public let tags: [String]
+    public var tags: [String] { variance?.tags ?? [] }
     /// A content hash for Beagle 1.x clients (`beagle-hash`), formatted when a response carries it.
     public var contentHash: String { ContentHash.hex(contentHashValue) }
     /// The hash, computed when the entry was made if ``Metadata/computesContentHash`` asked for it (or the entry
     /// needed it for its `ETag`), or else from the body whenever it is asked for.
-    private var contentHashValue: UInt64 { storedContentHash ?? ContentHash.hash64(body) }
-    private let storedContentHash: UInt64?
+    private var contentHashValue: UInt64 {
+        flags.contains(.hasContentHash) ? storedContentHash : ContentHash.hash64(body)
+    }
 
     /// Whether `text` is ``contentHash`` (16 lower-case hex digits), compared without formatting the hash: a
     /// Beagle 1.x client sends it with every request.
@@ -128,8 +166,11 @@ public final class CachedResponse: Sendable {
             return value == expected
         }
     }
-    /// What the entry costs against the cache's byte budget.
-    public let byteCost: Int
+    /// What the entry costs against the cache's byte budget: every form's bytes, and a fixed part for the entry's
+    /// own object, its key and its slot in the cache's tables.
+    public var byteCost: Int {
+        encodedForms.reduce(identity.byteCost + 192) { $0 + $1.byteCost }
+    }
 
     /// The headers sent to clients in identity, without `Age`, `X-Cache`, `Content-Length` and connection-level
     /// headers: read back from the identity form's head, where the entry keeps them.
@@ -310,10 +351,13 @@ public final class CachedResponse: Sendable {
         self.encodedForms = forms.1
         self.codings = Self.codings(of: forms.1)
         self.sharedHeadEnd = UInt32(sharedBytes)
-        self.hasUpstreamETag = upstreamETag != nil
+        var flags: Flags = []
+        if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
+        if hash != nil { flags.insert(.hasContentHash) }
+        self.flags = flags
         self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
         self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)
-        self.storedContentHash = hash
+        self.storedContentHash = hash ?? 0
         self.statusCode = UInt16(clamping: status.code)
         self.storedAt = metadata.storedAt
         self.initialAge = metadata.initialAge
@@ -329,10 +373,7 @@ public final class CachedResponse: Sendable {
         // stale serving in so many words (RFC 5861), and reading it as a prohibition would defeat that.
         let configuredStaleIfError = directives.sharedMaxAge == nil ? metadata.configuredStaleIfError : 0
         self.staleIfErrorSeconds = Int32(clamping: forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError)
-        self.varyNames = metadata.varyNames
-        self.variant = metadata.variant
-        self.tags = tags
-        self.byteCost = Self.byteCost(identity: forms.0, encodedForms: forms.1)
+        self.variance = Variance.of(varyNames: metadata.varyNames, variant: metadata.variant, tags: tags)
     }
 
     /// The forms of `bodies`, after the shared head, each tagged as ``ContentNegotiation/etag(_:for:)`` says;
@@ -363,11 +404,6 @@ public final class CachedResponse: Sendable {
         forms.reduce(into: []) { codings, form in form.coding.map { codings.formUnion(.init($0)) } }
     }
 
-    /// Every form's bytes, and a fixed part for the entry's own object, key and table slot.
-    private static func byteCost(identity: StoredForm, encodedForms: [StoredForm]) -> Int {
-        encodedForms.reduce(identity.byteCost + 192) { $0 + $1.byteCost }
-    }
-
     /// A copy of `entry` (sharing its forms) that is fresh for `freshnessNanoseconds` instead, and kept in
     /// `encodedForms` beside identity.
     private init(_ entry: CachedResponse, freshnessNanoseconds: Int64, encodedForms: [StoredForm]) {
@@ -375,7 +411,7 @@ public final class CachedResponse: Sendable {
         self.encodedForms = encodedForms
         self.codings = Self.codings(of: encodedForms)
         self.sharedHeadEnd = entry.sharedHeadEnd
-        self.hasUpstreamETag = entry.hasUpstreamETag
+        self.flags = entry.flags
         self.lastModifiedStart = entry.lastModifiedStart
         self.lastModifiedEnd = entry.lastModifiedEnd
         self.storedContentHash = entry.storedContentHash
@@ -386,10 +422,7 @@ public final class CachedResponse: Sendable {
         self.revalidation = entry.revalidation
         self.staleWhileRevalidateSeconds = entry.staleWhileRevalidateSeconds
         self.staleIfErrorSeconds = entry.staleIfErrorSeconds
-        self.varyNames = entry.varyNames
-        self.variant = entry.variant
-        self.tags = entry.tags
-        self.byteCost = Self.byteCost(identity: entry.identity, encodedForms: encodedForms)
+        self.variance = entry.variance
     }
 
     /// This entry kept also in the codings of `bodies` (those it is already kept in replaced): a copy that shares
@@ -435,7 +468,7 @@ public final class CachedResponse: Sendable {
     /// the one the 304 brought).
     public func headers(updatedBy notModifiedHeaders: HTTPHeaders) -> HTTPHeaders {
         var merged = headers
-        if !hasUpstreamETag { merged.remove(name: "etag") }
+        if !flags.contains(.hasUpstreamETag) { merged.remove(name: "etag") }
         var replaced: Set<String> = []
         for (name, value) in notModifiedHeaders {
             let lowercased = name.lowercased()

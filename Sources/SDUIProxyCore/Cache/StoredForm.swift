@@ -16,23 +16,35 @@ import NIOHTTP1
 /// The head's lines are the ones the entry wrote, `name: value` and CRLF each, never folded: reading a field
 /// back from them is a split at known separators, not a parse.
 ///
-/// Its fields are declared widest first and narrow where they can be: every entry holds one form inline.
+/// Its fields are declared widest first and narrow where they can be, ending in its one byte: every entry holds
+/// one form inline, and packs its own one-byte fields after it.
 public struct StoredForm: Sendable {
     /// The encoded head, then the body when it is kept exact: one array.
     private let wire: [UInt8]
-    /// A body over ``CachedResponse/maximumExactBodyBytes``, in a buffer that hits write as it is; nil when the
-    /// body is kept exact, behind the encoded head.
-    public let largeBody: ByteBuffer?
+    /// A body over ``CachedResponse/maximumExactBodyBytes``; nil when the body is kept exact, behind the encoded
+    /// head. Boxed: inline, its buffer took 24 bytes of every entry, for the few with bodies that large.
+    private let large: LargeBody?
     /// Where the encoded head ends in ``wire``.
     private let headEnd: UInt32
     /// Where the value of the form's `ETag` lies in the head. Only conditional requests read it; kept as a string,
     /// it was an object of its own in every entry, to allocate and to free again when it is evicted.
     private let etagStart: UInt32
     private let etagEnd: UInt32
-    /// The body's length in bytes.
-    public let bodyLength: Int
     /// The form's content coding; nil for identity.
     public let coding: ContentCoding?
+
+    /// A large body's buffer, on its own.
+    private final class LargeBody: Sendable {
+        let buffer: ByteBuffer
+        init(_ buffer: ByteBuffer) { self.buffer = buffer }
+    }
+
+    /// A body over ``CachedResponse/maximumExactBodyBytes``, in a buffer that hits write as it is; nil when the
+    /// body is kept exact, behind the encoded head.
+    public var largeBody: ByteBuffer? { large?.buffer }
+
+    /// The body's length in bytes.
+    public var bodyLength: Int { large?.buffer.readableBytes ?? (wire.count - headCount) }
 
     private var headCount: Int { Int(headEnd) }
     private var etagValue: Range<Int> { Int(etagStart)..<Int(etagEnd) }
@@ -75,8 +87,7 @@ public struct StoredForm: Sendable {
         self.headEnd = UInt32(headBytes)
         self.etagStart = UInt32(etagValue.lowerBound)
         self.etagEnd = UInt32(etagValue.upperBound)
-        self.bodyLength = body.readableBytes
-        self.largeBody = keepsBodyExact ? nil : Self.withoutSpareCapacity(body)
+        self.large = keepsBodyExact ? nil : LargeBody(Self.withoutSpareCapacity(body))
     }
 
     /// What a stored 200 says of ranges: it serves them (RFC 9110 section 14.3), whatever the backend said.
@@ -96,7 +107,7 @@ public struct StoredForm: Sendable {
     public var encodedHeadCount: Int { headCount }
 
     /// What the form costs in memory: its array, a large body's buffer, and the form itself.
-    var byteCost: Int { wire.count + (largeBody?.readableBytes ?? 0) + MemoryLayout<StoredForm>.size }
+    var byteCost: Int { wire.count + (large?.buffer.readableBytes ?? 0) + MemoryLayout<StoredForm>.size }
 
     /// Calls `body` with the encoded head and, when the form keeps the body as exact bytes, the body, where the
     /// form keeps them. A hit writes both this way: taking them as slices (or out of ``storedBody``) retained the
@@ -108,7 +119,7 @@ public struct StoredForm: Sendable {
         wire.withUnsafeBytes { all in
             body(
                 UnsafeRawBufferPointer(rebasing: all[..<headCount]),
-                largeBody == nil ? UnsafeRawBufferPointer(rebasing: all[headCount...]) : nil
+                large == nil ? UnsafeRawBufferPointer(rebasing: all[headCount...]) : nil
             )
         }
     }
@@ -123,7 +134,7 @@ public struct StoredForm: Sendable {
 
     /// The body as stored.
     public var storedBody: StoredBody {
-        if let largeBody { .buffer(largeBody) } else { .exact(wire[headCount...]) }
+        if let large { .buffer(large.buffer) } else { .exact(wire[headCount...]) }
     }
 
     /// The body as a buffer, for the paths that are not plain hits (a small body is copied into a new one).
