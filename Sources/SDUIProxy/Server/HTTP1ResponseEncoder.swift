@@ -50,8 +50,8 @@ enum HTTP1ResponseEncoder {
         buffer.writeStaticString("\r\n")
     }
 
-    /// Appends a stored entry in `form` (the one the request negotiated) from the form's encoded head: no header
-    /// encoding. A body stored as exact bytes (up to
+    /// Appends a stored entry in `form` (the one the request negotiated) from the form's encoded header lines: no
+    /// header encoding. A body stored as exact bytes (up to
     /// ``CachedResponse/maximumExactBodyBytes``) is copied behind the head, so a hit is one buffer and one write:
     /// that costs less than a second pending write through the channel (8 % fewer instructions per hit, perf
     /// stat). Returns the larger body that goes out as the stored buffer, uncopied, if any.
@@ -70,6 +70,13 @@ enum HTTP1ResponseEncoder {
         let bodyRange = presentation.bodyRange(of: form)
         form.withEncodedBytes { encodedHead, exactBody in
             if presentation.isPlain {
+                // The status line, which the entry does not keep; a 200's, with its `Accept-Ranges`, is one
+                // static string.
+                if entry.advertisesRanges {
+                    buffer.writeStaticString("HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n")
+                } else {
+                    HTTPWireFormat.writeStatusLine(status, into: &buffer)
+                }
                 buffer.writeBytes(encodedHead)
             } else {
                 writeHead(of: entry, form, status: status, presentation, into: &buffer)
@@ -101,8 +108,11 @@ enum HTTP1ResponseEncoder {
             return
         }
         let isPart = presentation.range != nil
-        form.writeHead(
-            status: status,
+        HTTPWireFormat.writeStatusLine(status, into: &head)
+        // A 200's `Accept-Ranges`, in every answer from it but a 304, which repeats only the fields a 200 carries
+        // about the representation (RFC 9110 section 15.4.5).
+        if entry.advertisesRanges, !presentation.notModified { head.writeStaticString("Accept-Ranges: bytes\r\n") }
+        form.writeLines(
             keepingLines: { name in
                 // A part's length is its own (written below); the stored one is the whole's.
                 if isPart, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") { return false }

@@ -35,7 +35,7 @@ public final class CachedResponse: Sendable {
     private let storedContentHash: UInt64
     /// The variant's names and values and the purge tags, which most entries have none of; nil then.
     private let variance: Variance?
-    /// How much of each form's head is the same in every form: the status line and the shared fields.
+    /// How much of each form's head is the same in every form: the shared fields.
     private let sharedHeadEnd: UInt32
     /// Where the value of `Last-Modified` lies in the identity form's head (among the shared fields, so in every
     /// form's alike); an end of 0 when there is none.
@@ -48,6 +48,9 @@ public final class CachedResponse: Sendable {
     private let statusCode: UInt16
 
     public var status: HTTPResponseStatus { HTTPResponseStatus(statusCode: Int(statusCode)) }
+    /// Whether the entry is a 200, which serves byte ranges itself (RFC 9110 section 14.3) whatever the backend
+    /// said of its own, and says so in `Accept-Ranges: bytes`.
+    public var advertisesRanges: Bool { statusCode == 200 }
     private var sharedHeadCount: Int { Int(sharedHeadEnd) }
     /// The body's length in bytes, in identity.
     public var bodyLength: Int { identity.bodyLength }
@@ -283,8 +286,9 @@ public final class CachedResponse: Sendable {
             fields.forEachListMember(of: "vary") { varyMembers.append(String(decoding: $0, as: UTF8.self)) }
         }
         let mergedVary = clientFields.vary(merging: varyMembers, namingAcceptEncoding: metadata.variesByEncoding)
-        // The lines every form shares; each form writes its own `Content-Encoding`, `ETag`, `Accept-Ranges` and
-        // `Content-Length`. The stored body is never in a coding the backend chose: the fetcher decodes it.
+        // The lines every form shares; each form writes its own `Content-Encoding`, `ETag` and `Content-Length`.
+        // The stored body is never in a coding the backend chose: the fetcher decodes it. The status line and a
+        // 200's `Accept-Ranges` are written by whoever writes the head, from the status.
         func isShared(_ name: UnsafeRawBufferPointer) -> Bool {
             !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length")
                 && !HTTPSyntax.equalsIgnoringCase(bytes: name, "age") && filter?.passes(name) != false
@@ -296,8 +300,7 @@ public final class CachedResponse: Sendable {
         }
         // A first pass measures the shared head and reads what the entry needs from the lines; the second writes
         // them, and each form copies them into its one array, sized exactly.
-        let code = String(status.code)
-        var sharedBytes = Self.statusLineBytes(code: code, reason: status.reasonPhrase)
+        var sharedBytes = 0
         var upstreamETag: String?
         var tags: [String] = []
         var keptDirectives = CacheControl()
@@ -325,7 +328,6 @@ public final class CachedResponse: Sendable {
         var lastModifiedValue: Range<Int>?
         let forms = withUnsafeTemporaryAllocation(byteCount: sharedBytes, alignment: 1) { memory in
             var head = HeadWriter(into: memory)
-            head.writeStatusLine(code: code, reason: status.reasonPhrase)
             fields.forEachField { name, value in
                 guard isShared(name) else { return }
                 // The value's place in the line about to be written: `name: value` and CRLF.
@@ -338,14 +340,8 @@ public final class CachedResponse: Sendable {
             if let mergedVary { head.writeLine("Vary", mergedVary) }
             precondition(head.position == sharedBytes, "the head was measured wrong")
             let shared = UnsafeRawBufferPointer(memory)
-            let identity = StoredForm(
-                coding: nil,
-                sharedHead: shared,
-                etag: etag,
-                advertisesRanges: advertisesRanges,
-                body: body
-            )
-            return (identity, Self.forms(of: encodedBodies, sharedHead: shared, etag: etag, advertisesRanges))
+            let identity = StoredForm(coding: nil, sharedHead: shared, etag: etag, body: body)
+            return (identity, Self.forms(of: encodedBodies, sharedHead: shared, etag: etag))
         }
         self.identity = forms.0
         self.encodedForms = forms.1
@@ -381,8 +377,7 @@ public final class CachedResponse: Sendable {
     private static func forms(
         of bodies: [EncodedBody],
         sharedHead: UnsafeRawBufferPointer,
-        etag: String,
-        _ advertisesRanges: Bool
+        etag: String
     ) -> [StoredForm] {
         var forms: [StoredForm] = []
         for encoded in bodies
@@ -392,7 +387,6 @@ public final class CachedResponse: Sendable {
                     coding: encoded.coding,
                     sharedHead: sharedHead,
                     etag: ContentNegotiation.etag(etag, for: encoded.coding),
-                    advertisesRanges: advertisesRanges,
                     body: encoded.body
                 )
             )
@@ -432,8 +426,7 @@ public final class CachedResponse: Sendable {
             Self.forms(
                 of: bodies,
                 sharedHead: UnsafeRawBufferPointer(rebasing: head[..<sharedHeadCount]),
-                etag: etag,
-                status == .ok
+                etag: etag
             )
         }
         let kept = encodedForms.filter { form in !added.contains { $0.coding == form.coding } }
@@ -453,11 +446,6 @@ public final class CachedResponse: Sendable {
         let age = ageNanoseconds(at: now)
         guard age < freshnessNanoseconds else { return nil }
         return CachedResponse(self, freshnessNanoseconds: age, encodedForms: encodedForms)
-    }
-
-    /// The bytes of `HTTP/1.1 <code> <reason>` and CRLF.
-    private static func statusLineBytes(code: String, reason: String) -> Int {
-        "HTTP/1.1 ".utf8.count + code.utf8.count + 1 + reason.utf8.count + 2
     }
 
     /// This entry's headers as a 304 from the backend updates them (RFC 9111 section 4.3.4): every header the

@@ -4,8 +4,10 @@ import NIOHTTP1
 /// One form a stored response is kept in: identity, or one content coding of it (RFC 9110 section 8.4). Each
 /// has its own body, length and entity tag; the entry's other header fields are the same in every form.
 ///
-/// A form keeps its HTTP/1.1 head encoded, as a cache of the entry's fields: a hit writes it as it is, then its
-/// own `Age` and `X-Cache`, then the body. Small bodies are kept as exactly their bytes, behind the head in the
+/// A form keeps its header fields encoded as HTTP/1.1 lines, as a cache of the entry's fields: a hit writes the
+/// status line, then these as they are, then its own `Age` and `X-Cache`, then the body. The status line and a
+/// 200's `Accept-Ranges: bytes` are not kept: they are the same in nearly every entry, and a hit writes them from
+/// the status as cheaply as it copies them (39 bytes less in every entry). Small bodies are kept as exactly their bytes, behind the head in the
 /// same array: a `ByteBuffer`'s storage is a power of two (4 KiB for a 2.4 KB component), and a body read from
 /// the network is often a slice of a larger read buffer. A hit copies such a body behind its head anyway (one
 /// write costs less than two), so keeping it exact is free on the hit path, and one array per form is one
@@ -49,23 +51,16 @@ public struct StoredForm: Sendable {
     private var headCount: Int { Int(headEnd) }
     private var etagValue: Range<Int> { Int(etagStart)..<Int(etagEnd) }
 
-    /// Builds a form from the head lines it shares with the entry's other forms (`sharedHead`: the status line
-    /// and every field but the form's own), its `etag`, and its `body`.
+    /// Builds a form from the header lines it shares with the entry's other forms (`sharedHead`: every field but
+    /// the form's own), its `etag`, and its `body`.
     ///
-    /// The form's own lines follow the shared ones: `Content-Encoding` (unless identity), `ETag`,
-    /// `Accept-Ranges: bytes` when `advertisesRanges`, and `Content-Length`.
-    init(
-        coding: ContentCoding?,
-        sharedHead: UnsafeRawBufferPointer,
-        etag: String,
-        advertisesRanges: Bool,
-        body: ByteBuffer
-    ) {
+    /// The form's own lines follow the shared ones: `Content-Encoding` (unless identity), `ETag`, and
+    /// `Content-Length`.
+    init(coding: ContentCoding?, sharedHead: UnsafeRawBufferPointer, etag: String, body: ByteBuffer) {
         let length = String(body.readableBytes)
         var headBytes = sharedHead.count
         if let coding { headBytes += "Content-Encoding: ".utf8.count + coding.rawValue.utf8.count + 2 }
         headBytes += "ETag: ".utf8.count + etag.utf8.count + 2
-        if advertisesRanges { headBytes += Self.acceptRangesLine.utf8CodeUnitCount }
         headBytes += "Content-Length: ".utf8.count + length.utf8.count + 2
         let keepsBodyExact = body.readableBytes <= CachedResponse.maximumExactBodyBytes
         var etagValue = 0..<0
@@ -77,7 +72,6 @@ public struct StoredForm: Sendable {
             if let coding { head.writeLine("Content-Encoding", coding.rawValue) }
             etagValue = (head.position + "ETag: ".utf8.count)..<(head.position + "ETag: ".utf8.count + etag.utf8.count)
             head.writeLine("ETag", etag)
-            if advertisesRanges { head.write(Self.acceptRangesLine) }
             head.writeLine("Content-Length", length)
             precondition(head.position == headBytes, "the head was measured wrong")
             if keepsBodyExact { body.withUnsafeReadableBytes { head.write($0) } }
@@ -90,9 +84,6 @@ public struct StoredForm: Sendable {
         self.large = keepsBodyExact ? nil : LargeBody(Self.withoutSpareCapacity(body))
     }
 
-    /// What a stored 200 says of ranges: it serves them (RFC 9110 section 14.3), whatever the backend said.
-    private static let acceptRangesLine: StaticString = "Accept-Ranges: bytes\r\n"
-
     /// The strong validator clients see for this form (weak if the backend's was).
     public var etag: String { text(at: etagValue) }
 
@@ -101,7 +92,8 @@ public struct StoredForm: Sendable {
         wire.withUnsafeBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]), as: UTF8.self) }
     }
 
-    /// The status line, the headers and `Content-Length`, encoded once. Shares its array with a body kept exact.
+    /// The header lines and `Content-Length`, encoded once, without the status line. Shares its array with a body
+    /// kept exact.
     public var encodedHead: ArraySlice<UInt8> { wire[..<headCount] }
     /// The length of ``encodedHead``.
     public var encodedHeadCount: Int { headCount }
@@ -145,11 +137,10 @@ public struct StoredForm: Sendable {
         }
     }
 
-    /// Calls `body` with each header line's name and value, in order, after the status line.
+    /// Calls `body` with each stored header line's name and value, in order.
     public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
         encodedHead.withUnsafeBytes { head in
             var lines = LineReader(bytes: head)
-            _ = lines.next()  // the status line
             while let line = lines.next() {
                 let text = UnsafeRawBufferPointer(rebasing: head[line])
                 guard let colon = text.firstIndex(of: UInt8(ascii: ":")) else { continue }
@@ -162,19 +153,12 @@ public struct StoredForm: Sendable {
         }
     }
 
-    /// Writes a status line and the stored header lines that `keep` accepts, given each line's name: for the
-    /// answers that present the form otherwise than as stored (a 304, Beagle 1.x's headers, a part), without
-    /// parsing the head or encoding headers again. No `Content-Length` is written unless `keep` accepts the
-    /// stored one.
-    public func writeHead(
-        status: HTTPResponseStatus,
-        keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool,
-        into buffer: inout ByteBuffer
-    ) {
-        HTTPWireFormat.writeStatusLine(status, into: &buffer)
+    /// Writes the stored header lines that `keep` accepts, given each line's name: for the answers that present
+    /// the form otherwise than as stored (a 304, Beagle 1.x's headers, a part), without parsing the head or
+    /// encoding headers again. No `Content-Length` is written unless `keep` accepts the stored one.
+    public func writeLines(keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool, into buffer: inout ByteBuffer) {
         encodedHead.withUnsafeBytes { head in
             var lines = LineReader(bytes: head)
-            _ = lines.next()  // the stored status line
             while let line = lines.next() {
                 let text = UnsafeRawBufferPointer(rebasing: head[line])
                 guard keep(UnsafeRawBufferPointer(rebasing: text[..<(text.firstIndex(of: UInt8(ascii: ":")) ?? 0)]))
@@ -214,15 +198,6 @@ struct HeadWriter {
 
     mutating func write(_ text: String) {
         text.withContiguousUTF8 { write(UnsafeRawBufferPointer($0)) }
-    }
-
-    /// `HTTP/1.1 <code> <reason>` and CRLF, as ``HTTPWireFormat/writeStatusLine(_:into:)`` writes it.
-    mutating func writeStatusLine(code: String, reason: String) {
-        write("HTTP/1.1 ")
-        write(code)
-        write(" ")
-        write(reason)
-        write("\r\n")
     }
 
     /// `name: value` and CRLF.
