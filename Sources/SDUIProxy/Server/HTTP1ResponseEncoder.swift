@@ -70,14 +70,14 @@ enum HTTP1ResponseEncoder {
         let bodyRange = presentation.bodyRange(of: form)
         form.withEncodedBytes { encodedHead, exactBody in
             if presentation.isPlain {
-                // The status line, which the entry does not keep; a 200's, with its `Accept-Ranges`, is one
-                // static string.
+                // The status line, which the entry does not keep; a 200's, with its `Accept-Ranges`, is one static
+                // string, copied with the stored lines in one write.
                 if entry.advertisesRanges {
-                    buffer.writeStaticString("HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n")
+                    writeOKHead(encodedHead, into: &buffer)
                 } else {
                     HTTPWireFormat.writeStatusLine(status, into: &buffer)
+                    buffer.writeBytes(encodedHead)
                 }
-                buffer.writeBytes(encodedHead)
             } else {
                 writeHead(of: entry, form, status: status, presentation, into: &buffer)
             }
@@ -88,6 +88,19 @@ enum HTTP1ResponseEncoder {
         guard sendsBody, let largeBody = form.largeBody else { return nil }
         guard bodyRange.count < largeBody.readableBytes else { return largeBody }
         return largeBody.getSlice(at: largeBody.readerIndex + bodyRange.lowerBound, length: bodyRange.count)
+    }
+
+    /// A stored 200's status line, `Accept-Ranges` and stored lines, copied in one write: two writes cost two
+    /// capacity and uniqueness checks.
+    @inline(__always)
+    private static func writeOKHead(_ lines: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) {
+        let prefix: StaticString = "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n"
+        let prefixCount = prefix.utf8CodeUnitCount
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: prefixCount + lines.count) { out in
+            out.baseAddress!.copyMemory(from: prefix.utf8Start, byteCount: prefixCount)
+            UnsafeMutableRawBufferPointer(rebasing: out[prefixCount...]).copyMemory(from: lines)
+            return prefixCount + lines.count
+        }
     }
 
     /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats,
