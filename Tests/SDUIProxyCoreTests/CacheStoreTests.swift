@@ -349,7 +349,7 @@ struct CachedResponseStorageTests {
         #expect(stored.body == body)
         #expect(
             stored.byteCost == body.readableBytes + stored.identity.encodedHead.count + MemoryLayout<StoredForm>.size
-                + 192
+                + CachedResponse.bookkeepingBytes
         )
     }
 

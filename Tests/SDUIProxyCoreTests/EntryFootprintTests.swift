@@ -22,9 +22,9 @@ struct EntryFootprintTests {
     }
 
     /// The bytes the allocator gave an object, its header included (glibc's `malloc_usable_size`, which its
-    /// module map leaves out).
+    /// module map leaves out; Darwin's `malloc_size`).
     private static func allocatedBytes(_ object: AnyObject) -> Int {
-        withExtendedLifetime(object) { mallocUsableSize(Unmanaged.passUnretained(object).toOpaque()) }
+        withExtendedLifetime(object) { allocationSize(Unmanaged.passUnretained(object).toOpaque()) }
     }
 
     @Test("a form inline in its entry takes 32 bytes, and the entry's object at most 128 with its header")
@@ -63,5 +63,10 @@ struct EntryFootprintTests {
     }
 }
 
+#if canImport(Darwin)
+@_silgen_name("malloc_size")
+private func allocationSize(_ pointer: UnsafeMutableRawPointer) -> Int
+#else
 @_silgen_name("malloc_usable_size")
-private func mallocUsableSize(_ pointer: UnsafeMutableRawPointer) -> Int
+private func allocationSize(_ pointer: UnsafeMutableRawPointer) -> Int
+#endif

@@ -73,6 +73,8 @@ enum HTTP1ResponseEncoder {
                 // The status line, which the entry does not keep; a 200's, with its `Accept-Ranges`, is one static
                 // string, copied with the stored lines in one write.
                 if entry.advertisesRanges {
+                    // A plain answer has the entry's status, and only a 200 advertises ranges.
+                    assert(status == .ok, "a plain answer from a 200 is a 200")
                     writeOKHead(encodedHead, into: &buffer)
                 } else {
                     HTTPWireFormat.writeStatusLine(status, into: &buffer)

@@ -66,8 +66,9 @@ struct HTTP1ResponseWriter {
                 presentation.coding,
                 savedBytes: whole && presentation.coding != nil ? entry.bodyLength - form.bodyLength : 0
             )
-            // Beyond the stored head: Age, X-Cache, Cache-Status and Connection, with room to spare.
-            var buffer = buffers.buffer(minimumCapacity: form.encodedHeadCount + 256 + bodyBytes)
+            // Beyond the stored lines: the status line and `Accept-Ranges`, Age, X-Cache, Cache-Status and
+            // Connection, with room to spare.
+            var buffer = buffers.buffer(minimumCapacity: form.encodedHeadCount + 320 + bodyBytes)
             let largeBody = HTTP1ResponseEncoder.writeStored(
                 entry,
                 form,
