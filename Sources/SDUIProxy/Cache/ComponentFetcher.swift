@@ -270,6 +270,23 @@ public final class ComponentFetcher: Sendable {
         return .success(standIn(for: request, because: reason, backendStatus: nil))
     }
 
+    /// Sends the body of `entry`, which a hit found awaiting its codings, to be compressed if the hit's client takes
+    /// one (``StoreTimeCompressor/compressOnHit(_:for:acceptEncoding:in:on:)``).
+    func compressOnHit(
+        _ entry: CachedResponse,
+        for key: CacheKey,
+        requestHeaders: HTTPHeaders,
+        on eventLoop: any EventLoop
+    ) {
+        compressor?.compressOnHit(
+            entry,
+            for: key,
+            acceptEncoding: requestHeaders.first(name: "accept-encoding"),
+            in: cache,
+            on: eventLoop
+        )
+    }
+
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
     public func refreshInBackground(_ request: Request, on eventLoop: any EventLoop) {
         let failureLog = self.failureLog
@@ -446,6 +463,7 @@ public final class ComponentFetcher: Sendable {
         let compression = compressor?.plan(for: response.fields, bodyLength: response.body.readableBytes)
         var metadata = metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime)
         metadata.variesByEncoding = compression?.variesByEncoding ?? false
+        metadata.compressesLater = compression == .later
         let entry = CachedResponse(
             status: response.status,
             fields: response.fields,
@@ -527,9 +545,10 @@ public final class ComponentFetcher: Sendable {
             return .notStored(UpstreamResponse(status: stale.status, headers: merged, body: stale.body), reason: reason)
         }
         var metadata = metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime)
-        metadata.variesByEncoding =
-            !stale.encodedForms.isEmpty
-            || compressor?.plan(for: mergedFields, bodyLength: stale.bodyLength).variesByEncoding == true
+        let compression = compressor?.plan(for: mergedFields, bodyLength: stale.bodyLength)
+        metadata.variesByEncoding = !stale.encodedForms.isEmpty || compression?.variesByEncoding == true
+        // A body whose compression was skipped still awaits its codings: a hit may send it to be compressed.
+        metadata.compressesLater = stale.encodedForms.isEmpty && compression == .later
         // The body is the one stored, and so are its coded forms: kept, not compressed again.
         let refreshed = CachedResponse(
             status: stale.status,

@@ -79,22 +79,56 @@ struct StoreTimeCompressor: Sendable {
 
     /// Compresses `entry`'s body on the pool, then adds the forms to it if it is still what is stored for `key`,
     /// from the pool's thread: the cache is shared, and the loop has nothing more to do with it. When the pool is
-    /// full the entry stays in identity: counted, and logged at debug level.
-    func compressLater(_ entry: CachedResponse, for key: CacheKey, in cache: ResponseCache, on eventLoop: any EventLoop)
-    {
-        guard let pool else { return }
+    /// full the entry stays in identity (counted, and logged at debug level) until a hit sends it again
+    /// (``compressOnHit(_:for:acceptEncoding:in:on:)``). Returns the job, nil when none was started: the pool is
+    /// full, or the entry's compression is already under way.
+    @discardableResult
+    func compressLater(
+        _ entry: CachedResponse,
+        for key: CacheKey,
+        in cache: ResponseCache,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<Void>? {
+        guard let pool, entry.claimCompression() else { return nil }
         let body = entry.body
         let job = pool.run(on: eventLoop) {
             let encoded = encode(body)
             guard !encoded.isEmpty else { return }
             cache.storeCompressed(entry.adding(encoded), replacing: entry, for: key)
         }
-        if job == nil {
+        guard let job else {
+            entry.releaseCompressionClaim()
             metrics.compressionSkipped()
             logger.debug(
-                "compression pool full; the entry stays uncompressed",
+                "compression pool full; the entry stays uncompressed until a hit asks for a coding",
                 metadata: ["key": "\(key)", "bytes": "\(body.readableBytes)"]
             )
+            return nil
         }
+        // A pool shutting down drops the job: a later hit may try again. A body no coding made smaller keeps the
+        // claim, and is not compressed again.
+        job.whenFailure { _ in entry.releaseCompressionClaim() }
+        return job
+    }
+
+    /// Sends the body of `entry`, which a hit found still awaiting its codings (its compression after it was
+    /// stored skipped, the pool being full), to be compressed, when the hit's client takes a configured coding.
+    /// A burst of fills leaves most of its entries skipped; this way the ones clients ask for compressed are
+    /// compressed when the pool has room, once each. Returns the job, nil when none was started.
+    @discardableResult
+    func compressOnHit(
+        _ entry: CachedResponse,
+        for key: CacheKey,
+        acceptEncoding: String?,
+        in cache: ResponseCache,
+        on eventLoop: any EventLoop
+    ) -> EventLoopFuture<Void>? {
+        let configured = configuration.encodings.reduce(into: ContentNegotiation.Codings()) { $0.formUnion(.init($1)) }
+        guard entry.awaitsCodings,
+            ContentNegotiation.coding(forAcceptEncoding: acceptEncoding, available: configured) != nil,
+            let job = compressLater(entry, for: key, in: cache, on: eventLoop)
+        else { return nil }
+        metrics.compressionOnHit()
+        return job
     }
 }

@@ -101,6 +101,7 @@ public final class ProxyMetrics: Sendable {
     /// `sdui_compressions_total{coding,result}`: per stored coding, kept then not smaller.
     private let compressions: [ContentCoding: [Counter]]
     private let compressionsSkipped: Counter
+    private let compressionsOnHit: Counter
     private let scrape: Mutex<ScrapeState>
 
     /// What rendering reads and updates; rendering holds its lock, so two scrapes never interleave.
@@ -190,6 +191,13 @@ public final class ProxyMetrics: Sendable {
                 "compressions_skipped",
                 unit: "total",
                 help: "Stored bodies left uncompressed because the compression pool was full."
+            )
+        )
+        self.compressionsOnHit = registry.makeCounter(
+            descriptor: Self.descriptor(
+                "compressions_on_hit",
+                unit: "total",
+                help: "Stored bodies sent to be compressed by a hit, their compression when stored having been skipped."
             )
         )
         self.scrape = Mutex(
@@ -328,6 +336,12 @@ public final class ProxyMetrics: Sendable {
     /// Counts a body left uncompressed because the compression pool was full: `sdui_compressions_skipped_total`.
     public func compressionSkipped() {
         compressionsSkipped.increment()
+    }
+
+    /// Counts a stored body sent to be compressed by a hit, its compression when it was stored having been
+    /// skipped: `sdui_compressions_on_hit_total`.
+    public func compressionOnHit() {
+        compressionsOnHit.increment()
     }
 
     /// Counts a prefetch: `sdui_prefetch_total{outcome}`.

@@ -136,6 +136,9 @@ public final class ProxyServer: Sendable {
         var fleetRecordWait = FleetLog.Settings.defaultRecordWait
         /// Runs the warm-up's refreshes and retries; nil runs them on the event loops' timers.
         var warmUpScheduler: WarmUp.Scheduler? = nil
+        /// Compresses stored bodies, not yet started (the server starts it, and shuts it down); nil makes the
+        /// proxy's own, on half the cores.
+        var compressionPool: CompressionPool? = nil
     }
 
     static func start(
@@ -177,7 +180,7 @@ public final class ProxyServer: Sendable {
         let group = eventLoopGroup ?? ownEventLoops!.group
         let threadPool = NIOThreadPool(numberOfThreads: 2)
         threadPool.start()
-        let compressionPool = CompressionPool()
+        let compressionPool = tuning.compressionPool ?? CompressionPool()
         compressionPool.start()
 
         var writeQueue: WriteQueue?

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// A stored response: a representation (its status and header fields) in one or more forms (identity, and the
 /// content codings it was compressed into when stored), plus what freshness, validation and purging need, all
@@ -47,6 +48,9 @@ public final class CachedResponse: Sendable {
     /// says nothing (RFC 9112 section 4: clients ignore it). Answers from the entry carry the code's standard
     /// phrase, or none for a code without one.
     private let statusCode: UInt16
+    /// Taken by whoever sends the body to be compressed, so that one entry is compressed once at a time
+    /// (``claimCompression()``).
+    private let compressionClaim = Atomic<Bool>(false)
 
     public var status: HTTPResponseStatus { HTTPResponseStatus(statusCode: Int(statusCode)) }
     /// Whether the entry is a 200, which serves byte ranges itself (RFC 9110 section 14.3) whatever the backend
@@ -71,6 +75,8 @@ public final class CachedResponse: Sendable {
         static let hasUpstreamETag = Flags(rawValue: 1 << 0)
         /// ``storedContentHash`` holds the content hash.
         static let hasContentHash = Flags(rawValue: 1 << 1)
+        /// The body is to be kept in content codings, added after the entry is stored.
+        static let compressesLater = Flags(rawValue: 1 << 2)
     }
 
     /// What only entries with a `Vary` or purge tags hold.
@@ -170,6 +176,22 @@ public final class CachedResponse: Sendable {
             return value == expected
         }
     }
+    /// Whether the body is to be kept in content codings and none is kept yet: its compression after it was stored
+    /// is under way, or was skipped, the compression pool being full. A hit from a client that takes a coding
+    /// may then send it to be compressed (``claimCompression()``).
+    public var awaitsCodings: Bool { codings.isEmpty && flags.contains(.compressesLater) }
+
+    /// Takes the entry's compression: true for one caller until ``releaseCompressionClaim()``, so that the hits
+    /// that find an entry awaiting its codings send its body to be compressed once, not once each.
+    public func claimCompression() -> Bool {
+        compressionClaim.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
+    }
+
+    /// Gives the compression back, when the body could not be sent to be compressed after all.
+    public func releaseCompressionClaim() {
+        compressionClaim.store(false, ordering: .relaxed)
+    }
+
     /// What the entry costs against the cache's byte budget: every form's bytes, and ``bookkeepingBytes``.
     public var byteCost: Int {
         encodedForms.reduce(identity.byteCost + Self.bookkeepingBytes) { $0 + $1.byteCost }
@@ -238,6 +260,9 @@ public final class CachedResponse: Sendable {
         /// start, in every form, so that a cache downstream that gets the identity form before the coded ones
         /// exist never gives it for the coded ones' requests, nor the reverse.
         public var variesByEncoding = false
+        /// Whether the body is compressed after the entry is stored (on the compression pool): until its forms are
+        /// added, the entry awaits them (``CachedResponse/awaitsCodings``).
+        public var compressesLater = false
 
         public init(storedAt: NIODeadline, initialAge: Int64, freshnessLifetime: Int64) {
             self.storedAt = storedAt
@@ -357,6 +382,7 @@ public final class CachedResponse: Sendable {
         var flags: Flags = []
         if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
         if hash != nil { flags.insert(.hasContentHash) }
+        if metadata.compressesLater { flags.insert(.compressesLater) }
         self.flags = flags
         self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
         self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)

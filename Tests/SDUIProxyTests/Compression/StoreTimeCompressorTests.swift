@@ -87,4 +87,85 @@ import Testing
         #expect(try await next.get() == 4)
         try await pool.shutdownGracefully()
     }
+
+    /// An entry stored to be compressed after, as a fill stores it when there is a pool.
+    private static func awaitingEntry(_ body: ByteBuffer) -> CachedResponse {
+        var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 300)
+        metadata.variesByEncoding = true
+        metadata.compressesLater = true
+        return CachedResponse(
+            status: .ok,
+            headers: ["Content-Type": "application/json"],
+            body: body,
+            metadata: metadata
+        )
+    }
+
+    @Test("a body skipped while the pool was full is compressed on a later hit that takes a coding, once")
+    func compressedOnHit() async throws {
+        let pool = CompressionPool(numberOfThreads: 1, maximumUnfinished: 1)
+        pool.start()
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let compressing = compressor(pool: pool)
+        let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
+        let key = CacheKey(target: "/screens/home", platform: "WEB")
+        let entry = Self.awaitingEntry(
+            ByteBuffer(string: String(repeating: #"{"_beagleComponent_":"beagle:text"},"#, count: 40))
+        )
+        cache.store(entry, for: key)
+
+        // The pool is busy: the store-time compression is skipped, and so is a hit's while it stays busy.
+        let release = ConditionLock(value: 0)
+        let blockingJob = pool.run(on: loop) {
+            release.lock(whenValue: 1)
+            release.unlock()
+        }
+        let blocking = try #require(blockingJob)
+        #expect(compressing.compressLater(entry, for: key, in: cache, on: loop) == nil)
+        #expect(entry.awaitsCodings)
+        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop) == nil)
+        release.lock()
+        release.unlock(withValue: 1)
+        try await blocking.get()
+
+        // A client that takes no configured coding sends nothing to the pool.
+        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: nil, in: cache, on: loop) == nil)
+        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "identity", in: cache, on: loop) == nil)
+        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "zstd", in: cache, on: loop) == nil)
+        // One that does: compressed once, whatever the hits that come while it is under way.
+        let job = try #require(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop))
+        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "br", in: cache, on: loop) == nil)
+        try await job.get()
+        guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else {
+            Issue.record("the entry is no longer stored")
+            return
+        }
+        #expect(stored !== entry && stored.codings == [.br, .gzip] && !stored.awaitsCodings)
+        #expect(stored.form(.gzip).bodyLength < stored.bodyLength)
+        try await pool.shutdownGracefully()
+    }
+
+    @Test("a body no coding makes smaller is tried once: the hits after it send nothing to the pool")
+    func incompressibleTriedOnce() async throws {
+        let pool = CompressionPool(numberOfThreads: 1)
+        pool.start()
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let compressing = compressor(pool: pool)
+        let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
+        let key = CacheKey(target: "/noise", platform: "WEB")
+        var generator = SystemRandomNumberGenerator()
+        let entry = Self.awaitingEntry(
+            ByteBuffer(bytes: (0..<2_048).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        )
+        cache.store(entry, for: key)
+        let job = try #require(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop))
+        try await job.get()
+        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop) == nil)
+        guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else {
+            Issue.record("the entry is no longer stored")
+            return
+        }
+        #expect(stored === entry && stored.codings.isEmpty)
+        try await pool.shutdownGracefully()
+    }
 }
