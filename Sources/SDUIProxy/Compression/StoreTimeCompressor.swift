@@ -43,12 +43,6 @@ struct StoreTimeCompressor: Sendable {
         return plan(ofListedTypeWithLength: bodyLength)
     }
 
-    /// What becomes of a response of `contentType` with a body of `bodyLength` bytes.
-    func plan(contentType: String?, bodyLength: Int) -> Plan {
-        guard configuration.isEnabled, configuration.compresses(contentType: contentType) else { return .identityOnly }
-        return plan(ofListedTypeWithLength: bodyLength)
-    }
-
     private func plan(ofListedTypeWithLength bodyLength: Int) -> Plan {
         guard bodyLength >= configuration.minBytes else { return .tooSmall }
         return pool == nil ? .now : .later
@@ -123,9 +117,11 @@ struct StoreTimeCompressor: Sendable {
         in cache: ResponseCache,
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<Void>? {
-        let configured = configuration.encodings.reduce(into: ContentNegotiation.Codings()) { $0.formUnion(.init($1)) }
         guard entry.awaitsCodings,
-            ContentNegotiation.coding(forAcceptEncoding: acceptEncoding, available: configured) != nil,
+            ContentNegotiation.coding(
+                forAcceptEncoding: acceptEncoding,
+                available: ContentNegotiation.Codings(configuration.encodings)
+            ) != nil,
             let job = compressLater(entry, for: key, in: cache, on: eventLoop)
         else { return nil }
         metrics.compressionOnHit()

@@ -428,7 +428,7 @@ public final class CachedResponse: Sendable {
     }
 
     private static func codings(of forms: [StoredForm]) -> ContentNegotiation.Codings {
-        forms.reduce(into: []) { codings, form in form.coding.map { codings.formUnion(.init($0)) } }
+        ContentNegotiation.Codings(forms.lazy.compactMap(\.coding))
     }
 
     /// A copy of `entry` (sharing its forms) that is fresh for `freshnessNanoseconds` instead, and kept in

@@ -52,38 +52,29 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// ``compresses(contentType:)`` for a `Content-Type` value where it lies: every fill asks, so the value is
     /// read in place, neither copied nor lower-cased.
     public func compresses(contentType value: UnsafeRawBufferPointer) -> Bool {
-        var start = 0
-        var end = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
-        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
-        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
-        let mediaType = UnsafeRawBufferPointer(rebasing: value[start..<end])
+        let parametersStart = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
+        let mediaType = UnsafeRawBufferPointer(
+            rebasing: HTTPSyntax.trimmingOptionalWhitespace(value[..<parametersStart])
+        )
         guard let slash = mediaType.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < mediaType.count - 1 else {
             return false
         }
         let subtypeCount = mediaType.count - slash - 1
         return types.contains { entry in
-            entry.utf8.withContiguousStorageIfAvailable { entry in
-                let entry = UnsafeRawBufferPointer(entry)
-                if entry.first == UInt8(ascii: "+") {
-                    return subtypeCount > entry.count
-                        && Self.equalsFolded(mediaType[(mediaType.count - entry.count)...], entry)
-                }
-                if entry.last == UInt8(ascii: "/") {
-                    return mediaType.count >= entry.count && Self.equalsFolded(mediaType[..<entry.count], entry)
-                }
-                return mediaType.count == entry.count && Self.equalsFolded(mediaType[...], entry)
-            } ?? false
+            let count = entry.utf8.count
+            if entry.utf8.first == UInt8(ascii: "+") {
+                return subtypeCount > count
+                    && HTTPSyntax.sameIgnoringCase(
+                        bytes: UnsafeRawBufferPointer(rebasing: mediaType[(mediaType.count - count)...]),
+                        entry
+                    )
+            }
+            if entry.utf8.last == UInt8(ascii: "/") {
+                return mediaType.count >= count
+                    && HTTPSyntax.sameIgnoringCase(bytes: UnsafeRawBufferPointer(rebasing: mediaType[..<count]), entry)
+            }
+            return HTTPSyntax.sameIgnoringCase(bytes: mediaType, entry)
         }
-    }
-
-    /// Whether `bytes` equal `entry` (one of ``types``), ASCII letters compared without regard to case.
-    private static func equalsFolded(_ bytes: Slice<UnsafeRawBufferPointer>, _ entry: UnsafeRawBufferPointer) -> Bool {
-        guard bytes.count == entry.count else { return false }
-        for (byte, expected) in zip(bytes, entry)
-        where HTTPSyntax.lowercasedASCII(byte) != HTTPSyntax.lowercasedASCII(expected) {
-            return false
-        }
-        return true
     }
 
     // MARK: Parsing

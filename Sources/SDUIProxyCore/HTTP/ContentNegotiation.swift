@@ -19,6 +19,11 @@ public enum ContentNegotiation {
             case .deflate: self = []
             }
         }
+
+        /// The stored ones among `codings`.
+        public init(_ codings: some Sequence<ContentCoding>) {
+            self = codings.reduce(into: []) { $0.formUnion(Codings($1)) }
+        }
     }
 
     /// The coding to send for a request whose `Accept-Encoding` is `field` (nil when absent), among the codings

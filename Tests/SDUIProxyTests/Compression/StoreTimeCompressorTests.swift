@@ -1,11 +1,19 @@
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import SDUIProxyCore
 import Testing
 
 @testable import SDUIProxy
+
+extension StoreTimeCompressor {
+    /// ``plan(for:bodyLength:)`` for a response whose one field is `Content-Type: contentType` (none for nil).
+    fileprivate func plan(contentType: String?, bodyLength: Int) -> Plan {
+        plan(for: HTTPFieldLines(HTTPHeaders(contentType.map { [("Content-Type", $0)] } ?? [])), bodyLength: bodyLength)
+    }
+}
 
 /// What is compressed when, and the pool that compresses large bodies: bounded in the jobs it takes.
 @Suite struct StoreTimeCompressorTests {
