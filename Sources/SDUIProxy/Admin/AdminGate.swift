@@ -2,12 +2,12 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// Stands between the admin listener's HTTP decoder and the body aggregator, so that a client without the token
-/// costs the listener nothing: its request is answered 401 on its head, before any of its body is read, and
-/// the connection closed. It also closes a connection idle for `idleTimeout` between requests (or for
-/// ``defaultFirstRequestTimeout`` before its first, unless tuned), and one whose request is not complete `requestTimeout` after
-/// its head: without them, a client could hold a connection, or one of the listener's few slots, and a
-/// part-read body for as long as it liked.
+/// Stands between the admin listener's HTTP decoder and the body aggregator, so that a client without the token costs
+/// the listener nothing: its request is answered 401 on its head, before any of its body is read, and the connection
+/// closed. It also closes a connection idle for `idleTimeout` between requests (or for `firstRequestTimeout`, by
+/// default ``defaultFirstRequestTimeout``, before its first), and one whose request is not complete `requestTimeout`
+/// after its head: without them, a client could hold a connection, or one of the listener's few slots, and a part-read
+/// body for as long as it liked.
 final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart

@@ -7,13 +7,14 @@ import NIOHTTP1
 /// A form keeps its header fields encoded as HTTP/1.1 lines, as a cache of the entry's fields: a hit writes the
 /// status line, then these as they are, then its own `Age` and `X-Cache`, then the body. The status line and a
 /// 200's `Accept-Ranges: bytes` are not kept: they are the same in nearly every entry, and a hit writes them from
-/// the status as cheaply as it copies them (39 bytes less in every entry). Small bodies are kept as exactly their bytes, behind the head in the
-/// same array: a `ByteBuffer`'s storage is a power of two (4 KiB for a 2.4 KB component), and a body read from
-/// the network is often a slice of a larger read buffer. A hit copies such a body behind its head anyway (one
-/// write costs less than two), so keeping it exact is free on the hit path, and one array per form is one
-/// allocation when it is stored and one object to free when it is evicted. Bodies over
-/// ``CachedResponse/maximumExactBodyBytes`` stay in a buffer (without spare capacity) that hits write without
-/// copying.
+/// the status as cheaply as it copies them (39 bytes less in every entry).
+///
+/// Small bodies are kept as exactly their bytes, behind the head in the same array: a `ByteBuffer`'s storage is a power
+/// of two (4 KiB for a 2.4 KB component), and a body read from the network is often a slice of a larger read buffer. A
+/// hit copies such a body behind its head anyway (one write costs less than two), so keeping it exact is free on the
+/// hit path, and one array per form is one allocation when it is stored and one object to free when it is evicted.
+/// Bodies over ``CachedResponse/maximumExactBodyBytes`` stay in a buffer (without spare capacity) that hits write
+/// without copying.
 ///
 /// The head's lines are the ones the entry wrote, `name: value` and CRLF each, never folded: reading a field
 /// back from them is a split at known separators, not a parse.
