@@ -153,7 +153,7 @@ struct PublicHTTPHandlerTests {
             #expect(connection.isOpen)
             #expect(connection.unreadOutput.isEmpty)
 
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.advanceClock(until: { !connection.isOpen }))
             let response = try #require(try connection.readResponse())
             #expect(response.status == .requestTimeout)
             #expect(response.closesConnection)
@@ -181,7 +181,7 @@ struct PublicHTTPHandlerTests {
             try connection.send("PUT /api/profile HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n0123")
             #expect(connection.backend.forwards.isEmpty)
 
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.advanceClock(until: { !connection.isOpen }))
             let response = try #require(try connection.readResponse())
             #expect(response.status == .requestTimeout)
             #expect(response.closesConnection)
@@ -200,7 +200,7 @@ struct PublicHTTPHandlerTests {
             let forward = try #require(connection.backend.forwards.first)
             #expect(forward.receivedBody == "0123")
 
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.advanceClock(until: { !connection.isOpen }))
             let response = try #require(try connection.readResponse())
             #expect(response.status == .requestTimeout)
             #expect(response.closesConnection)
@@ -217,7 +217,7 @@ struct PublicHTTPHandlerTests {
             connection.advanceClock(to: connection.start + idleTimeout - .milliseconds(1))
             #expect(connection.isOpen)
 
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.advanceClock(until: { !connection.isOpen }))
             #expect(connection.unreadOutput.isEmpty)
         }
     }
@@ -227,7 +227,7 @@ struct PublicHTTPHandlerTests {
         try EmbeddedPublicConnection.run({ $0.limits.idleTimeout = .milliseconds(100) }) { connection in
             try Self.fill("/screens/a", text: "a", on: connection)
             #expect(connection.isOpen)
-            #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+            #expect(connection.advanceClock(until: { !connection.isOpen }))
             #expect(connection.unreadOutput.isEmpty)
         }
     }
@@ -257,7 +257,7 @@ struct PublicHTTPHandlerTests {
     /// The connection is closed at the request deadline with a 408: bytes of a request had arrived, so it is not
     /// closed as an idle connection.
     static func expectTimedOutRequest(on connection: EmbeddedPublicConnection) throws {
-        #expect(connection.waitForWallClock(until: { !connection.isOpen }))
+        #expect(connection.advanceClock(until: { !connection.isOpen }))
         let timedOut = try #require(
             try connection.readResponse(),
             "bytes of a request had arrived: it is answered 408, not closed as an idle connection"

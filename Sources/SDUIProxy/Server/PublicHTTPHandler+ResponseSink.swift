@@ -102,7 +102,7 @@ extension PublicHTTPHandler: ResponseSink {
     /// flushed with the burst; one that completes later (after an upstream exchange), at once.
     func finish(with last: ByteBuffer) {
         guard let context else { return }
-        let ended = machine.responseEnded(now: NIODeadline.now())
+        let ended = machine.responseEnded(now: context.eventLoop.now)
         switch ended {
         case .close:
             let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()
@@ -122,8 +122,7 @@ extension PublicHTTPHandler: ResponseSink {
                 schedulePipelinedRequests()
             case .dropRestOfBody(let readNow):
                 // Answered before its body was whole: the rest is read and dropped, and its taker let go.
-                discardBufferedBody()
-                requestBody = .none
+                exchangeAnsweredEarly()
                 if readNow { context.read() }
             default:
                 noteRequestInProgress(context: context)

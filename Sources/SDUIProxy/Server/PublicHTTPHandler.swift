@@ -3,53 +3,21 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// One client connection of the public listener, over HTTP/1.1: it parses requests, routes each, hands it to a
-/// responder, and writes the responses the responders produce. Which part is handled when, whether reading
-/// pauses, whether a response closes the connection and what a deadline does are its
-/// ``ConnectionStateMachine``'s decisions; this handler does the I/O they call for.
+/// One client connection of the public listener, over HTTP/1.1: it parses requests, hands each to its
+/// ``RequestExchange`` (routing, bodies, limits, the responders: ``RequestExchangeDriver``), and writes the responses
+/// the responders produce. Which part is handled when, whether reading pauses, whether a response closes the
+/// connection and what a deadline does are its ``ConnectionStateMachine``'s decisions: HTTP/1.1's framing,
+/// pipelining and lingering close. This handler does the I/O they call for.
 ///
-/// A request goes where the ``RequestRouter`` sends it: GET and HEAD to the ``CacheResponder`` once the request
-/// has been read, other methods to the ``PassThroughResponder`` once the body has been read whole (in memory, or a
-/// temporary file past `limits.requestBufferBytes`: ``RequestBodyBuffer``), or at once with the body streamed on a
-/// route that says `stream: true`, queued write routes to the ``QueuedWriteResponder`` once the body has been read
-/// whole, refusals answered here. Responders
-/// write to this handler as their ``ResponseSink``; its ``HTTP1ResponseWriter`` encodes and counts them.
+/// Responders write to this handler as their ``ResponseSink``; its ``HTTP1ResponseWriter`` encodes and counts them.
 ///
 /// It reads the connection's bytes itself with ``HTTPRequestParser``, rather than behind a decoding handler: a
 /// request then reaches it without passing through another handler, a type-erased wrapper and a buffer of its own,
-/// which on a cache hit is a good part of the work.
-final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
+/// which on a cache hit is a good part of the work. Time is the event loop's, so that a test's loop can advance it.
+final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, RequestExchangeDriver {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
-
-    /// What becomes of the current request's body, and who answers it when its end arrives. The large payloads
-    /// are boxed, so that the cache path's value stays a reference and a tag.
-    enum RequestBody {
-        /// Nothing more to do: the request has been answered, or is being answered.
-        case none
-        /// Dropped; the cache responder answers at the end.
-        case answerFromCache(CacheRequest)
-        /// Dropped; the error answers at the end.
-        indirect case refuse(ProxyError)
-        /// Streamed to the backend (nil when the request has no body); the pass-through responder answers.
-        case forward(RequestBodyStream?)
-        /// Read whole before it is forwarded: the pass-through responder is handed it at the end.
-        indirect case buffer(BufferedForward)
-        /// Held whole, up to `limit`, for the queued write responder at the end.
-        indirect case collectWrite(QueuedWriteResponder.Write, limit: Int)
-        /// Dropped; the queued write's public status answers at the end.
-        indirect case answerQueueStatus(id: String)
-    }
-
-    /// A forward whose body is being read whole, and what it is forwarded with once it is.
-    struct BufferedForward {
-        let head: HTTPRequestHead
-        let target: RequestTarget
-        let platform: String
-        let annotation: CacheAnnotation?
-        let buffer: RequestBodyBuffer
-    }
 
     private let runtime: ProxyRuntime
     /// The context in force when the current request started; refreshed when a reload replaced it.
@@ -62,16 +30,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Copied out of the context when it changes. (The router is not: it holds the configuration's arrays and
     /// strings, which every loop shares, and a copy per request would write their reference counts; it is read
     /// through the unretained context instead.)
-    private var cacheResponder: CacheResponder
-    private var maxBodyBytes: Int
+    private(set) var cacheResponder: CacheResponder
 
     var machine: ConnectionStateMachine
     private var parser: HTTPRequestParser
     /// The bytes after the last complete part of a read that ended inside one; the next read is appended.
     private var unparsed: ByteBuffer?
-    var requestBody = RequestBody.none
-    /// Bytes of the current request's body so far, against `limits.maxBodyBytes`.
-    private var requestBodyBytes = 0
+    /// The current request's: its body, its limit, who answers it.
+    var exchange: RequestExchange
     /// Encodes, counts and tracks the responses.
     var writer: HTTP1ResponseWriter
     /// Responses written while a read burst is handled are flushed once, when it ends.
@@ -88,8 +54,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
     var loop: (any EventLoop)?
 
-    /// Made on the connection's event loop: `buffers` and `requests` are that loop's.
-    init(runtime: ProxyRuntime, buffers: ResponseBufferRecycler, requests: RequestTally) {
+    /// Made on the connection's event loop: `buffers` and `requests` are that loop's, and its clock the
+    /// connection's.
+    init(runtime: ProxyRuntime, eventLoop: any EventLoop, buffers: ResponseBufferRecycler, requests: RequestTally) {
         self.runtime = runtime
         // The generation first, then the context, read once: a reload in between leaves an older generation,
         // which the first request sees and refreshes.
@@ -99,9 +66,10 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.proxy = proxyContext
         self.unretainedProxy = Unmanaged.passUnretained(proxyContext)
         self.cacheResponder = CacheResponder(configuration)
-        self.maxBodyBytes = configuration.limits.maxBodyBytes
+        self.exchange = RequestExchange(maxBodyBytes: configuration.limits.maxBodyBytes)
         self.writer = HTTP1ResponseWriter(requests: requests, buffers: buffers)
-        self.machine = ConnectionStateMachine(timeouts: Self.timeouts(configuration), now: .now())
+        self.machine = ConnectionStateMachine(timeouts: Self.timeouts(configuration), now: eventLoop.now)
+        self.loop = eventLoop
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
         // own 414 or 431.
@@ -119,7 +87,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func contextChanged() {
         unretainedProxy = Unmanaged.passUnretained(proxy)
         cacheResponder = CacheResponder(proxy.configuration)
-        maxBodyBytes = proxy.configuration.limits.maxBodyBytes
+        exchange.maxBodyBytes = proxy.configuration.limits.maxBodyBytes
         machine.timeouts = Self.timeouts(proxy.configuration)
         // listen.trustedProxies may have changed: the peer is judged again.
         peer = nil
@@ -130,13 +98,12 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// processors in turn, three times a hit. Sound because ``proxy`` holds the context, and only this handler
     /// replaces it, on its loop, between requests.
     @inline(__always)
-    private func withProxy<Result>(_ body: (ProxyContext) -> Result) -> Result {
+    func withProxy<Result>(_ body: (ProxyContext) -> Result) -> Result {
         unretainedProxy._withUnsafeGuaranteedRef(body)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        self.loop = context.eventLoop
         updateWakeUp()
     }
 
@@ -152,7 +119,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var bytes = unwrapInboundIn(data)
         let atRequestStart = parser.isBetweenRequests && unparsed == nil && bytes.readableBytes > 0
-        switch machine.bytesArrived(atRequestStart: atRequestStart, now: NIODeadline.now()) {
+        switch machine.bytesArrived(atRequestStart: atRequestStart, now: context.eventLoop.now) {
         case .ignore: return
         case .handle: break
         case .handleWithDeadline(let deadline): wakeUp(before: deadline)
@@ -166,7 +133,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         defer { isHandlingRead = false }
         do {
             while let part = try parser.next(from: &bytes) {
-                perform(machine.partReceived(part, now: NIODeadline.now()), context: context)
+                perform(machine.partReceived(part, now: context.eventLoop.now), context: context)
                 // A handler removed while answering a part (the channel closed under it) reads no more, and
                 // nothing is read past a response that ends the connection.
                 guard self.context != nil, !machine.ignoresInput else { return }
@@ -188,7 +155,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// came behind a response, or after one was answered in the same read.
     func noteRequestInProgress(context: ChannelHandlerContext) {
         guard !parser.isBetweenRequests || unparsed != nil, machine.isIdle else { return }
-        machine.bytesReceived(now: NIODeadline.now())
+        machine.bytesReceived(now: context.eventLoop.now)
         updateWakeUp()
     }
 
@@ -210,9 +177,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             updateWakeUp()
             startRequest(head, context: context)
         case .handleBody(let part):
-            receiveBody(part)
+            exchangeReceivedBody(part)
         case .handleEnd:
-            endRequest(context: context)
+            exchangeReceivedEnd()
         case .drop, .holdBack:
             break
         case .stopReading:
@@ -225,258 +192,27 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             generation = runtime.generation
             proxy = runtime.context
         }
-        // Reset here, not only at the end: the end of a request answered early is dropped, not handled.
-        requestBodyBytes = 0
         writer.startRequest(
             isHead: head.method == .HEAD,
-            accounting: withProxy { proxy in RequestAccounting(proxy: proxy, head: head, clientAddress: client.address)
+            accounting: withProxy { proxy in
+                RequestAccounting(proxy: proxy, head: head, clientAddress: client.address, clock: context.eventLoop)
             }
         )
-        switch withProxy({ proxy in proxy.router.route(head) }) {
-        case .cache(let request):
-            requestBody = .answerFromCache(request)
-        case .forward(let target, let platform, let cacheResult):
-            let annotation = withProxy { proxy in cacheResult.map { proxy.cacheReporting.forwarded($0) } }
-            let length = Self.bodyLength(of: head)
-            // A body is read whole before the backend sees the request, so that a slow client holds no backend
-            // connection; unless its route streams uploads.
-            if length != .none, !withProxy({ proxy in proxy.router.streamsBody(of: target) }) {
-                // Refused at once when it says it is too large: the backend never sees it.
-                if let declared = length.declared, declared > maxBodyBytes { return refuseNow(Self.bodyTooLarge) }
-                let forward = BufferedForward(
-                    head: head,
-                    target: target,
-                    platform: platform,
-                    annotation: annotation,
-                    buffer: bodyBuffer(context: context)
-                )
-                return startBuffering(forward)
-            }
-            let body = length == .none ? nil : bodyStream(for: length, context: context)
-            requestBody = .forward(body)
-            withProxy { proxy in
-                PassThroughResponder().respond(
-                    to: head,
-                    target: target,
-                    platform: platform,
-                    annotation: annotation,
-                    body: body.map { .streamed($0) } ?? .none,
-                    proxy: proxy,
-                    sink: self
-                )
-            }
-        case .queuedWrite(let target, let platform, let route, let maxBodyBytes):
-            let write = QueuedWriteResponder.Write(
-                head: head,
-                target: target,
-                platform: platform,
-                route: route,
-                body: ByteBuffer()
-            )
-            requestBody = .collectWrite(write, limit: maxBodyBytes)
-        case .refuse(let error, let closeConnection):
-            proxy.logger.info("request refused", metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error)"])
-            guard closeConnection else {
-                requestBody = .refuse(error)
-                return
-            }
-            // Answered at once, without reading the rest: what follows can no longer be trusted to be a request.
-            refuseNow(error)
-        case .queueStatus(let id):
-            requestBody = .answerQueueStatus(id: id)
-        }
+        exchangeReceivedHead(head)
     }
 
-    /// How a request says its body is framed.
-    private enum BodyLength: Equatable {
-        /// It has none.
-        case none
-        /// It declares this many bytes.
-        case declared(Int)
-        /// In chunks, of a length known only at the end.
-        case chunked
+    // MARK: What the exchange leaves to the connection
 
-        var declared: Int? {
-            if case .declared(let length) = self { return length }
-            return nil
-        }
+    func bodyTakerFull() {
+        machine.bodyTakerFull()
     }
 
-    private static func bodyLength(of head: HTTPRequestHead) -> BodyLength {
-        if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
-            return .chunked
-        }
-        guard let length = head.headers.first(name: "content-length").flatMap({ Int($0) }), length > 0 else {
-            return .none
-        }
-        return .declared(length)
+    func bodyTakerReady() {
+        if machine.bodyTakerReady() { context?.read() }
     }
 
-    /// The buffer a forwarded request's body is read into, whole. Reading pauses while it cannot take more.
-    private func bodyBuffer(context: ChannelHandlerContext) -> RequestBodyBuffer {
-        let buffer = withProxy { proxy in
-            RequestBodyBuffer(
-                eventLoop: context.eventLoop,
-                memoryLimit: proxy.configuration.limits.requestBufferBytes,
-                directory: proxy.requestBufferDirectory,
-                threadPool: proxy.threadPool
-            )
-        }
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let id = ObjectIdentifier(buffer)
-        buffer.setDemandHandler {
-            let handler = loopBound.value
-            // A buffer the connection has let go of may not resume reading for the request after it.
-            guard case .buffer(let current) = handler.requestBody, ObjectIdentifier(current.buffer) == id else {
-                return
-            }
-            if handler.machine.bodyTakerReady() { handler.context?.read() }
-        }
-        return buffer
-    }
-
-    /// Starts reading a forwarded request's body whole. A client that waits for `100 Continue` is told to go on by
-    /// the proxy itself: the backend will see nothing before the body is in.
-    private func startBuffering(_ forward: BufferedForward) {
-        requestBody = .buffer(forward)
-        let head = forward.head
-        if head.version.major == 1, head.version.minor >= 1,
-            head.headers[canonicalForm: "expect"].contains(where: { $0.lowercased() == "100-continue" })
-        {
-            writeInterim(status: .continue, headers: [:])
-        }
-    }
-
-    /// A forwarded body past `limits.maxBodyBytes`.
-    private static let bodyTooLarge = ProxyError(.tooLarge, "the request body exceeds limits.maxBodyBytes")
-
-    /// Lets go of a body being read whole for a forward that will not be made: its memory, and its file if it has
-    /// one.
-    func discardBufferedBody() {
-        guard case .buffer(let forward) = requestBody else { return }
-        requestBody = .none
-        forward.buffer.discard()
-    }
-
-    /// The body of a forwarded request read whole: it goes to the backend now, or the error that kept it from
-    /// being buffered answers.
-    private func forwardBuffered(_ forward: BufferedForward, body result: Result<RequestBodyBuffer.Body, any Error>) {
-        let body: ForwardedRequestBody
-        switch result {
-        case .success(.whole(let buffer)):
-            body = .whole(buffer)
-        case .success(.spooled(let file, let length)):
-            body = .spooled(file, length: length)
-        case .failure(let error):
-            let proxyError =
-                error as? ProxyError ?? ProxyError(.unavailable, "the request body could not be buffered")
-            proxy.logger.warning("request body not buffered", metadata: ["error": "\(proxyError)"])
-            return write(proxyError)
-        }
-        withProxy { proxy in
-            PassThroughResponder().respond(
-                to: forward.head,
-                target: forward.target,
-                platform: forward.platform,
-                annotation: forward.annotation,
-                body: body,
-                proxy: proxy,
-                sink: self
-            )
-        }
-    }
-
-    /// The stream a forwarded request's body goes into. Reading pauses while the backend cannot take more.
-    private func bodyStream(for length: BodyLength, context: ChannelHandlerContext) -> RequestBodyStream {
-        let stream = RequestBodyStream(eventLoop: context.eventLoop, contentLength: length.declared)
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let id = ObjectIdentifier(stream)
-        stream.setDemandHandler {
-            let handler = loopBound.value
-            // A stream the connection has let go of may not resume reading for the request after it.
-            guard case .forward(let current?) = handler.requestBody, ObjectIdentifier(current) == id else { return }
-            if handler.machine.bodyTakerReady() { handler.context?.read() }
-        }
-        return stream
-    }
-
-    private func receiveBody(_ part: ByteBuffer) {
-        switch requestBody {
-        case .forward(let stream?):
-            requestBodyBytes += part.readableBytes
-            guard requestBodyBytes <= maxBodyBytes else {
-                // The forward fails with this error and answers 413 (or cuts the response short); the rest of the
-                // body is not read.
-                requestBody = .none
-                machine.closeAfterResponse()
-                stream.fail(Self.bodyTooLarge)
-                return
-            }
-            if !stream.append(part) { machine.bodyTakerFull() }
-        case .buffer(let forward):
-            requestBodyBytes += part.readableBytes
-            guard requestBodyBytes <= maxBodyBytes else {
-                // Refused without the backend ever seeing it; the rest of the body is not read.
-                return refuseNow(Self.bodyTooLarge)
-            }
-            if !forward.buffer.append(part) { machine.bodyTakerFull() }
-        case .collectWrite(var write, let limit):
-            guard write.body.readableBytes + part.readableBytes <= limit else {
-                requestBody = .none
-                refuseNow(RequestRouter.queuedBodyTooLarge(limit: limit))
-                return
-            }
-            requestBody = .none  // keeps the buffer uniquely referenced while it grows
-            var part = part
-            write.body.writeBuffer(&part)
-            requestBody = .collectWrite(write, limit: limit)
-        case .none, .answerFromCache, .refuse, .forward(nil), .answerQueueStatus:
-            break
-        }
-    }
-
-    private func endRequest(context: ChannelHandlerContext) {
-        // Moved out, not copied: a copy would retain the request it holds.
-        var body = RequestBody.none
-        swap(&body, &requestBody)
-        requestBodyBytes = 0
-        switch consume body {
-        case .answerFromCache(let request):
-            withProxy { proxy in cacheResponder.respond(to: request, proxy: proxy, sink: self) }
-        case .refuse(let error):
-            write(error)
-        case .forward(let stream):
-            stream?.finish()
-            // The body is whole: reading, if it was paused while the backend took the body, is not held for the
-            // requests after this one (the stream's own demand no longer counts once it is let go).
-            if machine.bodyTakerReady() { context.read() }
-        case .buffer(let forward):
-            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            forward.buffer.finish { result in loopBound.value.forwardBuffered(forward, body: result) }
-            // As for a streamed body: reading is not held for the requests after this one.
-            if machine.bodyTakerReady() { context.read() }
-        case .collectWrite(let write, _):
-            withProxy { proxy in QueuedWriteResponder().respond(to: write, proxy: proxy, sink: self) }
-        case .answerQueueStatus(let id):
-            answerQueueStatus(id)
-        case .none:
-            break
-        }
-    }
-
-    /// Answers a queued write's public status. Out of line: inlined into ``endRequest(context:)``, it made every
-    /// request's end cost more.
-    @inline(never)
-    private func answerQueueStatus(_ id: String) {
-        withProxy { proxy in QueueStatusResponder().respond(to: id, proxy: proxy, sink: self) }
-    }
-
-    /// Answers with `error` at once, and closes the connection after it without reading more.
-    private func refuseNow(_ error: ProxyError) {
-        discardBufferedBody()
-        requestBody = .none
+    func closeAfterResponse() {
         machine.closeAfterResponse()
-        write(error)
     }
 
     /// Malformed or oversized HTTP: nothing after it can be trusted. While no response has begun, answer it;
@@ -496,13 +232,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     ) {
         switch action {
         case .answerAndClose(let headArrived):
-            if case .forward(let stream?) = requestBody {
-                requestBody = .none
-                stream.fail(error)
-                return
-            }
-            discardBufferedBody()
-            requestBody = .none
+            // A body streaming to the backend fails with the error: its forward answers, or cuts its answer short.
+            if exchangeAbandoned(because: error) { return }
             // A response already under way can only be cut short.
             guard !writer.headWritten else { return abort() }
             // Without a head there is no request to answer for: what the writer knows is the one before's.
@@ -511,11 +242,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .closeAfterResponse:
             // The response under way ends the connection; a body still streaming to the backend cannot be
             // completed, and the backend must not take what came as a whole request.
-            if case .forward(let stream?) = requestBody {
-                requestBody = .none
-                stream.fail(error)
-            }
-            discardBufferedBody()
+            exchangeAbandoned(because: error)
         case .close:
             context.closeAfterAnswer(lingering: machine.isDraining ? .whileDraining : .init())
         }
@@ -529,12 +256,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         if machine.closed() { proxy.logger.debug("the client closed the connection inside a request") }
-        if case .forward(let stream?) = requestBody {
-            requestBody = .none
-            stream.fail(ProxyError(.network, "the client closed the connection"))
-        }
-        // A body cut off while it was read whole: the backend never hears of the request.
-        discardBufferedBody()
+        // A body streaming to the backend fails; one cut off while it was read whole is let go, and the backend
+        // never hears of its request.
+        exchangeAbandoned(because: ProxyError(.network, "the client closed the connection"))
         context.fireChannelInactive()
     }
 
@@ -566,7 +290,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func handlePipelinedRequests() {
         guard let context else { return }
         isHandlingRead = true
-        while let action = machine.nextHeldBackPart(now: NIODeadline.now()) {
+        while let action = machine.nextHeldBackPart(now: context.eventLoop.now) {
             perform(action, context: context)
             guard self.context != nil else { return }
         }
@@ -574,7 +298,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         flushIfNeeded(context: context)
         guard !machine.hasHeldBackParts else { return }
         let requestStarted = !parser.isBetweenRequests || unparsed != nil
-        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: NIODeadline.now()) { context.read() }
+        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: context.eventLoop.now) { context.read() }
         updateWakeUp()
     }
 }

@@ -12,25 +12,33 @@ struct RequestAccounting {
     let method: HTTPMethod
     private let access: AccessDetails?
 
-    /// What an access-log line says beyond the status: who asked for what, and when the request started.
+    /// What an access-log line says beyond the status: who asked for what, and when the request started by the
+    /// connection's clock (its event loop's).
     private final class AccessDetails {
         let logger: Logger
         let uri: String
+        let clock: any EventLoop
         let started: NIODeadline
         let clientAddress: String?
 
-        init(logger: Logger, uri: String, clientAddress: String?) {
+        init(logger: Logger, uri: String, clientAddress: String?, clock: any EventLoop) {
             self.logger = logger
             self.uri = uri
-            self.started = .now()
+            self.clock = clock
+            self.started = clock.now
             self.clientAddress = clientAddress
         }
     }
 
-    init(proxy: ProxyContext, head: HTTPRequestHead, clientAddress: @autoclosure () -> String?) {
+    init(
+        proxy: ProxyContext,
+        head: HTTPRequestHead,
+        clientAddress: @autoclosure () -> String?,
+        clock: @autoclosure () -> any EventLoop
+    ) {
         self.method = head.method
         self.access = proxy.accessLogger.map {
-            AccessDetails(logger: $0, uri: head.uri, clientAddress: clientAddress())
+            AccessDetails(logger: $0, uri: head.uri, clientAddress: clientAddress(), clock: clock())
         }
     }
 
@@ -43,7 +51,7 @@ struct RequestAccounting {
             status: status,
             cacheResult: cacheResult?.rawValue,
             bytes: bytes,
-            duration: .nanoseconds((NIODeadline.now() - access.started).nanoseconds),
+            duration: .nanoseconds((access.clock.now - access.started).nanoseconds),
             clientAddress: access.clientAddress
         ).log(to: access.logger)
     }

@@ -266,6 +266,7 @@ public final class ProxyServer: Sendable {
                 // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
                 let handler = PublicHTTPHandler(
                     runtime: runtime,
+                    eventLoop: channel.eventLoop,
                     buffers: responseBuffers.value(on: channel.eventLoop),
                     requests: runtime.context.metrics.requestTally(for: channel.eventLoop)
                 )

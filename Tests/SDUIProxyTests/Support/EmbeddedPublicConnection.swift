@@ -206,8 +206,8 @@ struct WrittenResponse {
 /// Everything, the handler's deadlines and the backend's answers included, happens on the test's thread, when the
 /// test drives it.
 ///
-/// The loop's clock is set to the wall clock's when the connection is made, since the handler times its
-/// deadlines with `NIODeadline.now()`: see ``advanceClock(to:)`` and ``waitForWallClock(until:within:)``.
+/// The handler's deadlines run on the loop's clock, which only the test moves (``advanceClock(to:)``,
+/// ``advanceClock(until:within:)``). It starts at the wall clock's time, which the cache's ages are read from.
 final class EmbeddedPublicConnection {
     let loop: EmbeddedEventLoop
     let channel: EmbeddedChannel
@@ -273,6 +273,7 @@ final class EmbeddedPublicConnection {
         )
         let handler = PublicHTTPHandler(
             runtime: ProxyRuntime(context),
+            eventLoop: loop,
             buffers: ResponseBufferRecycler(),
             requests: tally
         )
@@ -358,17 +359,13 @@ final class EmbeddedPublicConnection {
         loop.advanceTime(to: deadline)
     }
 
-    /// Moves the loop's clock along with the wall clock until `condition` holds, or `limit` of wall-clock time
-    /// has passed; returns whether it held.
-    ///
-    /// The handler reads the wall clock when its wake-up fires, and sleeps again when the wall clock says its
-    /// deadline has not come: the loop's clock alone cannot bring it. Keeping the loop's clock at the wall clock's
-    /// fires each wake-up once the wall clock is past it, as on a real loop.
-    func waitForWallClock(until condition: () -> Bool, within limit: TimeAmount = .seconds(10)) -> Bool {
-        let giveUp = NIODeadline.now() + limit
+    /// Moves the loop's clock on, a step at a time, until `condition` holds or `limit` of the loop's time has
+    /// passed; returns whether it held. The handler's clock is the loop's: no wall-clock time passes.
+    func advanceClock(until condition: () -> Bool, within limit: TimeAmount = .seconds(10)) -> Bool {
+        let giveUp = loop.now + limit
         while !condition() {
-            guard NIODeadline.now() < giveUp else { return false }
-            loop.advanceTime(to: .now())
+            guard loop.now < giveUp else { return false }
+            loop.advanceTime(by: .milliseconds(5))
         }
         return true
     }
