@@ -80,6 +80,55 @@ struct EntryPresentation {
     }
 }
 
+// The fields of an entry presented otherwise than as stored, whatever wire writes them: which stored fields stay
+// (cut from the stored head, never parsed) and which the presentation adds.
+extension EntryPresentation {
+    /// Whether any stored field is kept: a 416 keeps none, only the length of the whole.
+    var keepsStoredFields: Bool { range != .unsatisfiable }
+
+    /// Whether the stored field `name` stays: a 304 keeps only the fields a 304 repeats, Beagle 1.x's form has its
+    /// own `Cache-Control` and `beagle-hash`, and a part's length is its own.
+    func keepsStoredField(_ name: UnsafeRawBufferPointer) -> Bool {
+        if range != nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") { return false }
+        if notModified,
+            !ConditionalRequest.notModifiedHeaderNames.contains(where: { HTTPSyntax.equalsIgnoringCase(bytes: name, $0) })
+        {
+            return false
+        }
+        return beagleMaxAge == nil
+            || !(HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control")
+                || HTTPSyntax.equalsIgnoringCase(bytes: name, "beagle-hash"))
+    }
+
+    /// Whether the answer says `Accept-Ranges: bytes`, ahead of the stored fields: every answer from a 200 but a
+    /// 304, which repeats only the fields a 200 carries about the representation (RFC 9110 section 15.4.5).
+    func advertisesRanges(_ entry: CachedResponse) -> Bool {
+        entry.advertisesRanges && !notModified && range != .unsatisfiable
+    }
+
+    /// Calls `body` with each field the presentation adds after the stored ones it keeps, in order: Beagle 1.x's
+    /// fields, a part's range and length, a 416's range.
+    func forEachOwnField(
+        of entry: CachedResponse,
+        _ form: borrowing StoredForm,
+        _ body: (_ name: String, _ value: String) -> Void
+    ) {
+        if range == .unsatisfiable {
+            body("Content-Range", "bytes */\(form.bodyLength)")
+            body("Content-Length", "0")
+            return
+        }
+        if let beagleMaxAge {
+            body("Cache-Control", "max-age=\(beagleMaxAge)")
+            body("beagle-hash", entry.contentHash)
+        }
+        if case .part(let part)? = range {
+            body("Content-Range", "bytes \(part.lowerBound)-\(part.upperBound)/\(form.bodyLength)")
+            body("Content-Length", String(part.count))
+        }
+    }
+}
+
 extension ResponseSink {
     /// Writes a backend response that was not stored, its fields changed as `clientFields` says.
     func write(

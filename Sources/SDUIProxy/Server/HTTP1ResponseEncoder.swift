@@ -105,9 +105,9 @@ enum HTTP1ResponseEncoder {
         }
     }
 
-    /// The head of an entry presented otherwise than as stored: a 304 keeps only the lines a 304 repeats,
-    /// Beagle 1.x's form has its own `Cache-Control` and `beagle-hash`, a 206 says which part it holds and a 416
-    /// keeps no stored line, only the length of the whole.
+    /// The head of an entry presented otherwise than as stored: the stored lines its presentation keeps, cut from
+    /// the stored head, between the fields of its own (``EntryPresentation/advertisesRanges(_:)``,
+    /// ``EntryPresentation/keepsStoredField(_:)``, ``EntryPresentation/forEachOwnField(of:_:_:)``).
     private static func writeHead(
         of entry: CachedResponse,
         _ form: borrowing StoredForm,
@@ -115,43 +115,13 @@ enum HTTP1ResponseEncoder {
         _ presentation: EntryPresentation,
         into head: inout ByteBuffer
     ) {
-        let replacesCacheControl = presentation.beagleMaxAge != nil
-        if presentation.range == .unsatisfiable {
-            HTTPWireFormat.writeStatusLine(status, into: &head)
-            HTTPWireFormat.writeHeaderLine("Content-Range", "bytes */\(form.bodyLength)", into: &head)
-            head.writeStaticString("Content-Length: 0\r\n")
-            return
-        }
-        let isPart = presentation.range != nil
         HTTPWireFormat.writeStatusLine(status, into: &head)
-        // A 200's `Accept-Ranges`, in every answer from it but a 304, which repeats only the fields a 200 carries
-        // about the representation (RFC 9110 section 15.4.5).
-        if entry.advertisesRanges, !presentation.notModified { head.writeStaticString("Accept-Ranges: bytes\r\n") }
-        form.writeLines(
-            keepingLines: { name in
-                // A part's length is its own (written below); the stored one is the whole's.
-                if isPart, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") { return false }
-                if presentation.notModified,
-                    !ConditionalRequest.notModifiedHeaderNames.contains(where: {
-                        HTTPSyntax.equalsIgnoringCase(bytes: name, $0)
-                    })
-                {
-                    return false
-                }
-                return !replacesCacheControl
-                    || !(HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control")
-                        || HTTPSyntax.equalsIgnoringCase(bytes: name, "beagle-hash"))
-            },
-            into: &head
-        )
-        if let maxAge = presentation.beagleMaxAge {
-            HTTPWireFormat.writeHeaderLine("Cache-Control", "max-age=\(maxAge)", into: &head)
-            HTTPWireFormat.writeHeaderLine("beagle-hash", entry.contentHash, into: &head)
+        if presentation.advertisesRanges(entry) { head.writeStaticString("Accept-Ranges: bytes\r\n") }
+        if presentation.keepsStoredFields {
+            form.writeLines(keepingLines: presentation.keepsStoredField, into: &head)
         }
-        if case .part(let part)? = presentation.range {
-            let range = "bytes \(part.lowerBound)-\(part.upperBound)/\(form.bodyLength)"
-            HTTPWireFormat.writeHeaderLine("Content-Range", range, into: &head)
-            HTTPWireFormat.writeHeaderLine("Content-Length", String(part.count), into: &head)
+        presentation.forEachOwnField(of: entry, form) { name, value in
+            HTTPWireFormat.writeHeaderLine(name, value, into: &head)
         }
     }
 
