@@ -32,7 +32,7 @@ struct ConfigurationPrinterTests {
     @Test("every section, with values off the defaults, loads back to the same configuration")
     func everySectionRoundTrips() throws {
         let yaml = """
-            listen: { host: "::", port: 8181, trustedProxies: [10.0.0.0/8, "::1"] }
+            listen: { host: "::", port: 8181, trustedProxies: [10.0.0.0/8, "::1"], tls: { certificate: "/etc/tls/a cert.pem", privateKey: /etc/tls/key.pem, minimumVersion: "1.3" }, http2: false, http2Limits: { maxConcurrentStreams: 7, maxHeaderListBytes: 2KiB } }
             admin: { host: localhost, port: 0 }
             upstream: { url: "https://backend:8443/bff", timeout: 1500ms, bodyIdleTimeout: 7s, connectTimeout: 250us, maxConnections: 3, maxResponseBytes: 1000, caFile: /etc/ca.pem }
             platform: { header: x-platform, default: ios, allowed: [] }

@@ -134,6 +134,61 @@ struct ConfigurationTests {
         #expect(printed.contains("bodyIdleTimeout: 30s"), "\(printed)")
     }
 
+    @Test("listen.tls turns TLS on with a certificate and its key, from the file or SDUI_PROXY_LISTEN_TLS_*")
+    func listenTLS() throws {
+        #expect(try load("").listenProtocols.tls == nil, "clear text by default")
+        let yaml = "listen: { tls: { certificate: /tls/cert.pem, privateKey: /tls/key.pem } }"
+        let tls = try #require(try load(yaml).listenProtocols.tls)
+        #expect(tls == .init(certificate: "/tls/cert.pem", privateKey: "/tls/key.pem", minimumVersion: .v1_2))
+        let fromEnvironment = try load(
+            "",
+            environment: [
+                "SDUI_PROXY_LISTEN_TLS_CERTIFICATE": "/run/secrets/cert.pem",
+                "SDUI_PROXY_LISTEN_TLS_PRIVATE_KEY": "/run/secrets/key.pem",
+                "SDUI_PROXY_LISTEN_TLS_MINIMUM_VERSION": "1.3",
+            ]
+        )
+        #expect(
+            fromEnvironment.listenProtocols.tls
+                == .init(certificate: "/run/secrets/cert.pem", privateKey: "/run/secrets/key.pem", minimumVersion: .v1_3)
+        )
+        let printed = ConfigurationPrinter.yaml(fromEnvironment, adminTokenIsSet: false)
+        #expect(printed.contains("privateKey: /run/secrets/key.pem"), "\(printed)")
+
+        let alone = try #require(error("listen: { tls: { certificate: /tls/cert.pem } }"))
+        #expect(alone.key == "listen.tls.privateKey")
+        #expect(alone.problem.contains("is not set"))
+        #expect(try #require(error("listen: { tls: { privateKey: /k.pem } }")).key == "listen.tls.certificate")
+        let old = try #require(error("listen: { tls: { certificate: /c, privateKey: /k, minimumVersion: \"1.1\" } }"))
+        #expect(old.key == "listen.tls.minimumVersion")
+        #expect(old.problem.contains("1.2 or 1.3"))
+        #expect(try #require(error("listen: { tls: { ciphers: x } }")).key == "listen.tls.ciphers")
+    }
+
+    @Test("listen.http2 is on by default; its limits have defaults, bounds and variables of their own")
+    func listenHTTP2() throws {
+        let defaults = try load("").listenProtocols
+        #expect(defaults.http2)
+        #expect(defaults.maxConcurrentStreams == 100)
+        #expect(defaults.maxHeaderListBytes == 16 * 1024)
+        let configured = try load(
+            "listen: { http2: false, http2Limits: { maxConcurrentStreams: 8, maxHeaderListBytes: 4KiB } }"
+        ).listenProtocols
+        #expect(!configured.http2)
+        #expect(configured.maxConcurrentStreams == 8)
+        #expect(configured.maxHeaderListBytes == 4096)
+        let fromEnvironment = try load(
+            "",
+            environment: ["SDUI_PROXY_LISTEN_HTTP2": "false", "SDUI_PROXY_LISTEN_HTTP2_LIMITS_MAX_CONCURRENT_STREAMS": "3"]
+        ).listenProtocols
+        #expect(!fromEnvironment.http2)
+        #expect(fromEnvironment.maxConcurrentStreams == 3)
+        let none = try #require(error("listen: { http2Limits: { maxConcurrentStreams: 0 } }"))
+        #expect(none.key == "listen.http2Limits.maxConcurrentStreams")
+        let tiny = try #require(error("listen: { http2Limits: { maxHeaderListBytes: 100 } }"))
+        #expect(tiny.key == "listen.http2Limits.maxHeaderListBytes")
+    }
+
     @Test("the bundled config file is valid and serves the samples")
     func bundledFile() throws {
         let root = String(#filePath).split(separator: "/").dropLast(3).joined(separator: "/")

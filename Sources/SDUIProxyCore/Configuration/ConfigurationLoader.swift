@@ -74,7 +74,11 @@ public struct ConfigurationLoader: Sendable {
 
         var config = ProxyConfiguration()
         let listen = try top.section("listen")
-        config.listen = try Self.address(listen, default: config.listen, otherKeys: ["trustedProxies"])
+        config.listen = try Self.address(
+            listen,
+            default: config.listen,
+            otherKeys: ["trustedProxies"] + ListenerProtocols.keys
+        )
         config.trustedProxies = try listen.stringList("trustedProxies", default: []).map {
             (text) throws(ConfigurationError) in
             guard let range = IPAddressRange(text) else {
@@ -82,6 +86,7 @@ public struct ConfigurationLoader: Sendable {
             }
             return range
         }
+        config.listenProtocols = try ListenerProtocols.parse(listen)
         let admin = try top.section("admin")
         config.admin = try Self.address(admin, default: config.admin, otherKeys: ["probesOpen"])
         config.adminProbesOpen = try admin.bool("probesOpen", default: config.adminProbesOpen)

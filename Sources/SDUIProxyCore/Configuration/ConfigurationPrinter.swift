@@ -20,9 +20,23 @@ public enum ConfigurationPrinter {
         out.comment("The configuration in force: the config file, then SDUI_PROXY_* variables, then flags.")
         out.comment("SDUI_PROXY_ADMIN_TOKEN: \(adminTokenIsSet ? redacted : "not set")")
         let config = configuration
+        out.line("listen:")
+        out.pair(1, "host", scalar(config.listen.host))
+        out.pair(1, "port", "\(config.listen.port)")
+        out.pair(1, "trustedProxies", list(config.trustedProxies.map(\.description)))
+        let protocols = config.listenProtocols
+        // Printed only when set: without it the listener is clear text.
+        if let tls = protocols.tls {
+            out.line(
+                "  tls: { certificate: \(scalar(tls.certificate, flow: true)), "
+                    + "privateKey: \(scalar(tls.privateKey, flow: true)), "
+                    + "minimumVersion: \(scalar(tls.minimumVersion.rawValue, flow: true)) }"
+            )
+        }
+        out.pair(1, "http2", "\(protocols.http2)")
         out.line(
-            "listen: { host: \(scalar(config.listen.host, flow: true)), port: \(config.listen.port), "
-                + "trustedProxies: \(list(config.trustedProxies.map(\.description))) }"
+            "  http2Limits: { maxConcurrentStreams: \(protocols.maxConcurrentStreams), "
+                + "maxHeaderListBytes: \(size(protocols.maxHeaderListBytes)) }"
         )
         out.line(
             "admin: { host: \(scalar(config.admin.host, flow: true)), port: \(config.admin.port), "

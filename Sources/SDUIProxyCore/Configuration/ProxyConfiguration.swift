@@ -8,6 +8,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
     /// these keeps its `X-Forwarded-*` and `Forwarded` headers (this hop is appended); from anywhere else they
     /// are replaced by what the proxy saw.
     public var trustedProxies: [IPAddressRange] = []
+    /// `listen.tls`, `listen.http2`, `listen.http2Limits`: what the public listener speaks (the admin listener
+    /// speaks clear-text HTTP/1.1 only).
+    public var listenProtocols = ListenerProtocols()
     public var admin = ListenAddress(host: "127.0.0.1", port: 9090)
     /// `admin.probesOpen`: whether `/health` and `/ready` answer without the admin token. They reveal nothing, and
     /// the probes of an orchestrator (Kubernetes, a load balancer) carry no secrets.
@@ -36,7 +39,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public init() {}
 
     public static func == (lhs: ProxyConfiguration, rhs: ProxyConfiguration) -> Bool {
-        lhs.listen == rhs.listen && lhs.trustedProxies == rhs.trustedProxies && lhs.admin == rhs.admin
+        lhs.listen == rhs.listen && lhs.trustedProxies == rhs.trustedProxies
+            && lhs.listenProtocols == rhs.listenProtocols && lhs.admin == rhs.admin
             && lhs.adminProbesOpen == rhs.adminProbesOpen
             && lhs.upstream == rhs.upstream
             && lhs.platform == rhs.platform && lhs.headers.map(\.name) == rhs.headers.map(\.name)
