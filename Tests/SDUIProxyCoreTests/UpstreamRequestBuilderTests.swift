@@ -46,6 +46,28 @@ struct UpstreamRequestBuilderTests {
         )
     }
 
+    @Test(
+        "Via names the protocol received and the forwarding fields the scheme: 2 for HTTP/2, https over TLS",
+        arguments: [
+            (HTTPVersion(major: 2, minor: 0), true, "2 sdui-proxy", "https"),
+            (HTTPVersion(major: 2, minor: 0), false, "2 sdui-proxy", "http"),
+            (HTTPVersion.http1_1, true, "1.1 sdui-proxy", "https"),
+            (HTTPVersion.http1_0, false, "1.0 sdui-proxy", "http"),
+        ]
+    )
+    func receivedProtocol(version: HTTPVersion, secure: Bool, via: String, scheme: String) {
+        let headers = builder.headers(
+            from: [:],
+            platform: "WEB",
+            clientAddress: "10.1.2.3",
+            purpose: .passThrough,
+            received: .init(version: version, isSecure: secure)
+        )
+        #expect(headers["Via"] == [via])
+        #expect(headers["X-Forwarded-Proto"] == [scheme])
+        #expect(headers["Forwarded"] == ["for=10.1.2.3;proto=\(scheme)"])
+    }
+
     @Test("from a trusted proxy without the client's address, its X-Forwarded-For goes on as it was")
     func forwardedForWithoutAddress() {
         let client = HTTPHeaders([("X-Forwarded-For", "10.0.0.1"), ("X-Forwarded-For", "10.0.0.2")])

@@ -294,6 +294,7 @@ struct CacheResponder {
             staleEntry: staleEntry,
             clientAddress: client.address,
             clientIsTrustedProxy: client.isTrustedProxy,
+            received: client.received(request.head.version),
             followActions: followActions,
             interim: interim
         )

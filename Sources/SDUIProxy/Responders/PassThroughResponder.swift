@@ -87,7 +87,8 @@ struct PassThroughResponder {
                 platform: platform,
                 clientAddress: client.address,
                 purpose: .passThrough,
-                clientIsTrustedProxy: client.isTrustedProxy
+                clientIsTrustedProxy: client.isTrustedProxy,
+                received: client.received(head.version)
             )
         )
     }

@@ -28,7 +28,8 @@ struct QueuedWriteResponder {
             platform: write.platform,
             clientAddress: peer.address,
             purpose: .passThrough,
-            clientIsTrustedProxy: peer.isTrustedProxy
+            clientIsTrustedProxy: peer.isTrustedProxy,
+            received: peer.received(write.head.version)
         )
         headers.remove(name: "transfer-encoding")
         QueueEntry.setIdempotencyKey(in: &headers, queueID: id)

@@ -32,12 +32,34 @@ protocol ResponseSink: AnyObject {
     func abort()
 }
 
-/// Who sent a request, as the forwarding headers need it.
+/// Who sent a request and how, as the forwarding headers need it.
 struct ClientPeer {
     /// The peer's IP address as text.
     var address: String?
     /// Listed in `listen.trustedProxies`: its forwarding headers are kept, and this hop appended to them.
     var isTrustedProxy: Bool
+    /// The connection is TLS: the backend is told `https`.
+    var isSecure = false
+
+    init(address: String?, isTrustedProxy: Bool, isSecure: Bool = false) {
+        self.address = address
+        self.isTrustedProxy = isTrustedProxy
+        self.isSecure = isSecure
+    }
+
+    /// The peer of a connection from `remote`, judged against `listen.trustedProxies`.
+    init(remote: SocketAddress?, trustedProxies: [IPAddressRange], isSecure: Bool) {
+        let isTrustedProxy =
+            !trustedProxies.isEmpty
+            && remote.flatMap(IPAddressRange.bytes(of:)).map { bytes in trustedProxies.contains { $0.contains(bytes) } }
+                == true
+        self.init(address: remote?.ipAddress, isTrustedProxy: isTrustedProxy, isSecure: isSecure)
+    }
+
+    /// How a request of `version` from this peer reached the proxy, for `Via` and the forwarding fields.
+    func received(_ version: HTTPVersion) -> UpstreamRequestBuilder.Received {
+        .init(version: version, isSecure: isSecure)
+    }
 }
 
 /// How a stored entry answers a request.

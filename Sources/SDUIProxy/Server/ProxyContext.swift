@@ -160,6 +160,7 @@ public final class ProxyContext: Sendable {
         staleEntry: CachedResponse?,
         clientAddress: String?,
         clientIsTrustedProxy: Bool,
+        received: UpstreamRequestBuilder.Received = .http1_1,
         followActions: Int,
         interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
@@ -172,7 +173,8 @@ public final class ProxyContext: Sendable {
                 clientAddress: clientAddress,
                 purpose: .cacheFill,
                 clientIsTrustedProxy: clientIsTrustedProxy,
-                hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" }
+                hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" },
+                received: received
             )
         )
         upstream.interim = interim

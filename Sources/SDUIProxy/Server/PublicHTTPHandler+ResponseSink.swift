@@ -10,13 +10,11 @@ extension PublicHTTPHandler: ResponseSink {
 
     var client: ClientPeer {
         if let peer { return peer }
-        let remote = context?.channel.remoteAddress
-        let trusted = proxy.configuration.trustedProxies
-        let isTrustedProxy =
-            !trusted.isEmpty
-            && remote.flatMap(IPAddressRange.bytes(of:)).map { bytes in trusted.contains { $0.contains(bytes) } }
-                == true
-        let peer = ClientPeer(address: remote?.ipAddress, isTrustedProxy: isTrustedProxy)
+        let peer = ClientPeer(
+            remote: context?.channel.remoteAddress,
+            trustedProxies: proxy.configuration.trustedProxies,
+            isSecure: isSecure
+        )
         self.peer = peer
         return peer
     }

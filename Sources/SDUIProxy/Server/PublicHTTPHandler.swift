@@ -43,6 +43,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// Responses written while a read burst is handled are flushed once, when it ends.
     var isHandlingRead = false
     var needsFlush = false
+    /// The connection is TLS (behind a TLS handler): requests are forwarded as `https`.
+    let isSecure: Bool
     /// The peer, worked out on the connection's first request that needs it: formatting an address allocates,
     /// and a connection's peer does not change.
     var peer: ClientPeer?
@@ -56,7 +58,14 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
 
     /// Made on the connection's event loop: `buffers` and `requests` are that loop's, and its clock the
     /// connection's.
-    init(runtime: ProxyRuntime, eventLoop: any EventLoop, buffers: ResponseBufferRecycler, requests: RequestTally) {
+    init(
+        runtime: ProxyRuntime,
+        eventLoop: any EventLoop,
+        buffers: ResponseBufferRecycler,
+        requests: RequestTally,
+        isSecure: Bool = false
+    ) {
+        self.isSecure = isSecure
         self.runtime = runtime
         // The generation first, then the context, read once: a reload in between leaves an older generation,
         // which the first request sees and refreshes.

@@ -69,6 +69,8 @@ public final class ProxyServer: Sendable {
     private let stopped = StartupSignal<Void>()
     /// Caps the public listener's connections; a reload sets a new `limits.maxConnections` on it.
     private let connectionLimiter: ConnectionLimiter
+    /// The public listener's certificate and key, when it speaks TLS; a reload reads them again.
+    private let listenerTLS: ListenerTLS?
 
     private init(
         runtime: ProxyRuntime,
@@ -82,7 +84,8 @@ public final class ProxyServer: Sendable {
         warmUps: WarmUps,
         warmUpScheduler: WarmUp.Scheduler?,
         drainDeadline: DrainDeadline,
-        connectionLimiter: ConnectionLimiter
+        connectionLimiter: ConnectionLimiter,
+        listenerTLS: ListenerTLS?
     ) {
         self.runtime = runtime
         self.eventLoopGroup = eventLoopGroup
@@ -96,6 +99,7 @@ public final class ProxyServer: Sendable {
         self.warmUpScheduler = warmUpScheduler
         self.drainDeadline = drainDeadline
         self.connectionLimiter = connectionLimiter
+        self.listenerTLS = listenerTLS
     }
 
     /// Builds the proxy from `configuration`, runs its services and returns once both listeners accept
@@ -250,7 +254,16 @@ public final class ProxyServer: Sendable {
         let drainDeadline = DrainDeadline(timeout: .seconds(10))
 
         let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
-        let responseBuffers = PerEventLoop(group: group) { ResponseBufferRecycler() }
+        let listenerTLS = try configuration.listenProtocols.tls.map {
+            try ListenerTLS($0, http2: configuration.listenProtocols.http2, logger: logger)
+        }
+        let connections = PublicConnectionPipeline(
+            runtime: runtime,
+            responseBuffers: PerEventLoop(group: group) { ResponseBufferRecycler() },
+            tls: listenerTLS,
+            protocols: configuration.listenProtocols,
+            drainTimeout: .seconds(10)
+        )
         let publicListener = ListenerService(
             role: .public,
             address: configuration.listen,
@@ -261,16 +274,7 @@ public final class ProxyServer: Sendable {
         ) { channel in
             channel.pipeline.eventLoop.makeCompletedFuture {
                 guard try limiter.admit(channel) else { return }
-                let sync = channel.pipeline.syncOperations
-                // The handler parses requests, does its own pipelining and error answers, and writes
-                // responses as bytes (cache hits pre-encoded), so no handler stands between it and the socket.
-                let handler = PublicHTTPHandler(
-                    runtime: runtime,
-                    eventLoop: channel.eventLoop,
-                    buffers: responseBuffers.value(on: channel.eventLoop),
-                    requests: runtime.context.metrics.requestTally(for: channel.eventLoop)
-                )
-                try sync.addHandler(handler)
+                try connections.configure(channel)
             }
         }
         let prefetcher = Prefetcher(
@@ -307,29 +311,16 @@ public final class ProxyServer: Sendable {
             limiter: adminLimiter,
             drainDeadline: drainDeadline,
             logger: logger
-        ) { channel in
+        ) { [connections = AdminConnectionPipeline(
+            runtime: runtime,
+            router: router,
+            authorization: adminAuthorization,
+            firstRequestTimeout: tuning.adminFirstRequestTimeout,
+            logger: logger
+        )] channel in
             channel.pipeline.eventLoop.makeCompletedFuture {
                 guard try adminLimiter.admit(channel) else { return }
-                let sync = channel.pipeline.syncOperations
-                try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
-                // The limits in force when the connection opens: a reload's apply to the next ones.
-                let limits = runtime.context.configuration.limits
-                try sync.addHandler(
-                    AdminGate(
-                        authorization: adminAuthorization,
-                        idleTimeout: limits.idleTimeout.timeAmount,
-                        requestTimeout: limits.requestTimeout.timeAmount,
-                        firstRequestTimeout: tuning.adminFirstRequestTimeout
-                    )
-                )
-                try sync.addHandler(
-                    NIOHTTPServerRequestAggregator(
-                        maxContentLength: ProxyConfiguration.Prefetch.largestRequestBytes
-                    )
-                )
-                try sync.addHandler(
-                    AdminHTTPHandler(router: router, authorization: adminAuthorization, logger: logger)
-                )
+                try connections.configure(channel)
             }
         }
         fleetPrefetcher.prefetcher = prefetcher
@@ -370,6 +361,8 @@ public final class ProxyServer: Sendable {
                 _ = try await adminListener.listening.value
             }
         )
+        // The certificate and key are read again on a timer, whatever else a reload does.
+        if let listenerTLS { services.append(listenerTLS.service) }
         services.append(adminListener)
         services.append(publicListener)
         return ProxyServer(
@@ -384,7 +377,8 @@ public final class ProxyServer: Sendable {
             warmUps: warmUps,
             warmUpScheduler: tuning.warmUpScheduler,
             drainDeadline: drainDeadline,
-            connectionLimiter: limiter
+            connectionLimiter: limiter,
+            listenerTLS: listenerTLS
         )
     }
 
@@ -510,6 +504,7 @@ public final class ProxyServer: Sendable {
         let logger = old.logger
         for (name, changed) in [
             ("listen", configuration.listen != old.configuration.listen),
+            ("listen.tls, listen.http2", configuration.listenProtocols != old.configuration.listenProtocols),
             ("admin", configuration.admin != old.configuration.admin),
             ("admin.probesOpen", configuration.adminProbesOpen != old.configuration.adminProbesOpen),
             ("cache.maxBytes", configuration.cache.maxBytes != old.configuration.cache.maxBytes),
@@ -520,6 +515,7 @@ public final class ProxyServer: Sendable {
             logger.warning("config reload: \(name) only changes on restart; keeping the running value")
         }
         configuration.listen = old.configuration.listen
+        configuration.listenProtocols = old.configuration.listenProtocols
         configuration.admin = old.configuration.admin
         configuration.adminProbesOpen = old.configuration.adminProbesOpen
         configuration.cache.maxBytes = old.configuration.cache.maxBytes
@@ -534,6 +530,9 @@ public final class ProxyServer: Sendable {
             upstreamChanged = (try? UpstreamTLS.read(caFile)) != (old.client as? LoopLocalHTTPClient)?.authorityFile
         }
         if upstreamChanged { try StartupChecks.checkUpstream(configuration.upstream) }
+        // The same certificate and key paths, read again (a rotated pair); one that fails is logged, and the pair in
+        // force stays. Changed paths are the restart's, as above.
+        listenerTLS?.reload()
         let context = try ProxyContext.build(
             configuration: configuration,
             cache: old.cache,

@@ -17,7 +17,8 @@ import Darwin
 ///   is a readable PEM file of certificates;
 /// - `queue.store` is a writable directory, or one that can be created, and its SQLite file, when there,
 ///   can be read and written (a `postgres://` store is not checked: a replica starts while its database is down);
-/// - a `limits.requestBufferDirectory` is a directory the proxy can write in.
+/// - a `limits.requestBufferDirectory` is a directory the proxy can write in;
+/// - `listen.tls`'s certificate and key can be read, hold a certificate and a key, and belong together.
 ///
 /// The queue store's lock is not tried: a running proxy holds it, and the checks run before a SIGHUP to it.
 /// Nothing is created or changed.
@@ -30,6 +31,7 @@ public enum StartupChecks {
         try adminAuthorization.checkBinding(host: configuration.admin.host)
         try checkHost(configuration.listen.host, key: "listen.host")
         try checkHost(configuration.admin.host, key: "admin.host")
+        if let tls = configuration.listenProtocols.tls { try checkListenerTLS(tls) }
         try checkUpstream(configuration.upstream)
         if let directory = configuration.limits.requestBufferDirectory { try checkRequestBufferDirectory(directory) }
         // A PostgreSQL store is not tried here: a replica starts while its database is down.
@@ -84,14 +86,27 @@ public enum StartupChecks {
                 problem: "is for an https:// upstream.url, and \(upstream.url) is not one"
             )
         }
-        guard access(caFile, R_OK) == 0 else {
+        try checkReadable(caFile, key: "upstream.caFile")
+        _ = try UpstreamTLS.certificates(in: caFile)
+    }
+
+    /// Refuses a listener certificate or key that cannot be read by this process (the image runs as `sdui`: a
+    /// mounted key must be readable by it), a file that holds no certificate or key, and a key that is not the
+    /// certificate's.
+    public static func checkListenerTLS(_ tls: ListenerProtocols.TLS) throws(ConfigurationError) {
+        try checkReadable(tls.certificate, key: "listen.tls.certificate")
+        try checkReadable(tls.privateKey, key: "listen.tls.privateKey")
+        try ListenerTLS.check(tls)
+    }
+
+    private static func checkReadable(_ path: String, key: String) throws(ConfigurationError) {
+        guard access(path, R_OK) == 0 else {
             let code = errno
             throw ConfigurationError(
-                key: "upstream.caFile",
-                problem: "cannot read \(absolute(caFile)) (\(describe(errno: code)))\(relativeNote(caFile))"
+                key: key,
+                problem: "cannot read \(absolute(path)) (\(describe(errno: code)))\(relativeNote(path))"
             )
         }
-        _ = try UpstreamTLS.certificates(in: caFile)
     }
 
     /// Refuses a shared queue whose lease does not outlast a delivery's wait for the backend's answer: a replica cut

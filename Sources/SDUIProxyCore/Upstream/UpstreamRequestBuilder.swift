@@ -22,6 +22,35 @@ public struct UpstreamRequestBuilder: Sendable {
         case passThrough
     }
 
+    /// How a request reached the proxy, as `Via` and the forwarding fields tell the backend: the protocol version
+    /// received (RFC 9110 section 7.6.3) and whether it came over TLS.
+    public struct Received: Sendable, Equatable {
+        public var version: HTTPVersion
+        /// Over TLS: `X-Forwarded-Proto` and `Forwarded`'s `proto=` say `https`.
+        public var isSecure: Bool
+
+        public init(version: HTTPVersion, isSecure: Bool) {
+            self.version = version
+            self.isSecure = isSecure
+        }
+
+        /// Clear-text HTTP/1.1: what the proxy's own requests (prefetches, warm-up) say.
+        public static let http1_1 = Received(version: .http1_1, isSecure: false)
+
+        /// `Via`'s value: the version as RFC 9110 writes it (`2` for HTTP/2), then this proxy's name.
+        var via: String {
+            switch (version.major, version.minor) {
+            case (1, 1): "1.1 sdui-proxy"
+            case (1, 0): "1.0 sdui-proxy"
+            case (2, _): "2 sdui-proxy"
+            case (3, _): "3 sdui-proxy"
+            case (let major, let minor): "\(major).\(minor) sdui-proxy"
+            }
+        }
+
+        var scheme: String { isSecure ? "https" : "http" }
+    }
+
     /// Headers the proxy never forwards for a cache fill.
     static let cacheFillExcludedHeaders: [StaticString] = [
         "if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range", "range",
@@ -48,7 +77,8 @@ public struct UpstreamRequestBuilder: Sendable {
         clientAddress: String?,
         purpose: Purpose,
         clientIsTrustedProxy: Bool = false,
-        hostIsKeyed: Bool = false
+        hostIsKeyed: Bool = false,
+        received: Received = .http1_1
     ) -> HTTPHeaders {
         let forwardsHost = purpose == .passThrough || hostIsKeyed
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
@@ -124,16 +154,16 @@ public struct UpstreamRequestBuilder: Sendable {
         }
         forwarded.append((platformHeader, platform))
         if purpose == .cacheFill { forwarded.append(("Accept-Encoding", "identity")) }
-        forwarded.append(("Via", "1.1 sdui-proxy"))
+        forwarded.append(("Via", received.via))
         if let clientAddress {
             forwarded.append(("X-Forwarded-For", forwardedFor.map { $0 + ", " + clientAddress } ?? clientAddress))
         } else if let forwardedFor {
             forwarded.append(("X-Forwarded-For", forwardedFor))
         }
         let hostSent = forwardsHost ? host : nil
-        if !protoIsSet { forwarded.append(("X-Forwarded-Proto", "http")) }
+        if !protoIsSet { forwarded.append(("X-Forwarded-Proto", received.scheme)) }
         if !forwardedHostIsSet, let hostSent { forwarded.append(("X-Forwarded-Host", hostSent)) }
-        let element = Self.forwardedElement(for: clientAddress, host: hostSent)
+        let element = Self.forwardedElement(for: clientAddress, host: hostSent, secure: received.isSecure)
         forwarded.append(("Forwarded", forwardedElements.map { $0 + ", " + element } ?? element))
         // Names come from a parsed request, the configuration (both checked as tokens) and literals: ASCII, as
         // `HTTPHeaders` requires.
@@ -156,15 +186,15 @@ public struct UpstreamRequestBuilder: Sendable {
     }
 
     /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;
-    /// `unknown` without one), `proto=http`, and `host=` when the Host is sent.
-    static func forwardedElement(for clientAddress: String?, host: String?) -> String {
+    /// `unknown` without one), `proto=http` (`https` when `secure`), and `host=` when the Host is sent.
+    static func forwardedElement(for clientAddress: String?, host: String?, secure: Bool = false) -> String {
         // Room for the whole element up front: appended piece by piece, it was allocated, then grown. The address
         // is searched as bytes: `String.contains(_:)` with a string goes through Foundation.
         let isIPv6 = clientAddress?.utf8.contains(UInt8(ascii: ":")) ?? false
         let hostIsToken = host?.utf8.allSatisfy(HTTPSyntax.isTokenByte) ?? true
         var element = ""
         element.reserveCapacity(
-            4 + (clientAddress?.utf8.count ?? 7) + (isIPv6 ? 4 : 0) + 11
+            4 + (clientAddress?.utf8.count ?? 7) + (isIPv6 ? 4 : 0) + 12
                 + (host.map { 6 + $0.utf8.count + (hostIsToken ? 0 : 2 + $0.utf8.count) } ?? 0)
         )
         element += "for="
@@ -179,7 +209,7 @@ public struct UpstreamRequestBuilder: Sendable {
         } else {
             element += "unknown"
         }
-        element += ";proto=http"
+        element += secure ? ";proto=https" : ";proto=http"
         if let host {
             element += ";host="
             element += hostIsToken ? host : quotedString(host)

@@ -1,0 +1,139 @@
+import NIOCore
+import NIOHTTP2
+import NIOSSL
+import NIOTLS
+import SDUIProxyCore
+
+/// Sets up each connection of the public listener for what it speaks (`listen.tls`, `listen.http2`):
+///
+/// - clear text, HTTP/1.1 only: ``PublicHTTPHandler`` straight on the socket;
+/// - clear text with HTTP/2: ``HTTP2PrefaceDetector`` first, then HTTP/2 by prior knowledge (h2c) or HTTP/1.1;
+/// - TLS: ``TLSRecordGate``, the TLS handler, then HTTP/2 or HTTP/1.1 as ALPN decided.
+///
+/// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait. An HTTP/2
+/// connection is `NIOHTTP2Handler` (its settings and flood limits below), the connection manager (idle limit,
+/// GOAWAY on drain) and, for each stream, the HTTP/1 codec and an ``HTTP2StreamHandler``.
+struct PublicConnectionPipeline: Sendable {
+    let runtime: ProxyRuntime
+    let responseBuffers: PerEventLoop<ResponseBufferRecycler>
+    let tls: ListenerTLS?
+    let protocols: ListenerProtocols
+    /// The longest a drain waits for open streams before the connection is closed.
+    let drainTimeout: TimeAmount
+
+    /// Configures `channel`, on its loop.
+    func configure(_ channel: any Channel) throws {
+        let sync = channel.pipeline.syncOperations
+        let limits = runtime.context.configuration.limits
+        if let tls {
+            let setup = ConnectionSetupDeadline(timeout: limits.idleTimeout.timeAmount)
+            try sync.addHandler(setup)
+            try sync.addHandler(TLSRecordGate())
+            try sync.addHandler(tls.makeHandler())
+            let pipeline = self
+            try sync.addHandler(
+                ApplicationProtocolNegotiationHandler { result, channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        switch result {
+                        case .negotiated("h2") where pipeline.protocols.http2:
+                            try pipeline.addHTTP2(to: channel, isSecure: true)
+                        default:
+                            try pipeline.addHTTP1(to: channel, isSecure: true)
+                        }
+                        channel.pipeline.syncOperations.removeHandler(setup, promise: nil)
+                    }
+                }
+            )
+            return
+        }
+        guard protocols.http2 else { return try addHTTP1(to: channel, isSecure: false) }
+        let setup = ConnectionSetupDeadline(timeout: limits.idleTimeout.timeAmount)
+        try sync.addHandler(setup)
+        let pipeline = self
+        try sync.addHandler(
+            HTTP2PrefaceDetector { context, detected in
+                switch detected {
+                case .http1: try pipeline.addHTTP1(to: context.channel, isSecure: false, after: context.handler)
+                case .http2: try pipeline.addHTTP2(to: context.channel, isSecure: false, after: context.handler)
+                }
+                context.pipeline.syncOperations.removeHandler(setup, promise: nil)
+            }
+        )
+    }
+
+    private func addHTTP1(to channel: any Channel, isSecure: Bool, after: (any ChannelHandler)? = nil) throws {
+        let handler = PublicHTTPHandler(
+            runtime: runtime,
+            eventLoop: channel.eventLoop,
+            buffers: responseBuffers.value(on: channel.eventLoop),
+            requests: runtime.context.metrics.requestTally(for: channel.eventLoop),
+            isSecure: isSecure
+        )
+        try channel.pipeline.syncOperations.addHandler(handler, position: after.map { .after($0) } ?? .last)
+    }
+
+    private func addHTTP2(to channel: any Channel, isSecure: Bool, after: (any ChannelHandler)? = nil) throws {
+        let limits = runtime.context.configuration.limits
+        let manager = NIOHTTP2ServerConnectionManagementHandler(
+            eventLoop: channel.eventLoop,
+            configuration: .init(
+                maxIdleTime: limits.idleTimeout.timeAmount,
+                maxAge: nil,
+                maxGraceTime: drainTimeout,
+                keepalive: nil
+            )
+        )
+        let runtime = self.runtime
+        let requests = runtime.context.metrics.requestTally(for: channel.eventLoop)
+        let sync = channel.pipeline.syncOperations
+        let handler = NIOHTTP2Handler(
+            mode: .server,
+            eventLoop: channel.eventLoop,
+            connectionConfiguration: Self.connectionConfiguration(protocols),
+            streamConfiguration: Self.streamConfiguration(),
+            streamDelegate: manager.http2StreamDelegate
+        ) { stream in
+            stream.eventLoop.makeCompletedFuture {
+                let sync = stream.pipeline.syncOperations
+                try sync.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
+                try sync.addHandler(
+                    HTTP2StreamHandler(
+                        runtime: runtime,
+                        eventLoop: stream.eventLoop,
+                        requests: requests,
+                        isSecure: isSecure
+                    )
+                )
+            }
+        }
+        try sync.addHandler(handler, position: after.map { .after($0) } ?? .last)
+        try sync.addHandler(manager, position: .after(handler))
+    }
+
+    /// The connection's settings and flood limits: streams and header lists as configured, and swift-nio-http2's
+    /// defences (CVE-2023-44487's rapid reset among them) at limits no honest client reaches.
+    static func connectionConfiguration(_ protocols: ListenerProtocols) -> NIOHTTP2Handler.ConnectionConfiguration {
+        var connection = NIOHTTP2Handler.ConnectionConfiguration()
+        connection.initialSettings = [
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: protocols.maxConcurrentStreams),
+            HTTP2Setting(parameter: .maxHeaderListSize, value: protocols.maxHeaderListBytes),
+            HTTP2Setting(parameter: .maxFrameSize, value: 1 << 14),
+            // No server push: the proxy never pushes, and says so.
+            HTTP2Setting(parameter: .enablePush, value: 0),
+        ]
+        // A header block may span this many CONTINUATION frames; more is a flood.
+        connection.maximumSequentialContinuationFrames = 5
+        // PING, SETTINGS and PRIORITY floods, resets of streams already closed, other glitches: swift-nio-http2's
+        // limits (200 control frames in 30 seconds, 200 glitches) stand.
+        return connection
+    }
+
+    static func streamConfiguration() -> NIOHTTP2Handler.StreamConfiguration {
+        var stream = NIOHTTP2Handler.StreamConfiguration()
+        // Opening and resetting streams in a tight loop (rapid reset): past this many resets in the window, the
+        // connection is sent GOAWAY and closed.
+        stream.streamResetFrameRateLimit.maximumCount = 200
+        stream.streamResetFrameRateLimit.windowLength = .seconds(30)
+        return stream
+    }
+}
