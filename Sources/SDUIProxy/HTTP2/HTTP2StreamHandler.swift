@@ -14,8 +14,8 @@ import SDUIProxyCore
 ///   control then stops the client: the window is only opened again for data the stream has read.
 /// - A request has `limits.requestTimeout` to arrive whole from the stream's opening; then it is answered 408 and the
 ///   stream is reset. The connection's idle limit is the connection manager's.
-/// - Ending the stream early (a refusal that does not read the rest, a response cut short) resets it: the
-///   client's connection and its other streams go on.
+/// - A response cut short resets the stream; a refusal answered before the body was whole drops the rest of it
+///   until the request deadline. The client's connection and its other streams go on.
 ///
 /// Responders write to it as their ``ResponseSink`` (``HTTP2StreamHandler+ResponseSink.swift``).
 final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
@@ -148,6 +148,8 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     private func requestTimedOut() {
         requestDeadline = nil
         guard let context, !requestEnded else { return }
+        // Answered already, the rest of its body still coming: the stream is reset.
+        guard !response.ended else { return context.close(promise: nil) }
         proxy.logger.info(
             "request timed out while being read",
             metadata: ["client": "\(client.address ?? "?")", "protocol": "HTTP/2"]
@@ -189,13 +191,13 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
         resetsAfterResponse = true
     }
 
-    /// The response is out: the stream ends once the request has too; one that is not to be read further is reset.
+    /// The response is out: the stream ends once the request has too. The rest of a request answered before it was
+    /// whole is read and dropped, as HTTP/1.1's lingering close does, so the client reads its answer rather than a
+    /// reset (async-http-client, for one, takes even `RST_STREAM(NO_ERROR)` for a failure); a client still sending
+    /// at the request deadline has its stream reset then.
     func finishStream() {
-        guard let context else { return }
-        if requestEnded { return }
-        if resetsAfterResponse {
-            exchangeAnsweredEarly()
-            context.close(promise: nil)
-        }
+        guard !requestEnded, resetsAfterResponse else { return }
+        exchangeAnsweredEarly()
+        bodyTakerReady()
     }
 }

@@ -108,6 +108,7 @@ struct PublicConnectionPipeline: Sendable {
         }
         try sync.addHandler(handler, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(manager, position: .after(handler))
+        try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(manager))
     }
 
     /// The connection's settings and flood limits: streams and header lists as configured, and swift-nio-http2's

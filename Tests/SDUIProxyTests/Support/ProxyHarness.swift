@@ -183,6 +183,21 @@ final class RawConnection: Sendable {
 
     var isClosed: Bool { collector.isClosed }
 
+    /// Waits until everything received so far satisfies `condition`, or the server closed the connection;
+    /// returns it all, read or not, without taking it: for binary protocols (HTTP/2 frames).
+    func received(
+        until condition: (ByteBuffer) -> Bool,
+        timeout: Duration = .seconds(10)
+    ) async throws -> ByteBuffer {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let (bytes, closed) = collector.snapshot
+            if condition(bytes) || closed { return bytes }
+            guard ContinuousClock.now < deadline else { throw CancellationError() }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     func close() async {
         try? await channel.close()
     }
@@ -212,6 +227,7 @@ private final class ByteCollector: ChannelInboundHandler, Sendable {
     var isClosed: Bool { state.withLockedValue { $0.closed } }
     var inputClosed: Bool { state.withLockedValue { $0.inputClosed || $0.closed } }
     var remainder: String { state.withLockedValue { String(buffer: $0.buffer) } }
+    var snapshot: (bytes: ByteBuffer, closed: Bool) { state.withLockedValue { ($0.buffer, $0.closed) } }
 
     func takeResponse(bodyless: Bool) -> (head: String, body: String)? {
         state.withLockedValue { state in

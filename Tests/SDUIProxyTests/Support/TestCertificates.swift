@@ -10,6 +10,9 @@ import X509
 struct TestCertificates {
     let authorityPEM: String
     let serverContext: NIOSSLContext
+    /// The server's certificate and key as PEM, for a listener that reads them from files (`listen.tls`).
+    let serverCertificatePEM: String
+    let serverKeyPEM: String
 
     init(names: [String] = ["localhost"], addresses: [[UInt8]] = [[127, 0, 0, 1]]) throws {
         let now = Date()
@@ -49,14 +52,29 @@ struct TestCertificates {
             issuerPrivateKey: Certificate.PrivateKey(authorityKey)
         )
         authorityPEM = try authority.serializeAsPEM().pemString
+        serverCertificatePEM = try server.serializeAsPEM().pemString
+        serverKeyPEM = serverKey.pemRepresentation
         var configuration = TLSConfiguration.makeServerConfiguration(
-            certificateChain: [
-                .certificate(try NIOSSLCertificate(bytes: Array(server.serializeAsPEM().pemString.utf8), format: .pem))
-            ],
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(serverKey.pemRepresentation.utf8), format: .pem))
+            certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(serverCertificatePEM.utf8), format: .pem))],
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(serverKeyPEM.utf8), format: .pem))
         )
         configuration.minimumTLSVersion = .tlsv12
         serverContext = try NIOSSLContext(configuration: configuration)
+    }
+
+    /// A client's TLS configuration that trusts the authority only.
+    var clientConfiguration: TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.trustRoots = .certificates(
+            (try? NIOSSLCertificate.fromPEMBytes(Array(authorityPEM.utf8))) ?? []
+        )
+        return configuration
+    }
+
+    /// Writes the server's certificate and key to `certificate` and `key`, replacing what is there (a rotation).
+    func writeServerPair(certificate: String, key: String) throws {
+        try serverCertificatePEM.write(toFile: certificate, atomically: true, encoding: .utf8)
+        try serverKeyPEM.write(toFile: key, atomically: true, encoding: .utf8)
     }
 
     /// Writes the authority's certificate to a new temporary file, for `upstream.caFile`; the caller removes it.

@@ -1,0 +1,178 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// HTTP/2 clients that misbehave, played frame by frame over clear text (prior knowledge): each is cut off with
+/// GOAWAY and costs the backend nothing, and a well-behaved client is served meanwhile. Also what an honest
+/// client relies on: flow control, per-stream deadlines, GOAWAY on drain.
+@Suite("HTTP/2 hardening on the public listener")
+struct HTTP2HardeningTests {
+    /// Reads frames from `connection` until one satisfies `condition` or the server closes.
+    private static func frames(
+        on connection: RawConnection,
+        until condition: @escaping ([HTTP2Wire.Frame]) -> Bool
+    ) async throws -> [HTTP2Wire.Frame] {
+        let bytes = try await connection.received(until: { condition(HTTP2Wire.frames(in: $0)) })
+        return HTTP2Wire.frames(in: bytes)
+    }
+
+    private static func goAway(in frames: [HTTP2Wire.Frame]) -> HTTP2Wire.Frame? {
+        frames.first { $0.type == HTTP2Wire.FrameType.goAway.rawValue }
+    }
+
+    @Test("CVE-2023-44487: a client that opens and resets streams in a tight loop gets GOAWAY, fills nothing, slows no one")
+    func rapidReset() async throws {
+        try await ProxyHarness.run { proxy in
+            let attacker = try await RawConnection(port: proxy.server.publicPort)
+            var burst = HTTP2Wire.connectionStart()
+            for index in 0..<1_000 {
+                let stream = UInt32(2 * index + 1)
+                var headers = HTTP2Wire.frame(
+                    .headers,
+                    flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
+                    stream: stream,
+                    payload: HTTP2Wire.requestBlock(path: "/screens/reset-\(index)")
+                )
+                var reset = HTTP2Wire.rstStream(stream)
+                burst.writeBuffer(&headers)
+                burst.writeBuffer(&reset)
+            }
+            try? await attacker.send(burst)
+            let frames = try await Self.frames(on: attacker, until: { Self.goAway(in: $0) != nil })
+            let goAway = try #require(Self.goAway(in: frames), "the connection is told to go away")
+            #expect(goAway.errorCode == HTTP2Wire.enhanceYourCalm)
+
+            // Another client is served as ever, and the backend heard of none of the reset streams.
+            #expect(try await proxy.get("/screens/honest").status == .ok)
+            #expect(proxy.origin.requests.map(\.uri) == ["/screens/honest"])
+            await attacker.close()
+        }
+    }
+
+    @Test("a header block split over a flood of CONTINUATION frames is cut off with GOAWAY before it is routed")
+    func continuationFlood() async throws {
+        try await ProxyHarness.run { proxy in
+            let attacker = try await RawConnection(port: proxy.server.publicPort)
+            var bytes = HTTP2Wire.connectionStart()
+            var headers = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endStream,
+                stream: 1,
+                payload: HTTP2Wire.requestBlock(path: "/screens/flood")
+            )
+            bytes.writeBuffer(&headers)
+            for index in 0..<100 {
+                var field = ByteBuffer()
+                field.writeInteger(UInt8(0))
+                field.writeInteger(UInt8(1))
+                field.writeString("x")
+                field.writeInteger(UInt8(4))
+                field.writeString(String(format: "%04d", index))
+                var continuation = HTTP2Wire.frame(.continuation, stream: 1, payload: field)
+                bytes.writeBuffer(&continuation)
+            }
+            try? await attacker.send(bytes)
+            let frames = try await Self.frames(on: attacker, until: { Self.goAway(in: $0) != nil })
+            #expect(Self.goAway(in: frames) != nil)
+            #expect(try await proxy.get("/screens/honest").status == .ok)
+            #expect(proxy.origin.requests.map(\.uri) == ["/screens/honest"])
+            await attacker.close()
+        }
+    }
+
+    @Test("flow control: a body goes out only as far as the client's window lets it, and the rest once it opens")
+    func flowControl() async throws {
+        let large = ",\"text\":\"" + String(repeating: "x", count: 100_000) + "\""
+        let origin: TestOrigin.Responder = { _ in .component(extra: large) }
+        try await ProxyHarness.run(origin: origin) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            // SETTINGS_INITIAL_WINDOW_SIZE (4): 1,000 bytes a stream.
+            var bytes = HTTP2Wire.connectionStart(settings: [(0x4, 1_000)])
+            var headers = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
+                stream: 1,
+                payload: HTTP2Wire.requestBlock(path: "/screens/large")
+            )
+            bytes.writeBuffer(&headers)
+            try await client.send(bytes)
+            let dataBytes: ([HTTP2Wire.Frame]) -> Int = { frames in
+                frames.filter { $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 }
+                    .reduce(0) { $0 + $1.payload.readableBytes }
+            }
+            _ = try await Self.frames(on: client, until: { dataBytes($0) >= 1_000 })
+            // The server answers a PING after whatever it could send before it: the window is all that went out.
+            try await client.send(HTTP2Wire.ping(42))
+            let pinged = try await Self.frames(on: client) { frames in
+                frames.contains { $0.type == HTTP2Wire.FrameType.ping.rawValue && $0.flags & HTTP2Wire.ack != 0 }
+            }
+            #expect(dataBytes(pinged) == 1_000)
+
+            var open = HTTP2Wire.windowUpdate(1, increment: 1 << 20)
+            var connectionWindow = HTTP2Wire.windowUpdate(0, increment: 1 << 20)
+            open.writeBuffer(&connectionWindow)
+            try await client.send(open)
+            let all = try await Self.frames(on: client) { frames in
+                frames.contains {
+                    $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0
+                }
+            }
+            #expect(dataBytes(all) > 100_000, "the whole component, once the window opened")
+            await client.close()
+        }
+    }
+
+    @Test("a stream whose request does not arrive whole within limits.requestTimeout is answered 408, alone")
+    func streamRequestTimeout() async throws {
+        try await ProxyHarness.run(configure: { $0.limits.requestTimeout = .milliseconds(300) }) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            var bytes = HTTP2Wire.connectionStart()
+            // A POST whose body never comes.
+            var headers = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endHeaders,
+                stream: 1,
+                payload: HTTP2Wire.requestBlock(method: "POST", path: "/api/orders", fields: [("content-length", "10")])
+            )
+            bytes.writeBuffer(&headers)
+            try await client.send(bytes)
+            let frames = try await Self.frames(on: client) { frames in
+                frames.contains {
+                    $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0
+                }
+            }
+            let body = frames.filter { $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 }
+                .map { String(buffer: $0.payload) }.joined()
+            #expect(body.contains(#""kind":"requestTimeout""#), "\(body)")
+            #expect(Self.goAway(in: frames) == nil, "the connection stays")
+            #expect(proxy.origin.requests.isEmpty)
+            await client.close()
+        }
+    }
+
+    @Test("a drain sends GOAWAY to an HTTP/2 connection, which closes once the client has seen it")
+    func drainSendsGoAway() async throws {
+        try await ProxyHarness.run { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            try await client.send(HTTP2Wire.connectionStart())
+            _ = try await Self.frames(on: client) { frames in
+                frames.contains { $0.type == HTTP2Wire.FrameType.settings.rawValue }
+            }
+            async let shutdown: Void = proxy.server.shutdown(drainTimeout: .seconds(30))
+            // GOAWAY, then a PING: once the client has answered it, no stream it opened can be in flight.
+            let frames = try await Self.frames(on: client) { frames in
+                Self.goAway(in: frames) != nil && frames.contains { $0.type == HTTP2Wire.FrameType.ping.rawValue }
+            }
+            #expect(Self.goAway(in: frames)?.errorCode == HTTP2Wire.noError)
+            let ping = try #require(frames.first { $0.type == HTTP2Wire.FrameType.ping.rawValue })
+            try await client.send(HTTP2Wire.frame(.ping, flags: HTTP2Wire.ack, stream: 0, payload: ping.payload))
+            _ = try await client.readUntilClosed()
+            #expect(client.isClosed, "no stream open: the connection closes without waiting for the drain's deadline")
+            await shutdown
+        }
+    }
+}
