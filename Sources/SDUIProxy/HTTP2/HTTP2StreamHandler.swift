@@ -76,6 +76,7 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        requests.countStreamOpened()
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         requestDeadline = context.eventLoop.scheduleTask(in: proxy.configuration.limits.requestTimeout.timeAmount) {
             loopBound.value.requestTimedOut()

@@ -22,6 +22,8 @@ public struct AccessLogEntry: Sendable, Equatable {
     public var upstreamDuration: Duration?
     /// The client's IP address.
     public var clientAddress: String?
+    /// The protocol the request came in on: `http/1.1` or `h2`.
+    public var clientProtocol: ClientProtocol
 
     /// Creates an entry; see the properties for what each value means.
     public init(
@@ -32,7 +34,8 @@ public struct AccessLogEntry: Sendable, Equatable {
         bytes: Int,
         duration: Duration,
         upstreamDuration: Duration? = nil,
-        clientAddress: String? = nil
+        clientAddress: String? = nil,
+        clientProtocol: ClientProtocol = .http1
     ) {
         self.method = method
         self.path = path
@@ -42,17 +45,19 @@ public struct AccessLogEntry: Sendable, Equatable {
         self.duration = duration
         self.upstreamDuration = upstreamDuration
         self.clientAddress = clientAddress
+        self.clientProtocol = clientProtocol
     }
 
     /// The line's message; the fields are in the metadata.
     public static let message: Logger.Message = "request"
 
-    /// The fields of the line: `method`, `path`, `status`, `bytes`, `duration_ms`, and when known `cache`,
-    /// `upstream_ms` and `client`.
+    /// The fields of the line: `method`, `path`, `protocol`, `status`, `bytes`, `duration_ms`, and when known
+    /// `cache`, `upstream_ms` and `client`.
     public var metadata: Logger.Metadata {
         var metadata: Logger.Metadata = [
             "method": .string(method.rawValue),
             "path": .string(Self.printable(path)),
+            "protocol": .string(clientProtocol.label),
             "status": .stringConvertible(Int(status.code)),
             "bytes": .stringConvertible(bytes),
             "duration_ms": .stringConvertible(Self.milliseconds(duration)),

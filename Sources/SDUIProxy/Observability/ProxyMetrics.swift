@@ -97,7 +97,11 @@ public final class ProxyMetrics: Sendable {
     /// `sdui_cache_fills_invalidated_total{effect}`: discarded, then stored stale.
     private let invalidatedFills: [Counter]
     private let prefetchCounters: [Counter]
-    private let openConnections: Gauge
+    /// `sdui_open_connections{protocol}`: per protocol, and `setup` while a connection's protocol is not known
+    /// yet (its TLS handshake, its first bytes).
+    private let openConnections: [ConnectionStage: Gauge]
+    /// `sdui_connections_total{protocol,tls}`: connections accepted, once their protocol is known.
+    private let acceptedConnections: [ConnectionStage: [Counter]]
     /// `sdui_compressions_total{coding,result}`: per stored coding, kept then not smaller.
     private let compressions: [ContentCoding: [Counter]]
     private let compressionsSkipped: Counter
@@ -120,6 +124,8 @@ public final class ProxyMetrics: Sendable {
         /// `sdui_cache_responses_by_encoding_total{encoding}`, per form of ``RequestTally/formLabels``.
         let storedForms: [Counter]
         let savedBytes: Counter
+        /// `sdui_http2_streams_total`: the loops' counts of streams clients opened, added up.
+        let http2Streams: Counter
         /// `sdui_requests_total`, one counter per label combination, made when its first response is rendered.
         var requestCounters = [Counter?](repeating: nil, count: RequestTally.slotCount)
         /// What the tallies held when last rendered, per label combination.
@@ -168,8 +174,32 @@ public final class ProxyMetrics: Sendable {
                 labels: [("outcome", outcome.rawValue)]
             )
         }
-        self.openConnections = registry.makeGauge(
-            descriptor: Self.descriptor("open_connections", help: "Client connections open on the public listener.")
+        self.openConnections = Dictionary(
+            uniqueKeysWithValues: ConnectionStage.allCases.map { stage in
+                let gauge = registry.makeGauge(
+                    descriptor: Self.descriptor(
+                        "open_connections",
+                        help: "Client connections open on the public listener, by protocol (setup: not known yet)."
+                    ),
+                    labels: [("protocol", stage.label)]
+                )
+                return (stage, gauge)
+            }
+        )
+        self.acceptedConnections = Dictionary(
+            uniqueKeysWithValues: ClientProtocol.allCases.map(ConnectionStage.init).map { stage in
+                let counters = ["false", "true"].map { tls in
+                    registry.makeCounter(
+                        descriptor: Self.descriptor(
+                            "connections",
+                            unit: "total",
+                            help: "Client connections the public listener accepted, by protocol and TLS."
+                        ),
+                        labels: [("protocol", stage.label), ("tls", tls)]
+                    )
+                }
+                return (stage, counters)
+            }
         )
         self.compressions = Dictionary(
             uniqueKeysWithValues: ContentCoding.stored.map { coding in
@@ -267,6 +297,13 @@ public final class ProxyMetrics: Sendable {
                         unit: "total",
                         help: "Body bytes not sent because a stored response went out compressed."
                     )
+                ),
+                http2Streams: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "http2_streams",
+                        unit: "total",
+                        help: "HTTP/2 streams clients opened on the public listener, answered or reset."
+                    )
                 )
             )
         )
@@ -353,14 +390,45 @@ public final class ProxyMetrics: Sendable {
         }
     }
 
-    /// A client connection was accepted: `sdui_open_connections` goes up by one.
-    public func connectionOpened() {
-        openConnections.increment()
+    /// Where a public connection is: setting up (its protocol not known yet), or speaking one.
+    public enum ConnectionStage: Sendable, CaseIterable {
+        case setup
+        case http1
+        case http2
+
+        init(_ clientProtocol: ClientProtocol) {
+            switch clientProtocol {
+            case .http1: self = .http1
+            case .http2: self = .http2
+            }
+        }
+
+        var label: String {
+            switch self {
+            case .setup: "setup"
+            case .http1: ClientProtocol.http1.label
+            case .http2: ClientProtocol.http2.label
+            }
+        }
     }
 
-    /// A client connection closed: `sdui_open_connections` goes down by one.
-    public func connectionClosed() {
-        openConnections.decrement()
+    /// A client connection was accepted: `sdui_open_connections{protocol="setup"}` goes up by one.
+    public func connectionOpened() {
+        openConnections[.setup]?.increment()
+    }
+
+    /// A connection's protocol is known: it moves from `setup` to `clientProtocol`, and is counted in
+    /// `sdui_connections_total`.
+    public func connectionSpeaks(_ clientProtocol: ClientProtocol, overTLS: Bool) {
+        let stage = ConnectionStage(clientProtocol)
+        openConnections[.setup]?.decrement()
+        openConnections[stage]?.increment()
+        acceptedConnections[stage]?[overTLS ? 1 : 0].increment()
+    }
+
+    /// A client connection closed, in `stage`: its gauge goes down by one.
+    public func connectionClosed(in stage: ConnectionStage = .setup) {
+        openConnections[stage]?.decrement()
     }
 
     /// The stored responses sent in each form so far (identity and each coding), and the body bytes the coded
@@ -420,6 +488,7 @@ public final class ProxyMetrics: Sendable {
             Self.setCounter(state.storedForms[index], to: sent.byForm[form] ?? 0)
         }
         Self.setCounter(state.savedBytes, to: sent.savedBytes)
+        Self.setCounter(state.http2Streams, to: tallies.reduce(0) { $0 + $1.streamsOpened })
         for slot in 0..<RequestTally.slotCount {
             let total = tallies.reduce(0) { $0 + $1.count(inSlot: slot) }
             let added = total - state.renderedRequests[slot]
@@ -437,9 +506,12 @@ public final class ProxyMetrics: Sendable {
             descriptor: Self.descriptor(
                 "requests",
                 unit: "total",
-                help: "Responses sent to clients, by method, status class and how the cache took part."
+                help: "Responses sent to clients, by method, status class, how the cache took part and protocol."
             ),
-            labels: [("method", labels.method), ("status_class", labels.statusClass), ("cache", labels.cache)]
+            labels: [
+                ("method", labels.method), ("status_class", labels.statusClass), ("cache", labels.cache),
+                ("protocol", labels.protocol),
+            ]
         )
     }
 

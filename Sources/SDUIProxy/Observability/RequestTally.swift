@@ -15,13 +15,18 @@ public final class RequestTally: @unchecked Sendable {
     static let methodLabels = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"]
     static let statusClassLabels = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"]
     static let cacheLabels = ["none"] + CacheResult.allCases.map(\.rawValue)
-    /// One count per label combination: slot = (method * status classes + status class) * cache results + cache.
-    static let slotCount = methodLabels.count * statusClassLabels.count * cacheLabels.count
+    /// The protocol a response went out on: ``ClientProtocol``'s label.
+    static let protocolLabels = ClientProtocol.allCases.map(\.label)
+    /// One count per label combination: slot = ((protocol * methods + method) * status classes + status class)
+    /// * cache results + cache.
+    static let slotCount = protocolLabels.count * methodLabels.count * statusClassLabels.count * cacheLabels.count
     /// The forms stored responses are sent in (`sdui_cache_responses_by_encoding_total{encoding}`), counted in
     /// the slots after the requests' ones; then the body bytes the coded ones saved.
     static let formLabels = ["identity"] + ContentCoding.stored.map(\.rawValue)
     private static var savedBytesSlot: Int { slotCount + formLabels.count }
-    private static var allSlotCount: Int { savedBytesSlot + 1 }
+    /// The HTTP/2 streams clients opened (`sdui_http2_streams_total`), answered or not.
+    private static var streamsSlot: Int { savedBytesSlot + 1 }
+    private static var allSlotCount: Int { streamsSlot + 1 }
 
     /// The counts, alone on their cache lines: the allocation is aligned to 128 bytes and padded to a multiple of
     /// it, two 64-byte lines, since processors may fetch lines in adjacent pairs.
@@ -45,10 +50,13 @@ public final class RequestTally: @unchecked Sendable {
     /// Counts one response.
     ///
     /// - Parameter cacheResult: how the cache took part; nil (label `none`) for pass-through requests.
-    public func count(method: HTTPMethod, statusCode: Int, cacheResult: CacheResult?) {
-        let slot =
-            (Self.methodIndex(method) * Self.statusClassLabels.count + Self.statusClassIndex(statusCode))
-            * Self.cacheLabels.count + Self.cacheIndex(cacheResult)
+    public func count(
+        method: HTTPMethod,
+        statusCode: Int,
+        cacheResult: CacheResult?,
+        protocol clientProtocol: ClientProtocol = .http1
+    ) {
+        let slot = Self.slot(method: method, statusCode: statusCode, cacheResult: cacheResult, protocol: clientProtocol)
         UnsafeAtomic<Int>(at: counts + slot).wrappingIncrement(ordering: .relaxed)
     }
 
@@ -75,18 +83,41 @@ public final class RequestTally: @unchecked Sendable {
     /// The body bytes the coded forms saved so far.
     var savedBytes: Int { count(inSlot: Self.savedBytesSlot) }
 
+    /// Counts an HTTP/2 stream a client opened.
+    func countStreamOpened() {
+        UnsafeAtomic<Int>(at: counts + Self.streamsSlot).wrappingIncrement(ordering: .relaxed)
+    }
+
+    /// The HTTP/2 streams opened so far.
+    var streamsOpened: Int { count(inSlot: Self.streamsSlot) }
+
     /// The responses counted in `slot` so far.
     func count(inSlot slot: Int) -> Int {
         UnsafeAtomic<Int>(at: counts + slot).load(ordering: .relaxed)
     }
 
-    /// The label values of `slot`: method, status class, cache result.
-    static func labels(ofSlot slot: Int) -> (method: String, statusClass: String, cache: String) {
+    /// The slot of a response's labels.
+    static func slot(
+        method: HTTPMethod,
+        statusCode: Int,
+        cacheResult: CacheResult?,
+        protocol clientProtocol: ClientProtocol
+    ) -> Int {
+        let row = clientProtocol.rawValue * methodLabels.count + methodIndex(method)
+        return (row * statusClassLabels.count + statusClassIndex(statusCode)) * cacheLabels.count
+            + cacheIndex(cacheResult)
+    }
+
+    /// The label values of `slot`: method, status class, cache result, protocol.
+    static func labels(
+        ofSlot slot: Int
+    ) -> (method: String, statusClass: String, cache: String, protocol: String) {
         let cache = slot % cacheLabels.count
         let rest = slot / cacheLabels.count
+        let row = rest / statusClassLabels.count
         return (
-            methodLabels[rest / statusClassLabels.count], statusClassLabels[rest % statusClassLabels.count],
-            cacheLabels[cache]
+            methodLabels[row % methodLabels.count], statusClassLabels[rest % statusClassLabels.count],
+            cacheLabels[cache], protocolLabels[row / methodLabels.count]
         )
     }
 

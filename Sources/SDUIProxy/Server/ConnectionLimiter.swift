@@ -3,8 +3,7 @@ import SDUIProxyCore
 import Synchronization
 
 /// Counts and caps the open connections of a listener (`limits.maxConnections`): one over the cap is answered
-/// 503 with the error body and closed, before any of its bytes are parsed. Admitted connections are what the
-/// `sdui_open_connections` gauge reports.
+/// 503 with the error body and closed, before any of its bytes are parsed.
 ///
 /// The decision is made once, when a connection is set up; an admitted connection carries no handler of the
 /// limiter's, so its requests pay nothing for the cap.
@@ -13,17 +12,11 @@ final class ConnectionLimiter: Sendable {
     /// The admitted connections still open, so that a shutdown past its drain deadline can close them.
     private let admitted = Mutex<[ObjectIdentifier: any Channel]>([:])
     private let maximumCount: Atomic<Int>
-    private let metrics: ProxyMetrics?
     /// What a refused connection is told: which setting, or limit, it ran into.
     private let refusal: String
 
-    init(
-        maximum: Int,
-        metrics: ProxyMetrics? = nil,
-        refusal: String = "too many open connections (limits.maxConnections)"
-    ) {
+    init(maximum: Int, refusal: String = "too many open connections (limits.maxConnections)") {
         maximumCount = Atomic(maximum)
-        self.metrics = metrics
         self.refusal = refusal
     }
 
@@ -46,13 +39,11 @@ final class ConnectionLimiter: Sendable {
             try channel.pipeline.syncOperations.addHandler(Refusal(message: refusal))
             return false
         }
-        metrics?.connectionOpened()
         let id = ObjectIdentifier(channel)
         admitted.withLock { $0[id] = channel }
         channel.closeFuture.whenComplete { _ in
             self.admitted.withLock { _ = $0.removeValue(forKey: id) }
             self.open.wrappingSubtract(1, ordering: .relaxed)
-            self.metrics?.connectionClosed()
         }
         return true
     }

@@ -21,21 +21,26 @@ struct PublicConnectionPipeline: Sendable {
     /// The longest a drain waits for open streams before the connection is closed.
     let drainTimeout: TimeAmount
 
-    /// Configures `channel`, on its loop.
+    /// Configures `channel`, on its loop. The connection is counted in `sdui_open_connections`, under `setup`
+    /// until its protocol is known.
     func configure(_ channel: any Channel) throws {
         let sync = channel.pipeline.syncOperations
         let limits = runtime.context.configuration.limits
+        let metrics = runtime.context.metrics
+        let stage = NIOLoopBoundBox(ProxyMetrics.ConnectionStage.setup, eventLoop: channel.eventLoop)
+        metrics.connectionOpened()
+        channel.closeFuture.whenComplete { _ in metrics.connectionClosed(in: stage.value) }
+        let pipeline = Configured(pipeline: self, stage: stage)
         if let tls {
             let setup = ConnectionSetupDeadline(timeout: limits.idleTimeout.timeAmount)
             try sync.addHandler(setup)
             try sync.addHandler(TLSRecordGate())
             try sync.addHandler(tls.makeHandler())
-            let pipeline = self
             try sync.addHandler(
                 ApplicationProtocolNegotiationHandler { result, channel in
                     channel.eventLoop.makeCompletedFuture {
                         switch result {
-                        case .negotiated("h2") where pipeline.protocols.http2:
+                        case .negotiated("h2") where protocols.http2:
                             try pipeline.addHTTP2(to: channel, isSecure: true)
                         default:
                             try pipeline.addHTTP1(to: channel, isSecure: true)
@@ -46,10 +51,9 @@ struct PublicConnectionPipeline: Sendable {
             )
             return
         }
-        guard protocols.http2 else { return try addHTTP1(to: channel, isSecure: false) }
+        guard protocols.http2 else { return try pipeline.addHTTP1(to: channel, isSecure: false) }
         let setup = ConnectionSetupDeadline(timeout: limits.idleTimeout.timeAmount)
         try sync.addHandler(setup)
-        let pipeline = self
         try sync.addHandler(
             HTTP2PrefaceDetector { context, detected in
                 switch detected {
@@ -59,6 +63,27 @@ struct PublicConnectionPipeline: Sendable {
                 context.pipeline.syncOperations.removeHandler(setup, promise: nil)
             }
         )
+    }
+
+    /// The pipeline for one connection: adding a protocol's handlers also moves the connection's count to it.
+    private struct Configured: Sendable {
+        let pipeline: PublicConnectionPipeline
+        let stage: NIOLoopBoundBox<ProxyMetrics.ConnectionStage>
+
+        func addHTTP1(to channel: any Channel, isSecure: Bool, after: (any ChannelHandler)? = nil) throws {
+            try pipeline.addHTTP1(to: channel, isSecure: isSecure, after: after)
+            speaks(.http1, overTLS: isSecure)
+        }
+
+        func addHTTP2(to channel: any Channel, isSecure: Bool, after: (any ChannelHandler)? = nil) throws {
+            try pipeline.addHTTP2(to: channel, isSecure: isSecure, after: after)
+            speaks(.http2, overTLS: isSecure)
+        }
+
+        private func speaks(_ clientProtocol: ClientProtocol, overTLS: Bool) {
+            stage.value = ProxyMetrics.ConnectionStage(clientProtocol)
+            pipeline.runtime.context.metrics.connectionSpeaks(clientProtocol, overTLS: overTLS)
+        }
     }
 
     private func addHTTP1(to channel: any Channel, isSecure: Bool, after: (any ChannelHandler)? = nil) throws {

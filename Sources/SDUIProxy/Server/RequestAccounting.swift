@@ -10,6 +10,7 @@ import SDUIProxyCore
 /// records into is the connection's loop's.
 struct RequestAccounting {
     let method: HTTPMethod
+    let clientProtocol: ClientProtocol
     private let access: AccessDetails?
 
     /// What an access-log line says beyond the status: who asked for what, and when the request started by the
@@ -37,13 +38,14 @@ struct RequestAccounting {
         clock: @autoclosure () -> any EventLoop
     ) {
         self.method = head.method
+        self.clientProtocol = ClientProtocol(head.version)
         self.access = proxy.accessLogger.map {
             AccessDetails(logger: $0, uri: head.uri, clientAddress: clientAddress(), clock: clock())
         }
     }
 
     func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, in tally: RequestTally) {
-        tally.count(method: method, statusCode: Int(status.code), cacheResult: cacheResult)
+        tally.count(method: method, statusCode: Int(status.code), cacheResult: cacheResult, protocol: clientProtocol)
         guard let access else { return }
         AccessLogEntry(
             method: method,
@@ -52,7 +54,8 @@ struct RequestAccounting {
             cacheResult: cacheResult?.rawValue,
             bytes: bytes,
             duration: .nanoseconds((access.clock.now - access.started).nanoseconds),
-            clientAddress: access.clientAddress
+            clientAddress: access.clientAddress,
+            clientProtocol: clientProtocol
         ).log(to: access.logger)
     }
 }

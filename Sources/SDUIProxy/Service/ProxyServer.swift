@@ -253,7 +253,7 @@ public final class ProxyServer: Sendable {
         let runtime = ProxyRuntime(context)
         let drainDeadline = DrainDeadline(timeout: .seconds(10))
 
-        let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections, metrics: context.metrics)
+        let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections)
         let listenerTLS = try configuration.listenProtocols.tls.map {
             try ListenerTLS($0, http2: configuration.listenProtocols.http2, logger: logger)
         }

@@ -27,13 +27,13 @@ struct ProxyMetricsTests {
         tally.count(method: .GET, statusCode: 999, cacheResult: .bypass)
 
         let lines = samples(metrics.render())
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} 3"#))
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="HEAD",status_class="3xx",cache="REVALIDATED"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="5xx",cache="MISS"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="POST",status_class="2xx",cache="none"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="OTHER",status_class="4xx",cache="none"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="other",cache="BYPASS"} 1"#))
+        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} 3"#))
+        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"} 1"#))
+        #expect(lines.contains(#"sdui_requests_total{method="HEAD",status_class="3xx",cache="REVALIDATED",protocol="http/1.1"} 1"#))
+        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="5xx",cache="MISS",protocol="http/1.1"} 1"#))
+        #expect(lines.contains(#"sdui_requests_total{method="POST",status_class="2xx",cache="none",protocol="http/1.1"} 1"#))
+        #expect(lines.contains(#"sdui_requests_total{method="OTHER",status_class="4xx",cache="none",protocol="http/1.1"} 1"#))
+        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="other",cache="BYPASS",protocol="http/1.1"} 1"#))
         // Only the combinations that happened are exported.
         #expect(lines.filter { $0.hasPrefix("sdui_requests_total") }.count == 7)
         #expect(metrics.render().contains("# TYPE sdui_requests_total counter\n"))
@@ -52,7 +52,7 @@ struct ProxyMetricsTests {
         }
         #expect(
             samples(metrics.render()).contains(
-                #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} 8000"#
+                #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} 8000"#
             )
         )
     }
@@ -70,7 +70,7 @@ struct ProxyMetricsTests {
                 for _ in 0..<times { tally.count(method: .GET, statusCode: 200, cacheResult: .hit) }
             }.get()
         }
-        let hits = #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT"} "#
+        let hits = #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} "#
         try await count(5, on: loops[0])
         try await count(7, on: loops[1])
         // A third loop, outside the group, has a tally of its own too.
@@ -183,46 +183,43 @@ struct ProxyMetricsTests {
         #expect(samples(second.render()).contains("sdui_coalesced_waits_total 0"))
     }
 
-    @Test("the connection gauge follows real loopback connections as they open and close")
-    func connectionGauge() async throws {
-        let metrics = ProxyMetrics()
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let limiter = ConnectionLimiter(maximum: 100, metrics: metrics)
-        let server = try await ServerBootstrap(group: group)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    _ = try limiter.admit(channel)
+    @Test("the connection gauges follow real connections by protocol as they open, say what they speak, and close")
+    func connectionGauges() async throws {
+        try await ProxyHarness.run { proxy in
+            let metrics = proxy.server.context.metrics
+            func sample(_ name: String) -> String? {
+                samples(metrics.render()).first { $0.hasPrefix(name + " ") }.map { String($0.dropFirst(name.count + 1)) }
+            }
+            func waitFor(_ name: String, _ expected: String) async throws -> Bool {
+                for _ in 0..<1000 {
+                    if sample(name) == expected { return true }
+                    try await Task.sleep(for: .milliseconds(10))
                 }
+                return false
             }
-            .bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(server.localAddress?.port)
+            let http1 = #"sdui_open_connections{protocol="http/1.1"}"#
+            let http2 = #"sdui_open_connections{protocol="h2"}"#
+            let setup = #"sdui_open_connections{protocol="setup"}"#
 
-        func openConnections() -> String? {
-            samples(metrics.render()).first { $0.hasPrefix("sdui_open_connections ") }
-        }
-        func waitFor(_ expected: String) async throws -> Bool {
-            for _ in 0..<1000 {
-                if openConnections() == expected { return true }
-                try await Task.sleep(for: .milliseconds(10))
-            }
-            return false
-        }
+            // Connected, nothing sent: the connection's protocol is not known yet.
+            let silent = try await RawConnection(port: proxy.server.publicPort)
+            #expect(try await waitFor(setup, "1.0"))
+            let first = try await RawConnection(port: proxy.server.publicPort)
+            try await first.send("GET /screens/a HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            _ = try await first.readResponse()
+            let second = try await RawConnection(port: proxy.server.publicPort)
+            try await second.send(HTTP2Wire.connectionStart())
+            #expect(try await waitFor(http1, "1.0"))
+            #expect(try await waitFor(http2, "1.0"))
+            #expect(sample(setup) == "1.0")
+            #expect(sample(#"sdui_connections_total{protocol="h2",tls="false"}"#) == "1")
+            #expect(sample(#"sdui_connections_total{protocol="http/1.1",tls="false"}"#) == "1")
+            #expect(sample(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"}"#) == "1")
 
-        #expect(openConnections() == "sdui_open_connections 0.0")
-        let clients = try await withThrowingTaskGroup(of: (any Channel).self) { tasks in
-            for _ in 0..<3 {
-                tasks.addTask { try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get() }
-            }
-            return try await tasks.reduce(into: []) { $0.append($1) }
+            for connection in [silent, first, second] { await connection.close() }
+            #expect(try await waitFor(http1, "0.0"))
+            #expect(try await waitFor(http2, "0.0"))
+            #expect(try await waitFor(setup, "0.0"))
         }
-        #expect(try await waitFor("sdui_open_connections 3.0"))
-        try await clients[0].close()
-        try await clients[1].close()
-        #expect(try await waitFor("sdui_open_connections 1.0"))
-        try await clients[2].close()
-        #expect(try await waitFor("sdui_open_connections 0.0"))
-
-        try await server.close()
-        try await group.shutdownGracefully()
     }
 }
