@@ -18,6 +18,8 @@ struct PublicTLSTests {
     struct TLSProxy {
         let harness: ProxyHarness
         let client: HTTPClient
+        /// The pair the listener started with, and the authority that signed it.
+        let certificates: TestCertificates
         let directory: String
         var certificateFile: String { directory + "/cert.pem" }
         var keyFile: String { directory + "/key.pem" }
@@ -70,7 +72,7 @@ struct PublicTLSTests {
                     configure?(&configuration)
                 }
             ) { harness in
-                try await body(TLSProxy(harness: harness, client: client, directory: directory))
+                try await body(TLSProxy(harness: harness, client: client, certificates: certificates, directory: directory))
             }
         } catch {
             try? await client.shutdown()

@@ -139,7 +139,7 @@ final class ScriptedForward: Sendable {
     var bodyEnded: Bool { received.withLockedValue { $0.bodyEnded } }
 
     /// Reads the body part by part as the connection hands it over.
-    fileprivate func readBody() {
+    func readBody() {
         guard let body else { return }
         body.next().whenComplete { result in
             switch result {
@@ -246,6 +246,25 @@ final class EmbeddedPublicConnection {
         start = loop.now
         channel = EmbeddedChannel(loop: loop)
 
+        let context = Self.makeContext(configuration, backend: backend, keepsCompressedForms: keepsCompressedForms)
+        let handler = PublicHTTPHandler(
+            runtime: ProxyRuntime(context),
+            eventLoop: loop,
+            buffers: ResponseBufferRecycler(),
+            requests: tally
+        )
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(reads)
+        try sync.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
+    }
+
+    /// A context over a new cache whose backend is `backend`, as a handler on an embedded channel is given.
+    static func makeContext(
+        _ configuration: ProxyConfiguration,
+        backend: ScriptedNetworkClient,
+        keepsCompressedForms: Bool = false
+    ) -> ProxyContext {
         let logger = Logger(label: "handler-tests", factory: { _ in SwiftLogNoOpLogHandler() })
         let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
         let metrics = ProxyMetrics()
@@ -263,7 +282,7 @@ final class EmbeddedPublicConnection {
             compression: keepsCompressedForms ? configuration.compression : nil,
             logger: logger
         )
-        let context = ProxyContext(
+        return ProxyContext(
             configuration: configuration,
             cache: cache,
             fetcher: fetcher,
@@ -271,16 +290,6 @@ final class EmbeddedPublicConnection {
             metrics: metrics,
             logger: logger
         )
-        let handler = PublicHTTPHandler(
-            runtime: ProxyRuntime(context),
-            eventLoop: loop,
-            buffers: ResponseBufferRecycler(),
-            requests: tally
-        )
-        let sync = channel.pipeline.syncOperations
-        try sync.addHandler(reads)
-        try sync.addHandler(handler)
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
     }
 
     /// Whether the connection is still open.
