@@ -13,7 +13,9 @@
 #   4. two proxies started on that config with free loopback ports: an origin serving the samples from its files,
 #      and in front of it, the proxy under test with `--upstream http://` the origin; GET /health on its admin
 #      port, a sample screen fetched twice (a miss, fetched over HTTP from the origin, then a hit);
-#   5. SIGTERM to both, which must drain and exit with status 0.
+#   4b. HTTP/2 by prior knowledge on that proxy; a third one on TLS with a pair made here (openssl), its key the
+#      unprivileged user's alone: HTTP/2 and HTTP/1.1 by ALPN, and an unreadable key refused by --check-config;
+#   5. SIGTERM to all, which must drain and exit with status 0.
 #
 # The image runs the proxy as a user without privileges, so every step runs it as one: as root, through
 # `setpriv` as uid and gid 65534 with no groups and no capabilities (and the run checks /proc that it is so);
@@ -278,6 +280,51 @@ grep -qi '^x-cache: HIT' "${WORK}/headers" \
     || fail "the second GET ${SCREEN} was not a cache hit: $(tr -d '\r' <"${WORK}/headers")"
 log "GET ${SCREEN}: 200, $(wc -c <"${WORK}/body") bytes, fetched from the origin, then answered from the cache"
 
+# --- 4b. TLS and HTTP/2 -------------------------------------------------------------------------------------------
+# HTTP/2 by prior knowledge on the clear-text proxy; then a third proxy on TLS with a pair made here, its key
+# readable by the unprivileged user alone (as docker-compose.tls.yml gives it to the image's user): HTTP/2 and
+# HTTP/1.1 by ALPN. A key that user cannot read is refused by --check-config, naming the key.
+status="$(curl -sS --max-time 10 --http2-prior-knowledge -o /dev/null -w '%{http_version} %{http_code}' \
+    "http://127.0.0.1:${PORT}${SCREEN}")" || fail "GET ${SCREEN} over h2c failed"
+[[ "${status}" == "2 200" ]] || fail "GET ${SCREEN} over h2c answered ${status}"
+log "GET ${SCREEN} over HTTP/2 with prior knowledge: ${status}"
+if command -v openssl >/dev/null 2>&1; then
+    TLS_DIR="${WORK}/tls"
+    mkdir -p "${TLS_DIR}"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+        -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "${TLS_DIR}/key.pem" -out "${TLS_DIR}/cert.pem" \
+        2>/dev/null || fail "openssl could not make a test certificate"
+    chmod 0400 "${TLS_DIR}/key.pem"
+    chmod 0755 "${TLS_DIR}"
+    chmod 0444 "${TLS_DIR}/cert.pem"
+    export SDUI_PROXY_LISTEN_TLS_CERTIFICATE="${TLS_DIR}/cert.pem" SDUI_PROXY_LISTEN_TLS_PRIVATE_KEY="${TLS_DIR}/key.pem"
+    if [[ "$(id -u)" == "0" ]]; then
+        # Root's key, mode 0400: the unprivileged proxy cannot read it, and says so before binding anything.
+        if refused="$(timeout 30 "${RUN_AS[@]}" "${BINARY}" --check-config --config "${CONFIG}" 2>&1)"; then
+            fail "--check-config accepted a key the proxy's user cannot read"
+        fi
+        [[ "${refused}" == *listen.tls.privateKey*"cannot read"* ]] \
+            || fail "--check-config refused an unreadable key without naming it: ${refused}"
+        log "check-config: an unreadable key is refused: ${refused}"
+        chown "${UNPRIVILEGED_ID}:${UNPRIVILEGED_ID}" "${TLS_DIR}/key.pem" "${TLS_DIR}/cert.pem"
+    fi
+    TLS_LOG="${WORK}/tls-proxy.log"
+    start_healthy "TLS proxy" "${TLS_LOG}" --upstream "http://127.0.0.1:${ORIGIN_PORT}"
+    TLS_PID="${LAUNCHED_PID}"
+    unset SDUI_PROXY_LISTEN_TLS_CERTIFICATE SDUI_PROXY_LISTEN_TLS_PRIVATE_KEY
+    check_unprivileged "${TLS_PID}" "TLS proxy"
+    for version in --http2 --http1.1; do
+        status="$(curl -sS --max-time 10 --cacert "${TLS_DIR}/cert.pem" "${version}" -o /dev/null \
+            -w '%{http_version} %{http_code}' "https://localhost:${LAUNCHED_PORT}${SCREEN}")" \
+            || fail "GET ${SCREEN} over TLS (${version}) failed"
+        [[ "${status}" == *" 200" ]] || fail "GET ${SCREEN} over TLS (${version}) answered ${status}"
+        log "GET ${SCREEN} over TLS, curl ${version}: HTTP/${status}"
+    done
+    kill -TERM "${TLS_PID}"
+else
+    log "openssl is not installed: the TLS listener is not checked"
+fi
+
 # --- 5. SIGTERM -------------------------------------------------------------------------------------------------
 # Waits for a proxy sent SIGTERM to exit 0. Arguments: its pid, a name for the log.
 stopped() {
@@ -295,6 +342,7 @@ stopped() {
     [[ "${code}" == "0" ]] || fail "the ${2} exited with status ${code} after SIGTERM (expected 0)"
     log "SIGTERM: the ${2} exited with status 0"
 }
+if [[ -n "${TLS_PID:-}" ]]; then stopped "${TLS_PID}" "TLS proxy"; fi
 kill -TERM "${PROXY_PID}"
 stopped "${PROXY_PID}" proxy
 kill -TERM "${ORIGIN_PID}"
