@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Cheap CI check of the benchmark harness, without any load and without the proxy binary:
 #   - bash -n on the scripts;
-#   - the generated nginx configs (the hit-gzip scenario's gzip front included) pass `nginx -t`, and the VCLs (plain
+#   - the generated nginx configs (the hit-gzip scenario's gzip front and the h2-hit scenario's TLS + HTTP/2 front,
+#     with a certificate made by the same openssl call run.sh uses, included) pass `nginx -t`, and the VCLs (plain
 #     and gzip-storing) compile with `varnishd -C` (when those exist);
 #   - the wrk Lua scripts parse (luajit or lua, when one exists); hit-gzip.lua asks for gzip;
 #   - the Python tools parse, and report.py renders a sample result set ending with the required last line;
 #   - the generated proxy config passes `sdui-proxy --check-config` when a binary happens to exist (BIN=...), and
-#     so does its compression-off variant when that binary knows the `compression` section.
+#     so does its compression-off variant when that binary knows the `compression` section, and its TLS + HTTP/2
+#     variant (h2-hit) when that binary knows `listen.tls`.
 # Tools that are missing are skipped with a message; the script exits non-zero only on a real failure.
 set -euo pipefail
 
@@ -51,6 +53,47 @@ gen_vcl "$TMP/varnish/bench.vcl" 18000
 gen_vcl "$TMP/varnish-gzip/bench.vcl" 18000 gzip
 gen_proxy_yaml "$TMP/proxy/sdui-proxy.yaml" 18080 19090 18000 256MiB
 PROXY_COMPRESSION='{ encodings: [] }' gen_proxy_yaml "$TMP/proxy-uncompressed/sdui-proxy.yaml" 18080 19090 18000 1024MiB
+# The h2-hit scenario's fronts: a self-signed certificate made as run.sh makes it, nginx's `listen ... ssl http2`
+# server block, the proxy's TLS + HTTP/2 listener.
+tls_cert=""
+if command -v openssl >/dev/null; then
+    if gen_tls_cert "$TMP/tls" && [[ -s $TMP/tls/cert.pem && -s $TMP/tls/key.pem ]]; then
+        tls_cert=$TMP/tls/cert.pem
+        if openssl x509 -in "$tls_cert" -noout -ext subjectAltName 2>/dev/null | grep -q 'IP Address:127.0.0.1' &&
+            openssl x509 -in "$tls_cert" -noout -text 2>/dev/null | grep -q 'prime256v1'; then
+            pass "gen_tls_cert: self-signed P-256 certificate naming 127.0.0.1"
+        else
+            fail "gen_tls_cert: the certificate is not P-256 or does not name IP 127.0.0.1"
+        fi
+    else
+        fail "gen_tls_cert: openssl made no certificate"
+    fi
+else
+    skip "TLS certificate and the h2-hit configs (openssl not installed)"
+fi
+if [[ -n $tls_cert ]]; then
+    gen_nginx_conf "$TMP/nginx-h2" 18081 18082 18084 18000 256m "" 18087 "$tls_cert" "$TMP/tls/key.pem"
+    gen_proxy_yaml "$TMP/proxy-h2/sdui-proxy.yaml" 18086 19091 18000 256MiB "$tls_cert" "$TMP/tls/key.pem"
+    # The TLS + HTTP/2 server block: on its own port, with the cache the other fronts use; nowhere else.
+    h2_server=$(sed -n '/listen 127.0.0.1:18087 /,/^    }/p' "$TMP/nginx-h2/nginx.conf")
+    missing=""
+    for directive in 'listen 127.0.0.1:18087 ssl http2 backlog=4096;' "ssl_certificate     $tls_cert;" \
+        "ssl_certificate_key $TMP/tls/key.pem;" 'http2_max_concurrent_streams 256;' 'proxy_cache sdui;' \
+        'proxy_cache_key "$request_uri|$http_beagle_platform";'; do
+        grep -qF "$directive" <<<"$h2_server" || missing+=" '$directive'"
+    done
+    if [[ -z $missing ]] && ! grep -q 'ssl' "$TMP/nginx/nginx.conf" && ! grep -q 'http2 on;' "$TMP/nginx-h2/nginx.conf"; then
+        pass "nginx h2 front: listen ... ssl http2 (nginx 1.22 syntax) with the certificate, in front of proxy_cache, only when asked"
+    else
+        fail "nginx h2 front: missing${missing:- nothing}, or TLS in the plain config, or 1.25's 'http2 on;'"
+    fi
+    want_listen="listen: { host: 127.0.0.1, port: 18086, tls: { certificate: \"$tls_cert\", privateKey: \"$TMP/tls/key.pem\" }, http2: true, http2Limits: { maxConcurrentStreams: 256 } }"
+    if grep -qxF "$want_listen" "$TMP/proxy-h2/sdui-proxy.yaml" && grep -qx 'listen: { host: 127.0.0.1, port: 18080 }' "$TMP/proxy/sdui-proxy.yaml"; then
+        pass "proxy config: TLS + HTTP/2 listener (certificate, key, http2, maxConcurrentStreams) only in the h2 variant"
+    else
+        fail "proxy config: the h2 variant's listen line is not '$want_listen' (or the plain one has TLS)"
+    fi
+fi
 
 # The hit-gzip scenario's nginx: gzip at level 1 on its own port, identity asked of the origin; the others without it.
 gzip_server=$(sed -n '/listen 127.0.0.1:18085 /,/^    }/p' "$TMP/nginx-gzip/nginx.conf")
@@ -77,7 +120,9 @@ else
 fi
 
 if command -v nginx >/dev/null; then
-    for name in origin nginx nginx-small nginx-gzip; do
+    nginx_names="origin nginx nginx-small nginx-gzip"
+    [[ -z $tls_cert ]] || nginx_names+=" nginx-h2"
+    for name in $nginx_names; do
         if out=$(nginx -t -p "$TMP/$name" -c "$TMP/$name/nginx.conf" -e "$TMP/$name/logs/error.log" 2>&1); then
             pass "nginx -t ($name)"
         else
@@ -115,6 +160,16 @@ if [[ -n ${BIN:-} && -x ${BIN:-} ]]; then
         skip "sdui-proxy --check-config (compression off): skipped: binary without compression support"
     else
         fail "sdui-proxy --check-config (compression off): $out"
+    fi
+    # The TLS + HTTP/2 variant (h2-hit) needs a binary that knows listen.tls (it reads the certificate files too).
+    if [[ -z $tls_cert ]]; then
+        skip "sdui-proxy --check-config (TLS + HTTP/2): no certificate (openssl missing)"
+    elif out=$("$BIN" --check-config --config "$TMP/proxy-h2/sdui-proxy.yaml" 2>&1); then
+        pass "sdui-proxy --check-config (TLS + HTTP/2)"
+    elif grep -qE 'listen(\.tls)?: unknown key|listen\.(tls|http2|http2Limits)' <<<"$out" && grep -q 'unknown key' <<<"$out"; then
+        skip "sdui-proxy --check-config (TLS + HTTP/2): skipped: binary without listen.tls support"
+    else
+        fail "sdui-proxy --check-config (TLS + HTTP/2): $out"
     fi
 else
     skip "sdui-proxy --check-config (set BIN=path/to/sdui-proxy to include it)"
@@ -194,7 +249,18 @@ if command -v python3 >/dev/null; then
         printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\t2.5\n'
         printf 'speeds\tproxy\t64\t1\t40000\t10000000\t4000.0\t1000\t5000\t0\t1200000\t40000\t0\t0\t0\t2.5\n'
         printf 'speeds\tnginx-nocache\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t800000\t20000\t0\t0\t0\t2.5\n'
+        # HTTP/2 hits over TLS (h2load: streams in all in the conns column, no X-Cache counts).
+        for c in 16 64 256; do
+            printf 'h2-hit\tproxy-h2\t%s\t1\t100000\t10000000\t11000.0\t900\t2700\t0\t2000000\t30000\t-\t-\t-\t2.5\t4\t260000000\n' "$c"
+            printf 'h2-hit\tnginx-h2\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2500000\t30000\t-\t-\t-\t2.5\t3/1\t270000000\n' "$c"
+        done
     } >"$sample/runs.tsv"
+    printf 'h2_clients=4\nh2_handshakes=1000\n' >"$sample/meta.txt"
+    {
+        printf 'target\tround\tconnections\tsucceeded\terrors\tduration_us\thandshakes_per_s\tcpu_us\tsteal_pct\ttls\tcipher\tkey\n'
+        printf 'proxy-h2\t1\t1000\t1000\t0\t1500000\t666.7\t400000\t2.0\tTLSv1.3\tTLS_AES_128_GCM_SHA256\tX25519\n'
+        printf 'nginx-h2\t1\t1000\t1000\t0\t1250000\t800.0\t500000\t2.0\tTLSv1.3\tTLS_AES_128_GCM_SHA256\tX25519\n'
+    } >"$sample/h2-handshakes.tsv"
     printf 'target\tclients\tanswered\tok\torigin_requests\tx_cache\tfailures\nproxy\t1000\t1000\t1000\t1\tHIT 999, MISS 1\t-\n' >"$sample/stampede.tsv"
     {
         printf 'target\tentries\tmisses\trss_before_kb\trss_after_kb\tpayload_bytes\n'
@@ -221,6 +287,11 @@ if command -v python3 >/dev/null; then
     if out=$(python3 "$BENCH_DIR/tools/report.py" "$sample" 2>&1) &&
         [[ $(tail -n 1 <<<"$out") == "hit-cpu-per-request ratio vs nginx: 1.00" ]] &&
         [[ $(tail -n 2 <<<"$out" | head -n 1) == "gzip-hit-cpu-per-request ratio vs nginx gzip: 0.70" ]] &&
+        [[ $(tail -n 3 <<<"$out" | head -n 1) == "h2-hit-cpu-per-request ratio vs nginx h2: 0.80" ]] &&
+        grep -q '^| sdui-proxy, TLS + h2 | 64 | 11,000 | 0.90 | 2.70 | 20.0 | 29.3 | 2,600 | 0 | 2.5 | 4 |$' <<<"$out" &&
+        grep -q '^| 64 | 16 | 0.80 | yes | 1.10 | 0.90 |$' <<<"$out" &&
+        grep -q '^| nginx proxy_cache, TLS + h2 | 800 | 500.0 | 1,000 | 1 | 0 | TLSv1.3 TLS_AES_128_GCM_SHA256 X25519 |$' <<<"$out" &&
+        grep -q '^- handshakes: proxy ÷ nginx h2: handshakes/s 0.83, CPU/handshake 0.80$' <<<"$out" &&
         grep -q '^| sdui-proxy | 64 | 9,500 | 0.90 | 3.00 | 21.0 | 29.3 | 1,200 | 0 | 2.5 | 64 |$' <<<"$out" &&
         grep -q '^| 64 | 0.70 | \*\*no\*\* | 1.90 | 0.50 | 0.70 | 1.19 |$' <<<"$out" &&
         grep -q '^| 64 | 20.0 | 21.0 | 1.05 | 10,000 | 9,500 | 0.95 | yes | n/a | 1,200 |$' <<<"$out" &&
@@ -234,7 +305,7 @@ if command -v python3 >/dev/null; then
         grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out" &&
         grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out" &&
         grep -q '^| 64 | 0.70 | 2.00 |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, pass-through, gzip-hit and both memory rows included); last line is the hit CPU ratio"
+        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, pass-through, gzip-hit, h2-hit with handshakes and both memory rows included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

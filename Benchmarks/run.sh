@@ -9,9 +9,11 @@
 #   SCENARIOS=speeds Benchmarks/run.sh                  # miss rates across origin restarts (the two speeds)
 #   SCENARIOS=pass Benchmarks/run.sh                    # pass-through (a bypass route) against nginx without a cache
 #   SCENARIOS="hit hit-gzip" Benchmarks/run.sh          # gzip hits (stored gzip) against identity hits and nginx's gzip
+#   SCENARIOS=h2-hit Benchmarks/run.sh                  # hits over TLS + HTTP/2 (h2load) against nginx's TLS + h2 front
 #
 # stdout carries only the final report (markdown); progress goes to stderr. The last line on stdout is always
 #   hit-cpu-per-request ratio vs nginx: X.XX
+# and, when h2-hit ran, `h2-hit-cpu-per-request ratio vs nginx h2: X.XX` comes a line or two before it.
 # Every server this script starts runs from its own config in Benchmarks/.work and is stopped by PID on exit,
 # error or Ctrl-C. It never touches system services.
 set -euo pipefail
@@ -58,6 +60,12 @@ INSTRUCTION_CONNECTIONS=${INSTRUCTION_CONNECTIONS:-64}
 SPEED_RESTARTS=${SPEED_RESTARTS:-6}
 SPEED_TARGETS=${SPEED_TARGETS:-"proxy nginx-nocache"}
 SPEED_CONNECTIONS=${SPEED_CONNECTIONS:-64}
+H2_TARGETS=${H2_TARGETS:-"proxy-h2 nginx-h2"}
+H2_STREAMS=${H2_STREAMS:-"16 64 256"}
+H2_CLIENTS=${H2_CLIENTS:-4}
+H2_THREADS=${H2_THREADS:-$WRK_THREADS}
+H2_MAX_STREAMS=${H2_MAX_STREAMS:-256}
+H2_HANDSHAKES=${H2_HANDSHAKES:-1000}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-3600}
@@ -72,6 +80,9 @@ NGINX_NOCACHE_PORT=${NGINX_NOCACHE_PORT:-18082}
 VARNISH_PORT=${VARNISH_PORT:-18083}
 NGINX_REUSEPORT_PORT=${NGINX_REUSEPORT_PORT:-18084}
 NGINX_GZIP_PORT=${NGINX_GZIP_PORT:-18085}
+PROXY_H2_PORT=${PROXY_H2_PORT:-18086}
+PROXY_H2_ADMIN_PORT=${PROXY_H2_ADMIN_PORT:-19091}
+NGINX_H2_PORT=${NGINX_H2_PORT:-18087}
 
 SCENARIO_PID=
 PROXY_COMPRESSION_SUPPORT=unknown # yes, no or refused: set by probe_proxy_compression
@@ -82,6 +93,8 @@ RESULTS=$WORK_DIR/results/$RUN_ID
 REGISTRY=$RUN_DIR/pids
 FIXTURE=$BENCH_DIR/fixtures/screen.json
 LUA_DIR=$BENCH_DIR/lua
+# The self-signed certificate and key of the TLS + HTTP/2 fronts (h2-hit scenario), made afresh by each run.
+TLS_DIR=$RUN_DIR/tls
 CLK_TCK=$(getconf CLK_TCK)
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -186,8 +199,10 @@ require_free_port() {
 
 # wait_http URL PID NAME [SECONDS]: until URL answers at all, the process dies, or the time runs out.
 wait_http() {
-    local url=$1 pid=$2 name=$3 limit=${4:-30} waited=0
-    while ! curl -s -o /dev/null --max-time 1 "$url"; do
+    local url=$1 pid=$2 name=$3 limit=${4:-30} waited=0 tls=()
+    # A TLS front is asked over HTTPS, trusting the run's own certificate (it names 127.0.0.1).
+    [[ $url != https://* ]] || tls=(--cacert "$TLS_DIR/cert.pem")
+    while ! curl -s -o /dev/null --max-time 1 "${tls[@]}" "$url"; do
         kill -0 "$pid" 2>/dev/null || die "$name exited during start-up; see its log in $RUN_DIR"
         ((waited < limit * 10)) || die "$name did not answer $url within ${limit}s"
         sleep 0.1
@@ -252,16 +267,33 @@ target_port() {
     nginx-nocache) echo "$NGINX_NOCACHE_PORT" ;;
     nginx-reuseport) echo "$NGINX_REUSEPORT_PORT" ;;
     nginx-gzip) echo "$NGINX_GZIP_PORT" ;;
+    proxy-h2) echo "$PROXY_H2_PORT" ;;
+    nginx-h2) echo "$NGINX_H2_PORT" ;;
     varnish | varnish-gzip) echo "$VARNISH_PORT" ;;
     *) die "unknown target $1" ;;
     esac
 }
 
+# target_url TARGET: scheme, host and port of TARGET (https for the TLS + HTTP/2 fronts, *-h2).
+target_url() {
+    local scheme=http
+    [[ $1 != *-h2 ]] || scheme=https
+    echo "$scheme://127.0.0.1:$(target_port "$1")"
+}
+
+# ensure_tls_cert: the run's self-signed certificate and key in TLS_DIR (made once per run; see gen_tls_cert).
+ensure_tls_cert() {
+    [[ -s $TLS_DIR/cert.pem && -s $TLS_DIR/key.pem ]] && return 0
+    gen_tls_cert "$TLS_DIR" || die "openssl could not make a self-signed certificate in $TLS_DIR"
+    log "made a self-signed P-256 certificate for localhost/127.0.0.1 in $TLS_DIR"
+}
+
 # The registry name of the server that answers for a target. proxy-uncompressed (store-time compression off) and
-# varnish-gzip (JSON stored gzipped) are the proxy and Varnish started with another config.
+# varnish-gzip (JSON stored gzipped) are the proxy and Varnish started with another config; nginx-h2 is the nginx
+# instance's TLS + HTTP/2 server block; proxy-h2 is a proxy process of its own (its own ports and config).
 target_server() {
     case $1 in
-    nginx-nocache | nginx-reuseport | nginx-gzip) echo nginx ;;
+    nginx-nocache | nginx-reuseport | nginx-gzip | nginx-h2) echo nginx ;;
     proxy-uncompressed) echo proxy ;;
     varnish-gzip) echo varnish ;;
     *) echo "$1" ;;
@@ -271,6 +303,7 @@ target_server() {
 server_log() {
     case $1 in
     proxy) echo "$RUN_DIR/proxy/proxy.log" ;;
+    proxy-h2) echo "$RUN_DIR/proxy-h2/proxy.log" ;;
     nginx) echo "$RUN_DIR/nginx/logs/error.log" ;;
     varnish) echo "$RUN_DIR/varnish/varnishd.log" ;;
     *) echo "$RUN_DIR/origin/logs/error.log" ;;
@@ -314,6 +347,10 @@ ensure_tools() {
     command -v python3 >/dev/null || missing+=(python3)
     [[ " $SCENARIOS " != *" instructions "* && " $SCENARIOS " != *" speeds "* ]] || command -v perf >/dev/null ||
         missing+=(linux-perf)
+    if [[ " $SCENARIOS " == *" h2-hit "* ]]; then
+        command -v h2load >/dev/null || missing+=(nghttp2-client)
+        command -v openssl >/dev/null || missing+=(openssl)
+    fi
     ((${#missing[@]} == 0)) && return 0
     [[ $SKIP_INSTALL == 1 ]] && die "missing tools: ${missing[*]} (SKIP_INSTALL=1)"
     [[ $(id -u) == 0 ]] || die "missing tools: ${missing[*]}; install them or run as root so apt-get can"
@@ -325,6 +362,11 @@ ensure_tools() {
     for tool in wrk nginx varnishd curl python3; do
         command -v "$tool" >/dev/null || die "$tool still missing after apt-get install"
     done
+    if [[ " $SCENARIOS " == *" h2-hit "* ]]; then
+        for tool in h2load openssl; do
+            command -v "$tool" >/dev/null || die "$tool still missing after apt-get install"
+        done
+    fi
 }
 
 build_proxy() {
@@ -378,41 +420,57 @@ start_origin() {
     log "origin (nginx) on :$ORIGIN_PORT, pid $(registered_pid origin)"
 }
 
-# start_proxy MAX_MB (PROXY_COMPRESSION, when set, is the config's compression section)
+# start_proxy MAX_MB [h2] (PROXY_COMPRESSION, when set, is the config's compression section). With "h2", the
+# h2-hit scenario's proxy: registry name proxy-h2, its own directory and ports (PROXY_H2_PORT, PROXY_H2_ADMIN_PORT),
+# and a public listener on TLS + HTTP/2 with the run's certificate.
 start_proxy() {
-    local mb=$1 dir=$RUN_DIR/proxy
-    require_free_port "$PROXY_PORT" proxy
-    require_free_port "$PROXY_ADMIN_PORT" "proxy admin"
+    local mb=$1 h2=${2:-} name=proxy port=$PROXY_PORT admin_port=$PROXY_ADMIN_PORT scheme=http tls=()
+    if [[ $h2 == h2 ]]; then
+        name=proxy-h2 port=$PROXY_H2_PORT admin_port=$PROXY_H2_ADMIN_PORT scheme=https
+        ensure_tls_cert
+        tls=("$TLS_DIR/cert.pem" "$TLS_DIR/key.pem")
+    fi
+    local dir=$RUN_DIR/$name
+    require_free_port "$port" "$name"
+    require_free_port "$admin_port" "$name admin"
     mkdir -p "$dir"
-    gen_proxy_yaml "$dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" "${mb}MiB"
+    gen_proxy_yaml "$dir/sdui-proxy.yaml" "$port" "$admin_port" "$ORIGIN_PORT" "${mb}MiB" "${tls[@]}"
     printf '=== %s: start, cache %s MiB, compression %s, %s\n' "$(date +%T)" "$mb" "${PROXY_COMPRESSION:-default}" "$BIN" \
         >>"$dir/proxy.log"
     "$BIN" --config "$dir/sdui-proxy.yaml" >>"$dir/proxy.log" 2>&1 &
-    register proxy $!
-    wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$!" proxy
-    wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$!" proxy
-    log "sdui-proxy on :$PROXY_PORT (admin :$PROXY_ADMIN_PORT, cache ${mb} MiB, compression ${PROXY_COMPRESSION:-default})," \
-        "pid $(registered_pid proxy)"
+    register "$name" $!
+    wait_http "http://127.0.0.1:$admin_port/health" "$!" "$name"
+    wait_http "$scheme://127.0.0.1:$port/ready" "$!" "$name"
+    log "sdui-proxy on :$port${h2:+ (TLS + HTTP/2)} (admin :$admin_port, cache ${mb} MiB, compression ${PROXY_COMPRESSION:-default})," \
+        "pid $(registered_pid "$name")"
 }
 
-# start_nginx MAX_MB [GZIP_PORT]: the proxy_cache server and the no-cache server, one nginx instance; with
-# GZIP_PORT, also the proxy_cache server that gzips at every hit (the hit-gzip scenario's nginx).
+# start_nginx MAX_MB [GZIP_PORT] [H2_PORT]: the proxy_cache server and the no-cache server, one nginx instance; with
+# GZIP_PORT, also the proxy_cache server that gzips at every hit (the hit-gzip scenario's nginx); with H2_PORT, also
+# the proxy_cache server on TLS + HTTP/2 with the run's certificate (the h2-hit scenario's nginx).
 start_nginx() {
-    local mb=$1 gzip_port=${2:-} dir=$RUN_DIR/nginx
+    local mb=$1 gzip_port=${2:-} h2_port=${3:-} dir=$RUN_DIR/nginx tls=()
     require_free_port "$NGINX_PORT" nginx
     require_free_port "$NGINX_NOCACHE_PORT" "nginx no-cache"
     require_free_port "$NGINX_REUSEPORT_PORT" "nginx reuseport"
     [[ -z $gzip_port ]] || require_free_port "$gzip_port" "nginx gzip"
+    if [[ -n $h2_port ]]; then
+        require_free_port "$h2_port" "nginx h2"
+        ensure_tls_cert
+        tls=("$h2_port" "$TLS_DIR/cert.pem" "$TLS_DIR/key.pem")
+    fi
     rm -rf "$dir"
-    gen_nginx_conf "$dir" "$NGINX_PORT" "$NGINX_NOCACHE_PORT" "$NGINX_REUSEPORT_PORT" "$ORIGIN_PORT" "${mb}m" "$gzip_port"
+    gen_nginx_conf "$dir" "$NGINX_PORT" "$NGINX_NOCACHE_PORT" "$NGINX_REUSEPORT_PORT" "$ORIGIN_PORT" "${mb}m" "$gzip_port" "${tls[@]}"
     nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" >"$dir/stdout.log" 2>&1 &
     register nginx $!
     wait_http "http://127.0.0.1:$NGINX_PORT/ready" "$!" nginx
     wait_http "http://127.0.0.1:$NGINX_NOCACHE_PORT/ready" "$!" nginx
     wait_http "http://127.0.0.1:$NGINX_REUSEPORT_PORT/ready" "$!" nginx
     [[ -z $gzip_port ]] || wait_http "http://127.0.0.1:$gzip_port/ready" "$!" nginx
+    [[ -z $h2_port ]] || wait_http "https://127.0.0.1:$h2_port/ready" "$!" nginx
     log "nginx proxy_cache on :$NGINX_PORT (and with reuseport on :$NGINX_REUSEPORT_PORT), no cache on" \
-        ":$NGINX_NOCACHE_PORT${gzip_port:+, proxy_cache with gzip on :$gzip_port} (max_size ${mb}m), pid $(registered_pid nginx)"
+        ":$NGINX_NOCACHE_PORT${gzip_port:+, proxy_cache with gzip on :$gzip_port}${h2_port:+, proxy_cache on TLS + HTTP/2 on :$h2_port}" \
+        "(max_size ${mb}m), pid $(registered_pid nginx)"
 }
 
 # start_varnish MAX_MB [gzip]: with "gzip", the VCL stores JSON gzipped (the hit-gzip scenario's Varnish).
@@ -433,20 +491,22 @@ start_varnish() {
 # start_targets MB TARGET...: starts the servers behind the given targets (once each). A target that is a server
 # with another config (proxy-uncompressed, varnish-gzip) cannot run next to the same server's plain target.
 start_targets() {
-    local mb=$1 target server started=" " nginx_gzip_port=""
+    local mb=$1 target server started=" " nginx_gzip_port="" nginx_h2_port=""
     shift
     [[ " $* " != *" proxy "* || " $* " != *" proxy-uncompressed "* ]] ||
         die "proxy and proxy-uncompressed are one server with two configs; they cannot be started together"
     [[ " $* " != *" varnish "* || " $* " != *" varnish-gzip "* ]] ||
         die "varnish and varnish-gzip are one server with two configs; they cannot be started together"
     [[ " $* " != *" nginx-gzip "* ]] || nginx_gzip_port=$NGINX_GZIP_PORT
+    [[ " $* " != *" nginx-h2 "* ]] || nginx_h2_port=$NGINX_H2_PORT
     for target in "$@"; do
         server=$(target_server "$target")
         [[ $started == *" $server "* ]] && continue
         case $target in
         proxy) start_proxy "$mb" ;;
         proxy-uncompressed) PROXY_COMPRESSION='{ encodings: [] }' start_proxy "$mb" ;;
-        nginx | nginx-*) start_nginx "$mb" "$nginx_gzip_port" ;;
+        proxy-h2) start_proxy "$mb" h2 ;;
+        nginx | nginx-*) start_nginx "$mb" "$nginx_gzip_port" "$nginx_h2_port" ;;
         varnish) start_varnish "$mb" ;;
         varnish-gzip) start_varnish "$mb" gzip ;;
         esac
@@ -455,10 +515,11 @@ start_targets() {
 }
 
 # ---- measuring ---------------------------------------------------------------------------------------------
-# curl_head TARGET PATH: "STATUS XCACHE" of one GET.
+# curl_head TARGET PATH: "STATUS XCACHE" of one GET (over TLS + HTTP/2 for the *-h2 targets).
 curl_head() {
-    local headers status xcache
-    headers=$(curl -s --max-time 10 -D - -o /dev/null "http://127.0.0.1:$(target_port "$1")$2") || {
+    local headers status xcache tls=()
+    [[ $1 != *-h2 ]] || tls=(--http2 --cacert "$TLS_DIR/cert.pem")
+    headers=$(curl -s --max-time 10 "${tls[@]}" -D - -o /dev/null "$(target_url "$1")$2") || {
         echo "000 -"
         return 0
     }
@@ -634,6 +695,181 @@ scenario_hit_gzip() {
             done
         done
     done
+}
+
+# ---- h2-hit: hits over TLS + HTTP/2, driven by h2load -----------------------------------------------------------
+# h2load_summary: reads h2load's output on stdin, prints "key=value" pairs: done, succeeded, errors (failed, i.e.
+# non-2xx/3xx, plus errored plus timeout), duration_us (its "finished in"), rps, bytes (traffic total), proto (the
+# ALPN protocol), tls, cipher and key (the server's key exchange group), "-" for what it did not print.
+h2load_summary() {
+    awk '
+        /^finished in / {
+            d = $3; sub(/,$/, "", d)
+            if (d ~ /ms$/) { sub(/ms$/, "", d); us = d * 1000 } else if (d ~ /us$/) { sub(/us$/, "", d); us = d }
+            else { sub(/s$/, "", d); us = d * 1000000 }
+            rps = $4
+        }
+        /^requests: / { done = $6; ok = $8; errors = $10 + $12 + $14 }
+        /^traffic: / { b = $3; gsub(/[()]/, "", b) }
+        /^Application protocol: / { proto = $3 }
+        /^TLS Protocol: / { tls = $3 }
+        /^Cipher: / { cipher = $2 }
+        /^Server Temp Key: / { key = $4 }
+        END {
+            printf "done=%d succeeded=%d errors=%d duration_us=%d rps=%s bytes=%s proto=%s tls=%s cipher=%s key=%s\n",
+                done, ok, errors, us, (rps == "" ? 0 : rps), (b == "" ? 0 : b), (proto == "" ? "-" : proto),
+                (tls == "" ? "-" : tls), (cipher == "" ? "-" : cipher), (key == "" ? "-" : key)
+        }'
+}
+
+# percentiles_us LOG: "P50 P99" in µs over the answered requests (status 2xx/3xx) of an h2load --log-file (columns:
+# start time, status, µs until the end of the response), nearest rank; "0 0" when there are none.
+percentiles_us() {
+    awk -F'\t' '$2 >= 200 && $2 < 400 { print $3 }' "$1" | sort -n |
+        awk '{ v[NR] = $1 } END {
+            if (NR == 0) { print "0 0"; exit }
+            i = int((NR * 50 + 99) / 100); j = int((NR * 99 + 99) / 100)
+            print v[i < 1 ? 1 : i], v[j < 1 ? 1 : j]
+        }'
+}
+
+# run_h2load SCENARIO TARGET STREAMS ROUND SECONDS: one h2load run of SECONDS on H2_CLIENTS TLS + HTTP/2 connections
+# with STREAMS / H2_CLIENTS concurrent streams each, every request a GET of HIT_PATH; ROUND "warm" is not recorded.
+# Server CPU, RSS, steal and connections per process are taken as run_load takes them; p50/p99 come from h2load's
+# per-request log (h2load itself prints no percentiles). A run that did not negotiate h2 ends the scenario.
+run_h2load() {
+    local scenario=$1 target=$2 streams=$3 round=$4 seconds=$5
+    local per_client=$((streams / H2_CLIENTS)) threads=$H2_THREADS
+    ((threads <= H2_CLIENTS)) || threads=$H2_CLIENTS
+    local root pids before after out cpu_us rss steal steal_before split_file split sampler p50 p99
+    root=$(registered_pid "$(target_server "$target")")
+    [[ -n $root ]] || die "no running server for $target"
+    read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
+    local outfile=$RESULTS/h2load/$scenario-$target-s$streams-$round.txt reqlog=$RUN_DIR/h2load-requests.log
+    rm -f "$reqlog" # h2load appends to its log file
+    before=$(cpu_snapshot "${pids[@]}")
+    steal_before=$(steal_snapshot)
+    split_file=$RESULTS/h2load/$scenario-$target-s$streams-$round.split
+    (
+        sleep "$(awk -v s="$seconds" 'BEGIN { print s / 2 }')"
+        connection_split "$(target_port "$target")" >"$split_file"
+    ) &
+    sampler=$!
+    if ! out=$(timeout --foreground --kill-after=10 $((seconds + 30)) \
+        h2load -t"$threads" -c"$H2_CLIENTS" -m"$per_client" -D "$seconds" --log-file "$reqlog" \
+        "$(target_url "$target")$HIT_PATH" 2>&1); then
+        printf '%s\n' "$out" >"$outfile"
+        kill "$sampler" 2>/dev/null || true
+        die "h2load failed for $scenario/$target/s$streams (output in $outfile)"
+    fi
+    after=$(cpu_snapshot "${pids[@]}")
+    steal=$(steal_pct "$steal_before" "$(steal_snapshot)")
+    wait "$sampler" || true
+    split=$(cat "$split_file" 2>/dev/null || echo n/a)
+    printf '%s\n' "$out" >"$outfile"
+    if ! server_alive "$target"; then
+        server_died "$target" "during $scenario/s$streams/$round"
+        die "$target is gone; $scenario cannot go on"
+    fi
+    cpu_us=$(cpu_delta_us "$before" "$after")
+    read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
+    rss=$(rss_kb "${pids[@]}")
+    local -A r=()
+    local kv
+    for kv in $(h2load_summary <<<"$out"); do r[${kv%%=*}]=${kv#*=}; done
+    [[ ${r[proto]} == h2 ]] || die "$scenario/$target: h2load negotiated '${r[proto]}', not h2 (output in $outfile)"
+    ((r[done] > 0)) || die "h2load completed no request for $scenario/$target/s$streams (output in $outfile)"
+    read -r p50 p99 <<<"$(percentiles_us "$reqlog")"
+    local per_req
+    per_req=$(awk -v c="$cpu_us" -v n="${r[done]}" 'BEGIN { printf "%.1f", c / n }')
+    log "$(printf '%-8s %-15s s=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  steal %s%%  conns/process %s  %s %s' \
+        "$scenario" "$target" "$streams" "$round" "${r[rps]}" "$(awk -v u="$p50" 'BEGIN { print u / 1000 }')" \
+        "$(awk -v u="$p99" 'BEGIN { print u / 1000 }')" "$per_req" $((rss / 1024)) "${r[errors]}" "$steal" "$split" \
+        "${r[tls]}" "${r[cipher]}")"
+    rm -f "$reqlog"
+    [[ $round == warm ]] && return 0
+    ((r[errors] == 0)) || note "$scenario/$target/s$streams round $round: ${r[errors]} h2load errors (non-2xx/3xx, errored, timeout; output in $outfile)"
+    # hits/misses/other: h2load does not read X-Cache (every target's second GET was checked to be a HIT).
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$scenario" "$target" "$streams" "$round" "${r[done]}" "${r[duration_us]}" "${r[rps]}" "$p50" "$p99" \
+        "${r[errors]}" "$cpu_us" "$rss" - - - "$steal" "$split" "${r[bytes]}" >>"$RESULTS/runs.tsv"
+}
+
+# run_h2_handshakes TARGET ROUND: H2_HANDSHAKES h2load clients at once, each opening its own TLS connection (a full
+# handshake: h2load does not resume sessions), negotiating h2 and making one request (-n = -c, -m 1). Handshakes per
+# second = connections completed / h2load's elapsed time; server CPU per handshake as for requests. A line in
+# h2-handshakes.tsv.
+run_h2_handshakes() {
+    local target=$1 round=$2 root pids before after out cpu_us steal_before steal threads=$H2_THREADS
+    ((threads <= H2_HANDSHAKES)) || threads=$H2_HANDSHAKES
+    root=$(registered_pid "$(target_server "$target")")
+    [[ -n $root ]] || die "no running server for $target"
+    read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
+    local outfile=$RESULTS/h2load/handshakes-$target-$round.txt
+    before=$(cpu_snapshot "${pids[@]}")
+    steal_before=$(steal_snapshot)
+    # One descriptor per client: raise the soft limit for h2load when it is below that (as far as the hard limit goes).
+    if ! out=$(
+        (($(ulimit -n) >= H2_HANDSHAKES + 64)) || ulimit -n $((H2_HANDSHAKES + 64)) 2>/dev/null || true
+        timeout --foreground --kill-after=10 120 \
+            h2load -t"$threads" -c"$H2_HANDSHAKES" -n"$H2_HANDSHAKES" -m1 "$(target_url "$target")$HIT_PATH" 2>&1
+    ); then
+        printf '%s\n' "$out" >"$outfile"
+        die "h2load (handshakes) failed for $target (output in $outfile)"
+    fi
+    after=$(cpu_snapshot "${pids[@]}")
+    steal=$(steal_pct "$steal_before" "$(steal_snapshot)")
+    printf '%s\n' "$out" >"$outfile"
+    if ! server_alive "$target"; then
+        server_died "$target" "during h2-hit handshakes, round $round"
+        die "$target is gone; h2-hit cannot go on"
+    fi
+    cpu_us=$(cpu_delta_us "$before" "$after")
+    local -A r=()
+    local kv
+    for kv in $(h2load_summary <<<"$out"); do r[${kv%%=*}]=${kv#*=}; done
+    [[ ${r[proto]} == h2 ]] || die "h2-hit handshakes/$target: h2load negotiated '${r[proto]}', not h2 (output in $outfile)"
+    ((r[done] > 0)) || die "h2load completed no connection for h2-hit handshakes/$target (output in $outfile)"
+    [[ -f $RESULTS/h2-handshakes.tsv ]] ||
+        printf 'target\tround\tconnections\tsucceeded\terrors\tduration_us\thandshakes_per_s\tcpu_us\tsteal_pct\ttls\tcipher\tkey\n' \
+            >"$RESULTS/h2-handshakes.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$round" "${r[done]}" "${r[succeeded]}" \
+        "${r[errors]}" "${r[duration_us]}" "${r[rps]}" "$cpu_us" "$steal" "${r[tls]}" "${r[cipher]}" "${r[key]}" \
+        >>"$RESULTS/h2-handshakes.tsv"
+    log "$(printf 'h2-hit   %-15s handshakes round %s: %s new TLS connections (one request each) in %.2f s: %s/s, cpu %s µs/handshake, errors %s, %s %s %s' \
+        "$target" "$round" "${r[done]}" "$(awk -v u="${r[duration_us]}" 'BEGIN { print u / 1e6 }')" "${r[rps]}" \
+        "$(awk -v c="$cpu_us" -v n="${r[done]}" 'BEGIN { printf "%.1f", c / n }')" "${r[errors]}" "${r[tls]}" "${r[cipher]}" "${r[key]}")"
+    ((r[errors] == 0)) || note "h2-hit handshakes/$target round $round: ${r[errors]} of ${r[done]} connections failed (output in $outfile)"
+}
+
+# h2-hit: the hit URL over TLS + HTTP/2 (ALPN h2), the proxy's TLS listener against nginx's `listen ... ssl http2`
+# proxy_cache front, both with the run's self-signed P-256 certificate. h2load keeps H2_CLIENTS connections with
+# STREAMS / H2_CLIENTS streams each in flight, for each of H2_STREAMS; each round also measures TLS handshakes per
+# second (run_h2_handshakes).
+scenario_h2_hit() {
+    local targets target round streams got version
+    read -ra targets <<<"$H2_TARGETS"
+    for target in "${targets[@]}"; do
+        [[ $target == proxy-h2 || $target == nginx-h2 ]] || die "h2-hit measures proxy-h2 and nginx-h2, not '$target'"
+    done
+    start_targets "$CACHE_MB" "${targets[@]}"
+    for target in "${targets[@]}"; do
+        curl_head "$target" "$HIT_PATH" >/dev/null
+        got=$(curl_head "$target" "$HIT_PATH")
+        [[ $got == "200 HIT" ]] || die "$target: the second GET $HIT_PATH over h2 answered '$got', expected '200 HIT'"
+        version=$(curl -s --max-time 10 --http2 --cacert "$TLS_DIR/cert.pem" -o /dev/null -w '%{http_version}' \
+            "$(target_url "$target")$HIT_PATH" || true)
+        [[ $version == 2 ]] || die "$target: curl --http2 over TLS got HTTP/${version:-?}, not HTTP/2 (ALPN h2)"
+        log "h2-hit $target: $(target_url "$target")$HIT_PATH answers 200 HIT over HTTP/2 (TLS, the run's certificate verified)"
+    done
+    for target in "${targets[@]}"; do run_h2load h2-hit "$target" 64 warm "$WARMUP"; done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for streams in $H2_STREAMS; do
+            for target in "${targets[@]}"; do run_h2load h2-hit "$target" "$streams" "$round" "$DURATION"; done
+        done
+        for target in "${targets[@]}"; do run_h2_handshakes "$target" "$round"; done
+    done
+    note "h2-hit: h2load -t$H2_THREADS -c$H2_CLIENTS -m<streams ÷ $H2_CLIENTS> over TLS + HTTP/2, the 'streams' column is concurrent streams in all; handshakes: $H2_HANDSHAKES clients at once, one new TLS connection and one request each (-c$H2_HANDSHAKES -n$H2_HANDSHAKES -m1)"
 }
 
 # The hit URL at LATENCY_RATE requests/s in all, spread over the connections, for every target: latency compared at
@@ -956,8 +1192,8 @@ main() {
     local scenario rc failed=()
     for scenario in $SCENARIOS; do
         case $scenario in
-        hit | hit-gzip | latency | miss | pass | mixed | stampede | memory | instructions | speeds) ;;
-        *) die "unknown scenario '$scenario' (hit, hit-gzip, latency, miss, pass, mixed, stampede, memory, instructions, speeds)" ;;
+        hit | hit-gzip | h2-hit | latency | miss | pass | mixed | stampede | memory | instructions | speeds) ;;
+        *) die "unknown scenario '$scenario' (hit, hit-gzip, h2-hit, latency, miss, pass, mixed, stampede, memory, instructions, speeds)" ;;
         esac
     done
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
@@ -965,13 +1201,26 @@ main() {
     [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be whole seconds"
     [[ $LATENCY_RATE =~ ^[1-9][0-9]*$ ]] || die "LATENCY_RATE must be a positive number of requests per second"
     ((WARMUP > 0)) || WARMUP=1
+    if [[ " $SCENARIOS " == *" h2-hit "* ]]; then
+        [[ $H2_CLIENTS =~ ^[1-9][0-9]*$ && $H2_THREADS =~ ^[1-9][0-9]*$ && $H2_HANDSHAKES =~ ^[1-9][0-9]*$ ]] ||
+            die "H2_CLIENTS, H2_THREADS and H2_HANDSHAKES must be positive integers"
+        [[ $H2_MAX_STREAMS =~ ^[1-9][0-9]*$ ]] || die "H2_MAX_STREAMS must be a positive integer"
+        local streams
+        for streams in $H2_STREAMS 64; do
+            [[ $streams =~ ^[1-9][0-9]*$ ]] && ((streams % H2_CLIENTS == 0)) ||
+                die "H2_STREAMS: $streams concurrent streams cannot be split evenly over H2_CLIENTS=$H2_CLIENTS connections"
+            ((streams / H2_CLIENTS <= H2_MAX_STREAMS)) ||
+                die "H2_STREAMS: $((streams / H2_CLIENTS)) streams per connection is over H2_MAX_STREAMS=$H2_MAX_STREAMS"
+        done
+    fi
 
-    mkdir -p "$RUN_DIR" "$RESULTS/wrk"
+    mkdir -p "$RUN_DIR" "$RESULTS/wrk" "$RESULTS/h2load"
     if [[ -s $REGISTRY ]]; then
         log "a previous run left a registry behind; stopping what it recorded"
         stop_all
     fi
     : >"$REGISTRY"
+    rm -rf "$TLS_DIR" # a fresh certificate for each run (made when a TLS front starts)
     trap cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
@@ -991,9 +1240,14 @@ main() {
         echo "scenarios=$SCENARIOS"
         echo "latency_rate=$LATENCY_RATE"
         echo "proxy_compression=$PROXY_COMPRESSION_SUPPORT"
+        echo "h2_clients=$H2_CLIENTS"
+        echo "h2_threads=$H2_THREADS"
+        echo "h2_handshakes=$H2_HANDSHAKES"
+        echo "h2_max_streams=$H2_MAX_STREAMS"
     } >"$RESULTS/meta.txt"
     log "run $RUN_ID: scenarios '$SCENARIOS', $ROUNDS round(s) of ${DURATION}s, connections '$CONNECTIONS'; results in $RESULTS"
     log "proxy $BIN ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')), $(nginx -v 2>&1), $(varnishd -V 2>&1 | head -1), $(wrk -v 2>&1 | head -1 | cut -c1-40)"
+    [[ " $SCENARIOS " != *" h2-hit "* ]] || log "$(h2load --version 2>&1 | head -1), $(openssl version 2>&1)"
 
     start_origin
     for scenario in $SCENARIOS; do

@@ -13,10 +13,12 @@ RESULTS_DIR holds (each optional, tab-separated, with a header line):
   gzip-check.tsv  target status x_cache content_encoding gzip_body_bytes content_length vary gunzipped_equals_fixture
   instructions.tsv  kind target round requests user_instructions instructions cycles
   speeds.tsv    target restart requests user_instructions user_cycles kernel_instructions kernel_cycles
+  h2-handshakes.tsv  target round connections succeeded errors duration_us handshakes_per_s cpu_us steal_pct tls cipher key
   notes.txt     free-form lines printed under "Notes"
   meta.txt      key=value lines (date, host, rounds, duration, ...)
 The last line printed is always `hit-cpu-per-request ratio vs nginx: X.XX` (or n/a when no hit data exists);
-when the hit-gzip scenario ran, `gzip-hit-cpu-per-request ratio vs nginx gzip: X.XX` comes just before it.
+when the hit-gzip scenario ran, `gzip-hit-cpu-per-request ratio vs nginx gzip: X.XX` comes just before it, and when
+the h2-hit scenario ran, `h2-hit-cpu-per-request ratio vs nginx h2: X.XX` before those.
 """
 import csv
 import os
@@ -33,11 +35,14 @@ LABEL = {
     "varnish": "Varnish",
     "varnish-gzip": "Varnish, stored gzip",
     "proxy-uncompressed": "sdui-proxy, compression off",
+    "proxy-h2": "sdui-proxy, TLS + h2",
+    "nginx-h2": "nginx proxy_cache, TLS + h2",
 }
 # Targets of the hit-gzip scenario and of the memory scenario's second proxy row.
 GZIP_CPU_TARGET = 0.60  # the proxy's CPU per gzip hit, at most this fraction of nginx's (gzip at every hit)
 GZIP_VS_IDENTITY = 0.10  # the proxy's gzip hit within this of its identity hit (CPU/request and req/s)
 MEMORY_UNCOMPRESSED_TARGET = 1.20  # RSS per entry with compression off, at most this times the payload
+H2_CPU_TARGET = 1.00  # the proxy's CPU per HTTP/2 hit over TLS, at most nginx's (TLS + h2 proxy_cache)
 
 
 def read_tsv(path):
@@ -113,7 +118,8 @@ def summarize(runs, scenario):
 
 def target_order(target):
     order = [
-        "proxy-uncompressed", "proxy", "nginx", "nginx-reuseport", "nginx-gzip", "nginx-nocache", "varnish", "varnish-gzip"
+        "proxy-uncompressed", "proxy", "proxy-h2", "nginx", "nginx-reuseport", "nginx-gzip", "nginx-h2", "nginx-nocache",
+        "varnish", "varnish-gzip",
     ]
     return order.index(target) if target in order else len(order)
 
@@ -143,10 +149,10 @@ def print_ratios_to(anchor, rows, target=None):
     print()
 
 
-def print_scenario_table(title, stats, with_hits=False, with_bytes=False):
+def print_scenario_table(title, stats, with_hits=False, with_bytes=False, conns_label="conns"):
     print(f"### {title}")
     print()
-    header = "| target | conns | req/s | p50 ms | p99 ms | server CPU µs/req | server RSS MiB |"
+    header = f"| target | {conns_label} | req/s | p50 ms | p99 ms | server CPU µs/req | server RSS MiB |"
     line = "|---|---:|---:|---:|---:|---:|---:|"
     if with_hits:
         header += " hit ratio |"
@@ -274,6 +280,74 @@ def print_gzip_hits(gzip_hits, hits, checks):
             )
         print()
     p, n = gzip_hits.get(("proxy", 64)), gzip_hits.get(("nginx-gzip", 64))
+    return ratio(p and p["cpu"], n and n["cpu"])
+
+
+def print_h2_hits(h2_hits, handshakes, meta):
+    """The h2-hit scenario: its table (streams in all = h2load clients × streams per client), the proxy ÷ nginx
+    ratios with the CPU target, and TLS handshakes per second. Returns the proxy-h2 ÷ nginx-h2 CPU ratio at 64
+    streams."""
+    clients = meta.get("h2_clients", "?")
+    print_scenario_table(
+        f"HTTP/2 hits over TLS (h2load, {clients} connections, the streams in flight split evenly over them; "
+        "both fronts on the same self-signed P-256 certificate)",
+        h2_hits,
+        with_bytes=True,
+        conns_label="streams",
+    )
+    if any(t == "proxy-h2" for (t, _) in h2_hits) and any(t == "nginx-h2" for (t, _) in h2_hits):
+        print(
+            f"The proxy against nginx over TLS + h2 (CPU/request: lower is better, target ≤ {H2_CPU_TARGET:.2f}× "
+            "nginx's; req/s: higher is better; p99: lower is better):"
+        )
+        print()
+        print(
+            f"| streams | streams per connection | CPU/req proxy ÷ nginx h2 | target ≤ {H2_CPU_TARGET:.2f} | "
+            "req/s proxy ÷ nginx h2 | p99 proxy ÷ nginx h2 |"
+        )
+        print("|---:|---:|---:|:---:|---:|---:|")
+        for streams in sorted({c for (_, c) in h2_hits}):
+            p, n = h2_hits.get(("proxy-h2", streams)), h2_hits.get(("nginx-h2", streams))
+            cpu = ratio(p and p["cpu"], n and n["cpu"])
+            per_connection = fmt(streams / num(clients)) if num(clients) else "?"
+            print(
+                f"| {streams} | {per_connection} | {fmt_ratio(cpu)} | {verdict(cpu, lambda x: x <= H2_CPU_TARGET)} | "
+                f"{fmt_ratio(ratio(p and p['rps'], n and n['rps']))} | {fmt_ratio(ratio(p and p['p99'], n and n['p99']))} |"
+            )
+        print()
+    if handshakes:
+        per = {}
+        for row in handshakes:
+            done = num(row["connections"])
+            entry = per.setdefault(row["target"], {"rate": [], "cpu": [], "errors": 0, "rounds": 0, "tls": set(), "n": []})
+            entry["rate"].append(num(row["handshakes_per_s"]))
+            entry["cpu"].append(num(row["cpu_us"]) / done if done else None)
+            entry["errors"] += int(num(row["errors"]) or 0)
+            entry["rounds"] += 1
+            entry["n"].append(done)
+            entry["tls"].add(f"{row['tls']} {row['cipher']} {row['key']}")
+        print(
+            "TLS handshakes: {n} h2load clients at once, each a new TLS connection (full handshake, no resumption), "
+            "ALPN h2 and one request (-c {n} -n {n} -m 1); medians over rounds:".format(n=meta.get("h2_handshakes", "?"))
+        )
+        print()
+        print("| target | handshakes/s | server CPU µs/handshake | connections per round | rounds | errors | TLS |")
+        print("|---|---:|---:|---:|---:|---:|---|")
+        for target in sorted(per, key=target_order):
+            e = per[target]
+            print(
+                f"| {LABEL.get(target, target)} | {fmt(median(e['rate']))} | {fmt(median(e['cpu']), 1)} | "
+                f"{fmt(median(e['n']))} | {e['rounds']} | {e['errors']} | {', '.join(sorted(e['tls']))} |"
+            )
+        print()
+        if "proxy-h2" in per and "nginx-h2" in per:
+            p, n = per["proxy-h2"], per["nginx-h2"]
+            print(
+                f"- handshakes: proxy ÷ nginx h2: handshakes/s {fmt_ratio(ratio(median(p['rate']), median(n['rate'])))}, "
+                f"CPU/handshake {fmt_ratio(ratio(median(p['cpu']), median(n['cpu'])))}"
+            )
+            print()
+    p, n = h2_hits.get(("proxy-h2", 64)), h2_hits.get(("nginx-h2", 64))
     return ratio(p and p["cpu"], n and n["cpu"])
 
 
@@ -405,6 +479,14 @@ def main():
         gzip_ran = True
         gzip_cpu_ratio = print_gzip_hits(gzip_hits, hits, read_tsv(os.path.join(directory, "gzip-check.tsv")))
 
+    h2_cpu_ratio = None
+    h2_ran = False
+    h2_hits = summarize(runs, "h2-hit")
+    handshakes = read_tsv(os.path.join(directory, "h2-handshakes.tsv"))
+    if h2_hits or handshakes:
+        h2_ran = True
+        h2_cpu_ratio = print_h2_hits(h2_hits, handshakes, meta)
+
     misses = summarize(runs, "miss")
     if misses:
         print_scenario_table(
@@ -502,6 +584,8 @@ def main():
 
     if proxy_stampede is not None:
         print(f"stampede origin requests: {proxy_stampede}")
+    if h2_ran:
+        print(f"h2-hit-cpu-per-request ratio vs nginx h2: {fmt_ratio(h2_cpu_ratio)}")
     if gzip_ran:
         print(f"gzip-hit-cpu-per-request ratio vs nginx gzip: {fmt_ratio(gzip_cpu_ratio)}")
     print(f"hit-cpu-per-request ratio vs nginx: {fmt_ratio(hit_cpu_ratio)}")
