@@ -265,8 +265,10 @@ struct HardeningTests {
 
     static func openPublicConnections(_ proxy: ProxyHarness) async throws -> Int? {
         let metrics = try await proxy.admin("/metrics", headers: [("Authorization", "Bearer s3cret")]).body
-        return metrics.split(separator: "\n").first { $0.hasPrefix("sdui_open_connections ") }
-            .flatMap { Double($0.split(separator: " ")[1]) }.map { Int($0) }
+        // Every protocol's count, `setup` included.
+        let counts = metrics.split(separator: "\n").filter { $0.hasPrefix("sdui_open_connections{") }
+            .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }
+        return counts.isEmpty ? nil : Int(counts.reduce(0, +))
     }
 
     static func waitForOpenPublicConnections(_ count: Int, _ proxy: ProxyHarness) async throws {

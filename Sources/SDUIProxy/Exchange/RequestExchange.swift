@@ -56,18 +56,21 @@ struct RequestExchange {
         indirect case answerQueueStatus(id: String)
     }
 
-    /// What to do once a head has been routed.
+    /// What to do once a head has been routed. The payloads are boxed: the cache path's action is a tag.
     enum HeadAction {
         /// Read on: the request is answered when it is whole.
         case readBody
-        /// Answer `error` at once and close: what follows cannot be trusted to be a request.
-        case refuseAndClose(ProxyError)
+        /// The router refused the request: log it; answer `error` at once and close when `atOnce` (what follows
+        /// cannot be trusted to be a request), else once the request has been read.
+        indirect case refused(ProxyError, atOnce: Bool)
+        /// Answer `error` at once and close: a body declared past its limit is not read.
+        indirect case refuseAndClose(ProxyError)
         /// Forward now, with the body streamed as it arrives; a stream is made for a body of `length`, unless it
         /// has none, and handed back with ``bodyStreamStarted(_:)``.
-        case forward(Forward, length: BodyLength)
+        indirect case forward(Forward, length: BodyLength)
         /// Read the body whole into a buffer, handed back with ``bodyBufferStarted(_:)``; tell a client that waits
         /// for it to go on (`100 Continue`) when `sendContinue`.
-        case buffer(Forward, sendContinue: Bool)
+        indirect case buffer(Forward, sendContinue: Bool)
     }
 
     /// What to do with a part of the body.
@@ -121,13 +124,13 @@ struct RequestExchange {
 
     // MARK: Events
 
-    /// A request's head arrived and was routed. `annotation` is what a forward's answer says of the cache;
-    /// `streamsBody` whether the forward's route streams uploads.
+    /// A request's head arrived and was routed. `annotate` gives what a forward's answer says of the cache,
+    /// `streamsBody` whether a forward's route streams uploads; neither is asked on the cache path.
     mutating func headReceived(
         _ head: HTTPRequestHead,
         route: consuming RequestRouter.Route,
-        annotation: @autoclosure () -> CacheAnnotation?,
-        streamsBody: @autoclosure () -> Bool
+        annotate: (CacheResult) -> CacheAnnotation,
+        streamsBody: (RequestTarget) -> Bool
     ) -> HeadAction {
         // Reset here, not only at the end: the end of a request answered early is dropped, not handled.
         bodyBytes = 0
@@ -135,12 +138,12 @@ struct RequestExchange {
         case .cache(let request):
             state = .answerFromCache(request)
             return .readBody
-        case .forward(let target, let platform, _):
-            let forward = Forward(head: head, target: target, platform: platform, annotation: annotation())
+        case .forward(let target, let platform, let cacheResult):
+            let forward = Forward(head: head, target: target, platform: platform, annotation: cacheResult.map(annotate))
             let length = Self.bodyLength(of: head)
             // A body is read whole before the backend sees the request, so that a slow client holds no backend
             // connection; unless its route streams uploads.
-            if length != .none, !streamsBody() {
+            if length != .none, !streamsBody(target) {
                 // Refused at once when it says it is too large: the backend never sees it.
                 if let declared = length.declared, declared > maxBodyBytes {
                     state = .idle
@@ -162,12 +165,8 @@ struct RequestExchange {
             state = .collectingWrite(write, limit: limit)
             return .readBody
         case .refuse(let error, let closeConnection):
-            guard closeConnection else {
-                state = .refuse(error)
-                return .readBody
-            }
-            state = .idle
-            return .refuseAndClose(error)
+            state = closeConnection ? .idle : .refuse(error)
+            return .refused(error, atOnce: closeConnection)
         case .queueStatus(let id):
             state = .answerQueueStatus(id: id)
             return .readBody

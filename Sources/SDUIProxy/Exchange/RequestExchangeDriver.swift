@@ -31,30 +31,22 @@ extension RequestExchangeDriver {
     /// A request's head arrived: it is routed, and forwarded at once when nothing of its body needs to come
     /// first.
     func exchangeReceivedHead(_ head: HTTPRequestHead) {
-        let route = withProxy { proxy in proxy.router.route(head) }
-        if case .refuse(let error, _) = route {
-            withProxy { proxy in
-                proxy.logger.info("request refused", metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error)"])
-            }
+        let action = withProxy { proxy in
+            exchange.headReceived(
+                head,
+                route: proxy.router.route(head),
+                annotate: { proxy.cacheReporting.forwarded($0) },
+                streamsBody: { proxy.router.streamsBody(of: $0) }
+            )
         }
-        let cacheResult: CacheResult?
-        let target: RequestTarget?
-        if case .forward(let forwardTarget, _, let result) = route {
-            cacheResult = result
-            target = forwardTarget
-        } else {
-            cacheResult = nil
-            target = nil
-        }
-        let action = exchange.headReceived(
-            head,
-            route: route,
-            annotation: withProxy { proxy in cacheResult.map { proxy.cacheReporting.forwarded($0) } },
-            streamsBody: withProxy { proxy in target.map { proxy.router.streamsBody(of: $0) } ?? false }
-        )
         switch action {
         case .readBody:
             break
+        case .refused(let error, let atOnce):
+            withProxy { proxy in
+                proxy.logger.info("request refused", metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error)"])
+            }
+            if atOnce { refuseNow(error) }
         case .refuseAndClose(let error):
             refuseNow(error)
         case .forward(let forward, let length):

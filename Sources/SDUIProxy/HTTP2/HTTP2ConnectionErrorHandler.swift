@@ -1,10 +1,12 @@
 import Logging
 import NIOCore
+import NIOHTTP2
 
-/// The last handler of an HTTP/2 connection: an error that reaches it is the connection's (a protocol violation,
-/// a flood the connection handler's limits caught, a TLS failure). The connection handler has sent GOAWAY for
-/// it; this closes the connection at once, so that its streams end with it and nothing they asked for goes on to
-/// the backend.
+/// The last handler of an HTTP/2 connection. Errors reach it from the connection handler: one stream's (a malformed
+/// request, a length that does not match), for which that stream alone was reset and its siblings go on, and the
+/// connection's (a flood the connection handler's limits caught, bytes that are not HTTP/2), for which it has sent
+/// GOAWAY. A connection error closes the connection at once, so that its streams end with it and nothing they asked
+/// for goes on to the backend; so does anything below HTTP/2 (TLS, the socket).
 final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
     typealias InboundIn = Any
 
@@ -15,10 +17,32 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard Self.endsConnection(error) else {
+            logger.debug("HTTP/2 stream reset on an error", metadata: ["error": "\(error)"])
+            return
+        }
         logger.info(
             "HTTP/2 connection closed on an error",
             metadata: ["client": "\(context.remoteAddress?.ipAddress ?? "?")", "error": "\(error)"]
         )
         context.close(promise: nil)
+    }
+
+    /// Whether `error` is the connection's: swift-nio-http2's flood and framing errors, which it answers with
+    /// GOAWAY, and any error that is not HTTP/2's. Its other errors are a stream's, which it answered with
+    /// RST_STREAM on that stream.
+    static func endsConnection(_ error: any Error) -> Bool {
+        switch error {
+        case is NIOHTTP2Errors.ExcessiveRSTFrames, is NIOHTTP2Errors.ExcessiveContinuationFrames,
+            is NIOHTTP2Errors.ExcessiveControlFrames, is NIOHTTP2Errors.ExcessiveNumberOfGlitches,
+            is NIOHTTP2Errors.ExcessiveStreamErrors, is NIOHTTP2Errors.ExcessiveEmptyDataFrames,
+            is NIOHTTP2Errors.ExcessivelyLargeHeaderBlock, is NIOHTTP2Errors.ExcessiveOutboundFrameBuffering,
+            is NIOHTTP2Errors.BadClientMagic, is NIOHTTP2Errors.UnableToParseFrame:
+            true
+        case is any NIOHTTP2Error, is NIOHTTP2Errors.StreamError:
+            false
+        default:
+            true
+        }
     }
 }

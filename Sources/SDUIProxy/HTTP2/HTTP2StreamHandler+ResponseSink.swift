@@ -1,13 +1,15 @@
 import NIOCore
+import NIOHPACK
 import NIOHTTP1
+import NIOHTTP2
 import SDUIProxyCore
 
 // MARK: - Writing responses
 
-/// A response on an HTTP/2 stream: a head (HEADERS), body parts (DATA) and an end (END_STREAM). No framing and
-/// no `Connection`: the stream is the response's frame. A stored entry's fields are read from its stored lines
-/// as name and value (split at known separators, never parsed as HTTP/1.1) into the head the codec encodes
-/// with HPACK.
+/// A response on an HTTP/2 stream: a HEADERS frame, DATA frames, and END_STREAM on the last of them. No framing
+/// and no `Connection`: the stream is the response's frame. A stored entry's fields are read from its stored lines
+/// as name and value (split at known separators, never parsed as HTTP/1.1), their names lower-cased as HTTP/2
+/// writes them, straight into the HPACK block.
 extension HTTP2StreamHandler: ResponseSink {
     var eventLoop: any EventLoop { loop }
 
@@ -22,37 +24,36 @@ extension HTTP2StreamHandler: ResponseSink {
 
     func writeInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
         guard let context, !response.headWritten else { return }
-        let head = HTTPResponseHead(
-            version: .http2,
-            status: status,
-            headers: UpstreamRequestBuilder.endToEndResponseHeaders(headers)
-        )
-        context.writeAndFlush(wrapOutboundOut(.head(head)), promise: nil)
+        let block = Self.block(status: status, UpstreamRequestBuilder.endToEndResponseHeaders(headers))
+        context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: block))), promise: nil)
     }
 
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
         let status = presentation.status(of: entry)
         let sendsBody = !isHeadRequest && presentation.sendsBody
         entry.withForm(presentation.coding) { form in
-            var headers = HTTPHeaders()
-            if presentation.advertisesRanges(entry) { headers.add(name: "Accept-Ranges", value: "bytes") }
+            var block = HPACKHeaders()
+            block.reserveCapacity(16)
+            block.add(name: ":status", value: Self.statusText(status))
+            if presentation.advertisesRanges(entry) { block.add(name: "accept-ranges", value: "bytes") }
             if presentation.keepsStoredFields {
                 let keepsAll = presentation.isPlain
                 form.forEachField { name, value in
                     guard keepsAll || presentation.keepsStoredField(name) else { return }
-                    headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+                    block.add(name: Self.lowercased(name), value: String(decoding: value, as: UTF8.self))
                 }
             }
-            presentation.forEachOwnField(of: entry, form) { name, value in headers.add(name: name, value: value) }
-            headers.add(name: "Age", value: String(presentation.age))
-            presentation.annotation.add(to: &headers)
+            presentation.forEachOwnField(of: entry, form) { name, value in block.add(name: name.lowercased(), value: value) }
+            block.add(name: "age", value: String(presentation.age))
+            presentation.annotation.forEachField(lowercased: true) { name, value in block.add(name: name, value: value) }
 
             let bodyRange = presentation.bodyRange(of: form)
             var body: ByteBuffer?
             if sendsBody, !bodyRange.isEmpty {
                 switch form.storedBody {
                 case .exact(let bytes):
-                    body = ByteBuffer(bytes: bytes[(bytes.startIndex + bodyRange.lowerBound)..<(bytes.startIndex + bodyRange.upperBound)])
+                    let start = bytes.startIndex + bodyRange.lowerBound
+                    body = ByteBuffer(bytes: bytes[start..<(start + bodyRange.count)])
                 case .buffer(let buffer):
                     body = buffer.getSlice(at: buffer.readerIndex + bodyRange.lowerBound, length: bodyRange.count)
                 }
@@ -62,38 +63,55 @@ extension HTTP2StreamHandler: ResponseSink {
                 presentation.coding,
                 savedBytes: whole && presentation.coding != nil ? entry.bodyLength - form.bodyLength : 0
             )
-            writeWhole(status: status, headers: headers, body: body, cacheResult: presentation.cacheResult)
+            writeWhole(block, status: status, body: body, cacheResult: presentation.cacheResult)
         }
     }
 
     func writeComposed(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer, cacheResult: CacheResult?) {
         writeWhole(
+            Self.block(status: status, headers),
             status: status,
-            headers: headers,
             body: isHeadRequest || body.readableBytes == 0 ? nil : body,
             cacheResult: cacheResult
         )
     }
 
     func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?) {
+        // One response a stream: a second (a forward's answer behind a 408 already sent) is dropped.
+        guard !response.headWritten else { return }
         response = ResponseProgress(status: status, cacheResult: cacheResult, headWritten: true)
-        context?.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: status, headers: headers))), promise: nil)
+        // A response to HEAD, or one that has no body, ends with its head.
+        let bodyless = isHeadRequest || status == .noContent || status == .notModified
+        response.endedWithHead = bodyless
+        let frame = HTTP2Frame.FramePayload.Headers(headers: Self.block(status: status, headers), endStream: bodyless)
+        context?.write(wrapOutboundOut(.headers(frame)), promise: nil)
     }
 
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        guard let context, context.channel.isActive else {
+        guard let context, context.channel.isActive, !response.ended else {
             return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
         }
-        guard !isHeadRequest, buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
+        guard !response.endedWithHead, buffer.readableBytes > 0 else {
+            return context.eventLoop.makeSucceededVoidFuture()
+        }
         response.bodyBytes += buffer.readableBytes
         // Completes once the stream's flow-control window let the part out: a slow client holds the forward
         // back.
-        return context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(buffer))))
+        return context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(buffer)))))
     }
 
     func writeEnd() {
+        guard !response.ended else { return }
         account(status: response.status, cacheResult: response.cacheResult, bytes: response.bodyBytes)
-        end()
+        response.ended = true
+        guard let context else { return }
+        if !response.endedWithHead {
+            let last = HTTP2Frame.FramePayload.Data(data: .byteBuffer(ByteBuffer()), endStream: true)
+            context.writeAndFlush(wrapOutboundOut(.data(last)), promise: nil)
+        } else {
+            context.flush()
+        }
+        finishStream()
     }
 
     func abort() {
@@ -109,25 +127,66 @@ extension HTTP2StreamHandler: ResponseSink {
         response.ended = true
     }
 
-    /// A whole response: its head, its body if it has one, and its end, flushed together.
-    private func writeWhole(status: HTTPResponseStatus, headers: HTTPHeaders, body: ByteBuffer?, cacheResult: CacheResult?) {
+    /// A whole response: its HEADERS frame, its body in one DATA frame if it has one, END_STREAM on the last,
+    /// flushed together.
+    private func writeWhole(_ block: HPACKHeaders, status: HTTPResponseStatus, body: ByteBuffer?, cacheResult: CacheResult?) {
+        guard !response.headWritten else { return }
         account(status: status, cacheResult: cacheResult, bytes: body?.readableBytes ?? 0)
         response.headWritten = true
-        guard let context else { return }
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: status, headers: headers))), promise: nil)
-        if let body { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
-        end()
-    }
-
-    private func end() {
         response.ended = true
         guard let context else { return }
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        context.write(wrapOutboundOut(.headers(.init(headers: block, endStream: body == nil))), promise: nil)
+        if let body { context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil) }
+        context.flush()
         finishStream()
     }
 
     private func account(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int) {
         accounting?.record(status: status, cacheResult: cacheResult, bytes: bytes, in: requests)
         accounting = nil
+    }
+
+    // MARK: Header blocks
+
+    /// `:status`, then `headers` as HTTP/2 carries them: lower-case names, without the fields that are HTTP/1.1's
+    /// connection's (`Connection` and those it names, `Keep-Alive`, `Transfer-Encoding`, `Upgrade`).
+    static func block(status: HTTPResponseStatus, _ headers: HTTPHeaders) -> HPACKHeaders {
+        var block = HPACKHeaders()
+        block.reserveCapacity(headers.count + 1)
+        block.add(name: ":status", value: statusText(status))
+        let named = headers[canonicalForm: "connection"].map { $0.lowercased() }
+        for (name, value) in headers {
+            let lowered = name.lowercased()
+            guard !connectionFields.contains(lowered), !named.contains(lowered) else { continue }
+            block.add(name: lowered, value: value)
+        }
+        return block
+    }
+
+    private static let connectionFields: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
+    ]
+
+    /// The status code's three digits; the common ones without formatting a number.
+    private static func statusText(_ status: HTTPResponseStatus) -> String {
+        switch status.code {
+        case 200: "200"
+        case 206: "206"
+        case 304: "304"
+        case 404: "404"
+        default: String(status.code)
+        }
+    }
+
+    /// A stored field's name, lower-cased: the stored lines keep the backend's spelling, HTTP/2 writes names in
+    /// lower case. Names of up to 15 bytes, most of them, make strings held inline, with no allocation.
+    static func lowercased(_ name: UnsafeRawBufferPointer) -> String {
+        String(unsafeUninitializedCapacity: name.count) { out in
+            for index in 0..<name.count {
+                let byte = name[index]
+                out[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+            }
+            return name.count
+        }
     }
 }

@@ -45,8 +45,14 @@ struct CacheAnnotation {
 
     /// Adds the annotation's fields to a response's headers.
     func add(to headers: inout HTTPHeaders) {
-        if reporting.sendsXCache { headers.add(name: "X-Cache", value: result.rawValue) }
-        headers.add(name: "Cache-Status", value: status.fieldValue(cacheName: reporting.cacheName, key: key))
+        forEachField(lowercased: false) { name, value in headers.add(name: name, value: value) }
+    }
+
+    /// Calls `body` with each of the annotation's fields: `X-Cache` (unless turned off) and `Cache-Status`, their
+    /// names lower-cased for HTTP/2 when `lowercased`.
+    func forEachField(lowercased: Bool, _ body: (_ name: String, _ value: String) -> Void) {
+        if reporting.sendsXCache { body(lowercased ? "x-cache" : "X-Cache", result.rawValue) }
+        body(lowercased ? "cache-status" : "Cache-Status", status.fieldValue(cacheName: reporting.cacheName, key: key))
     }
 
     /// Appends `Age` and the annotation's lines to an encoded head, for a response written from its stored bytes.

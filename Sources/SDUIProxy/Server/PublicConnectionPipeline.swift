@@ -10,9 +10,10 @@ import SDUIProxyCore
 /// - clear text with HTTP/2: ``HTTP2PrefaceDetector`` first, then HTTP/2 by prior knowledge (h2c) or HTTP/1.1;
 /// - TLS: ``TLSRecordGate``, the TLS handler, then HTTP/2 or HTTP/1.1 as ALPN decided.
 ///
-/// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait. An HTTP/2
-/// connection is `NIOHTTP2Handler` (its settings and flood limits below), the connection manager (idle limit,
-/// GOAWAY on drain) and, for each stream, the HTTP/1 codec and an ``HTTP2StreamHandler``.
+/// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait (and keeps a drain
+/// that began meanwhile for them). An HTTP/2 connection is `NIOHTTP2Handler` (its settings and flood limits below),
+/// the connection manager (GOAWAY on drain), ``HTTP2IdleTimeout``, ``HTTP2ConnectionErrorHandler`` and, for each
+/// stream, an ``HTTP2StreamHandler`` on its frame payloads.
 struct PublicConnectionPipeline: Sendable {
     let runtime: ProxyRuntime
     let responseBuffers: PerEventLoop<ResponseBufferRecycler>
@@ -45,7 +46,7 @@ struct PublicConnectionPipeline: Sendable {
                         default:
                             try pipeline.addHTTP1(to: channel, isSecure: true)
                         }
-                        channel.pipeline.syncOperations.removeHandler(setup, promise: nil)
+                        setup.handOver(channel.pipeline)
                     }
                 }
             )
@@ -60,7 +61,7 @@ struct PublicConnectionPipeline: Sendable {
                 case .http1: try pipeline.addHTTP1(to: context.channel, isSecure: false, after: context.handler)
                 case .http2: try pipeline.addHTTP2(to: context.channel, isSecure: false, after: context.handler)
                 }
-                context.pipeline.syncOperations.removeHandler(setup, promise: nil)
+                setup.handOver(context.pipeline)
             }
         )
     }
@@ -101,8 +102,9 @@ struct PublicConnectionPipeline: Sendable {
         let limits = runtime.context.configuration.limits
         let manager = NIOHTTP2ServerConnectionManagementHandler(
             eventLoop: channel.eventLoop,
+            // The idle limit is HTTP2IdleTimeout's, which needs no PING answered.
             configuration: .init(
-                maxIdleTime: limits.idleTimeout.timeAmount,
+                maxIdleTime: nil,
                 maxAge: nil,
                 maxGraceTime: drainTimeout,
                 keepalive: nil
@@ -119,9 +121,7 @@ struct PublicConnectionPipeline: Sendable {
             streamDelegate: manager.http2StreamDelegate
         ) { stream in
             stream.eventLoop.makeCompletedFuture {
-                let sync = stream.pipeline.syncOperations
-                try sync.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
-                try sync.addHandler(
+                try stream.pipeline.syncOperations.addHandler(
                     HTTP2StreamHandler(
                         runtime: runtime,
                         eventLoop: stream.eventLoop,
@@ -133,7 +133,9 @@ struct PublicConnectionPipeline: Sendable {
         }
         try sync.addHandler(handler, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(manager, position: .after(handler))
-        try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(manager))
+        let idle = HTTP2IdleTimeout(timeout: limits.idleTimeout.timeAmount)
+        try sync.addHandler(idle, position: .after(manager))
+        try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(idle))
     }
 
     /// The connection's settings and flood limits: streams and header lists as configured, and swift-nio-http2's

@@ -16,7 +16,11 @@ final class TLSRecordGate: ChannelInboundHandler, RemovableChannelHandler {
 
     static let notTLS = ProxyError(.badRequest, "this port speaks TLS: use https://")
 
+    /// The 400 has been written: what else the client sends is dropped.
+    private var refused = false
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !refused else { return }
         let bytes = unwrapInboundIn(data)
         guard let first = bytes.getInteger(at: bytes.readerIndex, as: UInt8.self) else { return }
         guard first != Self.handshakeRecordType else {
@@ -24,6 +28,7 @@ final class TLSRecordGate: ChannelInboundHandler, RemovableChannelHandler {
             context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
             return
         }
+        refused = true
         let body = Self.notTLS.jsonBody()
         var answer = context.channel.allocator.buffer(capacity: 160 + body.utf8.count)
         HTTPWireFormat.writeStatusLine(.badRequest, into: &answer)

@@ -26,6 +26,8 @@ struct RequestExchangeTests {
         return RequestRouter(configuration: configuration, queue: queue)
     }()
 
+    private static let reporting = CacheReporting(ProxyConfiguration().cache)
+
     private static func head(
         _ method: HTTPMethod,
         _ uri: String,
@@ -44,10 +46,12 @@ struct RequestExchangeTests {
         _ exchange: inout RequestExchange,
         _ head: HTTPRequestHead
     ) -> RequestExchange.HeadAction {
-        let route = Self.router.route(head)
-        var streams = false
-        if case .forward(let target, _, _) = route { streams = Self.router.streamsBody(of: target) }
-        return exchange.headReceived(head, route: route, annotation: nil, streamsBody: streams)
+        exchange.headReceived(
+            head,
+            route: Self.router.route(head),
+            annotate: { Self.reporting.forwarded($0) },
+            streamsBody: { Self.router.streamsBody(of: $0) }
+        )
     }
 
     private func buffer() -> RequestBodyBuffer {

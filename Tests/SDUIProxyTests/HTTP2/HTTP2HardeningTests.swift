@@ -24,18 +24,23 @@ struct HTTP2HardeningTests {
         frames.first { $0.type == HTTP2Wire.FrameType.goAway.rawValue }
     }
 
-    @Test("CVE-2023-44487: a client that opens and resets streams in a tight loop gets GOAWAY, fills nothing, slows no one")
+    @Test(
+        "CVE-2023-44487: a client that opens and resets streams in a tight loop gets GOAWAY, reaches no backend, slows no one"
+    )
     func rapidReset() async throws {
         try await ProxyHarness.run { proxy in
             let attacker = try await RawConnection(port: proxy.server.publicPort)
+            // Cache fills (GET) and forwards without a body (DELETE, answered at once over HTTP/1.1), each reset
+            // in the same write as it was opened: 300 of them, past the 200 resets a connection may make.
             var burst = HTTP2Wire.connectionStart()
-            for index in 0..<1_000 {
+            for index in 0..<300 {
                 let stream = UInt32(2 * index + 1)
+                let method = index.isMultiple(of: 2) ? "GET" : "DELETE"
                 var headers = HTTP2Wire.frame(
                     .headers,
                     flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
                     stream: stream,
-                    payload: HTTP2Wire.requestBlock(path: "/screens/reset-\(index)")
+                    payload: HTTP2Wire.requestBlock(method: method, path: "/screens/reset-\(index)")
                 )
                 var reset = HTTP2Wire.rstStream(stream)
                 burst.writeBuffer(&headers)
@@ -45,11 +50,67 @@ struct HTTP2HardeningTests {
             let frames = try await Self.frames(on: attacker, until: { Self.goAway(in: $0) != nil })
             let goAway = try #require(Self.goAway(in: frames), "the connection is told to go away")
             #expect(goAway.errorCode == HTTP2Wire.enhanceYourCalm)
+            _ = try await attacker.readUntilClosed()
 
-            // Another client is served as ever, and the backend heard of none of the reset streams.
+            // Another client is served as ever, and the backend heard of none of the reset streams: the honest
+            // request, answered after the attacker's connection closed, is the only one it saw.
             #expect(try await proxy.get("/screens/honest").status == .ok)
             #expect(proxy.origin.requests.map(\.uri) == ["/screens/honest"])
-            await attacker.close()
+        }
+    }
+
+    @Test("a malformed stream is reset alone: the streams beside it are answered, and the connection serves on")
+    func streamErrorStaysOnItsStream() async throws {
+        try await ProxyHarness.run { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            var bytes = HTTP2Wire.connectionStart()
+            var good = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
+                stream: 1,
+                payload: HTTP2Wire.requestBlock(path: "/screens/a")
+            )
+            // An upper-case field name: malformed in HTTP/2 (RFC 9113 section 8.2.1).
+            var bad = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
+                stream: 3,
+                payload: HTTP2Wire.requestBlock(path: "/screens/b", fields: [("X-Bad", "1")])
+            )
+            bytes.writeBuffer(&good)
+            bytes.writeBuffer(&bad)
+            try await client.send(bytes)
+            let ended: ([HTTP2Wire.Frame], UInt32) -> Bool = { frames, stream in
+                frames.contains { $0.stream == stream && $0.flags & HTTP2Wire.endStream != 0 }
+            }
+            let frames = try await Self.frames(on: client) { frames in
+                ended(frames, 1) && frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 3 }
+            }
+            #expect(Self.goAway(in: frames) == nil)
+            let again = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
+                stream: 5,
+                payload: HTTP2Wire.requestBlock(path: "/screens/a")
+            )
+            try await client.send(again)
+            let later = try await Self.frames(on: client) { ended($0, 5) }
+            #expect(!client.isClosed)
+            #expect(later.contains { $0.stream == 5 && $0.type == HTTP2Wire.FrameType.headers.rawValue })
+            #expect(proxy.origin.requests.map(\.uri) == ["/screens/a"], "one fill; the malformed request never left")
+            await client.close()
+        }
+    }
+
+    @Test("an HTTP/2 connection with no stream open for limits.idleTimeout gets GOAWAY and is closed, silent or not")
+    func idleConnectionCloses() async throws {
+        try await ProxyHarness.run(configure: { $0.limits.idleTimeout = .milliseconds(300) }) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            try await client.send(HTTP2Wire.connectionStart())
+            let frames = try await Self.frames(on: client, until: { Self.goAway(in: $0) != nil })
+            #expect(Self.goAway(in: frames)?.errorCode == HTTP2Wire.noError)
+            _ = try await client.readUntilClosed()
+            #expect(client.isClosed, "closed without waiting for the client to answer anything")
         }
     }
 
@@ -148,6 +209,13 @@ struct HTTP2HardeningTests {
             let body = frames.filter { $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 }
                 .map { String(buffer: $0.payload) }.joined()
             #expect(body.contains(#""kind":"requestTimeout""#), "\(body)")
+            let reset = try await Self.frames(on: client) { frames in
+                frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 1 }
+            }
+            #expect(
+                reset.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 1 },
+                "the stream whose request never came whole is reset after its 408"
+            )
             #expect(Self.goAway(in: frames) == nil, "the connection stays")
             #expect(proxy.origin.requests.isEmpty)
             await client.close()

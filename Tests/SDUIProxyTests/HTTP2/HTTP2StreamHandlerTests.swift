@@ -1,13 +1,15 @@
 import NIOCore
 import NIOEmbedded
+import NIOHPACK
 import NIOHTTP1
+import NIOHTTP2
 import SDUIProxyCore
 import Testing
 
 @testable import SDUIProxy
 
-/// One HTTP/2 stream's handler on an `EmbeddedChannel`, the parts the HTTP/1 codec would hand it written in
-/// directly: what is the stream's own (its deadline, its reads, a reset before it is answered), the rest being the
+/// One HTTP/2 stream's handler on an `EmbeddedChannel`, the frame payloads the connection would hand it written
+/// in directly: what is the stream's own (its deadline, its reads, a reset before it is answered), the rest being the
 /// exchange's, which the HTTP/1.1 tests cover. Time is the embedded loop's.
 @Suite("An HTTP/2 stream's handler")
 struct HTTP2StreamHandlerTests {
@@ -15,17 +17,29 @@ struct HTTP2StreamHandlerTests {
     final class Stream {
         let loop = EmbeddedEventLoop()
         let channel: EmbeddedChannel
-        let backend = ScriptedNetworkClient()
+        let backend: ScriptedNetworkClient
+        let context: ProxyContext
         let reads = ReadCounter()
         let tally = RequestTally()
 
-        init(_ configure: (inout ProxyConfiguration) -> Void = { _ in }) throws {
+        convenience init(_ configure: (inout ProxyConfiguration) -> Void = { _ in }) throws {
             var configuration = ProxyConfiguration()
             configuration.upstream.url = "http://backend.invalid"
             configure(&configuration)
+            let backend = ScriptedNetworkClient()
+            try self.init(context: EmbeddedPublicConnection.makeContext(configuration, backend: backend), backend: backend)
+        }
+
+        /// Another stream of the same proxy: its cache, its backend.
+        static func reusing(_ other: Stream) throws -> Stream {
+            try Stream(context: other.context, backend: other.backend)
+        }
+
+        private init(context: ProxyContext, backend: ScriptedNetworkClient) throws {
+            self.context = context
+            self.backend = backend
             loop.advanceTime(to: .now())
             channel = EmbeddedChannel(loop: loop)
-            let context = EmbeddedPublicConnection.makeContext(configuration, backend: backend)
             let handler = HTTP2StreamHandler(
                 runtime: ProxyRuntime(context),
                 eventLoop: loop,
@@ -37,24 +51,33 @@ struct HTTP2StreamHandlerTests {
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
         }
 
-        static func head(_ method: HTTPMethod, _ path: String, _ fields: [(String, String)] = []) -> HTTPRequestHead {
-            HTTPRequestHead(
-                version: HTTPVersion(major: 2, minor: 0),
-                method: method,
-                uri: path,
-                headers: HTTPHeaders([("host", "app.example")] + fields)
+        /// A request's HEADERS frame.
+        static func headers(
+            _ method: HTTPMethod,
+            _ path: String,
+            _ fields: [(String, String)] = [],
+            endStream: Bool
+        ) -> HTTP2Frame.FramePayload {
+            let block = HPACKHeaders(
+                [(":method", method.rawValue), (":scheme", "https"), (":path", path), (":authority", "app.example")]
+                    + fields
             )
+            return .headers(.init(headers: block, endStream: endStream))
         }
 
-        func send(_ parts: HTTPServerRequestPart...) throws {
-            for part in parts { try channel.writeInbound(part) }
+        static func data(_ bytes: ByteBuffer, endStream: Bool = false) -> HTTP2Frame.FramePayload {
+            .data(.init(data: .byteBuffer(bytes), endStream: endStream))
         }
 
-        /// The parts written so far.
-        func written() throws -> [HTTPServerResponsePart] {
-            var parts: [HTTPServerResponsePart] = []
-            while let part = try channel.readOutbound(as: HTTPServerResponsePart.self) { parts.append(part) }
-            return parts
+        func send(_ payloads: HTTP2Frame.FramePayload...) throws {
+            for payload in payloads { try channel.writeInbound(payload) }
+        }
+
+        /// The frame payloads written so far.
+        func written() throws -> [HTTP2Frame.FramePayload] {
+            var payloads: [HTTP2Frame.FramePayload] = []
+            while let payload = try channel.readOutbound(as: HTTP2Frame.FramePayload.self) { payloads.append(payload) }
+            return payloads
         }
 
         func finish() {
@@ -62,23 +85,34 @@ struct HTTP2StreamHandlerTests {
         }
     }
 
-    private static func status(of parts: [HTTPServerResponsePart]) -> HTTPResponseStatus? {
-        for case .head(let head) in parts { return head.status }
+    private static func status(of payloads: [HTTP2Frame.FramePayload]) -> HTTPResponseStatus? {
+        for case .headers(let headers) in payloads {
+            return headers.headers.first(name: ":status").flatMap(Int.init).map { HTTPResponseStatus(statusCode: $0) }
+        }
         return nil
     }
 
-    private static func body(of parts: [HTTPServerResponsePart]) -> String {
-        parts.compactMap { part -> String? in
-            if case .body(.byteBuffer(let buffer)) = part { return String(buffer: buffer) }
+    private static func body(of payloads: [HTTP2Frame.FramePayload]) -> String {
+        payloads.compactMap { payload -> String? in
+            if case .data(let data) = payload, case .byteBuffer(let buffer) = data.data { return String(buffer: buffer) }
             return nil
         }.joined()
+    }
+
+    /// Whether the last payload ends the stream.
+    private static func endsStream(_ payloads: [HTTP2Frame.FramePayload]) -> Bool {
+        switch payloads.last {
+        case .headers(let headers)?: headers.endStream
+        case .data(let data)?: data.endStream
+        default: false
+        }
     }
 
     @Test("a GET is answered on the stream once the loop turns: head, body, end; the backend hears HTTP/2 over TLS")
     func answered() throws {
         let stream = try Stream()
         defer { stream.finish() }
-        try stream.send(.head(Stream.head(.GET, "/screens/a")), .end(nil))
+        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
         #expect(stream.backend.fetches.isEmpty, "nothing before the loop turns")
         stream.loop.run()
         let fetch = try #require(stream.backend.fetches.first)
@@ -91,20 +125,50 @@ struct HTTP2StreamHandlerTests {
         let parts = try stream.written()
         #expect(Self.status(of: parts) == .ok)
         #expect(Self.body(of: parts) == #"{"_beagleComponent_":"beagle:text"}"#)
-        guard case .end = parts.last else {
-            Issue.record("the response ends the stream: \(parts)")
+        #expect(Self.endsStream(parts), "the response ends the stream: \(parts)")
+        guard case .headers(let head) = parts.first else {
+            Issue.record("a HEADERS frame first: \(parts)")
             return
         }
+        #expect(head.headers.first(name: "x-cache") == "MISS")
+        #expect(head.headers.allSatisfy { $0.name == $0.name.lowercased() }, "HTTP/2 names are lower case")
         let slot = RequestTally.slot(method: .GET, statusCode: 200, cacheResult: .miss, protocol: .http2)
         #expect(stream.tally.count(inSlot: slot) == 1, "counted as an HTTP/2 response")
         #expect(stream.tally.streamsOpened == 1)
+    }
+
+    @Test("a HEAD is answered with the stored head alone, END_STREAM on it, its length the body's")
+    func headRequest() throws {
+        let stream = try Stream()
+        defer { stream.finish() }
+        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
+        stream.loop.run()
+        try stream.backend.answerFetch(
+            headers: ["Content-Type": "application/json", "Cache-Control": "max-age=60"],
+            body: #"{"_beagleComponent_":"beagle:text"}"#
+        )
+        _ = try stream.written()
+        let again = try Stream.reusing(stream)
+        try again.send(Stream.headers(.HEAD, "/screens/a", endStream: true))
+        again.loop.run()
+        let parts = try again.written()
+        #expect(parts.count == 1, "no DATA frame: \(parts)")
+        guard case .headers(let head) = parts.first else {
+            Issue.record("a HEADERS frame: \(parts)")
+            return
+        }
+        #expect(head.endStream)
+        #expect(head.headers.first(name: ":status") == "200")
+        #expect(head.headers.first(name: "x-cache") == "HIT")
+        #expect(head.headers.first(name: "content-length") == "35")
+        again.finish()
     }
 
     @Test("a stream reset after its request arrived, before the loop turned, starts no fill (rapid reset)")
     func resetBeforeRouting() throws {
         let stream = try Stream()
         defer { stream.finish() }
-        try stream.send(.head(Stream.head(.GET, "/screens/a")), .end(nil))
+        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
         try stream.channel.close().wait()
         stream.loop.run()
         #expect(stream.backend.fetches.isEmpty)
@@ -115,7 +179,10 @@ struct HTTP2StreamHandlerTests {
         let stream = try Stream { $0.limits.requestTimeout = .seconds(2) }
         defer { stream.finish() }
         let opened = stream.loop.now
-        try stream.send(.head(Stream.head(.PUT, "/profile", [("content-length", "10")])), .body(ByteBuffer(string: "0123")))
+        try stream.send(
+            Stream.headers(.PUT, "/profile", [("content-length", "10")], endStream: false),
+            Stream.data(ByteBuffer(string: "0123"))
+        )
         stream.loop.advanceTime(to: opened + .seconds(2) - .milliseconds(1))
         #expect(try stream.written().isEmpty)
         stream.loop.advanceTime(to: opened + .seconds(2))
@@ -123,6 +190,7 @@ struct HTTP2StreamHandlerTests {
         #expect(Self.status(of: parts) == .requestTimeout)
         #expect(Self.body(of: parts).contains(#""kind":"requestTimeout""#))
         #expect(stream.backend.forwards.isEmpty, "the backend never heard of the half body")
+        #expect(!stream.channel.isActive, "the stream is reset after its 408")
     }
 
     @Test("reading is held back while a streamed body's backend takes no more, and resumes when it does")
@@ -135,11 +203,11 @@ struct HTTP2StreamHandlerTests {
         }
         defer { stream.finish() }
         stream.backend.readsForwardedBodies = false
-        try stream.send(.head(Stream.head(.PUT, "/api/upload", [("transfer-encoding", "chunked")])))
+        try stream.send(Stream.headers(.PUT, "/api/upload", endStream: false))
         let forward = try #require(stream.backend.forwards.first)
         let chunk = ByteBuffer(repeating: 0x61, count: 64 * 1024)
         // Over the body stream's high watermark, with nobody taking it: reads are held back.
-        for _ in 0..<5 { try stream.send(.body(chunk)) }
+        for _ in 0..<5 { try stream.send(Stream.data(chunk)) }
         let paused = stream.reads.count
         stream.channel.read()
         #expect(stream.reads.count == paused, "reading pauses while the backend takes nothing")
