@@ -37,7 +37,11 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
             is NIOHTTP2Errors.ExcessiveControlFrames, is NIOHTTP2Errors.ExcessiveNumberOfGlitches,
             is NIOHTTP2Errors.ExcessiveStreamErrors, is NIOHTTP2Errors.ExcessiveEmptyDataFrames,
             is NIOHTTP2Errors.ExcessivelyLargeHeaderBlock, is NIOHTTP2Errors.ExcessiveOutboundFrameBuffering,
-            is NIOHTTP2Errors.BadClientMagic, is NIOHTTP2Errors.UnableToParseFrame:
+            is NIOHTTP2Errors.BadClientMagic, is NIOHTTP2Errors.UnableToParseFrame,
+            // More streams than SETTINGS_MAX_CONCURRENT_STREAMS, or stream identifiers out of order: swift-nio-http2
+            // answers these with GOAWAY too.
+            is NIOHTTP2Errors.MaxStreamsViolation, is NIOHTTP2Errors.StreamIDTooSmall,
+            is NIOHTTP2Errors.InvalidStreamIDForPeer, is NIOHTTP2Errors.MissingPreface:
             true
         case is any NIOHTTP2Error, is NIOHTTP2Errors.StreamError:
             false

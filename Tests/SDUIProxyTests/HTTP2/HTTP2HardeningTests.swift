@@ -145,6 +145,99 @@ struct HTTP2HardeningTests {
         }
     }
 
+    @Test("a client that floods SETTINGS frames gets GOAWAY and is closed")
+    func settingsFlood() async throws {
+        try await ProxyHarness.run { proxy in
+            let attacker = try await RawConnection(port: proxy.server.publicPort)
+            var bytes = HTTP2Wire.connectionStart()
+            for _ in 0..<300 {
+                var settings = HTTP2Wire.frame(.settings, stream: 0)
+                bytes.writeBuffer(&settings)
+            }
+            try? await attacker.send(bytes)
+            let frames = try await Self.frames(on: attacker, until: { Self.goAway(in: $0) != nil })
+            #expect(Self.goAway(in: frames)?.errorCode == HTTP2Wire.enhanceYourCalm)
+            _ = try await attacker.readUntilClosed()
+            #expect(attacker.isClosed)
+        }
+    }
+
+    @Test("listen.http2Limits.maxConcurrentStreams: a client that opens more at once gets GOAWAY and is closed")
+    func concurrentStreamLimit() async throws {
+        try await ProxyHarness.run(configure: { $0.listenProtocols.maxConcurrentStreams = 2 }) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            let settings = try await Self.startAcknowledged(client)
+            #expect(Self.setting(0x3, in: settings) == 2, "the limit is announced")
+            // Three streams opened and left open (no END_STREAM): the third is one too many. swift-nio-http2 takes
+            // that as a connection error (RFC 9113 section 5.1.2 allows a stream error or this).
+            var bytes = ByteBuffer()
+            for stream in [UInt32(1), 3, 5] {
+                var headers = HTTP2Wire.frame(
+                    .headers,
+                    flags: HTTP2Wire.endHeaders,
+                    stream: stream,
+                    payload: HTTP2Wire.requestBlock(method: "POST", path: "/api/orders", fields: [("content-length", "2")])
+                )
+                bytes.writeBuffer(&headers)
+            }
+            try await client.send(bytes)
+            let frames = try await Self.frames(on: client, until: { Self.goAway(in: $0) != nil })
+            #expect(Self.goAway(in: frames)?.errorCode == HTTP2Wire.protocolError)
+            _ = try await client.readUntilClosed()
+            #expect(client.isClosed)
+            #expect(proxy.origin.requests.isEmpty)
+        }
+    }
+
+    @Test("listen.http2Limits.maxHeaderListBytes: a header list past it is refused before it is routed")
+    func headerListLimit() async throws {
+        try await ProxyHarness.run(configure: { $0.listenProtocols.maxHeaderListBytes = 1024 }) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            let settings = try await Self.startAcknowledged(client)
+            #expect(Self.setting(0x6, in: settings) == 1024)
+            var bytes = ByteBuffer()
+            var headers = HTTP2Wire.frame(
+                .headers,
+                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
+                stream: 1,
+                payload: HTTP2Wire.requestBlock(path: "/screens/large", fields: [("x-large", String(repeating: "a", count: 4000))])
+            )
+            bytes.writeBuffer(&headers)
+            try await client.send(bytes)
+            let frames = try await Self.frames(on: client) { frames in
+                Self.goAway(in: frames) != nil
+                    || frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 1 }
+            }
+            #expect(!frames.contains { $0.type == HTTP2Wire.FrameType.headers.rawValue }, "no answer: it was not routed")
+            #expect(proxy.origin.requests.isEmpty)
+            await client.close()
+        }
+    }
+
+    /// Opens an HTTP/2 connection as a client does: the preface and its SETTINGS, then, once the server's SETTINGS
+    /// have come, their acknowledgement, which the server's limits wait for. Returns the server's SETTINGS frame.
+    private static func startAcknowledged(_ client: RawConnection) async throws -> HTTP2Wire.Frame {
+        try await client.send(HTTP2Wire.connectionStart())
+        let frames = try await Self.frames(on: client) { frames in
+            frames.contains { $0.type == HTTP2Wire.FrameType.settings.rawValue && $0.flags & HTTP2Wire.ack == 0 }
+        }
+        try await client.send(HTTP2Wire.frame(.settings, flags: HTTP2Wire.ack, stream: 0))
+        return try #require(
+            frames.first { $0.type == HTTP2Wire.FrameType.settings.rawValue && $0.flags & HTTP2Wire.ack == 0 }
+        )
+    }
+
+    /// The value of setting `identifier` in a SETTINGS frame, if it has one.
+    private static func setting(_ identifier: UInt16, in frame: HTTP2Wire.Frame) -> UInt32? {
+        var payload = frame.payload
+        while payload.readableBytes >= 6 {
+            let id = payload.readInteger(as: UInt16.self)!
+            let value = payload.readInteger(as: UInt32.self)!
+            if id == identifier { return value }
+        }
+        return nil
+    }
+
     @Test("flow control: a body goes out only as far as the client's window lets it, and the rest once it opens")
     func flowControl() async throws {
         let large = ",\"text\":\"" + String(repeating: "x", count: 100_000) + "\""
