@@ -2,8 +2,10 @@ import NIOCore
 import NIOHTTP2
 
 /// Closes an HTTP/2 connection that has had no stream open for `limits.idleTimeout`: GOAWAY, then the close. It
-/// counts streams from the connection handler's events, and its clock starts when it is added, which is when the
-/// connection's protocol became known (after the TLS handshake and ALPN, or the preface).
+/// counts streams as the connection handler reports them to its stream delegate (``streamDelegate``, beside the
+/// connection manager's: the handler does not pass stream events down the pipeline), and its clock starts when it
+/// is added, which is when the connection's protocol became known (after the TLS handshake and ALPN, or the
+/// preface).
 ///
 /// swift-nio-http2's connection manager has an idle limit of its own, but it starts only when the connection
 /// becomes active (before ALPN here, so never), and it closes only once the client has answered a PING: a client
@@ -22,27 +24,48 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        schedule(context: context)
+        self.context = context
+        if openStreams == 0 { schedule(context: context) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         scheduled?.cancel()
         scheduled = nil
+        self.context = nil
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        switch event {
-        case is NIOHTTP2StreamCreatedEvent:
-            openStreams += 1
-            scheduled?.cancel()
-            scheduled = nil
-        case is StreamClosedEvent:
-            openStreams = max(0, openStreams - 1)
-            if openStreams == 0 { schedule(context: context) }
-        default:
-            break
+    private var context: ChannelHandlerContext?
+
+    private func streamOpened() {
+        openStreams += 1
+        scheduled?.cancel()
+        scheduled = nil
+    }
+
+    private func streamClosed() {
+        openStreams = max(0, openStreams - 1)
+        if openStreams == 0, let context { schedule(context: context) }
+    }
+
+    /// What the connection handler reports streams to: the connection manager's delegate, then this handler.
+    func streamDelegate(alongside other: any NIOHTTP2StreamDelegate, eventLoop: any EventLoop) -> any NIOHTTP2StreamDelegate {
+        StreamCounting(other: other, idle: NIOLoopBound(self, eventLoop: eventLoop))
+    }
+
+    private struct StreamCounting: NIOHTTP2StreamDelegate {
+        let other: any NIOHTTP2StreamDelegate
+        let idle: NIOLoopBound<HTTP2IdleTimeout>
+
+        // The connection handler calls these on the connection's loop.
+        func streamCreated(_ id: HTTP2StreamID, channel: any Channel) {
+            other.streamCreated(id, channel: channel)
+            idle.value.streamOpened()
         }
-        context.fireUserInboundEventTriggered(event)
+
+        func streamClosed(_ id: HTTP2StreamID, channel: any Channel) {
+            other.streamClosed(id, channel: channel)
+            idle.value.streamClosed()
+        }
     }
 
     private func schedule(context: ChannelHandlerContext) {

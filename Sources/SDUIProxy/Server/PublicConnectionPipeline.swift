@@ -110,6 +110,7 @@ struct PublicConnectionPipeline: Sendable {
                 keepalive: nil
             )
         )
+        let idle = HTTP2IdleTimeout(timeout: limits.idleTimeout.timeAmount)
         let runtime = self.runtime
         let requests = runtime.context.metrics.requestTally(for: channel.eventLoop)
         let sync = channel.pipeline.syncOperations
@@ -118,7 +119,7 @@ struct PublicConnectionPipeline: Sendable {
             eventLoop: channel.eventLoop,
             connectionConfiguration: Self.connectionConfiguration(protocols),
             streamConfiguration: Self.streamConfiguration(),
-            streamDelegate: manager.http2StreamDelegate
+            streamDelegate: idle.streamDelegate(alongside: manager.http2StreamDelegate, eventLoop: channel.eventLoop)
         ) { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(
@@ -133,7 +134,6 @@ struct PublicConnectionPipeline: Sendable {
         }
         try sync.addHandler(handler, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(manager, position: .after(handler))
-        let idle = HTTP2IdleTimeout(timeout: limits.idleTimeout.timeAmount)
         try sync.addHandler(idle, position: .after(manager))
         try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(idle))
     }
