@@ -25,7 +25,7 @@ extension PublicHTTPHandler {
         scheduledWakeUp = nil
         wakeUpAt = nil
         guard let context else { return }
-        switch machine.timerFired(now: context.eventLoop.now) {
+        switch machine.timerFired(now: clock.now) {
         case .none:
             updateWakeUp()
         case .closeIdle:

@@ -100,7 +100,7 @@ extension PublicHTTPHandler: ResponseSink {
     /// flushed with the burst; one that completes later (after an upstream exchange), at once.
     func finish(with last: ByteBuffer) {
         guard let context else { return }
-        let ended = machine.responseEnded(now: context.eventLoop.now)
+        let ended = machine.responseEnded(now: clock.now)
         switch ended {
         case .close:
             let lingering: LingeringClose.Limits = machine.isDraining ? .whileDraining : .init()

@@ -13,7 +13,8 @@ import SDUIProxyCore
 ///
 /// It reads the connection's bytes itself with ``HTTPRequestParser``, rather than behind a decoding handler: a
 /// request then reaches it without passing through another handler, a type-erased wrapper and a buffer of its own,
-/// which on a cache hit is a good part of the work. Time is the event loop's, so that a test's loop can advance it.
+/// which on a cache hit is a good part of the work. Time is its ``ConnectionClock``'s: the wall clock, or a test's
+/// event loop, whose clock the test advances.
 final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, RequestExchangeDriver {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -45,6 +46,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     var needsFlush = false
     /// The connection is TLS (behind a TLS handler): requests are forwarded as `https`.
     let isSecure: Bool
+    /// The time its deadlines are read in.
+    let clock: ConnectionClock
     /// The peer, worked out on the connection's first request that needs it: formatting an address allocates,
     /// and a connection's peer does not change.
     var peer: ClientPeer?
@@ -56,16 +59,18 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
     var loop: (any EventLoop)?
 
-    /// Made on the connection's event loop: `buffers` and `requests` are that loop's, and its clock the
-    /// connection's.
+    /// Made on the connection's event loop: `buffers` and `requests` are that loop's. `clock` is the wall clock
+    /// but in tests, which give their loop's.
     init(
         runtime: ProxyRuntime,
         eventLoop: any EventLoop,
         buffers: ResponseBufferRecycler,
         requests: RequestTally,
-        isSecure: Bool = false
+        isSecure: Bool = false,
+        clock: ConnectionClock = .wall
     ) {
         self.isSecure = isSecure
+        self.clock = clock
         self.runtime = runtime
         // The generation first, then the context, read once: a reload in between leaves an older generation,
         // which the first request sees and refreshes.
@@ -77,7 +82,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         self.cacheResponder = CacheResponder(configuration)
         self.exchange = RequestExchange(maxBodyBytes: configuration.limits.maxBodyBytes)
         self.writer = HTTP1ResponseWriter(requests: requests, buffers: buffers)
-        self.machine = ConnectionStateMachine(timeouts: Self.timeouts(configuration), now: eventLoop.now)
+        self.machine = ConnectionStateMachine(timeouts: Self.timeouts(configuration), now: clock.now)
         self.loop = eventLoop
         // A head may be as long as the URL and header limits together (plus slack for the request line and
         // whitespace), so ``RequestAdmission`` sees every head it could accept and answers the others with its
@@ -128,7 +133,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var bytes = unwrapInboundIn(data)
         let atRequestStart = parser.isBetweenRequests && unparsed == nil && bytes.readableBytes > 0
-        switch machine.bytesArrived(atRequestStart: atRequestStart, now: context.eventLoop.now) {
+        switch machine.bytesArrived(atRequestStart: atRequestStart, now: clock.now) {
         case .ignore: return
         case .handle: break
         case .handleWithDeadline(let deadline): wakeUp(before: deadline)
@@ -142,7 +147,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         defer { isHandlingRead = false }
         do {
             while let part = try parser.next(from: &bytes) {
-                perform(machine.partReceived(part, now: context.eventLoop.now), context: context)
+                perform(machine.partReceived(part, now: clock.now), context: context)
                 // A handler removed while answering a part (the channel closed under it) reads no more, and
                 // nothing is read past a response that ends the connection.
                 guard self.context != nil, !machine.ignoresInput else { return }
@@ -164,7 +169,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// came behind a response, or after one was answered in the same read.
     func noteRequestInProgress(context: ChannelHandlerContext) {
         guard !parser.isBetweenRequests || unparsed != nil, machine.isIdle else { return }
-        machine.bytesReceived(now: context.eventLoop.now)
+        machine.bytesReceived(now: clock.now)
         updateWakeUp()
     }
 
@@ -299,7 +304,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     private func handlePipelinedRequests() {
         guard let context else { return }
         isHandlingRead = true
-        while let action = machine.nextHeldBackPart(now: context.eventLoop.now) {
+        while let action = machine.nextHeldBackPart(now: clock.now) {
             perform(action, context: context)
             guard self.context != nil else { return }
         }
@@ -307,7 +312,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         flushIfNeeded(context: context)
         guard !machine.hasHeldBackParts else { return }
         let requestStarted = !parser.isBetweenRequests || unparsed != nil
-        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: context.eventLoop.now) { context.read() }
+        if machine.heldBackPartsHandled(requestStarted: requestStarted, now: clock.now) { context.read() }
         updateWakeUp()
     }
 }

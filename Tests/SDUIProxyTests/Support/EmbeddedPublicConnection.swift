@@ -251,7 +251,8 @@ final class EmbeddedPublicConnection {
             runtime: ProxyRuntime(context),
             eventLoop: loop,
             buffers: ResponseBufferRecycler(),
-            requests: tally
+            requests: tally,
+            clock: .of(loop)
         )
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(reads)
