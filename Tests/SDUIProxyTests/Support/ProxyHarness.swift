@@ -129,13 +129,18 @@ final class RawConnection: Sendable {
     private let collector: ByteCollector
 
     /// `allowHalfClosure`: keep sending after the server has closed its side, as a client still uploading does.
-    init(port: Int, allowHalfClosure: Bool = false) async throws {
+    /// `first`: sent as soon as the connection is up, before the connection is handed back (a client that speaks
+    /// at once, whatever the test does next).
+    init(port: Int, allowHalfClosure: Bool = false, first: ByteBuffer? = nil) async throws {
         let collector = ByteCollector()
         self.collector = collector
         channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.allowRemoteHalfClosure, value: allowHalfClosure)
             .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(collector) }
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(collector)
+                    if let first { try channel.pipeline.syncOperations.addHandler(FirstBytes(first)) }
+                }
             }
             .connect(host: "127.0.0.1", port: port).get()
     }
@@ -200,6 +205,23 @@ final class RawConnection: Sendable {
 
     func close() async {
         try? await channel.close()
+    }
+}
+
+/// Writes its bytes when the connection becomes active.
+private final class FirstBytes: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let bytes: ByteBuffer
+
+    init(_ bytes: ByteBuffer) {
+        self.bytes = bytes
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+        context.fireChannelActive()
     }
 }
 

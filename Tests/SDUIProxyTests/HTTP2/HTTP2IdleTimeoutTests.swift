@@ -1,0 +1,59 @@
+import NIOCore
+import NIOEmbedded
+import NIOHTTP2
+import Testing
+
+@testable import SDUIProxy
+
+/// The HTTP/2 idle limit on an `EmbeddedChannel`, the streams reported as the connection handler reports them, time
+/// the embedded loop's.
+@Suite("The HTTP/2 idle limit")
+struct HTTP2IdleTimeoutTests {
+    /// A delegate that does nothing, standing in for the connection manager's.
+    private struct NoDelegate: NIOHTTP2StreamDelegate {
+        func streamCreated(_ id: HTTP2StreamID, channel: any Channel) {}
+        func streamClosed(_ id: HTTP2StreamID, channel: any Channel) {}
+    }
+
+    private static func goAway(_ channel: EmbeddedChannel) throws -> Bool {
+        guard let frame = try channel.readOutbound(as: HTTP2Frame.self), case .goAway = frame.payload else { return false }
+        return true
+    }
+
+    @Test("a connection with no stream gets GOAWAY and is closed at the limit, not before")
+    func idleCloses() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        try channel.pipeline.syncOperations.addHandler(HTTP2IdleTimeout(timeout: .seconds(5)))
+        loop.advanceTime(by: .seconds(5) - .milliseconds(1))
+        #expect(channel.isActive)
+        #expect(try channel.readOutbound(as: HTTP2Frame.self) == nil)
+        loop.advanceTime(by: .milliseconds(1))
+        #expect(try Self.goAway(channel))
+        #expect(!channel.isActive)
+    }
+
+    @Test("an open stream holds the limit off; the clock starts again when the last stream closes")
+    func streamsHoldItOff() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let idle = HTTP2IdleTimeout(timeout: .seconds(5))
+        try channel.pipeline.syncOperations.addHandler(idle)
+        let streams = idle.streamDelegate(alongside: NoDelegate(), eventLoop: loop)
+        streams.streamCreated(1, channel: channel)
+        streams.streamCreated(3, channel: channel)
+        loop.advanceTime(by: .seconds(60))
+        #expect(channel.isActive, "two streams open")
+        streams.streamClosed(1, channel: channel)
+        loop.advanceTime(by: .seconds(60))
+        #expect(channel.isActive, "one stream still open")
+        streams.streamClosed(3, channel: channel)
+        loop.advanceTime(by: .seconds(5) - .milliseconds(1))
+        #expect(channel.isActive)
+        loop.advanceTime(by: .milliseconds(1))
+        #expect(try Self.goAway(channel))
+        #expect(!channel.isActive)
+    }
+}
