@@ -150,7 +150,11 @@ struct ConfigurationTests {
         )
         #expect(
             fromEnvironment.listenProtocols.tls
-                == .init(certificate: "/run/secrets/cert.pem", privateKey: "/run/secrets/key.pem", minimumVersion: .v1_3)
+                == .init(
+                    certificate: "/run/secrets/cert.pem",
+                    privateKey: "/run/secrets/key.pem",
+                    minimumVersion: .v1_3
+                )
         )
         let printed = ConfigurationPrinter.yaml(fromEnvironment, adminTokenIsSet: false)
         #expect(printed.contains("privateKey: /run/secrets/key.pem"), "\(printed)")
@@ -179,7 +183,9 @@ struct ConfigurationTests {
         #expect(configured.maxHeaderListBytes == 4096)
         let fromEnvironment = try load(
             "",
-            environment: ["SDUI_PROXY_LISTEN_HTTP2": "false", "SDUI_PROXY_LISTEN_HTTP2_LIMITS_MAX_CONCURRENT_STREAMS": "3"]
+            environment: [
+                "SDUI_PROXY_LISTEN_HTTP2": "false", "SDUI_PROXY_LISTEN_HTTP2_LIMITS_MAX_CONCURRENT_STREAMS": "3",
+            ]
         ).listenProtocols
         #expect(!fromEnvironment.http2)
         #expect(fromEnvironment.maxConcurrentStreams == 3)

@@ -24,10 +24,26 @@ struct OperationsTests {
             #expect(metrics.status == .ok)
             #expect(metrics["Content-Type"]?.hasPrefix("text/plain; version=0.0.4") == true)
             let lines = metrics.body.split(separator: "\n").map(String.init)
-            #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} 2"#))
-            #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"} 1"#))
-            #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="5xx",cache="BYPASS",protocol="http/1.1"} 1"#))
-            #expect(lines.contains(#"sdui_requests_total{method="POST",status_class="2xx",cache="none",protocol="http/1.1"} 1"#))
+            #expect(
+                lines.contains(
+                    #"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} 2"#
+                )
+            )
+            #expect(
+                lines.contains(
+                    #"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"} 1"#
+                )
+            )
+            #expect(
+                lines.contains(
+                    #"sdui_requests_total{method="GET",status_class="5xx",cache="BYPASS",protocol="http/1.1"} 1"#
+                )
+            )
+            #expect(
+                lines.contains(
+                    #"sdui_requests_total{method="POST",status_class="2xx",cache="none",protocol="http/1.1"} 1"#
+                )
+            )
             #expect(lines.contains("sdui_cache_entries 1.0"))
             #expect(lines.contains("sdui_cache_hits_total 2"))
             #expect(lines.contains { $0.hasPrefix("sdui_upstream_duration_seconds_count") && $0.hasSuffix(" 2") })

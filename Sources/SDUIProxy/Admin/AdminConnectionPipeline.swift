@@ -28,7 +28,9 @@ struct AdminConnectionPipeline: Sendable {
                 firstRequestTimeout: firstRequestTimeout
             )
         )
-        try sync.addHandler(NIOHTTPServerRequestAggregator(maxContentLength: ProxyConfiguration.Prefetch.largestRequestBytes))
+        try sync.addHandler(
+            NIOHTTPServerRequestAggregator(maxContentLength: ProxyConfiguration.Prefetch.largestRequestBytes)
+        )
         try sync.addHandler(AdminHTTPHandler(router: router, authorization: authorization, logger: logger))
     }
 }

@@ -155,7 +155,10 @@ extension RequestExchangeDriver {
 
     /// The body of a forwarded request read whole: it goes to the backend now, or the error that kept it from
     /// being buffered answers.
-    private func forwardBuffered(_ forward: RequestExchange.Forward, body result: Result<RequestBodyBuffer.Body, any Error>) {
+    private func forwardBuffered(
+        _ forward: RequestExchange.Forward,
+        body result: Result<RequestBodyBuffer.Body, any Error>
+    ) {
         switch result {
         case .success(.whole(let buffer)):
             respond(to: forward, body: .whole(buffer))

@@ -48,7 +48,10 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
     }
 
     /// What the connection handler reports streams to: the connection manager's delegate, then this handler.
-    func streamDelegate(alongside other: any NIOHTTP2StreamDelegate, eventLoop: any EventLoop) -> any NIOHTTP2StreamDelegate {
+    func streamDelegate(
+        alongside other: any NIOHTTP2StreamDelegate,
+        eventLoop: any EventLoop
+    ) -> any NIOHTTP2StreamDelegate {
         StreamCounting(other: other, idle: NIOLoopBound(self, eventLoop: eventLoop))
     }
 

@@ -61,7 +61,12 @@ enum HTTP2RequestHead {
             }
         }
         return .success(
-            HTTPRequestHead(version: HTTPVersion(major: 2, minor: 0), method: method, uri: path, headers: HTTPHeaders(fields))
+            HTTPRequestHead(
+                version: HTTPVersion(major: 2, minor: 0),
+                method: method,
+                uri: path,
+                headers: HTTPHeaders(fields)
+            )
         )
     }
 

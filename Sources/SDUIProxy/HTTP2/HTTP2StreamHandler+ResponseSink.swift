@@ -43,9 +43,12 @@ extension HTTP2StreamHandler: ResponseSink {
                     block.add(name: Self.lowercased(name), value: String(decoding: value, as: UTF8.self))
                 }
             }
-            presentation.forEachOwnField(of: entry, form) { name, value in block.add(name: name.lowercased(), value: value) }
+            presentation.forEachOwnField(of: entry, form) { name, value in
+                block.add(name: name.lowercased(), value: value)
+            }
             block.add(name: "age", value: String(presentation.age))
-            presentation.annotation.forEachField(lowercased: true) { name, value in block.add(name: name, value: value) }
+            presentation.annotation.forEachField(lowercased: true) { name, value in block.add(name: name, value: value)
+            }
 
             let bodyRange = presentation.bodyRange(of: form)
             var body: ByteBuffer?
@@ -129,14 +132,21 @@ extension HTTP2StreamHandler: ResponseSink {
 
     /// A whole response: its HEADERS frame, its body in one DATA frame if it has one, END_STREAM on the last,
     /// flushed together.
-    private func writeWhole(_ block: HPACKHeaders, status: HTTPResponseStatus, body: ByteBuffer?, cacheResult: CacheResult?) {
+    private func writeWhole(
+        _ block: HPACKHeaders,
+        status: HTTPResponseStatus,
+        body: ByteBuffer?,
+        cacheResult: CacheResult?
+    ) {
         guard !response.headWritten else { return }
         account(status: status, cacheResult: cacheResult, bytes: body?.readableBytes ?? 0)
         response.headWritten = true
         response.ended = true
         guard let context else { return }
         context.write(wrapOutboundOut(.headers(.init(headers: block, endStream: body == nil))), promise: nil)
-        if let body { context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil) }
+        if let body {
+            context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
+        }
         context.flush()
         finishStream()
     }

@@ -116,7 +116,12 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
                 return refuse(error, context: context)
             }
             isHeadRequest = head.method == .HEAD
-            accounting = RequestAccounting(proxy: proxy, head: head, clientAddress: client.address, clock: context.eventLoop)
+            accounting = RequestAccounting(
+                proxy: proxy,
+                head: head,
+                clientAddress: client.address,
+                clock: context.eventLoop
+            )
             guard headers.endStream else {
                 // A body follows: routed now, so that it has somewhere to go.
                 return exchangeReceivedHead(head)

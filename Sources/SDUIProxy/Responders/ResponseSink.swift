@@ -113,7 +113,9 @@ extension EntryPresentation {
     func keepsStoredField(_ name: UnsafeRawBufferPointer) -> Bool {
         if range != nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") { return false }
         if notModified,
-            !ConditionalRequest.notModifiedHeaderNames.contains(where: { HTTPSyntax.equalsIgnoringCase(bytes: name, $0) })
+            !ConditionalRequest.notModifiedHeaderNames.contains(where: {
+                HTTPSyntax.equalsIgnoringCase(bytes: name, $0)
+            })
         {
             return false
         }

@@ -24,7 +24,12 @@ final class ListenerTLS: Sendable {
     private let logger: Logger
 
     /// Loads the pair once, and fails as ``check(_:)`` does when it cannot serve.
-    init(_ tls: ListenerProtocols.TLS, http2: Bool, refreshInterval: Duration = ListenerTLS.refreshInterval, logger: Logger)
+    init(
+        _ tls: ListenerProtocols.TLS,
+        http2: Bool,
+        refreshInterval: Duration = ListenerTLS.refreshInterval,
+        logger: Logger
+    )
         throws
     {
         self.tls = tls

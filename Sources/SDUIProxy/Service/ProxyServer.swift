@@ -311,13 +311,16 @@ public final class ProxyServer: Sendable {
             limiter: adminLimiter,
             drainDeadline: drainDeadline,
             logger: logger
-        ) { [connections = AdminConnectionPipeline(
-            runtime: runtime,
-            router: router,
-            authorization: adminAuthorization,
-            firstRequestTimeout: tuning.adminFirstRequestTimeout,
-            logger: logger
-        )] channel in
+        ) {
+            [
+                connections = AdminConnectionPipeline(
+                    runtime: runtime,
+                    router: router,
+                    authorization: adminAuthorization,
+                    firstRequestTimeout: tuning.adminFirstRequestTimeout,
+                    logger: logger
+                )
+            ] channel in
             channel.pipeline.eventLoop.makeCompletedFuture {
                 guard try adminLimiter.admit(channel) else { return }
                 try connections.configure(channel)

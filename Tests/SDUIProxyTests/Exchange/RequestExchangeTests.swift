@@ -207,7 +207,9 @@ struct RequestExchangeTests {
     func continueByVersion() {
         let expect = [("Expect", "100-continue")]
         #expect(RequestExchange.expectsContinue(Self.head(.PUT, "/a", version: .http1_1, expect)))
-        #expect(RequestExchange.expectsContinue(Self.head(.PUT, "/a", version: HTTPVersion(major: 2, minor: 0), expect)))
+        #expect(
+            RequestExchange.expectsContinue(Self.head(.PUT, "/a", version: HTTPVersion(major: 2, minor: 0), expect))
+        )
         #expect(!RequestExchange.expectsContinue(Self.head(.PUT, "/a", version: .http1_0, expect)))
         #expect(!RequestExchange.expectsContinue(Self.head(.PUT, "/a", version: .http1_1)))
     }

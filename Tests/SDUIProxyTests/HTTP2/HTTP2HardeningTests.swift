@@ -84,7 +84,8 @@ struct HTTP2HardeningTests {
                 frames.contains { $0.stream == stream && $0.flags & HTTP2Wire.endStream != 0 }
             }
             let frames = try await Self.frames(on: client) { frames in
-                ended(frames, 1) && frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 3 }
+                ended(frames, 1)
+                    && frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 3 }
             }
             #expect(Self.goAway(in: frames) == nil)
             let again = HTTP2Wire.frame(
@@ -176,7 +177,11 @@ struct HTTP2HardeningTests {
                     .headers,
                     flags: HTTP2Wire.endHeaders,
                     stream: stream,
-                    payload: HTTP2Wire.requestBlock(method: "POST", path: "/api/orders", fields: [("content-length", "2")])
+                    payload: HTTP2Wire.requestBlock(
+                        method: "POST",
+                        path: "/api/orders",
+                        fields: [("content-length", "2")]
+                    )
                 )
                 bytes.writeBuffer(&headers)
             }
@@ -200,7 +205,10 @@ struct HTTP2HardeningTests {
                 .headers,
                 flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
                 stream: 1,
-                payload: HTTP2Wire.requestBlock(path: "/screens/large", fields: [("x-large", String(repeating: "a", count: 4000))])
+                payload: HTTP2Wire.requestBlock(
+                    path: "/screens/large",
+                    fields: [("x-large", String(repeating: "a", count: 4000))]
+                )
             )
             bytes.writeBuffer(&headers)
             try await client.send(bytes)
@@ -208,7 +216,10 @@ struct HTTP2HardeningTests {
                 Self.goAway(in: frames) != nil
                     || frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 1 }
             }
-            #expect(!frames.contains { $0.type == HTTP2Wire.FrameType.headers.rawValue }, "no answer: it was not routed")
+            #expect(
+                !frames.contains { $0.type == HTTP2Wire.FrameType.headers.rawValue },
+                "no answer: it was not routed"
+            )
             #expect(proxy.origin.requests.isEmpty)
             await client.close()
         }
@@ -272,7 +283,8 @@ struct HTTP2HardeningTests {
             try await client.send(open)
             let all = try await Self.frames(on: client) { frames in
                 frames.contains {
-                    $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0
+                    $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1
+                        && $0.flags & HTTP2Wire.endStream != 0
                 }
             }
             #expect(dataBytes(all) > 100_000, "the whole component, once the window opened")
@@ -296,7 +308,8 @@ struct HTTP2HardeningTests {
             try await client.send(bytes)
             let frames = try await Self.frames(on: client) { frames in
                 frames.contains {
-                    $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0
+                    $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1
+                        && $0.flags & HTTP2Wire.endStream != 0
                 }
             }
             let body = frames.filter { $0.type == HTTP2Wire.FrameType.data.rawValue && $0.stream == 1 }

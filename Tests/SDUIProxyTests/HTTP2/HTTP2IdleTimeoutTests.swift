@@ -16,7 +16,9 @@ struct HTTP2IdleTimeoutTests {
     }
 
     private static func goAway(_ channel: EmbeddedChannel) throws -> Bool {
-        guard let frame = try channel.readOutbound(as: HTTP2Frame.self), case .goAway = frame.payload else { return false }
+        guard let frame = try channel.readOutbound(as: HTTP2Frame.self), case .goAway = frame.payload else {
+            return false
+        }
         return true
     }
 

@@ -46,7 +46,9 @@ struct HTTP2RequestHeadTests {
         #expect(head.headers["cookie"] == ["a=1; b=2"])
     }
 
-    @Test("a body without content-length is chunked for the exchange, whatever the method; none declares 0 where one is expected")
+    @Test(
+        "a body without content-length is chunked for the exchange, whatever the method; none declares 0 where one is expected"
+    )
     func framing() throws {
         let streaming = try Self.head(Self.block("POST"), endStream: false)
         #expect(streaming.headers["transfer-encoding"] == ["chunked"])
@@ -65,8 +67,15 @@ struct HTTP2RequestHeadTests {
 
     @Test("a block without :method or :path is no request")
     func missingPseudoHeaders() {
-        guard case .failure = HTTP2RequestHead.make(HPACKHeaders([(":method", "GET"), (":scheme", "https")]), endStream: true),
-            case .failure = HTTP2RequestHead.make(HPACKHeaders([(":path", "/"), (":scheme", "https")]), endStream: true)
+        guard
+            case .failure = HTTP2RequestHead.make(
+                HPACKHeaders([(":method", "GET"), (":scheme", "https")]),
+                endStream: true
+            ),
+            case .failure = HTTP2RequestHead.make(
+                HPACKHeaders([(":path", "/"), (":scheme", "https")]),
+                endStream: true
+            )
         else {
             Issue.record("both are refused")
             return

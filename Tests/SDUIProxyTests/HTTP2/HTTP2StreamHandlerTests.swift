@@ -27,7 +27,10 @@ struct HTTP2StreamHandlerTests {
             configuration.upstream.url = "http://backend.invalid"
             configure(&configuration)
             let backend = ScriptedNetworkClient()
-            try self.init(context: EmbeddedPublicConnection.makeContext(configuration, backend: backend), backend: backend)
+            try self.init(
+                context: EmbeddedPublicConnection.makeContext(configuration, backend: backend),
+                backend: backend
+            )
         }
 
         /// Another stream of the same proxy: its cache, its backend.
@@ -94,7 +97,9 @@ struct HTTP2StreamHandlerTests {
 
     private static func body(of payloads: [HTTP2Frame.FramePayload]) -> String {
         payloads.compactMap { payload -> String? in
-            if case .data(let data) = payload, case .byteBuffer(let buffer) = data.data { return String(buffer: buffer) }
+            if case .data(let data) = payload, case .byteBuffer(let buffer) = data.data {
+                return String(buffer: buffer)
+            }
             return nil
         }.joined()
     }

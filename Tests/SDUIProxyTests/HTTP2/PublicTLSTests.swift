@@ -72,7 +72,9 @@ struct PublicTLSTests {
                     configure?(&configuration)
                 }
             ) { harness in
-                try await body(TLSProxy(harness: harness, client: client, certificates: certificates, directory: directory))
+                try await body(
+                    TLSProxy(harness: harness, client: client, certificates: certificates, directory: directory)
+                )
             }
         } catch {
             try? await client.shutdown()
@@ -150,7 +152,11 @@ struct PublicTLSTests {
     @Test("a body past limits.maxBodyBytes on a stream is refused with 413, and the connection serves on")
     func http2BodyTooLarge() async throws {
         try await Self.run(configure: { $0.limits.maxBodyBytes = 1000 }) { proxy in
-            let (refused, _) = try await proxy.get("/api/orders", method: .POST, body: String(repeating: "x", count: 5000))
+            let (refused, _) = try await proxy.get(
+                "/api/orders",
+                method: .POST,
+                body: String(repeating: "x", count: 5000)
+            )
             #expect(refused.status == .payloadTooLarge)
             #expect(refused.body.contains("limits.maxBodyBytes"))
             #expect(proxy.harness.origin.requests.isEmpty, "the backend never saw it")

@@ -27,13 +27,33 @@ struct ProxyMetricsTests {
         tally.count(method: .GET, statusCode: 999, cacheResult: .bypass)
 
         let lines = samples(metrics.render())
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} 3"#))
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="HEAD",status_class="3xx",cache="REVALIDATED",protocol="http/1.1"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="5xx",cache="MISS",protocol="http/1.1"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="POST",status_class="2xx",cache="none",protocol="http/1.1"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="OTHER",status_class="4xx",cache="none",protocol="http/1.1"} 1"#))
-        #expect(lines.contains(#"sdui_requests_total{method="GET",status_class="other",cache="BYPASS",protocol="http/1.1"} 1"#))
+        #expect(
+            lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="HIT",protocol="http/1.1"} 3"#)
+        )
+        #expect(
+            lines.contains(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"} 1"#)
+        )
+        #expect(
+            lines.contains(
+                #"sdui_requests_total{method="HEAD",status_class="3xx",cache="REVALIDATED",protocol="http/1.1"} 1"#
+            )
+        )
+        #expect(
+            lines.contains(#"sdui_requests_total{method="GET",status_class="5xx",cache="MISS",protocol="http/1.1"} 1"#)
+        )
+        #expect(
+            lines.contains(#"sdui_requests_total{method="POST",status_class="2xx",cache="none",protocol="http/1.1"} 1"#)
+        )
+        #expect(
+            lines.contains(
+                #"sdui_requests_total{method="OTHER",status_class="4xx",cache="none",protocol="http/1.1"} 1"#
+            )
+        )
+        #expect(
+            lines.contains(
+                #"sdui_requests_total{method="GET",status_class="other",cache="BYPASS",protocol="http/1.1"} 1"#
+            )
+        )
         // Only the combinations that happened are exported.
         #expect(lines.filter { $0.hasPrefix("sdui_requests_total") }.count == 7)
         #expect(metrics.render().contains("# TYPE sdui_requests_total counter\n"))
@@ -188,7 +208,9 @@ struct ProxyMetricsTests {
         try await ProxyHarness.run { proxy in
             let metrics = proxy.server.context.metrics
             func sample(_ name: String) -> String? {
-                samples(metrics.render()).first { $0.hasPrefix(name + " ") }.map { String($0.dropFirst(name.count + 1)) }
+                samples(metrics.render()).first { $0.hasPrefix(name + " ") }.map {
+                    String($0.dropFirst(name.count + 1))
+                }
             }
             func waitFor(_ name: String, _ expected: String) async throws -> Bool {
                 for _ in 0..<1000 {
@@ -214,7 +236,9 @@ struct ProxyMetricsTests {
             #expect(sample(setup) == "1.0")
             #expect(sample(#"sdui_connections_total{protocol="h2",tls="false"}"#) == "1")
             #expect(sample(#"sdui_connections_total{protocol="http/1.1",tls="false"}"#) == "1")
-            #expect(sample(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"}"#) == "1")
+            #expect(
+                sample(#"sdui_requests_total{method="GET",status_class="2xx",cache="MISS",protocol="http/1.1"}"#) == "1"
+            )
 
             for connection in [silent, first, second] { await connection.close() }
             #expect(try await waitFor(http1, "0.0"))

@@ -45,7 +45,12 @@ enum HTTP2Wire {
         }
     }
 
-    static func frame(_ type: FrameType, flags: UInt8 = 0, stream: UInt32, payload: ByteBuffer = ByteBuffer()) -> ByteBuffer {
+    static func frame(
+        _ type: FrameType,
+        flags: UInt8 = 0,
+        stream: UInt32,
+        payload: ByteBuffer = ByteBuffer()
+    ) -> ByteBuffer {
         var bytes = ByteBuffer()
         let length = payload.readableBytes
         bytes.writeInteger(UInt8(truncatingIfNeeded: length >> 16))

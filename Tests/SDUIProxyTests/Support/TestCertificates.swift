@@ -55,7 +55,9 @@ struct TestCertificates {
         serverCertificatePEM = try server.serializeAsPEM().pemString
         serverKeyPEM = serverKey.pemRepresentation
         var configuration = TLSConfiguration.makeServerConfiguration(
-            certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(serverCertificatePEM.utf8), format: .pem))],
+            certificateChain: [
+                .certificate(try NIOSSLCertificate(bytes: Array(serverCertificatePEM.utf8), format: .pem))
+            ],
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(serverKeyPEM.utf8), format: .pem))
         )
         configuration.minimumTLSVersion = .tlsv12
