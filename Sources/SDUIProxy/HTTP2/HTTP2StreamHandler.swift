@@ -31,7 +31,9 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     /// The context in force when the stream opened.
     let proxy: ProxyContext
     let cacheResponder: CacheResponder
-    var exchange: RequestExchange
+    /// The stream's request. Without dynamic exclusivity checks, as the HTTP/1.1 connection's: read and changed on
+    /// the loop only, by the exchange driver, whose accesses never overlap.
+    @exclusivity(unchecked) var exchange: RequestExchange
     /// The loop's tally of responses, for the counters.
     let requests: RequestTally
     /// Counts and logs the request when its response ends; nil until it starts and once recorded.
