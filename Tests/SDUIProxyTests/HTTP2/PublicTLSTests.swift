@@ -36,7 +36,7 @@ struct PublicTLSTests {
             for (name, value) in headers { request.headers.add(name: name, value: value) }
             if let body { request.body = .bytes(ByteBuffer(string: body)) }
             let response = try await client.execute(request, timeout: .seconds(10))
-            let bytes = try await response.body.collect(upTo: 1 << 20)
+            let bytes = try await response.body.collect(upTo: 16 << 20)
             return (
                 ProxyHarness.Reply(status: response.status, headers: response.headers, body: String(buffer: bytes)),
                 response.version

@@ -1,4 +1,5 @@
 import NIOCore
+import NIOHPACK
 
 /// HTTP/2 frames written and read byte by byte (RFC 9113 section 4), for the tests that play a client no library
 /// would be: one that floods CONTINUATION frames, resets every stream it opens, or holds its flow-control window
@@ -150,5 +151,16 @@ enum HTTP2Wire {
             bytes.moveReaderIndex(forwardBy: 9 + length)
         }
         return frames
+    }
+
+    /// The header blocks of the HEADERS frames among `frames`, in order, decoded as a client decodes them (one
+    /// decoder, whose dynamic table the blocks fill in turn), with their streams.
+    static func headerBlocks(in frames: [Frame]) throws -> [(stream: UInt32, headers: HPACKHeaders)] {
+        var decoder = HPACKDecoder(allocator: ByteBufferAllocator())
+        return try frames.filter { $0.type == FrameType.headers.rawValue }.map { frame in
+            var block = frame.payload
+            // Flags: PADDED (0x8) and PRIORITY (0x20) put bytes before the block; the proxy sends neither.
+            return (frame.stream, try decoder.decodeHeaders(from: &block))
+        }
     }
 }
