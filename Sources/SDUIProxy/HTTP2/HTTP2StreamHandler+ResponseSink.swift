@@ -61,11 +61,7 @@ extension HTTP2StreamHandler: ResponseSink {
                     body = buffer.getSlice(at: buffer.readerIndex + bodyRange.lowerBound, length: bodyRange.count)
                 }
             }
-            let whole = sendsBody && presentation.range == nil
-            requests.countStoredForm(
-                presentation.coding,
-                savedBytes: whole && presentation.coding != nil ? entry.bodyLength - form.bodyLength : 0
-            )
+            requests.countStoredForm(of: entry, form, presentation, sendsBody: sendsBody)
             writeWhole(block, status: status, body: body, cacheResult: presentation.cacheResult)
         }
     }

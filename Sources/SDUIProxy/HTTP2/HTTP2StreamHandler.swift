@@ -27,7 +27,6 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     typealias OutboundIn = HTTP2Frame.FramePayload
     typealias OutboundOut = HTTP2Frame.FramePayload
 
-    private let runtime: ProxyRuntime
     /// The context in force when the stream opened.
     let proxy: ProxyContext
     let cacheResponder: CacheResponder
@@ -46,8 +45,6 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     var headArrived = false
     /// The client's END_STREAM has arrived.
     var requestEnded = false
-    /// Nothing more of the request is for the exchange: what still comes of its body is dropped.
-    var resetsAfterResponse = false
     /// Reading is held back while the body's taker is full; a read asked for meanwhile waits.
     private var readingPaused = false
     private var readPending = false
@@ -70,7 +67,6 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     }
 
     init(runtime: ProxyRuntime, eventLoop: any EventLoop, requests: RequestTally, isSecure: Bool) {
-        self.runtime = runtime
         let proxy = runtime.context
         self.proxy = proxy
         self.cacheResponder = CacheResponder(proxy.configuration)
@@ -193,7 +189,6 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     private func requestTimedOut() {
         requestDeadline = nil
         guard let context, !requestEnded else { return }
-        resetsAfterResponse = true
         guard !response.headWritten else { return context.close(promise: nil) }
         proxy.logger.info(
             "request timed out while being read",
@@ -230,9 +225,9 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
         }
     }
 
-    func closeAfterResponse() {
-        resetsAfterResponse = true
-    }
+    /// Nothing to do: whenever a stream's response ends before its request, the rest of the request is dropped
+    /// (``finishStream()``); the connection and its other streams go on.
+    func closeAfterResponse() {}
 
     /// The response is out: the stream ends once the request has too. The rest of a request answered before it was
     /// whole is read and dropped, as HTTP/1.1's lingering close does, so the client reads its answer rather than a

@@ -153,6 +153,23 @@ extension EntryPresentation {
     }
 }
 
+extension RequestTally {
+    /// Counts a stored entry sent in `form`, as `presentation` presents it, and the body bytes the form saved when
+    /// it went out whole in a coding: what every wire records of a stored response.
+    func countStoredForm(
+        of entry: CachedResponse,
+        _ form: borrowing StoredForm,
+        _ presentation: EntryPresentation,
+        sendsBody: Bool
+    ) {
+        let whole = sendsBody && presentation.range == nil
+        countStoredForm(
+            presentation.coding,
+            savedBytes: whole && presentation.coding != nil ? entry.bodyLength - form.bodyLength : 0
+        )
+    }
+}
+
 extension ResponseSink {
     /// Writes a backend response that was not stored, its fields changed as `clientFields` says.
     func write(

@@ -61,11 +61,7 @@ struct HTTP1ResponseWriter {
         return entry.withForm(presentation.coding) { form in
             let bodyBytes = sendsBody ? presentation.bodyRange(of: form).count : 0
             account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
-            let whole = sendsBody && presentation.range == nil
-            requests.countStoredForm(
-                presentation.coding,
-                savedBytes: whole && presentation.coding != nil ? entry.bodyLength - form.bodyLength : 0
-            )
+            requests.countStoredForm(of: entry, form, presentation, sendsBody: sendsBody)
             // Beyond the stored lines: the status line and `Accept-Ranges`, Age, X-Cache, Cache-Status and
             // Connection, with room to spare.
             var buffer = buffers.buffer(minimumCapacity: form.encodedHeadCount + 320 + bodyBytes)
