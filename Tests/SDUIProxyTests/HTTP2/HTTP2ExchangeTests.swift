@@ -26,12 +26,7 @@ struct HTTP2ExchangeTests {
         try await ProxyHarness.run(behind: hinting) { proxy, _ async throws in
             let client = try await RawConnection(port: proxy.server.publicPort)
             var bytes = HTTP2Wire.connectionStart()
-            var headers = HTTP2Wire.frame(
-                .headers,
-                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
-                stream: 1,
-                payload: HTTP2Wire.requestBlock(path: "/screens/hinted")
-            )
+            var headers = HTTP2Wire.request(stream: 1, path: "/screens/hinted")
             bytes.writeBuffer(&headers)
             try await client.send(bytes)
             let received = try await client.received { bytes in

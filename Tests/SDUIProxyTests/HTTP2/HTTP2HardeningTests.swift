@@ -36,12 +36,7 @@ struct HTTP2HardeningTests {
             for index in 0..<300 {
                 let stream = UInt32(2 * index + 1)
                 let method = index.isMultiple(of: 2) ? "GET" : "DELETE"
-                var headers = HTTP2Wire.frame(
-                    .headers,
-                    flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
-                    stream: stream,
-                    payload: HTTP2Wire.requestBlock(method: method, path: "/screens/reset-\(index)")
-                )
+                var headers = HTTP2Wire.request(stream: stream, method: method, path: "/screens/reset-\(index)")
                 var reset = HTTP2Wire.rstStream(stream)
                 burst.writeBuffer(&headers)
                 burst.writeBuffer(&reset)
@@ -64,19 +59,9 @@ struct HTTP2HardeningTests {
         try await ProxyHarness.run { proxy in
             let client = try await RawConnection(port: proxy.server.publicPort)
             var bytes = HTTP2Wire.connectionStart()
-            var good = HTTP2Wire.frame(
-                .headers,
-                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
-                stream: 1,
-                payload: HTTP2Wire.requestBlock(path: "/screens/a")
-            )
+            var good = HTTP2Wire.request(stream: 1, path: "/screens/a")
             // An upper-case field name: malformed in HTTP/2 (RFC 9113 section 8.2.1).
-            var bad = HTTP2Wire.frame(
-                .headers,
-                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
-                stream: 3,
-                payload: HTTP2Wire.requestBlock(path: "/screens/b", fields: [("X-Bad", "1")])
-            )
+            var bad = HTTP2Wire.request(stream: 3, path: "/screens/b", fields: [("X-Bad", "1")])
             bytes.writeBuffer(&good)
             bytes.writeBuffer(&bad)
             try await client.send(bytes)
@@ -88,12 +73,7 @@ struct HTTP2HardeningTests {
                     && frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 3 }
             }
             #expect(Self.goAway(in: frames) == nil)
-            let again = HTTP2Wire.frame(
-                .headers,
-                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
-                stream: 5,
-                payload: HTTP2Wire.requestBlock(path: "/screens/a")
-            )
+            let again = HTTP2Wire.request(stream: 5, path: "/screens/a")
             try await client.send(again)
             let later = try await Self.frames(on: client) { ended($0, 5) }
             #expect(!client.isClosed)
@@ -259,12 +239,7 @@ struct HTTP2HardeningTests {
             let client = try await RawConnection(port: proxy.server.publicPort)
             // SETTINGS_INITIAL_WINDOW_SIZE (4): 1,000 bytes a stream.
             var bytes = HTTP2Wire.connectionStart(settings: [(0x4, 1_000)])
-            var headers = HTTP2Wire.frame(
-                .headers,
-                flags: HTTP2Wire.endStream | HTTP2Wire.endHeaders,
-                stream: 1,
-                payload: HTTP2Wire.requestBlock(path: "/screens/large")
-            )
+            var headers = HTTP2Wire.request(stream: 1, path: "/screens/large")
             bytes.writeBuffer(&headers)
             try await client.send(bytes)
             let dataBytes: ([HTTP2Wire.Frame]) -> Int = { frames in
@@ -300,11 +275,12 @@ struct HTTP2HardeningTests {
             let client = try await RawConnection(port: proxy.server.publicPort)
             var bytes = HTTP2Wire.connectionStart()
             // A POST whose body never comes.
-            var headers = HTTP2Wire.frame(
-                .headers,
-                flags: HTTP2Wire.endHeaders,
+            var headers = HTTP2Wire.request(
                 stream: 1,
-                payload: HTTP2Wire.requestBlock(method: "POST", path: "/api/orders", fields: [("content-length", "10")])
+                method: "POST",
+                path: "/api/orders",
+                fields: [("content-length", "10")],
+                endStream: false
             )
             bytes.writeBuffer(&headers)
             try await client.send(bytes)

@@ -115,6 +115,23 @@ enum HTTP2Wire {
         block.writeString(text)
     }
 
+    /// A request's HEADERS frame on `stream`, its block ``requestBlock(method:path:fields:)``; END_HEADERS always,
+    /// END_STREAM when `endStream`.
+    static func request(
+        stream: UInt32,
+        method: String = "GET",
+        path: String,
+        fields: [(String, String)] = [],
+        endStream: Bool = true
+    ) -> ByteBuffer {
+        frame(
+            .headers,
+            flags: endHeaders | (endStream ? Self.endStream : 0),
+            stream: stream,
+            payload: requestBlock(method: method, path: path, fields: fields)
+        )
+    }
+
     static func rstStream(_ stream: UInt32, code: UInt32 = cancel) -> ByteBuffer {
         var payload = ByteBuffer()
         payload.writeInteger(code)
