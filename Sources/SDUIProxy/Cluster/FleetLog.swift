@@ -49,6 +49,9 @@ public actor FleetLog: Service {
     /// The tasks running work items and the timers, by an id of their own.
     private var running: [Int: Task<Void, Never>] = [:]
     private var nextTaskID = 0
+    /// Set when the shutdown cancels the running work: nothing starts after. A connect that fails because it was
+    /// cancelled would otherwise schedule a reconnect that outlives the replica, on event loops shut down by then.
+    private var isStopped = false
     /// Failed connection attempts since the last connection: the first failure is a warning, the retries that
     /// follow are not logged again until one succeeds.
     private var failedAttempts = 0
@@ -103,6 +106,7 @@ public actor FleetLog: Service {
         }
         // Closing the connection fails whatever still runs on it. What does not end within the query timeout
         // anyway (a PostgreSQL that stopped answering) is left behind: a shutdown must not wait on the database.
+        isStopped = true
         let tasks = Array(running.values)
         running = [:]
         for task in tasks { task.cancel() }
@@ -119,6 +123,7 @@ public actor FleetLog: Service {
 
     /// Runs `operation` in a task of its own, tracked until it ends so a shutdown can cancel it.
     private func start(_ operation: @escaping @Sendable () async -> Void) {
+        guard !isStopped else { return }
         nextTaskID += 1
         let id = nextTaskID
         running[id] = Task {
@@ -130,6 +135,9 @@ public actor FleetLog: Service {
     private func ended(_ id: Int) {
         running.removeValue(forKey: id)
     }
+
+    /// How many work items and timers run now: none once ``run()`` has returned.
+    var runningWorkCount: Int { running.count }
 
     /// Waits until `tasks` have all ended, or `limit` has passed, whichever comes first.
     private static func waitForAll(_ tasks: [Task<Void, Never>], upTo limit: Duration) async {
@@ -201,6 +209,9 @@ public actor FleetLog: Service {
     }
 
     private func perform(_ item: Work) async {
+        // A task made before the shutdown may only now get its turn (a busy process runs tasks late): too late
+        // to start anything, least of all a connection on event loops that may be shut down by now.
+        guard !isStopped else { return }
         switch item {
         case .connect(let generation):
             await connectAndListen(generation)
@@ -274,6 +285,8 @@ public actor FleetLog: Service {
     }
 
     private func write(_ payload: FleetLogEntry.Payload) async -> (fanOut: FanOut, id: Int64?) {
+        // Nothing is written once the log has stopped, so nothing is waited for.
+        guard !isStopped else { return (.pending, nil) }
         let made = follower.made(payload)
         execute(made.actions)
         guard made.writing else { return (.pending, nil) }
@@ -367,7 +380,8 @@ public actor FleetLog: Service {
     }
 
     private func connectionLost(_ generation: Int, _ error: (any Error)?) {
-        guard generation == self.generation else { return }
+        // At shutdown the connection is closed on purpose, and nothing is tried again.
+        guard generation == self.generation, !isStopped else { return }
         // Anything still running on the connection reports with this generation, and is ignored.
         self.generation += 1
         if let connection {

@@ -291,6 +291,21 @@ struct FleetLogTests {
         for replica in replicas { await replica.stop() }
     }
 
+    @Test(
+        "once a replica's log has stopped, an invalidation made there is answered pending at once, not waited on",
+        .timeLimit(.minutes(1))
+    )
+    func anInvalidationAfterStopIsPending() async throws {
+        let url = try await #require(PostgresTestServer.current).makeDatabase()
+        let replicas = try await Self.replicas(["a"], url: url) { _, settings in
+            // Were it waited on, the test's time limit would end it first.
+            settings.recordWait = .seconds(3600)
+        }
+        await replicas[0].stop()
+        #expect(await replicas[0].log.invalidated(CacheInvalidation(.prefix("/screens/"))) == .pending)
+        #expect(await replicas[0].log.runningWorkCount == 0)
+    }
+
     /// Its own server: it is stopped and started again.
     @Test("with PostgreSQL down a replica keeps invalidating here, says pending, and writes it all once it is back")
     func postgresDownAndBack() async throws {

@@ -1,4 +1,8 @@
+import Logging
+import NIOCore
 import NIOHTTP1
+import NIOPosix
+import PostgresNIO
 import SDUIProxyCore
 import Testing
 
@@ -36,5 +40,37 @@ struct FleetWithoutPostgresTests {
             #expect(cluster.contains(#""replica":"alone","connected":false"#), "\(cluster)")
             #expect(cluster.contains(#""pending":1"#), "\(cluster)")
         }
+    }
+
+    @Test("a shutdown during a connect that hangs starts nothing after: no reconnect outlives the replica")
+    func shutdownDuringAConnectStartsNothing() async throws {
+        // A PostgreSQL that accepts and never answers: the log's connect is in flight until it is cancelled.
+        let accepted = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: Void.self)
+        let silent = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { _ in
+                accepted.succeed(())
+                return MultiThreadedEventLoopGroup.singleton.next().makeSucceededVoidFuture()
+            }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        var settings = FleetLog.Settings(replicaName: "leaving")
+        // The reconnect a cancelled connect would schedule waits long enough to be seen still there.
+        settings.reconnectDelays = (.seconds(3600), .seconds(3600))
+        let log = FleetLog(
+            configuration: try PostgresConnectionSettings.connectionConfiguration(
+                try PostgresURL(parsing: "postgres://sdui:pw@127.0.0.1:\(silent.localAddress!.port!)/sdui"),
+                connectTimeout: .seconds(3600)
+            ),
+            settings: settings,
+            appliers: FleetLog.Appliers(invalidate: { _ in 0 }, prefetch: { _ in }),
+            eventLoop: MultiThreadedEventLoopGroup.singleton.any(),
+            logger: Logger(label: "sdui-proxy.tests.fleet") { _ in SwiftLogNoOpLogHandler() }
+        )
+        let running = Task { try await log.run() }
+        try await accepted.futureResult.get()
+        running.cancel()
+        try await running.value
+        #expect(await log.runningWorkCount == 0)
+        try await silent.close()
     }
 }
