@@ -82,7 +82,7 @@ struct PostgresTestServerTests {
 @Suite(
     "a throwaway PostgreSQL server stopped and started again",
     .enabled(if: PostgresTestServer.isAvailable, PostgresTestServer.unavailableReason),
-    .postgresServer
+    .ownPostgresServer
 )
 struct PostgresTestServerRestartTests {
     @Test("after stop and start on the same port, the data written before is there")

@@ -26,6 +26,7 @@ struct PostgresQueueStoreTests {
         _ url: PostgresURL,
         leaseTimeout: Duration = .seconds(30),
         cleanupInterval: Duration = .seconds(3600),
+        operationTimeout: Duration = .seconds(30),
         registry: PrometheusCollectorRegistry? = nil
     ) -> PostgresQueueStore {
         var settings = PostgresQueueStore.Settings(
@@ -33,7 +34,9 @@ struct PostgresQueueStoreTests {
             leaseTimeout: leaseTimeout,
             cleanupInterval: cleanupInterval
         )
-        settings.operationTimeout = .seconds(3)
+        // Long by default: a machine starting hundreds of tests at once has kept a login waiting for seconds, and
+        // only the test of a stopped database looks at how soon an operation gives up.
+        settings.operationTimeout = operationTimeout
         return PostgresQueueStore(
             url: url,
             replicaName: name,
@@ -419,9 +422,11 @@ struct PostgresQueueStoreTests {
 
     @Test("with PostgreSQL stopped, operations fail within their timeout; once it is back, nothing was lost")
     func databaseDownAndBack() async throws {
-        let server = try #require(PostgresTestServer.current)
+        // A server of its own: the suites sharing the process's keep theirs running. (Should the test throw, the
+        // server's deinit stops it.)
+        let server = try await PostgresTestServer.start()
         let url = try await server.makeDatabase()
-        let a = store("a", url)
+        let a = store("a", url, operationTimeout: .seconds(3))
         try await closing([a]) {
             try await a.insert(entry("before"))
             try await server.stop()
@@ -444,5 +449,6 @@ struct PostgresQueueStoreTests {
             try await a.insert(entry("after"))
             #expect(try await a.pendingCount() == 2)
         }
+        await server.shutdown()
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOPosix
 import PostgresNIO
 import SDUIProxy
 import SDUIProxyCore
@@ -40,6 +41,16 @@ final class PostgresTestServer: Sendable {
 
     /// The server of the running suite (see ``PostgresServerScope``).
     @TaskLocal static var current: PostgresTestServer?
+
+    /// The event loop of every connection the tests make to a test server, their own and the stores' under test:
+    /// a loop no test origin or proxy shares, so a login is not queued behind the work of the hundreds of
+    /// tests that run beside it.
+    static let eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    /// How long the tests' own connections (to make a database, to look at rows) may take to log in. They wait
+    /// for a server that is known to run, so this only keeps a test from hanging: a machine starting hundreds
+    /// of tests at once has kept a login waiting for seconds.
+    static let fixtureConnectTimeout: Duration = .seconds(60)
 
     /// The superuser and its password, in the `postgres` database.
     let url: PostgresURL
@@ -116,7 +127,7 @@ final class PostgresTestServer: Sendable {
             [
                 "-D", directory + "/data", "-p", String(port), "-k", directory + "/sock",
                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                "-c", "full_page_writes=off", "-c", "max_connections=60", "-c", "shared_buffers=16MB",
+                "-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "shared_buffers=16MB",
             ]
         )
         process.withLockedValue { $0 = postgres }
@@ -175,8 +186,9 @@ final class PostgresTestServer: Sendable {
             configuration: PostgresConnectionSettings.clientConfiguration(
                 url ?? self.url,
                 applicationName: applicationName,
-                connectTimeout: .seconds(5)
+                connectTimeout: Self.fixtureConnectTimeout
             ),
+            eventLoopGroup: Self.eventLoopGroup,
             backgroundLogger: Self.logger
         )
     }
@@ -206,9 +218,14 @@ final class PostgresTestServer: Sendable {
         let configuration = try PostgresConnectionSettings.connectionConfiguration(
             url ?? self.url,
             applicationName: applicationName,
-            connectTimeout: .seconds(5)
+            connectTimeout: Self.fixtureConnectTimeout
         )
-        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: Self.logger)
+        let connection = try await PostgresConnection.connect(
+            on: Self.eventLoopGroup.next(),
+            configuration: configuration,
+            id: 0,
+            logger: Self.logger
+        )
         do {
             let result = try await body(connection)
             try? await connection.close()
@@ -319,31 +336,4 @@ final class PostgresTestServer: Sendable {
         }
         throw Failure("no free loopback port: \(lastError.map { "\($0)" } ?? "")")
     }
-}
-
-/// Starts one ``PostgresTestServer`` for a whole suite, makes it ``PostgresTestServer/current`` for the suite's
-/// tests, and shuts it down when they have run.
-struct PostgresServerScope: SuiteTrait, TestScoping {
-    var isRecursive: Bool { false }
-
-    func provideScope(
-        for test: Test,
-        testCase: Test.Case?,
-        performing function: @Sendable () async throws -> Void
-    ) async throws {
-        guard PostgresTestServer.isAvailable else { return try await function() }
-        let server = try await PostgresTestServer.start()
-        do {
-            try await PostgresTestServer.$current.withValue(server) { try await function() }
-        } catch {
-            await server.shutdown()
-            throw error
-        }
-        await server.shutdown()
-    }
-}
-
-extension Trait where Self == PostgresServerScope {
-    /// A PostgreSQL server for the suite: ``PostgresTestServer/current`` in its tests.
-    static var postgresServer: Self { Self() }
 }
