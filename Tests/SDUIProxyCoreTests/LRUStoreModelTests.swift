@@ -42,11 +42,12 @@ struct LRUStoreModelTests {
     }
 
     @Test("random inserts, lookups and removals leave the store as the model", arguments: [1, 2, 3, 4, 5, 6, 7, 8])
-    func randomSequences(seed: UInt64) {
+    func randomSequences(seed: UInt64) async {
         var random = SplitMix64(seed: seed)
         var store = LRUStore<CollidingKey, Int>(costLimit: 400, countLimit: 40)
         var model = Model(costLimit: 400, countLimit: 40)
         for step in 0..<4_000 {
+            if step % 200 == 0 { await CPUBoundTest.yieldToOtherTests() }
             let key = Int(random.next() % 90)
             switch random.next() % 10 {
             case 0, 1, 2, 3:

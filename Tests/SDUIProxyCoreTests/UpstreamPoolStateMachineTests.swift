@@ -574,9 +574,10 @@ struct UpstreamPoolStateMachineTests {
         "random sequences of events keep the limit and the forwards' share, and every waiter ends exactly once",
         arguments: [(1, 1), (2, 2), (3, 3), (5, 5), (2, 1), (4, 2), (5, 1), (5, 3)]
     )
-    func randomSequences(limit: Int, forwardLimit: Int) {
+    func randomSequences(limit: Int, forwardLimit: Int) async {
         var random = SplitMix64(seed: 0x9001 &+ UInt64(limit) &+ UInt64(forwardLimit) << 8)
         for _ in 0..<40 {
+            await CPUBoundTest.yieldToOtherTests()
             var pool = Pool(limit: limit, forwardLimit: forwardLimit)
             var driver = Driver()
             func pick<T>(_ items: [T]) -> T? {
