@@ -56,6 +56,30 @@ struct ProxyHarness {
         logger: Logger = ProxyHarness.logger,
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
+        try await EndToEndSlots.withSlot {
+            try await run(
+                originResponder: responder,
+                originTLS: originTLS,
+                configure: configure,
+                adminToken: adminToken,
+                eventLoopGroup: eventLoopGroup,
+                tuning: tuning,
+                logger: logger,
+                body
+            )
+        }
+    }
+
+    private static func run(
+        originResponder responder: @escaping TestOrigin.Responder,
+        originTLS: NIOSSLContext?,
+        configure: ((inout ProxyConfiguration) -> Void)?,
+        adminToken: String?,
+        eventLoopGroup: (any EventLoopGroup)?,
+        tuning: ProxyServer.Tuning,
+        logger: Logger,
+        _ body: (ProxyHarness) async throws -> Void
+    ) async throws {
         let origin = try await TestOrigin(tls: originTLS, responder: responder)
         var configuration = testConfiguration(upstream: origin.url)
         configure?(&configuration)
