@@ -1,0 +1,113 @@
+import NIOCore
+import NIOEmbedded
+import NIOPosix
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// A cache fill on one upstream connection, driven through an `EmbeddedChannel`: the response's framing however
+/// the backend's bytes are split, a backend that closes mid-body, interim responses before the head, a reused
+/// connection found stale as the request goes out, and the limits of size and time.
+@Suite("A cache fill on a loop-local connection")
+struct UpstreamConnectionHandlerTests {
+    typealias Fixture = UpstreamConnectionFixture
+
+    private func failure(of outcome: Fixture.FillOutcome) -> ProxyError? {
+        guard case .failure(let error)? = outcome.result else { return nil }
+        return error as? ProxyError
+    }
+
+    @Test("a response split anywhere is read whole, and the connection then carries the next exchange")
+    func framingAcrossReads() throws {
+        let fixture = try Fixture()
+        let first = fixture.fetch()
+        #expect(try fixture.written() == "GET /screen HTTP/1.1\r\nHost: x\r\n\r\n")
+        for piece in ["HTTP/1.1 200 OK\r\nContent-Le", "ngth: 5\r", "\n\r\nhe", "llo"] {
+            #expect(first.result == nil)
+            try fixture.receive(piece)
+        }
+        #expect(String(buffer: try #require(try first.result?.get()).body) == "hello")
+        #expect(fixture.handler.isUsable)
+
+        let second = fixture.fetch()
+        #expect(try fixture.written() == "GET /screen HTTP/1.1\r\nHost: x\r\n\r\n")
+        try fixture.receive("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+        #expect(String(buffer: try #require(try second.result?.get()).body) == "ok")
+        #expect(fixture.handler.isUsable)
+    }
+
+    @Test("a backend that closes mid-body fails the fill, which is not sent again even on a reused connection")
+    func closedMidBody() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.fetch(retryIfStale: true)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabcd")
+        try fixture.channel.close().wait()
+        #expect(failure(of: outcome) == ProxyError(.network, "the backend closed the connection"))
+        #expect(!fixture.handler.isUsable)
+    }
+
+    @Test("interim responses before the head are let go, and the final response is the fill's")
+    func interimBeforeHead() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.fetch()
+        try fixture.receive("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+        #expect(outcome.result == nil)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        let response = try #require(try outcome.result?.get())
+        #expect(response.status == .ok)
+        #expect(String(buffer: response.body) == "ok")
+    }
+
+    @Test("a reused connection reset before any byte of the answer sends the fill again; a new one does not")
+    func staleOnFirstWrite() throws {
+        let reused = try Fixture()
+        let resent = reused.fetch(retryIfStale: true)
+        reused.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
+        reused.loop.run()
+        // Sent again, on a connection the embedded loop cannot open: the failure is that connection's, not the
+        // reset's.
+        let resentFailure = try #require(failure(of: resent))
+        #expect(!resentFailure.message.contains("connection reset"), "\(resentFailure)")
+
+        let new = try Fixture()
+        let reset = new.fetch(retryIfStale: false)
+        new.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
+        new.loop.run()
+        let resetFailure = try #require(failure(of: reset))
+        #expect(resetFailure.message.contains("connection reset"), "\(resetFailure)")
+        #expect(!new.channel.isActive)
+    }
+
+    @Test("a declared length past the fill's limit fails it at the head and closes the connection")
+    func tooLargeAtTheHead() throws {
+        let fixture = try Fixture()
+        let outcome = fixture.fetch(maxBodyBytes: 4)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+        #expect(failure(of: outcome)?.kind == .upstreamTooLarge)
+        fixture.loop.run()
+        #expect(!fixture.channel.isActive)
+    }
+
+    @Test("no head by the deadline times the fill out; a body that stops for bodyIdleTimeout stalls it")
+    func deadlines() throws {
+        let waiting = try Fixture()
+        let timedOut = waiting.fetch()
+        waiting.loop.advanceTime(by: .seconds(4))
+        #expect(timedOut.result == nil)
+        waiting.loop.advanceTime(by: .seconds(1))
+        #expect(failure(of: timedOut) == ProxyError(.timeout, "the backend did not answer in time"))
+        #expect(!waiting.channel.isActive)
+
+        let stalling = try Fixture()
+        let stalled = stalling.fetch()
+        try stalling.receive("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")
+        // Past the head's deadline: the body's idle limit (30 s from its last part) is what counts now.
+        stalling.loop.advanceTime(by: .seconds(20))
+        try stalling.receive("cd")
+        stalling.loop.advanceTime(by: .seconds(29))
+        #expect(stalled.result == nil)
+        stalling.loop.advanceTime(by: .seconds(1))
+        #expect(failure(of: stalled) == ProxyError(.timeout, "the backend stopped sending its response"))
+    }
+}
