@@ -164,7 +164,7 @@ struct ForwardedExchangeTests {
         let outcome = fixture.fetch(retryIfStale: true)
         try fixture.receive("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
         try fixture.channel.close().wait()
-        // Sent again, it would fail to connect on this loop; not sent again, it fails with the close.
+        #expect(fixture.pool.ended.map(\.wouldResend) == [false])
         guard case .failure(let error)? = outcome.result else {
             Issue.record("the fill did not fail: \(String(describing: outcome.result))")
             return

@@ -44,6 +44,8 @@ struct UpstreamConnectionHandlerTests {
         try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabcd")
         try fixture.channel.close().wait()
         #expect(failure(of: outcome) == ProxyError(.network, "the backend closed the connection"))
+        #expect(fixture.pool.ended.map(\.wouldResend) == [false])
+        #expect(fixture.pool.closed == 1)
         #expect(!fixture.handler.isUsable)
     }
 
@@ -62,21 +64,29 @@ struct UpstreamConnectionHandlerTests {
     @Test("a reused connection reset before any byte of the answer sends the fill again; a new one does not")
     func staleOnFirstWrite() throws {
         let reused = try Fixture()
-        let resent = reused.fetch(retryIfStale: true)
+        _ = reused.fetch(retryIfStale: true)
         reused.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
         reused.loop.run()
-        // Sent again, on a connection the embedded loop cannot open: the failure is that connection's, not the
-        // reset's.
-        let resentFailure = try #require(failure(of: resent))
-        #expect(!resentFailure.message.contains("connection reset"), "\(resentFailure)")
+        #expect(reused.pool.ended.map(\.wouldResend) == [true])
 
         let new = try Fixture()
         let reset = new.fetch(retryIfStale: false)
         new.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
         new.loop.run()
+        #expect(new.pool.ended.map(\.wouldResend) == [false])
         let resetFailure = try #require(failure(of: reset))
         #expect(resetFailure.message.contains("connection reset"), "\(resetFailure)")
         #expect(!new.channel.isActive)
+    }
+
+    @Test("a reused connection answered in part before the reset does not send the fill again")
+    func noResendAfterBytes() throws {
+        let fixture = try Fixture()
+        _ = fixture.fetch(retryIfStale: true)
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Le")
+        fixture.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
+        fixture.loop.run()
+        #expect(fixture.pool.ended.map(\.wouldResend) == [false])
     }
 
     @Test("a declared length past the fill's limit fails it at the head and closes the connection")
@@ -109,5 +119,32 @@ struct UpstreamConnectionHandlerTests {
         #expect(stalled.result == nil)
         stalling.loop.advanceTime(by: .seconds(1))
         #expect(failure(of: stalled) == ProxyError(.timeout, "the backend stopped sending its response"))
+    }
+
+    @Test("a connection does not keep its pool alive; when the pool is gone, the exchange's caller still hears")
+    func poolGone() throws {
+        let loop = EmbeddedEventLoop()
+        var pool: Fixture.RecordingPool? = Fixture.RecordingPool()
+        weak let released = pool
+        let handler = UpstreamConnectionHandler(eventLoop: loop, pool: pool!, id: .init(0))
+        pool = nil
+        #expect(released == nil)
+        let channel = EmbeddedChannel(handler: handler, loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let outcome = Fixture.FillOutcome()
+        let exchange = LoopLocalHTTPClient.Exchange(
+            request: ByteBuffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+            isHEAD: false,
+            mayResend: false,
+            maxBodyBytes: 100,
+            budget: nil,
+            deadline: loop.now + .seconds(5),
+            bodyIdleTimeout: .seconds(30),
+            interim: nil
+        )
+        handler.send(exchange, retryIfStale: false) { outcome.result = $0 }
+        try channel.writeInbound(ByteBuffer(string: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+        #expect(String(buffer: try #require(try outcome.result?.get()).body) == "ok")
+        _ = try channel.finish()
     }
 }

@@ -11,7 +11,7 @@ import SDUIProxyCore
 /// Confined to its event loop: it is created with the client (for the group's loops) or under the client's
 /// lock (for others), and otherwise used from ``run(_:completion:)``, ``closeAll()`` and its connections'
 /// callbacks, which run on that loop (checked where it is entered from outside).
-final class PoolState: @unchecked Sendable {
+final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
     typealias ConnectionID = UpstreamPoolStateMachine.ConnectionID
     typealias WaiterID = UpstreamPoolStateMachine.WaiterID
 

@@ -44,9 +44,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private let eventLoop: any EventLoop
     /// What the pool knows this connection as.
     let id: UpstreamPoolStateMachine.ConnectionID
-    /// The pool this connection belongs to, and reports to. A strong reference: the pool holds a
-    /// connection only until it is reported closed.
-    private let pool: PoolState
+    /// The pool this connection belongs to, and reports to. Not kept alive by the connection: a pool that is gone
+    /// (its client shut down) has nothing left to learn.
+    private weak var pool: (any UpstreamConnectionEvents)?
     private var context: ChannelHandlerContext?
     /// The decisions: deadlines, limits, keep-alive, retries, reading paused for a client.
     private var state = UpstreamExchangeStateMachine()
@@ -64,7 +64,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     /// Whether the channel asked to read while reading waited for a client.
     private var readWanted = false
 
-    init(eventLoop: any EventLoop, pool: PoolState, id: UpstreamPoolStateMachine.ConnectionID) {
+    init(eventLoop: any EventLoop, pool: any UpstreamConnectionEvents, id: UpstreamPoolStateMachine.ConnectionID) {
         self.eventLoop = eventLoop
         self.pool = pool
         self.id = id
@@ -285,7 +285,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         let action = state.channelClosed(bodyEndsWithConnection: parser.bodyEndsWithConnection)
         // The socket is closed: the pool counts the connection out now, before the exchange in flight ends, so
         // a retry of that exchange finds the room the connection left.
-        pool.connectionClosed(id)
+        pool?.connectionClosed(id)
         switch action {
         case .finishBodyAtClose:
             if let part = try? parser.finish() {
@@ -362,6 +362,10 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         // The body is the caller's from here on; the fetcher stores it (under cache.maxBytes) or passes it on
         // within the same turn of the loop.
         inFlight.exchange.budget?.release(inFlight.reserved)
+        guard let pool else {
+            // The client shut down: no one waits for a connection any more, but the caller still does.
+            return inFlight.completion(result.mapError { PoolState.proxyError($0) })
+        }
         pool.exchangeEnded(result, on: self, inFlight.exchange, retryIfStale: retryIfStale, inFlight.completion)
     }
 

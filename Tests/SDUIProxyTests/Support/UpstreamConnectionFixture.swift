@@ -15,15 +15,10 @@ struct UpstreamConnectionFixture {
     let reads = ReadCounter()
     let writes = WriteHolder()
     let sink: RecordingSink
+    /// What the connection told its pool.
+    let pool = RecordingPool()
 
     init() throws {
-        let pool = PoolState(
-            eventLoop: loop,
-            host: "127.0.0.1",
-            port: 1,
-            connectTimeout: .seconds(1),
-            maximumConnections: 1
-        )
         handler = UpstreamConnectionHandler(eventLoop: loop, pool: pool, id: .init(0))
         channel = EmbeddedChannel(loop: loop)
         sink = RecordingSink(eventLoop: loop)
@@ -63,8 +58,7 @@ struct UpstreamConnectionFixture {
     }
 
     /// Sends a cache fill's GET on the connection; its outcome is recorded in the returned box. With
-    /// `retryIfStale`, as on a reused connection: a close before any answer sends it again, on a connection the
-    /// embedded loop cannot open.
+    /// `retryIfStale`, as on a reused connection, whose pool may send it again (see ``RecordingPool``).
     func fetch(retryIfStale: Bool = false, maxBodyBytes: Int = 1 << 20) -> FillOutcome {
         let exchange = LoopLocalHTTPClient.Exchange(
             request: ByteBuffer(string: "GET /screen HTTP/1.1\r\nHost: x\r\n\r\n"),
@@ -161,5 +155,39 @@ struct UpstreamConnectionFixture {
         weak var exchange: ForwardedExchange?
         var succeeded: Bool { if case .success = result { true } else { false } }
         var failure: (any Error)? { if case .failure(let error) = result { error } else { nil } }
+    }
+
+    /// A pool that records what its connection tells it, and passes each exchange's end to its caller as the
+    /// pool does, without sending anything again: whether it would have is in ``ended``.
+    final class RecordingPool: UpstreamConnectionEvents, @unchecked Sendable {
+        struct Ended {
+            var result: Result<UpstreamResponse, any Error>
+            var retryIfStale: Bool
+            /// Whether the pool would send the exchange again on another connection.
+            var wouldResend: Bool {
+                if case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) = result {
+                    return retryIfStale
+                }
+                return false
+            }
+        }
+
+        var ended: [Ended] = []
+        var closed = 0
+
+        func exchangeEnded(
+            _ result: Result<UpstreamResponse, any Error>,
+            on connection: UpstreamConnectionHandler,
+            _ exchange: LoopLocalHTTPClient.Exchange,
+            retryIfStale: Bool,
+            _ completion: @escaping PoolState.Completion
+        ) {
+            ended.append(Ended(result: result, retryIfStale: retryIfStale))
+            completion(result.mapError { PoolState.proxyError($0) })
+        }
+
+        func connectionClosed(_ id: UpstreamPoolStateMachine.ConnectionID) {
+            closed += 1
+        }
     }
 }
