@@ -59,13 +59,13 @@ struct UpstreamConnectionFixture {
 
     /// Sends a cache fill's GET on the connection; its outcome is recorded in the returned box. With
     /// `retryIfStale`, as on a reused connection, whose pool may send it again (see ``RecordingPool``).
-    func fetch(retryIfStale: Bool = false, maxBodyBytes: Int = 1 << 20) -> FillOutcome {
+    func fetch(retryIfStale: Bool = false, maxBodyBytes: Int = 1 << 20, budget: ByteBudget? = nil) -> FillOutcome {
         let exchange = LoopLocalHTTPClient.Exchange(
             request: ByteBuffer(string: "GET /screen HTTP/1.1\r\nHost: x\r\n\r\n"),
             isHEAD: false,
             mayResend: false,
             maxBodyBytes: maxBodyBytes,
-            budget: nil,
+            budget: budget,
             deadline: loop.now + .seconds(5),
             bodyIdleTimeout: .seconds(30),
             interim: nil
@@ -174,6 +174,8 @@ struct UpstreamConnectionFixture {
 
         var ended: [Ended] = []
         var closed = 0
+        /// What the connection told, in order: `ended` and `closed`.
+        var told: [String] = []
 
         func exchangeEnded(
             _ result: Result<UpstreamResponse, any Error>,
@@ -183,11 +185,13 @@ struct UpstreamConnectionFixture {
             _ completion: @escaping PoolState.Completion
         ) {
             ended.append(Ended(result: result, retryIfStale: retryIfStale))
+            told.append("ended")
             completion(result.mapError { PoolState.proxyError($0) })
         }
 
         func connectionClosed(_ id: UpstreamPoolStateMachine.ConnectionID) {
             closed += 1
+            told.append("closed")
         }
     }
 }
