@@ -197,7 +197,8 @@ struct LoopLocalHTTPClientTests {
             configuration: configuration,
             eventLoopGroup: MultiThreadedEventLoopGroup.singleton
         )
-        try await shuttingDown(client) { try await body(client) }
+        // In an end-to-end slot: these tests time the client against a real origin (see EndToEndSlots).
+        try await EndToEndSlots.withSlot { try await shuttingDown(client) { try await body(client) } }
         try await origin.stop()
     }
 
