@@ -13,6 +13,7 @@ extension FleetLog {
     static func make(
         for configuration: ProxyConfiguration,
         recordWait: Duration,
+        queryTimeout: Duration = Settings.defaultQueryTimeout,
         cache: ResponseCache,
         prefetcher: PrefetcherSlot,
         metrics: ProxyMetrics,
@@ -26,6 +27,7 @@ extension FleetLog {
         let prefetchLogger = logger
         var settings = Settings(replicaName: replicaName)
         settings.recordWait = recordWait
+        settings.queryTimeout = queryTimeout
         return FleetLog(
             configuration: try PostgresConnectionSettings.connectionConfiguration(
                 url,

@@ -34,7 +34,9 @@ extension FleetLog {
         public static let defaultRecordWait: Duration = .seconds(2)
         /// How long a read or write of the log may take before its connection is taken for dead and closed: a
         /// half-open connection (a server that vanished without closing it) answers nothing, ever.
-        public var queryTimeout: Duration = .seconds(5)
+        public var queryTimeout = Settings.defaultQueryTimeout
+        /// ``queryTimeout`` unless set.
+        public static let defaultQueryTimeout: Duration = .seconds(5)
 
         public init(replicaName: String) {
             self.replicaName = replicaName

@@ -138,6 +138,9 @@ public final class ProxyServer: Sendable {
         /// How long a purge or a fleet prefetch waits for the fleet's log to take it before answering `pending`
         /// (``FleetLog/Settings/recordWait``).
         var fleetRecordWait = FleetLog.Settings.defaultRecordWait
+        /// How long a query of the fleet's log may take before its connection is taken for dead
+        /// (``FleetLog/Settings/queryTimeout``).
+        var fleetQueryTimeout = FleetLog.Settings.defaultQueryTimeout
         /// Runs the warm-up's refreshes and retries; nil runs them on the event loops' timers.
         var warmUpScheduler: WarmUp.Scheduler? = nil
         /// Compresses stored bodies, not yet started (the server starts it, and shuts it down); nil makes the
@@ -224,6 +227,7 @@ public final class ProxyServer: Sendable {
             fleetLog = try FleetLog.make(
                 for: configuration,
                 recordWait: tuning.fleetRecordWait,
+                queryTimeout: tuning.fleetQueryTimeout,
                 cache: cache,
                 prefetcher: fleetPrefetcher,
                 metrics: metrics,
