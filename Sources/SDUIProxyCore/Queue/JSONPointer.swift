@@ -72,45 +72,26 @@ extension JSONStringValues {
         }
         switch byte {
         case UInt8(ascii: "{"):
-            position += 1
-            skipWhitespace()
-            if peek() == UInt8(ascii: "}") { return nil }
-            while true {
-                guard peek() == UInt8(ascii: "\"") else { throw NotJSON() }
-                let key = try string()
-                skipWhitespace()
-                try expect(UInt8(ascii: ":"))
-                skipWhitespace()
-                if key == token {
-                    return try lookUp(tokens.dropFirst(), depth: depth + 1)
-                }
+            guard enter(closing: UInt8(ascii: "}")) else { return nil }
+            repeat {
+                if try key() == token { return try lookUp(tokens.dropFirst(), depth: depth + 1) }
                 try value(depth: depth + 1)
-                skipWhitespace()
-                guard let separator = next() else { throw NotJSON() }
-                if separator == UInt8(ascii: "}") { return nil }
-                guard separator == UInt8(ascii: ",") else { throw NotJSON() }
-                skipWhitespace()
-            }
+            } while try nextItem(closing: UInt8(ascii: "}"))
+            return nil
         case UInt8(ascii: "["):
             // RFC 6901: an index is digits without a leading zero.
             guard let index = Int(token), String(index) == token, index >= 0 else {
                 try value(depth: depth)
                 return nil
             }
-            position += 1
-            skipWhitespace()
-            if peek() == UInt8(ascii: "]") { return nil }
+            guard enter(closing: UInt8(ascii: "]")) else { return nil }
             var current = 0
-            while true {
+            repeat {
                 if current == index { return try lookUp(tokens.dropFirst(), depth: depth + 1) }
                 try value(depth: depth + 1)
                 current += 1
-                skipWhitespace()
-                guard let separator = next() else { throw NotJSON() }
-                if separator == UInt8(ascii: "]") { return nil }
-                guard separator == UInt8(ascii: ",") else { throw NotJSON() }
-                skipWhitespace()
-            }
+            } while try nextItem(closing: UInt8(ascii: "]"))
+            return nil
         default:
             try value(depth: depth)
             return nil

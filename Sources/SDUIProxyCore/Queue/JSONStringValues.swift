@@ -58,43 +58,48 @@ public struct JSONStringValues {
     }
 
     mutating func object(depth: Int) throws(NotJSON) {
-        position += 1
-        skipWhitespace()
-        if peek() == UInt8(ascii: "}") {
-            position += 1
-            return
-        }
-        while true {
-            guard peek() == UInt8(ascii: "\"") else { throw NotJSON() }
+        guard enter(closing: UInt8(ascii: "}")) else { return }
+        repeat {
             // A key: checked, never a value.
-            _ = try string(decoding: false)
-            skipWhitespace()
-            try expect(UInt8(ascii: ":"))
-            skipWhitespace()
+            _ = try key(decoding: false)
             try value(depth: depth)
-            skipWhitespace()
-            guard let separator = next() else { throw NotJSON() }
-            if separator == UInt8(ascii: "}") { return }
-            guard separator == UInt8(ascii: ",") else { throw NotJSON() }
-            skipWhitespace()
-        }
+        } while try nextItem(closing: UInt8(ascii: "}"))
     }
 
     mutating func array(depth: Int) throws(NotJSON) {
+        guard enter(closing: UInt8(ascii: "]")) else { return }
+        repeat {
+            try value(depth: depth)
+        } while try nextItem(closing: UInt8(ascii: "]"))
+    }
+
+    /// Steps into the object or array at the position; false when it is empty (and read whole).
+    mutating func enter(closing: UInt8) -> Bool {
         position += 1
         skipWhitespace()
-        if peek() == UInt8(ascii: "]") {
-            position += 1
-            return
-        }
-        while true {
-            try value(depth: depth)
-            skipWhitespace()
-            guard let separator = next() else { throw NotJSON() }
-            if separator == UInt8(ascii: "]") { return }
-            guard separator == UInt8(ascii: ",") else { throw NotJSON() }
-            skipWhitespace()
-        }
+        guard peek() == closing else { return true }
+        position += 1
+        return false
+    }
+
+    /// After a member or element: true when another follows (the comma read), false when the container closed.
+    mutating func nextItem(closing: UInt8) throws(NotJSON) -> Bool {
+        skipWhitespace()
+        guard let separator = next() else { throw NotJSON() }
+        if separator == closing { return false }
+        guard separator == UInt8(ascii: ",") else { throw NotJSON() }
+        skipWhitespace()
+        return true
+    }
+
+    /// Reads a member's key and its colon, leaving the position at the value; the key's text when `decoding`.
+    mutating func key(decoding: Bool = true) throws(NotJSON) -> String? {
+        guard peek() == UInt8(ascii: "\"") else { throw NotJSON() }
+        let text = try string(decoding: decoding)
+        skipWhitespace()
+        try expect(UInt8(ascii: ":"))
+        skipWhitespace()
+        return text
     }
 
     /// Reads a string token; its decoded text when `decoding` and it is short enough to matter, else nil.
@@ -150,15 +155,8 @@ public struct JSONStringValues {
     mutating func hexQuad() throws(NotJSON) -> UInt32 {
         var value: UInt32 = 0
         for _ in 0..<4 {
-            guard let byte = next() else { throw NotJSON() }
-            let digit: UInt32
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
-            default: throw NotJSON()
-            }
-            value = value << 4 | digit
+            guard let digit = next().flatMap(HTTPSyntax.hexValue) else { throw NotJSON() }
+            value = value << 4 | UInt32(digit)
         }
         return value
     }
