@@ -158,7 +158,8 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         return String(decoding: result, as: UTF8.self)
     }
 
-    private static func isUnreserved(_ byte: UInt8) -> Bool {
+    /// RFC 3986's unreserved characters: letters, digits and `-._~`.
+    static func isUnreserved(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),

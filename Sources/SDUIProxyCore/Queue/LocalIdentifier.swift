@@ -20,18 +20,7 @@ public struct LocalIdentifier: Hashable, Sendable, CustomStringConvertible {
     static func isToken<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
         let count = bytes.count
         guard count > 0, count <= maximumLength else { return false }
-        return bytes.allSatisfy(isUnreserved)
-    }
-
-    static func isUnreserved(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"),
-            UInt8(ascii: "-"):
-            true
-        default:
-            false
-        }
+        return bytes.allSatisfy(RequestTarget.isUnreserved)
     }
 
     /// Why `text` is not an identifier, in words a client's 400 can carry.
