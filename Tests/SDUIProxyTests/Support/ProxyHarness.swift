@@ -56,56 +56,35 @@ struct ProxyHarness {
         logger: Logger = ProxyHarness.logger,
         _ body: (ProxyHarness) async throws -> Void
     ) async throws {
+        // A slot first: none of the test's deadlines runs while it waits for one (see EndToEndSlots).
         try await EndToEndSlots.withSlot {
-            try await run(
-                originResponder: responder,
-                originTLS: originTLS,
-                configure: configure,
-                adminToken: adminToken,
-                eventLoopGroup: eventLoopGroup,
-                tuning: tuning,
+            let origin = try await TestOrigin(tls: originTLS, responder: responder)
+            var configuration = testConfiguration(upstream: origin.url)
+            configure?(&configuration)
+            let server = try await ProxyServer.start(
+                configuration: configuration,
                 logger: logger,
-                body
+                adminAuthorization: AdminAuthorization(token: adminToken),
+                eventLoopGroup: eventLoopGroup,
+                tuning: tuning
             )
-        }
-    }
-
-    private static func run(
-        originResponder responder: @escaping TestOrigin.Responder,
-        originTLS: NIOSSLContext?,
-        configure: ((inout ProxyConfiguration) -> Void)?,
-        adminToken: String?,
-        eventLoopGroup: (any EventLoopGroup)?,
-        tuning: ProxyServer.Tuning,
-        logger: Logger,
-        _ body: (ProxyHarness) async throws -> Void
-    ) async throws {
-        let origin = try await TestOrigin(tls: originTLS, responder: responder)
-        var configuration = testConfiguration(upstream: origin.url)
-        configure?(&configuration)
-        let server = try await ProxyServer.start(
-            configuration: configuration,
-            logger: logger,
-            adminAuthorization: AdminAuthorization(token: adminToken),
-            eventLoopGroup: eventLoopGroup,
-            tuning: tuning
-        )
-        var clientConfiguration = HTTPClient.Configuration(redirectConfiguration: .disallow)
-        // Enough connections that concurrent test requests really are concurrent.
-        clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 512
-        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
-        let harness = ProxyHarness(origin: origin, server: server, client: client)
-        do {
-            try await body(harness)
-        } catch {
-            try? await client.shutdown()
+            var clientConfiguration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+            // Enough connections that concurrent test requests really are concurrent.
+            clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 512
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
+            let harness = ProxyHarness(origin: origin, server: server, client: client)
+            do {
+                try await body(harness)
+            } catch {
+                try? await client.shutdown()
+                await server.shutdown(drainTimeout: .seconds(2))
+                try? await origin.stop()
+                throw error
+            }
+            try await client.shutdown()
             await server.shutdown(drainTimeout: .seconds(2))
-            try? await origin.stop()
-            throw error
+            try await origin.stop()
         }
-        try await client.shutdown()
-        await server.shutdown(drainTimeout: .seconds(2))
-        try await origin.stop()
     }
 
     struct Reply {
