@@ -380,8 +380,7 @@ public actor FleetLog: Service {
     }
 
     private func connectionLost(_ generation: Int, _ error: (any Error)?) {
-        // At shutdown the connection is closed on purpose, and nothing is tried again.
-        guard generation == self.generation, !isStopped else { return }
+        guard generation == self.generation else { return }
         // Anything still running on the connection reports with this generation, and is ignored.
         self.generation += 1
         if let connection {
