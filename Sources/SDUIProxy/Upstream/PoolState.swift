@@ -117,7 +117,7 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
         case .success(let response):
             perform(machine.connectionReleased(connection.id, reusable: connection.isUsable, now: .now()))
             completion(.success(response))
-        case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) where retryIfStale:
+        case _ where Self.sendsAgain(result, retryIfStale: retryIfStale):
             // The backend closed a reused idle connection as the request went out: nothing was answered.
             perform(machine.connectionReleased(connection.id, reusable: false))
             start(exchange, retryOnStaleConnection: false, completion: completion)
@@ -125,6 +125,15 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
             perform(machine.connectionReleased(connection.id, reusable: false))
             completion(.failure(Self.proxyError(error)))
         }
+    }
+
+    /// Whether an exchange that ended with `result` goes once more, on another connection: only when it failed
+    /// before any of an answer came, on a connection that may have been stale.
+    static func sendsAgain(_ result: Result<UpstreamResponse, any Error>, retryIfStale: Bool) -> Bool {
+        guard retryIfStale, case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) = result else {
+            return false
+        }
+        return true
     }
 
     /// What a connection tells its pool when it closes: from its channel going inactive and again from its close

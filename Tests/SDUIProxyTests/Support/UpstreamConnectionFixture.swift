@@ -164,12 +164,7 @@ struct UpstreamConnectionFixture {
             var result: Result<UpstreamResponse, any Error>
             var retryIfStale: Bool
             /// Whether the pool would send the exchange again on another connection.
-            var wouldResend: Bool {
-                if case .failure(UpstreamConnectionHandler.Failure.closedBeforeResponse) = result {
-                    return retryIfStale
-                }
-                return false
-            }
+            var wouldResend: Bool { PoolState.sendsAgain(result, retryIfStale: retryIfStale) }
         }
 
         var ended: [Ended] = []
