@@ -205,4 +205,22 @@ struct HealthCheckTests {
         #expect(HealthCheck.problem(status: 200, body: Array(#"[{"status":"ok"}]"#.utf8)) != nil)
         #expect(HealthCheck.problem(status: 200, body: Array(#"{"status":"ok"} x"#.utf8)) != nil)
     }
+
+    @Test("a queue route's creates rule is printed and loads back the same")
+    func createsRoundTrip() throws {
+        let configuration = try ConfigurationLoader().load(
+            yaml: """
+                upstream: { url: "http://backend.test" }
+                queue:
+                  routes:
+                    - match: POST /api/orders
+                      creates: { localId: { header: X-Local-Id }, remoteId: { header: Location, pattern: "/api/orders/{id}" } }
+                    - match: POST /api/carts
+                      creates: { localId: { json: /local/id }, remoteId: { json: /id } }
+                """
+        )
+        let text = ConfigurationPrinter.yaml(configuration, adminTokenIsSet: false)
+        #expect(text.contains("creates: { localId: { header: X-Local-Id }"), "\(text)")
+        #expect(try ConfigurationLoader().load(yaml: text) == configuration)
+    }
 }

@@ -246,4 +246,68 @@ import Testing
         #expect(queue.route(method: "DELETE", path: "/api/orders/7")?.key == "DELETE /api/orders/")
         #expect(queue.route(method: "DELETE", path: "/api/orders") == nil)
     }
+
+    @Test("a route's creates: where the local identifier is read, and where the backend's")
+    func createsParse() throws {
+        let queue = try #require(
+            try parse(
+                """
+                queue:
+                  routes:
+                    - match: POST /api/orders
+                      creates:
+                        localId: { header: X-Local-Id }
+                        remoteId: { json: /id }
+                    - match: POST /api/carts
+                      creates:
+                        localId: { json: /localId }
+                        remoteId: { header: Location, pattern: "/api/carts/{id}" }
+                    - match: PUT /api/orders
+                """
+            )
+        )
+        #expect(
+            queue.routes[0].creates
+                == CreateRule(localId: .header("X-Local-Id"), remoteId: .json(try #require(JSONPointer("/id"))))
+        )
+        #expect(
+            queue.routes[1].creates
+                == CreateRule(
+                    localId: .json(try #require(JSONPointer("/localId"))),
+                    remoteId: .headerPattern("Location", pattern: "/api/carts/{id}")
+                )
+        )
+        #expect(queue.routes[2].creates == nil)
+        #expect(QueueConfiguration.Outcome(rawValue: "dependencyFailed") == .dependencyFailed)
+    }
+
+    @Test("a creates rule that cannot be followed is refused, naming the key")
+    func createsErrors() {
+        func route(_ creates: String) -> String {
+            "queue:\n  routes:\n    - match: POST /api/orders\n      creates: \(creates)\n"
+        }
+        #expect(errorKey(route("{ remoteId: { json: /id } }")) == "queue.routes[0].creates.localId")
+        #expect(errorKey(route("{ localId: { header: X-Local-Id } }")) == "queue.routes[0].creates.remoteId")
+        #expect(
+            errorKey(route("{ localId: { header: X-Local-Id, json: /a }, remoteId: { json: /id } }"))
+                == "queue.routes[0].creates.localId.json"
+        )
+        #expect(
+            errorKey(route("{ localId: { json: id }, remoteId: { json: /id } }"))
+                == "queue.routes[0].creates.localId.json"
+        )
+        #expect(
+            errorKey(route("{ localId: { json: \"\" }, remoteId: { json: /id } }"))
+                == "queue.routes[0].creates.localId.header"
+        )
+        #expect(
+            errorKey(route("{ localId: { header: X-Local-Id }, remoteId: { header: Location, pattern: /a/b } }"))
+                == "queue.routes[0].creates.remoteId.pattern"
+        )
+        #expect(
+            errorKey(route("{ localId: { header: \"X Local\" }, remoteId: { json: /id } }"))
+                == "queue.routes[0].creates.localId.header"
+        )
+        #expect(errorKey(route("{ localId: { header: X-Local-Id }, remoteId: { json: /id }, other: 1 }")) != nil)
+    }
 }

@@ -50,6 +50,11 @@ enum AdminEndpoints {
             }
             router.register(.GET, prefix: "/queue/") { request, eventLoop in
                 let id = String(request.path.dropFirst("/queue/".count))
+                // `/queue/identifiers/LOCAL`: what became of a create's local identifier (a queue id is hex).
+                if id.hasPrefix("identifiers/") {
+                    let local = String(id.dropFirst("identifiers/".count))
+                    return eventLoop.makeFutureWithTask { await queue.identifierStatus(local) }
+                }
                 return eventLoop.makeFutureWithTask { await queue.status(id: id) }
             }
         } else {

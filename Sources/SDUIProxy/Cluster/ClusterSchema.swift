@@ -103,6 +103,24 @@ public enum ClusterSchema {
                 "INSERT INTO sdui_queue_state DEFAULT VALUES",
             ]
         ),
+        Migration(
+            version: 3,
+            summary: "creates and the writes that name their local identifiers",
+            statements: [
+                // A create's local identifier (unique while it is pending) and the backend's; a write's creates, and
+                // the one whose failure failed it.
+                """
+                ALTER TABLE sdui_queue ADD COLUMN local_id text, ADD COLUMN remote_id text,
+                  ADD COLUMN remote_is_number boolean NOT NULL DEFAULT false, ADD COLUMN depends_on text[],
+                  ADD COLUMN dependency_failed text
+                """,
+                """
+                CREATE UNIQUE INDEX sdui_queue_pending_local ON sdui_queue (local_id)
+                WHERE state = 'pending' AND local_id IS NOT NULL
+                """,
+                "CREATE INDEX sdui_queue_local ON sdui_queue (local_id, seq) WHERE local_id IS NOT NULL",
+            ]
+        ),
     ]
 
     /// Brings the database's schema up to ``migrations``.

@@ -39,6 +39,23 @@ public final class ProxyMetrics: Sendable {
         public var cacheMisses: Int
         /// The durable write queue's depth; nil when there is no queue (the metric is then left out).
         public var queueDepth: Int?
+        /// Local identifiers whose creates have no outcome yet (`sdui_queue_pending_local_ids`), writes given
+        /// backend identifiers (`sdui_queue_identifier_merges_total`) and writes ended `dependencyFailed`
+        /// (`sdui_queue_dependency_failed_total`); nil when no queue route has `creates`.
+        public var queueIdentifiers: QueueIdentifierFigures?
+
+        /// The write queue's figures about local identifiers.
+        public struct QueueIdentifierFigures: Sendable, Equatable {
+            public var pending: Int
+            public var merges: Int
+            public var dependencyFailed: Int
+
+            public init(pending: Int, merges: Int, dependencyFailed: Int) {
+                self.pending = pending
+                self.merges = merges
+                self.dependencyFailed = dependencyFailed
+            }
+        }
         /// How often a busy event loop let a thread waiting for its core run (`sdui_event_loop_yields_total`).
         public var eventLoopYields = 0
         /// The bytes of the stored bodies in each form, identity and each coding (`sdui_cache_body_bytes{encoding}`).
@@ -118,6 +135,7 @@ public final class ProxyMetrics: Sendable {
         let cacheMisses: Counter
         let eventLoopYields: Counter
         var queueDepth: Gauge?
+        var queueIdentifiers: (pending: Gauge, merges: Counter, dependencyFailed: Counter)?
         let compressionsDropped: Counter
         /// `sdui_cache_body_bytes{encoding}`, per form of ``RequestTally/formLabels``.
         let bodyBytes: [Gauge]
@@ -467,6 +485,35 @@ public final class ProxyMetrics: Sendable {
                         )
                     }
                     state.queueDepth?.set(Double(depth))
+                }
+                if let identifiers = snapshot.queueIdentifiers {
+                    let metrics =
+                        state.queueIdentifiers ?? (
+                            registry.makeGauge(
+                                descriptor: Self.descriptor(
+                                    "queue_pending_local_ids",
+                                    help: "Local identifiers whose queued creates have no outcome yet."
+                                )
+                            ),
+                            registry.makeCounter(
+                                descriptor: Self.descriptor(
+                                    "queue_identifier_merges",
+                                    unit: "total",
+                                    help: "Queued writes given the backend's identifier in place of a local one."
+                                )
+                            ),
+                            registry.makeCounter(
+                                descriptor: Self.descriptor(
+                                    "queue_dependency_failed",
+                                    unit: "total",
+                                    help: "Queued writes never sent because a create they name failed."
+                                )
+                            )
+                        )
+                    state.queueIdentifiers = metrics
+                    metrics.pending.set(Double(identifiers.pending))
+                    Self.setCounter(metrics.merges, to: identifiers.merges)
+                    Self.setCounter(metrics.dependencyFailed, to: identifiers.dependencyFailed)
                 }
             }
             addTallies(into: &state)

@@ -24,11 +24,11 @@ extension PostgresQueueStore {
     func claimedRow(_ row: PostgresRow) throws -> ClaimedRow {
         let (
             seq, id, route, method, target, headers, body, enqueuedAt, attempts, nextAttemptAt, lastError, status,
-            leaseOwner, leaseUntil, databaseNow
+            localId, dependsOn, leaseOwner, leaseUntil, databaseNow
         ) = try row.decode(
             (
                 Int64, String, String, String, String, ByteBuffer?, ByteBuffer?, Int64, Int, Int64, String?, Int?,
-                String?, Int64?, Int64
+                String?, [String]?, String?, Int64?, Int64
             ).self
         )
         let entry = QueueEntry(
@@ -42,7 +42,9 @@ extension PostgresQueueStore {
             attempts: attempts,
             nextAttemptAt: onLocalClock(nextAttemptAt),
             lastError: lastError,
-            lastStatus: status
+            lastStatus: status,
+            localId: localId.flatMap(LocalIdentifier.init),
+            dependsOn: dependsOn ?? []
         )
         let lease = zip(leaseOwner, leaseUntil).map { QueueClaimRules.Lease(owner: $0, untilMilliseconds: $1) }
         return ClaimedRow(

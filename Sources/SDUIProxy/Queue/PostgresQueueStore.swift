@@ -67,7 +67,7 @@ public final class PostgresQueueStore: QueueStore {
     private static let offsetLifetime: Int64 = 30_000
 
     /// `time`, on this process's clock, moved onto the database's.
-    private func onDatabaseClock(_ time: QueueInstant) -> Int64 {
+    func onDatabaseClock(_ time: QueueInstant) -> Int64 {
         time.millisecondsSinceEpoch + clockOffset.load(ordering: .relaxed)
     }
 
@@ -89,7 +89,8 @@ public final class PostgresQueueStore: QueueStore {
         }
     }
     static let entryColumns =
-        "seq, id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
+        "seq, id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status, "
+        + "local_id, depends_on"
 
     /// A store over the database `url` names, connecting as it needs to.
     ///
@@ -148,31 +149,48 @@ public final class PostgresQueueStore: QueueStore {
     /// Every replica of the fleet delivers from this database.
     public var isShared: Bool { true }
 
-    public func insert(_ entry: QueueEntry) async throws {
+    public func insert(_ entry: QueueEntry, naming candidates: [LocalIdentifier]) async throws -> [String] {
         let ordered = !settings.concurrentRoutes.contains(entry.route)
-        try await withConnection { connection, logger in
-            try await connection.withTransaction(logger: logger) { connection in
-                // Held to the commit, so on an ordered route commits come in `seq` order; unordered inserts commit
-                // side by side (and share the disk's flushes).
-                if ordered {
-                    try await connection.query(
-                        "SELECT pg_advisory_xact_lock(\(Self.insertLockKey), hashtext(\(entry.route)))",
+        let names = candidates.map(\.value)
+        do {
+            return try await withConnection { connection, logger in
+                try await connection.withTransaction(logger: logger) { connection in
+                    // Held to the commit, so on an ordered route commits come in `seq` order; unordered inserts
+                    // commit side by side (and share the disk's flushes).
+                    if ordered {
+                        try await connection.query(
+                            "SELECT pg_advisory_xact_lock(\(Self.insertLockKey), hashtext(\(entry.route)))",
+                            logger: logger
+                        )
+                    }
+                    // The creates the write names: the newest create of each named local identifier, whichever
+                    // replica accepted it.
+                    let rows = try await connection.query(
+                        """
+                        INSERT INTO sdui_queue
+                            (id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at,
+                             last_error, status, local_id, depends_on)
+                        VALUES (\(entry.id), \(entry.route), \(entry.method.rawValue), \(entry.target), \
+                        \(QueueEntry.encode(entry.headers)), \(entry.body), \
+                        \(self.onDatabaseClock(entry.enqueuedAt)), \(entry.attempts), \
+                        \(self.onDatabaseClock(entry.nextAttemptAt)), \(entry.lastError), \(entry.lastStatus), \
+                        \(entry.localId?.value), \
+                        (SELECT array_agg(c.id) FROM unnest(\(names)::text[]) AS n(value)
+                         CROSS JOIN LATERAL (SELECT id FROM sdui_queue WHERE local_id = n.value ORDER BY seq DESC
+                                             LIMIT 1) AS c))
+                        RETURNING depends_on
+                        """,
                         logger: logger
                     )
+                    for try await dependsOn in rows.decode([String]?.self) { return dependsOn ?? [] }
+                    return []
                 }
-                _ = try await connection.query(
-                    """
-                    INSERT INTO sdui_queue
-                        (id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at,
-                         last_error, status)
-                    VALUES (\(entry.id), \(entry.route), \(entry.method.rawValue), \(entry.target), \
-                    \(QueueEntry.encode(entry.headers)), \(entry.body), \
-                    \(self.onDatabaseClock(entry.enqueuedAt)), \(entry.attempts), \
-                    \(self.onDatabaseClock(entry.nextAttemptAt)), \(entry.lastError), \(entry.lastStatus))
-                    """,
-                    logger: logger
-                )
             }
+        } catch let error as QueueStoreError {
+            if let local = entry.localId, error.message.contains("sdui_queue_pending_local") {
+                throw LocalIdentifierConflict(local: local)
+            }
+            throw error
         }
     }
 
@@ -207,6 +225,9 @@ public final class PostgresQueueStore: QueueStore {
                 var found: ClaimedRow?
                 for try await row in rows { found = try self.claimedRow(row) }
                 guard let head = found else { return (.empty, nil) }
+                if try await self.waitsForCreates(head.entry, on: connection, logger: logger) {
+                    return (.waitingForCreates, nil)
+                }
                 // `now` on the database's clock: its reading, read with the head, or as far after it as `now` was
                 // ahead of this process's clock when asked (never behind: the time the query took is not taken off).
                 let decision = QueueClaimRules.head(
@@ -254,8 +275,9 @@ public final class PostgresQueueStore: QueueStore {
             let rows = try await connection.query(
                 """
                 WITH due AS (
-                  SELECT seq, lease_owner AS previous_owner, lease_until AS previous_until FROM sdui_queue
+                  SELECT seq, lease_owner AS previous_owner, lease_until AS previous_until FROM sdui_queue AS q
                   WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
+                    AND NOT \(unescaped: Self.waitsForCreate)
                     AND next_attempt_at <= \(unescaped: Self.databaseNow) + \(ahead)
                     AND (lease_until IS NULL OR lease_until < \(unescaped: Self.databaseNow) OR lease_owner = \(owner))
                   ORDER BY seq LIMIT \(limit) FOR UPDATE SKIP LOCKED
@@ -287,8 +309,9 @@ public final class PostgresQueueStore: QueueStore {
                 SELECT min(CASE
                   WHEN lease_owner <> \(owner) AND lease_until > \(unescaped: Self.databaseNow)
                   THEN GREATEST(next_attempt_at, lease_until) ELSE next_attempt_at END)
-                FROM sdui_queue
+                FROM sdui_queue AS q
                 WHERE state = 'pending' AND route = ANY(\(routes)) AND NOT (id = ANY(\(excluded)))
+                  AND NOT \(unescaped: Self.waitsForCreate)
                 """,
                 logger: logger
             )
@@ -368,9 +391,13 @@ public final class PostgresQueueStore: QueueStore {
         status: Int?,
         attempts: Int,
         at time: QueueInstant,
-        awaitingNotification: Bool
+        awaitingNotification: Bool,
+        identifiers: QueueOutcomeIdentifiers
     ) async throws -> Bool {
         let owner = settings.owner
+        // A write whose create failed is `failed` with the create named.
+        let stored = state == .delivered ? "delivered" : "failed"
+        let remoteIsNumber = identifiers.remoteId?.isNumber ?? false
         let lease = settings.leaseTimeout.milliseconds
         let notifier: String? = awaitingNotification ? owner : nil
         let finished = try await withConnection { connection, logger in
@@ -382,8 +409,10 @@ public final class PostgresQueueStore: QueueStore {
                 """
                 WITH done AS (
                   UPDATE sdui_queue
-                  SET state = \(state.rawValue), status = \(status),
-                    last_error = CASE WHEN \(state == .failed) THEN COALESCE(\(lastError), last_error) END,
+                  SET state = \(stored), status = \(status),
+                    last_error = CASE WHEN \(state != .delivered) THEN COALESCE(\(lastError), last_error) END,
+                    remote_id = \(identifiers.remoteId?.text), remote_is_number = \(remoteIsNumber),
+                    dependency_failed = \(identifiers.failedCreate),
                     attempts = \(attempts), finished_at = \(self.onDatabaseClock(time)), finished_by = \(owner),
                     body = NULL, headers = NULL, lease_owner = NULL, lease_until = NULL,
                     notify_pending = \(awaitingNotification), notify_owner = \(notifier),
@@ -392,7 +421,7 @@ public final class PostgresQueueStore: QueueStore {
                 )
                 SELECT EXISTS (SELECT 1 FROM done)
                   OR EXISTS (
-                    SELECT 1 FROM sdui_queue WHERE id = \(id) AND state = \(state.rawValue) AND finished_by = \(owner)
+                    SELECT 1 FROM sdui_queue WHERE id = \(id) AND state = \(stored) AND finished_by = \(owner)
                   )
                 """,
                 logger: logger
@@ -420,24 +449,31 @@ public final class PostgresQueueStore: QueueStore {
                 )
                 UPDATE sdui_queue AS q SET notify_owner = \(owner), notify_until = \(unescaped: Self.databaseNow) + \(lease)
                 FROM due WHERE q.seq = due.seq
-                RETURNING q.finished_at, q.seq, q.id, q.route, q.state, q.status, q.attempts, q.last_error
+                RETURNING q.finished_at, q.seq, q.id, q.route, q.state, q.status, q.attempts, q.last_error, q.local_id,
+                  q.remote_id, q.dependency_failed
                 """,
                 logger: logger
             )
             var outcomes: [(Int64, Int64, QueueOutcomeEvent)] = []
-            for try await (finishedAt, seq, id, route, state, status, attempts, lastError) in rows.decode(
-                (Int64?, Int64, String, String, String, Int?, Int, String?).self
+            for try await (
+                finishedAt, seq, id, route, state, status, attempts, lastError, localId, remoteId, failedCreate
+            ) in rows.decode(
+                (Int64?, Int64, String, String, String, Int?, Int, String?, String?, String?, String?).self
             ) {
-                guard let outcome = QueueConfiguration.Outcome(rawValue: state) else {
+                guard var outcome = QueueConfiguration.Outcome(rawValue: state) else {
                     throw QueueStoreError("the outcome of \(id) has an unknown state \(state)")
                 }
+                if failedCreate != nil { outcome = .dependencyFailed }
                 let event = QueueOutcomeEvent(
                     id: id,
                     route: route,
                     outcome: outcome,
                     status: status,
                     attempts: attempts,
-                    error: outcome == .failed ? lastError : nil
+                    error: outcome == .delivered ? nil : lastError,
+                    localId: localId,
+                    remoteId: remoteId,
+                    failedCreate: failedCreate
                 )
                 outcomes.append((finishedAt ?? 0, seq, event))
             }
@@ -455,43 +491,6 @@ public final class PostgresQueueStore: QueueStore {
                 """,
                 logger: logger
             )
-        }
-    }
-
-    public func status(id: String) async throws -> QueueEntryStatus? {
-        try await withConnection { connection, logger in
-            let rows = try await connection.query(
-                """
-                SELECT id, route, method, target, state, attempts, enqueued_at, next_attempt_at, finished_at, status,
-                  last_error
-                FROM sdui_queue WHERE id = \(id)
-                """,
-                logger: logger
-            )
-            for try await (
-                id, route, method, target, state, attempts, enqueuedAt, nextAttemptAt, finishedAt, status,
-                lastError
-            ) in rows.decode(
-                (String, String, String, String, String, Int, Int64, Int64, Int64?, Int?, String?).self
-            ) {
-                guard let state = QueueEntryStatus.State(rawValue: state) else {
-                    throw QueueStoreError("entry \(id) has an unknown state")
-                }
-                return QueueEntryStatus(
-                    id: id,
-                    route: route,
-                    method: method,
-                    target: target,
-                    state: state,
-                    attempts: attempts,
-                    enqueuedAt: self.onLocalClock(enqueuedAt),
-                    nextAttemptAt: state == .pending ? self.onLocalClock(nextAttemptAt) : nil,
-                    finishedAt: finishedAt.map { self.onLocalClock($0) },
-                    status: status,
-                    lastError: lastError
-                )
-            }
-            return nil
         }
     }
 
@@ -547,8 +546,10 @@ public final class PostgresQueueStore: QueueStore {
                 guard mine else { return 0 }
                 let removed = try await connection.query(
                     """
-                    DELETE FROM sdui_queue
+                    DELETE FROM sdui_queue AS f
                     WHERE state <> 'pending' AND finished_at < \(self.onDatabaseClock(time))
+                      AND NOT (local_id IS NOT NULL AND EXISTS (
+                        SELECT 1 FROM sdui_queue AS q WHERE q.state = 'pending' AND f.id = ANY(q.depends_on)))
                     RETURNING seq
                     """,
                     logger: logger

@@ -28,11 +28,11 @@ public final class QueueDeliveryService: Service, Sendable {
     /// The queue whose requests this service delivers.
     public let queue: WriteQueue
     private let client: any NetworkClient
-    private let handlers: QueueResponseHandlers?
+    let handlers: QueueResponseHandlers?
     private let eventLoopGroup: any EventLoopGroup
     private let pollInterval: Duration
     private let storeRetryDelay: Duration
-    private let logger: Logger
+    let logger: Logger
     /// Counts each failed delivery in `sdui_upstream_errors_total`, as failed cache fills are.
     private let metrics: ProxyMetrics?
 
@@ -192,6 +192,9 @@ public final class QueueDeliveryService: Service, Sendable {
             case .empty:
                 if untilEmpty { return }
                 await signal.wait(upTo: pollInterval)
+            case .waitingForCreates:
+                // A create's outcome on this process signals every route; one on another replica is seen by polling.
+                await signal.wait(upTo: pollInterval)
             case .notBefore(let time):
                 await signal.wait(upTo: min(pollInterval, max(.milliseconds(1), time.duration(since: .now()))))
             case .claimed(let head):
@@ -267,6 +270,7 @@ public final class QueueDeliveryService: Service, Sendable {
         let interval = queue.configuration.cleanupInterval
         while !run.isStopping {
             do {
+                queue.expireIdentifiers()
                 let removed = try await queue.store.removeFinished(
                     before: QueueInstant.now().advanced(by: .zero - retention)
                 )
@@ -282,7 +286,16 @@ public final class QueueDeliveryService: Service, Sendable {
 
     /// Makes one attempt of `entry` (or gives it up when too old) and records the result; false when the
     /// store could not record it (the entry stays pending).
-    private func attempt(_ entry: QueueEntry, route: QueueConfiguration.Route, run: RunState) async -> Bool {
+    private func attempt(_ claimed: QueueEntry, route: QueueConfiguration.Route, run: RunState) async -> Bool {
+        var entry = claimed
+        if !entry.dependsOn.isEmpty {
+            // Never sent with a local identifier: merged first (and stored merged), or ended `dependencyFailed`.
+            switch await mergeIdentifiers(into: entry) {
+            case .send(let merged): entry = merged
+            case .settled: return true
+            case .storeFailed: return false
+            }
+        }
         let rules = DeliveryRules(retry: route.retry, retryableStatuses: queue.configuration.retryableStatuses)
         if let decision = rules.beforeAttempt(
             enqueuedAt: entry.enqueuedAt,
@@ -293,16 +306,22 @@ public final class QueueDeliveryService: Service, Sendable {
             return await record(decision, for: entry, attempts: entry.attempts)
         }
         let attempts = entry.attempts + 1
-        let claimed = await whileClaimed(entry) {
+        // A create's answer names the backend's identifier: its head and the start of its body are kept.
+        let answer = DeliveryAnswerSink(
+            eventLoop: eventLoopGroup.next(),
+            keepingBodyBytes: route.creates == nil ? 0 : DeliveryAnswerSink.identifierBodyBytes
+        )
+        let sent = entry
+        let outcome = await whileClaimed(entry) {
             do {
-                return .response(status: Int(try await self.send(entry.upstreamRequest).code))
+                return .response(status: Int(try await self.send(sent.upstreamRequest, to: answer).code))
             } catch let error as ProxyError {
                 return .error(error)
             } catch {
                 return .error(ProxyError(.network, "the delivery failed: \(error)"))
             }
         }
-        guard let result = claimed else { return true }
+        guard let result = outcome else { return true }
         // Every attempt that did not reach the backend, not only the first of an outage: each is a request the
         // backend failed.
         if case .error(let error) = result { metrics?.upstreamFailed(kind: error.kind) }
@@ -317,9 +336,13 @@ public final class QueueDeliveryService: Service, Sendable {
         // or the service stops, so a request the backend has taken is not sent again while the store fails for
         // a while (a disk full, or remounted read-only). In an unstructured task, so that cancelling this one
         // does not cut the recording short; the cancellation stops the run, which ends the retries.
-        let recording = Task {
+        let remoteId = route.creates.flatMap { rule -> RemoteIdentifier? in
+            guard case .delivered = decision else { return nil }
+            return answer.remoteIdentifier(by: rule)
+        }
+        let recording = Task { [entry] in
             while true {
-                if await self.record(decision, for: entry, attempts: attempts) { return true }
+                if await self.record(decision, for: entry, attempts: attempts, remoteId: remoteId) { return true }
                 if run.isStopping { return false }
                 try? await Task.sleep(for: self.storeRetryDelay)
             }
@@ -387,11 +410,10 @@ public final class QueueDeliveryService: Service, Sendable {
         }
     }
 
-    /// Sends a delivery and reads the answer's status: all a delivery needs. The body is read past, not kept,
-    /// so an answer of any size tells whether the backend took the request.
-    private func send(_ request: UpstreamRequest) async throws -> HTTPResponseStatus {
-        let eventLoop = eventLoopGroup.next()
-        let answer = StatusOnlySink(eventLoop: eventLoop)
+    /// Sends a delivery and reads the answer's status: all a delivery needs, but a create's identifier. The body
+    /// is read past (a create's first bytes aside), so an answer of any size tells whether the backend took it.
+    private func send(_ request: UpstreamRequest, to answer: DeliveryAnswerSink) async throws -> HTTPResponseStatus {
+        let eventLoop = answer.eventLoop
         do {
             // The body is in memory: it goes with the request, and again if a stale connection refuses it.
             try await eventLoop.flatSubmit { [client] in
@@ -408,29 +430,12 @@ public final class QueueDeliveryService: Service, Sendable {
         return status
     }
 
-    /// Keeps a forwarded answer's status and lets its body go.
-    private final class StatusOnlySink: ForwardedResponseSink {
-        private let eventLoop: any EventLoop
-        private let received = Mutex<HTTPResponseStatus?>(nil)
-
-        init(eventLoop: any EventLoop) {
-            self.eventLoop = eventLoop
-        }
-
-        var status: HTTPResponseStatus? { received.withLock { $0 } }
-
-        func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
-            received.withLock { $0 = status }
-        }
-
-        func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-            eventLoop.makeSucceededVoidFuture()
-        }
-
-        func receiveEnd() {}
-    }
-
-    private func record(_ decision: DeliveryRules.Decision, for entry: QueueEntry, attempts: Int) async -> Bool {
+    private func record(
+        _ decision: DeliveryRules.Decision,
+        for entry: QueueEntry,
+        attempts: Int,
+        remoteId: RemoteIdentifier? = nil
+    ) async -> Bool {
         let metadata: Logger.Metadata = ["id": "\(entry.id)", "route": "\(entry.route)", "attempts": "\(attempts)"]
         do {
             switch decision {
@@ -449,17 +454,24 @@ public final class QueueDeliveryService: Service, Sendable {
                     route: entry.route,
                     outcome: .delivered,
                     status: status,
-                    attempts: attempts
+                    attempts: attempts,
+                    localId: entry.localId?.value,
+                    remoteId: remoteId?.text
                 )
+                let now = QueueInstant.now()
                 if try await queue.store.markDelivered(
                     id: entry.id,
                     status: status,
                     attempts: attempts,
-                    at: .now(),
-                    awaitingNotification: handlers?.awaitsNotification(event) ?? false
+                    at: now,
+                    awaitingNotification: handlers?.awaitsNotification(event) ?? false,
+                    remoteId: remoteId
                 ) {
                     queue.didFinish(route: entry.route)
                     logger.info("delivered", metadata: metadata.merging(["status": "\(status)"]) { $1 })
+                    if let local = entry.localId {
+                        createFinished(entry, local: local, state: .delivered(remoteId), at: now)
+                    }
                     handlers?.submit(event)
                 }
             case .failed(let error, let status):
@@ -469,18 +481,23 @@ public final class QueueDeliveryService: Service, Sendable {
                     outcome: .failed,
                     status: status,
                     attempts: attempts,
-                    error: error
+                    error: error,
+                    localId: entry.localId?.value
                 )
+                let now = QueueInstant.now()
                 if try await queue.store.markFailed(
                     id: entry.id,
                     lastError: error,
                     status: status,
                     attempts: attempts,
-                    at: .now(),
+                    at: now,
                     awaitingNotification: handlers?.awaitsNotification(event) ?? false
                 ) {
                     queue.didFinish(route: entry.route)
                     logger.warning("delivery failed for good", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+                    if let local = entry.localId {
+                        createFinished(entry, local: local, state: .failed(reason: error), at: now)
+                    }
                     handlers?.submit(event)
                 }
             }

@@ -26,6 +26,11 @@ public struct QueueEntry: Sendable {
     public var lastError: String?
     /// The backend's status in the last attempt, when it answered.
     public var lastStatus: Int?
+    /// The local identifier of the entity it creates, on a `creates` route.
+    public var localId: LocalIdentifier?
+    /// The creates (queue ids) whose local identifiers it names: it is not sent before each has an outcome, and
+    /// then with their backend identifiers in place of the local ones.
+    public var dependsOn: [String]
 
     /// An entry with the given fields.
     public init(
@@ -39,7 +44,9 @@ public struct QueueEntry: Sendable {
         attempts: Int = 0,
         nextAttemptAt: QueueInstant,
         lastError: String? = nil,
-        lastStatus: Int? = nil
+        lastStatus: Int? = nil,
+        localId: LocalIdentifier? = nil,
+        dependsOn: [String] = []
     ) {
         self.id = id
         self.route = route
@@ -52,6 +59,8 @@ public struct QueueEntry: Sendable {
         self.nextAttemptAt = nextAttemptAt
         self.lastError = lastError
         self.lastStatus = lastStatus
+        self.localId = localId
+        self.dependsOn = dependsOn
     }
 
     /// The request sent to the backend for this entry: its headers without framing headers, with an
@@ -111,6 +120,8 @@ public struct QueueEntryStatus: Sendable, Equatable {
         case delivered
         /// Given up: a status that is not retried, or the attempts or the age ran out.
         case failed
+        /// Never sent: a create it depends on failed.
+        case dependencyFailed
     }
 
     /// The queue id.
@@ -136,6 +147,13 @@ public struct QueueEntryStatus: Sendable, Equatable {
     public var status: Int?
     /// Why the last attempt failed, or why the request was given up.
     public var lastError: String?
+    /// For a create: the client's local identifier, and the backend's once delivered.
+    public var localId: String?
+    public var remoteId: String?
+    /// For a write that names local identifiers: the creates it waits for (while pending), or the one whose
+    /// failure failed it.
+    public var waitsFor: [String] = []
+    public var failedCreate: String?
 
     /// A status with the given fields.
     public init(
@@ -191,6 +209,14 @@ public struct QueueEntryStatus: Sendable, Equatable {
         if let finishedAt { fields.append(#""finishedAt":"\#(finishedAt)""#) }
         if let status { fields.append(#""status":\#(status)"#) }
         if forOperator, let lastError { fields.append(#""lastError":\#(JSONText.quoted(lastError))"#) }
+        if let localId {
+            fields.append(#""localId":\#(JSONText.quoted(localId))"#)
+            fields.append(#""remoteId":\#(remoteId.map(JSONText.quoted) ?? "null")"#)
+        }
+        if state == .pending, !waitsFor.isEmpty {
+            fields.append(#""waitsFor":[\#(waitsFor.map(JSONText.quoted).joined(separator: ","))]"#)
+        }
+        if let failedCreate { fields.append(#""failedCreate":\#(JSONText.quoted(failedCreate))"#) }
         return "{" + fields.joined(separator: ",") + "}"
     }
 }

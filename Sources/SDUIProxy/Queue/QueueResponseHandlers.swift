@@ -19,6 +19,11 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
     public var attempts: Int
     /// Why it failed (nil when delivered).
     public var error: String?
+    /// For a create: the client's local identifier, and the backend's when its answer named one.
+    public var localId: String?
+    public var remoteId: String?
+    /// For a `dependencyFailed` write: the create (queue id) whose failure failed it.
+    public var failedCreate: String?
 
     /// An event with the given fields.
     public init(
@@ -27,7 +32,10 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
         outcome: QueueConfiguration.Outcome,
         status: Int?,
         attempts: Int,
-        error: String? = nil
+        error: String? = nil,
+        localId: String? = nil,
+        remoteId: String? = nil,
+        failedCreate: String? = nil
     ) {
         self.id = id
         self.route = route
@@ -35,9 +43,13 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
         self.status = status
         self.attempts = attempts
         self.error = error
+        self.localId = localId
+        self.remoteId = remoteId
+        self.failedCreate = failedCreate
     }
 
-    /// The webhook notification: `{"id", "route", "outcome", "status", "attempts"}`, plus `"error"` when failed.
+    /// The webhook notification: `{"id", "route", "outcome", "status", "attempts"}`, plus `"error"` when failed,
+    /// `"localId"` and `"remoteId"` for a create, `"failedCreate"` for a write whose create failed.
     public var json: String {
         var fields = [
             #""id":\#(JSONText.quoted(id))"#,
@@ -47,6 +59,11 @@ public struct QueueOutcomeEvent: Sendable, Equatable {
             #""attempts":\#(attempts)"#,
         ]
         if let error { fields.append(#""error":\#(JSONText.quoted(error))"#) }
+        if let localId {
+            fields.append(#""localId":\#(JSONText.quoted(localId))"#)
+            fields.append(#""remoteId":\#(remoteId.map(JSONText.quoted) ?? "null")"#)
+        }
+        if let failedCreate { fields.append(#""failedCreate":\#(JSONText.quoted(failedCreate))"#) }
         return "{" + fields.joined(separator: ",") + "}"
     }
 }

@@ -1,3 +1,5 @@
+import NIOCore
+import NIOHTTP1
 import SDUIProxyCore
 
 /// Where queued requests are kept until they reach a final outcome.
@@ -9,7 +11,14 @@ import SDUIProxyCore
 /// Errors are the store's own; ``WriteQueue`` maps them onto the error model.
 public protocol QueueStore: Sendable {
     /// Writes a new pending entry; it is durable when this returns.
-    func insert(_ entry: QueueEntry) async throws
+    ///
+    /// With the entry, in the same atomic change: its ``QueueEntry/localId`` is recorded as pending (a create), and
+    /// of `candidates` (the sane tokens its target and JSON body name) those that are local identifiers of creates
+    /// it knows become its ``QueueEntry/dependsOn`` (the newest create of each). Returns those creates' ids.
+    ///
+    /// - Throws: ``LocalIdentifierConflict`` when its local identifier is pending already.
+    @discardableResult
+    func insert(_ entry: QueueEntry, naming candidates: [LocalIdentifier]) async throws -> [String]
 
     /// Whether other processes deliver from this store too: the counts a ``WriteQueue`` keeps in memory are then
     /// only estimates, and it asks the store instead.
@@ -57,7 +66,8 @@ public protocol QueueStore: Sendable {
     /// `lastError` (and the backend's last `status`, when it answered). The body and headers are let go. Returns
     /// false when the entry was not pending, or another deliverer took it over (its outcome is that one's to
     /// record). With `awaitingNotification`, the outcome is listed by ``unnotifiedOutcomes(limit:)`` until
-    /// ``markNotified(id:)``, in the same atomic change.
+    /// ``markNotified(id:)``, in the same atomic change. A create's backend identifier, or a dependent's failed
+    /// create, goes with the outcome (`identifiers`).
     func finish(
         id: String,
         outcome: QueueConfiguration.Outcome,
@@ -65,8 +75,27 @@ public protocol QueueStore: Sendable {
         status: Int?,
         attempts: Int,
         at time: QueueInstant,
-        awaitingNotification: Bool
+        awaitingNotification: Bool,
+        identifiers: QueueOutcomeIdentifiers
     ) async throws -> Bool
+
+    /// Replaces a pending entry's request with `target`, `headers` and `body` (its local identifiers merged), and
+    /// clears its ``QueueEntry/dependsOn``: from then on it is sent as rewritten, by this process or any other. False
+    /// when it is not pending, or another deliverer holds it.
+    func rewrite(id: String, target: String, headers: HTTPHeaders, body: ByteBuffer?) async throws -> Bool
+
+    /// The creates with these queue ids, by id; an id the store does not hold (any more) is absent.
+    func createRecords(ids: [String]) async throws -> [String: LocalIdentifierRecord]
+
+    /// The newest create of `local`; nil when none is held.
+    func identifierRecord(local: LocalIdentifier) async throws -> LocalIdentifierRecord?
+
+    /// Every create pending or finished at `time` or later, oldest first: what a queue's ledger starts from.
+    func identifierRecords(finishedSince time: QueueInstant) async throws -> [LocalIdentifierRecord]
+
+    /// The creates of these local identifiers, oldest first: what a replica of a fleet asks before it forwards a
+    /// write at once, since another replica may have accepted the create a moment ago.
+    func identifierRecords(named locals: [LocalIdentifier]) async throws -> [LocalIdentifierRecord]
 
     /// Final outcomes whose webhook notification has not been sent or given up on, oldest first; at most `limit`.
     func unnotifiedOutcomes(limit: Int) async throws -> [QueueOutcomeEvent]
@@ -92,13 +121,41 @@ public protocol QueueStore: Sendable {
 }
 
 extension QueueStore {
-    /// ``finish(id:outcome:lastError:status:attempts:at:awaitingNotification:)`` for a delivery.
+    /// Writes a new pending entry that names no local identifier.
+    public func insert(_ entry: QueueEntry) async throws {
+        try await insert(entry, naming: [])
+    }
+
+    /// An outcome without identifiers.
+    public func finish(
+        id: String,
+        outcome: QueueConfiguration.Outcome,
+        lastError: String?,
+        status: Int?,
+        attempts: Int,
+        at time: QueueInstant,
+        awaitingNotification: Bool
+    ) async throws -> Bool {
+        try await finish(
+            id: id,
+            outcome: outcome,
+            lastError: lastError,
+            status: status,
+            attempts: attempts,
+            at: time,
+            awaitingNotification: awaitingNotification,
+            identifiers: .none
+        )
+    }
+
+    /// ``finish(id:outcome:lastError:status:attempts:at:awaitingNotification:identifiers:)`` for a delivery.
     public func markDelivered(
         id: String,
         status: Int,
         attempts: Int,
         at time: QueueInstant,
-        awaitingNotification: Bool
+        awaitingNotification: Bool,
+        remoteId: RemoteIdentifier? = nil
     ) async throws -> Bool {
         try await finish(
             id: id,
@@ -107,7 +164,8 @@ extension QueueStore {
             status: status,
             attempts: attempts,
             at: time,
-            awaitingNotification: awaitingNotification
+            awaitingNotification: awaitingNotification,
+            identifiers: QueueOutcomeIdentifiers(remoteId: remoteId)
         )
     }
 
@@ -138,8 +196,21 @@ public enum QueueHeadClaim: Sendable {
     case claimed(QueueEntry)
     /// The route has no pending entry.
     case empty
+    /// The head names local identifiers whose creates have no outcome yet: look again when one has.
+    case waitingForCreates
     /// Look again at this time (on this process's clock): the head backs off, or another deliverer has it.
     case notBefore(QueueInstant)
+}
+
+/// A create whose local identifier is pending already (the client's 409).
+public struct LocalIdentifierConflict: Error, Sendable, CustomStringConvertible {
+    public var local: LocalIdentifier
+
+    public init(local: LocalIdentifier) {
+        self.local = local
+    }
+
+    public var description: String { "the local identifier \(local) is being created already" }
 }
 
 /// A store that cannot do what it was asked.

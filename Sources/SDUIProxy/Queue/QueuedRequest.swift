@@ -24,6 +24,11 @@ public struct QueuedRequest: Sendable {
     /// already carried it as `Idempotency-Key`, so the backend can tell a delivery of the same request; it must
     /// be a header token of at most 128 characters.
     public var id: String?
+    /// On a `creates` route: the local identifier of the entity it creates.
+    public var localId: LocalIdentifier?
+    /// The tokens it names that may be local identifiers (``WriteQueue/IdentifierPlan/names``): the store makes
+    /// it depend on the creates among them.
+    public var names: [LocalIdentifier]
 
     /// A request to queue, with why forwarding it at once failed (nil when it was not tried).
     public init(
@@ -32,7 +37,9 @@ public struct QueuedRequest: Sendable {
         headers: HTTPHeaders,
         body: ByteBuffer? = nil,
         failure: String? = nil,
-        id: String? = nil
+        id: String? = nil,
+        localId: LocalIdentifier? = nil,
+        names: [LocalIdentifier] = []
     ) {
         self.method = method
         self.target = target
@@ -40,17 +47,27 @@ public struct QueuedRequest: Sendable {
         self.body = body
         self.failure = failure
         self.id = id
+        self.localId = localId
+        self.names = names
     }
 
     /// The request as built for the backend, with why forwarding it failed and the id it carried.
-    public init(_ request: UpstreamRequest, failure: String? = nil, id: String? = nil) {
+    public init(
+        _ request: UpstreamRequest,
+        failure: String? = nil,
+        id: String? = nil,
+        localId: LocalIdentifier? = nil,
+        names: [LocalIdentifier] = []
+    ) {
         self.init(
             method: request.method,
             target: request.target,
             headers: request.headers,
             body: request.body,
             failure: failure,
-            id: id
+            id: id,
+            localId: localId,
+            names: names
         )
     }
 
@@ -69,17 +86,22 @@ public struct QueueReceipt: Sendable, Equatable {
     public var route: String
     /// The path of its status (`/queue/ID`).
     public var location: String
+    /// The creates (queue ids) whose local identifiers it names: it is sent after them, with their backend
+    /// identifiers.
+    public var waitsFor: [String]
 
     /// A receipt with the given fields.
-    public init(id: String, route: String, location: String) {
+    public init(id: String, route: String, location: String, waitsFor: [String] = []) {
         self.id = id
         self.route = route
         self.location = location
+        self.waitsFor = waitsFor
     }
 
-    /// `{"queued":true,"id":"..."}`.
+    /// `{"queued":true,"id":"...","location":"..."}`, with `"waitsFor":[...]` when it names creates.
     public var json: String {
-        #"{"queued":true,"id":\#(JSONText.quoted(id)),"location":\#(JSONText.quoted(location))}"#
+        let waits = waitsFor.isEmpty ? "" : #","waitsFor":[\#(waitsFor.map(JSONText.quoted).joined(separator: ","))]"#
+        return #"{"queued":true,"id":\#(JSONText.quoted(id)),"location":\#(JSONText.quoted(location))\#(waits)}"#
     }
 
     /// The status of the response to the client.

@@ -217,29 +217,78 @@ public final class SQLiteQueueStore: QueueStore {
             WHERE notify_pending = 1
             """
         )
+        // Creates and the writes that name them: a create's local identifier (unique while it is pending) and the
+        // backend's; a write's creates (a JSON array of queue ids), and the one whose failure failed it.
+        let identifierColumns = [
+            "local_id TEXT", "remote_id TEXT", "remote_is_number INTEGER NOT NULL DEFAULT 0", "depends_on TEXT",
+            "dependency_failed TEXT",
+        ]
+        for column in identifierColumns where !columns.contains(String(column.prefix { $0 != " " })) {
+            _ = try await connection.query("ALTER TABLE queued_requests ADD COLUMN \(column)")
+        }
+        _ = try await connection.query(
+            """
+            CREATE UNIQUE INDEX IF NOT EXISTS queued_requests_pending_local ON queued_requests (local_id)
+            WHERE state = 'pending' AND local_id IS NOT NULL
+            """
+        )
+        _ = try await connection.query(
+            """
+            CREATE INDEX IF NOT EXISTS queued_requests_local ON queued_requests (local_id, seq)
+            WHERE local_id IS NOT NULL
+            """
+        )
     }
 
+    /// Whether the entry `q` waits for a create that has no outcome yet.
+    private static let waitsForCreate = """
+        EXISTS (SELECT 1 FROM json_each(q.depends_on) AS d JOIN queued_requests AS c ON c.id = d.value
+                WHERE c.state = 'pending')
+        """
+
     private static let entryColumns =
-        "id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status"
+        "id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status, "
+        + "local_id, depends_on"
 
     // MARK: QueueStore
 
-    public func insert(_ entry: QueueEntry) async throws {
-        _ = try await connection.query(
+    public func insert(_ entry: QueueEntry, naming candidates: [LocalIdentifier]) async throws -> [String] {
+        // The creates a write names: the newest create of each named local identifier, found in the same statement.
+        let dependsOn =
+            candidates.isEmpty
+            ? "NULL"
+            : """
+            (SELECT NULLIF(json_group_array(c.id), '[]') FROM json_each(?) AS n
+             JOIN queued_requests AS c ON c.seq = (SELECT max(seq) FROM queued_requests WHERE local_id = n.value))
             """
-            INSERT INTO queued_requests
-                (id, route, method, target, headers, body, enqueued_at, state, attempts, next_attempt_at, last_error,
-                 status)
-            VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
-            """,
-            [
-                .text(entry.id), .text(entry.route), .text(entry.method.rawValue), .text(entry.target),
-                .blob(QueueEntry.encode(entry.headers)), entry.body.map { .blob($0) } ?? .null,
-                .integer(Int(entry.enqueuedAt.millisecondsSinceEpoch)), .integer(entry.attempts),
-                .integer(Int(entry.nextAttemptAt.millisecondsSinceEpoch)),
-                entry.lastError.map { .text($0) } ?? .null, entry.lastStatus.map { .integer($0) } ?? .null,
-            ]
-        )
+        var binds: [SQLiteData] = [
+            .text(entry.id), .text(entry.route), .text(entry.method.rawValue), .text(entry.target),
+            .blob(QueueEntry.encode(entry.headers)), entry.body.map { .blob($0) } ?? .null,
+            .integer(Int(entry.enqueuedAt.millisecondsSinceEpoch)), .integer(entry.attempts),
+            .integer(Int(entry.nextAttemptAt.millisecondsSinceEpoch)),
+            entry.lastError.map { .text($0) } ?? .null, entry.lastStatus.map { .integer($0) } ?? .null,
+            entry.localId.map { .text($0.value) } ?? .null,
+        ]
+        if !candidates.isEmpty { binds.append(.text(Self.jsonArray(candidates.map(\.value)))) }
+        let rows: [SQLiteRow]
+        do {
+            rows = try await connection.query(
+                """
+                INSERT INTO queued_requests
+                    (id, route, method, target, headers, body, enqueued_at, state, attempts, next_attempt_at,
+                     last_error, status, local_id, depends_on)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, \(dependsOn))
+                RETURNING depends_on
+                """,
+                binds
+            )
+        } catch let error as SQLiteError where error.reason == .constraintUniqueFailed || error.reason == .constraint {
+            if let local = entry.localId, "\(error)".contains("local_id") {
+                throw LocalIdentifierConflict(local: local)
+            }
+            throw error
+        }
+        return try Self.ids(rows.first?.column("depends_on")?.string)
     }
 
     public func firstPending(route: String) async throws -> QueueEntry? {
@@ -258,7 +307,16 @@ public final class SQLiteQueueStore: QueueStore {
 
     /// The head when it is due: this process's single deliverer of the route needs no lease.
     public func claimHead(route: String, at now: QueueInstant) async throws -> QueueHeadClaim {
-        guard let head = try await firstPending(route: route) else { return .empty }
+        let rows = try await connection.query(
+            """
+            SELECT \(Self.entryColumns), \(Self.waitsForCreate) AS waiting FROM queued_requests AS q
+            WHERE state = 'pending' AND route = ? ORDER BY seq LIMIT 1
+            """,
+            [.text(route)]
+        )
+        guard let row = rows.first else { return .empty }
+        if row.column("waiting")?.integer == 1 { return .waitingForCreates }
+        let head = try Self.entry(row)
         return head.nextAttemptAt <= now ? .claimed(head) : .notBefore(head.nextAttemptAt)
     }
 
@@ -273,7 +331,7 @@ public final class SQLiteQueueStore: QueueStore {
         let (condition, binds) = Self.routeCondition(routes: routes, excluding: excluding)
         let rows = try await connection.query(
             """
-            SELECT \(Self.entryColumns) FROM queued_requests
+            SELECT \(Self.entryColumns) FROM queued_requests AS q
             WHERE \(condition) AND next_attempt_at <= ? ORDER BY seq LIMIT ?
             """,
             binds + [.integer(Int(now.millisecondsSinceEpoch)), .integer(limit)]
@@ -285,7 +343,10 @@ public final class SQLiteQueueStore: QueueStore {
         guard !routes.isEmpty else { return nil }
         let (condition, binds) = Self.routeCondition(routes: routes, excluding: excluding)
         let rows = try await connection.query(
-            "SELECT next_attempt_at AS next FROM queued_requests WHERE \(condition) ORDER BY next_attempt_at LIMIT 1",
+            """
+            SELECT next_attempt_at AS next FROM queued_requests AS q WHERE \(condition)
+            ORDER BY next_attempt_at LIMIT 1
+            """,
             binds
         )
         return rows.first?.column("next")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) }
@@ -321,22 +382,29 @@ public final class SQLiteQueueStore: QueueStore {
         status: Int?,
         attempts: Int,
         at time: QueueInstant,
-        awaitingNotification: Bool
+        awaitingNotification: Bool,
+        identifiers: QueueOutcomeIdentifiers
     ) async throws -> Bool {
-        // The body and headers are not needed any more: only the status stays readable.
+        // The body and headers are not needed any more: only the status stays readable. A write whose create failed
+        // is `failed` with the create named.
+        let stored = state == .delivered ? "delivered" : "failed"
         let rows = try await connection.query(
             """
             UPDATE queued_requests
             SET state = ?, last_error = CASE WHEN ? THEN COALESCE(?, last_error) END, status = ?, attempts = ?,
                 finished_at = ?,
-                body = NULL, headers = NULL, notify_pending = ?
+                body = NULL, headers = NULL, notify_pending = ?, remote_id = ?, remote_is_number = ?,
+                dependency_failed = ?
             WHERE id = ? AND state = 'pending' RETURNING seq
             """,
             [
                 // A delivered request's earlier failures are history: its last error goes with them.
-                .text(state.rawValue), .integer(state == .failed ? 1 : 0), lastError.map { .text($0) } ?? .null,
+                .text(stored), .integer(state == .delivered ? 0 : 1), lastError.map { .text($0) } ?? .null,
                 status.map { .integer($0) } ?? .null,
                 .integer(attempts), .integer(Int(time.millisecondsSinceEpoch)), .integer(awaitingNotification ? 1 : 0),
+                identifiers.remoteId.map { .text($0.text) } ?? .null,
+                .integer(identifiers.remoteId?.isNumber == true ? 1 : 0),
+                identifiers.failedCreate.map { .text($0) } ?? .null,
                 .text(id),
             ]
         )
@@ -346,22 +414,27 @@ public final class SQLiteQueueStore: QueueStore {
     public func unnotifiedOutcomes(limit: Int) async throws -> [QueueOutcomeEvent] {
         let rows = try await connection.query(
             """
-            SELECT id, route, state, status, attempts, last_error FROM queued_requests
-            WHERE notify_pending = 1 ORDER BY finished_at, seq LIMIT ?
+            SELECT id, route, state, status, attempts, last_error, local_id, remote_id, dependency_failed
+            FROM queued_requests WHERE notify_pending = 1 ORDER BY finished_at, seq LIMIT ?
             """,
             [.integer(limit)]
         )
         return try rows.map { row in
             guard let id = row.column("id")?.string, let route = row.column("route")?.string,
-                let outcome = row.column("state")?.string.flatMap(QueueConfiguration.Outcome.init(rawValue:))
+                var outcome = row.column("state")?.string.flatMap(QueueConfiguration.Outcome.init(rawValue:))
             else { throw QueueStoreError("an outcome awaiting notification is unreadable") }
+            let failedCreate = row.column("dependency_failed")?.string
+            if failedCreate != nil { outcome = .dependencyFailed }
             return QueueOutcomeEvent(
                 id: id,
                 route: route,
                 outcome: outcome,
                 status: row.column("status")?.integer,
                 attempts: row.column("attempts")?.integer ?? 0,
-                error: outcome == .failed ? row.column("last_error")?.string : nil
+                error: outcome == .delivered ? nil : row.column("last_error")?.string,
+                localId: row.column("local_id")?.string,
+                remoteId: row.column("remote_id")?.string,
+                failedCreate: failedCreate
             )
         }
     }
@@ -374,16 +447,18 @@ public final class SQLiteQueueStore: QueueStore {
         let rows = try await connection.query(
             """
             SELECT id, route, method, target, state, attempts, enqueued_at, next_attempt_at, finished_at, status,
-                last_error
+                last_error, local_id, remote_id, depends_on, dependency_failed
             FROM queued_requests WHERE id = ?
             """,
             [.text(id)]
         )
         guard let row = rows.first else { return nil }
-        guard let state = row.column("state")?.string.flatMap(QueueEntryStatus.State.init(rawValue:)) else {
+        guard var state = row.column("state")?.string.flatMap(QueueEntryStatus.State.init(rawValue:)) else {
             throw QueueStoreError("entry \(id) has an unknown state")
         }
-        return QueueEntryStatus(
+        let failedCreate = row.column("dependency_failed")?.string
+        if failedCreate != nil { state = .dependencyFailed }
+        var status = QueueEntryStatus(
             id: try Self.text(row, "id"),
             route: try Self.text(row, "route"),
             method: try Self.text(row, "method"),
@@ -397,6 +472,72 @@ public final class SQLiteQueueStore: QueueStore {
             status: row.column("status")?.integer,
             lastError: row.column("last_error")?.string
         )
+        status.localId = row.column("local_id")?.string
+        status.remoteId = row.column("remote_id")?.string
+        status.waitsFor = try Self.ids(row.column("depends_on")?.string)
+        status.failedCreate = failedCreate
+        return status
+    }
+
+    public func rewrite(id: String, target: String, headers: HTTPHeaders, body: ByteBuffer?) async throws -> Bool {
+        let rows = try await connection.query(
+            """
+            UPDATE queued_requests SET target = ?, headers = ?, body = ?, depends_on = NULL
+            WHERE id = ? AND state = 'pending' RETURNING seq
+            """,
+            [.text(target), .blob(QueueEntry.encode(headers)), body.map { .blob($0) } ?? .null, .text(id)]
+        )
+        return !rows.isEmpty
+    }
+
+    private static let recordColumns = "id, local_id, state, remote_id, remote_is_number, last_error, finished_at"
+
+    public func createRecords(ids: [String]) async throws -> [String: LocalIdentifierRecord] {
+        guard !ids.isEmpty else { return [:] }
+        let rows = try await connection.query(
+            """
+            SELECT \(Self.recordColumns) FROM queued_requests
+            WHERE local_id IS NOT NULL AND id IN (SELECT value FROM json_each(?))
+            """,
+            [.text(Self.jsonArray(ids))]
+        )
+        var records: [String: LocalIdentifierRecord] = [:]
+        for row in rows {
+            let record = try Self.record(row)
+            records[record.create] = record
+        }
+        return records
+    }
+
+    public func identifierRecord(local: LocalIdentifier) async throws -> LocalIdentifierRecord? {
+        let rows = try await connection.query(
+            "SELECT \(Self.recordColumns) FROM queued_requests WHERE local_id = ? ORDER BY seq DESC LIMIT 1",
+            [.text(local.value)]
+        )
+        return try rows.first.map(Self.record)
+    }
+
+    public func identifierRecords(named locals: [LocalIdentifier]) async throws -> [LocalIdentifierRecord] {
+        guard !locals.isEmpty else { return [] }
+        let rows = try await connection.query(
+            """
+            SELECT \(Self.recordColumns) FROM queued_requests
+            WHERE local_id IN (SELECT value FROM json_each(?)) ORDER BY seq
+            """,
+            [.text(Self.jsonArray(locals.map(\.value)))]
+        )
+        return try rows.map(Self.record)
+    }
+
+    public func identifierRecords(finishedSince time: QueueInstant) async throws -> [LocalIdentifierRecord] {
+        let rows = try await connection.query(
+            """
+            SELECT \(Self.recordColumns) FROM queued_requests
+            WHERE local_id IS NOT NULL AND (state = 'pending' OR finished_at >= ?) ORDER BY seq
+            """,
+            [.integer(Int(time.millisecondsSinceEpoch))]
+        )
+        return try rows.map(Self.record)
     }
 
     public func depths() async throws -> [QueueRouteDepth] {
@@ -423,7 +564,14 @@ public final class SQLiteQueueStore: QueueStore {
 
     public func removeFinished(before time: QueueInstant) async throws -> Int {
         let rows = try await connection.query(
-            "DELETE FROM queued_requests WHERE state <> 'pending' AND finished_at < ? RETURNING seq",
+            // A create stays while a write that depends on it waits: that write is rewritten, or failed, from it.
+            """
+            DELETE FROM queued_requests AS f WHERE state <> 'pending' AND finished_at < ?
+            AND NOT (local_id IS NOT NULL AND EXISTS (
+                SELECT 1 FROM queued_requests AS q, json_each(q.depends_on) AS d
+                WHERE q.state = 'pending' AND d.value = f.id))
+            RETURNING seq
+            """,
             [.integer(Int(time.millisecondsSinceEpoch))]
         )
         return rows.count
@@ -452,8 +600,10 @@ public final class SQLiteQueueStore: QueueStore {
     // MARK: Rows
 
     private static func routeCondition(routes: [String], excluding: Set<String>) -> (String, [SQLiteData]) {
+        // An entry that waits for a create is not due, whatever its time.
         var condition =
             "state = 'pending' AND route IN (\(Array(repeating: "?", count: routes.count).joined(separator: ", ")))"
+            + " AND NOT \(waitsForCreate)"
         var binds = routes.map { SQLiteData.text($0) }
         if !excluding.isEmpty {
             condition += " AND id NOT IN (\(Array(repeating: "?", count: excluding.count).joined(separator: ", ")))"
@@ -474,8 +624,48 @@ public final class SQLiteQueueStore: QueueStore {
             attempts: try integer(row, "attempts"),
             nextAttemptAt: QueueInstant(millisecondsSinceEpoch: Int64(try integer(row, "next_attempt_at"))),
             lastError: row.column("last_error")?.string,
-            lastStatus: row.column("status")?.integer
+            lastStatus: row.column("status")?.integer,
+            localId: row.column("local_id")?.string.flatMap(LocalIdentifier.init),
+            dependsOn: try ids(row.column("depends_on")?.string)
         )
+    }
+
+    private static func record(_ row: SQLiteRow) throws -> LocalIdentifierRecord {
+        guard let local = row.column("local_id")?.string.flatMap(LocalIdentifier.init) else {
+            throw QueueStoreError("a create's local identifier is unreadable")
+        }
+        let state: LocalIdentifierRecord.State
+        switch try text(row, "state") {
+        case "pending":
+            state = .pending
+        case "delivered":
+            let remote = row.column("remote_id")?.string.flatMap {
+                RemoteIdentifier($0, isNumber: row.column("remote_is_number")?.integer == 1)
+            }
+            state = .delivered(remote)
+        default:
+            state = .failed(reason: row.column("last_error")?.string ?? "the create failed")
+        }
+        return LocalIdentifierRecord(
+            local: local,
+            create: try text(row, "id"),
+            state: state,
+            finishedAt: row.column("finished_at")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) }
+        )
+    }
+
+    /// A JSON array of strings; the strings are tokens, which need no escaping.
+    private static func jsonArray(_ values: [String]) -> String {
+        "[" + values.map { JSONText.quoted($0) }.joined(separator: ",") + "]"
+    }
+
+    /// The queue ids in a JSON array column; none when it is NULL.
+    private static func ids(_ text: String?) throws -> [String] {
+        guard let text else { return [] }
+        guard let values = JSONStringValues.values(in: Array(text.utf8), maximumLength: 256) else {
+            throw QueueStoreError("a list of queue ids is unreadable")
+        }
+        return values.map(\.text)
     }
 
     private static func text(_ row: SQLiteRow, _ column: String) throws -> String {

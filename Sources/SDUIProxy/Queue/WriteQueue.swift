@@ -31,6 +31,14 @@ public final class WriteQueue: Sendable {
     /// Per sequential route key: its requests pending in the store, and the last write admitted on it, which
     /// the next one waits for (``admitWrite(on:eventLoop:_:)``).
     private let sequentialLanes: Mutex<[String: SequentialLane]>
+    /// The local identifiers of creates, pending or recently finished: a write is checked against them by a hash
+    /// lookup per token it names (``identifierPlan(for:route:)``). Empty, and unused, when no route has `creates`.
+    let identifiers: Mutex<LocalIdentifierLedger>
+    /// Whether some route has `creates`: writes are only looked at for local identifiers then.
+    let tracksIdentifiers: Bool
+    /// Writes given backend identifiers in place of local ones, and writes ended `dependencyFailed`, since start.
+    let identifierMerges = Atomic(0)
+    let dependencyFailures = Atomic(0)
 
     private struct SequentialLane {
         var pending = 0
@@ -64,6 +72,9 @@ public final class WriteQueue: Sendable {
         }
         self.routeSignals = signals
         self.sequentialLanes = Mutex(lanes)
+        let ledger = try await Self.loadIdentifiers(configuration: configuration, store: store, logger: logger)
+        self.tracksIdentifiers = ledger != nil
+        self.identifiers = Mutex(ledger ?? LocalIdentifierLedger(retention: configuration.retention))
     }
 
     /// Opens the store `configuration.store` names, and the queue over it: a SQLite file of this replica's own, or
@@ -208,6 +219,10 @@ public final class WriteQueue: Sendable {
 
         let now = QueueInstant.now()
         let id = request.id ?? Self.newID()
+        if let local = request.localId, case .conflict(let existing) = pendingCreate(of: local) {
+            releaseSlot()
+            throw Self.conflict(local, existing: existing)
+        }
         // A request whose immediate forward failed waits one backoff before its first delivery.
         let firstAttempt =
             request.failure == nil
@@ -221,19 +236,25 @@ public final class WriteQueue: Sendable {
             body: request.body,
             enqueuedAt: now,
             nextAttemptAt: firstAttempt,
-            lastError: request.failure
+            lastError: request.failure,
+            localId: request.localId
         )
+        let dependsOn: [String]
         do {
-            try await store.insert(entry)
+            dependsOn = try await store.insert(entry, naming: request.names)
+        } catch let conflict as LocalIdentifierConflict {
+            releaseSlot()
+            throw Self.conflict(conflict.local, existing: nil)
         } catch {
             releaseSlot()
             logger.error("cannot store a queued request", metadata: ["route": "\(route.key)", "error": "\(error)"])
             throw ProxyError(.unavailable, "the write queue cannot store the request", detail: "\(error)")
         }
         sequentialLanes.withLock { $0[route.key]?.pending += 1 }
+        if let local = request.localId { createAccepted(local, create: id) }
         logger.debug("queued", metadata: ["id": "\(id)", "route": "\(route.key)", "target": "\(request.target)"])
         signal(route: route)
-        return QueueReceipt(id: id, route: route.key, location: statusPathPrefix + id)
+        return QueueReceipt(id: id, route: route.key, location: statusPathPrefix + id, waitsFor: dependsOn)
     }
 
     // MARK: Admin

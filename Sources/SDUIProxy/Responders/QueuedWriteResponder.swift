@@ -39,6 +39,41 @@ struct QueuedWriteResponder {
             headers: headers,
             body: write.body
         )
+        guard queue.tracksIdentifiers else {
+            let plan = WriteQueue.IdentifierPlan(request: upstream, localId: nil, names: [], mustQueue: false)
+            admit(plan, id: id, write: write, queue: queue, proxy: proxy, sink: sink)
+            return
+        }
+        // Some route creates entities under local identifiers: what this write creates or names is decided first.
+        let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
+        sink.eventLoop.makeFutureWithTask {
+            try await queue.identifierPlan(for: upstream, route: write.route)
+        }.assumeIsolated().whenComplete { result in
+            switch result {
+            case .success(let plan):
+                self.admit(plan, id: id, write: write, queue: queue, proxy: proxy, sink: boundSink.value)
+            case .failure(let error):
+                boundSink.value.write(
+                    error as? ProxyError ?? ProxyError(.internalError, "the queued write failed", detail: "\(error)")
+                )
+            }
+        }
+    }
+
+    /// Forwards the write, or queues it: when the backend cannot take it now, when its route has a backlog, or
+    /// when `plan` says it must be.
+    private func admit(
+        _ plan: WriteQueue.IdentifierPlan,
+        id: String,
+        write: Write,
+        queue: WriteQueue,
+        proxy: ProxyContext,
+        sink: any ResponseSink
+    ) {
+        let upstream = plan.request
+        let queued = { @Sendable (failure: String?) in
+            QueuedRequest(upstream, failure: failure, id: id, localId: plan.localId, names: plan.names)
+        }
         let eventLoop = sink.eventLoop
         let logger = proxy.logger
         let client = proxy.client
@@ -61,15 +96,15 @@ struct QueuedWriteResponder {
         // Succeeds with the 202 when the write was queued, with nil when the backend's answer went to the client.
         queue.admitWrite(on: write.route, eventLoop: eventLoop) {
             queueBehindBacklog -> EventLoopFuture<UpstreamResponse?> in
-            if queueBehindBacklog {
-                return Self.enqueue(upstream, id: id, failure: nil, queue: queue, on: eventLoop).map { $0 }
+            if queueBehindBacklog || plan.mustQueue {
+                return Self.enqueue(queued(nil), queue: queue, on: eventLoop).map { $0 }
             }
             // The body is in memory: it goes with the request, and again if a stale connection refuses it.
             return client.forward(upstream, body: nil, on: eventLoop, to: answer)
                 .flatMap { () -> EventLoopFuture<UpstreamResponse?> in
                     guard let status = answer.statusToQueueFor else { return eventLoop.makeSucceededFuture(nil) }
                     let failure = "backend answered \(status.code)"
-                    return Self.enqueue(upstream, id: id, failure: failure, queue: queue, on: eventLoop).map { $0 }
+                    return Self.enqueue(queued(failure), queue: queue, on: eventLoop).map { $0 }
                 }
                 .flatMapError { error -> EventLoopFuture<UpstreamResponse?> in
                     let failure: String
@@ -82,7 +117,7 @@ struct QueuedWriteResponder {
                     } else {
                         return eventLoop.makeFailedFuture(error)
                     }
-                    return Self.enqueue(upstream, id: id, failure: failure, queue: queue, on: eventLoop).map { $0 }
+                    return Self.enqueue(queued(failure), queue: queue, on: eventLoop).map { $0 }
                 }
         }
         .hop(to: eventLoop).assumeIsolated().whenComplete { result in
@@ -106,17 +141,15 @@ struct QueuedWriteResponder {
         }
     }
 
-    /// Stores the request durably; the 202 is only built once the store has it. `failure` is why the backend
-    /// did not take it, nil when it was queued behind the route's backlog without being sent.
+    /// Stores the request durably; the 202 is only built once the store has it. Its `failure` is why the backend
+    /// did not take it, nil when it was queued without being sent.
     private static func enqueue(
-        _ request: UpstreamRequest,
-        id: String,
-        failure: String?,
+        _ request: QueuedRequest,
         queue: WriteQueue,
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<UpstreamResponse> {
         eventLoop.makeFutureWithTask {
-            let receipt = try await queue.enqueue(QueuedRequest(request, failure: failure, id: id))
+            let receipt = try await queue.enqueue(request)
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: "application/json")
             headers.add(name: "Location", value: receipt.location)

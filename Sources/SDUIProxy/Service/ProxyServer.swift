@@ -220,6 +220,7 @@ public final class ProxyServer: Sendable {
                 registry: registry,
                 snapshot: { [writeQueue] in
                     var snapshot = ProxyMetrics.Snapshot(cache.statistics, queueDepth: writeQueue?.depth)
+                    snapshot.queueIdentifiers = writeQueue?.identifierFigures
                     snapshot.eventLoopYields = yielding?.yieldCount ?? 0
                     return snapshot
                 }

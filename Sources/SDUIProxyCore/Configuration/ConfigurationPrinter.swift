@@ -190,6 +190,13 @@ public enum ConfigurationPrinter {
                     "{ maxAttempts: \(retry.maxAttempts), backoff: \(duration(retry.backoff)), "
                         + "maxBackoff: \(duration(retry.maxBackoff)), maxAge: \(duration(retry.maxAge)) }"
                 )
+                if let creates = route.creates {
+                    out.pair(
+                        3,
+                        "creates",
+                        "{ localId: \(source(creates.localId)), remoteId: \(source(creates.remoteId)) }"
+                    )
+                }
             }
         }
         if queue.handlers.isEmpty {
@@ -210,6 +217,16 @@ public enum ConfigurationPrinter {
     }
 
     // MARK: Values
+
+    /// Where a create rule reads an identifier, as the config file says it.
+    private static func source(_ source: CreateRule.Source) -> String {
+        switch source {
+        case .header(let name): "{ header: \(scalar(name, flow: true)) }"
+        case .json(let pointer): "{ json: \(scalar(pointer.description, flow: true)) }"
+        case .headerPattern(let name, let pattern):
+            "{ header: \(scalar(name, flow: true)), pattern: \(scalar(pattern, flow: true)) }"
+        }
+    }
 
     /// A duration in the largest unit that holds it whole (`90s`, `250ms`); the loader reads microseconds at finest.
     static func duration(_ value: Duration) -> String {

@@ -85,14 +85,23 @@ public struct QueueConfiguration: Sendable, Equatable {
         public var ordering: Ordering
         /// When its requests are tried again and given up.
         public var retry: RetryPolicy
+        /// Whether its writes create entities under a client's local identifier (`creates`), and where the local
+        /// and the backend's identifiers are read; nil for other writes.
+        public var creates: CreateRule?
 
         /// A route for `method` (made upper case) under `pathPrefix`.
-        public init(method: String, pathPrefix: String, ordering: Ordering = .sequential, retry: RetryPolicy = .init())
-        {
+        public init(
+            method: String,
+            pathPrefix: String,
+            ordering: Ordering = .sequential,
+            retry: RetryPolicy = .init(),
+            creates: CreateRule? = nil
+        ) {
             self.method = method.uppercased()
             self.pathPrefix = pathPrefix
             self.ordering = ordering
             self.retry = retry
+            self.creates = creates
         }
 
         /// The route's name, as written after `match:` (`POST /api/orders`); queued requests are stored under it.
@@ -110,6 +119,8 @@ public struct QueueConfiguration: Sendable, Equatable {
         case delivered
         /// The backend answered a status that is not retried, or the attempts or the age ran out.
         case failed
+        /// A create it depends on failed (or its answer named no backend identifier): it was never sent.
+        case dependencyFailed
     }
 
     /// Something done when a queued request reaches a final outcome.
@@ -241,7 +252,7 @@ public struct QueueConfiguration: Sendable, Equatable {
     }
 
     private static func parseRoute(_ section: ConfigurationSection) throws(ConfigurationError) -> Route {
-        try section.rejectUnknownKeys(["match", "ordering", "retry"])
+        try section.rejectUnknownKeys(["match", "ordering", "retry", "creates"])
         let (method, prefix) = try parseMatch(section)
         guard let method, let prefix else { throw section.fail("match", "is required, like \"POST /api/orders\"") }
         let orderingText = try section.string("ordering", default: Ordering.sequential.rawValue)
@@ -260,7 +271,50 @@ public struct QueueConfiguration: Sendable, Equatable {
         }
         retry.maxAge = try retrySection.duration("maxAge", default: retry.maxAge)
         guard retry.maxAge > .zero else { throw retrySection.fail("maxAge", "must be more than 0") }
-        return Route(method: method, pathPrefix: prefix, ordering: ordering, retry: retry)
+        let creates = try section.names("creates") ? try parseCreateRule(try section.section("creates")) : nil
+        return Route(method: method, pathPrefix: prefix, ordering: ordering, retry: retry, creates: creates)
+    }
+
+    /// Reads `creates: { localId: ..., remoteId: ... }`: each a `{ header: Name }`, a `{ json: /pointer }`, or a
+    /// `{ header: Name, pattern: "/path/{id}" }`.
+    private static func parseCreateRule(_ section: ConfigurationSection) throws(ConfigurationError) -> CreateRule {
+        try section.rejectUnknownKeys(["localId", "remoteId"])
+        for key in ["localId", "remoteId"] where try !section.names(key) {
+            throw section.fail(key, "is required, like { header: X-Local-Id } or { json: /id }")
+        }
+        return CreateRule(
+            localId: try parseIdentifierSource(try section.section("localId")),
+            remoteId: try parseIdentifierSource(try section.section("remoteId"))
+        )
+    }
+
+    private static func parseIdentifierSource(
+        _ section: ConfigurationSection
+    ) throws(ConfigurationError) -> CreateRule.Source {
+        try section.rejectUnknownKeys(["header", "json", "pattern"])
+        let header = try section.string("header", default: "")
+        let json = try section.string("json", default: "")
+        let pattern = try section.string("pattern", default: "")
+        switch (header.isEmpty, json.isEmpty) {
+        case (false, true):
+            guard HTTPSyntax.isToken(header) else { throw section.fail("header", "\"\(header)\" is not a header name") }
+            guard !pattern.isEmpty else { return .header(header) }
+            guard pattern.contains("{id}"), HTTPSyntax.isFieldValue(pattern) else {
+                throw section.fail("pattern", "\"\(pattern)\" must hold {id}, like \"/api/orders/{id}\"")
+            }
+            return .headerPattern(header, pattern: pattern)
+        case (true, false):
+            guard pattern.isEmpty else { throw section.fail("pattern", "goes with header, not json") }
+            guard let pointer = JSONPointer(json), !pointer.tokens.isEmpty else {
+                throw section.fail("json", "\"\(json)\" is not a JSON pointer to a member, like /id")
+            }
+            return .json(pointer)
+        default:
+            throw section.fail(
+                header.isEmpty ? "header" : "json",
+                "exactly one of header or json is needed, like { header: X-Local-Id } or { json: /id }"
+            )
+        }
     }
 
     /// Reads `match: METHOD /prefix`; both nil when the key is absent.
@@ -294,7 +348,7 @@ public struct QueueConfiguration: Sendable, Equatable {
         var outcomes: Set<Outcome> = []
         for text in try section.stringList("on", default: Outcome.allCases.map(\.rawValue)) {
             guard let outcome = Outcome(rawValue: text) else {
-                throw section.fail("on", "\"\(text)\" is not delivered or failed")
+                throw section.fail("on", "\"\(text)\" is not delivered, failed or dependencyFailed")
             }
             outcomes.insert(outcome)
         }

@@ -31,6 +31,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
             case headersTooLarge
             case requestTimeout
             case notCached
+            case conflict
         }
 
         fileprivate let code: Code
@@ -55,6 +56,8 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let methodNotAllowed = Kind(code: .methodNotAllowed)
         /// Missing or wrong credentials (admin listener).
         public static let unauthorized = Kind(code: .unauthorized)
+        /// The request clashes with one the proxy holds already (a local identifier being created twice).
+        public static let conflict = Kind(code: .conflict)
         /// The backend's response is larger than the proxy reads into memory (`upstream.maxResponseBytes`).
         public static let upstreamTooLarge = Kind(code: .upstreamTooLarge)
         /// Cache fills already hold all the response bytes `upstream.maxBufferedBytes` allows; a later fill fits.
@@ -109,6 +112,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         case .uriTooLong: .uriTooLong
         case .headersTooLarge: HTTPResponseStatus(statusCode: 431, reasonPhrase: "Request Header Fields Too Large")
         case .requestTimeout: .requestTimeout
+        case .conflict: .conflict
         }
     }
 
@@ -117,7 +121,7 @@ public struct ProxyError: Error, Hashable, Sendable, CustomStringConvertible {
         switch kind.code {
         case .network, .timeout, .unavailable, .requestTimeout, .fillBudgetFull: true
         case .decoding, .url, .badRequest, .tooLarge, .notFound, .methodNotAllowed, .unauthorized, .internalError,
-            .upstreamTooLarge, .uriTooLong, .headersTooLarge, .notCached:
+            .upstreamTooLarge, .uriTooLong, .headersTooLarge, .notCached, .conflict:
             false
         }
     }

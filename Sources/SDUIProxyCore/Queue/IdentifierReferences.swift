@@ -36,6 +36,31 @@ public enum IdentifierReferences {
         return named
     }
 
+    /// Every sane token `target` has as a whole path segment or query value, in order, each once: what a store that
+    /// other processes write to is asked about.
+    public static func candidates(in target: String) -> [LocalIdentifier] {
+        var found: [LocalIdentifier] = []
+        forEachCandidate(in: target) { candidate, _ in
+            if let identifier = LocalIdentifier(String(candidate)), !found.contains(identifier) {
+                found.append(identifier)
+            }
+        }
+        return found
+    }
+
+    /// Every sane token the JSON `body` has as a string value, in order, each once; none when it is not JSON.
+    public static func candidates(inJSON body: [UInt8]) -> [LocalIdentifier] {
+        guard let values = JSONStringValues.values(in: body) else { return [] }
+        var found: [LocalIdentifier] = []
+        var seen: Set<LocalIdentifier> = []
+        for value in values {
+            if let identifier = LocalIdentifier(value.text), seen.insert(identifier).inserted {
+                found.append(identifier)
+            }
+        }
+        return found
+    }
+
     /// `target` with each whole segment or query value that `mapping` names replaced by its backend identifier.
     public static func rewritten(_ target: String, with mapping: [LocalIdentifier: RemoteIdentifier]) -> String {
         guard !mapping.isEmpty else { return target }

@@ -114,6 +114,16 @@ public struct LocalIdentifierLedger: Sendable {
         return dependents
     }
 
+    /// Takes what a store holds of `local` (a create accepted, delivered or failed by another process, or read at
+    /// start) as its standing; a pending standing keeps the dependents already known.
+    public mutating func remember(_ local: LocalIdentifier, as standing: Standing) {
+        if case .pending(let create, _) = standing, case .pending(create, let dependents)? = standings[local] {
+            standings[local] = .pending(create: create, dependents: dependents)
+            return
+        }
+        standings[local] = standing
+    }
+
     /// Forgets what was merged or failed longer ago than the retention; pending identifiers stay.
     public mutating func expire(at now: QueueInstant) {
         standings = standings.filter { _, standing in

@@ -1,3 +1,5 @@
+import NIOCore
+import NIOHTTP1
 import SDUIProxy
 import SDUIProxyCore
 import Synchronization
@@ -26,7 +28,8 @@ final class FailingQueueStore: QueueStore {
         status: Int?,
         attempts: Int,
         at time: QueueInstant,
-        awaitingNotification: Bool
+        awaitingNotification: Bool,
+        identifiers: QueueOutcomeIdentifiers
     ) async throws -> Bool {
         if outcome == .delivered {
             calls.withLock { $0 += 1 }
@@ -43,11 +46,34 @@ final class FailingQueueStore: QueueStore {
             status: status,
             attempts: attempts,
             at: time,
-            awaitingNotification: awaitingNotification
+            awaitingNotification: awaitingNotification,
+            identifiers: identifiers
         )
     }
 
-    func insert(_ entry: QueueEntry) async throws { try await base.insert(entry) }
+    func insert(_ entry: QueueEntry, naming candidates: [LocalIdentifier]) async throws -> [String] {
+        try await base.insert(entry, naming: candidates)
+    }
+
+    func rewrite(id: String, target: String, headers: HTTPHeaders, body: ByteBuffer?) async throws -> Bool {
+        try await base.rewrite(id: id, target: target, headers: headers, body: body)
+    }
+
+    func createRecords(ids: [String]) async throws -> [String: LocalIdentifierRecord] {
+        try await base.createRecords(ids: ids)
+    }
+
+    func identifierRecord(local: LocalIdentifier) async throws -> LocalIdentifierRecord? {
+        try await base.identifierRecord(local: local)
+    }
+
+    func identifierRecords(finishedSince time: QueueInstant) async throws -> [LocalIdentifierRecord] {
+        try await base.identifierRecords(finishedSince: time)
+    }
+
+    func identifierRecords(named locals: [LocalIdentifier]) async throws -> [LocalIdentifierRecord] {
+        try await base.identifierRecords(named: locals)
+    }
 
     var isShared: Bool { base.isShared }
 
