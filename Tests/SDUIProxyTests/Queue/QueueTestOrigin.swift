@@ -21,6 +21,8 @@ final class QueueTestOrigin: Sendable {
         var body: String = "{}"
         /// Answer only once this gate is open.
         var heldBy: OriginGate?
+        /// A `Location` header to answer with.
+        var location: String?
     }
 
     private let origin: TestOrigin
@@ -63,6 +65,7 @@ final class QueueTestOrigin: Sendable {
             var response = TestOrigin.Response(status: reply.status, body: reply.body)
             response.delay = reply.delay
             response.heldBy = reply.heldBy
+            if let location = reply.location { response.headers.append(("Location", location)) }
             return response
         }
     }
