@@ -21,7 +21,7 @@ import Darwin
 public final class SQLiteQueueStore: QueueStore {
     /// The database file.
     public let path: String
-    private let connection: SQLiteConnection
+    let connection: SQLiteConnection
     /// Held while the store is open: one process per store.
     private let lock: QueueStoreLock
 
@@ -79,174 +79,13 @@ public final class SQLiteQueueStore: QueueStore {
         return SQLiteQueueStore(path: path, connection: connection, lock: lock)
     }
 
-    /// Whether the database file at `path` exists: false when it does not (nor a write-ahead log of it).
-    ///
-    /// - Throws: ``QueueStoreError`` when it is empty or not a file, or when only its write-ahead log is left.
-    private static func checkExisting(_ path: String) throws -> Bool {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            let code = errno
-            guard code == ENOENT else { throw QueueStoreError("cannot read the queue store \(path) (errno \(code))") }
-            // The log of a store whose file was moved away: a new file would take its frames as its own.
-            var walInfo = stat()
-            if stat(path + "-wal", &walInfo) == 0 {
-                throw damaged(path, "is missing, but its write-ahead log \(path)-wal is still there")
-            }
-            return false
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw damaged(path, "is not a regular file") }
-        guard info.st_size > 0 else { throw damaged(path, "is empty (0 bytes)") }
-        return true
-    }
-
-    /// Builds a new store at `path`: under a temporary name, then renamed into place.
-    private static func create(
-        _ path: String,
-        threadPool: NIOThreadPool,
-        eventLoop: any EventLoop,
-        logger: Logger
-    ) async throws {
-        let staging = path + ".new"
-        // What a creation cut short left behind: never the queue, which is only ever at `path`.
-        for leftover in [staging, staging + "-wal", staging + "-shm", staging + "-journal"] { unlink(leftover) }
-        let connection = try await SQLiteConnection.open(
-            storage: .file(path: staging),
-            threadPool: threadPool,
-            logger: logger,
-            on: eventLoop
-        )
-        do {
-            try await prepare(connection, path: staging)
-        } catch {
-            try? await connection.close()
-            unlink(staging)
-            throw error
-        }
-        // The last connection to close checkpoints the log into the file and removes it.
-        try await connection.close()
-        guard rename(staging, path) == 0 else {
-            let code = errno
-            unlink(staging)
-            throw QueueStoreError("cannot create the queue store \(path) (rename failed, errno \(code))")
-        }
-        syncDirectory(of: path)
-    }
-
-    /// Refuses a file that is not an SQLite database, or one without the queue's table.
-    private static func checkSchema(_ connection: SQLiteConnection, path: String) async throws {
-        let tables: [SQLiteRow]
-        do {
-            tables = try await connection.query(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'queued_requests'"
-            )
-        } catch {
-            throw damaged(path, "is not a readable SQLite database (\(error))")
-        }
-        guard !tables.isEmpty else { throw damaged(path, "is an SQLite database without the queue's table") }
-    }
-
-    /// WAL mode, full sync, and the schema.
-    private static func prepare(_ connection: SQLiteConnection, path: String) async throws {
-        let mode = try await connection.query("PRAGMA journal_mode=WAL").first?.column("journal_mode")?.string
-        guard mode?.lowercased() == "wal" else {
-            throw QueueStoreError("cannot switch \(path) to WAL mode (got \(mode ?? "nothing"))")
-        }
-        for statement in schema {
-            _ = try await connection.query(statement)
-        }
-        try await migrate(connection)
-    }
-
-    /// The error for a store file that exists and no longer holds the queue.
-    private static func damaged(_ path: String, _ problem: String) -> QueueStoreError {
-        QueueStoreError(
-            """
-            the queue store \(path) \(problem): the writes it held cannot be read, and it is not replaced by an \
-            empty one. Restore it from a backup, or move it aside (with \(fileName)-wal and \(fileName)-shm if \
-            present) to start with an empty queue
-            """
-        )
-    }
-
-    private static let schema = [
-        "PRAGMA synchronous=FULL",
-        """
-        CREATE TABLE IF NOT EXISTS queued_requests (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            route TEXT NOT NULL,
-            method TEXT NOT NULL,
-            target TEXT NOT NULL,
-            headers BLOB,
-            body BLOB,
-            enqueued_at INTEGER NOT NULL,
-            state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
-            attempts INTEGER NOT NULL,
-            next_attempt_at INTEGER NOT NULL,
-            last_error TEXT,
-            status INTEGER,
-            finished_at INTEGER,
-            notify_pending INTEGER NOT NULL DEFAULT 0
-        )
-        """,
-        "CREATE INDEX IF NOT EXISTS queued_requests_pending ON queued_requests (route, seq) WHERE state = 'pending'",
-        """
-        CREATE INDEX IF NOT EXISTS queued_requests_due ON queued_requests (next_attempt_at, seq)
-        WHERE state = 'pending'
-        """,
-        """
-        CREATE INDEX IF NOT EXISTS queued_requests_finished ON queued_requests (finished_at)
-        WHERE state <> 'pending'
-        """,
-    ]
-
-    /// Brings a store made by an earlier version up to this schema: columns added since are added with their
-    /// defaults, then the indexes over them are made.
-    private static func migrate(_ connection: SQLiteConnection) async throws {
-        let columns = try await connection.query("PRAGMA table_info(queued_requests)").compactMap {
-            $0.column("name")?.string
-        }
-        if !columns.contains("notify_pending") {
-            _ = try await connection.query(
-                "ALTER TABLE queued_requests ADD COLUMN notify_pending INTEGER NOT NULL DEFAULT 0"
-            )
-        }
-        _ = try await connection.query(
-            """
-            CREATE INDEX IF NOT EXISTS queued_requests_unnotified ON queued_requests (finished_at, seq)
-            WHERE notify_pending = 1
-            """
-        )
-        // Creates and the writes that name them: a create's local identifier (unique while it is pending) and the
-        // backend's; a write's creates (a JSON array of queue ids), and the one whose failure failed it.
-        let identifierColumns = [
-            "local_id TEXT", "remote_id TEXT", "remote_is_number INTEGER NOT NULL DEFAULT 0", "depends_on TEXT",
-            "dependency_failed TEXT",
-        ]
-        for column in identifierColumns where !columns.contains(String(column.prefix { $0 != " " })) {
-            _ = try await connection.query("ALTER TABLE queued_requests ADD COLUMN \(column)")
-        }
-        _ = try await connection.query(
-            """
-            CREATE UNIQUE INDEX IF NOT EXISTS queued_requests_pending_local ON queued_requests (local_id)
-            WHERE state = 'pending' AND local_id IS NOT NULL
-            """
-        )
-        _ = try await connection.query(
-            """
-            CREATE INDEX IF NOT EXISTS queued_requests_local ON queued_requests (local_id, seq)
-            WHERE local_id IS NOT NULL
-            """
-        )
-    }
-
     /// Whether the entry `q` waits for a create that has no outcome yet.
-    private static let waitsForCreate = """
+    static let waitsForCreate = """
         EXISTS (SELECT 1 FROM json_each(q.depends_on) AS d JOIN queued_requests AS c ON c.id = d.value
                 WHERE c.state = 'pending')
         """
 
-    private static let entryColumns =
+    static let entryColumns =
         "id, route, method, target, headers, body, enqueued_at, attempts, next_attempt_at, last_error, status, "
         + "local_id, depends_on"
 
@@ -479,67 +318,6 @@ public final class SQLiteQueueStore: QueueStore {
         return status
     }
 
-    public func rewrite(id: String, target: String, headers: HTTPHeaders, body: ByteBuffer?) async throws -> Bool {
-        let rows = try await connection.query(
-            """
-            UPDATE queued_requests SET target = ?, headers = ?, body = ?, depends_on = NULL
-            WHERE id = ? AND state = 'pending' RETURNING seq
-            """,
-            [.text(target), .blob(QueueEntry.encode(headers)), body.map { .blob($0) } ?? .null, .text(id)]
-        )
-        return !rows.isEmpty
-    }
-
-    private static let recordColumns = "id, local_id, state, remote_id, remote_is_number, last_error, finished_at"
-
-    public func createRecords(ids: [String]) async throws -> [String: LocalIdentifierRecord] {
-        guard !ids.isEmpty else { return [:] }
-        let rows = try await connection.query(
-            """
-            SELECT \(Self.recordColumns) FROM queued_requests
-            WHERE local_id IS NOT NULL AND id IN (SELECT value FROM json_each(?))
-            """,
-            [.text(Self.jsonArray(ids))]
-        )
-        var records: [String: LocalIdentifierRecord] = [:]
-        for row in rows {
-            let record = try Self.record(row)
-            records[record.create] = record
-        }
-        return records
-    }
-
-    public func identifierRecord(local: LocalIdentifier) async throws -> LocalIdentifierRecord? {
-        let rows = try await connection.query(
-            "SELECT \(Self.recordColumns) FROM queued_requests WHERE local_id = ? ORDER BY seq DESC LIMIT 1",
-            [.text(local.value)]
-        )
-        return try rows.first.map(Self.record)
-    }
-
-    public func identifierRecords(named locals: [LocalIdentifier]) async throws -> [LocalIdentifierRecord] {
-        guard !locals.isEmpty else { return [] }
-        let rows = try await connection.query(
-            """
-            SELECT \(Self.recordColumns) FROM queued_requests
-            WHERE local_id IN (SELECT value FROM json_each(?)) ORDER BY seq
-            """,
-            [.text(Self.jsonArray(locals.map(\.value)))]
-        )
-        return try rows.map(Self.record)
-    }
-
-    public func identifierRecords(finishedSince time: QueueInstant) async throws -> [LocalIdentifierRecord] {
-        let rows = try await connection.query(
-            """
-            SELECT \(Self.recordColumns) FROM queued_requests
-            WHERE local_id IS NOT NULL AND (state = 'pending' OR finished_at >= ?) ORDER BY seq
-            """,
-            [.integer(Int(time.millisecondsSinceEpoch))]
-        )
-        return try rows.map(Self.record)
-    }
-
     public func depths() async throws -> [QueueRouteDepth] {
         let rows = try await connection.query(
             """
@@ -599,7 +377,7 @@ public final class SQLiteQueueStore: QueueStore {
 
     // MARK: Rows
 
-    private static func routeCondition(routes: [String], excluding: Set<String>) -> (String, [SQLiteData]) {
+    static func routeCondition(routes: [String], excluding: Set<String>) -> (String, [SQLiteData]) {
         // An entry that waits for a create is not due, whatever its time.
         var condition =
             "state = 'pending' AND route IN (\(Array(repeating: "?", count: routes.count).joined(separator: ", ")))"
@@ -612,7 +390,7 @@ public final class SQLiteQueueStore: QueueStore {
         return (condition, binds)
     }
 
-    private static func entry(_ row: SQLiteRow) throws -> QueueEntry {
+    static func entry(_ row: SQLiteRow) throws -> QueueEntry {
         QueueEntry(
             id: try text(row, "id"),
             route: try text(row, "route"),
@@ -630,75 +408,13 @@ public final class SQLiteQueueStore: QueueStore {
         )
     }
 
-    private static func record(_ row: SQLiteRow) throws -> LocalIdentifierRecord {
-        guard let local = row.column("local_id")?.string.flatMap(LocalIdentifier.init) else {
-            throw QueueStoreError("a create's local identifier is unreadable")
-        }
-        let state: LocalIdentifierRecord.State
-        switch try text(row, "state") {
-        case "pending":
-            state = .pending
-        case "delivered":
-            let remote = row.column("remote_id")?.string.flatMap {
-                RemoteIdentifier($0, isNumber: row.column("remote_is_number")?.integer == 1)
-            }
-            state = .delivered(remote)
-        default:
-            state = .failed(reason: row.column("last_error")?.string ?? "the create failed")
-        }
-        return LocalIdentifierRecord(
-            local: local,
-            create: try text(row, "id"),
-            state: state,
-            finishedAt: row.column("finished_at")?.integer.map { QueueInstant(millisecondsSinceEpoch: Int64($0)) }
-        )
-    }
-
-    /// A JSON array of strings; the strings are tokens, which need no escaping.
-    private static func jsonArray(_ values: [String]) -> String {
-        "[" + values.map { JSONText.quoted($0) }.joined(separator: ",") + "]"
-    }
-
-    /// The queue ids in a JSON array column; none when it is NULL.
-    private static func ids(_ text: String?) throws -> [String] {
-        guard let text else { return [] }
-        guard let values = JSONStringValues.values(in: Array(text.utf8), maximumLength: 256) else {
-            throw QueueStoreError("a list of queue ids is unreadable")
-        }
-        return values.map(\.text)
-    }
-
-    private static func text(_ row: SQLiteRow, _ column: String) throws -> String {
+    static func text(_ row: SQLiteRow, _ column: String) throws -> String {
         guard let value = row.column(column)?.string else { throw QueueStoreError("column \(column) is missing") }
         return value
     }
 
-    private static func integer(_ row: SQLiteRow, _ column: String) throws -> Int {
+    static func integer(_ row: SQLiteRow, _ column: String) throws -> Int {
         guard let value = row.column(column)?.integer else { throw QueueStoreError("column \(column) is missing") }
         return value
     }
-
-    /// `mkdir -p`.
-    private static func makeDirectory(_ directory: String) throws {
-        var path = directory.hasPrefix("/") ? "" : "."
-        for component in directory.split(separator: "/") {
-            path += "/" + component
-            if mkdir(path, 0o750) != 0 {
-                let code = errno
-                var info = stat()
-                guard code == EEXIST, stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-                    throw QueueStoreError("cannot create the queue directory \(path) (errno \(code))")
-                }
-            }
-        }
-    }
-}
-
-/// Makes a rename in the directory of `path` durable; best effort.
-private func syncDirectory(of path: String) {
-    let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-    let descriptor = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY)
-    guard descriptor >= 0 else { return }
-    fsync(descriptor)
-    close(descriptor)
 }
