@@ -71,4 +71,18 @@ struct LocalIdentifierLedgerTests {
         #expect(ledger.known == [Self.order])
         #expect(ledger.writeAccepted("q3", naming: [Self.cart]) == .init())
     }
+
+    @Test("what a store holds of another process's create is taken in; a pending create keeps its known dependents")
+    func rememberedFromTheStore() {
+        var ledger = LocalIdentifierLedger(retention: .seconds(60))
+        _ = ledger.createAccepted(Self.order, create: "q1")
+        _ = ledger.writeAccepted("w1", naming: [Self.order])
+        ledger.remember(Self.order, as: .pending(create: "q1", dependents: []))
+        #expect(ledger.standings[Self.order] == .pending(create: "q1", dependents: ["w1"]))
+        let until = Self.start.advanced(by: .seconds(60))
+        ledger.remember(Self.cart, as: .merged(remote: Self.remote, until: until))
+        #expect(ledger.writeAccepted("w2", naming: [Self.cart]).rewrite == [Self.cart: Self.remote])
+        ledger.remember(Self.order, as: .failed(reason: "422", until: until))
+        #expect(ledger.writeAccepted("w3", naming: [Self.order]).dependencyFailed?.contains("422") == true)
+    }
 }

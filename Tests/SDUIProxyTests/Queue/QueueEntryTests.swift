@@ -35,4 +35,32 @@ import Testing
         #expect(request.target == "/api?x=1")
         #expect(request.body == ByteBuffer(string: "{}"))
     }
+
+    @Test("a create's outcome names both identifiers, a dependent's the create that failed it; the receipt its creates")
+    func identifiersInOutcomesAndReceipts() {
+        let created = QueueOutcomeEvent(
+            id: "c1",
+            route: "POST /api/orders",
+            outcome: .delivered,
+            status: 201,
+            attempts: 1,
+            localId: "tmp-7f3a",
+            remoteId: "R1"
+        )
+        #expect(created.json.hasSuffix(#""attempts":1,"localId":"tmp-7f3a","remoteId":"R1"}"#))
+        let failed = QueueOutcomeEvent(
+            id: "d1",
+            route: "PUT /api/orders",
+            outcome: .dependencyFailed,
+            status: nil,
+            attempts: 0,
+            error: "the create failed",
+            failedCreate: "c1"
+        )
+        #expect(failed.json.contains(#""outcome":"dependencyFailed""#))
+        #expect(failed.json.hasSuffix(#""error":"the create failed","failedCreate":"c1"}"#))
+        let receipt = QueueReceipt(id: "d1", route: "PUT /api/orders", location: "/.sdui/queue/d1", waitsFor: ["c1"])
+        #expect(receipt.json == #"{"queued":true,"id":"d1","location":"/.sdui/queue/d1","waitsFor":["c1"]}"#)
+        #expect(!QueueReceipt(id: "x", route: "r", location: "/l").json.contains("waitsFor"))
+    }
 }
