@@ -7,6 +7,10 @@ import Testing
 
 @testable import SDUIProxy
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// An offline client's create and the writes that name its local identifier, through the proxy over loopback: the
 /// backend only ever sees its own identifier.
 @Suite("creates through the proxy: writes that name a local identifier get the backend's")
@@ -216,5 +220,74 @@ struct LocalIdentifierProxyTests {
             #expect(proxy.origin.requests.isEmpty)
             try await proxy.origin.restart()
         }
+    }
+
+    @Test("the proxy killed (SIGKILL) between a create's delivery and its dependent's: the next one sends R1 only")
+    func killedBetweenCreateAndDependent() async throws {
+        let gate = OriginGate()
+        let holding = NIOLockedValueBox(true)
+        let origin = try await TestOrigin { request in
+            if request.method == .POST { return TestOrigin.Response(status: .created, body: #"{"id":"R1"}"#) }
+            // The dependent's first delivery is held until the proxy sending it is dead.
+            return holding.withLockedValue { $0 }
+                ? TestOrigin.Response(status: .serviceUnavailable, body: "{}", heldBy: gate)
+                : TestOrigin.Response(status: .ok, body: "{}")
+        }
+        let directory = WriteQueueProxyTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/proxy.yaml"
+        try """
+        upstream: { url: "\(origin.url)", timeout: 30s }
+        queue:
+          store: "\(directory)/queue"
+          routes:
+            - match: POST /api/orders
+              creates: { localId: { header: X-Local-Id }, remoteId: { json: /id } }
+              retry: { maxAttempts: 1000, backoff: 50ms, maxBackoff: 200ms }
+            - { match: PUT /api/orders, retry: { maxAttempts: 1000, backoff: 50ms, maxBackoff: 200ms } }
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        do {
+            let first = try await ProcessTests.RunningProxy(arguments: ["--config", config])
+            let base = "http://127.0.0.1:\(first.publicPort)"
+            let create = try await ProcessTests.get(
+                base + "/api/orders",
+                method: .POST,
+                headers: Self.json + [("X-Local-Id", "tmp-7f3a")],
+                body: "{}"
+            )
+            #expect(create.0 == .accepted)
+            let items = try await ProcessTests.get(
+                base + "/api/orders/tmp-7f3a/items",
+                method: .PUT,
+                headers: Self.json,
+                body: #"{"order":"tmp-7f3a"}"#
+            )
+            #expect(items.0 == .accepted, "\(items.2)")
+            try await waitUntil(timeout: .seconds(20)) { origin.inFlight >= 1 }
+            first.process.signal(SIGKILL)
+            _ = first.process.waitUntilExit()
+            gate.open()
+
+            holding.withLockedValue { $0 = false }
+            let second = try await ProcessTests.RunningProxy(arguments: ["--config", config])
+            try await waitUntil(timeout: .seconds(20)) {
+                try await ProcessTests.get("http://127.0.0.1:\(second.adminPort)/queue").2.hasPrefix(#"{"depth":0,"#)
+            }
+            let creates = origin.requests(to: "/api/orders")
+            #expect(creates.count == 1, "the create was delivered once, before the kill")
+            let puts = origin.requests.filter { $0.method == .PUT }
+            #expect(puts.count >= 2, "sent before the kill and again after it")
+            #expect(
+                puts.allSatisfy { $0.uri == "/api/orders/R1/items" && String(buffer: $0.body) == #"{"order":"R1"}"# }
+            )
+            let key = QueueTest.json(items.2)["id"] as? String
+            #expect(puts.allSatisfy { $0.headers.first(name: "idempotency-key") == key })
+            #expect(puts.filter { $0.status == .ok }.count == 1)
+        } catch {
+            gate.open()
+            try? await origin.stop()
+            throw error
+        }
+        try await origin.stop()
     }
 }
