@@ -35,6 +35,25 @@ enum AdminEndpoints {
         router.register(.GET, "/cache/stats") { _, eventLoop in
             eventLoop.makeSucceededFuture(AdminResponse(json: statisticsJSON(runtime.context)))
         }
+        router.register(.GET, "/cache/entries") { request, eventLoop in
+            let cache = runtime.context.cache
+            do throws(ProxyError) {
+                let body = try CacheEntriesView.list(rawQuery: request.rawQuery, cache: cache, now: .now())
+                return eventLoop.makeSucceededFuture(AdminResponse(json: body))
+            } catch {
+                return eventLoop.makeSucceededFuture(AdminResponse(error))
+            }
+        }
+        router.register(.GET, "/cache/entry") { request, eventLoop in
+            let cache = runtime.context.cache
+            do throws(ProxyError) {
+                return eventLoop.makeSucceededFuture(
+                    try CacheEntriesView.entry(rawQuery: request.rawQuery, cache: cache, now: .now())
+                )
+            } catch {
+                return eventLoop.makeSucceededFuture(AdminResponse(error))
+            }
+        }
         router.register(.DELETE, "/cache") { request, eventLoop in
             purge(request, invalidator: runtime.context.invalidator, on: eventLoop)
         }

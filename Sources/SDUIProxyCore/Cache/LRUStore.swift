@@ -122,6 +122,14 @@ public struct LRUStore<Key: Hashable, Value> {
         return doomed.count
     }
 
+    /// Calls `body` with every key and value, in no particular order, until it returns false. O(n).
+    public func forEach(_ body: (Key, Value) -> Bool) {
+        for node in nodes.indices {
+            guard let key = nodes[node].key, let value = nodes[node].value else { continue }
+            if !body(key, value) { return }
+        }
+    }
+
     /// Calls `body` with every value, in no particular order. O(n).
     public func forEachValue(_ body: (Value) -> Void) {
         for node in nodes.indices { nodes[node].value.map(body) }

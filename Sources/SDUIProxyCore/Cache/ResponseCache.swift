@@ -541,6 +541,37 @@ public final class ResponseCache: Sendable {
         return reached
     }
 
+    /// The stored responses whose keys `matches` takes, at most `limit`, shard by shard in no particular order, and
+    /// whether more matched. Each shard's lock is held while it is read, as an invalidation holds it: for the admin
+    /// listener's view of the cache, never the hit path.
+    public func storedResponses(
+        limit: Int,
+        where matches: @Sendable (CacheKey) -> Bool
+    ) -> (responses: [(key: CacheKey, response: CachedResponse)], more: Bool) {
+        var found: [(key: CacheKey, response: CachedResponse)] = []
+        var more = false
+        for shard in shards where !more {
+            let room = limit - found.count
+            let (inShard, full) = shard.state.withLock { state in
+                var inShard: [(key: CacheKey, response: CachedResponse)] = []
+                var full = false
+                state.store.forEach { key, slot in
+                    guard case .response(let response) = slot, matches(key) else { return true }
+                    guard inShard.count < room else {
+                        full = true
+                        return false
+                    }
+                    inShard.append((key, response))
+                    return true
+                }
+                return (inShard, full)
+            }
+            found += inShard
+            more = full
+        }
+        return (found, more)
+    }
+
     /// Calls `body` with every stored response, shard by shard: O(n), for tests and diagnostics.
     func forEachStoredResponse(_ body: (CachedResponse) -> Void) {
         for shard in shards {
