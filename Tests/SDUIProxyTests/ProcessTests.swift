@@ -242,8 +242,16 @@ struct ProcessTests {
             "upstream: { url: \"file:\(samples)\" }\ncache: { defaultTTL: 60s, heuristic: { max: 0s } }\nlog: { format: json, access: true }\n"
             .write(toFile: file, atomically: true, encoding: .utf8)
         let proxy = try await RunningProxy(arguments: ["--config", file])
-        _ = try await Self.get("http://127.0.0.1:\(proxy.publicPort)/screens/home?from=test")
-        try await waitUntil { proxy.log.contains("from=test") }
+        let base = "http://127.0.0.1:\(proxy.publicPort)"
+        _ = try await Self.get(
+            base + "/screens/home?from=test",
+            headers: [("X-Request-Id", "req-42.a"), ("beagle-platform", "android")]
+        )
+        _ = try await Self.get(
+            base + "/screens/home?from=test",
+            headers: [("X-Request-Id", "not a token"), ("beagle-platform", "android")]
+        )
+        try await waitUntil { proxy.log.components(separatedBy: "from=test").count == 3 }
         proxy.signal(SIGTERM)
         #expect(try await proxy.waitForExit() == 0)
 
@@ -256,6 +264,18 @@ struct ProcessTests {
         #expect(access["cache"] as? String == "MISS")
         #expect((access["bytes"] as? Int ?? 0) > 0)
         #expect(access["duration_ms"] != nil)
+        // The client's sane request id, the platform routed for, and the backend's time as a number.
+        #expect(access["request_id"] as? String == "req-42.a")
+        #expect(access["platform"] as? String == "ANDROID")
+        #expect(access["upstream_ms"] is NSNumber, "\(access)")
+        #expect(access["protocol"] as? String == "http/1.1")
+        #expect(access["client"] as? String == "127.0.0.1")
+        // A hit asked nothing of the backend; an id that is not a token is replaced by one made for the line.
+        let hit = try #require(objects.last { ($0["path"] as? String) == "/screens/home?from=test" })
+        #expect(hit["cache"] as? String == "HIT")
+        #expect(hit["upstream_ms"] == nil)
+        let made = hit["request_id"] as? String ?? ""
+        #expect(made.utf8.count == 32 && made.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) })
     }
 
     @Test("writes queued before a kill -9 are all delivered after a restart, in order, none twice")

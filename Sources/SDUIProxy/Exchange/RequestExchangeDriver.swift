@@ -32,9 +32,11 @@ extension RequestExchangeDriver {
     /// first.
     func exchangeReceivedHead(_ head: HTTPRequestHead) {
         let action = withProxy { proxy in
-            exchange.headReceived(
+            let route = proxy.router.route(head)
+            accessNotes?.platform = route.platform
+            return exchange.headReceived(
                 head,
-                route: proxy.router.route(head),
+                route: route,
                 annotate: { proxy.cacheReporting.forwarded($0) },
                 streamsBody: { proxy.router.streamsBody(of: $0) }
             )

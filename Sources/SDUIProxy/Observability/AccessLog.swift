@@ -24,6 +24,10 @@ public struct AccessLogEntry: Sendable, Equatable {
     public var clientAddress: String?
     /// The protocol the request came in on: `http/1.1` or `h2`.
     public var clientProtocol: ClientProtocol
+    /// The platform the request was routed for (`IOS`); nil for a request refused before routing.
+    public var platform: String?
+    /// The request's id: the client's `X-Request-Id`, or one made for it.
+    public var requestID: String?
 
     /// Creates an entry; see the properties for what each value means.
     public init(
@@ -35,7 +39,9 @@ public struct AccessLogEntry: Sendable, Equatable {
         duration: Duration,
         upstreamDuration: Duration? = nil,
         clientAddress: String? = nil,
-        clientProtocol: ClientProtocol = .http1
+        clientProtocol: ClientProtocol = .http1,
+        platform: String? = nil,
+        requestID: String? = nil
     ) {
         self.method = method
         self.path = path
@@ -46,13 +52,15 @@ public struct AccessLogEntry: Sendable, Equatable {
         self.upstreamDuration = upstreamDuration
         self.clientAddress = clientAddress
         self.clientProtocol = clientProtocol
+        self.platform = platform
+        self.requestID = requestID
     }
 
     /// The line's message; the fields are in the metadata.
     public static let message: Logger.Message = "request"
 
     /// The fields of the line: `method`, `path`, `protocol`, `status`, `bytes`, `duration_ms`, and when known
-    /// `cache`, `upstream_ms` and `client`.
+    /// `request_id`, `platform`, `cache`, `upstream_ms` and `client`.
     public var metadata: Logger.Metadata {
         var metadata: Logger.Metadata = [
             "method": .string(method.rawValue),
@@ -65,6 +73,8 @@ public struct AccessLogEntry: Sendable, Equatable {
         if let cacheResult { metadata["cache"] = .string(cacheResult) }
         if let upstreamDuration { metadata["upstream_ms"] = .stringConvertible(Self.milliseconds(upstreamDuration)) }
         if let clientAddress { metadata["client"] = .string(clientAddress) }
+        if let platform { metadata["platform"] = .string(platform) }
+        if let requestID { metadata["request_id"] = .string(requestID) }
         return metadata
     }
 

@@ -90,7 +90,10 @@ struct CacheResponder {
             client: sink.client,
             interim: takesInterim ? InterimRelay(sink: boundSink) : nil
         )
+        // Noted for the access line only: without one the clock is not read.
+        let asked = sink.accessNotes?.clock.now
         proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result, collapsed in
+            if let asked { boundSink.value.accessNotes?.upstreamAnswered(since: asked) }
             self.answer(request, reason, collapsed: collapsed, with: result, proxy: proxy, sink: boundSink.value)
         }
     }

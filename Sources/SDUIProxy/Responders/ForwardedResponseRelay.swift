@@ -19,11 +19,14 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         var progress = Progress.waitingForHead
         var annotation: CacheAnnotation?
         let takesInterim: Bool
+        /// When the backend was asked, for the access line (nil without one): its answer's end is the backend's time.
+        let asked: NIODeadline?
 
         init(sink: any ResponseSink, annotation: CacheAnnotation?, takesInterim: Bool) {
             self.sink = sink
             self.annotation = annotation
             self.takesInterim = takesInterim
+            self.asked = sink.accessNotes?.clock.now
         }
     }
 
@@ -83,6 +86,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     func receiveEnd() {
         let state = self.state.value
         state.progress = .ended
+        if let asked = state.asked { state.sink.accessNotes?.upstreamAnswered(since: asked) }
         state.sink.writeEnd()
     }
 }

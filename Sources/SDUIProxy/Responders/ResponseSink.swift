@@ -13,6 +13,8 @@ protocol ResponseSink: AnyObject {
     var eventLoop: any EventLoop { get }
     /// Who sent the request, for the forwarding headers of a request sent upstream.
     var client: ClientPeer { get }
+    /// What the request's access-log line will say, noted as it goes; nil without an access log.
+    var accessNotes: AccessNotes? { get }
 
     /// Writes an interim (1xx) response ahead of the final one; a sink that has begun the final one, or whose
     /// client cannot take interim responses, lets it go.

@@ -30,6 +30,9 @@ struct HTTP1ResponseWriter {
         self.buffers = buffers
     }
 
+    /// What the current request's access-log line will say; nil without an access log.
+    var accessNotes: AccessNotes? { accounting?.notes }
+
     /// Whether the current response's head has been written.
     var headWritten: Bool { progress.headWritten }
 

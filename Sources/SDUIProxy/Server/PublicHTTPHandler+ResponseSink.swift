@@ -8,6 +8,8 @@ extension PublicHTTPHandler: ResponseSink {
     /// Set when the handler is added, before any request.
     var eventLoop: any EventLoop { loop! }
 
+    var accessNotes: AccessNotes? { writer.accessNotes }
+
     var client: ClientPeer {
         if let peer { return peer }
         let peer = ClientPeer(

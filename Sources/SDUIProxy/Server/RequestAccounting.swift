@@ -11,25 +11,11 @@ import SDUIProxyCore
 struct RequestAccounting {
     let method: HTTPMethod
     let clientProtocol: ClientProtocol
-    private let access: AccessDetails?
+    private let access: AccessNotes?
 
-    /// What an access-log line says beyond the status: who asked for what, and when the request started by the
-    /// connection's clock (its event loop's).
-    private final class AccessDetails {
-        let logger: Logger
-        let uri: String
-        let clock: any EventLoop
-        let started: NIODeadline
-        let clientAddress: String?
-
-        init(logger: Logger, uri: String, clientAddress: String?, clock: any EventLoop) {
-            self.logger = logger
-            self.uri = uri
-            self.clock = clock
-            self.started = clock.now
-            self.clientAddress = clientAddress
-        }
-    }
+    /// What the access-log line of this request will say beyond its status, as the request goes: nil without an
+    /// access log, so that responders only note anything when a line will be written.
+    var notes: AccessNotes? { access }
 
     init(
         proxy: ProxyContext,
@@ -40,7 +26,7 @@ struct RequestAccounting {
         self.method = head.method
         self.clientProtocol = ClientProtocol(head.version)
         self.access = proxy.accessLogger.map {
-            AccessDetails(logger: $0, uri: head.uri, clientAddress: clientAddress(), clock: clock())
+            AccessNotes(logger: $0, head: head, clientAddress: clientAddress(), clock: clock())
         }
     }
 
@@ -54,8 +40,11 @@ struct RequestAccounting {
             cacheResult: cacheResult?.rawValue,
             bytes: bytes,
             duration: .nanoseconds((access.clock.now - access.started).nanoseconds),
+            upstreamDuration: access.upstreamDuration,
             clientAddress: access.clientAddress,
-            clientProtocol: clientProtocol
+            clientProtocol: clientProtocol,
+            platform: access.platform,
+            requestID: access.requestID
         ).log(to: access.logger)
     }
 }

@@ -28,6 +28,15 @@ public struct RequestRouter: Sendable {
         /// GET or HEAD of ``RequestRouter/queueStatusPrefix`` and a queued write's id: the write's public status,
         /// answered by the proxy itself once the request has been read. Only when the proxy has a write queue.
         indirect case queueStatus(id: String)
+
+        /// The platform the request was routed for; nil for a refusal and a queue status.
+        public var platform: String? {
+            switch self {
+            case .cache(let request): request.platform
+            case .forward(_, let platform, _), .queuedWrite(_, let platform, _, _): platform
+            case .refuse, .queueStatus: nil
+            }
+        }
     }
 
     /// Where a client follows a queued write on the public listener: this, then the write's id. The `Location` of
