@@ -255,10 +255,11 @@ struct CachedResponseStorageTests {
             head(tagged)
                 == "Content-Type: application/json\r\n"
                 + "Last-Modified: Sun, 22 Nov 2026 03:00:00 GMT\r\nSurrogate-Key: home, screens all\r\n"
-                + "ETag: \"v1\"\r\nContent-Length: \(body.readableBytes)\r\n"
+                + "Via: 1.1 sdui-proxy\r\nETag: \"v1\"\r\nContent-Length: \(body.readableBytes)\r\n"
         )
         #expect(!tagged.headers.contains(name: "content-length") && !tagged.headers.contains(name: "age"))
-        #expect(tagged.headers.count == 4)
+        #expect(tagged.headers.count == 5)
+        #expect(tagged.headers["Via"] == ["1.1 sdui-proxy"])
         #expect(tagged.etag == #""v1""# && tagged.upstreamETag == #""v1""#)
         #expect(tagged.lastModified == "Sun, 22 Nov 2026 03:00:00 GMT")
         #expect(tagged.tags == ["home", "screens", "all"])
@@ -268,7 +269,8 @@ struct CachedResponseStorageTests {
         #expect(plain.headers.first(name: "etag") == plain.etag)
         #expect(
             head(plain)
-                == "content-type: application/json\r\nETag: \(plain.etag)\r\nContent-Length: \(body.readableBytes)\r\n"
+                == "content-type: application/json\r\nVia: 1.1 sdui-proxy\r\nETag: \(plain.etag)\r\n"
+                + "Content-Length: \(body.readableBytes)\r\n"
         )
     }
 
@@ -288,7 +290,7 @@ struct CachedResponseStorageTests {
             metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
         )
         let readBack = entry.headers.map { [$0.name, $0.value] }
-        #expect(readBack == (kept + [("ETag", entry.etag)]).map { [$0.0, $0.1] })
+        #expect(readBack == (kept + [("Via", "1.1 sdui-proxy"), ("ETag", entry.etag)]).map { [$0.0, $0.1] })
         #expect(entry.tags == ["a", "b", "c", "d", "e"])
         #expect(entry.status == .notFound)
     }

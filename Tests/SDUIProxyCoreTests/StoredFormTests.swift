@@ -37,6 +37,7 @@ import Testing
         let shared =
             "Content-Type: application/json\r\n"
             + "Vary: Accept-Language, beagle-platform, Accept-Encoding\r\n"
+            + "Via: 1.1 sdui-proxy\r\n"
         #expect(
             head(stored.identity)
                 == shared + "ETag: \"v1\"\r\nContent-Length: \(body.readableBytes)\r\n"

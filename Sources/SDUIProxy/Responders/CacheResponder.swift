@@ -155,6 +155,7 @@ struct CacheResponder {
             status.forwardStatus = response.status.code
             sink.write(
                 response,
+                forwarded: true,
                 annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key),
                 clientFields: ClientFacingFields(proxy.configuration, policy: request.policy)
             )

@@ -70,6 +70,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         receivedHead(status, headers)
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if !clientFields.changesNothing { clientFields.apply(to: &headers) }
+        headers.add(name: "Via", value: CachedResponse.ownVia)
         let state = self.state.value
         if var annotation = state.annotation {
             annotation.status.forwardStatus = status.code

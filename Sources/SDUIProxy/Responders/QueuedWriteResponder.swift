@@ -126,7 +126,7 @@ struct QueuedWriteResponder {
                 // The backend's answer went to the client through the relay.
                 break
             case .success(.some(let queued)):
-                boundSink.value.write(queued, annotation: nil)
+                boundSink.value.write(queued, forwarded: false, annotation: nil)
             case .failure(let error):
                 let proxyError =
                     error as? ProxyError ?? ProxyError(.internalError, "the queued write failed", detail: "\(error)")

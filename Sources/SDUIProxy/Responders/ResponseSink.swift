@@ -173,14 +173,17 @@ extension RequestTally {
 }
 
 extension ResponseSink {
-    /// Writes a backend response that was not stored, its fields changed as `clientFields` says.
+    /// Writes a response that was not stored, its fields changed as `clientFields` says: a backend's (`forwarded`,
+    /// which then carries this hop in `Via`), or one the proxy made.
     func write(
         _ response: UpstreamResponse,
+        forwarded: Bool,
         annotation: CacheAnnotation?,
         clientFields: ClientFacingFields = ClientFacingFields()
     ) {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(response.headers)
         clientFields.apply(to: &headers)
+        if forwarded { headers.add(name: "Via", value: CachedResponse.ownVia) }
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.readableBytes))
         annotation?.add(to: &headers)
         writeComposed(status: response.status, headers: headers, body: response.body, cacheResult: annotation?.result)

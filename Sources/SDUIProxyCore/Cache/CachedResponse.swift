@@ -353,6 +353,7 @@ public final class CachedResponse: Sendable {
             }
         }
         if let mergedVary { sharedBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
+        sharedBytes += "Via: ".utf8.count + Self.ownVia.utf8.count + 2
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
         let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
         let etag = upstreamETag ?? ContentHash.entityTag(hash: hash!, length: body.readableBytes)
@@ -370,6 +371,8 @@ public final class CachedResponse: Sendable {
                 head.writeLine(name, value)
             }
             if let mergedVary { head.writeLine("Vary", mergedVary) }
+            // This hop, after the backend's own (RFC 9110 section 7.6.3): written once here, so hits pay nothing.
+            head.writeLine("Via", Self.ownVia)
             precondition(head.position == sharedBytes, "the head was measured wrong")
             let shared = UnsafeRawBufferPointer(memory)
             let identity = StoredForm(coding: nil, sharedHead: shared, etag: etag, body: body)
@@ -488,7 +491,13 @@ public final class CachedResponse: Sendable {
     /// An entity tag the proxy computed is dropped (the entry made from these headers computes it again, or keeps
     /// the one the 304 brought).
     public func headers(updatedBy notModifiedHeaders: HTTPHeaders) -> HTTPHeaders {
-        var merged = headers
+        var merged = HTTPHeaders()
+        // The last `Via` line is this hop's, written when the entry was made: the refreshed entry writes its own.
+        var fields = Array(headers)
+        if let own = fields.lastIndex(where: { $0.name.lowercased() == "via" }), fields[own].value == Self.ownVia {
+            fields.remove(at: own)
+        }
+        merged.add(contentsOf: fields)
         if !flags.contains(.hasUpstreamETag) { merged.remove(name: "etag") }
         var replaced: Set<String> = []
         for (name, value) in notModifiedHeaders {
@@ -499,6 +508,9 @@ public final class CachedResponse: Sendable {
         }
         return merged
     }
+
+    /// This proxy's `Via` member on the responses it forwards: the backend answers it in HTTP/1.1.
+    public static let ownVia = "1.1 sdui-proxy"
 
     private static let headersNotUpdated: Set<String> = [
         "content-length", "content-encoding", "transfer-encoding", "content-range",

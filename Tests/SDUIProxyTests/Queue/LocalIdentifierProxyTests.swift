@@ -265,7 +265,7 @@ struct LocalIdentifierProxyTests {
             #expect(items.0 == .accepted, "\(items.2)")
             try await waitUntil(timeout: .seconds(20)) { origin.inFlight >= 1 }
             first.process.signal(SIGKILL)
-            _ = first.process.waitUntilExit()
+            _ = try await first.waitForExit()
             gate.open()
 
             holding.withLockedValue { $0 = false }
