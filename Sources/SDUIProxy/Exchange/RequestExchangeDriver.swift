@@ -33,7 +33,12 @@ extension RequestExchangeDriver {
     func exchangeReceivedHead(_ head: HTTPRequestHead) {
         let action = withProxy { proxy in
             let route = proxy.router.route(head)
-            accessNotes?.platform = route.platform
+            if let notes = accessNotes {
+                notes.platform = route.platform
+                if let routes = proxy.routeMetrics, let path = route.path, let platform = route.platform {
+                    notes.routeSeries = routes.series(path: path[...], platform: platform)
+                }
+            }
             return exchange.headReceived(
                 head,
                 route: route,

@@ -128,6 +128,8 @@ public final class ProxyMetrics: Sendable {
     /// What rendering reads and updates; rendering holds its lock, so two scrapes never interleave.
     private struct ScrapeState {
         var snapshot: (@Sendable () -> Snapshot)?
+        /// The per-route metrics' text, appended to the registry's (``setRouteText(_:)``).
+        var routeText: (@Sendable () -> String)?
         let cacheEntries: Gauge
         let cacheBytes: Gauge
         let cacheEvictions: Counter
@@ -327,6 +329,11 @@ public final class ProxyMetrics: Sendable {
         )
     }
 
+    /// Sets the closure whose text (the per-route metrics of the configuration in force) ``render()`` appends.
+    func setRouteText(_ text: @escaping @Sendable () -> String) {
+        scrape.withLock { $0.routeText = text }
+    }
+
     /// Sets (or replaces) the closure ``render()`` reads the cache and queue figures from.
     public func setSnapshotProvider(_ provider: @escaping @Sendable () -> Snapshot) {
         scrape.withLock { $0.snapshot = provider }
@@ -517,7 +524,7 @@ public final class ProxyMetrics: Sendable {
                 }
             }
             addTallies(into: &state)
-            return registry.emitToString()
+            return registry.emitToString() + (state.routeText?() ?? "")
         }
     }
 

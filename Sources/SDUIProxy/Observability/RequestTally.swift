@@ -138,7 +138,7 @@ public final class RequestTally: @unchecked Sendable {
         (100...599).contains(code) ? code / 100 - 1 : 5
     }
 
-    private static func cacheIndex(_ result: CacheResult?) -> Int {
+    static func cacheIndex(_ result: CacheResult?) -> Int {
         switch result {
         case nil: 0
         case .hit: 1

@@ -7,9 +7,11 @@ import SDUIProxyCore
 /// when it started by the connection's clock (its event loop's), its id, its platform once routed, and how long
 /// the backend took when it was asked.
 ///
-/// Made only when `log.access` is on (``RequestAccounting/notes``); confined to the connection's loop.
+/// Made only when `log.access` is on or `metrics.routes` lists templates (``RequestAccounting/notes``); confined
+/// to the connection's loop.
 final class AccessNotes {
-    let logger: Logger
+    /// Where the line goes; nil when only the per-route metrics need the notes.
+    let logger: Logger?
     let uri: String
     let clock: any EventLoop
     let started: NIODeadline
@@ -20,8 +22,18 @@ final class AccessNotes {
     var platform: String?
     /// The time the backend took, summed over the requests sent to it for this one.
     private(set) var upstreamDuration: Duration?
+    /// The per-route series the response counts in, once routed; and the loop's tally it counts in.
+    var routeSeries: Int?
+    let routeTally: RouteTally?
 
-    init(logger: Logger, head: HTTPRequestHead, clientAddress: String?, clock: any EventLoop) {
+    init(
+        logger: Logger?,
+        routeTally: RouteTally?,
+        head: HTTPRequestHead,
+        clientAddress: String?,
+        clock: any EventLoop
+    ) {
+        self.routeTally = routeTally
         self.logger = logger
         self.uri = head.uri
         self.clock = clock

@@ -21,6 +21,8 @@ public final class ProxyContext: Sendable {
     public let logger: Logger
     /// Where access-log lines go, when `log.access` is on.
     public let accessLogger: Logger?
+    /// The per-route metrics, when `metrics.routes` lists templates.
+    let routeMetrics: RouteMetrics?
     /// Resolves navigation and prefetch URLs against this configuration's upstream and allowed hosts.
     public let prefetchPlanner: PrefetchPlanner
     /// Where each request goes: the cache path, a forward, a queued write or a refusal.
@@ -51,6 +53,7 @@ public final class ProxyContext: Sendable {
         self.writeQueue = writeQueue
         self.metrics = metrics
         self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
+        self.routeMetrics = RouteMetrics(configuration)
         self.prefetchPlanner = fetcher.prefetchPlanner
         self.configuration = configuration
         self.cache = cache

@@ -25,26 +25,40 @@ struct RequestAccounting {
     ) {
         self.method = head.method
         self.clientProtocol = ClientProtocol(head.version)
-        self.access = proxy.accessLogger.map {
-            AccessNotes(logger: $0, head: head, clientAddress: clientAddress(), clock: clock())
+        if proxy.accessLogger != nil || proxy.routeMetrics != nil {
+            let loop = clock()
+            self.access = AccessNotes(
+                logger: proxy.accessLogger,
+                routeTally: proxy.routeMetrics?.tally(for: loop),
+                head: head,
+                clientAddress: clientAddress(),
+                clock: loop
+            )
+        } else {
+            self.access = nil
         }
     }
 
     func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, in tally: RequestTally) {
         tally.count(method: method, statusCode: Int(status.code), cacheResult: cacheResult, protocol: clientProtocol)
         guard let access else { return }
+        let duration = access.clock.now - access.started
+        if let series = access.routeSeries {
+            access.routeTally?.count(series: series, cacheResult: cacheResult, bytes: bytes, duration: duration)
+        }
+        guard let logger = access.logger else { return }
         AccessLogEntry(
             method: method,
             path: access.uri,
             status: status,
             cacheResult: cacheResult?.rawValue,
             bytes: bytes,
-            duration: .nanoseconds((access.clock.now - access.started).nanoseconds),
+            duration: .nanoseconds(duration.nanoseconds),
             upstreamDuration: access.upstreamDuration,
             clientAddress: access.clientAddress,
             clientProtocol: clientProtocol,
             platform: access.platform,
             requestID: access.requestID
-        ).log(to: access.logger)
+        ).log(to: logger)
     }
 }

@@ -256,6 +256,7 @@ public final class ProxyServer: Sendable {
             throw error
         }
         let runtime = ProxyRuntime(context)
+        context.metrics.setRouteText { runtime.context.routeMetrics?.render() ?? "" }
         let drainDeadline = DrainDeadline(timeout: .seconds(10))
 
         let limiter = ConnectionLimiter(maximum: configuration.limits.maxConnections)

@@ -143,6 +143,8 @@ public enum ConfigurationPrinter {
         out.pair(1, "minBytes", size(compression.minBytes))
         out.pair(1, "types", list(compression.types))
         out.line("  level: { gzip: \(compression.gzipLevel), br: \(compression.brotliLevel) }")
+        out.line("metrics:")
+        out.pair(1, "routes", list(config.metrics.routes))
         out.line("cluster:")
         out.pair(1, "postgres", config.cluster.postgres.map { quoted($0.description) } ?? scalar(""))
         out.pair(1, "replicaName", scalar(config.cluster.replicaName))

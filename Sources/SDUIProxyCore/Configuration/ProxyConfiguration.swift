@@ -35,6 +35,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var cluster = ClusterConfiguration()
     /// The codings responses are stored in besides their own, and which responses are.
     public var compression = CompressionConfiguration()
+    /// Per-route metrics.
+    public var metrics = MetricsConfiguration()
 
     public init() {}
 
@@ -47,7 +49,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
             && lhs.headers.map(\.value) == rhs.headers.map(\.value) && lhs.cache == rhs.cache
             && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
             && lhs.limits == rhs.limits && lhs.eventLoops == rhs.eventLoops && lhs.queue == rhs.queue
-            && lhs.cluster == rhs.cluster && lhs.compression == rhs.compression
+            && lhs.cluster == rhs.cluster && lhs.compression == rhs.compression && lhs.metrics == rhs.metrics
     }
 
     /// A host and port to listen on.

@@ -29,6 +29,15 @@ public struct RequestRouter: Sendable {
         /// answered by the proxy itself once the request has been read. Only when the proxy has a write queue.
         indirect case queueStatus(id: String)
 
+        /// The normalised path the request was routed by; nil for a refusal and a queue status.
+        public var path: String? {
+            switch self {
+            case .cache(let request): request.target.path
+            case .forward(let target, _, _), .queuedWrite(let target, _, _, _): target.path
+            case .refuse, .queueStatus: nil
+            }
+        }
+
         /// The platform the request was routed for; nil for a refusal and a queue status.
         public var platform: String? {
             switch self {

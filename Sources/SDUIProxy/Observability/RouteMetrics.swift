@@ -1,0 +1,105 @@
+import NIOCore
+import SDUIProxyCore
+import Synchronization
+
+/// The per-route metrics of one configuration (`metrics.routes`): which series a request counts in, each event
+/// loop's ``RouteTally``, and their Prometheus text.
+///
+/// Labels are bounded by the configuration: `route` is a template or `other`, `platform` one of
+/// `platform.allowed` (and the default platform) or `other`. A reload starts new counts (Prometheus reads the drop
+/// as a counter reset).
+final class RouteMetrics: Sendable {
+    let templates: RouteTemplates
+    let platformLabels: [String]
+    private let platformIndex: [String: Int]
+    private let tallies = Mutex<[ObjectIdentifier: RouteTally]>([:])
+
+    /// The metrics of `configuration`, or nil when it lists no route templates.
+    init?(_ configuration: ProxyConfiguration) {
+        guard !configuration.metrics.routes.isEmpty else { return nil }
+        templates = RouteTemplates(configuration.metrics.routes)
+        var platforms = configuration.platform.allowed
+        if !platforms.contains(configuration.platform.defaultValue) {
+            platforms.append(configuration.platform.defaultValue)
+        }
+        platformLabels = platforms + [RouteTemplates.otherLabel]
+        platformIndex = Dictionary(platforms.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// The series a request for `path` (without query) on `platform` counts in.
+    func series(path: Substring, platform: String) -> Int {
+        templates.index(of: path) * platformLabels.count + (platformIndex[platform] ?? platformLabels.count - 1)
+    }
+
+    /// The tally responses on `eventLoop` are counted in: that loop's own.
+    func tally(for eventLoop: any EventLoop) -> RouteTally {
+        tallies.withLock { tallies in
+            if let tally = tallies[ObjectIdentifier(eventLoop)] { return tally }
+            let tally = RouteTally(seriesCount: templates.labels.count * platformLabels.count)
+            tallies[ObjectIdentifier(eventLoop)] = tally
+            return tally
+        }
+    }
+
+    /// `sdui_route_requests_total{route,platform,cache}`, `sdui_route_response_bytes_total{route,platform}` and the
+    /// histogram `sdui_route_duration_seconds{route,platform}`, in the Prometheus text format, for the series that
+    /// have counted a response.
+    func render() -> String {
+        let tallies = tallies.withLock { Array($0.values) }
+        let seriesCount = templates.labels.count * platformLabels.count
+        func total(_ series: Int, _ slot: Int) -> Int {
+            tallies.reduce(0) { $0 + $1.count(series: series, slot: slot) }
+        }
+        var requests = """
+            # HELP sdui_route_requests_total Responses by route template, platform and how the cache took part.
+            # TYPE sdui_route_requests_total counter
+
+            """
+        var bytes = """
+            # HELP sdui_route_response_bytes_total Response body bytes sent, by route template and platform.
+            # TYPE sdui_route_response_bytes_total counter
+
+            """
+        var durations = """
+            # HELP sdui_route_duration_seconds From a request's head to its response's end, by route template and platform.
+            # TYPE sdui_route_duration_seconds histogram
+
+            """
+        for series in 0..<seriesCount {
+            let count = total(series, RouteTally.countSlot)
+            guard count > 0 else { continue }
+            let labels =
+                #"route="\#(Self.escaped(templates.labels[series / platformLabels.count]))","#
+                + #"platform="\#(Self.escaped(platformLabels[series % platformLabels.count]))""#
+            for (index, cache) in RouteTally.cacheLabels.enumerated() {
+                let value = total(series, index)
+                if value > 0 { requests += "sdui_route_requests_total{\(labels),cache=\"\(cache)\"} \(value)\n" }
+            }
+            bytes += "sdui_route_response_bytes_total{\(labels)} \(total(series, RouteTally.bytesSlot))\n"
+            for (index, bound) in RouteTally.bucketBounds.enumerated() {
+                let le = Double(bound.nanosecondsValue) / 1e9
+                let value = total(series, RouteTally.firstBucketSlot + index)
+                durations += "sdui_route_duration_seconds_bucket{\(labels),le=\"\(le)\"} \(value)\n"
+            }
+            durations += "sdui_route_duration_seconds_bucket{\(labels),le=\"+Inf\"} \(count)\n"
+            durations +=
+                "sdui_route_duration_seconds_sum{\(labels)} \(Double(total(series, RouteTally.sumSlot)) / 1e6)\n"
+            durations += "sdui_route_duration_seconds_count{\(labels)} \(count)\n"
+        }
+        return requests + bytes + durations
+    }
+
+    /// A label value as the text format writes it: backslash, quote and newline escaped.
+    static func escaped(_ value: String) -> String {
+        var result = ""
+        for character in value {
+            switch character {
+            case "\\": result += "\\\\"
+            case "\"": result += "\\\""
+            case "\n": result += "\\n"
+            default: result.append(character)
+            }
+        }
+        return result
+    }
+}

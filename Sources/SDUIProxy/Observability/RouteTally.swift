@@ -1,0 +1,65 @@
+import Atomics
+import NIOCore
+import SDUIProxyCore
+
+/// Responses by route template and platform (`metrics.routes`), as one event loop counts them: how the cache took
+/// part, the body bytes sent, and the time from the request's head to the response's end in histogram buckets.
+/// Like ``RequestTally``, written by its own loop only and read when the metrics are rendered.
+public final class RouteTally: @unchecked Sendable {
+    /// The counts of one route and platform: one per cache label, the bytes, one per duration bucket, the count
+    /// of every duration (the `+Inf` bucket), and their sum in microseconds.
+    static let cacheLabels = RequestTally.cacheLabels
+    static let bucketBounds = ProxyMetrics.upstreamDurationBuckets
+    static var bytesSlot: Int { cacheLabels.count }
+    static var firstBucketSlot: Int { bytesSlot + 1 }
+    static var countSlot: Int { firstBucketSlot + bucketBounds.count }
+    static var sumSlot: Int { countSlot + 1 }
+    static var slotsPerSeries: Int { sumSlot + 1 }
+
+    let seriesCount: Int
+    private let counts: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
+    private var slotCount: Int { seriesCount * Self.slotsPerSeries }
+
+    /// A tally of `seriesCount` route and platform pairs.
+    init(seriesCount: Int) {
+        self.seriesCount = seriesCount
+        let total = seriesCount * Self.slotsPerSeries
+        counts = UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>.allocate(capacity: total)
+        counts.initialize(repeating: UnsafeAtomic<Int>.Storage(0), count: total)
+    }
+
+    deinit {
+        counts.deinitialize(count: slotCount)
+        counts.deallocate()
+    }
+
+    /// Counts one response of the series `series`.
+    func count(series: Int, cacheResult: CacheResult?, bytes: Int, duration: TimeAmount) {
+        let base = counts + series * Self.slotsPerSeries
+        UnsafeAtomic<Int>(at: base + RequestTally.cacheIndex(cacheResult)).wrappingIncrement(ordering: .relaxed)
+        UnsafeAtomic<Int>(at: base + Self.bytesSlot).wrappingIncrement(by: bytes, ordering: .relaxed)
+        let nanoseconds = duration.nanoseconds
+        for (index, bound) in Self.bucketBounds.enumerated() where nanoseconds <= bound.nanosecondsValue {
+            UnsafeAtomic<Int>(at: base + Self.firstBucketSlot + index).wrappingIncrement(ordering: .relaxed)
+        }
+        UnsafeAtomic<Int>(at: base + Self.countSlot).wrappingIncrement(ordering: .relaxed)
+        UnsafeAtomic<Int>(at: base + Self.sumSlot).wrappingIncrement(
+            by: Int(nanoseconds / 1000),
+            ordering: .relaxed
+        )
+    }
+
+    /// The count in `slot` of the series `series` so far.
+    func count(series: Int, slot: Int) -> Int {
+        UnsafeAtomic<Int>(at: counts + series * Self.slotsPerSeries + slot).load(ordering: .relaxed)
+    }
+}
+
+extension Duration {
+    /// The whole nanoseconds in this duration (saturating).
+    var nanosecondsValue: Int64 {
+        let (seconds, attoseconds) = components
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? .max : whole + attoseconds / 1_000_000_000
+    }
+}
