@@ -36,7 +36,7 @@ extension RequestExchangeDriver {
             if let notes = accessNotes {
                 notes.platform = route.platform
                 if let routes = proxy.routeMetrics, let path = route.path, let platform = route.platform {
-                    notes.routeSeries = routes.series(path: path[...], platform: platform)
+                    notes.routeSeries = routes.series(path: path, platform: platform)
                 }
             }
             return exchange.headReceived(

@@ -11,7 +11,6 @@ import Synchronization
 final class RouteMetrics: Sendable {
     let templates: RouteTemplates
     let platformLabels: [String]
-    private let platformIndex: [String: Int]
     private let tallies = Mutex<[ObjectIdentifier: RouteTally]>([:])
 
     /// The metrics of `configuration`, or nil when it lists no route templates.
@@ -23,12 +22,18 @@ final class RouteMetrics: Sendable {
             platforms.append(configuration.platform.defaultValue)
         }
         platformLabels = platforms + [RouteTemplates.otherLabel]
-        platformIndex = Dictionary(platforms.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     /// The series a request for `path` (without query) on `platform` counts in.
     func series(path: Substring, platform: String) -> Int {
-        templates.index(of: path) * platformLabels.count + (platformIndex[platform] ?? platformLabels.count - 1)
+        // A few short names: compared in turn, cheaper than hashing the platform for a dictionary.
+        let known = platformLabels.count - 1
+        var platformNumber = known
+        for index in 0..<known where platformLabels[index] == platform {
+            platformNumber = index
+            break
+        }
+        return templates.index(of: path) * platformLabels.count + platformNumber
     }
 
     /// The tally responses on `eventLoop` are counted in: that loop's own.
@@ -76,10 +81,11 @@ final class RouteMetrics: Sendable {
                 if value > 0 { requests += "sdui_route_requests_total{\(labels),cache=\"\(cache)\"} \(value)\n" }
             }
             bytes += "sdui_route_response_bytes_total{\(labels)} \(total(series, RouteTally.bytesSlot))\n"
-            for (index, bound) in RouteTally.bucketBounds.enumerated() {
-                let le = Double(bound.nanosecondsValue) / 1e9
-                let value = total(series, RouteTally.firstBucketSlot + index)
-                durations += "sdui_route_duration_seconds_bucket{\(labels),le=\"\(le)\"} \(value)\n"
+            var cumulative = 0
+            for (index, bound) in RouteTally.bucketNanoseconds.enumerated() {
+                cumulative += total(series, RouteTally.firstBucketSlot + index)
+                let le = Double(bound) / 1e9
+                durations += "sdui_route_duration_seconds_bucket{\(labels),le=\"\(le)\"} \(cumulative)\n"
             }
             durations += "sdui_route_duration_seconds_bucket{\(labels),le=\"+Inf\"} \(count)\n"
             durations +=

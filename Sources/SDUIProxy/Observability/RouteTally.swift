@@ -6,10 +6,13 @@ import SDUIProxyCore
 /// part, the body bytes sent, and the time from the request's head to the response's end in histogram buckets.
 /// Like ``RequestTally``, written by its own loop only and read when the metrics are rendered.
 public final class RouteTally: @unchecked Sendable {
-    /// The counts of one route and platform: one per cache label, the bytes, one per duration bucket, the count
-    /// of every duration (the `+Inf` bucket), and their sum in microseconds.
+    /// The counts of one route and platform: one per cache label, the bytes, one per duration bucket (each
+    /// duration in the first bucket that holds it; rendering adds them up into Prometheus's cumulative buckets), the
+    /// count of every duration (the `+Inf` bucket), and their sum in microseconds.
     static let cacheLabels = RequestTally.cacheLabels
     static let bucketBounds = ProxyMetrics.upstreamDurationBuckets
+    /// The bounds in nanoseconds, as a response's duration is compared with them.
+    static let bucketNanoseconds: [Int64] = bucketBounds.map(\.nanosecondsValue)
     static var bytesSlot: Int { cacheLabels.count }
     static var firstBucketSlot: Int { bytesSlot + 1 }
     static var countSlot: Int { firstBucketSlot + bucketBounds.count }
@@ -39,8 +42,8 @@ public final class RouteTally: @unchecked Sendable {
         UnsafeAtomic<Int>(at: base + RequestTally.cacheIndex(cacheResult)).wrappingIncrement(ordering: .relaxed)
         UnsafeAtomic<Int>(at: base + Self.bytesSlot).wrappingIncrement(by: bytes, ordering: .relaxed)
         let nanoseconds = duration.nanoseconds
-        for (index, bound) in Self.bucketBounds.enumerated() where nanoseconds <= bound.nanosecondsValue {
-            UnsafeAtomic<Int>(at: base + Self.firstBucketSlot + index).wrappingIncrement(ordering: .relaxed)
+        if let bucket = Self.bucketNanoseconds.firstIndex(where: { nanoseconds <= $0 }) {
+            UnsafeAtomic<Int>(at: base + Self.firstBucketSlot + bucket).wrappingIncrement(ordering: .relaxed)
         }
         UnsafeAtomic<Int>(at: base + Self.countSlot).wrappingIncrement(ordering: .relaxed)
         UnsafeAtomic<Int>(at: base + Self.sumSlot).wrappingIncrement(

@@ -16,8 +16,8 @@ final class AccessNotes {
     let clock: any EventLoop
     let started: NIODeadline
     let clientAddress: String?
-    /// The client's `X-Request-Id` when it is a sane token, else one made for the line.
-    let requestID: String
+    /// The client's `X-Request-Id` when it is a sane token, else one made for the line; nil without a line.
+    let requestID: String?
     /// The platform the request was routed for; nil for a request refused before routing.
     var platform: String?
     /// The time the backend took, summed over the requests sent to it for this one.
@@ -39,7 +39,8 @@ final class AccessNotes {
         self.clock = clock
         self.started = clock.now
         self.clientAddress = clientAddress
-        self.requestID = RequestID.given(in: head.headers) ?? RequestID.make()
+        // Only a line needs it: the per-route metrics alone make none.
+        self.requestID = logger == nil ? nil : RequestID.given(in: head.headers) ?? RequestID.make()
     }
 
     /// Notes that the backend was asked at `start` (on ``clock``) and has answered now.

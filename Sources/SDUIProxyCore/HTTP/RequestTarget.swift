@@ -18,6 +18,13 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         return String(description.utf8.prefix(questionMarkOffset))!
     }
 
+    /// ``path`` without a copy: a view of ``description``.
+    public var pathView: Substring {
+        guard let questionMarkOffset else { return description[...] }
+        let utf8 = description.utf8
+        return Substring(utf8[..<utf8.index(utf8.startIndex, offsetBy: questionMarkOffset)])
+    }
+
     /// The normalised query without `?`, or nil when there is none.
     public var query: String? {
         questionMarkOffset.map { String(description.utf8.dropFirst($0 + 1))! }

@@ -27,10 +27,13 @@ public struct RouteTemplates: Sendable, Equatable {
     /// The index in ``labels`` of the first template `path` (without its query) matches; the last index, `other`,
     /// when none does.
     public func index(of path: Substring) -> Int {
-        for (index, template) in templates.enumerated() where Self.matches(template, path.utf8) {
-            return index
+        var path = path
+        return path.withUTF8 { bytes in
+            for (index, template) in templates.enumerated() where Self.matches(template, bytes) {
+                return index
+            }
+            return templates.count
         }
-        return templates.count
     }
 
     /// Why `template` cannot be one, or nil when it can.
@@ -55,19 +58,23 @@ public struct RouteTemplates: Sendable, Equatable {
     }
 
     /// Whether `path` (its bytes after the leading `/`, segment by segment) is exactly `template`.
-    private static func matches(_ template: [Segment], _ path: Substring.UTF8View) -> Bool {
-        guard path.first == UInt8(ascii: "/") else { return false }
-        var position = path.index(after: path.startIndex)
+    private static func matches(_ template: [Segment], _ path: UnsafeBufferPointer<UInt8>) -> Bool {
+        let slash = UInt8(ascii: "/")
+        guard path.first == slash else { return false }
+        var position = 1
         for (number, segment) in template.enumerated() {
-            let end = path[position...].firstIndex(of: UInt8(ascii: "/")) ?? path.endIndex
-            let bytes = path[position..<end]
+            var end = position
+            while end < path.count, path[end] != slash { end += 1 }
             switch segment {
-            case .literal(let literal): guard bytes.elementsEqual(literal) else { return false }
-            case .any: guard !bytes.isEmpty else { return false }
+            case .literal(let literal):
+                guard end - position == literal.count else { return false }
+                for offset in 0..<literal.count where path[position + offset] != literal[offset] { return false }
+            case .any:
+                guard end > position else { return false }
             }
-            if number == template.count - 1 { return end == path.endIndex }
-            guard end < path.endIndex else { return false }
-            position = path.index(after: end)
+            if number == template.count - 1 { return end == path.count }
+            guard end < path.count else { return false }
+            position = end + 1
         }
         return false
     }

@@ -29,11 +29,11 @@ public struct RequestRouter: Sendable {
         /// answered by the proxy itself once the request has been read. Only when the proxy has a write queue.
         indirect case queueStatus(id: String)
 
-        /// The normalised path the request was routed by; nil for a refusal and a queue status.
-        public var path: String? {
+        /// The normalised path the request was routed by, without a copy; nil for a refusal and a queue status.
+        public var path: Substring? {
             switch self {
-            case .cache(let request): request.target.path
-            case .forward(let target, _, _), .queuedWrite(let target, _, _, _): target.path
+            case .cache(let request): request.target.pathView
+            case .forward(let target, _, _), .queuedWrite(let target, _, _, _): target.pathView
             case .refuse, .queueStatus: nil
             }
         }

@@ -31,6 +31,8 @@ struct RouteMetricsTests {
                 #"sdui_route_requests_total{route="other",platform="WEB",cache="MISS"} 1"#,
                 "sdui_route_duration_seconds_count{\(products)} 4",
                 "sdui_route_duration_seconds_bucket{\(products),le=\"+Inf\"} 4",
+                // Buckets are cumulative: every one of these took less than the largest bound.
+                "sdui_route_duration_seconds_bucket{\(products),le=\"10.0\"} 4",
             ]
             // Counted as each response ends, which the client may see a moment before.
             try await waitUntil {
