@@ -57,6 +57,10 @@ struct FleetIdentifierTests {
 
     @Test("three writes through three replicas, the create's deliverer killed: each sent once, with R1, in order")
     func dependentsAcrossReplicas() async throws {
+        try await EndToEndSlots.withSlot { try await dependentsAcrossReplicasInSlot() }
+    }
+
+    private func dependentsAcrossReplicasInSlot() async throws {
         let server = try #require(PostgresTestServer.current)
         let url = try await server.makeDatabase()
         let store = "postgres://\(url.user):\(url.password ?? "")@\(url.host):\(url.port)/\(url.database)"

@@ -224,6 +224,11 @@ struct LocalIdentifierProxyTests {
 
     @Test("the proxy killed (SIGKILL) between a create's delivery and its dependent's: the next one sends R1 only")
     func killedBetweenCreateAndDependent() async throws {
+        // In a slot, as the harness's tests: two processes and their requests, not among a start-up's crowd.
+        try await EndToEndSlots.withSlot { try await killedBetweenCreateAndDependentInSlot() }
+    }
+
+    private func killedBetweenCreateAndDependentInSlot() async throws {
         let gate = OriginGate()
         let holding = NIOLockedValueBox(true)
         let origin = try await TestOrigin { request in
