@@ -1,3 +1,4 @@
+import Foundation
 import NIOHTTP1
 import SDUIProxyCore
 
@@ -12,7 +13,8 @@ import Darwin
 /// Who may call the admin endpoints.
 ///
 /// With a token (from `SDUI_PROXY_ADMIN_TOKEN`, never from the config file), every admin path but the probes
-/// (`/health` and `/ready`, unless `admin.probesOpen` is false) needs `Authorization: Bearer <token>`. Without one, the admin listener must be bound to a loopback
+/// (`/health` and `/ready`, unless `admin.probesOpen` is false) needs `Authorization: Bearer <token>`, or (as a
+/// browser sends it for the status page) `Authorization: Basic` with the token as the password. Without one, the admin listener must be bound to a loopback
 /// address (``checkBinding(host:token:)`` enforces that at start-up) and every request is allowed. A token that
 /// is set but holds nothing is refused at start-up (``checkBinding(host:)``): a variable emptied by mistake must
 /// not turn authentication off.
@@ -72,12 +74,26 @@ public struct AdminAuthorization: Sendable {
         if publicPaths.contains(String(pathOnly)) { return true }
         guard let token else { return true }
         let values = headers[canonicalForm: "authorization"]
-        guard values.count == 1, let presented = Self.bearerCredentials(values[0]) else { return false }
+        guard values.count == 1,
+            let presented = Self.bearerCredentials(values[0]) ?? Self.basicPassword(values[0])
+        else { return false }
         return Self.constantTimeEquals(token, presented)
     }
 
     /// The realm of the `WWW-Authenticate` challenge.
     public static let realm = "sdui-proxy"
+
+    /// The answer to a refused request for `path`: ``unauthorizedResponse``, but for the status page, whose
+    /// challenge is `Basic` (RFC 7617), so that a browser asks for the token (as the password, any user name) and
+    /// sends it with the page's own requests.
+    public static func unauthorizedResponse(for path: String) -> AdminResponse {
+        guard path == StatusPage.path || path.hasPrefix(StatusPage.path + "?") else { return unauthorizedResponse }
+        var response = AdminResponse(
+            ProxyError(.unauthorized, "the status page needs the admin token as the password (any user name)")
+        )
+        response.headers = [("WWW-Authenticate", #"Basic realm="\#(realm)", charset="UTF-8""#)]
+        return response
+    }
 
     /// The answer to a request that ``isAuthorized(_:path:)`` refused: 401 with the error model's body, and the
     /// challenge RFC 9110 section 11.6.1 requires of a 401 (RFC 6750's `Bearer` scheme).
@@ -101,6 +117,21 @@ public struct AdminAuthorization: Sendable {
         while end > start, bytes[end - 1] == UInt8(ascii: " ") || bytes[end - 1] == UInt8(ascii: "\t") { end -= 1 }
         guard start < end else { return nil }
         return bytes[start..<end]
+    }
+
+    /// The password of an `Authorization: Basic <base64 of user:password>` value (scheme case-insensitive), or nil:
+    /// a browser's form of the token, which it sends as the password.
+    static func basicPassword(_ value: Substring) -> ArraySlice<UInt8>? {
+        let scheme = "basic "
+        guard value.utf8.count > scheme.utf8.count, value.prefix(scheme.count).lowercased() == scheme else {
+            return nil
+        }
+        let encoded = value.dropFirst(scheme.count).trimmingCharacters(in: .whitespaces)
+        guard let decoded = Data(base64Encoded: encoded), let colon = decoded.firstIndex(of: UInt8(ascii: ":")) else {
+            return nil
+        }
+        let password = Array(decoded[decoded.index(after: colon)...])
+        return password.isEmpty ? nil : password[...]
     }
 
     /// Compares without an early exit: the loop always runs over all of `expected`, and a length difference is

@@ -28,6 +28,9 @@ enum AdminEndpoints {
         router.register(.POST, "/prefetch") { request, eventLoop in
             PrefetchEndpoint(proxy: runtime.context, prefetcher: prefetcher).respond(to: request, on: eventLoop)
         }
+        router.register(.GET, StatusPage.path) { _, eventLoop in
+            eventLoop.makeSucceededFuture(StatusPage.response)
+        }
         router.register(.GET, "/metrics") { _, eventLoop in
             let body = runtime.context.metrics.render()
             return eventLoop.makeSucceededFuture(AdminResponse(contentType: ProxyMetrics.contentType, body: body))

@@ -75,7 +75,7 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
                 refusing = true
                 deadline?.cancel()
                 AdminHTTPHandler.write(
-                    AdminAuthorization.unauthorizedResponse,
+                    AdminAuthorization.unauthorizedResponse(for: head.uri),
                     isHead: head.method == .HEAD,
                     keepAlive: false,
                     context: context

@@ -28,7 +28,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             response =
                 authorization.isAuthorized(request.headers, path: request.path)
                 ? router.respond(to: request, on: context.eventLoop)
-                : context.eventLoop.makeSucceededFuture(AdminAuthorization.unauthorizedResponse)
+                : context.eventLoop.makeSucceededFuture(AdminAuthorization.unauthorizedResponse(for: request.path))
         } else {
             response = context.eventLoop.makeSucceededFuture(
                 AdminResponse(ProxyError(.badRequest, "the request target must be a path starting with /"))

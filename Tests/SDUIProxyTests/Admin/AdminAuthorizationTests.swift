@@ -1,3 +1,4 @@
+import Foundation
 import NIOHTTP1
 import SDUIProxyCore
 import Testing
@@ -11,6 +12,34 @@ private func headers(_ pairs: (String, String)...) -> HTTPHeaders {
 @Suite("Admin authorization: bearer token and safe binding")
 struct AdminAuthorizationTests {
     let authorization = AdminAuthorization(token: "s3cret-token")
+
+    @Test("a browser's Basic credentials carry the token as the password, whatever the user name")
+    func basicCredentials() {
+        func basic(_ text: String) -> HTTPHeaders {
+            headers(("Authorization", "Basic " + Data(text.utf8).base64EncodedString()))
+        }
+        #expect(authorization.isAuthorized(basic("admin:s3cret-token"), path: "/"))
+        #expect(authorization.isAuthorized(basic(":s3cret-token"), path: "/metrics"))
+        #expect(
+            authorization.isAuthorized(
+                headers(("Authorization", "basic " + Data("x:s3cret-token".utf8).base64EncodedString())),
+                path: "/"
+            )
+        )
+        #expect(!authorization.isAuthorized(basic("admin:wrong"), path: "/"))
+        #expect(!authorization.isAuthorized(basic("s3cret-token"), path: "/"), "no colon: no password")
+        #expect(!authorization.isAuthorized(basic("s3cret-token:"), path: "/"), "the token as the user name")
+        #expect(!authorization.isAuthorized(headers(("Authorization", "Basic not-base64!")), path: "/"))
+    }
+
+    @Test("the status page's refusal asks a browser for Basic credentials; every other path's for a bearer token")
+    func challenges() {
+        let page = AdminAuthorization.unauthorizedResponse(for: "/")
+        #expect(page.status == .unauthorized)
+        #expect(page.headers.contains { $0.name == "WWW-Authenticate" && $0.value.hasPrefix("Basic realm=") })
+        let other = AdminAuthorization.unauthorizedResponse(for: "/metrics")
+        #expect(other.headers.contains { $0.name == "WWW-Authenticate" && $0.value.hasPrefix("Bearer realm=") })
+    }
 
     @Test("/health is always allowed, with or without a query, and without credentials")
     func healthIsPublic() {
