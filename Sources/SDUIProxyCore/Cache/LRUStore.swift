@@ -123,7 +123,7 @@ public struct LRUStore<Key: Hashable, Value> {
     }
 
     /// Calls `body` with every key and value, in no particular order, until it returns false. O(n).
-    public func forEach(_ body: (Key, Value) -> Bool) {
+    public func visit(_ body: (Key, Value) -> Bool) {
         for node in nodes.indices {
             guard let key = nodes[node].key, let value = nodes[node].value else { continue }
             if !body(key, value) { return }

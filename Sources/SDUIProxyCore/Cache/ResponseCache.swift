@@ -555,7 +555,7 @@ public final class ResponseCache: Sendable {
             let (inShard, full) = shard.state.withLock { state in
                 var inShard: [(key: CacheKey, response: CachedResponse)] = []
                 var full = false
-                state.store.forEach { key, slot in
+                state.store.visit { key, slot in
                     guard case .response(let response) = slot, matches(key) else { return true }
                     guard inShard.count < room else {
                         full = true
