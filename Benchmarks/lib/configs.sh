@@ -288,7 +288,7 @@ admin: { host: 127.0.0.1, port: $admin_port }
 upstream: { url: "http://127.0.0.1:$origin_port", timeout: 5s, maxConnections: 64 }
 cache: { maxBytes: $max_bytes$(if [[ -n ${PROXY_BYPASS_PREFIX:-} ]]; then printf ', routes: [{ prefix: %s, bypass: true }]' "$PROXY_BYPASS_PREFIX"; fi) }
 log: { level: ${PROXY_LOG_LEVEL:-error}, access: ${PROXY_LOG_ACCESS:-false} }
-metrics: { routes: [${PROXY_METRICS_ROUTES:-}] }
+$(if [[ -n ${PROXY_METRICS_ROUTES:-} ]]; then printf 'metrics: { routes: [%s] }' "$PROXY_METRICS_ROUTES"; fi)
 EOF
     # Optional: how many hops of shouldPrefetch navigation actions the proxy follows (unset: the proxy's default).
     if [[ -n ${PROXY_FOLLOW_ACTIONS:-} ]]; then
