@@ -352,7 +352,11 @@ struct CacheResponder {
             presentation.notModified = ConditionalRequest.isNotModified(
                 requestHeaders: headers,
                 etag: presentation.coding.map { ContentNegotiation.etag(entry.etag, for: $0) } ?? entry.etag,
-                lastModified: entry.lastModified
+                lastModified: entry.lastModified,
+                storedDate: {
+                    entry.headers.first(name: "date").flatMap { HTTPDate.parse($0) }
+                        ?? HTTPDate.now() - (now - entry.storedAt).nanoseconds / 1_000_000_000
+                }
             )
         }
         // A range of the stored whole (RFC 9110 section 14), in either form; a condition that answers 304 comes
