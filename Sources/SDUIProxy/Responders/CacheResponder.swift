@@ -83,18 +83,30 @@ struct CacheResponder {
         // The fetch completes on the sink's loop.
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
         let takesInterim = InterimRelay.reaches(request.head.version)
+        // The id the backend is sent, returned to the client with the answer (a coalesced request's fill carries its
+        // leader's).
+        let requestID = RequestID.of(request.head, notes: sink.accessNotes)
         let fetch = fill(
             request,
             staleEntry: staleEntry,
             proxy: proxy,
             client: sink.client,
+            requestID: requestID,
             interim: takesInterim ? InterimRelay(sink: boundSink) : nil
         )
         // Noted for the access line only: without one the clock is not read.
         let asked = sink.accessNotes?.clock.now
         proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result, collapsed in
             if let asked { boundSink.value.accessNotes?.upstreamAnswered(since: asked) }
-            self.answer(request, reason, collapsed: collapsed, with: result, proxy: proxy, sink: boundSink.value)
+            self.answer(
+                request,
+                reason,
+                collapsed: collapsed,
+                with: result,
+                requestID: requestID,
+                proxy: proxy,
+                sink: boundSink.value
+            )
         }
     }
 
@@ -119,6 +131,7 @@ struct CacheResponder {
         _ reason: CacheStatus.Forward,
         collapsed: Bool,
         with result: Result<ComponentFetcher.Outcome, any Error>,
+        requestID: String,
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
@@ -129,19 +142,33 @@ struct CacheResponder {
         case .success(.stored(let entry)):
             status.forwardStatus = entry.status.code
             status.stored = true
-            sink.writeStored(entry, presentation(of: entry, .miss, status, request: request, proxy: proxy, now: now))
+            sink.writeStored(
+                entry,
+                presentation(of: entry, .miss, status, request: request, requestID: requestID, proxy: proxy, now: now)
+            )
         case .success(.invalidated(let entry, let why)):
             // Asked for before an invalidation that reached it: this request gets it, the cache does not keep it.
             proxy.logger.debug("miss, invalidated in flight", metadata: ["key": "\(request.key)", "reason": "\(why)"])
             status.forwardStatus = entry.status.code
             status.detail = "invalidated"
-            sink.writeStored(entry, presentation(of: entry, .miss, status, request: request, proxy: proxy, now: now))
+            sink.writeStored(
+                entry,
+                presentation(of: entry, .miss, status, request: request, requestID: requestID, proxy: proxy, now: now)
+            )
         case .success(.revalidated(let entry)):
             status.forwardStatus = HTTPResponseStatus.notModified.code
             status.stored = true
             sink.writeStored(
                 entry,
-                presentation(of: entry, .revalidated, status, request: request, proxy: proxy, now: now)
+                presentation(
+                    of: entry,
+                    .revalidated,
+                    status,
+                    request: request,
+                    requestID: requestID,
+                    proxy: proxy,
+                    now: now
+                )
             )
         case .success(.servedStale(let entry, let why, let backendStatus)):
             // The fetcher logged the failure it stood in for, once per key and interval.
@@ -149,12 +176,17 @@ struct CacheResponder {
             proxy.cache.recordStaleServe(request.key)
             status.forwardStatus = backendStatus
             status.detail = "stale-if-error"
-            sink.writeStored(entry, presentation(of: entry, .stale, status, request: request, proxy: proxy, now: now))
+            sink.writeStored(
+                entry,
+                presentation(of: entry, .stale, status, request: request, requestID: requestID, proxy: proxy, now: now)
+            )
         case .success(.notStored(let response, let why)):
             proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(why)"])
             status.forwardStatus = response.status.code
+            var headers = response.headers
+            headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
             sink.write(
-                response,
+                UpstreamResponse(status: response.status, headers: headers, body: response.body),
                 forwarded: true,
                 annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key),
                 clientFields: ClientFacingFields(proxy.configuration, policy: request.policy)
@@ -231,12 +263,14 @@ struct CacheResponder {
                 sink: sink
             )
         }
+        let requestID = RequestID.of(head, notes: sink.accessNotes)
         let relay = PassThroughResponder.relay(
             for: head,
             target: request.target,
             annotation: annotation,
             invalidator: proxy.invalidator,
             clientFields: clientFields,
+            requestID: requestID,
             to: sink
         )
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
@@ -257,6 +291,7 @@ struct CacheResponder {
             proxy: proxy,
             sink: sink
         )
+        upstream.headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
         // A miss all the same: it must not wait behind forwards for a connection.
         upstream.fillsCache = true
         let streams = proxy.fetcher.sharedStreams
@@ -287,6 +322,7 @@ struct CacheResponder {
         staleEntry: CachedResponse?,
         proxy: ProxyContext,
         client: ClientPeer,
+        requestID: String? = nil,
         interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
         proxy.cacheFill(
@@ -300,6 +336,7 @@ struct CacheResponder {
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(request.head.version),
             followActions: followActions,
+            requestID: requestID,
             interim: interim
         )
     }
@@ -324,6 +361,7 @@ struct CacheResponder {
         _ cacheResult: CacheResult,
         _ status: CacheStatus? = nil,
         request: CacheRequest,
+        requestID: String? = nil,
         proxy: ProxyContext,
         now: NIODeadline
     ) -> EntryPresentation {
@@ -334,6 +372,8 @@ struct CacheResponder {
             age: entry.ageSeconds(at: now)
         )
         let headers = request.head.headers
+        // A hit returns the client's own id; an answer the backend was asked for, the id it was sent.
+        presentation.requestID = requestID ?? RequestID.given(in: headers)
         // Only an entry kept compressed looks at the request's `Accept-Encoding`.
         if !entry.codings.isEmpty {
             presentation.coding = ContentNegotiation.coding(

@@ -34,6 +34,8 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     /// What the client sees changed in the backend's fields (`Vary`, the tag field).
     private let clientFields: ClientFacingFields
     private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
+    /// The id of the request, returned to the client in `X-Request-Id`; nil to leave the backend's field as it is.
+    private let requestID: String?
 
     /// - Parameter takesInterim: whether the client may be sent the backend's interim responses.
     init(
@@ -41,8 +43,10 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         annotation: CacheAnnotation?,
         takesInterim: Bool,
         clientFields: ClientFacingFields = ClientFacingFields(),
+        requestID: String? = nil,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     ) {
+        self.requestID = requestID
         self.state = NIOLoopBound(
             State(sink: sink, annotation: annotation, takesInterim: takesInterim),
             eventLoop: sink.eventLoop
@@ -71,6 +75,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if !clientFields.changesNothing { clientFields.apply(to: &headers) }
         headers.add(name: "Via", value: CachedResponse.ownVia)
+        if let requestID { headers.replaceOrAdd(name: "X-Request-Id", value: requestID) }
         let state = self.state.value
         if var annotation = state.annotation {
             annotation.status.forwardStatus = status.code

@@ -50,6 +50,7 @@ struct PassThroughResponder {
             invalidator: proxy.invalidator,
             clientFields: clientFields
                 ?? (readsCache ? ClientFacingFields(proxy.configuration, policy: nil) : ClientFacingFields()),
+            requestID: upstream.headers.first(name: "x-request-id"),
             to: sink
         )
         let failureLog = proxy.fetcher.failureLog
@@ -79,18 +80,16 @@ struct PassThroughResponder {
         sink: any ResponseSink
     ) -> UpstreamRequest {
         let client = sink.client
-        return UpstreamRequest(
-            method: head.method,
-            target: target.description,
-            headers: proxy.requestBuilder.headers(
-                from: head.headers,
-                platform: platform,
-                clientAddress: client.address,
-                purpose: .passThrough,
-                clientIsTrustedProxy: client.isTrustedProxy,
-                received: client.received(head.version)
-            )
+        var headers = proxy.requestBuilder.headers(
+            from: head.headers,
+            platform: platform,
+            clientAddress: client.address,
+            purpose: .passThrough,
+            clientIsTrustedProxy: client.isTrustedProxy,
+            received: client.received(head.version)
         )
+        headers.replaceOrAdd(name: "X-Request-Id", value: RequestID.of(head, notes: sink.accessNotes))
+        return UpstreamRequest(method: head.method, target: target.description, headers: headers)
     }
 
     /// Logs a failed forward of `head` (once an interval per target and kind), as the error model names it.
@@ -135,6 +134,7 @@ struct PassThroughResponder {
         annotation: CacheAnnotation?,
         invalidator: CacheInvalidator,
         clientFields: ClientFacingFields = ClientFacingFields(),
+        requestID: String? = nil,
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
@@ -143,7 +143,8 @@ struct PassThroughResponder {
             to: sink,
             annotation: annotation,
             takesInterim: InterimRelay.reaches(head.version),
-            clientFields: clientFields
+            clientFields: clientFields,
+            requestID: requestID
         ) { status, headers in
             Invalidation.apply(
                 method: method,

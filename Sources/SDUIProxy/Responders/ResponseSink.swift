@@ -80,9 +80,11 @@ struct EntryPresentation {
     var range: RangeRequest.Decision?
     /// The form the request negotiated (``ContentNegotiation``): nil for identity.
     var coding: ContentCoding?
+    /// The request's id, returned in `X-Request-Id`: the client's own, or the one the proxy sent the backend for it.
+    var requestID: String?
 
     /// Whether the stored head goes out as it is, with no line left out or added.
-    var isPlain: Bool { !notModified && beagleMaxAge == nil && range == nil }
+    var isPlain: Bool { !notModified && beagleMaxAge == nil && range == nil && requestID == nil }
 
     /// The status `entry` is sent with.
     func status(of entry: CachedResponse) -> HTTPResponseStatus {
@@ -132,13 +134,14 @@ extension EntryPresentation {
         entry.advertisesRanges && !notModified && range != .unsatisfiable
     }
 
-    /// Calls `body` with each field the presentation adds after the stored ones it keeps, in order: Beagle 1.x's
-    /// fields, a part's range and length, a 416's range.
+    /// Calls `body` with each field the presentation adds after the stored ones it keeps, in order: the request's
+    /// id, Beagle 1.x's fields, a part's range and length, a 416's range.
     func forEachOwnField(
         of entry: CachedResponse,
         _ form: borrowing StoredForm,
         _ body: (_ name: String, _ value: String) -> Void
     ) {
+        if let requestID { body("X-Request-Id", requestID) }
         if range == .unsatisfiable {
             body("Content-Range", "bytes */\(form.bodyLength)")
             body("Content-Length", "0")

@@ -62,6 +62,11 @@ enum RequestID {
         return value
     }
 
+    /// The id of a request sent to the backend: the client's sane one, the access line's, or a new one.
+    static func of(_ head: HTTPRequestHead, notes: AccessNotes?) -> String {
+        given(in: head.headers) ?? notes?.requestID ?? make()
+    }
+
     /// A new id: 128 random bits from the system's secure generator, as 32 lower-case hex digits (as queue ids).
     static func make() -> String { WriteQueue.newID() }
 }

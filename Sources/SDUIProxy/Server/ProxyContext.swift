@@ -165,6 +165,7 @@ public final class ProxyContext: Sendable {
         clientIsTrustedProxy: Bool,
         received: UpstreamRequestBuilder.Received = .http1_1,
         followActions: Int,
+        requestID: String? = nil,
         interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
         var upstream = UpstreamRequest(
@@ -181,6 +182,7 @@ public final class ProxyContext: Sendable {
             )
         )
         upstream.interim = interim
+        if let requestID { upstream.headers.replaceOrAdd(name: "X-Request-Id", value: requestID) }
         return ComponentFetcher.Request(
             key: key,
             upstream: upstream,
