@@ -77,7 +77,9 @@ struct SharedCacheVaryTests {
         arguments: [
             ("Accept-Language", "en-US,fr", "en-us , fr", true),
             ("Accept-Language", "en-US,fr", "EN-US,,fr", true),
-            ("Accept-Language", "en-US,fr", "fr,en-US", false),
+            // Languages of equal weight in any order state one preference (RFC 9110 section 12.5.4).
+            ("Accept-Language", "en-US,fr", "fr,en-US", true),
+            ("Accept-Language", "en-US,fr;q=0.5", "fr,en-US;q=0.5", false),
             ("Accept-Language", "en;q=0.5", "en;q=0.4", false),
             ("Accept-Charset", "utf-8, iso-8859-1", "UTF-8,ISO-8859-1", true),
             ("X-Theme", "Dark", "dark", false),
