@@ -58,7 +58,7 @@ public final class ResponseCache: Sendable {
         }
     }
 
-    private final class Shard: Sendable {
+    final class Shard: Sendable {
         struct State {
             var store: LRUStore<CacheKey, Slot>
             var statistics = Statistics()
@@ -76,7 +76,7 @@ public final class ResponseCache: Sendable {
         }
     }
 
-    private let shards: [Shard]
+    let shards: [Shard]
     private let shardMask: Int
     /// The invalidations of the last while and the fills in flight, for the fills they reach
     /// (``InvalidationHistory``): one for the whole cache, taken twice a fill and once an invalidation.
@@ -539,76 +539,5 @@ public final class ResponseCache: Sendable {
             }
         }
         return reached
-    }
-
-    /// The stored responses whose keys `matches` takes, at most `limit`, shard by shard in no particular order, and
-    /// whether more matched. Each shard's lock is held while it is read, as an invalidation holds it: for the admin
-    /// listener's view of the cache, never the hit path.
-    public func storedResponses(
-        limit: Int,
-        where matches: @Sendable (CacheKey) -> Bool
-    ) -> (responses: [(key: CacheKey, response: CachedResponse)], more: Bool) {
-        var found: [(key: CacheKey, response: CachedResponse)] = []
-        var more = false
-        for shard in shards where !more {
-            let room = limit - found.count
-            let (inShard, full) = shard.state.withLock { state in
-                var inShard: [(key: CacheKey, response: CachedResponse)] = []
-                var full = false
-                state.store.visit { key, slot in
-                    guard case .response(let response) = slot, matches(key) else { return true }
-                    guard inShard.count < room else {
-                        full = true
-                        return false
-                    }
-                    inShard.append((key, response))
-                    return true
-                }
-                return (inShard, full)
-            }
-            found += inShard
-            more = full
-        }
-        return (found, more)
-    }
-
-    /// Calls `body` with every stored response, shard by shard: O(n), for tests and diagnostics.
-    func forEachStoredResponse(_ body: (CachedResponse) -> Void) {
-        for shard in shards {
-            let entries = shard.state.withLock { state in
-                var entries: [CachedResponse] = []
-                state.store.forEachValue { slot in
-                    if case .response(let entry) = slot { entries.append(entry) }
-                }
-                return entries
-            }
-            entries.forEach(body)
-        }
-    }
-
-    /// The counters and sizes, summed over shards.
-    public var statistics: Statistics {
-        var total = Statistics()
-        for shard in shards {
-            shard.state.withLock { state in
-                total.entries += state.store.count - state.variantLists
-                total.bytes += state.store.totalCost
-                total.hits += state.statistics.hits
-                total.misses += state.statistics.misses
-                total.staleServes += state.statistics.staleServes
-                total.revalidations += state.statistics.revalidations
-                total.stores += state.statistics.stores
-                total.evictions += state.statistics.evictions
-                total.purged += state.statistics.purged
-                total.softPurged += state.statistics.softPurged
-                total.rejectedAsTooLarge += state.statistics.rejectedAsTooLarge
-                total.compressionsDropped += state.statistics.compressionsDropped
-                total.bodyBytesByForm["identity", default: 0] += state.forms.identity
-                total.bodyBytesByForm["br", default: 0] += state.forms.brotli
-                total.bodyBytesByForm["gzip", default: 0] += state.forms.gzip
-                total.compressedEntries += state.forms.compressedEntries
-            }
-        }
-        return total
     }
 }
