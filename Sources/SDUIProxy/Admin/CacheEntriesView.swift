@@ -33,13 +33,8 @@ enum CacheEntriesView {
             }
             limit = value
         }
-        var prefix: String?
-        if let given = parameters["prefix"] {
-            guard given.hasPrefix("/"), let target = try? RequestTarget(parsing: given) else {
-                throw ProxyError(.badRequest, "prefix must be a path starting with /")
-            }
-            prefix = given.hasSuffix("?") && target.query == nil ? target.description + "?" : target.description
-        }
+        // Spelled as a purge's `prefix=`.
+        let prefix = try parameters["prefix"].map { given throws(ProxyError) in try PurgeRequest.prefix(given) }
         // Platforms are kept upper-cased, as requests name them after routing.
         let platform = parameters["platform"]?.uppercased()
         let matcher = prefix.map(PathPrefix.init)

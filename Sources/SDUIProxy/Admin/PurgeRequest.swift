@@ -54,18 +54,21 @@ enum PurgeRequest {
         if parameters["url"] != nil {
             throw ProxyError(.badRequest, "url= must come first (after soft= at most): it takes the rest of the query")
         } else if let given = parameters["prefix"] {
-            // Normalised as request targets are, so that it meets the keys' spelling; a trailing `?` (every query
-            // of one path) is kept, where a target would drop it as an empty query.
-            guard given.hasPrefix("/"), let target = try? RequestTarget(parsing: given) else {
-                throw ProxyError(.badRequest, "prefix must be a path starting with /")
-            }
-            let prefix = given.hasSuffix("?") && target.query == nil ? target.description + "?" : target.description
-            return CacheInvalidation(.prefix(prefix), soft: isSoft)
+            return CacheInvalidation(.prefix(try prefix(given)), soft: isSoft)
         } else if let tag = parameters["tag"] {
             guard !tag.isEmpty else { throw ProxyError(.badRequest, "tag must not be empty") }
             return CacheInvalidation(.tag(tag), soft: isSoft)
         }
         return CacheInvalidation(.all, soft: isSoft)
+    }
+
+    /// A `prefix=` value normalised as request targets are, so that it meets the keys' spelling; a trailing `?`
+    /// (every query of one path) is kept, where a target would drop it as an empty query.
+    static func prefix(_ given: String) throws(ProxyError) -> String {
+        guard given.hasPrefix("/"), let target = try? RequestTarget(parsing: given) else {
+            throw ProxyError(.badRequest, "prefix must be a path starting with /")
+        }
+        return given.hasSuffix("?") && target.query == nil ? target.description + "?" : target.description
     }
 
     /// The value of `soft=`.
