@@ -17,10 +17,12 @@ It reads Package.resolved only: no network, no build.
 """
 import json
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESOLVED = os.path.join(ROOT, "Package.resolved")
+MANIFEST = os.path.join(ROOT, "Package.swift")
 PINS = os.path.join(ROOT, "Docker", "Package.pins")
 
 HEADER = """\
@@ -52,8 +54,25 @@ def resolved_versions():
     return versions
 
 
+def declared_traits():
+    """The traits Package.swift asks of a package (`traits: [...]` on its `.package` line), by location: an exact
+    pin without them would take the package's default traits (swift-otel's bring gRPC)."""
+    with open(MANIFEST) as f:
+        manifest = f.read()
+    traits = {}
+    for match in re.finditer(r'\.package\(url:\s*"([^"]+)"[^)]*?traits:\s*(\[[^\]]*\])\)', manifest):
+        traits[match.group(1).lower().removesuffix(".git")] = match.group(2)
+    return traits
+
+
 def pins_text(versions):
-    lines = [f'    .package(url: "{location}", exact: "{version}"),' for location, version in versions]
+    traits = declared_traits()
+
+    def pin(location, version):
+        named = traits.get(location.lower().removesuffix(".git"))
+        return f'    .package(url: "{location}", exact: "{version}"' + (f", traits: {named}" if named else "") + "),"
+
+    lines = [pin(location, version) for location, version in versions]
     return HEADER + "package.dependencies = [\n" + "\n".join(lines) + "\n]\n"
 
 

@@ -18,7 +18,9 @@ extension ComponentFetcher {
     ///
     /// The decoded body is bounded by `upstream.maxResponseBytes` and by what the fill budget has left, and takes
     /// its share of that budget; a body that does not decode is a `decoding` error, never stored.
-    func decodingContentCoding(of response: UpstreamResponse, target: String) throws(ProxyError) -> DecodedAnswer {
+    func decodingContentCoding(of response: UpstreamResponse, for request: Request) throws(ProxyError) -> DecodedAnswer
+    {
+        let target = request.upstream.target
         var codings: [ContentCoding] = []
         var unknown: [String] = []
         response.fields.forEachListMember(of: "content-encoding") { member in
@@ -56,7 +58,9 @@ extension ComponentFetcher {
                         "a body in a content coding did not decode, not cached",
                         key: target,
                         kind: "decoding",
-                        metadata: ["target": "\(target)", "coding": "\(coding)", "reason": "\(reason)"]
+                        metadata: request.logMetadata([
+                            "target": "\(target)", "coding": "\(coding)", "reason": "\(reason)",
+                        ])
                     )
                     throw ProxyError(.decoding, "the backend's \(coding) body does not decode: \(reason)")
                 }

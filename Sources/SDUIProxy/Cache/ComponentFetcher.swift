@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 import Synchronization
+import Tracing
 
 /// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
 /// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch,
@@ -59,6 +60,9 @@ public final class ComponentFetcher: Sendable {
         public let staleEntry: CachedResponse?
         /// How many more hops of `shouldPrefetch` navigation to follow from the component this fetch stores.
         public let followActions: Int
+        /// The span context of the request that asked, when it is traced: the requests that wait for this fetch's
+        /// exchange link to it.
+        public let trace: InstrumentationContext?
         /// The upstream exchange in flight for this request, if any.
         fileprivate var exchange: Exchange?
 
@@ -69,15 +73,31 @@ public final class ComponentFetcher: Sendable {
             clientHeaders: HTTPHeaders,
             mayCoalesce: Bool,
             staleEntry: CachedResponse? = nil,
-            followActions: Int = 0
+            followActions: Int = 0,
+            trace: InstrumentationContext? = nil
         ) {
             self.followActions = followActions
+            self.trace = trace
             self.key = key
             self.upstream = upstream
             self.policy = policy
             self.clientHeaders = clientHeaders
             self.mayCoalesce = mayCoalesce
             self.staleEntry = staleEntry
+        }
+
+        /// The id the backend is sent this request with (`X-Request-Id`), for the lines logged about it.
+        public var requestID: String? { upstream.headers.first(name: "x-request-id") }
+
+        /// This request as the waiters of a fill it leads name it.
+        var leader: FillLeader { FillLeader(requestID: requestID, trace: trace) }
+
+        /// `metadata` with the request's cache key and id: what every line about this fetch carries.
+        func logMetadata(_ metadata: Logger.Metadata = [:]) -> Logger.Metadata {
+            var metadata = metadata
+            metadata["key"] = "\(key)"
+            if let requestID { metadata["request_id"] = .string(requestID) }
+            return metadata
         }
     }
 
@@ -87,7 +107,7 @@ public final class ComponentFetcher: Sendable {
         let eventLoop: any EventLoop
         let completion: Completion
         /// The coalesced run the exchange leads, whose waiters get its outcome first; nil when it leads none.
-        let coalescedRun: RequestCoalescer<CacheKey, Outcome>.Run?
+        let coalescedRun: RequestCoalescer<CacheKey, Outcome, FillLeader>.Run?
         /// The fill's place among the fills in flight, which decides whether an invalidation reached it.
         let ticket: InvalidationHistory.Ticket
         /// When the request went out, in the two clocks its uses need: the response's age (RFC 9111 section
@@ -98,7 +118,7 @@ public final class ComponentFetcher: Sendable {
 
     public let cache: ResponseCache
     public let client: any NetworkClient
-    public let coalescer: RequestCoalescer<CacheKey, Outcome>
+    public let coalescer: RequestCoalescer<CacheKey, Outcome, FillLeader>
     private let decoder = ComponentDecoder()
     /// Plans the prefetches of the components this fetcher stores: the planner of the configuration the fetcher
     /// was made for, held here so that a miss reads no shared state to find it.
@@ -165,7 +185,7 @@ public final class ComponentFetcher: Sendable {
         storageRules: StorageRules,
         computesContentHash: Bool = true,
         metrics: ProxyMetrics,
-        coalescer: RequestCoalescer<CacheKey, Outcome>,
+        coalescer: RequestCoalescer<CacheKey, Outcome, FillLeader>,
         prefetchPlanner: PrefetchPlanner,
         compression: CompressionConfiguration? = nil,
         compressionPool: CompressionPool? = nil,
@@ -195,9 +215,9 @@ public final class ComponentFetcher: Sendable {
         self.logsDebug = logger.logLevel <= .debug
     }
 
-    /// What a fetch hands its caller, on the event loop it was made on: the outcome, and whether it came from
-    /// another request's exchange (a coalesced wait) rather than one of its own.
-    public typealias Completion = @Sendable (_ result: Result<Outcome, any Error>, _ collapsed: Bool) -> Void
+    /// What a fetch hands its caller, on the event loop it was made on: the outcome, and the request whose exchange
+    /// it came from when that was another's (a coalesced wait); nil when it was the fetch's own.
+    public typealias Completion = @Sendable (_ result: Result<Outcome, any Error>, _ leader: FillLeader?) -> Void
 
     /// Fetches `request`, joining an identical fetch already in flight when allowed.
     public func fetch(_ request: Request, on eventLoop: any EventLoop) -> EventLoopFuture<Outcome> {
@@ -215,15 +235,21 @@ public final class ComponentFetcher: Sendable {
         // A run that an invalidation may have reached since it started takes no more requests: they asked after
         // the purge, and what the run brings may be what it removed.
         let cache = self.cache
-        let role = coalescer.join(key: request.key, stamp: cache.lastInvalidationSequence, on: eventLoop) { stamp in
+        let role = coalescer.join(
+            key: request.key,
+            stamp: cache.lastInvalidationSequence,
+            leader: request.leader,
+            on: eventLoop
+        ) { stamp in
             cache.mayJoinFill(startedAfter: stamp, target: request.key.target)
         }
         let leaderResult: EventLoopFuture<Outcome>
+        let leader: FillLeader
         switch role {
         case .lead(let run):
             return exchange(request, on: eventLoop, coalescedRun: run, completion: completion)
-        case .wait(let result):
-            leaderResult = result
+        case .wait(let result, let runLeader):
+            (leaderResult, leader) = (result, runLeader)
         }
         metrics.coalescedWait()
         leaderResult.whenComplete { result in
@@ -232,17 +258,17 @@ public final class ComponentFetcher: Sendable {
                 switch request.fillPolicy(self.storageRules).waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
                 case .standIn(let reason):
                     let standIn = self.standIn(for: request, because: reason, backendStatus: outcome.failedStatus)
-                    completion(.success(standIn), true)
+                    completion(.success(standIn), leader)
                 case .take:
-                    completion(.success(outcome), true)
+                    completion(.success(outcome), leader)
                 case .fetchAlone:
                     self.exchange(request, on: eventLoop, coalescedRun: nil, completion: completion)
                 }
-            case .failure(RequestCoalescer<CacheKey, Outcome>.Failure.waitedTooLong):
-                self.logger.debug("coalesced wait timed out, fetching alone", metadata: ["key": "\(request.key)"])
+            case .failure(RequestCoalescer<CacheKey, Outcome, FillLeader>.Failure.waitedTooLong):
+                self.logger.debug("coalesced wait timed out, fetching alone", metadata: request.logMetadata())
                 self.exchange(request, on: eventLoop, coalescedRun: nil, completion: completion)
             case .failure(let error):
-                completion(self.standInOrFail(for: request, with: error), true)
+                completion(self.standInOrFail(for: request, with: error), leader)
             }
         }
     }
@@ -256,7 +282,7 @@ public final class ComponentFetcher: Sendable {
             "backend failed, serving stale",
             key: request.key.target,
             kind: "stale",
-            metadata: ["key": "\(request.key)", "error": "\(reason)"]
+            metadata: request.logMetadata(["error": "\(reason)"])
         )
         return .servedStale(stale, because: reason, backendStatus: backendStatus)
     }
@@ -296,7 +322,7 @@ public final class ComponentFetcher: Sendable {
                 "background refresh failed",
                 key: request.key.target,
                 kind: (error as? ProxyError)?.kind.description ?? "error",
-                metadata: ["key": "\(request.key)", "error": "\(error)"]
+                metadata: request.logMetadata(["error": "\(error)"])
             )
         }
     }
@@ -305,7 +331,7 @@ public final class ComponentFetcher: Sendable {
     private func exchange(
         _ request: Request,
         on eventLoop: any EventLoop,
-        coalescedRun: RequestCoalescer<CacheKey, Outcome>.Run?,
+        coalescedRun: RequestCoalescer<CacheKey, Outcome, FillLeader>.Run?,
         completion: @escaping Completion
     ) {
         var upstream = request.upstream
@@ -363,7 +389,7 @@ public final class ComponentFetcher: Sendable {
         let outcome = outcome(of: result, for: request, exchange, storedPlan: &storedPlan)
         cache.endFill(exchange.ticket)
         if let run = exchange.coalescedRun { coalescer.finish(run, with: outcome) }
-        exchange.completion(outcome, false)
+        exchange.completion(outcome, nil)
         // The observer hears last: the prefetches it starts go to the same backend, and the client whose miss
         // stored the component is answered before they are sent.
         if let storedPlan {
@@ -414,7 +440,7 @@ public final class ComponentFetcher: Sendable {
         var decodedBytes = 0
         defer { bufferBudget?.release(decodedBytes) }
         if response.fields.contains("content-encoding") {
-            switch try decodingContentCoding(of: response, target: request.upstream.target) {
+            switch try decodingContentCoding(of: response, for: request) {
             case .identity(let decoded, let reserved):
                 (response, decodedBytes) = (decoded, reserved)
             case .unknownCoding(let coding):
@@ -443,7 +469,7 @@ public final class ComponentFetcher: Sendable {
                     "invalid component from the backend, not cached",
                     key: request.upstream.target,
                     kind: "decoding",
-                    metadata: ["target": "\(request.upstream.target)", "reason": "\(error.reason)"]
+                    metadata: request.logMetadata(["target": "\(request.upstream.target)", "reason": "\(error.reason)"])
                 )
                 throw ProxyError(.decoding, error.reason)
             }
@@ -481,7 +507,7 @@ public final class ComponentFetcher: Sendable {
             if logsDebug {
                 logger.debug(
                     "stored",
-                    metadata: ["key": "\(request.key)", "bytes": "\(stored.byteCost)", "ttl": "\(lifetime)"]
+                    metadata: request.logMetadata(["bytes": "\(stored.byteCost)", "ttl": "\(lifetime)"])
                 )
             }
             storedPlan = plan
@@ -511,7 +537,7 @@ public final class ComponentFetcher: Sendable {
         logger.info(
             invalidation.discarded
                 ? "fill invalidated in flight, not stored" : "fill invalidated in flight, stored stale",
-            metadata: ["key": "\(request.key)", "reason": "\(invalidation.reason)"]
+            metadata: request.logMetadata(["reason": "\(invalidation.reason)"])
         )
         return stored
     }
@@ -564,7 +590,7 @@ public final class ComponentFetcher: Sendable {
         switch store(refreshed, for: request, exchange) {
         case .stored(let entry), .storedStale(let entry):
             cache.recordRevalidation(request.key)
-            logger.debug("revalidated", metadata: ["key": "\(request.key)", "ttl": "\(lifetime)"])
+            logger.debug("revalidated", metadata: request.logMetadata(["ttl": "\(lifetime)"]))
             return .revalidated(entry)
         case .voided(let reason):
             return .invalidated(refreshed, reason: reason)

@@ -11,7 +11,10 @@ import Synchronization
 /// cache's last invalidation number), and a caller joins only a run its `mayJoin` accepts. One it refuses (a purge
 /// came since it started) is left to finish for the waiters it has, and the caller leads a new run for the key,
 /// which later callers join.
-public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+///
+/// A run names its leader (`Leader`: for the fetcher, the leading request's id and trace context), and each waiter
+/// is told whom it waits for, so that what it logs and traces can say whose exchange answered it.
+public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, Leader: Sendable>: Sendable {
     public enum Failure: Error, Equatable {
         /// The leader did not finish within the maximum wait.
         case waitedTooLong
@@ -22,12 +25,13 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
         fileprivate let id: UInt64
     }
 
-    /// What a caller of ``join(key:stamp:on:mayJoin:)`` does.
+    /// What a caller of ``join(key:stamp:leader:on:mayJoin:)`` does.
     public enum Role {
         /// It leads this run: it does the work and hands its outcome to ``finish(_:with:)``.
         case lead(Run)
-        /// It waits for the leader's outcome (on its own event loop), or ``Failure/waitedTooLong``.
-        case wait(EventLoopFuture<Value>)
+        /// It waits for the leader's outcome (on its own event loop), or ``Failure/waitedTooLong``; `leader` is
+        /// the one the run's leader gave.
+        case wait(EventLoopFuture<Value>, leader: Leader)
     }
 
     private struct Waiter {
@@ -38,12 +42,13 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     private struct InFlight {
         let key: Key
         let stamp: UInt64
+        let leader: Leader
         var waiters: [Waiter] = []
     }
 
     private enum Joined {
         case leads(Run)
-        case waits(Waiter, run: UInt64)
+        case waits(Waiter, run: UInt64, leader: Leader)
     }
 
     private struct State {
@@ -83,11 +88,13 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
     ///
     /// - Parameters:
     ///   - stamp: what a run this caller leads starts with (the cache's last invalidation number).
+    ///   - leader: who the caller is, as the waiters of a run it leads are told; asked for only then.
     ///   - mayJoin: whether the caller may join a run that started with the stamp it is given; called under the
     ///     coalescer's lock, so it must not call the coalescer.
     public func join(
         key: Key,
         stamp: UInt64,
+        leader: @autoclosure () -> Leader,
         on eventLoop: any EventLoop,
         mayJoin: (_ runStamp: UInt64) -> Bool = { _ in true }
     ) -> Role {
@@ -97,21 +104,21 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable>: 
                 state.nextID &+= 1
                 state.runs[id]!.waiters.append(waiter)
                 state.coalescedWaits += 1
-                return .waits(waiter, run: id)
+                return .waits(waiter, run: id, leader: run.leader)
             }
             // None in flight, or one that takes no more callers: that one finishes for its own waiters.
             let id = state.nextID
             state.nextID &+= 1
-            state.runs[id] = InFlight(key: key, stamp: stamp)
+            state.runs[id] = InFlight(key: key, stamp: stamp, leader: leader())
             state.joinable[key] = id
             return .leads(Run(id: id))
         }
         switch joined {
         case .leads(let run):
             return .lead(run)
-        case .waits(let waiter, let run):
+        case .waits(let waiter, let run, let leader):
             scheduleTimeout(for: waiter, in: run, on: eventLoop)
-            return .wait(waiter.promise.futureResult)
+            return .wait(waiter.promise.futureResult, leader: leader)
         }
     }
 

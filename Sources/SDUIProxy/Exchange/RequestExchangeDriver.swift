@@ -1,3 +1,4 @@
+import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
@@ -36,7 +37,13 @@ extension RequestExchangeDriver {
             if let notes = accessNotes {
                 notes.platform = route.platform
                 if let routes = proxy.routeMetrics, let path = route.path, let platform = route.platform {
-                    notes.routeSeries = routes.series(path: path, platform: platform)
+                    let series = routes.series(path: path, platform: platform)
+                    notes.routeSeries = series
+                    // A span is named by its route where one is known (OpenTelemetry's `{method} {http.route}`).
+                    if let span = notes.span, span.isRecording, let template = routes.template(ofSeries: series) {
+                        span.operationName = "\(head.method.rawValue) \(template)"
+                        span.attributes["http.route"] = template
+                    }
                 }
             }
             return exchange.headReceived(
@@ -51,7 +58,9 @@ extension RequestExchangeDriver {
             break
         case .refused(let error, let atOnce):
             withProxy { proxy in
-                proxy.logger.info("request refused", metadata: ["uri": "\(head.uri.prefix(200))", "error": "\(error)"])
+                var metadata: Logger.Metadata = ["uri": "\(head.uri.prefix(200))", "error": "\(error)"]
+                if let requestID = accessNotes?.requestID { metadata["request_id"] = .string(requestID) }
+                proxy.logger.info("request refused", metadata: metadata)
             }
             if atOnce { refuseNow(error) }
         case .refuseAndClose(let error):

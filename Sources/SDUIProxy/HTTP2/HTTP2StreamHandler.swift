@@ -190,10 +190,9 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
         requestDeadline = nil
         guard let context, !requestEnded else { return }
         guard !response.headWritten else { return context.close(promise: nil) }
-        proxy.logger.info(
-            "request timed out while being read",
-            metadata: ["client": "\(client.address ?? "?")", "protocol": "h2"]
-        )
+        var metadata: Logger.Metadata = ["client": "\(client.address ?? "?")", "protocol": "h2"]
+        if let requestID = accessNotes?.requestID { metadata["request_id"] = .string(requestID) }
+        proxy.logger.info("request timed out while being read", metadata: metadata)
         let error = ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout")
         // A body streaming to the backend fails with it: its forward answers, or cuts its answer short.
         if exchangeAbandoned(because: error) { return }

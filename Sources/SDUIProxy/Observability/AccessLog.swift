@@ -28,6 +28,8 @@ public struct AccessLogEntry: Sendable, Equatable {
     public var platform: String?
     /// The request's id: the client's `X-Request-Id`, or one made for it.
     public var requestID: String?
+    /// The id of the request whose fill answered this one, when it waited for another's (a coalesced miss).
+    public var leaderRequestID: String?
 
     /// Creates an entry; see the properties for what each value means.
     public init(
@@ -41,7 +43,8 @@ public struct AccessLogEntry: Sendable, Equatable {
         clientAddress: String? = nil,
         clientProtocol: ClientProtocol = .http1,
         platform: String? = nil,
-        requestID: String? = nil
+        requestID: String? = nil,
+        leaderRequestID: String? = nil
     ) {
         self.method = method
         self.path = path
@@ -54,13 +57,14 @@ public struct AccessLogEntry: Sendable, Equatable {
         self.clientProtocol = clientProtocol
         self.platform = platform
         self.requestID = requestID
+        self.leaderRequestID = leaderRequestID
     }
 
     /// The line's message; the fields are in the metadata.
     public static let message: Logger.Message = "request"
 
     /// The fields of the line: `method`, `path`, `protocol`, `status`, `bytes`, `duration_ms`, and when known
-    /// `request_id`, `platform`, `cache`, `upstream_ms` and `client`.
+    /// `request_id`, `platform`, `cache`, `upstream_ms`, `client` and `leader_request_id`.
     public var metadata: Logger.Metadata {
         var metadata: Logger.Metadata = [
             "method": .string(method.rawValue),
@@ -75,6 +79,7 @@ public struct AccessLogEntry: Sendable, Equatable {
         if let clientAddress { metadata["client"] = .string(clientAddress) }
         if let platform { metadata["platform"] = .string(platform) }
         if let requestID { metadata["request_id"] = .string(requestID) }
+        if let leaderRequestID { metadata["leader_request_id"] = .string(leaderRequestID) }
         return metadata
     }
 

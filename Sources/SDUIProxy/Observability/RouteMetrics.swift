@@ -36,6 +36,12 @@ final class RouteMetrics: Sendable {
         return templates.index(of: path) * platformLabels.count + platformNumber
     }
 
+    /// The template of `series` (``series(path:platform:)``); nil for paths that match none (`other`).
+    func template(ofSeries series: Int) -> String? {
+        let index = series / platformLabels.count
+        return index < templates.labels.count - 1 ? templates.labels[index] : nil
+    }
+
     /// The tally responses on `eventLoop` are counted in: that loop's own.
     func tally(for eventLoop: any EventLoop) -> RouteTally {
         tallies.withLock { tallies in

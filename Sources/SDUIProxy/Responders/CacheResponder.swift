@@ -83,25 +83,29 @@ struct CacheResponder {
         // The fetch completes on the sink's loop.
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
         let takesInterim = InterimRelay.reaches(request.head.version)
-        // The id the backend is sent, returned to the client with the answer (a coalesced request's fill carries its
-        // leader's).
-        let requestID = RequestID.of(request.head, notes: sink.accessNotes)
+        // The id the backend is sent, returned to the client with the answer, and the span it is sent as a child of
+        // (a coalesced request's fill carries its leader's).
+        let requester = RequestID.upstreamIdentity(of: request.head, notes: sink.accessNotes)
+        let requestID = requester.requestID
         let fetch = fill(
             request,
             staleEntry: staleEntry,
             proxy: proxy,
             client: sink.client,
-            requestID: requestID,
+            requester: requester,
             interim: takesInterim ? InterimRelay(sink: boundSink) : nil
         )
         // Noted for the access line only: without one the clock is not read.
         let asked = sink.accessNotes?.clock.now
-        proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result, collapsed in
-            if let asked { boundSink.value.accessNotes?.upstreamAnswered(since: asked) }
+        proxy.fetcher.fetch(fetch, on: sink.eventLoop) { result, leader in
+            if let notes = boundSink.value.accessNotes {
+                if let asked { notes.upstreamAnswered(since: asked) }
+                if let leader { notes.tookFill(of: leader) }
+            }
             self.answer(
                 request,
                 reason,
-                collapsed: collapsed,
+                collapsed: leader != nil,
                 with: result,
                 requestID: requestID,
                 proxy: proxy,
@@ -148,7 +152,10 @@ struct CacheResponder {
             )
         case .success(.invalidated(let entry, let why)):
             // Asked for before an invalidation that reached it: this request gets it, the cache does not keep it.
-            proxy.logger.debug("miss, invalidated in flight", metadata: ["key": "\(request.key)", "reason": "\(why)"])
+            proxy.logger.debug(
+                "miss, invalidated in flight",
+                metadata: ["key": "\(request.key)", "reason": "\(why)", "request_id": .string(requestID)]
+            )
             status.forwardStatus = entry.status.code
             status.detail = "invalidated"
             sink.writeStored(
@@ -172,7 +179,10 @@ struct CacheResponder {
             )
         case .success(.servedStale(let entry, let why, let backendStatus)):
             // The fetcher logged the failure it stood in for, once per key and interval.
-            proxy.logger.debug("serving stale", metadata: ["key": "\(request.key)", "reason": "\(why)"])
+            proxy.logger.debug(
+                "serving stale",
+                metadata: ["key": "\(request.key)", "reason": "\(why)", "request_id": .string(requestID)]
+            )
             proxy.cache.recordStaleServe(request.key)
             status.forwardStatus = backendStatus
             status.detail = "stale-if-error"
@@ -181,7 +191,10 @@ struct CacheResponder {
                 presentation(of: entry, .stale, status, request: request, requestID: requestID, proxy: proxy, now: now)
             )
         case .success(.notStored(let response, let why)):
-            proxy.logger.debug("miss, not stored", metadata: ["key": "\(request.key)", "reason": "\(why)"])
+            proxy.logger.debug(
+                "miss, not stored",
+                metadata: ["key": "\(request.key)", "reason": "\(why)", "request_id": .string(requestID)]
+            )
             status.forwardStatus = response.status.code
             var headers = response.headers
             headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
@@ -211,7 +224,7 @@ struct CacheResponder {
                     "miss, upstream failed",
                     key: request.key.target,
                     kind: proxyError.kind.description,
-                    metadata: ["key": "\(request.key)", "error": "\(proxyError)"]
+                    metadata: ["key": "\(request.key)", "error": "\(proxyError)", "request_id": .string(requestID)]
                 )
             }
             status.detail = proxyError.kind.description
@@ -263,7 +276,8 @@ struct CacheResponder {
                 sink: sink
             )
         }
-        let requestID = RequestID.of(head, notes: sink.accessNotes)
+        let requester = RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)
+        let requestID = requester.requestID
         let relay = PassThroughResponder.relay(
             for: head,
             target: request.target,
@@ -289,9 +303,9 @@ struct CacheResponder {
             target: request.target,
             platform: request.platform,
             proxy: proxy,
-            sink: sink
+            sink: sink,
+            requester: requester
         )
-        upstream.headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
         // A miss all the same: it must not wait behind forwards for a connection.
         upstream.fillsCache = true
         let streams = proxy.fetcher.sharedStreams
@@ -308,9 +322,20 @@ struct CacheResponder {
                 // Ended: no one is left to tell. A client that never called the end would leave them waiting.
                 stream.fail(ProxyError(.network, "the backend's answer ended without its end"))
             case .failure(let error) where error is SharedResponseStream.NoSubscriberLeft:
-                logger.debug("every client of a shared stream went away; stopped", metadata: ["key": "\(key)"])
+                logger.debug(
+                    "every client of a shared stream went away; stopped",
+                    metadata: ["key": "\(key)", "request_id": .string(requestID)]
+                )
             case .failure(let error):
-                stream.fail(PassThroughResponder.logFailure(error, of: head, target: target, in: failureLog))
+                stream.fail(
+                    PassThroughResponder.logFailure(
+                        error,
+                        of: head,
+                        target: target,
+                        requestID: requestID,
+                        in: failureLog
+                    )
+                )
             }
         }
     }
@@ -322,7 +347,7 @@ struct CacheResponder {
         staleEntry: CachedResponse?,
         proxy: ProxyContext,
         client: ClientPeer,
-        requestID: String? = nil,
+        requester: UpstreamIdentity? = nil,
         interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
         proxy.cacheFill(
@@ -336,7 +361,7 @@ struct CacheResponder {
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(request.head.version),
             followActions: followActions,
-            requestID: requestID,
+            requester: requester,
             interim: interim
         )
     }

@@ -25,6 +25,7 @@ struct PassThroughResponder {
     ) {
         var upstream = Self.upstreamRequest(for: head, target: target, platform: platform, proxy: proxy, sink: sink)
         upstream.fillsCache = fillsCache
+        let requestID = upstream.headers.first(name: "x-request-id")
         let body: RequestBodyStream?
         var spoolFile: RequestSpoolFile?
         switch requestBody {
@@ -50,7 +51,7 @@ struct PassThroughResponder {
             invalidator: proxy.invalidator,
             clientFields: clientFields
                 ?? (readsCache ? ClientFacingFields(proxy.configuration, policy: nil) : ClientFacingFields()),
-            requestID: upstream.headers.first(name: "x-request-id"),
+            requestID: requestID,
             to: sink
         )
         let failureLog = proxy.fetcher.failureLog
@@ -59,7 +60,7 @@ struct PassThroughResponder {
         let forwarded = proxy.client.forward(upstream, body: body, on: eventLoop, to: relay).hop(to: eventLoop)
             .assumeIsolated()
         forwarded.whenFailure { error in
-            let proxyError = Self.logFailure(error, of: head, target: target, in: failureLog)
+            let proxyError = Self.logFailure(error, of: head, target: target, requestID: requestID, in: failureLog)
             // The backend must not see the rest of a body it will not be answered for as a shorter request.
             body?.fail(proxyError)
             Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
@@ -77,7 +78,8 @@ struct PassThroughResponder {
         target: RequestTarget,
         platform: String,
         proxy: ProxyContext,
-        sink: any ResponseSink
+        sink: any ResponseSink,
+        requester: UpstreamIdentity? = nil
     ) -> UpstreamRequest {
         let client = sink.client
         var headers = proxy.requestBuilder.headers(
@@ -88,7 +90,7 @@ struct PassThroughResponder {
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(head.version)
         )
-        headers.replaceOrAdd(name: "X-Request-Id", value: RequestID.of(head, notes: sink.accessNotes))
+        (requester ?? RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)).stamp(&headers)
         return UpstreamRequest(method: head.method, target: target.description, headers: headers)
     }
 
@@ -97,6 +99,7 @@ struct PassThroughResponder {
         _ error: any Error,
         of head: HTTPRequestHead,
         target: RequestTarget,
+        requestID: String?,
         in failureLog: FailureLog
     ) -> ProxyError {
         let proxyError =
@@ -106,7 +109,9 @@ struct PassThroughResponder {
             "forwarding failed",
             key: "\(head.method) \(target)",
             kind: proxyError.kind.description,
-            metadata: ["method": "\(head.method)", "target": "\(target)", "error": "\(proxyError)"]
+            metadata: [
+                "method": "\(head.method)", "target": "\(target)", "error": "\(proxyError)",
+            ].merging(requestID.map { ["request_id": .string($0)] } ?? [:]) { $1 }
         )
         return proxyError
     }

@@ -1,3 +1,4 @@
+import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
@@ -130,7 +131,9 @@ struct QueuedWriteResponder {
             case .failure(let error):
                 let proxyError =
                     error as? ProxyError ?? ProxyError(.internalError, "the queued write failed", detail: "\(error)")
-                logger.error("queued write failed", metadata: ["target": "\(write.target)", "error": "\(proxyError)"])
+                var metadata: Logger.Metadata = ["target": "\(write.target)", "error": "\(proxyError)"]
+                if let id = boundSink.value.accessNotes?.requestID { metadata["request_id"] = .string(id) }
+                logger.error("queued write failed", metadata: metadata)
                 switch answer.progress {
                 case .waitingForHead: boundSink.value.write(proxyError)
                 // Part of the backend's answer is out; the only honest signal left is to cut it short.

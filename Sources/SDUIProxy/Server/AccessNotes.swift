@@ -2,13 +2,14 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
+import Tracing
 
-/// What one request's access-log line says beyond its status, gathered as the request goes: who asked for what,
-/// when it started by the connection's clock (its event loop's), its id, its platform once routed, and how long
-/// the backend took when it was asked.
+/// What one request's access-log line and span say beyond its status, gathered as the request goes: who asked for
+/// what, when it started by the connection's clock (its event loop's), its id, its platform once routed, how long
+/// the backend took when it was asked, and whose fill answered it when it waited for another's.
 ///
-/// Made only when `log.access` is on or `metrics.routes` lists templates (``RequestAccounting/notes``); confined
-/// to the connection's loop.
+/// Made only when `log.access` is on, `metrics.routes` lists templates or tracing is on
+/// (``RequestAccounting/notes``); confined to the connection's loop.
 final class AccessNotes {
     /// Where the line goes; nil when only the per-route metrics need the notes.
     let logger: Logger?
@@ -16,8 +17,19 @@ final class AccessNotes {
     let clock: any EventLoop
     let started: NIODeadline
     let clientAddress: String?
-    /// The client's `X-Request-Id` when it is a sane token, else one made for the line; nil without a line.
+    /// The client's `X-Request-Id` when it is a sane token, else one made for the line or the span; nil without
+    /// either.
     let requestID: String?
+    /// The request's server span, when tracing is on (recording or not, as its sampler decided), and the tracer
+    /// that writes its context into requests to the backend.
+    var span: (any Span)? { traced?.span }
+    private let traced: (span: any Span, tracer: RequestTracer)?
+    /// Whether the span has ended (``endSpan(status:cacheResult:bytes:protocol:)``).
+    private var ended = false
+    /// The id of the request whose fill answered this one, when it waited for another's (a coalesced miss).
+    private(set) var leaderRequestID: String?
+    /// Whether this request waited for another's fill.
+    private(set) var coalesced = false
     /// The platform the request was routed for; nil for a request refused before routing.
     var platform: String?
     /// The time the backend took, summed over the requests sent to it for this one.
@@ -29,6 +41,7 @@ final class AccessNotes {
     init(
         logger: Logger?,
         routeTally: RouteTally?,
+        tracer: RequestTracer?,
         head: HTTPRequestHead,
         clientAddress: String?,
         clock: any EventLoop
@@ -39,8 +52,62 @@ final class AccessNotes {
         self.clock = clock
         self.started = clock.now
         self.clientAddress = clientAddress
-        // Only a line needs it: the per-route metrics alone make none.
-        self.requestID = logger == nil ? nil : RequestID.given(in: head.headers) ?? RequestID.make()
+        let traced = tracer.map { (span: $0.startSpan(for: head), tracer: $0) }
+        self.traced = traced
+        // Only a line or a recorded span needs it: the per-route metrics alone make none.
+        let needsID = logger != nil || traced?.span.isRecording == true
+        self.requestID = needsID ? RequestID.given(in: head.headers) ?? RequestID.make() : nil
+    }
+
+    /// A span must end, or its tracer holds it: a request that is never recorded (its connection dropped before
+    /// an answer began) ends its span when its notes go.
+    deinit {
+        guard let span, !ended else { return }
+        span.setStatus(SpanStatus(code: .error, message: "the request ended without an answer"))
+        span.end()
+    }
+
+    /// Notes that this request took the outcome of `leader`'s fill rather than making one: its line names the
+    /// leader, its span links to the leader's.
+    func tookFill(of leader: FillLeader) {
+        coalesced = true
+        leaderRequestID = leader.requestID
+        guard let span, span.isRecording, let trace = leader.trace else { return }
+        span.addLink(SpanLink(context: trace, attributes: [:]))
+    }
+
+    /// Who the requests to the backend made for this one say they are for: the client's sane id, the line's,
+    /// or a new one, and this span.
+    func upstreamIdentity(for head: HTTPRequestHead) -> UpstreamIdentity {
+        UpstreamIdentity(
+            requestID: RequestID.given(in: head.headers) ?? requestID ?? RequestID.make(),
+            span: traced
+        )
+    }
+
+    /// Ends the span with how the request ended; later calls do nothing.
+    func endSpan(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, protocol: ClientProtocol) {
+        guard let span, !ended else { return }
+        ended = true
+        if span.isRecording {
+            span.updateAttributes { attributes in
+                attributes["http.response.status_code"] = Int(status.code)
+                attributes["http.response.body.size"] = bytes
+                attributes["network.protocol.name"] = "http"
+                attributes["network.protocol.version"] = `protocol` == .http2 ? "2" : "1.1"
+                if let clientAddress { attributes["client.address"] = clientAddress }
+                if let requestID { attributes["sdui.request_id"] = requestID }
+                if let cacheResult { attributes["sdui.cache_result"] = cacheResult.rawValue }
+                if let platform { attributes["sdui.platform"] = platform }
+                if let upstreamDuration {
+                    attributes["sdui.upstream_ms"] = AccessLogEntry.milliseconds(upstreamDuration)
+                }
+                attributes["sdui.coalesced"] = coalesced
+                if let leaderRequestID { attributes["sdui.leader_request_id"] = leaderRequestID }
+            }
+            if status.code >= 500 { span.setStatus(SpanStatus(code: .error)) }
+        }
+        span.end()
     }
 
     /// Notes that the backend was asked at `start` (on ``clock``) and has answered now.
@@ -48,25 +115,4 @@ final class AccessNotes {
         let took = Duration.nanoseconds((clock.now - start).nanoseconds)
         upstreamDuration = (upstreamDuration ?? .zero) + took
     }
-}
-
-/// Request ids: the client's own when it sent a sane one, else 16 random bytes in hex.
-enum RequestID {
-    /// The client's `X-Request-Id` when there is exactly one and it is 1 to 128 visible token characters; a value
-    /// that could forge log fields or headers is not taken.
-    static func given(in headers: HTTPHeaders) -> String? {
-        let values = headers["x-request-id"]
-        guard values.count == 1, let value = values.first, value.utf8.count <= 128, HTTPSyntax.isToken(value) else {
-            return nil
-        }
-        return value
-    }
-
-    /// The id of a request sent to the backend: the client's sane one, the access line's, or a new one.
-    static func of(_ head: HTTPRequestHead, notes: AccessNotes?) -> String {
-        given(in: head.headers) ?? notes?.requestID ?? make()
-    }
-
-    /// A new id: 128 random bits from the system's secure generator, as 32 lower-case hex digits (as queue ids).
-    static func make() -> String { WriteQueue.newID() }
 }

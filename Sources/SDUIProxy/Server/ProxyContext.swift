@@ -23,6 +23,8 @@ public final class ProxyContext: Sendable {
     public let accessLogger: Logger?
     /// The per-route metrics, when `metrics.routes` lists templates.
     let routeMetrics: RouteMetrics?
+    /// Makes each request's span, when tracing is on: made once at start and kept across reloads.
+    let tracer: RequestTracer?
     /// Resolves navigation and prefetch URLs against this configuration's upstream and allowed hosts.
     public let prefetchPlanner: PrefetchPlanner
     /// Where each request goes: the cache path, a forward, a queued write or a refusal.
@@ -43,9 +45,11 @@ public final class ProxyContext: Sendable {
         metrics: ProxyMetrics = ProxyMetrics(),
         invalidator: CacheInvalidator? = nil,
         threadPool: NIOThreadPool = .singleton,
+        tracer: RequestTracer? = nil,
         logger: Logger
     ) {
         self.threadPool = threadPool
+        self.tracer = tracer
         self.requestBufferDirectory =
             configuration.limits.requestBufferDirectory ?? RequestSpoolFile.systemTemporaryDirectory
         precondition(invalidator.map { $0.cache === cache } ?? true, "the invalidator must apply to this cache")
@@ -81,7 +85,7 @@ public final class ProxyContext: Sendable {
     static func build(
         configuration: ProxyConfiguration,
         cache: ResponseCache,
-        coalescer: RequestCoalescer<CacheKey, ComponentFetcher.Outcome>?,
+        coalescer: RequestCoalescer<CacheKey, ComponentFetcher.Outcome, FillLeader>?,
         bufferBudget: ByteBudget? = nil,
         client reusedClient: (any NetworkClient)?,
         writeQueue: WriteQueue?,
@@ -90,6 +94,7 @@ public final class ProxyContext: Sendable {
         eventLoopGroup: any EventLoopGroup,
         threadPool: NIOThreadPool,
         compressionPool: CompressionPool? = nil,
+        tracer: RequestTracer? = nil,
         logger: Logger
     ) throws -> ProxyContext {
         let client: any NetworkClient
@@ -145,6 +150,7 @@ public final class ProxyContext: Sendable {
             metrics: metrics,
             invalidator: invalidator,
             threadPool: threadPool,
+            tracer: tracer,
             logger: logger
         )
     }
@@ -165,7 +171,7 @@ public final class ProxyContext: Sendable {
         clientIsTrustedProxy: Bool,
         received: UpstreamRequestBuilder.Received = .http1_1,
         followActions: Int,
-        requestID: String? = nil,
+        requester: UpstreamIdentity? = nil,
         interim: InterimRelay? = nil
     ) -> ComponentFetcher.Request {
         var upstream = UpstreamRequest(
@@ -182,7 +188,7 @@ public final class ProxyContext: Sendable {
             )
         )
         upstream.interim = interim
-        if let requestID { upstream.headers.replaceOrAdd(name: "X-Request-Id", value: requestID) }
+        requester?.stamp(&upstream.headers)
         return ComponentFetcher.Request(
             key: key,
             upstream: upstream,
@@ -190,7 +196,8 @@ public final class ProxyContext: Sendable {
             clientHeaders: clientHeaders,
             mayCoalesce: CacheFillPolicy.mayCoalesce(requestHeaders: clientHeaders),
             staleEntry: staleEntry,
-            followActions: followActions
+            followActions: followActions,
+            trace: requester?.trace
         )
     }
 }

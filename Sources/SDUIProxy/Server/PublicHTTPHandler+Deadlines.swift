@@ -1,3 +1,4 @@
+import Logging
 import NIOCore
 import SDUIProxyCore
 
@@ -32,10 +33,9 @@ extension PublicHTTPHandler {
             proxy.logger.debug("closing an idle connection")
             context.close(promise: nil)
         case .requestTimedOut(let headArrived):
-            proxy.logger.info(
-                "request timed out while being read",
-                metadata: ["client": "\(context.remoteAddress?.description ?? "?")"]
-            )
+            var metadata: Logger.Metadata = ["client": "\(context.remoteAddress?.description ?? "?")"]
+            if headArrived, let requestID = accessNotes?.requestID { metadata["request_id"] = .string(requestID) }
+            proxy.logger.info("request timed out while being read", metadata: metadata)
             let error = ProxyError(.requestTimeout, "the request was not complete within limits.requestTimeout")
             interrupt(.answerAndClose(headArrived: headArrived), with: error, context: context)
         case .close:

@@ -3,7 +3,8 @@ import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
 
-/// Records how one request ended: the request counter, and the access-log line when `log.access` is on.
+/// Records how one request ended: the request counter, the access-log line when `log.access` is on, the per-route
+/// counts and the request's span.
 ///
 /// Without an access log it is the method and a nil reference, copied with each response writer: the details a
 /// log line needs are only gathered (and the clock only read) when a line will be written. The counter it
@@ -25,11 +26,12 @@ struct RequestAccounting {
     ) {
         self.method = head.method
         self.clientProtocol = ClientProtocol(head.version)
-        if proxy.accessLogger != nil || proxy.routeMetrics != nil {
+        if proxy.accessLogger != nil || proxy.routeMetrics != nil || proxy.tracer != nil {
             let loop = clock()
             self.access = AccessNotes(
                 logger: proxy.accessLogger,
                 routeTally: proxy.routeMetrics?.tally(for: loop),
+                tracer: proxy.tracer,
                 head: head,
                 clientAddress: clientAddress(),
                 clock: loop
@@ -46,6 +48,7 @@ struct RequestAccounting {
         if let series = access.routeSeries {
             access.routeTally?.count(series: series, cacheResult: cacheResult, bytes: bytes, duration: duration)
         }
+        access.endSpan(status: status, cacheResult: cacheResult, bytes: bytes, protocol: clientProtocol)
         guard let logger = access.logger else { return }
         AccessLogEntry(
             method: method,
@@ -58,7 +61,8 @@ struct RequestAccounting {
             clientAddress: access.clientAddress,
             clientProtocol: clientProtocol,
             platform: access.platform,
-            requestID: access.requestID
+            requestID: access.requestID,
+            leaderRequestID: access.leaderRequestID
         ).log(to: logger)
     }
 }

@@ -125,29 +125,6 @@ public final class ProxyServer: Sendable {
         )
     }
 
-    /// Settings no deployment has reason to change, which tests set so that what they check does not hang on
-    /// how fast the machine runs them.
-    struct Tuning {
-        /// How long a loop takes a navigation target it found fresh to stay fresh (``RecentlyFreshTargets``).
-        var freshTargetRecheckInterval = RecentlyFreshTargets.defaultRecheckInterval
-        /// The admin listener's connection cap: enough for operators and probes, few enough that connections
-        /// without the token cannot take the process's descriptors.
-        var maximumAdminConnections = 256
-        /// How long an admin connection may wait before its first request (``AdminGate``).
-        var adminFirstRequestTimeout = AdminGate.defaultFirstRequestTimeout
-        /// How long a purge or a fleet prefetch waits for the fleet's log to take it before answering `pending`
-        /// (``FleetLog/Settings/recordWait``).
-        var fleetRecordWait = FleetLog.Settings.defaultRecordWait
-        /// How long a query of the fleet's log may take before its connection is taken for dead
-        /// (``FleetLog/Settings/queryTimeout``).
-        var fleetQueryTimeout = FleetLog.Settings.defaultQueryTimeout
-        /// Runs the warm-up's refreshes and retries; nil runs them on the event loops' timers.
-        var warmUpScheduler: WarmUp.Scheduler? = nil
-        /// Compresses stored bodies, not yet started (the server starts it, and shuts it down); nil makes the
-        /// proxy's own, on half the cores.
-        var compressionPool: CompressionPool? = nil
-    }
-
     static func start(
         configuration: ProxyConfiguration,
         logger: Logger,
@@ -195,7 +172,12 @@ public final class ProxyServer: Sendable {
         let context: ProxyContext
         let fleetLog: FleetLog?
         let fleetPrefetcher = FleetLog.PrefetcherSlot()
+        var tracer = tuning.tracer
+        var spanExporter: (any Service)?
         do {
+            if tracer == nil, let otlp = try RequestTracer.otlp(configuration.tracing, logger: logger) {
+                (tracer, spanExporter) = (otlp.tracer, otlp.exporter)
+            }
             if let queueConfiguration = configuration.queue {
                 do {
                     writeQueue = try await WriteQueue.open(
@@ -246,6 +228,7 @@ public final class ProxyServer: Sendable {
                 eventLoopGroup: group,
                 threadPool: threadPool,
                 compressionPool: compressionPool,
+                tracer: tracer,
                 logger: logger
             )
         } catch {
@@ -333,8 +316,9 @@ public final class ProxyServer: Sendable {
             }
         }
         fleetPrefetcher.prefetcher = prefetcher
-        // First, so it stops last: invalidations made while the others drain still reach the fleet.
-        var services: [any Service] = fleetLog.map { [$0] } ?? []
+        // First, so they stop last: the spans of requests that end while the others drain are still sent, and
+        // invalidations made meanwhile still reach the fleet.
+        var services: [any Service] = (spanExporter.map { [$0] } ?? []) + (fleetLog.map { [$0] } ?? [])
         if let writeQueue {
             var webhook = QueueResponseHandlers.WebhookPolicy()
             if writeQueue.store.isShared {
@@ -520,6 +504,7 @@ public final class ProxyServer: Sendable {
             ("cache.maxEntries", configuration.cache.maxEntries != old.configuration.cache.maxEntries),
             ("queue", configuration.queue != old.configuration.queue),
             ("eventLoops", configuration.eventLoops != old.configuration.eventLoops),
+            ("tracing", configuration.tracing != old.configuration.tracing),
         ] where changed {
             logger.warning("config reload: \(name) only changes on restart; keeping the running value")
         }
@@ -531,6 +516,7 @@ public final class ProxyServer: Sendable {
         configuration.cache.maxEntries = old.configuration.cache.maxEntries
         configuration.queue = old.configuration.queue
         configuration.eventLoops = old.configuration.eventLoops
+        configuration.tracing = old.configuration.tracing
 
         // A CA file rotated in place changes the upstream too: the client is made again when the file's bytes differ
         // from those it trusts (or cannot be read, which the checks then report).
@@ -555,6 +541,7 @@ public final class ProxyServer: Sendable {
             eventLoopGroup: eventLoopGroup,
             threadPool: threadPool,
             compressionPool: old.fetcher.compressionPool,
+            tracer: old.tracer,
             logger: logger
         )
         context.fetcher.observeStoredComponents(old.fetcher.storedComponentObserver)
@@ -588,10 +575,4 @@ public final class ProxyServer: Sendable {
             warmUps.replace(with: warmUp)
         }
     }
-}
-
-/// The proxy could not start (a port in use, a missing directory, ...): its message is one line for the operator.
-public struct ProxyStartupError: Error, CustomStringConvertible {
-    public var message: String
-    public var description: String { message }
 }

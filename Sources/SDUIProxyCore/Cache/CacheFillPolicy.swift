@@ -58,14 +58,15 @@ public struct CacheFillPolicy: Sendable {
 
     /// What of a forwarded request must be the same for two clients to share its streamed answer: every field
     /// as it goes upstream, but those that only say who the client is (`X-Forwarded-For`, `Forwarded`,
-    /// `X-Real-IP`) or which request this is (`X-Request-Id`), in order, names in lower case. Two requests that differ in a cookie, an encoding they accept
-    /// or the host they asked for do not share.
+    /// `X-Real-IP`) or which request and trace this is (`X-Request-Id`, `traceparent`, `tracestate`), in order,
+    /// names in lower case. Two requests that differ in a cookie, an encoding they accept or the host they asked
+    /// for do not share.
     public static func streamSharingIdentity(upstreamHeaders: HTTPHeaders) -> String {
         var identity = ""
         for (name, value) in upstreamHeaders {
             let lowered = name.lowercased()
             if lowered == "x-forwarded-for" || lowered == "forwarded" || lowered == "x-real-ip"
-                || lowered == "x-request-id"
+                || lowered == "x-request-id" || lowered == "traceparent" || lowered == "tracestate"
             {
                 continue
             }

@@ -69,7 +69,7 @@ public struct ConfigurationLoader: Sendable {
         let top = try ConfigurationSection(path: [], node: root, environment: environment, log: log)
         try top.rejectUnknownKeys([
             "listen", "admin", "upstream", "platform", "headers", "cache", "prefetch", "log", "compat", "queue",
-            "limits", "eventLoops", "cluster", "compression", "metrics",
+            "limits", "eventLoops", "cluster", "compression", "metrics", "tracing",
         ])
 
         var config = ProxyConfiguration()
@@ -120,6 +120,7 @@ public struct ConfigurationLoader: Sendable {
         config.cluster = try ClusterConfiguration.parse(top.section("cluster"))
         config.compression = try CompressionConfiguration.parse(top.section("compression"))
         config.metrics = try MetricsConfiguration.parse(top.section("metrics"))
+        config.tracing = try TracingConfiguration.parse(top.section("tracing"))
 
         if let port = overrides.port { config.listen.port = try Self.checkedPort(port, key: "--port") }
         if let port = overrides.adminPort { config.admin.port = try Self.checkedPort(port, key: "--admin-port") }

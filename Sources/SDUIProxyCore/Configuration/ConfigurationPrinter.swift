@@ -145,6 +145,14 @@ public enum ConfigurationPrinter {
         out.line("  level: { gzip: \(compression.gzipLevel), br: \(compression.brotliLevel) }")
         out.line("metrics:")
         out.pair(1, "routes", list(config.metrics.routes))
+        let tracing = config.tracing
+        out.line("tracing:")
+        out.line(
+            "  otlp: { endpoint: \(scalar(tracing.endpoint ?? "", flow: true)), "
+                + "protocol: \(scalar(tracing.otlpProtocol.rawValue, flow: true)) }"
+        )
+        out.pair(1, "sampleRatio", "\(tracing.sampleRatio)")
+        out.pair(1, "serviceName", scalar(tracing.serviceName))
         out.line("cluster:")
         out.pair(1, "postgres", config.cluster.postgres.map { quoted($0.description) } ?? scalar(""))
         out.pair(1, "replicaName", scalar(config.cluster.replicaName))

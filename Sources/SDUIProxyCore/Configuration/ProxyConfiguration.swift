@@ -37,6 +37,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
     public var compression = CompressionConfiguration()
     /// Per-route metrics.
     public var metrics = MetricsConfiguration()
+    /// Spans per request through OpenTelemetry; off unless a collector is named.
+    public var tracing = TracingConfiguration()
 
     public init() {}
 
@@ -50,6 +52,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
             && lhs.prefetch == rhs.prefetch && lhs.log == rhs.log && lhs.compat == rhs.compat
             && lhs.limits == rhs.limits && lhs.eventLoops == rhs.eventLoops && lhs.queue == rhs.queue
             && lhs.cluster == rhs.cluster && lhs.compression == rhs.compression && lhs.metrics == rhs.metrics
+            && lhs.tracing == rhs.tracing
     }
 
     /// A host and port to listen on.

@@ -1,0 +1,24 @@
+import NIOHTTP1
+import Tracing
+
+/// What a request to the backend says about the client's request it is made for: its id (`X-Request-Id`, also
+/// returned to the client) and, when tracing, the context of its span (`traceparent`), so that the backend's
+/// spans are children of the proxy's.
+struct UpstreamIdentity {
+    let requestID: String
+    /// The request's span and the tracer that made it.
+    let span: (span: any Span, tracer: RequestTracer)?
+
+    /// The span context that requests waiting for this one's fill link to: only a recorded span's.
+    var trace: InstrumentationContext? {
+        guard let span, span.span.isRecording else { return nil }
+        return span.span.context
+    }
+
+    /// Writes the id and the trace context into `headers`, replacing the client's: the trace context is sent
+    /// whether the span is recorded or not, so that the backend follows the same sampling decision.
+    func stamp(_ headers: inout HTTPHeaders) {
+        headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
+        if let span { span.tracer.inject(span.span.context, into: &headers) }
+    }
+}

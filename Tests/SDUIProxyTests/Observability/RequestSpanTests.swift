@@ -1,0 +1,141 @@
+import InMemoryTracing
+import NIOCore
+import NIOHTTP1
+import Testing
+import Tracing
+
+@testable import SDUIProxy
+
+/// A span per request, through the tracer the server is given (an in-memory one here; OpenTelemetry's in
+/// deployments, see `OTLPExportTests`): a server span, child of the client's trace context, with the request's
+/// cache result, platform, upstream time and id; the backend is sent the span's context.
+@Suite("request spans")
+struct RequestSpanTests {
+    /// A proxy whose requests are traced by `tracer`.
+    private static func tuning(_ tracer: InMemoryTracer) -> ProxyServer.Tuning {
+        var tuning = ProxyServer.Tuning()
+        tuning.tracer = RequestTracer(tracer)
+        return tuning
+    }
+
+    /// The spans `tracer` has finished, once there are `count` of them: a span ends when its response has
+    /// been written, which may be after the client has read it.
+    private static func finished(_ tracer: InMemoryTracer, count: Int) async throws -> [FinishedInMemorySpan] {
+        try await waitUntil { tracer.finishedSpans.count >= count }
+        return tracer.finishedSpans
+    }
+
+    @Test(
+        "a miss: a server span under the client's trace, its result, platform, upstream time and id; the backend gets its context"
+    )
+    func miss() async throws {
+        let tracer = InMemoryTracer()
+        try await ProxyHarness.run(tuning: Self.tuning(tracer)) { proxy in
+            let reply = try await proxy.get(
+                "/screens/home",
+                headers: [
+                    (InMemoryTracer.traceIDKey, "client-trace"), (InMemoryTracer.spanIDKey, "client-span"),
+                    ("beagle-platform", "ANDROID"),
+                ]
+            )
+            #expect(reply.status == .ok)
+            let span = try #require(try await Self.finished(tracer, count: 1).first)
+            #expect(span.kind == .server)
+            #expect(span.operationName == "GET")
+            #expect(span.traceID == "client-trace")
+            #expect(span.parentSpanID == "client-span")
+            #expect(span.attributes.get("sdui.cache_result") == .string("MISS"))
+            #expect(span.attributes.get("sdui.platform") == .string("ANDROID"))
+            #expect(span.attributes.get("http.response.status_code") == .int64(200))
+            #expect(span.attributes.get("url.path") == .string("/screens/home"))
+            #expect(span.attributes.get("sdui.coalesced") == .bool(false))
+            guard case .double(let upstream)? = span.attributes.get("sdui.upstream_ms") else {
+                Issue.record("no upstream time: \(span.attributes)")
+                return
+            }
+            #expect(upstream >= 0)
+            // The id the backend was sent, the one the client got back, and the span's are one.
+            let sent = try #require(proxy.origin.requests.last)
+            #expect(span.attributes.get("sdui.request_id") == .string(reply["X-Request-Id"] ?? "-"))
+            #expect(sent.headers.first(name: "x-request-id") == reply["X-Request-Id"])
+            // The backend's request carries the proxy's span, not the client's.
+            #expect(sent.headers.first(name: InMemoryTracer.traceIDKey) == "client-trace")
+            #expect(sent.headers.first(name: InMemoryTracer.spanIDKey) == span.spanID)
+
+            // A hit: its own span, no backend time.
+            _ = try await proxy.get("/screens/home", headers: [("beagle-platform", "ANDROID")])
+            let hit = try #require(try await Self.finished(tracer, count: 2).last)
+            #expect(hit.attributes.get("sdui.cache_result") == .string("HIT"))
+            #expect(hit.attributes.get("sdui.upstream_ms") == nil)
+            #expect(hit.traceID != "client-trace")
+            #expect(hit.parentSpanID == nil)
+        }
+    }
+
+    @Test("a route template names the span, as OpenTelemetry's {method} {http.route}")
+    func routeName() async throws {
+        let tracer = InMemoryTracer()
+        try await ProxyHarness.run(
+            configure: { $0.metrics.routes = ["/screens/products/{id}"] },
+            tuning: Self.tuning(tracer)
+        ) { proxy in
+            _ = try await proxy.get("/screens/products/42?x=1")
+            _ = try await proxy.get("/elsewhere")
+            let spans = try await Self.finished(tracer, count: 2)
+            let product = try #require(
+                spans.first { $0.attributes.get("url.path") == .string("/screens/products/42?x=1") }
+            )
+            #expect(product.operationName == "GET /screens/products/{id}")
+            #expect(product.attributes.get("http.route") == .string("/screens/products/{id}"))
+            let other = try #require(spans.first { $0.attributes.get("url.path") == .string("/elsewhere") })
+            #expect(other.operationName == "GET")
+            #expect(other.attributes.get("http.route") == nil)
+        }
+    }
+
+    @Test("a pass-through: the backend gets the span's context and the span says what came back")
+    func passThrough() async throws {
+        let tracer = InMemoryTracer()
+        try await ProxyHarness.run(
+            configure: { ProxyHarness.bypassingCache(under: "/live", in: &$0) },
+            tuning: Self.tuning(tracer)
+        ) { proxy in
+            _ = try await proxy.get("/live/feed", method: .POST, body: "{}")
+            let span = try #require(try await Self.finished(tracer, count: 1).first)
+            #expect(span.operationName == "POST")
+            #expect(span.attributes.get("http.response.status_code") == .int64(200))
+            let sent = try #require(proxy.origin.requests.last)
+            #expect(sent.headers.first(name: InMemoryTracer.spanIDKey) == span.spanID)
+            #expect(sent.headers.first(name: "x-request-id") != nil)
+        }
+    }
+
+    @Test("a coalesced miss: the waiter's span links to the leader's and names the leader's request id")
+    func coalesced() async throws {
+        let tracer = InMemoryTracer()
+        let gate = OriginGate()
+        try await ProxyHarness.run(
+            origin: { _ in .component(heldBy: gate) },
+            tuning: Self.tuning(tracer)
+        ) { proxy in
+            async let first = proxy.get("/a", headers: [("X-Request-Id", "leader-1")])
+            try await waitUntil { proxy.origin.requestCount == 1 }
+            async let second = proxy.get("/a", headers: [("X-Request-Id", "waiter-2")])
+            try await waitUntil { try await proxy.admin("/cache/stats").body.contains(#""coalescedWaits":1"#) }
+            gate.open()
+            _ = try await [first, second]
+            #expect(proxy.origin.requestCount == 1)
+            let spans = try await Self.finished(tracer, count: 2)
+            let leader = try #require(spans.first { $0.attributes.get("sdui.request_id") == .string("leader-1") })
+            let waiter = try #require(spans.first { $0.attributes.get("sdui.request_id") == .string("waiter-2") })
+            #expect(leader.attributes.get("sdui.coalesced") == .bool(false))
+            #expect(leader.links.isEmpty)
+            #expect(waiter.attributes.get("sdui.coalesced") == .bool(true))
+            #expect(waiter.attributes.get("sdui.leader_request_id") == .string("leader-1"))
+            #expect(waiter.links.count == 1)
+            #expect(waiter.links.first?.context.inMemorySpanContext?.spanID == leader.spanID)
+            // The fill went up as the leader's.
+            #expect(proxy.origin.requests.first?.headers.first(name: InMemoryTracer.spanIDKey) == leader.spanID)
+        }
+    }
+}
