@@ -57,6 +57,13 @@ $(_nginx_temp_paths "$dir")
             try_files /screen.json =404;
         }
 
+        # An OpenTelemetry collector's OTLP/HTTP traces endpoint that takes every export and keeps nothing: the
+        # proxy's spans go here when PROXY_TRACING is set (gen_proxy_yaml).
+        location = /v1/traces {
+            client_body_buffer_size 1m;
+            return 200 "{}";
+        }
+
         location /stampede/ {
             access_log $dir/logs/stampede.log;
             limit_rate $slow_rate;
@@ -272,7 +279,9 @@ EOF
 # PROXY_COMPRESSION set, it is written as the value of the `compression` section (e.g. "{ encodings: [] }":
 # store-time compression off); unset, there is no such section and the proxy's default applies. With CERT and KEY
 # (PEM files), the public listener is TLS with HTTP/2 (ALPN h2) and maxConcurrentStreams H2_MAX_STREAMS (default
-# 256, the value nginx's h2 front gets too): the h2-hit scenario's proxy.
+# 256, the value nginx's h2 front gets too): the h2-hit scenario's proxy. With PROXY_TRACING set, every request is
+# a span exported to the origin's /v1/traces (a collector that keeps nothing), PROXY_TRACING_SAMPLE_RATIO of them
+# recorded (default 1).
 gen_proxy_yaml() {
     local file=$1 port=$2 admin_port=$3 origin_port=$4 max_bytes=$5 cert=${6:-} key=${7:-}
     local listen="{ host: 127.0.0.1, port: $port }"
@@ -289,6 +298,7 @@ upstream: { url: "http://127.0.0.1:$origin_port", timeout: 5s, maxConnections: 6
 cache: { maxBytes: $max_bytes$(if [[ -n ${PROXY_BYPASS_PREFIX:-} ]]; then printf ', routes: [{ prefix: %s, bypass: true }]' "$PROXY_BYPASS_PREFIX"; fi) }
 log: { level: ${PROXY_LOG_LEVEL:-error}, access: ${PROXY_LOG_ACCESS:-false} }
 $(if [[ -n ${PROXY_METRICS_ROUTES:-} ]]; then printf 'metrics: { routes: [%s] }' "$PROXY_METRICS_ROUTES"; fi)
+$(if [[ -n ${PROXY_TRACING:-} ]]; then printf 'tracing: { otlp: { endpoint: "http://127.0.0.1:%s" }, sampleRatio: %s }' "$origin_port" "${PROXY_TRACING_SAMPLE_RATIO:-1}"; fi)
 EOF
     # Optional: how many hops of shouldPrefetch navigation actions the proxy follows (unset: the proxy's default).
     if [[ -n ${PROXY_FOLLOW_ACTIONS:-} ]]; then

@@ -65,6 +65,7 @@ struct ConfigurationPrinterTests {
             eventLoops: { count: 3, yieldAfter: 0 }
             compat: { beagleHash: true }
             log: { level: DEBUG, format: json, access: true }
+            tracing: { otlp: { endpoint: "http://collector:4318/", protocol: http/json }, sampleRatio: 0.25, serviceName: "edge proxy" }
             cluster: { postgres: "postgres://sdui@[::1]:6432/proxy?sslmode=require", replicaName: blue-1 }
             queue:
               store: "relative dir/queue"

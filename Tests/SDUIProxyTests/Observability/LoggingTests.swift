@@ -146,7 +146,10 @@ struct LoggingTests {
             bytes: 1234,
             duration: .microseconds(412),
             upstreamDuration: .milliseconds(12),
-            clientAddress: "127.0.0.1"
+            clientAddress: "127.0.0.1",
+            platform: "IOS",
+            requestID: "waiter-2",
+            leaderRequestID: "leader-1"
         ).log(to: logger)
 
         #expect(collector.lines.count == 1)
@@ -161,6 +164,10 @@ struct LoggingTests {
         #expect((object["duration_ms"] as? NSNumber)?.doubleValue == 0.412)
         #expect((object["upstream_ms"] as? NSNumber)?.doubleValue == 12)
         #expect(object["client"] as? String == "127.0.0.1")
+        #expect(object["platform"] as? String == "IOS")
+        #expect(object["request_id"] as? String == "waiter-2")
+        // A request that waited for another's fill names the request whose exchange answered it.
+        #expect(object["leader_request_id"] as? String == "leader-1")
     }
 
     @Test("an access log entry leaves out what is unknown, and percent-encodes control characters in the path")
@@ -179,6 +186,7 @@ struct LoggingTests {
         #expect(object["cache"] == nil)
         #expect(object["upstream_ms"] == nil)
         #expect(object["client"] == nil)
+        #expect(object["leader_request_id"] == nil)
         #expect((object["status"] as? NSNumber)?.intValue == 502)
         #expect((object["duration_ms"] as? NSNumber)?.doubleValue == 2000)
         #expect(object["path"] as? String == "/forms/submit%0D%0AX-Forged: 1")

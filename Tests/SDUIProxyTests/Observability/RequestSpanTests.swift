@@ -138,4 +138,23 @@ struct RequestSpanTests {
             #expect(proxy.origin.requests.first?.headers.first(name: InMemoryTracer.spanIDKey) == leader.spanID)
         }
     }
+
+    @Test("a request whose client went away before it was whole still ends its span, marked as an error")
+    func clientGone() async throws {
+        let tracer = InMemoryTracer()
+        try await ProxyHarness.run(
+            configure: { ProxyHarness.bypassingCache(under: "/live", in: &$0) },
+            tuning: Self.tuning(tracer)
+        ) { proxy in
+            let connection = try await RawConnection(port: proxy.server.publicPort)
+            try await connection.send("POST /live/gone HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+            try await waitUntil { tracer.activeSpans.count == 1 }
+            await connection.close()
+            // No answer is written for it: the span ends when the request is let go.
+            let span = try #require(try await Self.finished(tracer, count: 1).first)
+            #expect(span.attributes.get("url.path") == .string("/live/gone"))
+            #expect(span.status?.code == .error)
+            #expect(tracer.activeSpans.isEmpty)
+        }
+    }
 }
