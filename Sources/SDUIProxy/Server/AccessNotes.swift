@@ -20,8 +20,8 @@ final class AccessNotes {
     /// The client's `X-Request-Id` when it is a sane token, else one made for the line or the span; nil without
     /// either.
     let requestID: String?
-    /// The request's server span, when tracing is on (recording or not, as its sampler decided), and the tracer
-    /// that writes its context into requests to the backend.
+    /// The request's server span, when it is traced, and the tracer that writes its context into requests to
+    /// the backend.
     var span: (any Span)? { traced?.span }
     private let traced: (span: any Span, tracer: RequestTracer)?
     /// Whether the span has ended (``endSpan(status:cacheResult:bytes:protocol:)``).
@@ -41,7 +41,7 @@ final class AccessNotes {
     init(
         logger: Logger?,
         routeTally: RouteTally?,
-        tracer: RequestTracer?,
+        traced: (span: any Span, tracer: RequestTracer)?,
         head: HTTPRequestHead,
         clientAddress: String?,
         clock: any EventLoop
@@ -52,7 +52,6 @@ final class AccessNotes {
         self.clock = clock
         self.started = clock.now
         self.clientAddress = clientAddress
-        let traced = tracer.map { (span: $0.startSpan(for: head), tracer: $0) }
         self.traced = traced
         // Only a line or a recorded span needs it: the per-route metrics alone make none.
         let needsID = logger != nil || traced?.span.isRecording == true

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import SDUIProxyCore
+import Tracing
 
 /// Records how one request ended: the request counter, the access-log line when `log.access` is on, the per-route
 /// counts and the request's span.
@@ -26,12 +27,15 @@ struct RequestAccounting {
     ) {
         self.method = head.method
         self.clientProtocol = ClientProtocol(head.version)
-        if proxy.accessLogger != nil || proxy.routeMetrics != nil || proxy.tracer != nil {
+        // A request the sampler passes over makes no span, and no notes unless a line or the route counts need them.
+        var traced: (span: any Span, tracer: RequestTracer)?
+        if let tracer = proxy.tracer, let span = tracer.startSpan(for: head, on: clock()) { traced = (span, tracer) }
+        if proxy.accessLogger != nil || proxy.routeMetrics != nil || traced != nil {
             let loop = clock()
             self.access = AccessNotes(
                 logger: proxy.accessLogger,
                 routeTally: proxy.routeMetrics?.tally(for: loop),
-                tracer: proxy.tracer,
+                traced: traced,
                 head: head,
                 clientAddress: clientAddress(),
                 clock: loop

@@ -175,7 +175,9 @@ public final class ProxyServer: Sendable {
         var tracer = tuning.tracer
         var spanExporter: (any Service)?
         do {
-            if tracer == nil, let otlp = try RequestTracer.otlp(configuration.tracing, logger: logger) {
+            if tracer == nil,
+                let otlp = try RequestTracer.otlp(configuration.tracing, eventLoopGroup: group, logger: logger)
+            {
                 (tracer, spanExporter) = (otlp.tracer, otlp.exporter)
             }
             if let queueConfiguration = configuration.queue {

@@ -12,7 +12,9 @@ struct OTLPExportTests {
     private static let clientTrace = "0af7651916cd43dd8448eb211c80319c"
     private static let clientSpan = "b7ad6b7169203331"
 
-    @Test("a request's span reaches the collector, child of the client's traceparent; the backend's parent is the proxy's span")
+    @Test(
+        "a request's span reaches the collector, child of the client's traceparent; the backend's parent is the proxy's span"
+    )
     func exported() async throws {
         let collector = try await TestOrigin { _ in TestOrigin.Response(body: "{}") }
         var origin: TestOrigin.Request?
@@ -75,7 +77,9 @@ struct OTLPExportTests {
         return resourceSpans.flatMap { resource -> [(service: String?, span: [String: Any])] in
             let resourceAttributes = attributes(of: resource["resource"] as? [String: Any] ?? [:])
             let scopes = resource["scopeSpans"] as? [[String: Any]] ?? []
-            return scopes.flatMap { ($0["spans"] as? [[String: Any]] ?? []).map { (resourceAttributes["service.name"], $0) } }
+            return scopes.flatMap {
+                ($0["spans"] as? [[String: Any]] ?? []).map { (resourceAttributes["service.name"], $0) }
+            }
         }
     }
 

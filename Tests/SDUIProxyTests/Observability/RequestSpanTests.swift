@@ -1,6 +1,7 @@
 import InMemoryTracing
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import Testing
 import Tracing
 
@@ -155,6 +156,31 @@ struct RequestSpanTests {
             #expect(span.attributes.get("url.path") == .string("/live/gone"))
             #expect(span.status?.code == .error)
             #expect(tracer.activeSpans.isEmpty)
+        }
+    }
+
+    @Test(
+        "sampling: a request the sampler passes over has no span; a client's unsampled traceparent goes up as it came"
+    )
+    func sampling() async throws {
+        let tracer = InMemoryTracer()
+        let group = MultiThreadedEventLoopGroup.singleton
+        var tuning = ProxyServer.Tuning()
+        tuning.tracer = RequestTracer(tracer, sampleRatio: 0, eventLoopGroup: group)
+        try await ProxyHarness.run(eventLoopGroup: group, tuning: tuning) { proxy in
+            _ = try await proxy.get("/screens/a")
+            let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+            _ = try await proxy.get("/screens/b", headers: [("traceparent", unsampled)])
+            #expect(proxy.origin.requests.last?.headers["traceparent"] == [unsampled])
+            // A client's sampled trace is recorded whatever the ratio: a trace is whole or absent.
+            let sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            _ = try await proxy.get("/screens/c", headers: [("traceparent", sampled)])
+            let spans = try await Self.finished(tracer, count: 1)
+            #expect(spans.count == 1)
+            #expect(spans.first?.attributes.get("url.path") == .string("/screens/c"))
+            #expect(tracer.activeSpans.isEmpty)
+            // Every request still sends the backend an id.
+            #expect(proxy.origin.requests.allSatisfy { $0.headers.first(name: "x-request-id") != nil })
         }
     }
 }
