@@ -5,17 +5,6 @@ import SDUIProxyCore
 import Synchronization
 import Tracing
 
-/// Hears of every component the fetcher stores that mentions `shouldPrefetch`, with its prefetch plan (made
-/// in the same pass over the body that validates it, by the fetcher's planner), on the event loop of the fetch,
-/// once the fetch's caller has been handed its outcome.
-public protocol StoredComponentObserver: AnyObject, Sendable {
-    func componentStored(
-        _ plan: PrefetchPlanner.Plan,
-        by request: ComponentFetcher.Request,
-        on eventLoop: any EventLoop
-    )
-}
-
 /// The miss path (the seed's ViewClient `fetch`): one coalesced upstream request per key, the answer decoded
 /// and validated, its freshness computed, and the entry stored. A stale entry is revalidated with the
 /// backend's validators, and served instead of an error when its `stale-if-error` window allows.
@@ -84,20 +73,6 @@ public final class ComponentFetcher: Sendable {
             self.clientHeaders = clientHeaders
             self.mayCoalesce = mayCoalesce
             self.staleEntry = staleEntry
-        }
-
-        /// The id the backend is sent this request with (`X-Request-Id`), for the lines logged about it.
-        public var requestID: String? { upstream.headers.first(name: "x-request-id") }
-
-        /// This request as the waiters of a fill it leads name it.
-        var leader: FillLeader { FillLeader(requestID: requestID, trace: trace) }
-
-        /// `metadata` with the request's cache key and id: what every line about this fetch carries.
-        func logMetadata(_ metadata: Logger.Metadata = [:]) -> Logger.Metadata {
-            var metadata = metadata
-            metadata["key"] = "\(key)"
-            if let requestID { metadata["request_id"] = .string(requestID) }
-            return metadata
         }
     }
 
@@ -361,6 +336,30 @@ public final class ComponentFetcher: Sendable {
         client.fetch(upstream, maxBodyBytes: maxResponseBytes, budget: bufferBudget, on: eventLoop) { result in
             ComponentFetcher.exchangeEnded(result, of: request)
         }
+    }
+
+    /// Stores `response`, which answered another request (a `POST` whose answer represents its own target,
+    /// ``PostAnswerReuse``), as this fill's answer would be: decoded, validated, stored by the same rules. `ticket`
+    /// was taken when that answer's head came, so an invalidation since voids the store; it ends here.
+    func storeAnswer(
+        _ response: UpstreamResponse,
+        as request: Request,
+        ticket: InvalidationHistory.Ticket,
+        requestTime: Int64,
+        on eventLoop: any EventLoop
+    ) -> Result<Outcome, ProxyError> {
+        defer { cache.endFill(ticket) }
+        let exchange = Exchange(
+            fetcher: self,
+            eventLoop: eventLoop,
+            completion: { _, _ in },
+            coalescedRun: nil,
+            ticket: ticket,
+            requestTime: requestTime,
+            started: .now()
+        )
+        var noPlan: StoredPlan?  // A POST's answer starts no prefetch of the navigation it names.
+        return Result { () throws(ProxyError) in try process(response, for: request, exchange, &noPlan) }
     }
 
     /// Ends the exchange `request` is in, on the fetch's event loop: its outcome goes to the coalesced run's

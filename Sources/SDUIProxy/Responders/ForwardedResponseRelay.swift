@@ -3,7 +3,8 @@ import NIOHTTP1
 import SDUIProxyCore
 
 /// Passes a backend's response to a ``ResponseSink`` as it streams in: end-to-end headers only, with the cache's
-/// annotation (`Cache-Status`, `X-Cache`) when the request was on the cache path. `receivedHead` sees the backend's head first (invalidation).
+/// annotation (`Cache-Status`, `X-Cache`) when the request was on the cache path. `receivedHead` sees the backend's
+/// head first (invalidation); a ``PostAnswerKeeper`` is handed a copy of what passes.
 ///
 /// The network client calls it on the sink's loop; the state it keeps is bound to that loop.
 final class ForwardedResponseRelay: ForwardedResponseSink {
@@ -21,9 +22,12 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         let takesInterim: Bool
         /// When the backend was asked, for the access line (nil without one): its answer's end is the backend's time.
         let asked: NIODeadline?
+        /// Keeps a copy of a `POST`'s answer that may answer later `GET`s of its target.
+        let keeper: PostAnswerKeeper?
 
-        init(sink: any ResponseSink, annotation: CacheAnnotation?, takesInterim: Bool) {
+        init(sink: any ResponseSink, annotation: CacheAnnotation?, takesInterim: Bool, keeper: PostAnswerKeeper?) {
             self.sink = sink
+            self.keeper = keeper
             self.annotation = annotation
             self.takesInterim = takesInterim
             self.asked = sink.accessNotes?.clock.now
@@ -44,11 +48,12 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         takesInterim: Bool,
         clientFields: ClientFacingFields = ClientFacingFields(),
         requestID: String? = nil,
+        keeper: PostAnswerKeeper? = nil,
         receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
     ) {
         self.requestID = requestID
         self.state = NIOLoopBound(
-            State(sink: sink, annotation: annotation, takesInterim: takesInterim),
+            State(sink: sink, annotation: annotation, takesInterim: takesInterim, keeper: keeper),
             eventLoop: sink.eventLoop
         )
         self.clientFields = clientFields
@@ -72,6 +77,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
 
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         receivedHead(status, headers)
+        state.value.keeper?.head(status: status, headers: headers)
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         if !clientFields.changesNothing { clientFields.apply(to: &headers) }
         headers.add(name: "Via", value: CachedResponse.ownVia)
@@ -86,7 +92,9 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     }
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        state.value.sink.writeBodyPart(buffer)
+        let state = self.state.value
+        state.keeper?.bodyPart(buffer)
+        return state.sink.writeBodyPart(buffer)
     }
 
     func receiveEnd() {
@@ -94,5 +102,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         state.progress = .ended
         if let asked = state.asked { state.sink.accessNotes?.upstreamAnswered(since: asked) }
         state.sink.writeEnd()
+        // After the client's answer: storing the copy (validating a component, compressing it) does not delay it.
+        state.keeper?.end()
     }
 }

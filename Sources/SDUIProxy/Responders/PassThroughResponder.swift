@@ -52,6 +52,13 @@ struct PassThroughResponder {
             clientFields: clientFields
                 ?? (readsCache ? ClientFacingFields(proxy.configuration, policy: nil) : ClientFacingFields()),
             requestID: requestID,
+            keeper: PostAnswerKeeper.make(
+                for: head,
+                requestID: requestID,
+                clientAddress: sink.client.address,
+                proxy: proxy,
+                on: sink.eventLoop
+            ),
             to: sink
         )
         let failureLog = proxy.fetcher.failureLog
@@ -140,6 +147,7 @@ struct PassThroughResponder {
         invalidator: CacheInvalidator,
         clientFields: ClientFacingFields = ClientFacingFields(),
         requestID: String? = nil,
+        keeper: PostAnswerKeeper? = nil,
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
@@ -149,7 +157,8 @@ struct PassThroughResponder {
             annotation: annotation,
             takesInterim: InterimRelay.reaches(head.version),
             clientFields: clientFields,
-            requestID: requestID
+            requestID: requestID,
+            keeper: keeper
         ) { status, headers in
             Invalidation.apply(
                 method: method,
