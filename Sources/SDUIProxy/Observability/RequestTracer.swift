@@ -1,6 +1,6 @@
 import Logging
-import NIOCore
 import NIOHTTP1
+import NIOPosix
 import OTel
 import SDUIProxyCore
 import ServiceLifecycle
@@ -12,33 +12,27 @@ import Tracing
 /// forwards it makes send the backend this span's context in its place, so the backend's spans are children of
 /// the proxy's. Made once, when the proxy starts: the tracer's exporter is a service of the server's group, and
 /// the process-wide `InstrumentationSystem` is left alone, as ``ProxyMetrics`` keeps its own registry.
-public struct RequestTracer: Sendable {
+///
+/// A class: every request asks the context for it, and a reference is one count where a struct of an existential
+/// and a sampler table is several.
+public final class RequestTracer: Sendable {
     let tracer: any Tracer
-    /// Which new traces are recorded, one sampler per loop; nil records them all.
-    private let samplers: PerEventLoop<LoopTraceSampler>?
+    /// The share of new traces recorded.
+    private let sampleRatio: Double
+    /// Each event loop's thread draws from a sampler of its own, made at its first draw: a thread-specific slot
+    /// costs a load, where a table of the loops costs a hash.
+    private let samplers = ThreadSpecificVariable<ThreadTraceSampler>()
 
-    /// Spans made by `tracer`, `sampleRatio` of new traces recorded (drawn per loop of `eventLoopGroup`); tests
-    /// hand in an in-memory tracer and record every trace.
-    init(_ tracer: any Tracer, sampleRatio: Double = 1, eventLoopGroup: (any EventLoopGroup)? = nil) {
+    /// Spans made by `tracer`, `sampleRatio` of new traces recorded; tests hand in an in-memory tracer.
+    public init(_ tracer: any Tracer, sampleRatio: Double = 1) {
         self.tracer = tracer
-        if sampleRatio < 1, let eventLoopGroup {
-            samplers = PerEventLoop(group: eventLoopGroup) { LoopTraceSampler(TraceSampler(ratio: sampleRatio)) }
-        } else {
-            precondition(sampleRatio >= 1, "a sampled tracer needs the loops its samplers are kept on")
-            samplers = nil
-        }
-    }
-
-    /// Spans made by `tracer`, every trace recorded.
-    public init(_ tracer: any Tracer) {
-        self.init(tracer, sampleRatio: 1)
+        self.sampleRatio = sampleRatio
     }
 
     /// The OpenTelemetry tracer `configuration` asks for, and the service that exports its spans (it must run for
     /// anything to leave the process); nil when tracing is off.
     static func otlp(
         _ configuration: TracingConfiguration,
-        eventLoopGroup: any EventLoopGroup,
         logger: Logger
     ) throws -> (tracer: RequestTracer, exporter: any Service)? {
         guard let endpoint = configuration.endpoint else { return nil }
@@ -61,12 +55,7 @@ public struct RequestTracer: Sendable {
         otel.traces.sampler = .parentBasedAlwaysOn
         do {
             let backend = try OTel.makeTracingBackend(configuration: otel)
-            let tracer = RequestTracer(
-                backend.factory,
-                sampleRatio: configuration.sampleRatio,
-                eventLoopGroup: eventLoopGroup
-            )
-            return (tracer, backend.service)
+            return (RequestTracer(backend.factory, sampleRatio: configuration.sampleRatio), backend.service)
         } catch {
             // An OTEL_* variable may have turned traces off, or named what cannot be used.
             throw ProxyStartupError(message: "tracing: cannot make the OpenTelemetry tracer: \(error)")
@@ -78,16 +67,16 @@ public struct RequestTracer: Sendable {
         base.hasSuffix("/v1/traces") ? base : (base.hasSuffix("/") ? base + "v1/traces" : base + "/v1/traces")
     }
 
-    /// Starts the server span of a request on `eventLoop`: its parent is the trace context the client sent, if
-    /// any. Nil when the request is not traced: its client's `traceparent` says it is not sampled (it then goes
-    /// upstream as it came), or, without one, the loop's sampler did not draw it. Nothing else is made for it.
-    func startSpan(for head: HTTPRequestHead, on eventLoop: any EventLoop) -> (any Span)? {
+    /// Starts the server span of a request: its parent is the trace context the client sent, if any. Nil when
+    /// the request is not traced: its client's `traceparent` says it is not sampled (it then goes upstream as it
+    /// came), or, without one, this thread's sampler did not draw it. Nothing else is made for it.
+    func startSpan(for head: HTTPRequestHead) -> (any Span)? {
         if let traceparent = head.headers.first(name: "traceparent"),
             let sampled = TraceSampler.sampledFlag(ofTraceparent: traceparent)
         {
             guard sampled else { return nil }
-        } else if let samplers {
-            guard samplers.value(on: eventLoop).sampler.samples() else { return nil }
+        } else if sampleRatio < 1 {
+            guard sampleRatio > 0, threadSampler().sampler.samples() else { return nil }
         }
         var context = InstrumentationContext.topLevel
         tracer.extract(head.headers, into: &context, using: HTTPHeadersCarrier())
@@ -98,6 +87,14 @@ public struct RequestTracer: Sendable {
         return span
     }
 
+    /// The calling thread's sampler, made at its first draw.
+    private func threadSampler() -> ThreadTraceSampler {
+        if let sampler = samplers.currentValue { return sampler }
+        let sampler = ThreadTraceSampler(TraceSampler(ratio: sampleRatio))
+        samplers.currentValue = sampler
+        return sampler
+    }
+
     /// Writes `span`'s context into the headers of a request to the backend (`traceparent`, `tracestate`),
     /// replacing what the client sent: the backend's spans are the proxy's span's children.
     func inject(_ context: InstrumentationContext, into headers: inout HTTPHeaders) {
@@ -105,8 +102,9 @@ public struct RequestTracer: Sendable {
     }
 }
 
-/// A loop's ``TraceSampler``, kept where only that loop draws from it.
-final class LoopTraceSampler {
+/// A thread's ``TraceSampler``, kept where only that thread draws from it: `@unchecked Sendable` only so that the
+/// thread-specific slot holding it is.
+final class ThreadTraceSampler: @unchecked Sendable {
     var sampler: TraceSampler
 
     init(_ sampler: TraceSampler) {

@@ -29,7 +29,7 @@ struct RequestAccounting {
         self.clientProtocol = ClientProtocol(head.version)
         // A request the sampler passes over makes no span, and no notes unless a line or the route counts need them.
         var traced: (span: any Span, tracer: RequestTracer)?
-        if let tracer = proxy.tracer, let span = tracer.startSpan(for: head, on: clock()) { traced = (span, tracer) }
+        if let tracer = proxy.tracer, let span = tracer.startSpan(for: head) { traced = (span, tracer) }
         if proxy.accessLogger != nil || proxy.routeMetrics != nil || traced != nil {
             let loop = clock()
             self.access = AccessNotes(

@@ -176,7 +176,7 @@ public final class ProxyServer: Sendable {
         var spanExporter: (any Service)?
         do {
             if tracer == nil,
-                let otlp = try RequestTracer.otlp(configuration.tracing, eventLoopGroup: group, logger: logger)
+                let otlp = try RequestTracer.otlp(configuration.tracing, logger: logger)
             {
                 (tracer, spanExporter) = (otlp.tracer, otlp.exporter)
             }

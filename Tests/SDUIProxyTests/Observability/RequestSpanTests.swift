@@ -166,7 +166,7 @@ struct RequestSpanTests {
         let tracer = InMemoryTracer()
         let group = MultiThreadedEventLoopGroup.singleton
         var tuning = ProxyServer.Tuning()
-        tuning.tracer = RequestTracer(tracer, sampleRatio: 0, eventLoopGroup: group)
+        tuning.tracer = RequestTracer(tracer, sampleRatio: 0)
         try await ProxyHarness.run(eventLoopGroup: group, tuning: tuning) { proxy in
             _ = try await proxy.get("/screens/a")
             let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
