@@ -22,4 +22,50 @@ struct AcceptLanguageVariantTests {
             #expect(proxy.origin.requests.count == 2)
         }
     }
+
+    /// An origin that has its screens in German only: whatever a client asks for, it answers in German, saying so.
+    private static func germanOnly(vary: Bool) -> TestOrigin.Responder {
+        { _ in
+            var response = TestOrigin.Response.component("de:screen", maxAge: 600)
+            response.headers.append(("Content-Language", "de-CH"))
+            if vary { response.headers.append(("Vary", "Accept-Language")) }
+            return response
+        }
+    }
+
+    @Test("RFC 9110 §12.5.4: a variant in German, stored for `en, de`, answers `fr;q=0.5, de;q=1.0` from the cache")
+    func contentLanguageAnswers() async throws {
+        try await ProxyHarness.run(origin: Self.germanOnly(vary: true)) { proxy in
+            #expect(try await proxy.get("/screens/home", headers: [("Accept-Language", "en, de")])["X-Cache"] == "MISS")
+            let german = try await proxy.get("/screens/home", headers: [("Accept-Language", "fr;q=0.5, de;q=1.0")])
+            #expect(german["X-Cache"] == "HIT")
+            #expect(german["Content-Language"] == "de-CH")
+            #expect(german.body.contains("de:screen"))
+            // RFC 4647 §3.3.1: `de-CH` meets a preference for `de-ch` and for `de`, and not one for `de-at`.
+            #expect(try await proxy.get("/screens/home", headers: [("Accept-Language", "DE-ch")])["X-Cache"] == "HIT")
+            #expect(proxy.origin.requests.count == 1)
+            #expect(try await proxy.get("/screens/home", headers: [("Accept-Language", "de-AT")])["X-Cache"] == "MISS")
+            // Preferring French most, the client may get French from the backend: it is asked.
+            #expect(try await proxy.get("/screens/x", headers: [("Accept-Language", "de")])["X-Cache"] == "MISS")
+            let french = try await proxy.get("/screens/x", headers: [("Accept-Language", "fr, de;q=0.9")])
+            #expect(french["X-Cache"] == "MISS")
+            #expect(proxy.origin.requests.count == 4)
+            let stats = try await proxy.admin("/cache/stats").body
+            #expect(stats.contains(#""hits":2"#), "\(stats)")
+        }
+    }
+
+    @Test("RFC 9110 §12.5.4: on a route whose vary names Accept-Language, the backend naming none, the same")
+    func routeVary() async throws {
+        try await ProxyHarness.run(
+            origin: Self.germanOnly(vary: false),
+            configure: { $0.cache.policy.vary = ["accept-language"] }
+        ) { proxy in
+            #expect(try await proxy.get("/screens/home", headers: [("Accept-Language", "en, de")])["X-Cache"] == "MISS")
+            let german = try await proxy.get("/screens/home", headers: [("Accept-Language", "fr;q=0.5, de")])
+            #expect(german["X-Cache"] == "HIT")
+            #expect(try await proxy.get("/screens/home", headers: [("Accept-Language", "fr")])["X-Cache"] == "MISS")
+            #expect(proxy.origin.requests.count == 2)
+        }
+    }
 }

@@ -76,8 +76,9 @@ public final class ComponentFetcher: Sendable {
         }
     }
 
-    /// An upstream exchange in flight: who made it, where and when, and who hears its outcome.
-    fileprivate struct Exchange {
+    /// An upstream exchange in flight: who made it, where and when, and who hears its outcome. Internal for the
+    /// fetcher's extensions, which store answers that came another way as an exchange's would be.
+    struct Exchange {
         let fetcher: ComponentFetcher
         let eventLoop: any EventLoop
         let completion: Completion
@@ -338,30 +339,6 @@ public final class ComponentFetcher: Sendable {
         }
     }
 
-    /// Stores `response`, which answered another request (a `POST` whose answer represents its own target,
-    /// ``PostAnswerReuse``), as this fill's answer would be: decoded, validated, stored by the same rules. `ticket`
-    /// was taken when that answer's head came, so an invalidation since voids the store; it ends here.
-    func storeAnswer(
-        _ response: UpstreamResponse,
-        as request: Request,
-        ticket: InvalidationHistory.Ticket,
-        requestTime: Int64,
-        on eventLoop: any EventLoop
-    ) -> Result<Outcome, ProxyError> {
-        defer { cache.endFill(ticket) }
-        let exchange = Exchange(
-            fetcher: self,
-            eventLoop: eventLoop,
-            completion: { _, _ in },
-            coalescedRun: nil,
-            ticket: ticket,
-            requestTime: requestTime,
-            started: .now()
-        )
-        var noPlan: StoredPlan?  // A POST's answer starts no prefetch of the navigation it names.
-        return Result { () throws(ProxyError) in try process(response, for: request, exchange, &noPlan) }
-    }
-
     /// Ends the exchange `request` is in, on the fetch's event loop: its outcome goes to the coalesced run's
     /// waiters, if it leads one, then to the fetch's caller.
     private static func exchangeEnded(_ result: Result<UpstreamResponse, any Error>, of request: Request) {
@@ -376,7 +353,7 @@ public final class ComponentFetcher: Sendable {
     }
 
     /// A stored component's prefetch plan, and who is told of it once the fetch's caller has its answer.
-    private typealias StoredPlan = (plan: PrefetchPlanner.Plan, observer: any StoredComponentObserver)
+    typealias StoredPlan = (plan: PrefetchPlanner.Plan, observer: any StoredComponentObserver)
 
     /// Decides what the ended exchange's result means, and hands the outcome on.
     private func finish(
@@ -418,7 +395,8 @@ public final class ComponentFetcher: Sendable {
         }
     }
 
-    private func process(
+    /// Decides what an exchange's answer becomes: decoded, validated, stored or not, and why.
+    func process(
         _ response: UpstreamResponse,
         for request: Request,
         _ exchange: borrowing Exchange,
@@ -503,6 +481,7 @@ public final class ComponentFetcher: Sendable {
             if compression == .later, stored === entry {
                 compressor?.compressLater(stored, for: request.key, in: cache, on: exchange.eventLoop)
             }
+            if stored === entry { fileUnderLanguages(stored, for: request) }
             if logsDebug {
                 logger.debug(
                     "stored",

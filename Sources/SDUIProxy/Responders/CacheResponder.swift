@@ -31,12 +31,15 @@ struct CacheResponder {
         let reason: CacheStatus.Forward
         if CacheFillPolicy.mayAnswerFromCache(requestHeaders: request.head.headers) {
             let now = NIODeadline.now()
-            let found = proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
+            var found = proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
             // client's no-cache through.
             if case .fresh(let entry) = found, !honorsClientNoCache {
                 if entry.awaitsCodings { compress(entry, request, proxy, sink) }
                 return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
+            }
+            if case .varyMiss = found, let entry = languageVariant(for: request, proxy: proxy, now: now) {
+                found = .fresh(entry)
             }
             let directives = ClientCacheDirectives(headers: request.head.headers)
             switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
@@ -112,6 +115,32 @@ struct CacheResponder {
                 sink: boundSink.value
             )
         }
+    }
+
+    /// A stored response in the language `request` prefers most, when its own variant is missing
+    /// (``LanguageVariants``): looked up under the key a request stating just that language would have.
+    private func languageVariant(for request: CacheRequest, proxy: ProxyContext, now: NIODeadline) -> CachedResponse? {
+        let headers = request.head.headers
+        for range in LanguageVariants.preferred(acceptLanguage: headers["accept-language"]) {
+            var stating = headers
+            stating.replaceOrAdd(name: "Accept-Language", value: range)
+            let key = proxy.router.cacheKey(
+                target: request.target,
+                platform: request.platform,
+                headers: stating,
+                policy: request.policy
+            )
+            if let entry = proxy.cache.languageVariant(
+                key,
+                range: range,
+                requestHeaders: stating,
+                now: now,
+                insteadOf: request.key
+            ) {
+                return entry
+            }
+        }
+        return nil
     }
 
     /// Why a request the cache could not answer goes to the backend, from what the lookup found.

@@ -1,3 +1,5 @@
+import NIOHTTP1
+
 /// What a stored response is found by: the normalised request target plus the variant the request asks for
 /// (its platform and the values of the configured vary headers).
 ///
@@ -27,6 +29,22 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
         hasher.combine(target)
         hasher.combine(variant)
         self.hashCode = hasher.finalize()
+    }
+
+    /// The key of a request for `target` on `platform` with `headers`, on a route whose `vary` names these
+    /// headers; the platform header among them is the key's platform already.
+    public static func forRoute(
+        target: String,
+        platform: String,
+        headers: HTTPHeaders,
+        vary: [String],
+        platformHeader: String
+    ) -> CacheKey {
+        let varyValues = vary.compactMap { name -> String? in
+            guard name != platformHeader else { return nil }
+            return VaryValue.of(name, in: headers)
+        }
+        return CacheKey(target: target, platform: platform, varyValues: varyValues)
     }
 
     /// This key extended with the values of the headers a backend's `Vary` names.

@@ -156,6 +156,35 @@ public final class ResponseCache: Sendable {
         }
     }
 
+    /// A fresh entry in a language that meets `range` (``LanguageVariants``), filed under `alternate` (the key a
+    /// request stating just that range would have, `requestHeaders` its fields): what answers a request whose
+    /// own variant was missing and that prefers `range` most. Found, it is marked most recently used and counted
+    /// as a hit in place of the miss the request's own lookup of `missed` counted.
+    public func languageVariant(
+        _ alternate: CacheKey,
+        range: String,
+        requestHeaders: HTTPHeaders,
+        now: NIODeadline,
+        insteadOf missed: CacheKey
+    ) -> CachedResponse? {
+        var key = alternate
+        var slot = withShard(for: key) { $0.store.peek(key) }
+        if case .variants(let names)? = slot {
+            key = Self.variantKey(alternate, names: names, requestHeaders: requestHeaders)
+            slot = withShard(for: key) { $0.store.peek(key) }
+        }
+        guard case .response(let entry)? = slot, entry.isFresh(at: now), !entry.revalidation.contains(.noCache),
+            let language = entry.headers.first(name: "content-language"),
+            LanguageVariants.answers(contentLanguage: language, range: range)
+        else { return nil }
+        withShard(for: key) { state in
+            _ = state.store.value(forKey: key)
+            state.statistics.hits += 1
+        }
+        withShard(for: missed) { $0.statistics.misses -= 1 }
+        return entry
+    }
+
     /// Whether a fresh entry exists for `key`, without counting a hit or a miss or touching recency: for
     /// deciding whether background work is needed.
     public func hasFreshEntry(_ key: CacheKey, requestHeaders: HTTPHeaders, now: NIODeadline) -> Bool {
@@ -206,9 +235,11 @@ public final class ResponseCache: Sendable {
     /// Stores `response` for `key`, evicting least recently used entries of its shard as needed. A response
     /// that varies goes under its variant key, with the list of varying headers under `key`.
     ///
+    /// - Parameter variant: the values of the headers the backend varies on that the response is filed under; by
+    ///   default its own (``CachedResponse/variant``), those of the request it answered.
     /// - Returns: whether it was stored (false when it alone exceeds a shard's budget).
     @discardableResult
-    public func store(_ response: CachedResponse, for key: CacheKey) -> Bool {
+    public func store(_ response: CachedResponse, for key: CacheKey, variant: String? = nil) -> Bool {
         guard !response.varyNames.isEmpty else {
             // A server error names no Vary as a rule, whatever the target's successes vary on: stored over their
             // list, it would make every variant unreachable, and answer them all with the error.
@@ -219,7 +250,11 @@ public final class ResponseCache: Sendable {
         }
         let marker = response.varyNames.reduce(64) { $0 + $1.utf8.count }
         guard insert(.variants(names: response.varyNames), for: key, cost: marker) else { return false }
-        return insert(.response(response), for: key.selectingVariant(response.variant), cost: response.byteCost)
+        return insert(
+            .response(response),
+            for: key.selectingVariant(variant ?? response.variant),
+            cost: response.byteCost
+        )
     }
 
     private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {

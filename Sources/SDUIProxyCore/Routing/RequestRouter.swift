@@ -187,10 +187,12 @@ public struct RequestRouter: Sendable {
         headers: HTTPHeaders,
         policy: ProxyConfiguration.RoutePolicy
     ) -> CacheKey {
-        let varyValues = policy.vary.compactMap { name -> String? in
-            guard name != platformHeader else { return nil }
-            return VaryValue.of(name, in: headers)
-        }
-        return CacheKey(target: target.description, platform: platform, varyValues: varyValues)
+        CacheKey.forRoute(
+            target: target.description,
+            platform: platform,
+            headers: headers,
+            vary: policy.vary,
+            platformHeader: platformHeader
+        )
     }
 }
