@@ -183,4 +183,26 @@ struct RequestSpanTests {
             #expect(proxy.origin.requests.allSatisfy { $0.headers.first(name: "x-request-id") != nil })
         }
     }
+
+    @Test("an HTTP/2 stream's request has its span as an HTTP/1.1 request does")
+    func http2() async throws {
+        let tracer = InMemoryTracer()
+        try await ProxyHarness.run(tuning: Self.tuning(tracer)) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            var bytes = HTTP2Wire.connectionStart()
+            var headers = HTTP2Wire.request(stream: 1, path: "/screens/h2")
+            bytes.writeBuffer(&headers)
+            try await client.send(bytes)
+            _ = try await client.received { bytes in
+                HTTP2Wire.frames(in: bytes).contains { $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0 }
+            }
+            let span = try #require(try await Self.finished(tracer, count: 1).first)
+            #expect(span.kind == .server)
+            #expect(span.attributes.get("network.protocol.version") == .string("2"))
+            #expect(span.attributes.get("sdui.cache_result") == .string("MISS"))
+            #expect(span.attributes.get("http.response.status_code") == .int64(200))
+            #expect(proxy.origin.requests.last?.headers.first(name: InMemoryTracer.spanIDKey) == span.spanID)
+            await client.close()
+        }
+    }
 }
