@@ -2,6 +2,7 @@ import InMemoryTracing
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SDUIProxyCore
 import Testing
 import Tracing
 
@@ -203,6 +204,23 @@ struct RequestSpanTests {
             #expect(span.attributes.get("http.response.status_code") == .int64(200))
             #expect(proxy.origin.requests.last?.headers.first(name: InMemoryTracer.spanIDKey) == span.spanID)
             await client.close()
+        }
+    }
+
+    @Test("a reload keeps the tracer it started with: tracing changes wait for a restart")
+    func reloadKeepsTracer() async throws {
+        let tracer = InMemoryTracer()
+        try await ProxyHarness.run(tuning: Self.tuning(tracer)) { proxy in
+            let before = try #require(proxy.server.context.tracer)
+            var configuration = proxy.server.context.configuration
+            configuration.tracing.endpoint = "http://127.0.0.1:9/"
+            configuration.tracing.sampleRatio = 0
+            try await proxy.server.reload(configuration)
+            #expect(proxy.server.context.tracer === before)
+            #expect(proxy.server.context.configuration.tracing == TracingConfiguration())
+            _ = try await proxy.get("/screens/after-reload")
+            let span = try #require(try await Self.finished(tracer, count: 1).first)
+            #expect(span.attributes.get("url.path") == .string("/screens/after-reload"))
         }
     }
 }
