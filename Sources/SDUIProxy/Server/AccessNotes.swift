@@ -24,8 +24,9 @@ final class AccessNotes {
     /// the backend.
     var span: (any Span)? { traced?.span }
     private let traced: (span: any Span, tracer: RequestTracer)?
-    /// Whether the span has ended (``endSpan(status:cacheResult:bytes:protocol:)``).
-    private var ended = false
+    /// Whether there is a span that has not ended yet (``endSpan(status:cacheResult:bytes:protocol:)``): read
+    /// first, so that notes without a span (per-route counts, the access line) never copy the optional span.
+    private var spanOpen: Bool
     /// The id of the request whose fill answered this one, when it waited for another's (a coalesced miss).
     private(set) var leaderRequestID: String?
     /// Whether this request waited for another's fill.
@@ -53,6 +54,7 @@ final class AccessNotes {
         self.started = clock.now
         self.clientAddress = clientAddress
         self.traced = traced
+        self.spanOpen = traced != nil
         // Only a line or a recorded span needs it: the per-route metrics alone make none.
         let needsID = logger != nil || traced?.span.isRecording == true
         self.requestID = needsID ? RequestID.given(in: head.headers) ?? RequestID.make() : nil
@@ -61,7 +63,7 @@ final class AccessNotes {
     /// A span must end, or its tracer holds it: a request that is never recorded (its connection dropped before
     /// an answer began) ends its span when its notes go.
     deinit {
-        guard let span, !ended else { return }
+        guard spanOpen, let span else { return }
         span.setStatus(SpanStatus(code: .error, message: "the request ended without an answer"))
         span.end()
     }
@@ -86,8 +88,8 @@ final class AccessNotes {
 
     /// Ends the span with how the request ended; later calls do nothing.
     func endSpan(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, protocol: ClientProtocol) {
-        guard let span, !ended else { return }
-        ended = true
+        guard spanOpen, let span else { return }
+        spanOpen = false
         if span.isRecording {
             span.updateAttributes { attributes in
                 attributes["http.response.status_code"] = Int(status.code)

@@ -25,6 +25,11 @@ public final class ProxyContext: Sendable {
     let routeMetrics: RouteMetrics?
     /// Makes each request's span, when tracing is on: made once at start and kept across reloads.
     let tracer: RequestTracer?
+    /// Whether every request takes notes (``AccessNotes``): for an access log or route counts. Read by every
+    /// request, so one flag is read rather than two optionals, one of them a whole `Logger`.
+    let notesEveryRequest: Bool
+    /// Whether any request may take notes: every one, or those a tracer traces.
+    let takesNotes: Bool
     /// Resolves navigation and prefetch URLs against this configuration's upstream and allowed hosts.
     public let prefetchPlanner: PrefetchPlanner
     /// Where each request goes: the cache path, a forward, a queued write or a refusal.
@@ -58,6 +63,8 @@ public final class ProxyContext: Sendable {
         self.metrics = metrics
         self.accessLogger = configuration.log.access ? Logger(label: "sdui-proxy.access") : nil
         self.routeMetrics = RouteMetrics(configuration)
+        self.notesEveryRequest = configuration.log.access || routeMetrics != nil
+        self.takesNotes = notesEveryRequest || tracer != nil
         self.prefetchPlanner = fetcher.prefetchPlanner
         self.configuration = configuration
         self.cache = cache

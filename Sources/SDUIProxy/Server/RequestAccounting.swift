@@ -27,10 +27,14 @@ struct RequestAccounting {
     ) {
         self.method = head.method
         self.clientProtocol = ClientProtocol(head.version)
+        guard proxy.takesNotes else {
+            self.access = nil
+            return
+        }
         // A request the sampler passes over makes no span, and no notes unless a line or the route counts need them.
         var traced: (span: any Span, tracer: RequestTracer)?
         if let tracer = proxy.tracer, let span = tracer.startSpan(for: head) { traced = (span, tracer) }
-        if proxy.accessLogger != nil || proxy.routeMetrics != nil || traced != nil {
+        if proxy.notesEveryRequest || traced != nil {
             let loop = clock()
             self.access = AccessNotes(
                 logger: proxy.accessLogger,
