@@ -103,9 +103,23 @@ public final class RequestTally: @unchecked Sendable {
         cacheResult: CacheResult?,
         protocol clientProtocol: ClientProtocol
     ) -> Int {
-        let row = clientProtocol.rawValue * methodLabels.count + methodIndex(method)
-        return (row * statusClassLabels.count + statusClassIndex(statusCode)) * cacheLabels.count
-            + cacheIndex(cacheResult)
+        slot(row: row(method: method, protocol: clientProtocol), statusCode: statusCode, cacheResult: cacheResult)
+    }
+
+    /// The part of a slot a request's head decides (its method and protocol): what a request keeps until its
+    /// response is counted, rather than the method itself, which is an enum with a `String` case to copy.
+    static func row(method: HTTPMethod, protocol clientProtocol: ClientProtocol) -> Int {
+        clientProtocol.rawValue * methodLabels.count + methodIndex(method)
+    }
+
+    private static func slot(row: Int, statusCode: Int, cacheResult: CacheResult?) -> Int {
+        (row * statusClassLabels.count + statusClassIndex(statusCode)) * cacheLabels.count + cacheIndex(cacheResult)
+    }
+
+    /// Counts a response to a request of `row` (``row(method:protocol:)``).
+    func count(row: Int, statusCode: Int, cacheResult: CacheResult?) {
+        let slot = Self.slot(row: row, statusCode: statusCode, cacheResult: cacheResult)
+        UnsafeAtomic<Int>(at: counts + slot).wrappingIncrement(ordering: .relaxed)
     }
 
     /// The label values of `slot`: method, status class, cache result, protocol.

@@ -13,6 +13,8 @@ import Tracing
 final class AccessNotes {
     /// Where the line goes; nil when only the per-route metrics need the notes.
     let logger: Logger?
+    let method: HTTPMethod
+    let clientProtocol: ClientProtocol
     let uri: String
     let clock: any EventLoop
     let started: NIODeadline
@@ -49,6 +51,8 @@ final class AccessNotes {
     ) {
         self.routeTally = routeTally
         self.logger = logger
+        self.method = head.method
+        self.clientProtocol = ClientProtocol(head.version)
         self.uri = head.uri
         self.clock = clock
         self.started = clock.now

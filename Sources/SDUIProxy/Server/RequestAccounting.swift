@@ -7,12 +7,12 @@ import Tracing
 /// Records how one request ended: the request counter, the access-log line when `log.access` is on, the per-route
 /// counts and the request's span.
 ///
-/// Without an access log it is the method and a nil reference, copied with each response writer: the details a
-/// log line needs are only gathered (and the clock only read) when a line will be written. The counter it
-/// records into is the connection's loop's.
+/// Without notes it is a number and a nil reference, copied with each response writer: the details a log line
+/// needs are only gathered (and the clock only read) when a line will be written. The counter it records into is
+/// the connection's loop's.
 struct RequestAccounting {
-    let method: HTTPMethod
-    let clientProtocol: ClientProtocol
+    /// The request's method and protocol as the request counter's row (``RequestTally/row(method:protocol:)``).
+    private let tallyRow: Int
     private let access: AccessNotes?
 
     /// What the access-log line of this request will say beyond its status, as the request goes: nil without an
@@ -25,8 +25,7 @@ struct RequestAccounting {
         clientAddress: @autoclosure () -> String?,
         clock: @autoclosure () -> any EventLoop
     ) {
-        self.method = head.method
-        self.clientProtocol = ClientProtocol(head.version)
+        self.tallyRow = RequestTally.row(method: head.method, protocol: ClientProtocol(head.version))
         guard proxy.takesNotes else {
             self.access = nil
             return
@@ -50,8 +49,9 @@ struct RequestAccounting {
     }
 
     func record(status: HTTPResponseStatus, cacheResult: CacheResult?, bytes: Int, in tally: RequestTally) {
-        tally.count(method: method, statusCode: Int(status.code), cacheResult: cacheResult, protocol: clientProtocol)
+        tally.count(row: tallyRow, statusCode: Int(status.code), cacheResult: cacheResult)
         guard let access else { return }
+        let clientProtocol = access.clientProtocol
         let duration = access.clock.now - access.started
         if let series = access.routeSeries {
             access.routeTally?.count(series: series, cacheResult: cacheResult, bytes: bytes, duration: duration)
@@ -59,7 +59,7 @@ struct RequestAccounting {
         access.endSpan(status: status, cacheResult: cacheResult, bytes: bytes, protocol: clientProtocol)
         guard let logger = access.logger else { return }
         AccessLogEntry(
-            method: method,
+            method: access.method,
             path: access.uri,
             status: status,
             cacheResult: cacheResult?.rawValue,
