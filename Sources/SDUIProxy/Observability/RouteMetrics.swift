@@ -1,9 +1,11 @@
 import NIOCore
+import NIOPosix
 import SDUIProxyCore
 import Synchronization
 
 /// The per-route metrics of one configuration (`metrics.routes`): which series a request counts in, each event
-/// loop's ``RouteTally``, and their Prometheus text.
+/// loop's ``RouteTally`` (its thread's, found by a thread-specific slot: no lock another loop takes), and their
+/// Prometheus text.
 ///
 /// Labels are bounded by the configuration: `route` is a template or `other`, `platform` one of
 /// `platform.allowed` (and the default platform) or `other`. A reload starts new counts (Prometheus reads the drop
@@ -11,7 +13,9 @@ import Synchronization
 final class RouteMetrics: Sendable {
     let templates: RouteTemplates
     let platformLabels: [String]
-    private let tallies = Mutex<[ObjectIdentifier: RouteTally]>([:])
+    /// Every thread's tally, for ``render()``: a thread adds its own once, at its first response.
+    private let tallies = Mutex<[RouteTally]>([])
+    private let threadTally = ThreadSpecificVariable<RouteTally>()
 
     /// The metrics of `configuration`, or nil when it lists no route templates.
     init?(_ configuration: ProxyConfiguration) {
@@ -42,21 +46,20 @@ final class RouteMetrics: Sendable {
         return index < templates.labels.count - 1 ? templates.labels[index] : nil
     }
 
-    /// The tally responses on `eventLoop` are counted in: that loop's own.
-    func tally(for eventLoop: any EventLoop) -> RouteTally {
-        tallies.withLock { tallies in
-            if let tally = tallies[ObjectIdentifier(eventLoop)] { return tally }
-            let tally = RouteTally(seriesCount: templates.labels.count * platformLabels.count)
-            tallies[ObjectIdentifier(eventLoop)] = tally
-            return tally
-        }
+    /// The tally the calling thread's responses are counted in (an event loop's thread counts in its own).
+    func tally() -> RouteTally {
+        if let tally = threadTally.currentValue { return tally }
+        let tally = RouteTally(seriesCount: templates.labels.count * platformLabels.count)
+        threadTally.currentValue = tally
+        tallies.withLock { $0.append(tally) }
+        return tally
     }
 
     /// `sdui_route_requests_total{route,platform,cache}`, `sdui_route_response_bytes_total{route,platform}` and the
     /// histogram `sdui_route_duration_seconds{route,platform}`, in the Prometheus text format, for the series that
     /// have counted a response.
     func render() -> String {
-        let tallies = tallies.withLock { Array($0.values) }
+        let tallies = tallies.withLock { $0 }
         let seriesCount = templates.labels.count * platformLabels.count
         func total(_ series: Int, _ slot: Int) -> Int {
             tallies.reduce(0) { $0 + $1.count(series: series, slot: slot) }

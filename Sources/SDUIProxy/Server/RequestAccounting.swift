@@ -37,7 +37,7 @@ struct RequestAccounting {
             let loop = clock()
             self.access = AccessNotes(
                 logger: proxy.accessLogger,
-                routeTally: proxy.routeMetrics?.tally(for: loop),
+                routeTally: proxy.routeMetrics?.tally(),
                 traced: traced,
                 head: head,
                 clientAddress: clientAddress(),
