@@ -13,8 +13,6 @@ import SDUIProxyCore
 extension HTTP2StreamHandler: ResponseSink {
     var eventLoop: any EventLoop { loop }
 
-    var accessNotes: AccessNotes? { accounting?.notes }
-
     var client: ClientPeer {
         if let peer { return peer }
         // The stream's parent is the connection; its peer is the client.

@@ -36,7 +36,9 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     /// The loop's tally of responses, for the counters.
     let requests: RequestTally
     /// Counts and logs the request when its response ends; nil until it starts and once recorded.
-    var accounting: RequestAccounting?
+    var accounting: RequestAccounting? { didSet { accessNotes = accounting?.notes } }
+    /// The request's notes, kept beside `accounting`: responders read them often, and a read then copies nothing.
+    private(set) var accessNotes: AccessNotes?
     /// What the response has written so far.
     var response = ResponseProgress()
     /// The request is HEAD: no body goes out.

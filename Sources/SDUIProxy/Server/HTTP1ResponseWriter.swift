@@ -22,7 +22,7 @@ struct HTTP1ResponseWriter {
     /// The request being answered is HEAD: no body goes out.
     private var isHeadRequest = false
     /// Counts and logs the current request when its response ends; nil once recorded.
-    private var accounting: RequestAccounting?
+    private var accounting: RequestAccounting? { didSet { accessNotes = accounting?.notes } }
     private var progress = Progress()
 
     init(requests: RequestTally, buffers: ResponseBufferRecycler) {
@@ -30,8 +30,9 @@ struct HTTP1ResponseWriter {
         self.buffers = buffers
     }
 
-    /// What the current request's access-log line will say; nil without an access log.
-    var accessNotes: AccessNotes? { accounting?.notes }
+    /// What the current request's access-log line and span will say; nil when it takes no notes. Kept beside
+    /// `accounting`: responders read them often, and a read then copies nothing.
+    private(set) var accessNotes: AccessNotes?
 
     /// Whether the current response's head has been written.
     var headWritten: Bool { progress.headWritten }
