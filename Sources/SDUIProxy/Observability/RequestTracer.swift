@@ -70,7 +70,7 @@ public final class RequestTracer: Sendable {
     /// Starts the server span of a request: its parent is the trace context the client sent, if any. Nil when
     /// the request is not traced: its client's `traceparent` says it is not sampled (it then goes upstream as it
     /// came), or, without one, this thread's sampler did not draw it. Nothing else is made for it.
-    func startSpan(for head: HTTPRequestHead) -> (any Span)? {
+    func startSpan(for head: HTTPRequestHead) -> RequestSpan? {
         if let traceparent = head.headers.first(name: "traceparent"),
             let sampled = TraceSampler.sampledFlag(ofTraceparent: traceparent)
         {
@@ -81,10 +81,10 @@ public final class RequestTracer: Sendable {
         var context = InstrumentationContext.topLevel
         tracer.extract(head.headers, into: &context, using: HTTPHeadersCarrier())
         let span = tracer.startSpan(head.method.rawValue, context: context, ofKind: .server)
-        guard span.isRecording else { return span }
+        guard span.isRecording else { return RequestSpan(span, tracer: self) }
         span.attributes["http.request.method"] = head.method.rawValue
         span.attributes["url.path"] = AccessLogEntry.printable(head.uri)
-        return span
+        return RequestSpan(span, tracer: self)
     }
 
     /// The calling thread's sampler, made at its first draw.

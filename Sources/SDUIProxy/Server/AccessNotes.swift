@@ -25,7 +25,7 @@ final class AccessNotes {
     /// The request's server span, when it is traced, and the tracer that writes its context into requests to
     /// the backend.
     var span: (any Span)? { traced?.span }
-    private let traced: (span: any Span, tracer: RequestTracer)?
+    private let traced: RequestSpan?
     /// Whether there is a span that has not ended yet (``endSpan(status:cacheResult:bytes:protocol:)``): read
     /// first, so that notes without a span (per-route counts, the access line) never copy the optional span.
     private var spanOpen: Bool
@@ -44,7 +44,7 @@ final class AccessNotes {
     init(
         logger: Logger?,
         routeTally: RouteTally?,
-        traced: (span: any Span, tracer: RequestTracer)?,
+        traced: RequestSpan?,
         head: HTTPRequestHead,
         clientAddress: String?,
         clock: any EventLoop

@@ -31,8 +31,7 @@ struct RequestAccounting {
             return
         }
         // A request the sampler passes over makes no span, and no notes unless a line or the route counts need them.
-        var traced: (span: any Span, tracer: RequestTracer)?
-        if let tracer = proxy.tracer, let span = tracer.startSpan(for: head) { traced = (span, tracer) }
+        let traced = proxy.tracer?.startSpan(for: head)
         if proxy.notesEveryRequest || traced != nil {
             let loop = clock()
             self.access = AccessNotes(

@@ -7,7 +7,7 @@ import Tracing
 struct UpstreamIdentity {
     let requestID: String
     /// The request's span and the tracer that made it.
-    let span: (span: any Span, tracer: RequestTracer)?
+    let span: RequestSpan?
 
     /// The span context that requests waiting for this one's fill link to: only a recorded span's.
     var trace: InstrumentationContext? {
@@ -19,6 +19,6 @@ struct UpstreamIdentity {
     /// whether the span is recorded or not, so that the backend follows the same sampling decision.
     func stamp(_ headers: inout HTTPHeaders) {
         headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
-        if let span { span.tracer.inject(span.span.context, into: &headers) }
+        span?.inject(into: &headers)
     }
 }
