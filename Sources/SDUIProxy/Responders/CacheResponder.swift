@@ -36,10 +36,7 @@ struct CacheResponder {
             // client's no-cache through.
             if case .fresh(let entry) = found, !honorsClientNoCache {
                 if entry.awaitsCodings { compress(entry, request, proxy, sink) }
-                return sink.writeStored(
-                    entry,
-                    presentation(of: entry, .hit, request: request, to: sink, proxy: proxy, now: now)
-                )
+                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             }
             if case .varyMiss = found, let entry = languageVariant(for: request, proxy: proxy, now: now) {
                 found = .fresh(entry)
@@ -48,23 +45,17 @@ struct CacheResponder {
             switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
             case .hit(let entry):
                 if entry.awaitsCodings { compress(entry, request, proxy, sink) }
-                return sink.writeStored(
-                    entry,
-                    presentation(of: entry, .hit, request: request, to: sink, proxy: proxy, now: now)
-                )
+                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             case .staleWhileRefreshing(let entry):
                 proxy.cache.recordStaleServe(request.key)
                 let refresh = fill(request, staleEntry: entry, proxy: proxy, client: sink.client)
-                sink.writeStored(
-                    entry,
-                    presentation(of: entry, .stale, request: request, to: sink, proxy: proxy, now: now)
-                )
+                sink.writeStored(entry, presentation(of: entry, .stale, request: request, proxy: proxy, now: now))
                 return proxy.fetcher.refreshInBackground(refresh, on: sink.eventLoop)
             case .stale(let entry):
                 proxy.cache.recordStaleServe(request.key)
                 return sink.writeStored(
                     entry,
-                    presentation(of: entry, .stale, request: request, to: sink, proxy: proxy, now: now)
+                    presentation(of: entry, .stale, request: request, proxy: proxy, now: now)
                 )
             case .notCached:
                 let status = CacheStatus(detail: "only-if-cached")
@@ -418,15 +409,13 @@ struct CacheResponder {
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
     ///
     /// `status` is the `Cache-Status` of an entry the backend just gave or confirmed; without it the entry is
-    /// served from the cache, a hit. `sink`, the answer's, holds the id made for the request's access line or
-    /// span, if one was.
+    /// served from the cache, a hit.
     private func presentation(
         of entry: CachedResponse,
         _ cacheResult: CacheResult,
         _ status: CacheStatus? = nil,
         request: CacheRequest,
         requestID: String? = nil,
-        to sink: (any ResponseSink)? = nil,
         proxy: ProxyContext,
         now: NIODeadline
     ) -> EntryPresentation {
@@ -437,9 +426,8 @@ struct CacheResponder {
             age: entry.ageSeconds(at: now)
         )
         let headers = request.head.headers
-        // An answer the backend was asked for returns the id it was sent; a hit, the id its access line or span
-        // has (the client's own, or one made for them), else the client's own if it sent one.
-        presentation.requestID = requestID ?? sink?.accessNotes?.requestID ?? RequestID.given(in: headers)
+        // A hit returns the client's own id; an answer the backend was asked for, the id it was sent.
+        presentation.requestID = requestID ?? RequestID.given(in: headers)
         // Only an entry kept compressed looks at the request's `Accept-Encoding`.
         if !entry.codings.isEmpty {
             presentation.coding = ContentNegotiation.coding(

@@ -64,12 +64,10 @@ struct RequestSpanTests {
             #expect(sent.headers.first(name: InMemoryTracer.traceIDKey) == "client-trace")
             #expect(sent.headers.first(name: InMemoryTracer.spanIDKey) == span.spanID)
 
-            // A hit: its own span, no backend time; the id made for the span is the one the client gets.
-            let hitReply = try await proxy.get("/screens/home", headers: [("beagle-platform", "ANDROID")])
+            // A hit: its own span, no backend time.
+            _ = try await proxy.get("/screens/home", headers: [("beagle-platform", "ANDROID")])
             let hit = try #require(try await Self.finished(tracer, count: 2).last)
             #expect(hit.attributes.get("sdui.cache_result") == .string("HIT"))
-            #expect(RequestIDTests.isMade(hitReply["X-Request-Id"]))
-            #expect(hit.attributes.get("sdui.request_id") == .string(hitReply["X-Request-Id"] ?? "-"))
             #expect(hit.attributes.get("sdui.upstream_ms") == nil)
             #expect(hit.traceID != "client-trace")
             #expect(hit.parentSpanID == nil)
