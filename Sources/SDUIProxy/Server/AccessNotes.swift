@@ -26,8 +26,8 @@ final class AccessNotes {
     /// the backend.
     var span: (any Span)? { traced?.span }
     private let traced: RequestSpan?
-    /// Whether there is a span that has not ended yet (``endSpan(status:cacheResult:bytes:protocol:)``): read
-    /// first, so that notes without a span (per-route counts, the access line) never copy the optional span.
+    /// Whether there is a span that has not ended yet (``endSpan(status:cacheResult:bytes:protocol:)``); the
+    /// `deinit` ends one that is still open.
     private var spanOpen: Bool
     /// The id of the request whose fill answered this one, when it waited for another's (a coalesced miss).
     private(set) var leaderRequestID: String?
