@@ -20,8 +20,9 @@ public final class RequestTracer: Sendable {
     /// The share of new traces recorded.
     private let sampleRatio: Double
     /// Each event loop's thread draws from a sampler of its own, made at its first draw: a thread-specific slot
-    /// costs a load, where a table of the loops costs a hash.
-    private let samplers = ThreadSpecificVariable<ThreadTraceSampler>()
+    /// costs a load, where a table of the loops costs a hash. One slot for the process (a slot is a system key,
+    /// of which there are about a thousand); a thread's sampler is remade when another tracer draws.
+    private static let samplers = ThreadSpecificVariable<ThreadTraceSampler>()
 
     /// Spans made by `tracer`, `sampleRatio` of new traces recorded; tests hand in an in-memory tracer.
     public init(_ tracer: any Tracer, sampleRatio: Double = 1) {
@@ -89,9 +90,13 @@ public final class RequestTracer: Sendable {
 
     /// The calling thread's sampler, made at its first draw.
     private func threadSampler() -> ThreadTraceSampler {
-        if let sampler = samplers.currentValue { return sampler }
-        let sampler = ThreadTraceSampler(TraceSampler(ratio: sampleRatio))
-        samplers.currentValue = sampler
+        if let sampler = Self.samplers.currentValue, sampler.owner == ObjectIdentifier(self),
+            sampler.sampler.ratio == sampleRatio
+        {
+            return sampler
+        }
+        let sampler = ThreadTraceSampler(TraceSampler(ratio: sampleRatio), owner: ObjectIdentifier(self))
+        Self.samplers.currentValue = sampler
         return sampler
     }
 
@@ -106,9 +111,13 @@ public final class RequestTracer: Sendable {
 /// thread-specific slot holding it is.
 final class ThreadTraceSampler: @unchecked Sendable {
     var sampler: TraceSampler
+    /// The tracer it draws for; with its ratio, what a thread checks before drawing (a freed tracer's identity may
+    /// be a new one's, and then only a sampler of the same ratio is kept).
+    let owner: ObjectIdentifier
 
-    init(_ sampler: TraceSampler) {
+    init(_ sampler: TraceSampler, owner: ObjectIdentifier) {
         self.sampler = sampler
+        self.owner = owner
     }
 }
 

@@ -15,7 +15,13 @@ final class RouteMetrics: Sendable {
     let platformLabels: [String]
     /// Every thread's tally, for ``render()``: a thread adds its own once, at its first response.
     private let tallies = Mutex<[RouteTally]>([])
-    private let threadTally = ThreadSpecificVariable<RouteTally>()
+    /// Which metrics a thread's tally belongs to: a reload makes new metrics, and each thread's next response
+    /// starts a tally of theirs.
+    private let generation = RouteMetrics.generations.wrappingAdd(1, ordering: .relaxed).newValue
+    private static let generations = Atomic<UInt64>(0)
+    /// One slot for the process, whatever the reloads: a slot is a thread-specific key of the system's, of which
+    /// a process has about a thousand, and a key is never given back while the threads that set it live.
+    private static let threadTally = ThreadSpecificVariable<ThreadRouteTally>()
 
     /// The metrics of `configuration`, or nil when it lists no route templates.
     init?(_ configuration: ProxyConfiguration) {
@@ -48,9 +54,9 @@ final class RouteMetrics: Sendable {
 
     /// The tally the calling thread's responses are counted in (an event loop's thread counts in its own).
     func tally() -> RouteTally {
-        if let tally = threadTally.currentValue { return tally }
+        if let current = Self.threadTally.currentValue, current.generation == generation { return current.tally }
         let tally = RouteTally(seriesCount: templates.labels.count * platformLabels.count)
-        threadTally.currentValue = tally
+        Self.threadTally.currentValue = ThreadRouteTally(generation: generation, tally: tally)
         tallies.withLock { $0.append(tally) }
         return tally
     }
@@ -116,5 +122,17 @@ final class RouteMetrics: Sendable {
             }
         }
         return result
+    }
+}
+
+/// A thread's route tally and the metrics it counts for: `@unchecked Sendable` only so that the thread-specific
+/// slot holding it is; only its thread reads it.
+final class ThreadRouteTally: @unchecked Sendable {
+    let generation: UInt64
+    let tally: RouteTally
+
+    init(generation: UInt64, tally: RouteTally) {
+        self.generation = generation
+        self.tally = tally
     }
 }

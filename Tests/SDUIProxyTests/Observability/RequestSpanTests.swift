@@ -223,4 +223,16 @@ struct RequestSpanTests {
             #expect(span.attributes.get("url.path") == .string("/screens/after-reload"))
         }
     }
+
+    @Test("tracers made one after another share one thread slot for their samplers")
+    func samplersShareOneThreadSlot() {
+        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: "/screens/a")
+        // More tracers than the system has thread-specific keys, each drawing on this thread.
+        var sampled = 0
+        for _ in 0..<1_500 where RequestTracer(InMemoryTracer(), sampleRatio: 0.5).startSpan(for: head) != nil {
+            sampled += 1
+        }
+        // Each draws from a sampler of its own ratio: about half (all or none has a chance of 2^-1499).
+        #expect(sampled > 0 && sampled < 1_500)
+    }
 }

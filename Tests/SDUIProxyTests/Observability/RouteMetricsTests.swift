@@ -55,4 +55,20 @@ struct RouteMetricsTests {
             #expect(!(try await proxy.admin("/metrics").body.contains("sdui_route_")))
         }
     }
+
+    @Test("metrics made again at every reload share one thread slot: more reloads than the system has keys")
+    func reloadsShareOneThreadSlot() throws {
+        var configuration = ProxyConfiguration()
+        configuration.metrics.routes = ["/screens/{id}"]
+        // glibc has 1,024 thread-specific keys; a slot per metrics ran out, and the process stopped at a reload.
+        var previous: RouteTally?
+        for _ in 0..<1_500 {
+            let metrics = try #require(RouteMetrics(configuration))
+            let tally = metrics.tally()
+            // The thread's tally is the metrics' own, the same at each response, and none of the metrics before.
+            #expect(metrics.tally() === tally)
+            #expect(previous.map { $0 !== tally } ?? true)
+            previous = tally
+        }
+    }
 }
