@@ -2,12 +2,12 @@ import NIOHTTP1
 import SDUIProxyCore
 
 extension ComponentFetcher {
-    /// Files `entry`, just stored for `request`, also under the key a request stating just each language range
-    /// its `Content-Language` meets would have (``LanguageVariants``), so that a request preferring that language
-    /// most finds it whatever else its `Accept-Language` lists. Only where variants are chosen by
-    /// `Accept-Language`: the route's `vary` or the backend's `Vary` names it. Each filing is an entry of the
-    /// cache's, counted in its byte budget, evicted and purged as any.
-    func fileUnderLanguages(_ entry: CachedResponse, for request: Request) {
+    /// Files `entry`, just stored for `request` by the fill of `ticket`, also under the key a request stating
+    /// just each language its `Content-Language` lists would have (``LanguageVariants``), where nothing is
+    /// stored, so that a request preferring that language most finds it whatever else its `Accept-Language`
+    /// lists. Only where variants are chosen by `Accept-Language`: the route's `vary` or the backend's `Vary`
+    /// names it. Each filing is an entry of the cache's, counted in its byte budget, evicted and purged as any.
+    func fileUnderLanguages(_ entry: CachedResponse, for request: Request, ticket: InvalidationHistory.Ticket) {
         let routeVaries = request.policy.vary.contains { $0.lowercased() == "accept-language" }
         guard routeVaries || entry.varyNames.contains("accept-language"),
             let language = entry.headers.first(name: "content-language")
@@ -24,7 +24,7 @@ extension ComponentFetcher {
                 platformHeader: platformHeader
             )
             let variant = ResponseCache.variantValue(names: entry.varyNames, requestHeaders: headers)
-            cache.store(entry, for: key, variant: variant)
+            cache.fileAlternate(entry, for: key, variant: variant, ticket: ticket)
         }
     }
 }

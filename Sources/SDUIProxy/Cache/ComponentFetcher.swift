@@ -476,12 +476,17 @@ public final class ComponentFetcher: Sendable {
             endToEndOnly: true,
             encodedBodies: compression == .now ? compressor?.encode(response.body) ?? [] : []
         )
-        switch store(entry, for: request, exchange) {
+        let filed = store(entry, for: request, exchange)
+        // Filed under other spellings of its language only when stored fresh, as it came.
+        if case .stored(let stored) = filed, stored === entry {
+            fileUnderLanguages(stored, for: request, ticket: exchange.ticket)
+        }
+        switch filed {
         case .stored(let stored), .storedStale(let stored):
             if compression == .later, stored === entry {
                 compressor?.compressLater(stored, for: request.key, in: cache, on: exchange.eventLoop)
             }
-            if stored === entry { fileUnderLanguages(stored, for: request) }
+
             if logsDebug {
                 logger.debug(
                     "stored",

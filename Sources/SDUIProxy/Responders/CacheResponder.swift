@@ -133,9 +133,10 @@ struct CacheResponder {
             if let entry = proxy.cache.languageVariant(
                 key,
                 range: range,
-                requestHeaders: stating,
+                alternateHeaders: stating,
                 now: now,
-                insteadOf: request.key
+                insteadOf: request.key,
+                requestHeaders: headers
             ) {
                 return entry
             }

@@ -3,9 +3,11 @@
 /// preference that language meets, whatever else the request lists (`fr;q=0.5, de;q=1.0` after `en, de`), where
 /// variants are chosen by `Accept-Language` (the route's `vary` or the backend's `Vary` names it).
 ///
-/// The cache files such a response also under the key a request stating just each range it meets would have
-/// (``ranges(answeredBy:)``), and a request that finds no variant of its own looks under the keys of the ranges
-/// it prefers most (``preferred(acceptLanguage:)``).
+/// The cache files such a response also under the key a request stating just each language it is in would have
+/// (``ranges(answeredBy:)``), where nothing is stored yet, and a request that finds no variant of its own looks
+/// under the keys of the ranges it prefers most (``preferred(acceptLanguage:)``). Languages are matched whole
+/// (`de-CH` is not taken for `de`): a prefix would answer a request for `de` with what the backend chose for
+/// `de-CH`, and one that refuses `de-CH` (`de-CH;q=0, de`) with what it refused.
 public enum LanguageVariants {
     /// The most ranges a request's strongest preference is looked up by.
     public static let maximumPreferred = 4
@@ -45,17 +47,15 @@ public enum LanguageVariants {
         return Array(ranges.sorted().prefix(maximumPreferred))
     }
 
-    /// The ranges a response in `contentLanguage` meets: each tag it lists and each prefix of a tag at a `-`
-    /// (`de-CH` meets `de-ch` and `de`), lower case, at most ``maximumAnswered``.
+    /// The ranges a response in `contentLanguage` meets: each tag it lists, lower case, at most
+    /// ``maximumAnswered``.
     public static func ranges(answeredBy contentLanguage: String) -> [String] {
         var ranges: [String] = []
         for member in contentLanguage.split(separator: ",") {
-            var tag = member.trimmingWhitespace().lowercased()[...]
-            while !tag.isEmpty, ranges.count < maximumAnswered {
-                if !ranges.contains(String(tag)) { ranges.append(String(tag)) }
-                guard let dash = tag.lastIndex(of: "-") else { break }
-                tag = tag[..<dash]
-            }
+            let tag = member.trimmingWhitespace().lowercased()
+            guard !tag.isEmpty, tag != "*", !ranges.contains(tag) else { continue }
+            ranges.append(tag)
+            if ranges.count == maximumAnswered { break }
         }
         return ranges
     }

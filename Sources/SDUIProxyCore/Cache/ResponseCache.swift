@@ -115,7 +115,7 @@ public final class ResponseCache: Sendable {
     /// locks the same shards, and retaining one wrote its count from both processors in turn, on every hit.
     /// Sound because ``shards`` holds every shard for the cache's life.
     @inline(__always)
-    private func withShard<Result: Sendable>(
+    func withShard<Result: Sendable>(
         for key: CacheKey,
         _ body: (inout sending Shard.State) -> Result
     ) -> Result {
@@ -154,35 +154,6 @@ public final class ResponseCache: Sendable {
             case .varies: return .varyMiss
             }
         }
-    }
-
-    /// A fresh entry in a language that meets `range` (``LanguageVariants``), filed under `alternate` (the key a
-    /// request stating just that range would have, `requestHeaders` its fields): what answers a request whose
-    /// own variant was missing and that prefers `range` most. Found, it is marked most recently used and counted
-    /// as a hit in place of the miss the request's own lookup of `missed` counted.
-    public func languageVariant(
-        _ alternate: CacheKey,
-        range: String,
-        requestHeaders: HTTPHeaders,
-        now: NIODeadline,
-        insteadOf missed: CacheKey
-    ) -> CachedResponse? {
-        var key = alternate
-        var slot = withShard(for: key) { $0.store.peek(key) }
-        if case .variants(let names)? = slot {
-            key = Self.variantKey(alternate, names: names, requestHeaders: requestHeaders)
-            slot = withShard(for: key) { $0.store.peek(key) }
-        }
-        guard case .response(let entry)? = slot, entry.isFresh(at: now), !entry.revalidation.contains(.noCache),
-            let language = entry.headers.first(name: "content-language"),
-            LanguageVariants.answers(contentLanguage: language, range: range)
-        else { return nil }
-        withShard(for: key) { state in
-            _ = state.store.value(forKey: key)
-            state.statistics.hits += 1
-        }
-        withShard(for: missed) { $0.statistics.misses -= 1 }
-        return entry
     }
 
     /// Whether a fresh entry exists for `key`, without counting a hit or a miss or touching recency: for
@@ -442,7 +413,7 @@ public final class ResponseCache: Sendable {
 
     /// The verdict on an answer asked for when `sequence` was the last invalidation's number, and the number it
     /// was given at.
-    private func fillVerdict(
+    func fillVerdict(
         since sequence: UInt64,
         target: String,
         tags: [String]
@@ -505,8 +476,13 @@ public final class ResponseCache: Sendable {
     /// counts it as purged: for a fill that finds its stale entry must not be served later. Not an invalidation:
     /// the target's other platforms and variants stay.
     @discardableResult
-    public func remove(_ entry: CachedResponse, storedFor key: CacheKey, countingAsPurged: Bool = true) -> Bool {
-        let key = entry.varyNames.isEmpty ? key : key.selectingVariant(entry.variant)
+    public func remove(
+        _ entry: CachedResponse,
+        storedFor key: CacheKey,
+        variant: String? = nil,
+        countingAsPurged: Bool = true
+    ) -> Bool {
+        let key = entry.varyNames.isEmpty ? key : key.selectingVariant(variant ?? entry.variant)
         let removed = withShard(for: key) { state -> CachedResponse? in
             guard case .response(let stored)? = state.store.peek(key), stored === entry else { return nil }
             state.store.removeValue(forKey: key)
