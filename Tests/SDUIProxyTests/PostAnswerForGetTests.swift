@@ -106,4 +106,21 @@ struct PostAnswerForGetTests {
             #expect(proxy.origin.requests.filter { $0.uri == "/screens/cart" && $0.method == .GET }.count >= 1)
         }
     }
+
+    @Test("the copy takes its share of what all fills may hold: a POST answer the budget cannot take is not stored")
+    func fillBudget() async throws {
+        try await ProxyHarness.run(
+            origin: Self.origin(Self.ownLocation),
+            configure: {
+                // A budget smaller than the answer (the loader refuses one below maxResponseBytes; set here, it
+                // stands for a budget the fills in flight have used up).
+                $0.upstream.maxBufferedBytes = 20
+            }
+        ) { proxy in
+            let post = try await proxy.get("/screens/cart", method: .POST, body: "{}")
+            #expect(post.body.contains("from:post"))
+            #expect(try await proxy.get("/screens/cart")["X-Cache"] != "HIT")
+            #expect(proxy.origin.requests.contains { $0.method == .GET })
+        }
+    }
 }

@@ -6,8 +6,9 @@ import SDUIProxyCore
 /// Keeps a copy of a forwarded `POST`'s answer that represents the `POST`'s own target (``PostAnswerReuse``: a
 /// `200` whose `Content-Location` is that target, with explicit freshness), and stores it under the target's `GET`
 /// key once it has ended whole, as a fill of that `GET` would have been (RFC 9110 section 9.3.3). The client's
-/// answer is passed on as it comes, untouched; the copy is bounded by `upstream.maxResponseBytes` and dropped
-/// past it, as is the copy of an answer cut short.
+/// answer is passed on as it comes, untouched; the copy is bounded by `upstream.maxResponseBytes` and takes its
+/// share of what all fills may hold (`upstream.maxBufferedBytes`): past either it is dropped, as is the copy of
+/// an answer cut short.
 ///
 /// Made only for a `POST` whose `GET` would be answered through the cache; confined to the forward's loop.
 final class PostAnswerKeeper {
@@ -29,6 +30,10 @@ final class PostAnswerKeeper {
     private let clientTarget: String
     private let requestHost: String?
     private let maxBytes: Int
+    /// What all fills' bodies may hold at once, the copy's included; nil for no limit but ``maxBytes``.
+    private let budget: ByteBudget?
+    /// What the copy holds of ``budget``, given back when the copy goes.
+    private var reserved = 0
     private let eventLoop: any EventLoop
     private let logger: Logger
     /// When the `POST` went out, for the stored answer's age (RFC 9111 section 4.2.3).
@@ -67,6 +72,7 @@ final class PostAnswerKeeper {
             clientTarget: request.target.description,
             requestHost: head.headers.first(name: "host"),
             maxBytes: proxy.configuration.upstream.maxResponseBytes,
+            budget: proxy.fetcher.bufferBudget,
             eventLoop: eventLoop,
             logger: proxy.logger
         )
@@ -78,9 +84,11 @@ final class PostAnswerKeeper {
         clientTarget: String,
         requestHost: String?,
         maxBytes: Int,
+        budget: ByteBudget?,
         eventLoop: any EventLoop,
         logger: Logger
     ) {
+        self.budget = budget
         self.fill = fill
         self.fetcher = fetcher
         self.clientTarget = clientTarget
@@ -90,9 +98,11 @@ final class PostAnswerKeeper {
         self.logger = logger
     }
 
-    /// A copy that never ended whole (the backend or the client went away) lets go of its fill ticket.
+    /// A copy that never ended whole (the backend or the client went away) lets go of its fill ticket and of what
+    /// it held of the fills' budget.
     deinit {
         if case .keeping(_, _, _, let ticket) = state { fetcher.cache.endFill(ticket) }
+        budget?.release(reserved)
     }
 
     /// The answer's head: kept when it represents the target. Called after the answer's invalidations, so the
@@ -113,14 +123,24 @@ final class PostAnswerKeeper {
         }
     }
 
-    /// A part of the answer's body; past `upstream.maxResponseBytes` the copy is dropped.
+    /// A part of the answer's body; past `upstream.maxResponseBytes`, or when the fills' budget cannot take it,
+    /// the copy is dropped.
     func bodyPart(_ part: ByteBuffer) {
         guard case .keeping(let status, let headers, var body, let ticket) = state else { return }
         state = .done
-        guard body.readableBytes + part.readableBytes <= maxBytes else { return fetcher.cache.endFill(ticket) }
+        guard body.readableBytes + part.readableBytes <= maxBytes, budget?.reserve(part.readableBytes) ?? true
+        else { return drop(ticket) }
+        if budget != nil { reserved += part.readableBytes }
         var part = part
         body.writeBuffer(&part)
         state = .keeping(status: status, headers: headers, body: body, ticket: ticket)
+    }
+
+    /// The copy is let go: its ticket ends, and what it held of the fills' budget is given back.
+    private func drop(_ ticket: InvalidationHistory.Ticket) {
+        fetcher.cache.endFill(ticket)
+        budget?.release(reserved)
+        reserved = 0
     }
 
     /// The answer ended whole: it is stored under the target's `GET` key, by the rules a fill's answer follows.
@@ -129,6 +149,9 @@ final class PostAnswerKeeper {
         state = .done
         let answer = UpstreamResponse(status: status, headers: headers, body: body)
         let outcome = fetcher.storeAnswer(answer, as: fill, ticket: ticket, requestTime: requestTime, on: eventLoop)
+        // Stored or not, the copy's bytes are the entry's now, or gone: they no longer count as a fill's.
+        budget?.release(reserved)
+        reserved = 0
         guard logger.logLevel <= .debug else { return }
         let result: String
         switch outcome {
