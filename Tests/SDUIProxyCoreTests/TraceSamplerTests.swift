@@ -49,6 +49,9 @@ struct TraceSamplerTests {
         for malformed in [
             "", "00-\(trace)-\(parent)", "ff-\(trace)-\(parent)-01", "00-\(trace.uppercased())-\(parent)-01",
             "00-\(trace)-\(parent)-0x", "00-\(trace)-\(parent)-01x", "00_\(trace)-\(parent)-01",
+            // Version 00 has nothing after its flags; ids of zeros name no trace and no parent.
+            "00-\(trace)-\(parent)-01-extra", "00-\(String(repeating: "0", count: 32))-\(parent)-01",
+            "00-\(trace)-0000000000000000-01",
         ] {
             #expect(TraceSampler.sampledFlag(ofTraceparent: malformed) == nil, "\(malformed)")
         }

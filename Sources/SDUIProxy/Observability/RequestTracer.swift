@@ -84,7 +84,9 @@ public final class RequestTracer: Sendable {
         let span = tracer.startSpan(head.method.rawValue, context: context, ofKind: .server)
         guard span.isRecording else { return RequestSpan(span, tracer: self) }
         span.attributes["http.request.method"] = head.method.rawValue
-        span.attributes["url.path"] = AccessLogEntry.printable(head.uri)
+        // The path only: a query may carry tokens, and the collector is another party.
+        let path = head.uri.utf8.firstIndex(of: UInt8(ascii: "?")).map { head.uri[..<$0] } ?? head.uri[...]
+        span.attributes["url.path"] = AccessLogEntry.printable(String(path))
         return RequestSpan(span, tracer: self)
     }
 

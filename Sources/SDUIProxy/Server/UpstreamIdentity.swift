@@ -19,6 +19,10 @@ struct UpstreamIdentity {
     /// whether the span is recorded or not, so that the backend follows the same sampling decision.
     func stamp(_ headers: inout HTTPHeaders) {
         headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
-        span?.inject(into: &headers)
+        guard let span else { return }
+        // The client's tracestate belongs to its traceparent, which the span's replaces; the span's own context
+        // writes the tracestate it carries, if any (an unrelated trace gets none).
+        headers.remove(name: "tracestate")
+        span.inject(into: &headers)
     }
 }

@@ -30,17 +30,23 @@ public struct TraceSampler: Sendable {
     }
 
     /// The sampled flag of a W3C `traceparent` (`00-<trace id>-<parent id>-<flags>`): true or false when the field
-    /// is well formed, nil when it is not (it is then ignored, as a tracer ignores it).
+    /// is well formed, nil when it is not (it is then ignored, as a tracer ignores it). Version `00` is exactly 55
+    /// characters; a later version may add fields after a dash; `ff` is invalid, as are all-zero ids (W3C Trace
+    /// Context, section 3.2.2).
     public static func sampledFlag(ofTraceparent value: String) -> Bool? {
         let bytes = Array(value.utf8)
         guard bytes.count >= 55, bytes[2] == UInt8(ascii: "-"), bytes[35] == UInt8(ascii: "-"),
-            bytes[52] == UInt8(ascii: "-"), bytes.count == 55 || bytes[55] == UInt8(ascii: "-"),
-            let flags = hexValue(bytes[54])
+            bytes[52] == UInt8(ascii: "-"), let flags = hexValue(bytes[54])
         else { return nil }
-        // Version ff is invalid (W3C Trace Context, section 3.2.2.1).
+        let isVersionZero = bytes[0] == UInt8(ascii: "0") && bytes[1] == UInt8(ascii: "0")
+        guard isVersionZero ? bytes.count == 55 : (bytes.count == 55 || bytes[55] == UInt8(ascii: "-")) else {
+            return nil
+        }
         guard !(bytes[0] == UInt8(ascii: "f") && bytes[1] == UInt8(ascii: "f")),
             bytes[0..<2].allSatisfy({ hexValue($0) != nil }), bytes[3..<35].allSatisfy({ hexValue($0) != nil }),
-            bytes[36..<52].allSatisfy({ hexValue($0) != nil }), hexValue(bytes[53]) != nil
+            bytes[36..<52].allSatisfy({ hexValue($0) != nil }), hexValue(bytes[53]) != nil,
+            bytes[3..<35].contains(where: { $0 != UInt8(ascii: "0") }),
+            bytes[36..<52].contains(where: { $0 != UInt8(ascii: "0") })
         else { return nil }
         return flags & 1 == 1
     }

@@ -60,6 +60,33 @@ struct OTLPExportTests {
         #expect(attributes["sdui.upstream_ms"] != nil)
     }
 
+    @Test("W3C Trace Context: the client's tracestate goes up with its trace, and not with a trace of the proxy's")
+    func tracestate() async throws {
+        let collector = try await TestOrigin { _ in TestOrigin.Response(body: "{}") }
+        try await ProxyHarness.run(configure: { $0.tracing.endpoint = collector.url }) { proxy in
+            let state = "congo=t61rcWkgMzE"
+            _ = try await proxy.get(
+                "/screens/a?token=secret",
+                headers: [("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01"), ("tracestate", state)]
+            )
+            let joined = try #require(proxy.origin.requests.last)
+            #expect(joined.headers.first(name: "traceparent")?.hasPrefix("00-\(Self.clientTrace)-") == true)
+            #expect(joined.headers["tracestate"] == [state])
+            // A traceparent of zeros names no trace: the proxy starts its own, and the client's state stays out.
+            let zeros = "00-\(String(repeating: "0", count: 32))-\(Self.clientSpan)-01"
+            _ = try await proxy.get("/screens/b", headers: [("traceparent", zeros), ("tracestate", state)])
+            let own = try #require(proxy.origin.requests.last)
+            let traceparent = try #require(own.headers.first(name: "traceparent"))
+            #expect(traceparent != zeros)
+            #expect(!traceparent.contains(Self.clientSpan))
+            #expect(own.headers["tracestate"].isEmpty)
+        }
+        // The exported spans name paths, not queries.
+        let bodies = collector.requests.filter { $0.uri == "/v1/traces" }.map { String(buffer: $0.body) }
+        try await collector.stop()
+        #expect(bodies.allSatisfy { !$0.contains("secret") })
+    }
+
     @Test("without a collector, the client's traceparent reaches the backend as it came")
     func offByDefault() async throws {
         try await ProxyHarness.run { proxy in
