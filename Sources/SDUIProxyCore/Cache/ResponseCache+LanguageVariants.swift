@@ -16,12 +16,7 @@ extension ResponseCache {
         insteadOf missed: CacheKey,
         requestHeaders: HTTPHeaders
     ) -> CachedResponse? {
-        var key = alternate
-        var slot = withShard(for: key) { $0.store.peek(key) }
-        if case .variants(let names)? = slot {
-            key = Self.variantKey(alternate, names: names, requestHeaders: alternateHeaders)
-            slot = withShard(for: key) { $0.store.peek(key) }
-        }
+        let (key, slot) = peekSelected(alternate, requestHeaders: alternateHeaders)
         guard case .response(let entry)? = slot, entry.isFresh(at: now), !entry.revalidation.contains(.noCache),
             let language = entry.headers.first(name: "content-language"),
             LanguageVariants.answers(contentLanguage: language, range: range)
@@ -31,10 +26,7 @@ extension ResponseCache {
             state.statistics.hits += 1
         }
         // The miss was counted where the request's own lookup ended: under its variant's key when the target varies.
-        var counted = missed
-        if case .variants(let names)? = withShard(for: missed, { $0.store.peek(missed) }) {
-            counted = Self.variantKey(missed, names: names, requestHeaders: requestHeaders)
-        }
+        let counted = peekSelected(missed, requestHeaders: requestHeaders).key
         withShard(for: counted) { $0.statistics.misses -= 1 }
         return entry
     }

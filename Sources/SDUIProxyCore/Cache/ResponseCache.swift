@@ -159,13 +159,18 @@ public final class ResponseCache: Sendable {
     /// Whether a fresh entry exists for `key`, without counting a hit or a miss or touching recency: for
     /// deciding whether background work is needed.
     public func hasFreshEntry(_ key: CacheKey, requestHeaders: HTTPHeaders, now: NIODeadline) -> Bool {
-        var slot = withShard(for: key) { $0.store.peek(key) }
-        if case .variants(let names)? = slot {
-            let variant = Self.variantKey(key, names: names, requestHeaders: requestHeaders)
-            slot = withShard(for: variant) { $0.store.peek(variant) }
-        }
-        guard case .response(let entry)? = slot else { return false }
+        guard case .response(let entry)? = peekSelected(key, requestHeaders: requestHeaders).slot else { return false }
         return entry.isFresh(at: now) && !entry.revalidation.contains(.noCache)
+    }
+
+    /// What is stored for the request `requestHeaders` make for `key`, and under which key: `key`'s own slot, or,
+    /// when `key` holds the list of the headers the backend varies on, the slot of the variant they select. Counts
+    /// nothing and touches no recency.
+    func peekSelected(_ key: CacheKey, requestHeaders: HTTPHeaders) -> (key: CacheKey, slot: Slot?) {
+        let slot = withShard(for: key) { $0.store.peek(key) }
+        guard case .variants(let names)? = slot else { return (key, slot) }
+        let variant = Self.variantKey(key, names: names, requestHeaders: requestHeaders)
+        return (variant, withShard(for: variant) { $0.store.peek(variant) })
     }
 
     private enum SlotLookup {

@@ -51,11 +51,8 @@ public struct TraceSampler: Sendable {
         return flags & 1 == 1
     }
 
+    /// A lower-case hex digit's value, as trace context writes them (section 3.2.2); nil for any other byte.
     private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        default: nil
-        }
+        (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte) ? nil : HTTPSyntax.hexValue(byte)
     }
 }
