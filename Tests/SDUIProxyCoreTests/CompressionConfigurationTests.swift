@@ -8,17 +8,11 @@ struct CompressionConfigurationTests {
         _ yaml: String,
         environment: [String: String] = [:]
     ) throws(ConfigurationError) -> CompressionConfiguration {
-        let named = "upstream: { url: \"http://backend.test\" }\n" + yaml
-        return try ConfigurationLoader(environment: environment).load(yaml: named).compression
+        try SectionLoading.load(yaml, environment: environment).compression
     }
 
     private func error(_ yaml: String, environment: [String: String] = [:]) -> ConfigurationError? {
-        do {
-            _ = try load(yaml, environment: environment)
-            return nil
-        } catch {
-            return error
-        }
+        SectionLoading.error(yaml, environment: environment)
     }
 
     @Test("without the section: br and gzip, from 256 bytes, for JSON, text, JavaScript and SVG")

@@ -8,17 +8,11 @@ struct TracingConfigurationTests {
         _ yaml: String,
         environment: [String: String] = [:]
     ) throws(ConfigurationError) -> TracingConfiguration {
-        let named = "upstream: { url: \"http://backend.test\" }\n" + yaml
-        return try ConfigurationLoader(environment: environment).load(yaml: named).tracing
+        try SectionLoading.load(yaml, environment: environment).tracing
     }
 
     private func error(_ yaml: String, environment: [String: String] = [:]) -> ConfigurationError? {
-        do {
-            _ = try load(yaml, environment: environment)
-            return nil
-        } catch {
-            return error
-        }
+        SectionLoading.error(yaml, environment: environment)
     }
 
     @Test("without the section, or without an endpoint, nothing is traced")
