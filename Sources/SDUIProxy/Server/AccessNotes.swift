@@ -25,7 +25,7 @@ final class AccessNotes {
     /// The request's server span, when it is traced, and the tracer that writes its context into requests to
     /// the backend.
     var span: (any Span)? { traced?.span }
-    private let traced: RequestSpan?
+    let traced: RequestSpan?
     /// Whether there is a span that has not ended yet (``endSpan(status:cacheResult:bytes:protocol:)``); the
     /// `deinit` ends one that is still open.
     private var spanOpen: Bool
@@ -79,15 +79,6 @@ final class AccessNotes {
         leaderRequestID = leader.requestID
         guard let span, span.isRecording, let trace = leader.trace else { return }
         span.addLink(SpanLink(context: trace, attributes: [:]))
-    }
-
-    /// Who the requests to the backend made for this one say they are for: the client's sane id, the line's,
-    /// or a new one, and this span.
-    func upstreamIdentity(for head: HTTPRequestHead) -> UpstreamIdentity {
-        UpstreamIdentity(
-            requestID: RequestID.given(in: head.headers) ?? requestID ?? RequestID.make(),
-            span: traced
-        )
     }
 
     /// Ends the span with how the request ended; later calls do nothing.

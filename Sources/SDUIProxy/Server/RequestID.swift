@@ -16,7 +16,8 @@ enum RequestID {
     /// Who a request sent to the backend for `head` is for: the client's sane id, the access line's, or a new
     /// one, and the request's span when it is traced.
     static func upstreamIdentity(of head: HTTPRequestHead, notes: AccessNotes?) -> UpstreamIdentity {
-        notes?.upstreamIdentity(for: head) ?? UpstreamIdentity(requestID: given(in: head.headers) ?? make(), span: nil)
+        // The notes' id, when they have one, is the client's sane one already, or the one made for its line.
+        UpstreamIdentity(requestID: notes?.requestID ?? given(in: head.headers) ?? make(), span: notes?.traced)
     }
 
     /// A new id: 128 random bits from the system's secure generator, as 32 lower-case hex digits (as queue ids).
