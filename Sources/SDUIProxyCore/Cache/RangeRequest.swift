@@ -37,14 +37,23 @@ public enum RangeRequest {
     }
 
     /// A `bytes` range-spec: `first-last`, `first-` or `-suffix`.
-    enum Spec: Equatable {
+    public enum Spec: Equatable, Sendable {
         case from(Int, through: Int?)
         case suffix(Int)
+
+        /// The `Range` value that asks for this range.
+        public var value: String {
+            switch self {
+            case .from(let first, nil): "bytes=\(first)-"
+            case .from(let first, let last?): "bytes=\(first)-\(last)"
+            case .suffix(let count): "bytes=-\(count)"
+            }
+        }
     }
 
     /// The one range a `Range` value asks for, or nil when it asks for another unit, several ranges, or does not
     /// parse.
-    static func byteRange(_ value: String) -> Spec? {
+    public static func byteRange(_ value: String) -> Spec? {
         let text = value.trimmingWhitespace()
         guard let equals = text.firstIndex(of: "="),
             HTTPSyntax.equalsIgnoringCase(String(text[..<equals]), "bytes")
@@ -71,7 +80,7 @@ public enum RangeRequest {
         return Int(text) ?? Int.max
     }
 
-    static func satisfy(_ spec: Spec, length: Int) -> Decision {
+    public static func satisfy(_ spec: Spec, length: Int) -> Decision {
         guard length > 0 else { return .unsatisfiable }
         switch spec {
         case .from(let start, let end):
@@ -85,7 +94,12 @@ public enum RangeRequest {
 
     /// Whether an `If-Range` names this representation with a strong validator (RFC 9110 section 13.1.5): the
     /// same strong entity tag, or the `Last-Modified` date when that date is strong. A weak tag never matches.
-    static func matchesStrongly(_ value: String, etag: String, lastModified: String?, date: () -> String?) -> Bool {
+    public static func matchesStrongly(
+        _ value: String,
+        etag: String,
+        lastModified: String?,
+        date: () -> String?
+    ) -> Bool {
         let condition = value.trimmingWhitespace()
         if condition.hasPrefix("\"") || condition.hasPrefix("W/") {
             return !condition.hasPrefix("W/") && !etag.hasPrefix("W/") && condition == etag
