@@ -1,7 +1,8 @@
 import NIOCore
 import NIOHTTP1
-import SDUIProxyCore
 import Testing
+
+@testable import SDUIProxyCore
 
 /// What a cached response costs beyond its bytes: the cache holds hundreds of thousands of them, and every
 /// byte of an entry's object is paid once per entry (`Benchmarks/run.sh`'s `memory` scenario measures the sum).
@@ -30,6 +31,8 @@ struct EntryFootprintTests {
     @Test("a form inline in its entry takes 32 bytes, and the entry's object at most 128 with its header")
     func objectSizes() {
         #expect(MemoryLayout<StoredForm>.size <= 32)
+        // Every node of the cache's store holds a slot: the parts a few keys hold are boxed, not inline.
+        #expect(MemoryLayout<ResponseCache.Slot>.size <= 8)
         let plain = Self.entry(headers: ["Content-Type": "application/json", "Cache-Control": "max-age=60"])
         #expect(Self.allocatedBytes(plain) <= 128)
     }

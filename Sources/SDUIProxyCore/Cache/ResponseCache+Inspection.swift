@@ -56,6 +56,8 @@ extension ResponseCache {
         for shard in shards {
             shard.state.withLock { state in
                 total.entries += state.store.count - state.variantLists
+                total.partialEntries += state.partials
+                total.partialHits += state.statistics.partialHits
                 total.bytes += state.store.totalCost
                 total.hits += state.statistics.hits
                 total.misses += state.statistics.misses

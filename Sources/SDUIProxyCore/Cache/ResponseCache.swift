@@ -33,6 +33,10 @@ public final class ResponseCache: Sendable {
         public var compressedEntries = 0
         /// Compressions finished after their entry was stored that found it replaced or gone, and were dropped.
         public var compressionsDropped = 0
+        /// Keys holding parts of a representation, not all of it (counted in ``entries`` too).
+        public var partialEntries = 0
+        /// Range requests answered from held parts (counted in ``hits`` too).
+        public var partialHits = 0
 
         public init() {}
     }
@@ -52,9 +56,21 @@ public final class ResponseCache: Sendable {
         case response(CachedResponse)
         /// The backend varies on these request headers: look again under the variant key.
         case variants(names: [String])
+        /// Parts of the representation, not all of it (``PartialContent``): a lookup misses. Boxed, so that a
+        /// slot, which every node of the store holds, stays one reference wide.
+        indirect case partial(PartialContent)
 
         var isVariantList: Bool {
             if case .variants = self { true } else { false }
+        }
+
+        var isPartial: Bool {
+            if case .partial = self { true } else { false }
+        }
+
+        /// Whether the slot holds a whole response.
+        var isResponse: Bool {
+            if case .response = self { true } else { false }
         }
     }
 
@@ -65,6 +81,8 @@ public final class ResponseCache: Sendable {
             /// How many of the store's slots are lists of varying headers, not responses: the entries
             /// reported are the responses.
             var variantLists = 0
+            /// How many of the store's slots hold parts of a representation (``PartialContent``).
+            var partials = 0
             /// The body bytes of the stored responses in each form, kept as they come and go.
             var forms = StoredFormTally()
         }
@@ -191,7 +209,7 @@ public final class ResponseCache: Sendable {
                 return .found(.fresh(entry))
             case .variants(let names)?:
                 return .varies(names: names)
-            case nil:
+            case nil, .partial?:
                 state.statistics.misses += 1
                 return .found(.miss)
             }
@@ -233,13 +251,24 @@ public final class ResponseCache: Sendable {
         )
     }
 
-    private func insert(_ slot: Slot, for key: CacheKey, cost: Int) -> Bool {
+    /// Puts `slot` under `key`, when `replaces` takes what the key holds (checked under the same lock).
+    func insert(
+        _ slot: Slot,
+        for key: CacheKey,
+        cost: Int,
+        replaces: (Slot?) -> Bool = { _ in true }
+    ) -> Bool {
         var evicted = Evicted()
         var replacesResponse = false
+        var refused = false
         let stored = withShard(for: key) { state in
             let replaced = state.store.peek(key)
+            guard replaces(replaced) else {
+                refused = true
+                return false
+            }
             let replacesList = replaced?.isVariantList ?? false
-            replacesResponse = replaced.map { !$0.isVariantList } ?? false
+            replacesResponse = replaced?.isResponse ?? false
             let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in
                 state.forms.count(slot, -1)
                 evicted.keep(key, slot)
@@ -249,6 +278,8 @@ public final class ResponseCache: Sendable {
             if stored { state.forms.count(slot, 1) }
             state.statistics.evictions += evicted.responses
             state.variantLists += (stored && slot.isVariantList ? 1 : 0) - (replacesList ? 1 : 0) - evicted.lists
+            state.partials +=
+                (stored && slot.isPartial ? 1 : 0) - (replaced?.isPartial == true ? 1 : 0) - evicted.partials
             if !stored {
                 state.statistics.rejectedAsTooLarge += 1
             } else if !slot.isVariantList {
@@ -257,9 +288,10 @@ public final class ResponseCache: Sendable {
             }
             return stored
         }
+        if refused { return false }
         // The key held a response before (replaced, or gone with a replacement too large to keep), and holds one
         // after when this one was stored.
-        storedTargets.add((stored && !slot.isVariantList ? 1 : 0) - (replacesResponse ? 1 : 0), for: key.target)
+        storedTargets.add((stored && slot.isResponse ? 1 : 0) - (replacesResponse ? 1 : 0), for: key.target)
         evicted.forEachResponse { storedTargets.add(-1, for: $0.target) }
         // The evicted entries are freed here, after the lock: freeing reads memory long out of the processor's
         // caches and can wait for the allocator of the thread that made them, and lookups on the shard would
@@ -273,18 +305,21 @@ public final class ResponseCache: Sendable {
     private struct Evicted {
         private var first: (CacheKey, Slot)?
         private var more: [(CacheKey, Slot)] = []
+        /// Responses and parts evicted: what the statistics count as evictions.
         private(set) var responses = 0
         private(set) var lists = 0
+        private(set) var partials = 0
 
         mutating func keep(_ key: CacheKey, _ slot: Slot) {
             if first == nil { first = (key, slot) } else { more.append((key, slot)) }
             if slot.isVariantList { lists += 1 } else { responses += 1 }
+            if slot.isPartial { partials += 1 }
         }
 
-        /// Calls `body` with the key of each evicted response.
+        /// Calls `body` with the key of each evicted whole response.
         func forEachResponse(_ body: (CacheKey) -> Void) {
-            if let (key, slot) = first, !slot.isVariantList { body(key) }
-            for (key, slot) in more where !slot.isVariantList { body(key) }
+            if let (key, slot) = first, slot.isResponse { body(key) }
+            for (key, slot) in more where slot.isResponse { body(key) }
         }
     }
 
@@ -324,10 +359,15 @@ public final class ResponseCache: Sendable {
             return reached
         }
         // The same rule that judges the fills in flight; a list of varying headers carries no tags.
-        let matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool = { target, entry in
-            invalidation.mayReach(target: target, tags: entry?.tags ?? [])
+        let matches: @Sendable (_ target: String, _ tags: [String]) -> Bool = { target, tags in
+            invalidation.mayReach(target: target, tags: tags)
         }
-        let responses = invalidation.soft ? markStale(where: matches, now: now) : remove(where: matches)
+        // Parts are removed either way: stale parts answer nothing, and what a soft invalidation keeps for is
+        // serving stale.
+        let responses =
+            invalidation.soft
+            ? markStale(where: matches, now: now) + remove(where: matches, partsOnly: true)
+            : remove(where: matches, partsOnly: false)
         return Reach(responses: responses, fillsInFlight: fillsReached)
     }
 
@@ -461,6 +501,7 @@ public final class ResponseCache: Sendable {
             }
             state.statistics.evictions += evicted.responses
             state.variantLists -= evicted.lists
+            state.partials -= evicted.partials
             return true
         }
         evicted.forEachResponse { storedTargets.add(-1, for: $0.target) }
@@ -499,8 +540,9 @@ public final class ResponseCache: Sendable {
         return removed != nil
     }
 
-    /// Removes every stored response whose normalised target matches, and returns how many went.
-    private func remove(where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool) -> Int {
+    /// Removes every stored response (or, with `partsOnly`, every held part of one) whose normalised target and
+    /// tags match, and returns how many went.
+    private func remove(where matches: @Sendable (_ target: String, _ tags: [String]) -> Bool, partsOnly: Bool) -> Int {
         var removed = 0
         // Responses removed per target, applied to the counts after each shard's lock.
         var removedTargets: [String: Int] = [:]
@@ -509,21 +551,28 @@ public final class ResponseCache: Sendable {
                 // Responses are counted; the lists of a target's varying headers go with them uncounted.
                 var responses = 0
                 var lists = 0
+                var partials = 0
                 state.store.removeAll { key, slot in
                     switch slot {
                     case .response(let entry):
-                        guard matches(key.target, entry) else { return false }
+                        guard !partsOnly, matches(key.target, entry.tags) else { return false }
                         responses += 1
                         state.forms.count(slot, -1)
                         removedTargets[key.target, default: 0] -= 1
                         return true
                     case .variants:
-                        guard matches(key.target, nil) else { return false }
+                        guard !partsOnly, matches(key.target, []) else { return false }
                         lists += 1
+                        return true
+                    case .partial(let content):
+                        guard matches(key.target, content.tags) else { return false }
+                        partials += 1
                         return true
                     }
                 }
                 state.variantLists -= lists
+                state.partials -= partials
+                responses += partials
                 state.statistics.purged += responses
                 return responses
             }
@@ -536,7 +585,7 @@ public final class ResponseCache: Sendable {
     /// Replaces every fresh stored response whose normalised target matches by its copy stale as of `now`, in
     /// place (its cost and recency unchanged), and returns how many matched. The lists of varying headers stay.
     private func markStale(
-        where matches: @Sendable (_ target: String, _ entry: CachedResponse?) -> Bool,
+        where matches: @Sendable (_ target: String, _ tags: [String]) -> Bool,
         now: NIODeadline
     )
         -> Int
@@ -546,7 +595,7 @@ public final class ResponseCache: Sendable {
             reached += shard.state.withLock { state in
                 var responses = 0
                 state.store.replaceValues { key, slot in
-                    guard case .response(let entry) = slot, matches(key.target, entry) else { return nil }
+                    guard case .response(let entry) = slot, matches(key.target, entry.tags) else { return nil }
                     responses += 1
                     return entry.softPurged(at: now).map(Slot.response)
                 }
