@@ -49,6 +49,8 @@ struct ConfigurationPrinterTests {
               vary: [Accept-Language]
               tagHeader: X-Tags
               exposeTags: true
+              rangeMiss: part
+              maxPartsPerEntry: 3
               routes:
                 - { prefix: "/a b/", defaultTTL: 1d, bypass: true }
                 - { prefix: /assets/, validateComponents: true, vary: [] }

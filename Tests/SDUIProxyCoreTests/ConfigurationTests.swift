@@ -587,6 +587,22 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("cache.rangeMiss and cache.maxPartsPerEntry: defaults, values, the environment and what is refused")
+    func partialContent() throws {
+        let defaults = try load("")
+        #expect(defaults.cache.rangeMiss == .whole)
+        #expect(defaults.cache.maxPartsPerEntry == 16)
+        let set = try load("cache: { rangeMiss: part, maxPartsPerEntry: 4 }")
+        #expect(set.cache.rangeMiss == .part)
+        #expect(set.cache.maxPartsPerEntry == 4)
+        let fromEnvironment = try load("", environment: ["SDUI_PROXY_CACHE_RANGE_MISS": "part"])
+        #expect(fromEnvironment.cache.rangeMiss == .part)
+        let unknown = error("cache: { rangeMiss: slices }")
+        #expect(unknown?.key == "cache.rangeMiss")
+        #expect(unknown?.problem.hasPrefix(#"must be whole or part, not "slices""#) == true)
+        #expect(error("cache: { maxPartsPerEntry: 0 }")?.key == "cache.maxPartsPerEntry")
+    }
+
     @Test("size and duration parsing")
     func parsing() {
         #expect(ConfigValueParsing.byteSize("256MiB") == 256 << 20)

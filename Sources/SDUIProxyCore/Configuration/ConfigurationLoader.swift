@@ -258,7 +258,7 @@ public struct ConfigurationLoader: Sendable {
             "exposeTags",
             "targetedFields", "heuristic", "maxErrorTTL", "storeSetCookie", "honorClientNoCache", "name",
             "xCacheHeader",
-            "cacheStatusKey",
+            "cacheStatusKey", "rangeMiss", "maxPartsPerEntry",
         ])
         var cache = ProxyConfiguration.Cache()
         cache.maxBytes = try section.byteSize("maxBytes", default: cache.maxBytes, minimum: 1024)
@@ -278,6 +278,12 @@ public struct ConfigurationLoader: Sendable {
         }
         cache.xCacheHeader = try section.bool("xCacheHeader", default: cache.xCacheHeader)
         cache.cacheStatusKey = try section.bool("cacheStatusKey", default: cache.cacheStatusKey)
+        let rangeMiss = try section.string("rangeMiss", default: cache.rangeMiss.rawValue)
+        guard let parsedRangeMiss = ProxyConfiguration.Cache.RangeMiss(rawValue: rangeMiss) else {
+            throw section.fail("rangeMiss", "must be whole or part, not \"\(rangeMiss)\"")
+        }
+        cache.rangeMiss = parsedRangeMiss
+        cache.maxPartsPerEntry = try section.int("maxPartsPerEntry", default: cache.maxPartsPerEntry, in: 1...1024)
         for routeSection in try section.sectionList("routes") {
             try routeSection.rejectUnknownKeys([
                 "prefix", "defaultTTL", "validateComponents", "vary", "bypass", "staleIfError", "stream",

@@ -92,6 +92,8 @@ public enum ConfigurationPrinter {
         out.pair(1, "name", scalar(config.cache.name))
         out.pair(1, "xCacheHeader", "\(config.cache.xCacheHeader)")
         out.pair(1, "cacheStatusKey", "\(config.cache.cacheStatusKey)")
+        out.pair(1, "rangeMiss", config.cache.rangeMiss.rawValue)
+        out.pair(1, "maxPartsPerEntry", "\(config.cache.maxPartsPerEntry)")
         policy(config.cache.policy, indent: 1, into: &out)
         if config.cache.routes.isEmpty {
             out.pair(1, "routes", "[]")

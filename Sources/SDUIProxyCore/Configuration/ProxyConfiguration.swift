@@ -150,8 +150,23 @@ public struct ProxyConfiguration: Sendable, Equatable {
         public var xCacheHeader = true
         /// Whether `Cache-Status` carries the cache key (`key=`), for debugging.
         public var cacheStatusKey = false
+        /// What a range request that finds nothing stored asks the backend for (``RangeMiss``).
+        public var rangeMiss = RangeMiss.whole
+        /// The most separate parts held of one representation (RFC 9111 section 3.3), so that a client's ranges
+        /// cannot fragment the cache: a part that would make more is served and not kept.
+        public var maxPartsPerEntry = 16
 
         public init() {}
+
+        /// What a range request that finds nothing stored asks the backend for.
+        public enum RangeMiss: String, Sendable, Equatable, CaseIterable {
+            /// The whole representation, stored, the range cut from it: one request answers every later range.
+            /// Best for what is small enough to hold whole, as screens are.
+            case whole
+            /// The range alone, its 206 held as a part; a later request for the whole asks only for what is
+            /// missing. Representations too large to hold whole are always fetched this way.
+            case part
+        }
 
         /// The policy that applies to `path`.
         public func policy(forPath path: String) -> RoutePolicy {
