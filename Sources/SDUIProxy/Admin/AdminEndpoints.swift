@@ -138,7 +138,8 @@ enum AdminEndpoints {
             ("hits", statistics.hits), ("misses", statistics.misses), ("staleServes", statistics.staleServes),
             ("revalidations", statistics.revalidations), ("coalescedWaits", proxy.fetcher.coalescer.coalescedWaits),
             ("evictions", statistics.evictions), ("purged", statistics.purged), ("softPurged", statistics.softPurged),
-            ("stores", statistics.stores),
+            ("stores", statistics.stores), ("partialEntries", statistics.partialEntries),
+            ("partialHits", statistics.partialHits),
         ]
         let sent = proxy.metrics.storedFormsSent()
         let forms = RequestTally.formLabels

@@ -116,15 +116,15 @@ public final class ComponentFetcher: Sendable {
     /// here, not on every miss.
     let plainClientFields: ClientFacingFields
     /// The operator's cache-wide rules for what is stored and for how long.
-    private let storageRules: StorageRules
+    let storageRules: StorageRules
     /// Whether stored entries compute their content hash up front: only Beagle 1.x clients ask for it.
     let computesContentHash: Bool
-    private let metrics: ProxyMetrics
+    let metrics: ProxyMetrics
     /// Keeps stored responses compressed as `compression` says; nil keeps them in identity only.
     private let compressor: StoreTimeCompressor?
     /// The threads that compress large bodies, which the fetcher that replaces this one at a reload takes over.
     var compressionPool: CompressionPool? { compressor?.pool }
-    private let logger: Logger
+    let logger: Logger
     /// Where failures of the backend are logged, each key and kind at most once an interval; the connection
     /// handlers log theirs here too.
     public let failureLog: FailureLog

@@ -63,6 +63,10 @@ public final class ProxyMetrics: Sendable {
         /// Compressions that found their entry replaced or gone, and were dropped
         /// (`sdui_compressions_dropped_total`).
         public var compressionsDropped = 0
+        /// Keys holding parts of a representation (`sdui_cache_partial_entries`).
+        public var partialEntries = 0
+        /// Ranges answered from held parts (`sdui_cache_partial_hits_total`).
+        public var partialHits = 0
 
         /// Creates a snapshot from figures gathered by the caller.
         public init(
@@ -93,6 +97,8 @@ public final class ProxyMetrics: Sendable {
             )
             bodyBytesByForm = statistics.bodyBytesByForm
             compressionsDropped = statistics.compressionsDropped
+            partialEntries = statistics.partialEntries
+            partialHits = statistics.partialHits
         }
     }
 
@@ -139,6 +145,8 @@ public final class ProxyMetrics: Sendable {
         var queueDepth: Gauge?
         var queueIdentifiers: (pending: Gauge, merges: Counter, dependencyFailed: Counter)?
         let compressionsDropped: Counter
+        let partialEntries: Gauge
+        let partialHits: Counter
         /// `sdui_cache_body_bytes{encoding}`, per form of ``RequestTally/formLabels``.
         let bodyBytes: [Gauge]
         /// `sdui_cache_responses_by_encoding_total{encoding}`, per form of ``RequestTally/formLabels``.
@@ -290,6 +298,19 @@ public final class ProxyMetrics: Sendable {
                         "compressions_dropped",
                         unit: "total",
                         help: "Compressions that finished after their entry was replaced or removed, and were dropped."
+                    )
+                ),
+                partialEntries: registry.makeGauge(
+                    descriptor: Self.descriptor(
+                        "cache_partial_entries",
+                        help: "Keys holding parts of a representation, not all of it (RFC 9111 section 3.3)."
+                    )
+                ),
+                partialHits: registry.makeCounter(
+                    descriptor: Self.descriptor(
+                        "cache_partial_hits",
+                        unit: "total",
+                        help: "Range requests answered from held parts of a representation."
                     )
                 ),
                 bodyBytes: RequestTally.formLabels.map { form in
@@ -482,6 +503,8 @@ public final class ProxyMetrics: Sendable {
                 Self.setCounter(state.cacheMisses, to: snapshot.cacheMisses)
                 Self.setCounter(state.eventLoopYields, to: snapshot.eventLoopYields)
                 Self.setCounter(state.compressionsDropped, to: snapshot.compressionsDropped)
+                state.partialEntries.set(Double(snapshot.partialEntries))
+                Self.setCounter(state.partialHits, to: snapshot.partialHits)
                 for (index, form) in RequestTally.formLabels.enumerated() {
                     state.bodyBytes[index].set(Double(snapshot.bodyBytesByForm[form] ?? 0))
                 }

@@ -67,6 +67,12 @@ struct CacheResponder {
                 staleEntry = entry
             }
             reason = Self.forwardReason(found)
+            // No whole response: the parts held of it may answer, or a range goes up as a range.
+            if staleEntry == nil, case .miss = found, request.head.method == .GET,
+                respondWithParts(to: request, reason, proxy: proxy, sink: sink, now: now)
+            {
+                return
+            }
         } else if ClientCacheDirectives(headers: request.head.headers).onlyIfCached {
             // Answers from the cache are not for this request (its Authorization), and it may not go upstream.
             let status = CacheStatus(detail: "only-if-cached")
@@ -77,6 +83,18 @@ struct CacheResponder {
         } else {
             reason = .request
         }
+        fetchWhole(request, reason, staleEntry: staleEntry, proxy: proxy, sink: sink)
+    }
+
+    /// Answers a request the cache could not answer with what a fill of its whole representation brings: stored,
+    /// revalidated, a stale stand-in, or streamed when too large to hold.
+    func fetchWhole(
+        _ request: CacheRequest,
+        _ reason: CacheStatus.Forward,
+        staleEntry: CachedResponse?,
+        proxy: ProxyContext,
+        sink: any ResponseSink
+    ) {
         // Its last fill was too large to hold: streamed at once, without a fill that would be cut off again.
         if staleEntry == nil, proxy.client.streamsResponses,
             proxy.fetcher.oversizedMarks.isMarked(request.key, now: .now())
@@ -160,7 +178,7 @@ struct CacheResponder {
     }
 
     /// Answers a request that missed with what its fetch produced; `collapsed` when it took another request's.
-    private func answer(
+    func answer(
         _ request: CacheRequest,
         _ reason: CacheStatus.Forward,
         collapsed: Bool,
@@ -372,7 +390,7 @@ struct CacheResponder {
 
     /// The fetch that fills the request's entry, with the client's forwarding details; `interim` passes the
     /// backend's interim responses to the client (not to a coalesced waiter: the exchange is its leader's).
-    private func fill(
+    func fill(
         _ request: CacheRequest,
         staleEntry: CachedResponse?,
         proxy: ProxyContext,
