@@ -116,6 +116,33 @@ struct PartialContentTests {
         #expect(longer.parts.map(\.start) == [5])
     }
 
+    @Test("parts that would hold more than a fill may bring together are not held, nor made whole")
+    func boundedBytes() {
+        guard
+            case .tooLarge = PartialContent.combining(
+                Self.part(0, 9),
+                with: Self.part(10, 19),
+                maxParts: 16,
+                maxBytes: 16
+            )
+        else {
+            Issue.record("20 bytes are over 16")
+            return
+        }
+        guard
+            case .tooLarge = PartialContent.combining(
+                Self.part(0, 9),
+                with: Self.part(10, 25),
+                maxParts: 16,
+                maxBytes: 20
+            )
+        else {
+            Issue.record("a whole of 26 bytes is over 20")
+            return
+        }
+        #expect(Self.part(0, 9).heldBytes == 10)
+    }
+
     @Test("cache.maxPartsPerEntry: a part that would make more parts than allowed is not held")
     func bounded() throws {
         let two = try #require(Self.held(PartialContent.combining(Self.part(0, 1), with: Self.part(4, 5), maxParts: 2)))
@@ -213,6 +240,43 @@ struct PartialContentTests {
     )
     func whole(headers: HTTPHeaders) {
         #expect(Self.step(headers, held: Self.part(0, 9), fetchesParts: true) == .usual)
+    }
+
+    @Test(
+        "RFC 9110 §13.2.2: a request with a condition of its own goes the usual way, a range or not",
+        arguments: [
+            ["Range": "bytes=0-4", "If-None-Match": "\"v1\""],
+            ["Range": "bytes=20-", "If-Modified-Since": "Sun, 06 Nov 1994 08:49:37 GMT"],
+            ["Range": "bytes=0-4", "If-Match": "\"v1\""], ["If-Unmodified-Since": "Sun, 06 Nov 1994 08:49:37 GMT"],
+        ] as [HTTPHeaders]
+    )
+    func ownCondition(headers: HTTPHeaders) {
+        #expect(Self.step(headers, held: Self.part(0, 9), fetchesParts: true) == .usual)
+    }
+
+    @Test("held parts answer only when they may: a client's no-cache that is honoured sends the range up")
+    func mayNotServe() {
+        #expect(
+            PartialContentPlan.step(
+                headers: ["Range": "bytes=0-4"],
+                held: Self.part(0, 9),
+                now: Self.start,
+                fetchesParts: false,
+                mayServeHeld: false
+            ) == .fetch(range: "bytes=0-4", ifRange: "\"v1\"", whole: false)
+        )
+    }
+
+    @Test("a prefix whose whole could not be held (over upstream.maxResponseBytes) is not completed")
+    func prefixTooLargeToComplete() {
+        let step = PartialContentPlan.step(
+            headers: [:],
+            held: Self.part(0, 4),
+            now: Self.start,
+            fetchesParts: false,
+            maxFetchBytes: 25
+        )
+        #expect(step == .usual)
     }
 
     @Test("RFC 9110 §13.1.5: a client's If-Range on the parts' own tag is served from them")

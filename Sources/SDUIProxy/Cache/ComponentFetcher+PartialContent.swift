@@ -83,7 +83,11 @@ extension ComponentFetcher {
     ) throws(ProxyError) -> PartOutcome {
         var noPlan: StoredPlan?  // A part starts no prefetch; a whole stored from parts is a JSON screen rarely.
         guard response.status == .partialContent else {
-            // A 200 (the representation changed, or the backend serves no ranges), an error, a 416: as a fill's.
+            // A 200 (the representation changed, or the backend serves no ranges) is a fill's answer. Anything else
+            // answered a range, not the target: never stored under the key a plain GET looks up.
+            guard response.status == .ok else {
+                return .outcome(.notStored(response, reason: "an answer to a range, status \(response.status.code)"))
+            }
             return .outcome(try process(response, for: request, exchange, &noPlan))
         }
         let new: PartialContent
@@ -91,11 +95,14 @@ extension ComponentFetcher {
         case .success(let part): new = part
         case .failure(let error): return .outcome(.notStored(response, reason: error.reason))
         }
-        switch PartialContent.combining(cache.partialContent(for: request.key), with: new, maxParts: maxParts) {
+        let held = cache.partialContent(for: request.key)
+        switch PartialContent.combining(held, with: new, maxParts: maxParts, maxBytes: maxResponseBytes) {
         case .whole(let body):
-            // Every byte is here: a whole 200, with the newest part's fields, stored as a fill's answer is.
+            // Every byte is here: a whole 200, with the newest part's fields (its `Age` too, which the whole's age
+            // counts from), stored as a fill's answer is.
             var headers = new.headers
             headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
+            if let age = response.fields.first("age") { headers.replaceOrAdd(name: "Age", value: age) }
             let whole = UpstreamResponse(status: .ok, headers: headers, body: body)
             let outcome = try process(whole, for: request, exchange, &noPlan)
             if case .stored = outcome {} else { cache.removePartial(for: request.key) }
@@ -105,6 +112,12 @@ extension ComponentFetcher {
             return .parts(combined)
         case .tooFragmented:
             logger.debug("part not held: cache.maxPartsPerEntry reached", metadata: request.logMetadata())
+            return .parts(new)
+        case .tooLarge:
+            logger.debug(
+                "part not held: the parts would hold more than upstream.maxResponseBytes",
+                metadata: request.logMetadata()
+            )
             return .parts(new)
         }
     }

@@ -21,7 +21,15 @@ extension CacheResponder {
         let fetchesParts =
             proxy.configuration.cache.rangeMiss == .part
             || (held == nil && proxy.fetcher.oversizedMarks.isMarked(request.key, now: now))
-        switch PartialContentPlan.step(headers: headers, held: held, now: now, fetchesParts: fetchesParts) {
+        let step = PartialContentPlan.step(
+            headers: headers,
+            held: held,
+            now: now,
+            fetchesParts: fetchesParts,
+            mayServeHeld: !honorsClientNoCache || !ClientCacheDirectives(headers: headers).asksValidation,
+            maxFetchBytes: proxy.fetcher.maxResponseBytes
+        )
+        switch step {
         case .usual:
             return false
         case .serve(let range):
@@ -93,8 +101,9 @@ extension CacheResponder {
                     sink: sink,
                     now: .now()
                 )
-            case .success(.outcome(.notStored(let response, _))) where whole && response.status == .partialContent:
-                // A part the client did not ask for, and that completes nothing: the whole, fetched as any miss.
+            case .success(.outcome(.notStored(let response, _))) where whole && response.status != .ok:
+                // A part that completes nothing, or an answer about a range the client did not ask for (a 416 when
+                // the representation shrank): the whole, fetched as any miss.
                 self.fetchWhole(request, reason, staleEntry: nil, proxy: proxy, sink: sink)
             case .success(.outcome(let outcome)):
                 self.answer(

@@ -69,20 +69,32 @@ public struct PartialContent: Sendable {
         case whole(ByteBuffer)
         /// Held as they were: the new part would have made more than the parts allowed.
         case tooFragmented
+        /// Held as they were: the parts together would have held more bytes than allowed.
+        case tooLarge
     }
 
     /// Combines `new` (one 206's part) with `stored`: joined when both carry the same strong tag and length, else
     /// `new` replaces what was held (it is the backend's current representation). `maxParts` bounds the parts
-    /// held, so that a client's ranges cannot fragment the cache.
-    public static func combining(_ stored: PartialContent?, with new: PartialContent, maxParts: Int) -> Combination {
+    /// held, so that a client's ranges cannot fragment the cache; `maxBytes` the bytes they hold together (a whole
+    /// response's own bound, so that joined parts never hold more than a fill may).
+    public static func combining(
+        _ stored: PartialContent?,
+        with new: PartialContent,
+        maxParts: Int,
+        maxBytes: Int = .max
+    ) -> Combination {
         var combined = new
         if let stored, stored.etag == new.etag, stored.completeLength == new.completeLength {
             for part in stored.parts { combined.insert(part) }
         }
+        if combined.heldBytes > maxBytes { return .tooLarge }
         if combined.isComplete { return .whole(combined.parts[0].bytes) }
         if combined.parts.count > max(1, maxParts) { return .tooFragmented }
         return .parts(combined)
     }
+
+    /// The bytes the parts hold together.
+    public var heldBytes: Int { parts.reduce(0) { $0 + $1.bytes.readableBytes } }
 
     /// Whether every byte is held, in one part.
     public var isComplete: Bool { parts.count == 1 && parts[0].start == 0 && parts[0].end == completeLength }

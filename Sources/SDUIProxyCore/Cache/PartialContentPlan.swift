@@ -9,6 +9,10 @@ import NIOHTTP1
 /// when the parts hold its first bytes, asks only for the rest (`Range: bytes=N-`, `If-Range`). With no parts, a
 /// range is asked for as such when `fetchesParts` (`cache.rangeMiss: part`, or a representation too large to
 /// hold whole); otherwise the whole representation is fetched and stored, and the range cut from it.
+///
+/// A request with a condition of its own (`If-None-Match`, `If-Modified-Since`, `If-Match`,
+/// `If-Unmodified-Since`) goes the usual way: the backend judges those on the whole representation, and a fill of
+/// the whole answers them as any stored response does.
 public enum PartialContentPlan {
     public enum Step: Equatable, Sendable {
         /// A 206 of these bytes from the held parts.
@@ -21,17 +25,26 @@ public enum PartialContentPlan {
     }
 
     /// The step for a GET with `headers` that missed, given what is held for its key.
+    ///
+    /// - Parameters:
+    ///   - fetchesParts: whether a range with nothing held is asked for as a range.
+    ///   - mayServeHeld: whether held parts may answer without the backend (not when the client's `no-cache` is
+    ///     honoured).
+    ///   - maxFetchBytes: the most a fetch may bring (`upstream.maxResponseBytes`): a prefix whose rest is larger
+    ///     is not completed, since the rest could not be held.
     public static func step(
         headers: HTTPHeaders,
         held: PartialContent?,
         now: NIODeadline,
-        fetchesParts: Bool
+        fetchesParts: Bool,
+        mayServeHeld: Bool = true,
+        maxFetchBytes: Int = .max
     ) -> Step {
+        guard !hasCondition(headers) else { return .usual }
         let ranges = headers["range"]
         guard !ranges.isEmpty else {
-            // A request for the whole: the held prefix is completed, as long as a condition does not stand in the way
-            // (the backend judges those on the whole).
-            guard let held, held.prefixLength > 0, !hasCondition(headers) else { return .usual }
+            // A request for the whole: the held prefix is completed when the whole could be held.
+            guard let held, held.prefixLength > 0, held.completeLength <= maxFetchBytes else { return .usual }
             return .fetch(range: "bytes=\(held.prefixLength)-", ifRange: held.etag, whole: true)
         }
         // Several ranges or another unit: the whole, as a stored response answers them.
@@ -44,8 +57,8 @@ public enum PartialContentPlan {
             else { return .usual }
         }
         guard let held else { return fetchesParts ? .fetch(range: spec.value, ifRange: nil, whole: false) : .usual }
-        if held.isFresh(at: now), case .part(let range) = RangeRequest.satisfy(spec, length: held.completeLength),
-            held.covers(range), !hasCondition(headers)
+        if mayServeHeld, held.isFresh(at: now),
+            case .part(let range) = RangeRequest.satisfy(spec, length: held.completeLength), held.covers(range)
         {
             return .serve(range)
         }
