@@ -1,6 +1,7 @@
 import NIOHTTP1
-import SDUIProxyCore
 import Testing
+
+@testable import SDUIProxyCore
 
 @Suite("The headers of an upstream request")
 struct UpstreamRequestBuilderTests {
@@ -120,6 +121,14 @@ struct UpstreamRequestBuilderTests {
                 ["Forwarded", #"for="[2001:db8::7]";proto=http;host=proxy.example"#],
             ]
         )
+    }
+
+    @Test("RFC 9110 §5.6.4: a quoted-string escapes quotes and backslashes, and keeps every other byte as it is")
+    func quotedString() {
+        #expect(UpstreamRequestBuilder.quotedString("proxy.example:8080") == #""proxy.example:8080""#)
+        #expect(UpstreamRequestBuilder.quotedString(#"a"b\c"#) == #""a\"b\\c""#)
+        #expect(UpstreamRequestBuilder.quotedString("") == #""""#)
+        #expect(UpstreamRequestBuilder.quotedString("é") == "\"é\"")
     }
 
     @Test("a cache fill names the client's Host only when the route's key holds it")

@@ -217,14 +217,25 @@ public struct UpstreamRequestBuilder: Sendable {
         return element
     }
 
-    /// `text` as an HTTP quoted-string.
-    private static func quotedString(_ text: String) -> String {
-        var result = "\""
-        for character in text {
-            if character == "\"" || character == "\\" { result.append("\\") }
-            result.append(character)
+    /// `text` as an HTTP quoted-string. Over its bytes: a host with a port is quoted on every forwarded request, and
+    /// stepping `Character`s (grapheme breaking, one append each) cost thousands of instructions a request.
+    static func quotedString(_ text: String) -> String {
+        let escapes = text.utf8.reduce(0) { $0 + ($1 == UInt8(ascii: "\"") || $1 == UInt8(ascii: "\\") ? 1 : 0) }
+        let count = text.utf8.count + escapes + 2
+        return String(unsafeUninitializedCapacity: count) { out in
+            var index = 0
+            func put(_ byte: UInt8) {
+                out[index] = byte
+                index += 1
+            }
+            put(UInt8(ascii: "\""))
+            for byte in text.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { put(UInt8(ascii: "\\")) }
+                put(byte)
+            }
+            put(UInt8(ascii: "\""))
+            return index
         }
-        return result + "\""
     }
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
