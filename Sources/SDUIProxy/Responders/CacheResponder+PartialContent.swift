@@ -154,7 +154,7 @@ extension CacheResponder {
             UpstreamResponse(status: .partialContent, headers: headers, body: body),
             forwarded: true,
             annotation: annotation,
-            clientFields: ClientFacingFields(proxy.configuration, policy: request.policy)
+            clientFields: proxy.clientFields(for: request.policy)
         )
     }
 }

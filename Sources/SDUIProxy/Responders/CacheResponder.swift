@@ -250,7 +250,7 @@ struct CacheResponder {
                 UpstreamResponse(status: response.status, headers: headers, body: response.body),
                 forwarded: true,
                 annotation: proxy.cacheReporting.annotation(.bypass, status, key: request.key),
-                clientFields: ClientFacingFields(proxy.configuration, policy: request.policy)
+                clientFields: proxy.clientFields(for: request.policy)
             )
         case .failure(let error):
             let proxyError =
@@ -310,7 +310,7 @@ struct CacheResponder {
         let head = request.head
         let annotation = proxy.cacheReporting.annotation(.bypass, CacheStatus(forward: forward), key: request.key)
         // Keyed like a stored answer, it says so alike.
-        let clientFields = ClientFacingFields(proxy.configuration, policy: request.policy)
+        let clientFields = proxy.clientFields(for: request.policy)
         guard !alone, head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
             return PassThroughResponder().respond(
                 to: head,

@@ -50,7 +50,7 @@ struct PassThroughResponder {
             annotation: annotation,
             invalidator: proxy.invalidator,
             clientFields: clientFields
-                ?? (readsCache ? ClientFacingFields(proxy.configuration, policy: nil) : ClientFacingFields()),
+                ?? (readsCache ? proxy.forwardedClientFields : ClientFacingFields()),
             requestID: requestID,
             keeper: PostAnswerKeeper.make(
                 for: head,

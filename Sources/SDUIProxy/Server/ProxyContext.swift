@@ -40,6 +40,11 @@ public final class ProxyContext: Sendable {
     let threadPool: NIOThreadPool
     /// Where those files go: `limits.requestBufferDirectory`, or the system's temporary directory.
     let requestBufferDirectory: String
+    /// What clients see of the fields of answers the cache does not key (forwarded GETs and HEADs), and of those
+    /// on a route that keys on no field of its own: made once here, since building them (their `Vary` text) cost
+    /// every forwarded request thousands of instructions.
+    let forwardedClientFields: ClientFacingFields
+    private let plainRouteClientFields: ClientFacingFields
 
     public init(
         configuration: ProxyConfiguration,
@@ -73,10 +78,17 @@ public final class ProxyContext: Sendable {
         self.logger = logger
         self.router = RequestRouter(configuration: configuration, queue: writeQueue?.configuration)
         self.cacheReporting = CacheReporting(configuration.cache)
+        self.forwardedClientFields = ClientFacingFields(configuration, policy: nil)
+        self.plainRouteClientFields = ClientFacingFields(configuration, policy: ProxyConfiguration.RoutePolicy())
         self.requestBuilder = UpstreamRequestBuilder(
             platformHeader: configuration.platform.header,
             configuredHeaders: configuration.headers
         )
+    }
+
+    /// What clients see of the fields of answers keyed on `policy`'s route (``ClientFacingFields``).
+    func clientFields(for policy: ProxyConfiguration.RoutePolicy) -> ClientFacingFields {
+        policy.vary.isEmpty ? plainRouteClientFields : ClientFacingFields(configuration, policy: policy)
     }
 
     /// The planner for a configuration: its upstream, and the other names of this proxy and its backend.

@@ -27,7 +27,8 @@ public struct ClientFacingFields: Sendable, Equatable {
         self.keyFields = keyFields
         self.hiddenField = hiddenField?.lowercased()
         self.keyFieldsVary = Self.merged([], keyFields)
-        self.keyFieldsVaryNamingEncoding = Self.merged([], keyFields + ["Accept-Encoding"])
+        // Nothing to merge without key fields: the forwarded answers' fields (no keys) are made without an array.
+        self.keyFieldsVaryNamingEncoding = keyFields.isEmpty ? nil : Self.merged([], keyFields + ["Accept-Encoding"])
     }
 
     /// The fields for answers to requests under `policy` (nil for a request whose answer the cache keys on
