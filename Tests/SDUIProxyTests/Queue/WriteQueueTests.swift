@@ -33,6 +33,18 @@ import Testing
         try await queue.close()
     }
 
+    @Test("queue ids are 32 lower-case hex digits, and two are never the same")
+    func ids() {
+        let ids = (0..<1000).map { _ in WriteQueue.newID() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids {
+            #expect(id.utf8.count == 32)
+            #expect(id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) })
+        }
+        // Every digit turns up: the hex table is not short of one.
+        #expect(Set(ids.joined()).count == 16)
+    }
+
     @Test func aFullQueueRefusesWith503() async throws {
         try await withQueue(routes: [Route(method: "POST", pathPrefix: "/api")], maxDepth: 2) { queue in
             _ = try await queue.enqueue(QueueTest.request(.POST, "/api/a", body: "1"))
