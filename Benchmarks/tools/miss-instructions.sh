@@ -9,6 +9,7 @@
 #   KIND=hit MISSES=20000 BIN=... Benchmarks/tools/miss-instructions.sh   # one URL, stored by the warm-up
 #   KIND=pass BIN=... Benchmarks/tools/miss-instructions.sh                # unique URLs under a bypass route
 #   KIND=hit ACCEPT_ENCODING=gzip BIN=... Benchmarks/tools/miss-instructions.sh   # hits of the stored gzip form
+#   KIND=hit HTTP2=1 MISSES=5000 BIN=... Benchmarks/tools/miss-instructions.sh    # the same over HTTP/2 (h2load)
 #   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
 #
 # Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
@@ -29,6 +30,8 @@ BIN=${BIN:-}
 KIND=${KIND:-miss}
 # Sent as Accept-Encoding with every request when set; a hit must then come back in that coding.
 ACCEPT_ENCODING=${ACCEPT_ENCODING:-}
+# 1: the requests go over HTTP/2 with prior knowledge (h2c), by h2load on one connection, one stream at a time.
+HTTP2=${HTTP2:-0}
 WARMUP=${WARMUP:-300}
 MISSES=${MISSES:-2000}
 ORIGIN_PORT=${ORIGIN_PORT:-18300}
@@ -62,6 +65,7 @@ command -v curl >/dev/null || missing+=(curl)
 command -v strip >/dev/null || missing+=(binutils)
 command -v cc >/dev/null || missing+=(gcc)
 command -v python3 >/dev/null || missing+=(python3)
+[[ $HTTP2 != 1 ]] || command -v h2load >/dev/null || missing+=(nghttp2-client)
 if ((${#missing[@]} > 0)); then
     [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || die "missing: ${missing[*]}; install them"
     log "installing ${missing[*]} (apt-get)"
@@ -152,6 +156,10 @@ log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, proxy (callgrind) pid $PROXY_PID o
 # requests PREFIX COUNT: COUNT GETs on one keep-alive connection, each a 200 of KIND: for misses and passes,
 # never-seen URLs; for hits, one URL, which the warm-up's first request stores.
 requests() {
+    if [[ $HTTP2 == 1 ]]; then
+        requests_h2 "$@"
+        return
+    fi
     python3 - "$PROXY_PORT" "$KIND" "$1" "$2" "$ACCEPT_ENCODING" <<'EOF'
 import http.client, sys
 port, kind, prefix, count, coding = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
@@ -173,6 +181,31 @@ for i in range(count):
         sys.exit(f"request {i}: Content-Encoding {response.getheader('Content-Encoding')}, not {coding}")
 conn.close()
 EOF
+}
+
+# requests_h2 PREFIX COUNT: the same over HTTP/2, each request a stream of one connection. h2load asks for one
+# URL (a hit's) or a list of never-seen ones; every stream must end in a 2xx.
+requests_h2() {
+    local prefix=$1 count=$2 list=$proxy_dir/h2-targets-$1 i
+    local -a args=(-c 1 -m 1 -H "beagle-platform: IOS")
+    [[ -n $ACCEPT_ENCODING ]] && args+=(-H "accept-encoding: $ACCEPT_ENCODING")
+    case $KIND in
+    hit) args+=(-n "$count" "http://127.0.0.1:$PROXY_PORT/screens/hit") ;;
+    *)
+        : >"$list"
+        for ((i = 0; i < count; i++)); do
+            if [[ $KIND == pass ]]; then
+                echo "http://127.0.0.1:$PROXY_PORT/pass/$prefix/$i" >>"$list"
+            else
+                echo "http://127.0.0.1:$PROXY_PORT/screens/$prefix/$i?u=$i" >>"$list"
+            fi
+        done
+        args+=(-n "$count" -i "$list")
+        ;;
+    esac
+    h2load "${args[@]}" >"$proxy_dir/h2load-$prefix.log" 2>&1 || die "h2load failed: $(tail -5 "$proxy_dir/h2load-$prefix.log")"
+    grep -q "requests: $count total, $count started, $count done, $count succeeded" "$proxy_dir/h2load-$prefix.log" ||
+        die "not every HTTP/2 request succeeded: $(grep -E '^requests:|^status codes:' "$proxy_dir/h2load-$prefix.log")"
 }
 
 # callgrind_control waits for the process to look at its command file, which a thread does when it runs; a
