@@ -44,10 +44,12 @@ extension HTTP2StreamHandler: ResponseSink {
                 }
             }
             presentation.forEachOwnField(of: entry, form) { name, value in
-                block.add(name: name.lowercased(), value: value)
+                let name = name.lowercased()
+                block.add(name: name, value: value, indexing: Self.indexing(of: name))
             }
-            block.add(name: "age", value: String(presentation.age))
-            presentation.annotation.forEachField(lowercased: true) { name, value in block.add(name: name, value: value)
+            block.add(name: "age", value: String(presentation.age), indexing: .nonIndexable)
+            presentation.annotation.forEachField(lowercased: true) { name, value in
+                block.add(name: name, value: value, indexing: Self.indexing(of: name))
             }
 
             let bodyRange = presentation.bodyRange(of: form)
@@ -164,9 +166,25 @@ extension HTTP2StreamHandler: ResponseSink {
         for (name, value) in headers {
             let lowered = name.lowercased()
             guard !connectionFields.contains(lowered), !named.contains(lowered) else { continue }
-            block.add(name: lowered, value: value)
+            block.add(name: lowered, value: value, indexing: indexing(of: lowered))
         }
         return block
+    }
+
+    /// Whether HPACK may add a field to the connection's dynamic table (RFC 7541 section 6.2). Fields whose value
+    /// changes from one response to the next (`Age`, `Cache-Status` with its ttl, ids, dates, ranges) would only
+    /// push out those that repeat, and the encoder searches the whole table for every field it writes: with them
+    /// indexed, a hit's header block cost more than the rest of the hit. A cookie is never indexed (section 7.1.3),
+    /// so that no intermediary guesses it from the table's compression.
+    static func indexing(of name: String) -> HPACKIndexing {
+        switch name {
+        case "age", "cache-status", "x-request-id", "date", "content-range", "traceparent", "tracestate":
+            .nonIndexable
+        case "set-cookie":
+            .neverIndexed
+        default:
+            .indexable
+        }
     }
 
     private static let connectionFields: Set<String> = [

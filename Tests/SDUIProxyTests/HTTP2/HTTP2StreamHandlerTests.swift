@@ -169,6 +169,46 @@ struct HTTP2StreamHandlerTests {
         again.finish()
     }
 
+    @Test(
+        "RFC 7541 §6.2, §7.1.3: fields that change per response are not indexed by HPACK, a cookie never; the rest are"
+    )
+    func headerIndexing() throws {
+        let stream = try Stream()
+        defer { stream.finish() }
+        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
+        stream.loop.run()
+        try stream.backend.answerFetch(
+            headers: ["Content-Type": "application/json", "Cache-Control": "max-age=60"],
+            body: #"{"_beagleComponent_":"beagle:text"}"#
+        )
+        _ = try stream.written()
+        let again = try Stream.reusing(stream)
+        try again.send(Stream.headers(.GET, "/screens/a", endStream: true))
+        again.loop.run()
+        guard case .headers(let head) = try again.written().first else {
+            Issue.record("a HEADERS frame first")
+            return
+        }
+        var indexing: [String: HPACKIndexing] = [:]
+        for (name, _, index) in head.headers { indexing[name] = index }
+        #expect(indexing["x-cache"] == .indexable)
+        #expect(indexing["age"] == .nonIndexable, "a hit's age changes every second")
+        #expect(indexing["cache-status"] == .nonIndexable, "its ttl too")
+        #expect(indexing["content-type"] == .indexable)
+        #expect(indexing["cache-control"] == .indexable)
+        again.finish()
+
+        let composed = HTTP2StreamHandler.block(
+            status: .ok,
+            ["Set-Cookie": "session=1", "Date": "Sun, 29 Nov 2026 15:00:00 GMT", "Content-Type": "text/plain"]
+        )
+        var composedIndexing: [String: HPACKIndexing] = [:]
+        for (name, _, index) in composed { composedIndexing[name] = index }
+        #expect(composedIndexing["set-cookie"] == .neverIndexed)
+        #expect(composedIndexing["date"] == .nonIndexable)
+        #expect(composedIndexing["content-type"] == .indexable)
+    }
+
     @Test("a stream reset after its request arrived, before the loop turned, starts no fill (rapid reset)")
     func resetBeforeRouting() throws {
         let stream = try Stream()
