@@ -111,17 +111,25 @@ struct ProcessTests {
         }
     }
 
+    /// - Parameter timeout: how long the answer may take; nil waits for it as for any event, under the test's own
+    ///   time limit (a durable write's answer follows an fsync, which a loaded machine may make slow).
     static func get(
         _ url: String,
         method: HTTPMethod = .GET,
         headers: [(String, String)] = [],
-        body: String? = nil
+        body: String? = nil,
+        timeout: TimeAmount? = .seconds(10)
     ) async throws -> (HTTPResponseStatus, HTTPHeaders, String) {
         var request = HTTPClientRequest(url: url)
         request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(ByteBuffer(string: body)) }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let response: HTTPClientResponse
+        if let timeout {
+            response = try await HTTPClient.shared.execute(request, timeout: timeout)
+        } else {
+            response = try await HTTPClient.shared.execute(request, deadline: .distantFuture)
+        }
         let bytes = try await response.body.collect(upTo: 1 << 20)
         return (response.status, response.headers, String(buffer: bytes))
     }

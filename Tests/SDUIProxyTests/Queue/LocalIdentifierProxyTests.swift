@@ -222,7 +222,10 @@ struct LocalIdentifierProxyTests {
         }
     }
 
-    @Test("the proxy killed (SIGKILL) between a create's delivery and its dependent's: the next one sends R1 only")
+    @Test(
+        "the proxy killed (SIGKILL) between a create's delivery and its dependent's: the next one sends R1 only",
+        .timeLimit(.minutes(2))
+    )
     func killedBetweenCreateAndDependent() async throws {
         // In a slot, as the harness's tests: two processes and their requests, not among a start-up's crowd.
         try await EndToEndSlots.withSlot { try await killedBetweenCreateAndDependentInSlot() }
@@ -258,14 +261,16 @@ struct LocalIdentifierProxyTests {
                 base + "/api/orders",
                 method: .POST,
                 headers: Self.json + [("X-Local-Id", "tmp-7f3a")],
-                body: "{}"
+                body: "{}",
+                timeout: nil
             )
             #expect(create.0 == .accepted)
             let items = try await ProcessTests.get(
                 base + "/api/orders/tmp-7f3a/items",
                 method: .PUT,
                 headers: Self.json,
-                body: #"{"order":"tmp-7f3a"}"#
+                body: #"{"order":"tmp-7f3a"}"#,
+                timeout: nil
             )
             #expect(items.0 == .accepted, "\(items.2)")
             // The dependent reached the backend, which holds it: it was claimed only once the create was recorded.
