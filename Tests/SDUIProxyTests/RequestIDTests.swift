@@ -51,4 +51,15 @@ struct RequestIDTests {
             #expect(named["X-Request-Id"] == "client-9")
         }
     }
+
+    @Test("a pass-through's answer carries the request's id once, in place of the backend's own")
+    func backendIDReplaced() async throws {
+        try await ProxyHarness.run(
+            origin: { _ in TestOrigin.Response.component().withHeader("X-Request-Id", "backend-7") },
+            configure: { ProxyHarness.bypassingCache(under: "/live", in: &$0) }
+        ) { proxy in
+            let reply = try await proxy.get("/live/feed", headers: [("X-Request-Id", "client-9")])
+            #expect(reply.headers["X-Request-Id"] == ["client-9"])
+        }
+    }
 }

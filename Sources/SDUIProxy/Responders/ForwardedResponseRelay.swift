@@ -78,10 +78,15 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
         receivedHead(status, headers)
         state.value.keeper?.head(status: status, headers: headers)
-        var headers = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
-        if !clientFields.changesNothing { clientFields.apply(to: &headers) }
+        // The hidden tag field and the backend's id go in the filtering pass; only key fields' Vary is merged after.
+        var headers = UpstreamRequestBuilder.endToEndResponseHeaders(
+            headers,
+            dropping: clientFields.hiddenField,
+            replaced: requestID == nil ? nil : "x-request-id"
+        )
+        if !clientFields.keyFields.isEmpty { clientFields.apply(to: &headers) }
         headers.add(name: "Via", value: CachedResponse.ownVia)
-        if let requestID { headers.replaceOrAdd(name: "X-Request-Id", value: requestID) }
+        if let requestID { headers.add(name: "X-Request-Id", value: requestID) }
         let state = self.state.value
         if var annotation = state.annotation {
             annotation.status.forwardStatus = status.code

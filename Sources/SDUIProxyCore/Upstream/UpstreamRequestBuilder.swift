@@ -240,12 +240,23 @@ public struct UpstreamRequestBuilder: Sendable {
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
     /// its `Connection` header names. Framing (`Content-Length`, `Transfer-Encoding`) is set by the proxy.
-    public static func endToEndResponseHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
+    ///
+    /// - Parameters:
+    ///   - dropping: a name also left out, in the same pass (the tag field clients do not see): removing it
+    ///     afterwards scanned and rebuilt the list.
+    ///   - replaced: another, which the proxy sets itself (`X-Request-Id`).
+    public static func endToEndResponseHeaders(
+        _ headers: HTTPHeaders,
+        dropping: String? = nil,
+        replaced: String? = nil
+    ) -> HTTPHeaders {
         let filter = EndToEndFilter(headers)
         // Gathered as a list and handed over whole: `HTTPHeaders.add` would retain each name and value again.
         var result: [(String, String)] = []
-        result.reserveCapacity(headers.count + 1)
+        result.reserveCapacity(headers.count + 2)
         for (name, value) in headers where filter.passes(name) {
+            if let dropping, HTTPSyntax.sameIgnoringCase(name, dropping) { continue }
+            if let replaced, HTTPSyntax.sameIgnoringCase(name, replaced) { continue }
             result.append((name, value))
         }
         return HTTPHeaders(result)
