@@ -135,9 +135,11 @@ public final class LoopLocalHTTPClient: NetworkClient {
                 ProxyError(.internalError, "a request body must stream on the event loop of its exchange")
             )
         }
-        // The framing is this hop's: the body's length when the client gave it, chunks when it did not.
+        // The framing is this hop's: the body's length when the client gave it, chunks when it did not. A field is
+        // looked for before it is removed: a removal copies the list shared with the request, and most requests
+        // (GETs) have neither field.
         var headers = request.headers
-        headers.remove(name: "Transfer-Encoding")
+        if headers.contains(name: "transfer-encoding") { headers.remove(name: "Transfer-Encoding") }
         let isChunked = body != nil && body?.contentLength == nil
         if let body, let length = body.contentLength {
             headers.replaceOrAdd(name: "Content-Length", value: String(length))
@@ -146,7 +148,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             headers.add(name: "Transfer-Encoding", value: "chunked")
         } else {
             // No body streamed: the client's length is not this hop's.
-            if request.body == nil { headers.remove(name: "Content-Length") }
+            if request.body == nil, headers.contains(name: "content-length") { headers.remove(name: "Content-Length") }
             Self.frameBodyWithHead(&headers, of: request)
         }
         let encoded: ByteBuffer
