@@ -20,6 +20,16 @@ struct ClientFacingFieldsTests {
         #expect(ClientFacingFields(hiddenField: "Surrogate-Key").vary(merging: ["Origin"]) == nil)
     }
 
+    @Test("without key fields, Vary names Accept-Encoding alone for a body kept compressed, and nothing else")
+    func noKeyFields() {
+        let fields = ClientFacingFields()
+        #expect(fields.vary(merging: [], namingAcceptEncoding: true) == "Accept-Encoding")
+        #expect(fields.vary(merging: []) == nil)
+        #expect(
+            fields.vary(merging: ["Accept-Language"], namingAcceptEncoding: true) == "Accept-Language, Accept-Encoding"
+        )
+    }
+
     @Test("the key's fields are the platform header, then the route's vary headers not already named")
     func keyFieldsOfRoute() {
         var configuration = ProxyConfiguration()

@@ -27,8 +27,10 @@ public struct ClientFacingFields: Sendable, Equatable {
         self.keyFields = keyFields
         self.hiddenField = hiddenField?.lowercased()
         self.keyFieldsVary = Self.merged([], keyFields)
-        // Nothing to merge without key fields: the forwarded answers' fields (no keys) are made without an array.
-        self.keyFieldsVaryNamingEncoding = keyFields.isEmpty ? nil : Self.merged([], keyFields + ["Accept-Encoding"])
+        // Without key fields it is `Accept-Encoding` alone, made without an array: forwarded answers' fields (no
+        // keys) are made for every configuration.
+        self.keyFieldsVaryNamingEncoding =
+            keyFields.isEmpty ? "Accept-Encoding" : Self.merged([], keyFields + ["Accept-Encoding"])
     }
 
     /// The fields for answers to requests under `policy` (nil for a request whose answer the cache keys on
