@@ -40,7 +40,13 @@ extension HTTP2StreamHandler: ResponseSink {
                 let keepsAll = presentation.isPlain
                 form.forEachField { name, value in
                     guard keepsAll || presentation.keepsStoredField(name) else { return }
-                    block.add(name: Self.lowercased(name), value: String(decoding: value, as: UTF8.self))
+                    let name = Self.lowercased(name)
+                    // Stored fields repeat from hit to hit and are indexed, but for a cookie (`storeSetCookie`).
+                    block.add(
+                        name: name,
+                        value: String(decoding: value, as: UTF8.self),
+                        indexing: name == "set-cookie" ? .neverIndexed : .indexable
+                    )
                 }
             }
             presentation.forEachOwnField(of: entry, form) { name, value in
