@@ -184,7 +184,8 @@ EOF
 }
 
 # requests_h2 PREFIX COUNT: the same over HTTP/2, each request a stream of one connection. h2load asks for one
-# URL (a hit's) or a list of never-seen ones; every stream must end in a 2xx.
+# URL (a hit's) or a list of never-seen ones; every stream must end in a 2xx. h2load reads no response fields, so
+# after a hit's warm-up one more request, by curl, checks that the URL is a hit (in the asked coding).
 requests_h2() {
     local prefix=$1 count=$2 list=$proxy_dir/h2-targets-$1 i
     local -a args=(-c 1 -m 1 -H "beagle-platform: IOS")
@@ -204,8 +205,18 @@ requests_h2() {
         ;;
     esac
     h2load "${args[@]}" >"$proxy_dir/h2load-$prefix.log" 2>&1 || die "h2load failed: $(tail -5 "$proxy_dir/h2load-$prefix.log")"
-    grep -q "requests: $count total, $count started, $count done, $count succeeded" "$proxy_dir/h2load-$prefix.log" ||
-        die "not every HTTP/2 request succeeded: $(grep -E '^requests:|^status codes:' "$proxy_dir/h2load-$prefix.log")"
+    grep -q "status codes: $count 2xx," "$proxy_dir/h2load-$prefix.log" ||
+        die "not every HTTP/2 request had a 2xx: $(grep -E '^requests:|^status codes:' "$proxy_dir/h2load-$prefix.log")"
+    if [[ $KIND == hit && $prefix == warm-* ]]; then
+        local -a check=(-s --http2-prior-knowledge -D - -o /dev/null -H "beagle-platform: IOS")
+        [[ -n $ACCEPT_ENCODING ]] && check+=(-H "accept-encoding: $ACCEPT_ENCODING")
+        local head
+        head=$(curl "${check[@]}" "http://127.0.0.1:$PROXY_PORT/screens/hit" | tr -d '\r')
+        grep -qi '^x-cache: HIT$' <<<"$head" || die "the HTTP/2 warm-up left no hit: $head"
+        if [[ -n $ACCEPT_ENCODING ]]; then
+            grep -qi "^content-encoding: $ACCEPT_ENCODING\$" <<<"$head" || die "the HTTP/2 hit is not in $ACCEPT_ENCODING: $head"
+        fi
+    fi
 }
 
 # callgrind_control waits for the process to look at its command file, which a thread does when it runs; a

@@ -369,7 +369,7 @@ public final class WriteQueue: Sendable {
         // Written in place: a table and a byte array made for each id were most of what an id cost, and every
         // request that names no id of its own is given one.
         return String(unsafeUninitializedCapacity: 32) { out in
-            for (offset, half) in [(0, halves.0), (16, halves.1)] {
+            func write(_ half: UInt64, at offset: Int) {
                 var value = half
                 for index in offset..<(offset + 16) {
                     let digit = UInt8(truncatingIfNeeded: value & 0xF)
@@ -377,6 +377,8 @@ public final class WriteQueue: Sendable {
                     value >>= 4
                 }
             }
+            write(halves.0, at: 0)
+            write(halves.1, at: 16)
             return 32
         }
     }

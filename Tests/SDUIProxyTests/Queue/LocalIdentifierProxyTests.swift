@@ -224,7 +224,8 @@ struct LocalIdentifierProxyTests {
 
     @Test(
         "the proxy killed (SIGKILL) between a create's delivery and its dependent's: the next one sends R1 only",
-        .timeLimit(.minutes(2))
+        // A guard against a hang only: it also counts the wait for an end-to-end slot in a full run.
+        .timeLimit(.minutes(10))
     )
     func killedBetweenCreateAndDependent() async throws {
         // In a slot, as the harness's tests: two processes and their requests, not among a start-up's crowd.
