@@ -307,6 +307,18 @@ struct PartialContentProxyTests {
         }
     }
 
+    @Test("a purge by tag reaches held parts, their tag field read as a stored response's (a list by commas)")
+    func purgeByTag() async throws {
+        let headers = [("Cache-Control", "max-age=60"), ("Surrogate-Key", "screens,all")]
+        try await ProxyHarness.run(origin: Self.origin(headers: headers), configure: Self.partsFetched) { proxy in
+            _ = try await proxy.get("/a", headers: [("Range", "bytes=0-9")])
+            #expect(try await proxy.get("/a", headers: [("Range", "bytes=0-4")])["X-Cache"] == "HIT")
+            let purge = try await proxy.admin("/cache?tag=all", method: .DELETE)
+            #expect(purge.body.contains(#""purged":1"#))
+            #expect(try await proxy.get("/a", headers: [("Range", "bytes=0-4")])["X-Cache"] == "MISS")
+        }
+    }
+
     @Test("with cache.rangeMiss: whole (the default) a range miss still stores the whole and asks for no range")
     func wholeByDefault() async throws {
         try await ProxyHarness.run(origin: Self.origin()) { proxy in

@@ -12,11 +12,7 @@ extension ComponentFetcher {
     ) -> CachedResponse.Metadata {
         var metadata = CachedResponse.Metadata(
             storedAt: .now(),
-            initialAge: FreshnessPolicy.initialAge(
-                fields: fields,
-                requestTime: requestTime,
-                responseTime: HTTPDate.now()
-            ),
+            initialAge: initialAge(of: fields, requestTime: requestTime),
             freshnessLifetime: lifetime
         )
         metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
@@ -32,6 +28,12 @@ extension ComponentFetcher {
         metadata.varyNames = varyNames(in: fields, keyedBy: request.policy.vary)
         metadata.variant = ResponseCache.variantValue(names: metadata.varyNames, requestHeaders: request.clientHeaders)
         return metadata
+    }
+
+    /// The corrected initial age of a response with `fields` received now, asked for at `requestTime` (RFC 9111
+    /// section 4.2.3).
+    func initialAge(of fields: HTTPFieldLines, requestTime: Int64) -> Int64 {
+        FreshnessPolicy.initialAge(fields: fields, requestTime: requestTime, responseTime: HTTPDate.now())
     }
 
     /// The request headers a response varies on that its cache key does not already cover: the platform, and

@@ -149,7 +149,11 @@ extension ComponentFetcher {
         headers.remove(name: "content-range")
         headers.remove(name: "content-length")
         headers.remove(name: "age")
-        let tags = headers[tagHeader].flatMap { $0.split(separator: " ").map(String.init) }
+        // Read as a stored response's are, so that a purge by tag reaches the parts alike.
+        var tags: [String] = []
+        fields.forEachField { name, value in
+            if HTTPSyntax.sameIgnoringCase(bytes: name, tagHeader) { tags += CachedResponse.purgeTags(in: value) }
+        }
         return .success(
             PartialContent(
                 etag: etag,
@@ -158,11 +162,7 @@ extension ComponentFetcher {
                 headers: headers,
                 tags: tags,
                 storedAt: .now(),
-                initialAge: FreshnessPolicy.initialAge(
-                    fields: fields,
-                    requestTime: requestTime,
-                    responseTime: HTTPDate.now()
-                ),
+                initialAge: initialAge(of: fields, requestTime: requestTime),
                 freshnessLifetime: lifetime
             )
         )

@@ -220,6 +220,12 @@ public final class CachedResponse: Sendable {
         return headers
     }
 
+    /// The purge tags one value of the tag field names: separated by spaces, lists of them (`a b, c`) by commas.
+    public static func purgeTags(in value: UnsafeRawBufferPointer) -> [String] {
+        value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
+            .map { String(decoding: $0, as: UTF8.self) }
+    }
+
     /// The largest body kept as exactly its bytes.
     public static let maximumExactBodyBytes = 16 << 10
 
@@ -339,9 +345,7 @@ public final class CachedResponse: Sendable {
         fields.forEachField { name, value in
             // Read whether or not clients see the field.
             if HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader), filter?.passes(name) != false {
-                // Tags are separated by spaces; lists of them (`a b, c`) by commas.
-                tags += value.split(whereSeparator: { $0 == 0x20 || $0 == UInt8(ascii: ",") || $0 == 0x09 })
-                    .map { String(decoding: $0, as: UTF8.self) }
+                tags += Self.purgeTags(in: value)
             }
             if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {
                 upstreamETag = String(decoding: value, as: UTF8.self)
