@@ -104,15 +104,17 @@ public struct PartialContent: Sendable {
 
     /// The bytes of `range`, when one part holds all of them.
     public func bytes(_ range: ClosedRange<Int>) -> ByteBuffer? {
-        for part in parts where part.start <= range.lowerBound && range.upperBound < part.end {
-            return part.bytes.getSlice(at: part.bytes.readerIndex + range.lowerBound - part.start, length: range.count)
+        part(holding: range).flatMap { part in
+            part.bytes.getSlice(at: part.bytes.readerIndex + range.lowerBound - part.start, length: range.count)
         }
-        return nil
     }
 
     /// Whether the parts hold every byte of `range`.
-    public func covers(_ range: ClosedRange<Int>) -> Bool {
-        parts.contains { $0.start <= range.lowerBound && range.upperBound < $0.end }
+    public func covers(_ range: ClosedRange<Int>) -> Bool { part(holding: range) != nil }
+
+    /// The part that holds every byte of `range` (parts never touch, so at most one does).
+    private func part(holding range: ClosedRange<Int>) -> Part? {
+        parts.first { $0.start <= range.lowerBound && range.upperBound < $0.end }
     }
 
     /// The age, in nanoseconds, at `now` (RFC 9111 section 4.2.3).
