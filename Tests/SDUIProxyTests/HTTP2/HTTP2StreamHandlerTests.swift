@@ -142,10 +142,12 @@ struct HTTP2StreamHandlerTests {
         #expect(stream.tally.streamsOpened == 1)
     }
 
-    @Test("a HEAD is answered with the stored head alone, END_STREAM on it, its length the body's")
-    func headRequest() throws {
-        let stream = try Stream()
-        defer { stream.finish() }
+    /// A stored component's answer to `method` on a second stream: `stream` fills the entry, and the stream that
+    /// reuses its connection asks again. The second stream and what it wrote.
+    private static func fromStore(
+        after stream: Stream,
+        method: HTTPMethod
+    ) throws -> (Stream, [HTTP2Frame.FramePayload]) {
         try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
         stream.loop.run()
         try stream.backend.answerFetch(
@@ -154,9 +156,16 @@ struct HTTP2StreamHandlerTests {
         )
         _ = try stream.written()
         let again = try Stream.reusing(stream)
-        try again.send(Stream.headers(.HEAD, "/screens/a", endStream: true))
+        try again.send(Stream.headers(method, "/screens/a", endStream: true))
         again.loop.run()
-        let parts = try again.written()
+        return (again, try again.written())
+    }
+
+    @Test("a HEAD is answered with the stored head alone, END_STREAM on it, its length the body's")
+    func headRequest() throws {
+        let stream = try Stream()
+        defer { stream.finish() }
+        let (again, parts) = try Self.fromStore(after: stream, method: .HEAD)
         #expect(parts.count == 1, "no DATA frame: \(parts)")
         guard case .headers(let head) = parts.first else {
             Issue.record("a HEADERS frame: \(parts)")
@@ -175,17 +184,8 @@ struct HTTP2StreamHandlerTests {
     func headerIndexing() throws {
         let stream = try Stream()
         defer { stream.finish() }
-        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
-        stream.loop.run()
-        try stream.backend.answerFetch(
-            headers: ["Content-Type": "application/json", "Cache-Control": "max-age=60"],
-            body: #"{"_beagleComponent_":"beagle:text"}"#
-        )
-        _ = try stream.written()
-        let again = try Stream.reusing(stream)
-        try again.send(Stream.headers(.GET, "/screens/a", endStream: true))
-        again.loop.run()
-        guard case .headers(let head) = try again.written().first else {
+        let (again, parts) = try Self.fromStore(after: stream, method: .GET)
+        guard case .headers(let head) = parts.first else {
             Issue.record("a HEADERS frame first")
             return
         }
