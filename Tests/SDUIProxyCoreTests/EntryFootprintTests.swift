@@ -37,6 +37,12 @@ struct EntryFootprintTests {
         #expect(Self.allocatedBytes(plain) <= 128)
     }
 
+    @Test("a node of the cache's store takes 32 bytes: its key is one reference, not two strings and a hash")
+    func nodeSize() {
+        #expect(MemoryLayout<StoredCacheKey>.size == 8)
+        #expect(LRUStore<StoredCacheKey, ResponseCache.Slot>.nodeStride <= 32)
+    }
+
     @Test("what most entries lack is not held inline: a Vary variant and tags are read back as stored")
     func varianceOutOfLine() {
         let plain = Self.entry(headers: ["Content-Type": "application/json"])

@@ -22,13 +22,18 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
         self.init(target: target, variant: variant)
     }
 
-    private init(target: String, variant: String) {
-        self.target = target
-        self.variant = variant
+    init(target: String, variant: String) {
         var hasher = Hasher()
         hasher.combine(target)
         hasher.combine(variant)
-        self.hashCode = hasher.finalize()
+        self.init(target: target, variant: variant, hashCode: hasher.finalize())
+    }
+
+    /// A key with the hash given: for tests of keys that collide.
+    init(target: String, variant: String, hashCode: Int) {
+        self.target = target
+        self.variant = variant
+        self.hashCode = hashCode
     }
 
     /// The key of a request for `target` on `platform` with `headers`, on a route whose `vary` names these
@@ -56,8 +61,11 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
         lhs.hashCode == rhs.hashCode && lhs.target == rhs.target && lhs.variant == rhs.variant
     }
 
+    /// The part of ``hashCode`` stores hash and compare first: what a ``StoredCacheKey`` keeps of it.
+    var storedHash: UInt32 { UInt32(truncatingIfNeeded: hashCode) }
+
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(hashCode)
+        hasher.combine(storedHash)
     }
 
     /// The platform part of the variant.

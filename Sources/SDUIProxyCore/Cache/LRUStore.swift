@@ -18,6 +18,9 @@ public struct LRUStore<Key: Hashable, Value> {
 
     private static var none: UInt32 { .max }
 
+    /// What each entry's node takes in the node array, for the tests that hold it down.
+    static var nodeStride: Int { MemoryLayout<Node>.stride }
+
     private var nodes: [Node] = []
     private var index = NodeIndex()
     private var freeList: [UInt32] = []
@@ -43,14 +46,25 @@ public struct LRUStore<Key: Hashable, Value> {
 
     /// The value for `key`, which becomes the most recently used.
     public mutating func value(forKey key: Key) -> Value? {
-        guard let node = find(key) else { return nil }
+        value(hash: key.hashValue) { $0 == key }
+    }
+
+    /// The value of the key with `hash` that `matches`, which becomes the most recently used: for keys looked up
+    /// by another type than they are kept as (a ``StoredCacheKey`` by its ``CacheKey``), whose hash is the same.
+    public mutating func value(hash: Int, where matches: (Key) -> Bool) -> Value? {
+        guard let node = find(hash: hash, where: matches) else { return nil }
         moveToFront(node)
         return nodes[Int(node)].value
     }
 
     /// The value for `key` without changing its recency.
     public func peek(_ key: Key) -> Value? {
-        find(key).flatMap { nodes[Int($0)].value }
+        peek(hash: key.hashValue) { $0 == key }
+    }
+
+    /// The value of the key with `hash` that `matches`, without changing its recency.
+    public func peek(hash: Int, where matches: (Key) -> Bool) -> Value? {
+        find(hash: hash, where: matches).flatMap { nodes[Int($0)].value }
     }
 
     /// Stores `value` as the most recently used, replacing any value for `key`, then evicts least recently used
@@ -71,7 +85,7 @@ public struct LRUStore<Key: Hashable, Value> {
             _ = removeValue(forKey: key)
             return false
         }
-        if let existing = find(key, hash: hash) {
+        if let existing = find(hash: hash, where: { $0 == key }) {
             totalCost += cost - Int(nodes[Int(existing)].cost)
             nodes[Int(existing)].value = value
             nodes[Int(existing)].cost = UInt32(cost)
@@ -95,8 +109,13 @@ public struct LRUStore<Key: Hashable, Value> {
     /// Removes and returns the value for `key`.
     @discardableResult
     public mutating func removeValue(forKey key: Key) -> Value? {
-        let hash = key.hashValue
-        guard let node = find(key, hash: hash) else { return nil }
+        removeValue(hash: key.hashValue) { $0 == key }
+    }
+
+    /// Removes and returns the value of the key with `hash` that `matches`.
+    @discardableResult
+    public mutating func removeValue(hash: Int, where matches: (Key) -> Bool) -> Value? {
+        guard let node = find(hash: hash, where: matches) else { return nil }
         let value = nodes[Int(node)].value
         removeNode(node, hash: hash)
         return value
@@ -105,7 +124,14 @@ public struct LRUStore<Key: Hashable, Value> {
     /// Replaces the value stored for `key` in place, its cost and recency unchanged; false when none is stored.
     @discardableResult
     public mutating func replaceValue(forKey key: Key, with value: Value) -> Bool {
-        guard let node = find(key) else { return false }
+        replaceValue(hash: key.hashValue, where: { $0 == key }, with: value)
+    }
+
+    /// Replaces the value of the key with `hash` that `matches` in place, its cost and recency unchanged; false
+    /// when none is stored.
+    @discardableResult
+    public mutating func replaceValue(hash: Int, where matches: (Key) -> Bool, with value: Value) -> Bool {
+        guard let node = find(hash: hash, where: matches) else { return false }
         nodes[Int(node)].value = value
         return true
     }
@@ -157,12 +183,8 @@ public struct LRUStore<Key: Hashable, Value> {
 
     // MARK: Finding
 
-    private func find(_ key: Key) -> UInt32? {
-        find(key, hash: key.hashValue)
-    }
-
-    private func find(_ key: Key, hash: Int) -> UInt32? {
-        index.first(hash: hash) { nodes[Int($0)].key == key }
+    private func find(hash: Int, where matches: (Key) -> Bool) -> UInt32? {
+        index.first(hash: hash) { node in nodes[Int(node)].key.map(matches) ?? false }
     }
 
     // MARK: Linking

@@ -19,8 +19,10 @@ extension ResponseCache {
             let (inShard, full) = shard.state.withLock { state in
                 var inShard: [(key: CacheKey, response: CachedResponse)] = []
                 var full = false
-                state.store.visit { key, slot in
-                    guard case .response(let response) = slot, matches(key) else { return true }
+                state.store.visit { storedKey, slot in
+                    guard case .response(let response) = slot else { return true }
+                    let key = storedKey.cacheKey
+                    guard matches(key) else { return true }
                     guard inShard.count < room else {
                         full = true
                         return false

@@ -76,7 +76,7 @@ public final class ResponseCache: Sendable {
 
     final class Shard: Sendable {
         struct State {
-            var store: LRUStore<CacheKey, Slot>
+            var store: LRUStore<StoredCacheKey, Slot>
             var statistics = Statistics()
             /// How many of the store's slots are lists of varying headers, not responses: the entries
             /// reported are the responses.
@@ -269,7 +269,7 @@ public final class ResponseCache: Sendable {
             }
             let replacesList = replaced?.isVariantList ?? false
             replacesResponse = replaced?.isResponse ?? false
-            let stored = state.store.insert(slot, forKey: key, cost: cost) { key, slot in
+            let stored = state.store.insert(slot, forKey: StoredCacheKey(key), cost: cost) { key, slot in
                 state.forms.count(slot, -1)
                 evicted.keep(key, slot)
             }
@@ -303,21 +303,21 @@ public final class ResponseCache: Sendable {
     /// What one insert evicted, held until the shard's lock is released; the usual single eviction needs no
     /// allocation.
     private struct Evicted {
-        private var first: (CacheKey, Slot)?
-        private var more: [(CacheKey, Slot)] = []
+        private var first: (StoredCacheKey, Slot)?
+        private var more: [(StoredCacheKey, Slot)] = []
         /// Responses and parts evicted: what the statistics count as evictions.
         private(set) var responses = 0
         private(set) var lists = 0
         private(set) var partials = 0
 
-        mutating func keep(_ key: CacheKey, _ slot: Slot) {
+        mutating func keep(_ key: StoredCacheKey, _ slot: Slot) {
             if first == nil { first = (key, slot) } else { more.append((key, slot)) }
             if slot.isVariantList { lists += 1 } else { responses += 1 }
             if slot.isPartial { partials += 1 }
         }
 
         /// Calls `body` with the key of each evicted whole response.
-        func forEachResponse(_ body: (CacheKey) -> Void) {
+        func forEachResponse(_ body: (StoredCacheKey) -> Void) {
             if let (key, slot) = first, slot.isResponse { body(key) }
             for (key, slot) in more where slot.isResponse { body(key) }
         }
@@ -447,7 +447,9 @@ public final class ResponseCache: Sendable {
             }
             state.forms.count(.response(stored), -1)
             state.forms.count(.response(compressed), 1)
-            state.store.insert(.response(compressed), forKey: key, cost: compressed.byteCost) { key, slot in
+            state.store.insert(.response(compressed), forKey: StoredCacheKey(key), cost: compressed.byteCost) {
+                key,
+                slot in
                 state.forms.count(slot, -1)
                 evicted.keep(key, slot)
             }
@@ -490,5 +492,26 @@ public final class ResponseCache: Sendable {
         }
         if removed != nil { storedTargets.add(-1, for: key.target) }
         return removed != nil
+    }
+}
+
+/// The store looked up by the keys requests make; it keeps them as ``StoredCacheKey``s, with the same hash.
+extension LRUStore where Key == StoredCacheKey {
+    mutating func value(forKey key: CacheKey) -> Value? {
+        value(hash: key.hashValue) { $0.matches(key) }
+    }
+
+    func peek(_ key: CacheKey) -> Value? {
+        peek(hash: key.hashValue) { $0.matches(key) }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey key: CacheKey) -> Value? {
+        removeValue(hash: key.hashValue) { $0.matches(key) }
+    }
+
+    @discardableResult
+    mutating func replaceValue(forKey key: CacheKey, with value: Value) -> Bool {
+        replaceValue(hash: key.hashValue, where: { $0.matches(key) }, with: value)
     }
 }
