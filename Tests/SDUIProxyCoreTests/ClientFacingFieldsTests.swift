@@ -70,7 +70,7 @@ struct ClientFacingFieldsTests {
         #expect(
             String(decoding: entry.identity.encodedHead, as: UTF8.self)
                 == "Content-Type: application/json\r\n"
-                + "Vary: Accept-Encoding, beagle-platform\r\nVia: 1.1 sdui-proxy\r\nETag: \"v1\"\r\n"
+                + "Vary: Accept-Encoding, beagle-platform\r\nETag: \"v1\"\r\nVia: 1.1 sdui-proxy\r\n"
                 + "Content-Length: 2\r\n"
         )
         #expect(entry.tags == ["home", "all"])

@@ -41,10 +41,10 @@ struct EndToEndHeadersTests {
             metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60),
             endToEndOnly: true
         )
-        #expect(entry.headers.map(\.name) == ["Cache-Control", "Via", "ETag"])
+        #expect(entry.headers.map(\.name) == ["Cache-Control", "ETag", "Via"])
         #expect(
             String(decoding: entry.identity.encodedHead, as: UTF8.self)
-                == "Cache-Control: max-age=1\r\nVia: 1.1 sdui-proxy\r\nETag: \"a\"\r\nContent-Length: 2\r\n"
+                == "Cache-Control: max-age=1\r\nETag: \"a\"\r\nVia: 1.1 sdui-proxy\r\nContent-Length: 2\r\n"
         )
         // Without the flag only framing and Age go: the caller vouches for the rest.
         let trusted = CachedResponse(
@@ -55,7 +55,7 @@ struct EndToEndHeadersTests {
         )
         #expect(
             trusted.headers.map(\.name) == [
-                "Connection", "Keep-Alive", "x-secret", "Cache-Control", "Via", "ETag",
+                "Connection", "Keep-Alive", "x-secret", "Cache-Control", "ETag", "Via",
             ]
         )
     }

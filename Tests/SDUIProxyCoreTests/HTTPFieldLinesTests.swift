@@ -99,7 +99,7 @@ struct HTTPFieldLinesTests {
                 String(decoding: entry.identity.encodedHead, as: UTF8.self)
                     == "Last-Modified: Sun, 22 Nov 2026 09:00:00 GMT\r\n"
                     + "Surrogate-Key: a b,c\r\nCache-Control: max-age=5, stale-if-error=9\r\n"
-                    + "Via: 1.1 sdui-proxy\r\nETag: \"v1\"\r\n"
+                    + "ETag: \"v1\"\r\nVia: 1.1 sdui-proxy\r\n"
                     + "Content-Length: 2\r\n"
             )
             #expect(entry.upstreamETag == "\"v1\"" && entry.lastModified == "Sun, 22 Nov 2026 09:00:00 GMT")

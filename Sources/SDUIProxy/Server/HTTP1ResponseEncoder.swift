@@ -68,17 +68,17 @@ enum HTTP1ResponseEncoder {
         into buffer: inout ByteBuffer
     ) -> ByteBuffer? {
         let bodyRange = presentation.bodyRange(of: form)
-        form.withEncodedBytes { encodedHead, exactBody in
+        form.withEncodedBytes { _, exactBody in
             if presentation.isPlain {
                 // The status line, which the entry does not keep; a 200's, with its `Accept-Ranges`, is one static
                 // string, copied with the stored lines in one write.
                 if entry.advertisesRanges {
                     // A plain answer has the entry's status, and only a 200 advertises ranges.
                     assert(status == .ok, "a plain answer from a 200 is a 200")
-                    writeOKHead(encodedHead, into: &buffer)
+                    form.writeHead(after: "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n", into: &buffer)
                 } else {
                     HTTPWireFormat.writeStatusLine(status, into: &buffer)
-                    buffer.writeBytes(encodedHead)
+                    form.writeHead(after: "", into: &buffer)
                 }
             } else {
                 writeHead(of: entry, form, status: status, presentation, into: &buffer)
@@ -90,19 +90,6 @@ enum HTTP1ResponseEncoder {
         guard sendsBody, let largeBody = form.largeBody else { return nil }
         guard bodyRange.count < largeBody.readableBytes else { return largeBody }
         return largeBody.getSlice(at: largeBody.readerIndex + bodyRange.lowerBound, length: bodyRange.count)
-    }
-
-    /// A stored 200's status line, `Accept-Ranges` and stored lines, copied in one write: two writes cost two
-    /// capacity and uniqueness checks.
-    @inline(__always)
-    private static func writeOKHead(_ lines: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) {
-        let prefix: StaticString = "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n"
-        let prefixCount = prefix.utf8CodeUnitCount
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: prefixCount + lines.count) { out in
-            out.baseAddress!.copyMemory(from: prefix.utf8Start, byteCount: prefixCount)
-            UnsafeMutableRawBufferPointer(rebasing: out[prefixCount...]).copyMemory(from: lines)
-            return prefixCount + lines.count
-        }
     }
 
     /// The head of an entry presented otherwise than as stored: the stored lines its presentation keeps, cut from

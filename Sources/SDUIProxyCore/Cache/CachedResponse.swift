@@ -357,7 +357,6 @@ public final class CachedResponse: Sendable {
             }
         }
         if let mergedVary { sharedBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
-        sharedBytes += "Via: ".utf8.count + Self.ownVia.utf8.count + 2
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
         let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
         let etag = upstreamETag ?? ContentHash.entityTag(hash: hash!, length: body.readableBytes)
@@ -375,8 +374,6 @@ public final class CachedResponse: Sendable {
                 head.writeLine(name, value)
             }
             if let mergedVary { head.writeLine("Vary", mergedVary) }
-            // This hop, after the backend's own (RFC 9110 section 7.6.3): written once here, so hits pay nothing.
-            head.writeLine("Via", Self.ownVia)
             precondition(head.position == sharedBytes, "the head was measured wrong")
             let shared = UnsafeRawBufferPointer(memory)
             let identity = StoredForm(coding: nil, sharedHead: shared, etag: etag, body: body)
@@ -462,7 +459,7 @@ public final class CachedResponse: Sendable {
     /// This entry kept also in the codings of `bodies` (those it is already kept in replaced): a copy that shares
     /// the identity form and everything else, for a compression that finished after the entry was stored.
     public func adding(_ bodies: [EncodedBody]) -> CachedResponse {
-        let added = identity.encodedHead.withUnsafeBytes { head in
+        let added = identity.storedLines.withUnsafeBytes { head in
             Self.forms(
                 of: bodies,
                 sharedHead: UnsafeRawBufferPointer(rebasing: head[..<sharedHeadCount]),

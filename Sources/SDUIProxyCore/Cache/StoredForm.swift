@@ -5,9 +5,11 @@ import NIOHTTP1
 /// has its own body, length and entity tag; the entry's other header fields are the same in every form.
 ///
 /// A form keeps its header fields encoded as HTTP/1.1 lines, as a cache of the entry's fields: a hit writes the
-/// status line, then these as they are, then its own `Age` and `X-Cache`, then the body. The status line and a
-/// 200's `Accept-Ranges: bytes` are not kept: they are the same in nearly every entry, and a hit writes them from
-/// the status as cheaply as it copies them (39 bytes less in every entry).
+/// status line, then these as they are, then this hop's `Via` and the form's `Content-Length`, then its own `Age`
+/// and `X-Cache`, then the body. What is the same in nearly every entry, or follows from the body, is not kept: the
+/// status line and a 200's `Accept-Ranges: bytes` are written from the status, `Via` is a constant and
+/// `Content-Length` the body's length, and a hit writes them as cheaply as it copies them (82 bytes less in every
+/// entry). ``forEachField(_:)`` and ``writeLines(keepingLines:into:)`` give them as if they were kept.
 ///
 /// Small bodies are kept as exactly their bytes, behind the head in the same array: a `ByteBuffer`'s storage is a power
 /// of two (4 KiB for a 2.4 KB component), and a body read from the network is often a slice of a larger read buffer. A
@@ -55,14 +57,11 @@ public struct StoredForm: Sendable {
     /// Builds a form from the header lines it shares with the entry's other forms (`sharedHead`: every field but
     /// the form's own), its `etag`, and its `body`.
     ///
-    /// The form's own lines follow the shared ones: `Content-Encoding` (unless identity), `ETag`, and
-    /// `Content-Length`.
+    /// The form's own lines follow the shared ones: `Content-Encoding` (unless identity) and `ETag`.
     init(coding: ContentCoding?, sharedHead: UnsafeRawBufferPointer, etag: String, body: ByteBuffer) {
-        let length = String(body.readableBytes)
         var headBytes = sharedHead.count
         if let coding { headBytes += "Content-Encoding: ".utf8.count + coding.rawValue.utf8.count + 2 }
         headBytes += "ETag: ".utf8.count + etag.utf8.count + 2
-        headBytes += "Content-Length: ".utf8.count + length.utf8.count + 2
         let keepsBodyExact = body.readableBytes <= CachedResponse.maximumExactBodyBytes
         var etagValue = 0..<0
         self.wire = [UInt8](unsafeUninitializedCapacity: headBytes + (keepsBodyExact ? body.readableBytes : 0)) {
@@ -73,7 +72,6 @@ public struct StoredForm: Sendable {
             if let coding { head.writeLine("Content-Encoding", coding.rawValue) }
             etagValue = (head.position + "ETag: ".utf8.count)..<(head.position + "ETag: ".utf8.count + etag.utf8.count)
             head.writeLine("ETag", etag)
-            head.writeLine("Content-Length", length)
             precondition(head.position == headBytes, "the head was measured wrong")
             if keepsBodyExact { body.withUnsafeReadableBytes { head.write($0) } }
             count = head.position
@@ -93,21 +91,97 @@ public struct StoredForm: Sendable {
         wire.withUnsafeBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]), as: UTF8.self) }
     }
 
-    /// The header lines and `Content-Length`, encoded once, without the status line. Shares its array with a body
-    /// kept exact.
-    public var encodedHead: ArraySlice<UInt8> { wire[..<headCount] }
+    /// The header lines as kept, without the ones a hit writes after them (``writeHead(after:into:)``). Shares its
+    /// array with a body kept exact.
+    public var storedLines: ArraySlice<UInt8> { wire[..<headCount] }
+
+    /// The whole head a hit writes after its status line: the stored lines, `Via` and `Content-Length` (for tests
+    /// and diagnostics; a hit writes it in place with ``writeHead(after:into:)``).
+    public var encodedHead: [UInt8] {
+        var buffer = ByteBuffer()
+        writeHead(after: "", into: &buffer)
+        return Array(buffer.readableBytesView)
+    }
+
     /// The length of ``encodedHead``.
-    public var encodedHeadCount: Int { headCount }
+    public var encodedHeadCount: Int { headCount + Self.viaLine.utf8CodeUnitCount + contentLengthLineCount }
+
+    /// This hop's `Via` line (RFC 9110 section 7.6.3), the last of the entry's `Via` lines.
+    private static let viaLine: StaticString = "Via: 1.1 sdui-proxy\r\n"
+    private static let contentLengthName: StaticString = "Content-Length: "
+
+    private var contentLengthLineCount: Int {
+        Self.contentLengthName.utf8CodeUnitCount + Self.decimalDigits(bodyLength) + 2
+    }
+
+    private static func decimalDigits(_ value: Int) -> Int {
+        var digits = 1
+        var rest = value
+        while rest >= 10 {
+            rest /= 10
+            digits += 1
+        }
+        return digits
+    }
+
+    /// Writes `value` in decimal at the start of `memory`, which has room for it, and returns the digits written.
+    private static func writeDecimal(_ value: Int, into memory: UnsafeMutableRawBufferPointer) -> Int {
+        let digits = decimalDigits(value)
+        var rest = value
+        for position in stride(from: digits - 1, through: 0, by: -1) {
+            memory[position] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+        }
+        return digits
+    }
+
+    /// Appends `prefix`, the stored lines, this hop's `Via` and the form's `Content-Length` in one write: a hit's
+    /// head after its status line (or with it, in `prefix`).
+    public func writeHead(after prefix: StaticString, into buffer: inout ByteBuffer) {
+        let count = prefix.utf8CodeUnitCount + encodedHeadCount
+        wire.withUnsafeBytes { all in
+            _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
+                var head = HeadWriter(into: out)
+                head.write(prefix)
+                head.write(UnsafeRawBufferPointer(rebasing: all[..<headCount]))
+                head.write(Self.viaLine)
+                head.write(Self.contentLengthName)
+                head.advance(by: Self.writeDecimal(bodyLength, into: head.remaining))
+                head.write("\r\n")
+                return head.position
+            }
+        }
+    }
+
+    /// Calls `body` with the lines a hit writes after the stored ones, as names and values: `Via` and
+    /// `Content-Length`.
+    private func forEachWrittenField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void)
+    {
+        let via = Self.viaLine
+        let viaName = "Via: ".utf8.count
+        body(
+            UnsafeRawBufferPointer(start: via.utf8Start, count: viaName - 2),
+            UnsafeRawBufferPointer(start: via.utf8Start + viaName, count: via.utf8CodeUnitCount - viaName - 2)
+        )
+        let name = Self.contentLengthName
+        withUnsafeTemporaryAllocation(byteCount: 20, alignment: 1) { digits in
+            let count = Self.writeDecimal(bodyLength, into: digits)
+            body(
+                UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount - 2),
+                UnsafeRawBufferPointer(rebasing: digits[..<count])
+            )
+        }
+    }
 
     /// What the form costs in memory: its array, a large body's buffer, and the form itself.
     var byteCost: Int { wire.count + (large?.buffer.readableBytes ?? 0) + MemoryLayout<StoredForm>.size }
 
-    /// Calls `body` with the encoded head and, when the form keeps the body as exact bytes, the body, where the
+    /// Calls `body` with the stored lines and, when the form keeps the body as exact bytes, the body, where the
     /// form keeps them. A hit writes both this way: taking them as slices (or out of ``storedBody``) retained the
     /// form's array, which every loop serving the entry shares, so its count moved between the processors on
     /// every hit.
     public func withEncodedBytes(
-        _ body: (_ head: UnsafeRawBufferPointer, _ exactBody: UnsafeRawBufferPointer?) -> Void
+        _ body: (_ storedLines: UnsafeRawBufferPointer, _ exactBody: UnsafeRawBufferPointer?) -> Void
     ) {
         wire.withUnsafeBytes { all in
             body(
@@ -138,9 +212,16 @@ public struct StoredForm: Sendable {
         }
     }
 
-    /// Calls `body` with each stored header line's name and value, in order.
+    /// Calls `body` with each header field's name and value, in order: the stored lines, then `Via` and
+    /// `Content-Length`.
     public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
-        encodedHead.withUnsafeBytes { head in
+        forEachStoredField(body)
+        forEachWrittenField(body)
+    }
+
+    /// Calls `body` with each stored line's name and value, in order.
+    func forEachStoredField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
+        storedLines.withUnsafeBytes { head in
             var lines = LineReader(bytes: head)
             while let line = lines.next() {
                 let text = UnsafeRawBufferPointer(rebasing: head[line])
@@ -154,11 +235,11 @@ public struct StoredForm: Sendable {
         }
     }
 
-    /// Writes the stored header lines that `keep` accepts, given each line's name: for the answers that present
-    /// the form otherwise than as stored (a 304, Beagle 1.x's headers, a part), without parsing the head or
-    /// encoding headers again. No `Content-Length` is written unless `keep` accepts the stored one.
+    /// Writes the header lines that `keep` accepts, given each line's name (`Via` and `Content-Length` among them):
+    /// for the answers that present the form otherwise than as stored (a 304, Beagle 1.x's headers, a part), without
+    /// parsing the head or encoding headers again. No `Content-Length` is written unless `keep` accepts the form's.
     public func writeLines(keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool, into buffer: inout ByteBuffer) {
-        encodedHead.withUnsafeBytes { head in
+        storedLines.withUnsafeBytes { head in
             var lines = LineReader(bytes: head)
             while let line = lines.next() {
                 let text = UnsafeRawBufferPointer(rebasing: head[line])
@@ -167,6 +248,13 @@ public struct StoredForm: Sendable {
                 buffer.writeBytes(text)
                 buffer.writeStaticString("\r\n")
             }
+        }
+        forEachWrittenField { name, value in
+            guard keep(name) else { return }
+            buffer.writeBytes(name)
+            buffer.writeStaticString(": ")
+            buffer.writeBytes(value)
+            buffer.writeStaticString("\r\n")
         }
     }
 
@@ -191,6 +279,14 @@ struct HeadWriter {
     mutating func write(_ bytes: UnsafeRawBufferPointer) {
         UnsafeMutableRawBufferPointer(rebasing: memory[position..<(position + bytes.count)]).copyMemory(from: bytes)
         position += bytes.count
+    }
+
+    /// The memory not written yet.
+    var remaining: UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(rebasing: memory[position...]) }
+
+    /// Counts `count` bytes written into ``remaining`` directly.
+    mutating func advance(by count: Int) {
+        position += count
     }
 
     mutating func write(_ text: StaticString) {
