@@ -131,7 +131,7 @@ struct CacheInvalidationTests {
         #expect(entry.ageSeconds(at: purgedAt) == 15)
         #expect(entry.upstreamETag == "\"v1\"")
         #expect(entry.body == ByteBuffer(string: #"{"v":1}"#))
-        #expect(entry.identity.encodedHead == stored.identity.encodedHead)
+        #expect(entry.encodedHead() == stored.encodedHead())
         #expect(entry.byteCost == stored.byteCost)
         #expect(!cache.hasFreshEntry(Self.key("/s"), requestHeaders: [:], now: purgedAt))
     }

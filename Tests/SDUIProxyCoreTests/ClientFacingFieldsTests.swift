@@ -68,7 +68,7 @@ struct ClientFacingFieldsTests {
             metadata: metadata
         )
         #expect(
-            String(decoding: entry.identity.encodedHead, as: UTF8.self)
+            String(decoding: entry.encodedHead(), as: UTF8.self)
                 == "Content-Type: application/json\r\n"
                 + "Vary: Accept-Encoding, beagle-platform\r\nETag: \"v1\"\r\nVia: 1.1 sdui-proxy\r\n"
                 + "Content-Length: 2\r\n"

@@ -43,7 +43,7 @@ struct EndToEndHeadersTests {
         )
         #expect(entry.headers.map(\.name) == ["Cache-Control", "ETag", "Via"])
         #expect(
-            String(decoding: entry.identity.encodedHead, as: UTF8.self)
+            String(decoding: entry.encodedHead(), as: UTF8.self)
                 == "Cache-Control: max-age=1\r\nETag: \"a\"\r\nVia: 1.1 sdui-proxy\r\nContent-Length: 2\r\n"
         )
         // Without the flag only framing and Age go: the caller vouches for the rest.

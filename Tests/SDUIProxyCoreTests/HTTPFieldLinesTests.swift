@@ -96,9 +96,9 @@ struct HTTPFieldLinesTests {
         )
         for entry in [fromFields, fromHeaders] {
             #expect(
-                String(decoding: entry.identity.encodedHead, as: UTF8.self)
-                    == "Last-Modified: Sun, 22 Nov 2026 09:00:00 GMT\r\n"
-                    + "Surrogate-Key: a b,c\r\nCache-Control: max-age=5, stale-if-error=9\r\n"
+                String(decoding: entry.encodedHead(), as: UTF8.self)
+                    == "Surrogate-Key: a b,c\r\nCache-Control: max-age=5, stale-if-error=9\r\n"
+                    + "Last-Modified: Sun, 22 Nov 2026 09:00:00 GMT\r\n"
                     + "ETag: \"v1\"\r\nVia: 1.1 sdui-proxy\r\n"
                     + "Content-Length: 2\r\n"
             )

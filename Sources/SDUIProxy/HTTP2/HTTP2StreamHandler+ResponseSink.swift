@@ -38,7 +38,7 @@ extension HTTP2StreamHandler: ResponseSink {
             if presentation.advertisesRanges(entry) { block.add(name: "accept-ranges", value: "bytes") }
             if presentation.keepsStoredFields {
                 let keepsAll = presentation.isPlain
-                form.forEachField { name, value in
+                form.forEachField(common: entry.commonLines) { name, value in
                     guard keepsAll || presentation.keepsStoredField(name) else { return }
                     let name = Self.lowercased(name)
                     // Stored fields repeat from hit to hit and are indexed, but for a cookie (`storeSetCookie`).

@@ -75,10 +75,14 @@ enum HTTP1ResponseEncoder {
                 if entry.advertisesRanges {
                     // A plain answer has the entry's status, and only a 200 advertises ranges.
                     assert(status == .ok, "a plain answer from a 200 is a 200")
-                    form.writeHead(after: "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n", into: &buffer)
+                    form.writeHead(
+                        after: "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n",
+                        common: entry.commonLines,
+                        into: &buffer
+                    )
                 } else {
                     HTTPWireFormat.writeStatusLine(status, into: &buffer)
-                    form.writeHead(after: "", into: &buffer)
+                    form.writeHead(after: "", common: entry.commonLines, into: &buffer)
                 }
             } else {
                 writeHead(of: entry, form, status: status, presentation, into: &buffer)
@@ -105,7 +109,7 @@ enum HTTP1ResponseEncoder {
         HTTPWireFormat.writeStatusLine(status, into: &head)
         if presentation.advertisesRanges(entry) { head.writeStaticString("Accept-Ranges: bytes\r\n") }
         if presentation.keepsStoredFields {
-            form.writeLines(keepingLines: presentation.keepsStoredField, into: &head)
+            form.writeLines(common: entry.commonLines, keepingLines: presentation.keepsStoredField, into: &head)
         }
         presentation.forEachOwnField(of: entry, form) { name, value in
             HTTPWireFormat.writeHeaderLine(name, value, into: &head)

@@ -66,9 +66,11 @@ struct HTTP1ResponseWriter {
             let bodyBytes = sendsBody ? presentation.bodyRange(of: form).count : 0
             account(status: status, cacheResult: presentation.cacheResult, bytes: bodyBytes)
             requests.countStoredForm(of: entry, form, presentation, sendsBody: sendsBody)
-            // Beyond the stored lines: the status line and `Accept-Ranges`, Age, X-Cache, Cache-Status and
-            // Connection, with room to spare.
-            var buffer = buffers.buffer(minimumCapacity: form.encodedHeadCount + 320 + bodyBytes)
+            // Beyond the head: the status line and `Accept-Ranges`, Age, X-Cache, Cache-Status and Connection, with
+            // room to spare.
+            var buffer = buffers.buffer(
+                minimumCapacity: form.encodedHeadCount(common: entry.commonLines) + 320 + bodyBytes
+            )
             let largeBody = HTTP1ResponseEncoder.writeStored(
                 entry,
                 form,

@@ -34,9 +34,11 @@ public final class CachedResponse: Sendable {
     private let freshnessNanoseconds: Int64
     /// The content hash, when ``Flags/hasContentHash`` says it was computed.
     private let storedContentHash: UInt64
-    /// The variant's names and values and the purge tags, which most entries have none of; nil then.
-    private let variance: Variance?
-    /// How much of each form's head is the same in every form: the shared fields.
+    /// The lines the entry shares with others (``CommonFieldLines``), and the variant's names and values and the
+    /// purge tags when it has any: in one reference, so that an entry is no larger for either.
+    private let extras: Extras
+    /// How much of each form's stored lines is the same in every form: the shared fields of the entry's own (its
+    /// times and cookies, ``CommonFieldLines/isOwn(_:)``), before each form's `Content-Encoding` and `ETag`.
     private let sharedHeadEnd: UInt32
     /// Where the value of `Last-Modified` lies in the identity form's head (among the shared fields, so in every
     /// form's alike); an end of 0 when there is none.
@@ -77,25 +79,55 @@ public final class CachedResponse: Sendable {
         static let hasContentHash = Flags(rawValue: 1 << 1)
         /// The body is to be kept in content codings, added after the entry is stored.
         static let compressesLater = Flags(rawValue: 1 << 2)
+        /// The entry made its ``CommonFieldLines`` (no stored entry had the same lines), and counts them in its cost.
+        static let paysCommonLines = Flags(rawValue: 1 << 3)
     }
 
-    /// What only entries with a `Vary` or purge tags hold.
+    /// The shared lines, alone or with what only entries with a `Vary` or purge tags hold.
+    private enum Extras: Sendable {
+        case common(CommonFieldLines)
+        case varied(Variance)
+
+        var common: CommonFieldLines {
+            switch self {
+            case .common(let lines): lines
+            case .varied(let variance): variance.common
+            }
+        }
+
+        var variance: Variance? {
+            if case .varied(let variance) = self { variance } else { nil }
+        }
+
+        init(common: CommonFieldLines, varyNames: [String], variant: String, tags: [String]) {
+            self =
+                varyNames.isEmpty && variant.isEmpty && tags.isEmpty
+                ? .common(common)
+                : .varied(Variance(common: common, varyNames: varyNames, variant: variant, tags: tags))
+        }
+    }
+
+    /// What only entries with a `Vary` or purge tags hold, beside their shared lines.
     private final class Variance: Sendable {
+        let common: CommonFieldLines
         let varyNames: [String]
         let variant: String
         let tags: [String]
 
-        init(varyNames: [String], variant: String, tags: [String]) {
+        init(common: CommonFieldLines, varyNames: [String], variant: String, tags: [String]) {
+            self.common = common
             self.varyNames = varyNames
             self.variant = variant
             self.tags = tags
         }
+    }
 
-        /// Nil when there is nothing to hold.
-        static func of(varyNames: [String], variant: String, tags: [String]) -> Variance? {
-            varyNames.isEmpty && variant.isEmpty && tags.isEmpty
-                ? nil : Variance(varyNames: varyNames, variant: variant, tags: tags)
-        }
+    /// The lines the entry shares with other entries: written before each form's own.
+    public var commonLines: CommonFieldLines { extras.common }
+
+    /// The whole head a hit in `coding` writes after its status line (for tests and diagnostics).
+    public func encodedHead(_ coding: ContentCoding? = nil) -> [UInt8] {
+        withForm(coding) { $0.encodedHead(common: commonLines) }
     }
 
     /// The form in `coding` (identity for nil, or a coding the entry is not kept in).
@@ -148,11 +180,11 @@ public final class CachedResponse: Sendable {
     /// How long past expiry the entry may be served when the backend fails.
     public var staleIfError: Int64 { Int64(staleIfErrorSeconds) }
     /// The request headers (lower-cased) named by the response's `Vary`, beyond those in the cache key.
-    public var varyNames: [String] { variance?.varyNames ?? [] }
+    public var varyNames: [String] { extras.variance?.varyNames ?? [] }
     /// The values of ``varyNames`` in the request that produced this entry.
-    public var variant: String { variance?.variant ?? "" }
+    public var variant: String { extras.variance?.variant ?? "" }
     /// Purge tags, from the configured tag header.
-    public var tags: [String] { variance?.tags ?? [] }
+    public var tags: [String] { extras.variance?.tags ?? [] }
     /// A content hash for Beagle 1.x clients (`beagle-hash`), formatted when a response carries it.
     public var contentHash: String { ContentHash.hex(contentHashValue) }
     /// The hash, computed when the entry was made if ``Metadata/computesContentHash`` asked for it (or the entry
@@ -194,15 +226,17 @@ public final class CachedResponse: Sendable {
 
     /// What the entry costs against the cache's byte budget: every form's bytes, and ``bookkeepingBytes``.
     public var byteCost: Int {
-        encodedForms.reduce(identity.byteCost + Self.bookkeepingBytes) { $0 + $1.byteCost }
+        let common = flags.contains(.paysCommonLines) ? commonLines.byteCost : 0
+        return encodedForms.reduce(identity.byteCost + common + Self.bookkeepingBytes) { $0 + $1.byteCost }
     }
 
     /// What an entry costs beyond its forms' bytes, whatever its size: its own object (128 bytes), its node and
-    /// index slots in the cache's LRU store and its per-target count (about 140, with the tables' room to grow),
-    /// its key's strings (about 60 for a typical screen path) and the allocator's share of its allocations.
-    /// Measured, not guessed: RSS per entry minus the forms' bytes, over 100,000 entries (the benchmarks'
-    /// `memory` scenario), so that the byte budget is what the process holds.
-    public static let bookkeepingBytes = 380
+    /// index slots in the cache's LRU store and its per-target count (about 95, with the tables' room to grow),
+    /// its key (80 for a typical screen path) and the allocator's share of its allocations. Measured, not guessed:
+    /// RSS per entry minus the forms' bytes, over 100,000 entries (the benchmarks' `memory` scenario), so that the
+    /// byte budget is what the process holds. The lines entries share (``CommonFieldLines``) are counted by the
+    /// entry that made them.
+    public static let bookkeepingBytes = 335
 
     /// The headers sent to clients in identity, without `Age`, `X-Cache`, `Content-Length` and connection-level
     /// headers: read back from the identity form's head, where the entry keeps them.
@@ -213,7 +247,7 @@ public final class CachedResponse: Sendable {
     /// reference counts and allocations.
     public var headers: HTTPHeaders {
         var headers = HTTPHeaders()
-        identity.forEachField { name, value in
+        identity.forEachField(common: commonLines) { name, value in
             guard !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") else { return }
             headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
         }
@@ -337,8 +371,10 @@ public final class CachedResponse: Sendable {
                 && !clientFields.hides(name)
         }
         // A first pass measures the shared head and reads what the entry needs from the lines; the second writes
-        // them, and each form copies them into its one array, sized exactly.
+        // them: the lines other entries carry alike into a block they share (``CommonFieldLines``), the entry's own
+        // into each form's one array, sized exactly.
         var sharedBytes = 0
+        var commonBytes = 0
         var upstreamETag: String?
         var tags: [String] = []
         var keptDirectives = CacheControl()
@@ -351,33 +387,44 @@ public final class CachedResponse: Sendable {
                 upstreamETag = String(decoding: value, as: UTF8.self)
             }
             guard isShared(name) else { return }
-            sharedBytes += name.count + 2 + value.count + 2
+            if CommonFieldLines.isOwn(name) {
+                sharedBytes += name.count + 2 + value.count + 2
+            } else {
+                commonBytes += name.count + 2 + value.count + 2
+            }
             if directives == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "cache-control") {
                 keptDirectives.read(value)
             }
         }
-        if let mergedVary { sharedBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
+        if let mergedVary { commonBytes += "Vary: ".utf8.count + mergedVary.utf8.count + 2 }
         // Hashing the body is a pass over every byte; a miss does it only when the hash will be used.
         let hash = upstreamETag == nil || metadata.computesContentHash ? ContentHash.hash64(body) : nil
         let etag = upstreamETag ?? ContentHash.entityTag(hash: hash!, length: body.readableBytes)
 
         var lastModifiedValue: Range<Int>?
-        let forms = withUnsafeTemporaryAllocation(byteCount: sharedBytes, alignment: 1) { memory in
-            var head = HeadWriter(into: memory)
+        let (common, forms) = withUnsafeTemporaryAllocation(byteCount: sharedBytes + commonBytes, alignment: 1) {
+            memory in
+            var own = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[..<sharedBytes]))
+            var shared = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[sharedBytes...]))
             fields.forEachField { name, value in
                 guard isShared(name) else { return }
+                guard CommonFieldLines.isOwn(name) else {
+                    shared.writeLine(name, value)
+                    return
+                }
                 // The value's place in the line about to be written: `name: value` and CRLF.
-                let valueStart = head.position + name.count + 2
+                let valueStart = own.position + name.count + 2
                 if lastModifiedValue == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "last-modified") {
                     lastModifiedValue = valueStart..<(valueStart + value.count)
                 }
-                head.writeLine(name, value)
+                own.writeLine(name, value)
             }
-            if let mergedVary { head.writeLine("Vary", mergedVary) }
-            precondition(head.position == sharedBytes, "the head was measured wrong")
-            let shared = UnsafeRawBufferPointer(memory)
-            let identity = StoredForm(coding: nil, sharedHead: shared, etag: etag, body: body)
-            return (identity, Self.forms(of: encodedBodies, sharedHead: shared, etag: etag))
+            if let mergedVary { shared.writeLine("Vary", mergedVary) }
+            precondition(own.position == sharedBytes && shared.position == commonBytes, "the head was measured wrong")
+            let common = CommonFieldLines.interned(UnsafeRawBufferPointer(rebasing: memory[sharedBytes...]))
+            let ownLines = UnsafeRawBufferPointer(rebasing: memory[..<sharedBytes])
+            let identity = StoredForm(coding: nil, sharedHead: ownLines, etag: etag, body: body)
+            return (common, (identity, Self.forms(of: encodedBodies, sharedHead: ownLines, etag: etag)))
         }
         self.identity = forms.0
         self.encodedForms = forms.1
@@ -387,6 +434,7 @@ public final class CachedResponse: Sendable {
         if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
         if hash != nil { flags.insert(.hasContentHash) }
         if metadata.compressesLater { flags.insert(.compressesLater) }
+        if common.isNew { flags.insert(.paysCommonLines) }
         self.flags = flags
         self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
         self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)
@@ -406,7 +454,7 @@ public final class CachedResponse: Sendable {
         // stale serving in so many words (RFC 5861), and reading it as a prohibition would defeat that.
         let configuredStaleIfError = directives.sharedMaxAge == nil ? metadata.configuredStaleIfError : 0
         self.staleIfErrorSeconds = Int32(clamping: forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError)
-        self.variance = Variance.of(varyNames: metadata.varyNames, variant: metadata.variant, tags: tags)
+        self.extras = Extras(common: common.block, varyNames: metadata.varyNames, variant: metadata.variant, tags: tags)
     }
 
     /// The forms of `bodies`, after the shared head, each tagged as ``ContentNegotiation/etag(_:for:)`` says;
@@ -453,7 +501,7 @@ public final class CachedResponse: Sendable {
         self.revalidation = entry.revalidation
         self.staleWhileRevalidateSeconds = entry.staleWhileRevalidateSeconds
         self.staleIfErrorSeconds = entry.staleIfErrorSeconds
-        self.variance = entry.variance
+        self.extras = entry.extras
     }
 
     /// This entry kept also in the codings of `bodies` (those it is already kept in replaced): a copy that shares

@@ -91,28 +91,27 @@ public struct StoredForm: Sendable {
         wire.withUnsafeBytes { String(decoding: UnsafeRawBufferPointer(rebasing: $0[range]), as: UTF8.self) }
     }
 
-    /// The header lines as kept, without the ones a hit writes after them (``writeHead(after:into:)``). Shares its
-    /// array with a body kept exact.
+    /// The form's own header lines as kept, without the entry's common ones before them and the ones a hit writes
+    /// after them (``writeHead(after:common:into:)``). Shares its array with a body kept exact.
     public var storedLines: ArraySlice<UInt8> { wire[..<headCount] }
 
-    /// The whole head a hit writes after its status line: the stored lines, `Via` and `Content-Length` (for tests
-    /// and diagnostics; a hit writes it in place with ``writeHead(after:into:)``).
-    public var encodedHead: [UInt8] {
+    /// The whole head a hit writes after its status line: the entry's `common` lines, the stored lines, `Via` and
+    /// `Content-Length` (for tests and diagnostics; a hit writes it in place with ``writeHead(after:common:into:)``).
+    public func encodedHead(common: CommonFieldLines) -> [UInt8] {
         var buffer = ByteBuffer()
-        writeHead(after: "", into: &buffer)
+        writeHead(after: "", common: common, into: &buffer)
         return Array(buffer.readableBytesView)
     }
 
-    /// The length of ``encodedHead``.
-    public var encodedHeadCount: Int { headCount + Self.viaLine.utf8CodeUnitCount + contentLengthLineCount }
-
-    /// This hop's `Via` line (RFC 9110 section 7.6.3), the last of the entry's `Via` lines.
-    private static let viaLine: StaticString = "Via: 1.1 sdui-proxy\r\n"
-    private static let contentLengthName: StaticString = "Content-Length: "
-
-    private var contentLengthLineCount: Int {
-        Self.contentLengthName.utf8CodeUnitCount + Self.decimalDigits(bodyLength) + 2
+    /// The length of ``encodedHead(common:)``.
+    public func encodedHeadCount(common: CommonFieldLines) -> Int {
+        common.lines.count + headCount + Self.trailer.utf8CodeUnitCount + Self.decimalDigits(bodyLength) + 2
     }
+
+    /// What follows the stored lines in every head: this hop's `Via` (RFC 9110 section 7.6.3), the last of the
+    /// entry's `Via` lines, then the length's name; the length and CRLF end it.
+    private static let trailer: StaticString = "Via: 1.1 sdui-proxy\r\nContent-Length: "
+    private static let viaLineCount = "Via: 1.1 sdui-proxy\r\n".utf8.count
 
     private static func decimalDigits(_ value: Int) -> Int {
         var digits = 1
@@ -124,31 +123,46 @@ public struct StoredForm: Sendable {
         return digits
     }
 
-    /// Writes `value` in decimal at the start of `memory`, which has room for it, and returns the digits written.
-    private static func writeDecimal(_ value: Int, into memory: UnsafeMutableRawBufferPointer) -> Int {
-        let digits = decimalDigits(value)
+    /// Writes `value`, of `digits` decimal digits, at `start`.
+    private static func writeDecimal(_ value: Int, digits: Int, at start: UnsafeMutableRawPointer) {
         var rest = value
-        for position in stride(from: digits - 1, through: 0, by: -1) {
-            memory[position] = UInt8(ascii: "0") + UInt8(rest % 10)
+        var position = start + digits
+        repeat {
+            position -= 1
+            position.storeBytes(of: UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10), as: UInt8.self)
             rest /= 10
-        }
-        return digits
+        } while position > start
     }
 
-    /// Appends `prefix`, the stored lines, this hop's `Via` and the form's `Content-Length` in one write: a hit's
-    /// head after its status line (or with it, in `prefix`).
-    public func writeHead(after prefix: StaticString, into buffer: inout ByteBuffer) {
-        let count = prefix.utf8CodeUnitCount + encodedHeadCount
-        wire.withUnsafeBytes { all in
-            _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
-                var head = HeadWriter(into: out)
-                head.write(prefix)
-                head.write(UnsafeRawBufferPointer(rebasing: all[..<headCount]))
-                head.write(Self.viaLine)
-                head.write(Self.contentLengthName)
-                head.advance(by: Self.writeDecimal(bodyLength, into: head.remaining))
-                head.write("\r\n")
-                return head.position
+    /// Appends `prefix`, the entry's `common` lines, the stored lines, this hop's `Via` and the form's
+    /// `Content-Length` in one write: a hit's head after its status line (or with it, in `prefix`). Copied by
+    /// pointer, measured once: the hit path.
+    public func writeHead(after prefix: StaticString, common: CommonFieldLines, into buffer: inout ByteBuffer) {
+        let length = bodyLength
+        let digits = Self.decimalDigits(length)
+        let ownCount = headCount
+        common.lines.withUnsafeBytes { commonLines in
+            wire.withUnsafeBytes { all in
+                let count =
+                    prefix.utf8CodeUnitCount + commonLines.count + ownCount + Self.trailer.utf8CodeUnitCount + digits
+                    + 2
+                _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
+                    var position = out.baseAddress!
+                    func copy(_ start: UnsafeRawPointer?, _ count: Int) {
+                        guard let start, count > 0 else { return }
+                        position.copyMemory(from: start, byteCount: count)
+                        position += count
+                    }
+                    copy(prefix.utf8Start, prefix.utf8CodeUnitCount)
+                    copy(commonLines.baseAddress, commonLines.count)
+                    copy(all.baseAddress, ownCount)
+                    copy(Self.trailer.utf8Start, Self.trailer.utf8CodeUnitCount)
+                    Self.writeDecimal(length, digits: digits, at: position)
+                    position += digits
+                    position.storeBytes(of: UInt8(ascii: "\r"), as: UInt8.self)
+                    (position + 1).storeBytes(of: UInt8(ascii: "\n"), as: UInt8.self)
+                    return count
+                }
             }
         }
     }
@@ -157,19 +171,19 @@ public struct StoredForm: Sendable {
     /// `Content-Length`.
     private func forEachWrittenField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void)
     {
-        let via = Self.viaLine
-        let viaName = "Via: ".utf8.count
+        let trailer = UnsafeRawBufferPointer(start: Self.trailer.utf8Start, count: Self.trailer.utf8CodeUnitCount)
+        let via = trailer[..<(Self.viaLineCount - 2)]
+        let viaColon = via.firstIndex(of: UInt8(ascii: ":"))!
         body(
-            UnsafeRawBufferPointer(start: via.utf8Start, count: viaName - 2),
-            UnsafeRawBufferPointer(start: via.utf8Start + viaName, count: via.utf8CodeUnitCount - viaName - 2)
+            UnsafeRawBufferPointer(rebasing: via[..<viaColon]),
+            UnsafeRawBufferPointer(rebasing: via[(viaColon + 2)...])
         )
-        let name = Self.contentLengthName
-        withUnsafeTemporaryAllocation(byteCount: 20, alignment: 1) { digits in
-            let count = Self.writeDecimal(bodyLength, into: digits)
-            body(
-                UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount - 2),
-                UnsafeRawBufferPointer(rebasing: digits[..<count])
-            )
+        let lengthName = trailer[Self.viaLineCount..<(trailer.count - 2)]
+        let length = bodyLength
+        let digits = Self.decimalDigits(length)
+        withUnsafeTemporaryAllocation(byteCount: digits, alignment: 1) { memory in
+            Self.writeDecimal(length, digits: digits, at: memory.baseAddress!)
+            body(UnsafeRawBufferPointer(rebasing: lengthName), UnsafeRawBufferPointer(memory))
         }
     }
 
@@ -212,34 +226,44 @@ public struct StoredForm: Sendable {
         }
     }
 
-    /// Calls `body` with each header field's name and value, in order: the stored lines, then `Via` and
-    /// `Content-Length`.
-    public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
-        forEachStoredField(body)
+    /// Calls `body` with each header field's name and value, in order: the entry's `common` lines, the stored
+    /// lines, then `Via` and `Content-Length`.
+    public func forEachField(
+        common: CommonFieldLines,
+        _ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void
+    ) {
+        common.lines.withUnsafeBytes { Self.forEachField(in: $0, body) }
+        storedLines.withUnsafeBytes { Self.forEachField(in: $0, body) }
         forEachWrittenField(body)
     }
 
-    /// Calls `body` with each stored line's name and value, in order.
-    func forEachStoredField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
-        storedLines.withUnsafeBytes { head in
-            var lines = LineReader(bytes: head)
-            while let line = lines.next() {
-                let text = UnsafeRawBufferPointer(rebasing: head[line])
-                guard let colon = text.firstIndex(of: UInt8(ascii: ":")) else { continue }
-                // The entry wrote `name: value`: one space after the colon.
-                body(
-                    UnsafeRawBufferPointer(rebasing: text[..<colon]),
-                    UnsafeRawBufferPointer(rebasing: text[min(colon + 2, text.count)...])
-                )
-            }
+    /// Calls `body` with the name and value of each line of `head`, in order.
+    private static func forEachField(
+        in head: UnsafeRawBufferPointer,
+        _ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void
+    ) {
+        var lines = LineReader(bytes: head)
+        while let line = lines.next() {
+            let text = UnsafeRawBufferPointer(rebasing: head[line])
+            guard let colon = text.firstIndex(of: UInt8(ascii: ":")) else { continue }
+            // The entry wrote `name: value`: one space after the colon.
+            body(
+                UnsafeRawBufferPointer(rebasing: text[..<colon]),
+                UnsafeRawBufferPointer(rebasing: text[min(colon + 2, text.count)...])
+            )
         }
     }
 
-    /// Writes the header lines that `keep` accepts, given each line's name (`Via` and `Content-Length` among them):
-    /// for the answers that present the form otherwise than as stored (a 304, Beagle 1.x's headers, a part), without
-    /// parsing the head or encoding headers again. No `Content-Length` is written unless `keep` accepts the form's.
-    public func writeLines(keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool, into buffer: inout ByteBuffer) {
-        storedLines.withUnsafeBytes { head in
+    /// Writes the header lines that `keep` accepts, given each line's name (the entry's `common` lines, `Via` and
+    /// `Content-Length` among them): for the answers that present the form otherwise than as stored (a 304, Beagle
+    /// 1.x's headers, a part), without parsing the head or encoding headers again. No `Content-Length` is written
+    /// unless `keep` accepts the form's.
+    public func writeLines(
+        common: CommonFieldLines,
+        keepingLines keep: (_ name: UnsafeRawBufferPointer) -> Bool,
+        into buffer: inout ByteBuffer
+    ) {
+        func write(_ head: UnsafeRawBufferPointer) {
             var lines = LineReader(bytes: head)
             while let line = lines.next() {
                 let text = UnsafeRawBufferPointer(rebasing: head[line])
@@ -249,6 +273,8 @@ public struct StoredForm: Sendable {
                 buffer.writeStaticString("\r\n")
             }
         }
+        common.lines.withUnsafeBytes { write($0) }
+        storedLines.withUnsafeBytes { write($0) }
         forEachWrittenField { name, value in
             guard keep(name) else { return }
             buffer.writeBytes(name)
@@ -279,14 +305,6 @@ struct HeadWriter {
     mutating func write(_ bytes: UnsafeRawBufferPointer) {
         UnsafeMutableRawBufferPointer(rebasing: memory[position..<(position + bytes.count)]).copyMemory(from: bytes)
         position += bytes.count
-    }
-
-    /// The memory not written yet.
-    var remaining: UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(rebasing: memory[position...]) }
-
-    /// Counts `count` bytes written into ``remaining`` directly.
-    mutating func advance(by count: Int) {
-        position += count
     }
 
     mutating func write(_ text: StaticString) {
