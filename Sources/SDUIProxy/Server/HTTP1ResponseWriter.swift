@@ -69,7 +69,7 @@ struct HTTP1ResponseWriter {
             // Beyond the head: the status line and `Accept-Ranges`, Age, X-Cache, Cache-Status and Connection, with
             // room to spare.
             var buffer = buffers.buffer(
-                minimumCapacity: form.encodedHeadCount(common: entry.commonLines) + 320 + bodyBytes
+                minimumCapacity: form.encodedHeadBound(common: entry.commonLines) + 320 + bodyBytes
             )
             let largeBody = HTTP1ResponseEncoder.writeStored(
                 entry,

@@ -70,7 +70,11 @@ public struct StoredCacheKey: Hashable, @unchecked Sendable {
 
     /// Whether `key` is the key this one was made from: the same hash, target and variant.
     public func matches(_ key: CacheKey) -> Bool {
-        guard header.hash == key.storedHash else { return false }
+        let header = header
+        // The lengths first: both strings know theirs, and a key that differs in one needs no bytes compared.
+        guard header.hash == key.storedHash, Int(header.targetCount) == key.target.utf8.count,
+            Int(header.variantCount) == key.variant.utf8.count
+        else { return false }
         return withBytes { target, variant in
             key.target.withContiguousUTF8 { Self.same($0, target) }
                 && key.variant.withContiguousUTF8 { Self.same($0, variant) }

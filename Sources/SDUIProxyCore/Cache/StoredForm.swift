@@ -108,15 +108,22 @@ public struct StoredForm: Sendable {
         common.lines.count + headCount + Self.trailer.utf8CodeUnitCount + Self.decimalDigits(bodyLength) + 2
     }
 
+    /// At least ``encodedHeadCount(common:)``, without counting the length's digits: for sizing a hit's buffer.
+    public func encodedHeadBound(common: CommonFieldLines) -> Int {
+        common.lines.count + headCount + Self.trailer.utf8CodeUnitCount + 22
+    }
+
     /// What follows the stored lines in every head: this hop's `Via` (RFC 9110 section 7.6.3), the last of the
     /// entry's `Via` lines, then the length's name; the length and CRLF end it.
     private static let trailer: StaticString = "Via: 1.1 sdui-proxy\r\nContent-Length: "
     private static let viaLineCount = "Via: 1.1 sdui-proxy\r\n".utf8.count
 
+    @inline(__always)
     private static func decimalDigits(_ value: Int) -> Int {
-        var digits = 1
-        var rest = value
-        while rest >= 10 {
+        if value < 10_000 { return value < 10 ? 1 : value < 100 ? 2 : value < 1_000 ? 3 : 4 }
+        var digits = 5
+        var rest = value / 100_000
+        while rest > 0 {
             rest /= 10
             digits += 1
         }
@@ -124,6 +131,7 @@ public struct StoredForm: Sendable {
     }
 
     /// Writes `value`, of `digits` decimal digits, at `start`.
+    @inline(__always)
     private static func writeDecimal(_ value: Int, digits: Int, at start: UnsafeMutableRawPointer) {
         var rest = value
         var position = start + digits
@@ -141,22 +149,25 @@ public struct StoredForm: Sendable {
         let length = bodyLength
         let digits = Self.decimalDigits(length)
         let ownCount = headCount
+        let prefixCount = prefix.utf8CodeUnitCount
+        let trailerCount = Self.trailer.utf8CodeUnitCount
         common.lines.withUnsafeBytes { commonLines in
             wire.withUnsafeBytes { all in
-                let count =
-                    prefix.utf8CodeUnitCount + commonLines.count + ownCount + Self.trailer.utf8CodeUnitCount + digits
-                    + 2
+                let count = prefixCount + commonLines.count + ownCount + trailerCount + digits + 2
                 _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
                     var position = out.baseAddress!
-                    func copy(_ start: UnsafeRawPointer?, _ count: Int) {
-                        guard let start, count > 0 else { return }
-                        position.copyMemory(from: start, byteCount: count)
-                        position += count
+                    position.copyMemory(from: prefix.utf8Start, byteCount: prefixCount)
+                    position += prefixCount
+                    if let lines = commonLines.baseAddress {
+                        position.copyMemory(from: lines, byteCount: commonLines.count)
+                        position += commonLines.count
                     }
-                    copy(prefix.utf8Start, prefix.utf8CodeUnitCount)
-                    copy(commonLines.baseAddress, commonLines.count)
-                    copy(all.baseAddress, ownCount)
-                    copy(Self.trailer.utf8Start, Self.trailer.utf8CodeUnitCount)
+                    if let own = all.baseAddress {
+                        position.copyMemory(from: own, byteCount: ownCount)
+                        position += ownCount
+                    }
+                    position.copyMemory(from: Self.trailer.utf8Start, byteCount: trailerCount)
+                    position += trailerCount
                     Self.writeDecimal(length, digits: digits, at: position)
                     position += digits
                     position.storeBytes(of: UInt8(ascii: "\r"), as: UInt8.self)
