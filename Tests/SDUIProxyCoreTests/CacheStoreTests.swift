@@ -356,7 +356,7 @@ struct CachedResponseStorageTests {
         #expect(stored.body == body)
         #expect(
             stored.byteCost == body.readableBytes + stored.identity.storedLines.count + MemoryLayout<StoredForm>.size
-                + CachedResponse.bookkeepingBytes
+                + stored.commonLines.byteCost + CachedResponse.bookkeepingBytes
         )
     }
 

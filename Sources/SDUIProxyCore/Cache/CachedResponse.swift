@@ -79,8 +79,6 @@ public final class CachedResponse: Sendable {
         static let hasContentHash = Flags(rawValue: 1 << 1)
         /// The body is to be kept in content codings, added after the entry is stored.
         static let compressesLater = Flags(rawValue: 1 << 2)
-        /// The entry made its ``CommonFieldLines`` (no stored entry had the same lines), and counts them in its cost.
-        static let paysCommonLines = Flags(rawValue: 1 << 3)
     }
 
     /// The shared lines, alone or with what only entries with a `Vary` or purge tags hold.
@@ -224,18 +222,19 @@ public final class CachedResponse: Sendable {
         compressionClaim.store(false, ordering: .relaxed)
     }
 
-    /// What the entry costs against the cache's byte budget: every form's bytes, and ``bookkeepingBytes``.
+    /// What the entry costs against the cache's byte budget: every form's bytes, its common lines' and
+    /// ``bookkeepingBytes``.
     public var byteCost: Int {
-        let common = flags.contains(.paysCommonLines) ? commonLines.byteCost : 0
-        return encodedForms.reduce(identity.byteCost + common + Self.bookkeepingBytes) { $0 + $1.byteCost }
+        encodedForms.reduce(identity.byteCost + commonLines.byteCost + Self.bookkeepingBytes) { $0 + $1.byteCost }
     }
 
     /// What an entry costs beyond its forms' bytes, whatever its size: its own object (128 bytes), its node and
     /// index slots in the cache's LRU store and its per-target count (about 95, with the tables' room to grow),
     /// its key (80 for a typical screen path) and the allocator's share of its allocations. Measured, not guessed:
     /// RSS per entry minus the forms' bytes, over 100,000 entries (the benchmarks' `memory` scenario), so that the
-    /// byte budget is what the process holds. The lines entries share (``CommonFieldLines``) are counted by the
-    /// entry that made them.
+    /// byte budget is what the process holds. The lines entries share (``CommonFieldLines``) are counted in full by
+    /// each entry that holds them, so a budget of entries from one backend holds some 5 % less than it could: an
+    /// entry costs its header lines and bodies, whatever it shares.
     public static let bookkeepingBytes = 335
 
     /// The headers sent to clients in identity, without `Age`, `X-Cache`, `Content-Length` and connection-level
@@ -434,7 +433,6 @@ public final class CachedResponse: Sendable {
         if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
         if hash != nil { flags.insert(.hasContentHash) }
         if metadata.compressesLater { flags.insert(.compressesLater) }
-        if common.isNew { flags.insert(.paysCommonLines) }
         self.flags = flags
         self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
         self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)
@@ -454,7 +452,7 @@ public final class CachedResponse: Sendable {
         // stale serving in so many words (RFC 5861), and reading it as a prohibition would defeat that.
         let configuredStaleIfError = directives.sharedMaxAge == nil ? metadata.configuredStaleIfError : 0
         self.staleIfErrorSeconds = Int32(clamping: forbidsStale ? 0 : directives.staleIfError ?? configuredStaleIfError)
-        self.extras = Extras(common: common.block, varyNames: metadata.varyNames, variant: metadata.variant, tags: tags)
+        self.extras = Extras(common: common, varyNames: metadata.varyNames, variant: metadata.variant, tags: tags)
     }
 
     /// The forms of `bodies`, after the shared head, each tagged as ``ContentNegotiation/etag(_:for:)`` says;

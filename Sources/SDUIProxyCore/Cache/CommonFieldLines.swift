@@ -10,7 +10,11 @@ import Synchronization
 /// The table that finds them is small and fixed: a slot per hash, where a new block replaces the one there. An
 /// entry holds its block; the table only helps the next entry find it. So responses whose lines are all different
 /// (a backend sending a trace id in every response) cost a block each and never grow the table, and a block goes
-/// with the last entry that holds it.
+/// with the last entry that holds it. Blocks over ``maximumSharedBytes`` are not put in the table, so that it
+/// holds at most a megabyte of blocks no entry holds any more.
+///
+/// Every entry counts its block's bytes in its cost, shared or not: the byte budget counts each entry's header
+/// lines and bodies, as it says, and errs on the side of room.
 public final class CommonFieldLines: Sendable {
     /// The lines, `name: value` and CRLF each.
     public let lines: [UInt8]
@@ -20,7 +24,10 @@ public final class CommonFieldLines: Sendable {
     }
 
     /// What the block costs in memory: its object and its array.
-    var byteCost: Int { lines.count + 64 }
+    public var byteCost: Int { lines.count + 64 }
+
+    /// The largest block the table keeps for other entries to find.
+    static let maximumSharedBytes = 1_024
 
     /// The block of no lines.
     static let none = CommonFieldLines(lines: [])
@@ -35,16 +42,17 @@ public final class CommonFieldLines: Sendable {
     }
 
     /// The block of `lines`: the one the table holds when it has these very bytes, else a new one, which takes its
-    /// slot. `isNew` says which: an entry that made its block counts it in its cost.
-    static func interned(_ lines: UnsafeRawBufferPointer) -> (block: CommonFieldLines, isNew: Bool) {
-        guard !lines.isEmpty else { return (none, false) }
+    /// slot (unless it is over ``maximumSharedBytes``).
+    static func interned(_ lines: UnsafeRawBufferPointer) -> CommonFieldLines {
+        guard !lines.isEmpty else { return none }
+        guard lines.count <= maximumSharedBytes else { return CommonFieldLines(lines: Array(lines)) }
         return table.intern(lines)
     }
 
     private static let table = Table(slotCount: 1024)
 
     /// The slots, one per hash, under one lock: taken once per stored response, never by a hit.
-    private final class Table: Sendable {
+    final class Table: Sendable {
         private let slots: Mutex<[CommonFieldLines?]>
         private let mask: Int
 
@@ -54,20 +62,20 @@ public final class CommonFieldLines: Sendable {
             mask = slotCount - 1
         }
 
-        func intern(_ lines: UnsafeRawBufferPointer) -> (block: CommonFieldLines, isNew: Bool) {
+        func intern(_ lines: UnsafeRawBufferPointer) -> CommonFieldLines {
             var hasher = Hasher()
             hasher.combine(bytes: lines)
             let slot = hasher.finalize() & mask
             if let found = slots.withLock({ slots in slots[slot] }),
                 found.lines.withUnsafeBytes({ $0.elementsEqual(lines) })
             {
-                return (found, false)
+                return found
             }
             // Made outside the lock; two stores of the same new lines at once make two blocks, and the slot keeps
             // the last.
             let made = CommonFieldLines(lines: Array(lines))
             slots.withLock { slots in slots[slot] = made }
-            return (made, true)
+            return made
         }
     }
 }
