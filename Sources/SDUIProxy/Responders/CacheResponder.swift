@@ -29,7 +29,7 @@ struct CacheResponder {
     func respond(to request: CacheRequest, proxy: ProxyContext, sink: any ResponseSink) {
         var staleEntry: CachedResponse?
         let reason: CacheStatus.Forward
-        if CacheFillPolicy.mayAnswerFromCache(requestHeaders: request.head.headers) {
+        if CacheFillPolicy.mayAnswerFromCache(request.fields) {
             let now = NIODeadline.now()
             var found = proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
@@ -460,7 +460,7 @@ struct CacheResponder {
             presentation.beagleMaxAge = entry.remainingLifetime(at: now)
             // Beagle 1.x clients only ever get a 304 for the hash they sent.
             presentation.notModified = headers.first(name: "beagle-hash").map(entry.hasContentHash) ?? false
-        } else if isOK, headers.contains(name: "if-none-match") || headers.contains(name: "if-modified-since") {
+        } else if isOK, !request.fields.isDisjoint(with: .conditions) {
             // The validator of the form this request gets: another form's does not match it.
             presentation.notModified = ConditionalRequest.isNotModified(
                 requestHeaders: headers,
@@ -475,7 +475,7 @@ struct CacheResponder {
         // A range of the stored whole (RFC 9110 section 14), in either form; a condition that answers 304 comes
         // first, and a HEAD gets the whole head. The method is looked at last: comparing one costs a string
         // comparison, and almost no request has a Range.
-        if isOK, !presentation.notModified, headers.contains(name: "range"), !request.isHead {
+        if isOK, !presentation.notModified, request.fields.contains(.range), !request.isHead {
             // Ranges are of the form this request gets (RFC 9110 section 14.1.2: of the selected representation).
             let form = entry.form(presentation.coding)
             let decision = RangeRequest.decide(

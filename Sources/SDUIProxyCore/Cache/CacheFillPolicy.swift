@@ -90,7 +90,12 @@ public struct CacheFillPolicy: Sendable {
     /// answer was made for other credentials, or none, and this proxy does not revalidate it on the client's
     /// behalf; it fetches alone.
     public static func mayAnswerFromCache(requestHeaders: HTTPHeaders) -> Bool {
-        !requestHeaders.contains(name: "authorization")
+        mayAnswerFromCache(RequestFieldPresence(requestHeaders))
+    }
+
+    /// ``mayAnswerFromCache(requestHeaders:)`` for the fields the router found.
+    public static func mayAnswerFromCache(_ fields: RequestFieldPresence) -> Bool {
+        !fields.contains(.authorization)
     }
 
     // MARK: Stale-if-error

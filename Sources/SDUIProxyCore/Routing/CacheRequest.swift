@@ -12,19 +12,23 @@ public final class CacheRequest: Sendable {
     public let platform: String
     public let policy: ProxyConfiguration.RoutePolicy
     public let key: CacheKey
+    /// Which of the fields the cache path asks about the head carries.
+    public let fields: RequestFieldPresence
 
     public init(
         head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
         policy: ProxyConfiguration.RoutePolicy,
-        key: CacheKey
+        key: CacheKey,
+        fields: RequestFieldPresence? = nil
     ) {
         self.head = head
         self.target = target
         self.platform = platform
         self.policy = policy
         self.key = key
+        self.fields = fields ?? RequestFieldPresence(head.headers)
     }
 
     /// A HEAD request: answered like a GET, without the body.

@@ -95,8 +95,9 @@ public struct RequestRouter: Sendable {
             return .queueStatus(id: id)
         }
         let platform: String
+        var fields: RequestFieldPresence = []
         do {
-            platform = try self.platform(of: head.headers)
+            platform = try self.platform(of: head.headers, noting: &fields)
         } catch {
             return .refuse(error, closeConnection: false)
         }
@@ -118,7 +119,8 @@ public struct RequestRouter: Sendable {
                 target: target,
                 platform: platform,
                 policy: policy,
-                key: cacheKey(target: target, platform: platform, headers: head.headers, policy: policy)
+                key: cacheKey(target: target, platform: platform, headers: head.headers, policy: policy),
+                fields: fields
             )
         )
     }
@@ -160,11 +162,25 @@ public struct RequestRouter: Sendable {
 
     /// The platform a request is for: its platform header, upper-cased, or the configured default.
     public func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
-        // `headers[name]` compares each name in place and copies only the matches; iterating the headers
-        // would copy (retain and release) every name and value of every request.
-        let values = headers[platformHeader]
-        guard values.count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
-        guard let value = values.first else { return defaultPlatform }
+        var fields: RequestFieldPresence = []
+        return try platform(of: headers, noting: &fields)
+    }
+
+    /// ``platform(of:)``, noting in `fields` the fields the cache path asks about, in the same walk over the head:
+    /// one walk, where asking `HTTPHeaders` for each name walked it once per name.
+    func platform(of headers: HTTPHeaders, noting fields: inout RequestFieldPresence) throws(ProxyError) -> String {
+        var found: String?
+        var count = 0
+        for (name, value) in headers {
+            if name.utf8.count == platformHeader.utf8.count, HTTPSyntax.sameIgnoringCase(name, platformHeader) {
+                found = value
+                count += 1
+            } else {
+                fields.formUnion(RequestFieldPresence.of(name))
+            }
+        }
+        guard count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
+        guard let value = found else { return defaultPlatform }
         // Most clients send an allowed name as it is configured: valid and allowed, used as it is, hashed once.
         if allowedPlatformSet.contains(value) { return value }
         let platform = value.trimmingWhitespace().uppercased()
