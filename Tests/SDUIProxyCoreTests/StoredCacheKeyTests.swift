@@ -29,6 +29,19 @@ struct StoredCacheKeyTests {
         #expect(!stored.matches(CacheKey(target: "/screens/", variant: "aandroid", hashCode: key.hashCode)))
     }
 
+    @Test("its target is compared and read where it keeps it, as purges do")
+    func targetInPlace() {
+        let stored = StoredCacheKey(CacheKey(target: "/screens/home?tab=1", platform: "ios"))
+        #expect(stored.hasTarget("/screens/home?tab=1"))
+        #expect(
+            !stored.hasTarget("/screens/home?tab=2") && !stored.hasTarget("/screens/home") && !stored.hasTarget("ios")
+        )
+        #expect(stored.withTarget { PathPrefix("/screens").matches(bytes: $0) })
+        #expect(stored.withTarget { PathPrefix("/screens/home").matches(bytes: $0) })
+        #expect(!stored.withTarget { PathPrefix("/screens/ho").matches(bytes: $0) })
+        #expect(!stored.withTarget { PathPrefix("/screens/home?tab=1&x").matches(bytes: $0) })
+    }
+
     @Test("two made from equal keys are equal; from others, not")
     func equality() {
         let key = CacheKey(target: "/" + String(repeating: "x", count: 200), platform: "web")

@@ -40,8 +40,8 @@ extension ResponseCache {
             return reached
         }
         // The same rule that judges the fills in flight; a list of varying headers carries no tags.
-        let matches: @Sendable (_ target: String, _ tags: [String]) -> Bool = { target, tags in
-            invalidation.mayReach(target: target, tags: tags)
+        let matches: @Sendable (_ key: StoredCacheKey, _ tags: [String]) -> Bool = { key, tags in
+            invalidation.mayReach(key, tags: tags)
         }
         // Parts are removed either way: stale parts answer nothing, and what a soft invalidation keeps for is
         // serving stale.
@@ -54,7 +54,10 @@ extension ResponseCache {
 
     /// Removes every stored response (or, with `partsOnly`, every held part of one) whose normalised target and
     /// tags match, and returns how many went.
-    private func remove(where matches: @Sendable (_ target: String, _ tags: [String]) -> Bool, partsOnly: Bool) -> Int {
+    private func remove(
+        where matches: @Sendable (_ key: StoredCacheKey, _ tags: [String]) -> Bool,
+        partsOnly: Bool
+    ) -> Int {
         var removed = 0
         // Responses removed per target, applied to the counts after each shard's lock.
         var removedTargets: [String: Int] = [:]
@@ -67,17 +70,17 @@ extension ResponseCache {
                 state.store.removeAll { key, slot in
                     switch slot {
                     case .response(let entry):
-                        guard !partsOnly, matches(key.target, entry.tags) else { return false }
+                        guard !partsOnly, matches(key, entry.tags) else { return false }
                         responses += 1
                         state.forms.count(slot, -1)
                         removedTargets[key.target, default: 0] -= 1
                         return true
                     case .variants:
-                        guard !partsOnly, matches(key.target, []) else { return false }
+                        guard !partsOnly, matches(key, []) else { return false }
                         lists += 1
                         return true
                     case .partial(let content):
-                        guard matches(key.target, content.tags) else { return false }
+                        guard matches(key, content.tags) else { return false }
                         partials += 1
                         return true
                     }
@@ -97,7 +100,7 @@ extension ResponseCache {
     /// Replaces every fresh stored response whose normalised target matches by its copy stale as of `now`, in
     /// place (its cost and recency unchanged), and returns how many matched. The lists of varying headers stay.
     private func markStale(
-        where matches: @Sendable (_ target: String, _ tags: [String]) -> Bool,
+        where matches: @Sendable (_ key: StoredCacheKey, _ tags: [String]) -> Bool,
         now: NIODeadline
     )
         -> Int
@@ -107,7 +110,7 @@ extension ResponseCache {
             reached += shard.state.withLock { state in
                 var responses = 0
                 state.store.replaceValues { key, slot in
-                    guard case .response(let entry) = slot, matches(key.target, entry.tags) else { return nil }
+                    guard case .response(let entry) = slot, matches(key, entry.tags) else { return nil }
                     responses += 1
                     return entry.softPurged(at: now).map(Slot.response)
                 }
@@ -116,5 +119,17 @@ extension ResponseCache {
             }
         }
         return reached
+    }
+}
+
+extension CacheInvalidation {
+    /// ``mayReach(target:tags:)`` for a stored key, its target read where the key keeps it: a purge visits every
+    /// entry of the cache under its shard's lock, and making each target a string again would allocate for each.
+    fileprivate func mayReach(_ key: StoredCacheKey, tags: [String]) -> Bool {
+        switch scope {
+        case .targets(let targets): targets.contains { key.hasTarget($0) }
+        case .prefix(let prefix): key.withTarget { PathPrefix(prefix).matches(bytes: $0) }
+        case .tag, .all: mayReach(target: "", tags: tags)
+        }
     }
 }

@@ -81,6 +81,17 @@ public struct StoredCacheKey: Hashable, @unchecked Sendable {
         }
     }
 
+    /// Calls `body` with the target's UTF-8 bytes, where the key keeps them.
+    public func withTarget<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        withBytes { target, _ in body(target) }
+    }
+
+    /// Whether the key's target is `target`, compared where the key keeps it.
+    public func hasTarget(_ target: String) -> Bool {
+        guard Int(header.targetCount) == target.utf8.count else { return false }
+        return withTarget { stored in target.withContiguousUTF8 { Self.same(stored, $0) } }
+    }
+
     /// `path?query`, normalised, as a string again.
     public var target: String {
         withBytes { target, _ in String(decoding: target, as: UTF8.self) }

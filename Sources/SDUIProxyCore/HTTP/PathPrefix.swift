@@ -12,13 +12,20 @@ public struct PathPrefix: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether `target` (a path, with or without a query) is under this prefix.
     public func matches(_ target: String) -> Bool {
-        guard target.hasPrefix(text) else { return false }
-        let length = text.utf8.count
-        if target.utf8.count == length || text.hasSuffix("/") || text.utf8.contains(UInt8(ascii: "?")) {
-            return true
+        target.withContiguousUTF8 { matches(bytes: $0) }
+    }
+
+    /// ``matches(_:)`` for a target's UTF-8 bytes, read where they are kept. Compared byte for byte: targets are
+    /// normalised, and percent-encoded past ASCII.
+    public func matches(bytes target: UnsafeBufferPointer<UInt8>) -> Bool {
+        text.withContiguousUTF8 { prefix in
+            guard target.count >= prefix.count, target.starts(with: prefix) else { return false }
+            if target.count == prefix.count || prefix.last == UInt8(ascii: "/") || prefix.contains(UInt8(ascii: "?")) {
+                return true
+            }
+            let next = target[prefix.count]
+            return next == UInt8(ascii: "/") || next == UInt8(ascii: "?")
         }
-        let next = target.utf8[target.utf8.index(target.utf8.startIndex, offsetBy: length)]
-        return next == UInt8(ascii: "/") || next == UInt8(ascii: "?")
     }
 
     public var description: String { text }
