@@ -344,7 +344,7 @@ public final class CachedResponse: Sendable {
         // A first pass measures the shared head and reads what the entry needs from the lines; the second writes
         // them: the lines other entries carry alike into a block they share (``CommonFieldLines``), the entry's own
         // into each form's one array, sized exactly.
-        var sharedBytes = 0
+        var ownBytes = 0
         var commonBytes = 0
         var upstreamETag: String?
         var tags: [String] = []
@@ -359,7 +359,7 @@ public final class CachedResponse: Sendable {
             }
             guard isShared(name) else { return }
             if CommonFieldLines.isOwn(name) {
-                sharedBytes += name.count + 2 + value.count + 2
+                ownBytes += name.count + 2 + value.count + 2
             } else {
                 commonBytes += name.count + 2 + value.count + 2
             }
@@ -373,14 +373,14 @@ public final class CachedResponse: Sendable {
         let etag = upstreamETag ?? ContentHash.entityTag(hash: hash!, length: body.readableBytes)
 
         var lastModifiedValue: Range<Int>?
-        let (common, forms) = withUnsafeTemporaryAllocation(byteCount: sharedBytes + commonBytes, alignment: 1) {
+        let (common, forms) = withUnsafeTemporaryAllocation(byteCount: ownBytes + commonBytes, alignment: 1) {
             memory in
-            var own = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[..<sharedBytes]))
-            var shared = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[sharedBytes...]))
+            var own = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[..<ownBytes]))
+            var commonWriter = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[ownBytes...]))
             fields.forEachField { name, value in
                 guard isShared(name) else { return }
                 guard CommonFieldLines.isOwn(name) else {
-                    shared.writeLine(name, value)
+                    commonWriter.writeLine(name, value)
                     return
                 }
                 // The value's place in the line about to be written: `name: value` and CRLF.
@@ -390,17 +390,20 @@ public final class CachedResponse: Sendable {
                 }
                 own.writeLine(name, value)
             }
-            if let mergedVary { shared.writeLine("Vary", mergedVary) }
-            precondition(own.position == sharedBytes && shared.position == commonBytes, "the head was measured wrong")
-            let common = CommonFieldLines.interned(UnsafeRawBufferPointer(rebasing: memory[sharedBytes...]))
-            let ownLines = UnsafeRawBufferPointer(rebasing: memory[..<sharedBytes])
+            if let mergedVary { commonWriter.writeLine("Vary", mergedVary) }
+            precondition(
+                own.position == ownBytes && commonWriter.position == commonBytes,
+                "the head was measured wrong"
+            )
+            let common = CommonFieldLines.interned(UnsafeRawBufferPointer(rebasing: memory[ownBytes...]))
+            let ownLines = UnsafeRawBufferPointer(rebasing: memory[..<ownBytes])
             let identity = StoredForm(coding: nil, sharedHead: ownLines, etag: etag, body: body)
             return (common, (identity, Self.forms(of: encodedBodies, sharedHead: ownLines, etag: etag)))
         }
         self.identity = forms.0
         self.encodedForms = forms.1
         self.codings = Self.codings(of: forms.1)
-        self.sharedHeadEnd = UInt32(sharedBytes)
+        self.sharedHeadEnd = UInt32(ownBytes)
         var flags: Flags = []
         if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
         if hash != nil { flags.insert(.hasContentHash) }

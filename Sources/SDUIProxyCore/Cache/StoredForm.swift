@@ -113,10 +113,10 @@ public struct StoredForm: Sendable {
         common.lines.count + headCount + Self.trailer.utf8CodeUnitCount + 22
     }
 
-    /// What follows the stored lines in every head: this hop's `Via` (RFC 9110 section 7.6.3), the last of the
-    /// entry's `Via` lines, then the length's name; the length and CRLF end it.
+    /// What follows the stored lines in every head: this hop's `Via` (RFC 9110 section 7.6.3; the member is
+    /// ``CachedResponse/ownVia``, which a test holds this to), the last of the entry's `Via` lines, then the length's
+    /// name; the length and CRLF end it.
     private static let trailer: StaticString = "Via: 1.1 sdui-proxy\r\nContent-Length: "
-    private static let viaLineCount = "Via: 1.1 sdui-proxy\r\n".utf8.count
 
     @inline(__always)
     private static func decimalDigits(_ value: Int) -> Int {
@@ -182,19 +182,15 @@ public struct StoredForm: Sendable {
     /// `Content-Length`.
     private func forEachWrittenField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void)
     {
-        let trailer = UnsafeRawBufferPointer(start: Self.trailer.utf8Start, count: Self.trailer.utf8CodeUnitCount)
-        let via = trailer[..<(Self.viaLineCount - 2)]
-        let viaColon = via.firstIndex(of: UInt8(ascii: ":"))!
-        body(
-            UnsafeRawBufferPointer(rebasing: via[..<viaColon]),
-            UnsafeRawBufferPointer(rebasing: via[(viaColon + 2)...])
-        )
-        let lengthName = trailer[Self.viaLineCount..<(trailer.count - 2)]
+        func bytes(_ text: StaticString) -> UnsafeRawBufferPointer {
+            UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+        }
+        CachedResponse.ownVia.withContiguousUTF8 { body(bytes("Via"), UnsafeRawBufferPointer($0)) }
         let length = bodyLength
         let digits = Self.decimalDigits(length)
         withUnsafeTemporaryAllocation(byteCount: digits, alignment: 1) { memory in
             Self.writeDecimal(length, digits: digits, at: memory.baseAddress!)
-            body(UnsafeRawBufferPointer(rebasing: lengthName), UnsafeRawBufferPointer(memory))
+            body(bytes("Content-Length"), UnsafeRawBufferPointer(memory))
         }
     }
 
@@ -218,7 +214,7 @@ public struct StoredForm: Sendable {
 
     public enum StoredBody: Sendable {
         /// Exactly the body's bytes, for bodies up to ``CachedResponse/maximumExactBodyBytes`` (in the array
-        /// that holds ``StoredForm/encodedHead``).
+        /// that holds ``StoredForm/storedLines``).
         case exact(ArraySlice<UInt8>)
         /// A larger body, in the buffer it is kept in.
         case buffer(ByteBuffer)
