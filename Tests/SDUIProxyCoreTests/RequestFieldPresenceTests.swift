@@ -9,14 +9,18 @@ struct RequestFieldPresenceTests {
         let headers = HTTPHeaders([
             ("Host", "proxy"), ("IF-NONE-MATCH", #""a""#), ("if-modified-since", "Sun, 22 Nov 2026 03:00:00 GMT"),
             ("Range", "bytes=0-1"), ("Cache-control", "no-cache"), ("authorization", "Bearer x"),
+            ("X-REQUEST-ID", "abc"), ("accept-Encoding", "gzip"),
         ])
         #expect(
-            RequestFieldPresence(headers) == [.ifNoneMatch, .ifModifiedSince, .range, .cacheControl, .authorization]
+            RequestFieldPresence(headers) == [
+                .ifNoneMatch, .ifModifiedSince, .range, .cacheControl, .authorization, .requestID, .acceptEncoding,
+            ]
         )
         let lookalikes = HTTPHeaders([
             ("If-Range", #""a""#), ("Ranges", "x"), ("If-Match", #""a""#), ("Cache-Controls", "x"),
             ("Authorisation", "x"),
-            ("if-unmodified-since", "Sun, 22 Nov 2026 03:00:00 GMT"), ("Accept-Encoding", "gzip"),
+            ("if-unmodified-since", "Sun, 22 Nov 2026 03:00:00 GMT"), ("Accept-Encodings", "gzip"),
+            ("X-Request-Ids", "abc"), ("Request-Id", "abc"), ("Accept-Language", "en"),
         ])
         #expect(RequestFieldPresence(lookalikes).isEmpty)
         #expect(RequestFieldPresence(HTTPHeaders()).isEmpty)
@@ -42,6 +46,31 @@ struct RequestFieldPresenceTests {
             return
         }
         #expect(plain.fields == .range && plain.platform == "WEB")
+        #expect(plain.acceptEncoding == nil)
+        guard
+            case .cache(let coded) = router.route(
+                RequestRouterTests.head(
+                    .GET,
+                    "/screens/a",
+                    [("Accept-Encoding", "br;q=0"), ("X-Request-Id", "r1"), ("accept-encoding", "gzip")]
+                )
+            )
+        else {
+            Issue.record("a GET is not routed through the cache")
+            return
+        }
+        // The first value, as `HTTPHeaders.first(name:)` gives it; the id is only noted, searched for on a hit.
+        #expect(coded.acceptEncoding == "br;q=0")
+        #expect(coded.fields == [.acceptEncoding, .requestID])
+        // A request made without a walk (a prefetch's) finds both in its head.
+        let built = try #require(
+            router.cacheRequest(
+                target: try RequestTarget(parsing: "/screens/a"),
+                platform: "WEB",
+                headers: ["Accept-Encoding": "gzip"]
+            )
+        )
+        #expect(built.acceptEncoding == "gzip" && built.fields == .acceptEncoding)
         guard
             case .refuse = router.route(
                 RequestRouterTests.head(.GET, "/screens/a", [("X-Platform", "IOS"), ("x-platform", "WEB")])

@@ -76,7 +76,7 @@ final class AdminGate: ChannelDuplexHandler, RemovableChannelHandler {
                 deadline?.cancel()
                 AdminHTTPHandler.write(
                     AdminAuthorization.unauthorizedResponse(for: head.uri),
-                    isHead: head.method == .HEAD,
+                    isHead: head.method.isHEAD,
                     keepAlive: false,
                     context: context
                 )

@@ -45,7 +45,7 @@ final class AdminHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     error as? ProxyError ?? ProxyError(.internalError, "the admin endpoint failed", detail: "\(error)")
                 )
             }
-            Self.write(answer, isHead: full.head.method == .HEAD, keepAlive: keepAlive, context: context)
+            Self.write(answer, isHead: full.head.method.isHEAD, keepAlive: keepAlive, context: context)
         }
     }
 

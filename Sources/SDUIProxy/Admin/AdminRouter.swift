@@ -77,7 +77,7 @@ public struct AdminRouter: Sendable {
                 AdminResponse(ProxyError(.notFound, "no admin endpoint \(request.path)"))
             )
         }
-        guard let endpoint = byMethod[request.method.rawValue] ?? (request.method == .HEAD ? byMethod["GET"] : nil)
+        guard let endpoint = byMethod[request.method.rawValue] ?? (request.method.isHEAD ? byMethod["GET"] : nil)
         else {
             // HEAD is answered wherever GET is.
             let allowed = byMethod.keys.sorted() + (byMethod["GET"] != nil && byMethod["HEAD"] == nil ? ["HEAD"] : [])

@@ -277,13 +277,13 @@ public final class ComponentFetcher: Sendable {
     func compressOnHit(
         _ entry: CachedResponse,
         for key: CacheKey,
-        requestHeaders: HTTPHeaders,
+        acceptEncoding: String?,
         on eventLoop: any EventLoop
     ) {
         compressor?.compressOnHit(
             entry,
             for: key,
-            acceptEncoding: requestHeaders.first(name: "accept-encoding"),
+            acceptEncoding: acceptEncoding,
             in: cache,
             on: eventLoop
         )

@@ -115,7 +115,7 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
                 requestEnded = true
                 return refuse(error, context: context)
             }
-            isHeadRequest = head.method == .HEAD
+            isHeadRequest = head.method.isHEAD
             accounting = RequestAccounting(
                 proxy: proxy,
                 head: head,

@@ -68,7 +68,7 @@ struct CacheResponder {
             }
             reason = Self.forwardReason(found)
             // No whole response: the parts held of it may answer, or a range goes up as a range.
-            if staleEntry == nil, case .miss = found, request.head.method == .GET,
+            if staleEntry == nil, case .miss = found, request.head.method.isGET,
                 respondWithParts(to: request, reason, proxy: proxy, sink: sink, now: now)
             {
                 return
@@ -311,7 +311,7 @@ struct CacheResponder {
         let annotation = proxy.cacheReporting.annotation(.bypass, CacheStatus(forward: forward), key: request.key)
         // Keyed like a stored answer, it says so alike.
         let clientFields = proxy.clientFields(for: request.policy)
-        guard !alone, head.method == .GET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
+        guard !alone, head.method.isGET, CacheFillPolicy.mayShareStream(requestHeaders: head.headers) else {
             return PassThroughResponder().respond(
                 to: head,
                 target: request.target,
@@ -422,7 +422,7 @@ struct CacheResponder {
         _ proxy: ProxyContext,
         _ sink: any ResponseSink
     ) {
-        proxy.fetcher.compressOnHit(entry, for: request.key, requestHeaders: request.head.headers, on: sink.eventLoop)
+        proxy.fetcher.compressOnHit(entry, for: request.key, acceptEncoding: request.acceptEncoding, on: sink.eventLoop)
     }
 
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
@@ -446,11 +446,13 @@ struct CacheResponder {
         )
         let headers = request.head.headers
         // A hit returns the client's own id; an answer the backend was asked for, the id it was sent.
-        presentation.requestID = requestID ?? RequestID.given(in: headers)
+        // Searched for only when the router saw one.
+        presentation.requestID =
+            requestID ?? (request.fields.contains(.requestID) ? RequestID.given(in: headers) : nil)
         // Only an entry kept compressed looks at the request's `Accept-Encoding`.
         if !entry.codings.isEmpty {
             presentation.coding = ContentNegotiation.coding(
-                forAcceptEncoding: headers.first(name: "accept-encoding"),
+                forAcceptEncoding: request.acceptEncoding,
                 available: entry.codings
             )
         }

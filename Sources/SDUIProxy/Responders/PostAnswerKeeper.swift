@@ -49,7 +49,7 @@ final class PostAnswerKeeper {
         proxy: ProxyContext,
         on eventLoop: any EventLoop
     ) -> PostAnswerKeeper? {
-        guard head.method == .POST else { return nil }
+        guard case .POST = head.method else { return nil }
         var get = head
         get.method = .GET
         guard case .cache(let request) = proxy.router.route(get) else { return nil }

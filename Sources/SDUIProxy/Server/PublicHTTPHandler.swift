@@ -209,7 +209,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
             proxy = runtime.context
         }
         writer.startRequest(
-            isHead: head.method == .HEAD,
+            isHead: head.method.isHEAD,
             accounting: withProxy { proxy in
                 RequestAccounting(proxy: proxy, head: head, clientAddress: client.address, clock: context.eventLoop)
             }

@@ -36,7 +36,7 @@ public final class FileNetworkClient: NetworkClient {
         maxBodyBytes: Int,
         on eventLoop: any EventLoop
     ) -> EventLoopFuture<UpstreamResponse> {
-        guard request.method == .GET || request.method == .HEAD else {
+        guard request.method.isGETOrHEAD else {
             let refusal = ProxyError(.methodNotAllowed, "the file backend only serves GET and HEAD")
             return eventLoop.makeSucceededFuture(Self.errorResponse(refusal, extraHeaders: [("Allow", "GET, HEAD")]))
         }
@@ -62,7 +62,7 @@ public final class FileNetworkClient: NetworkClient {
         }.flatMap { response in
             sink.receiveHead(status: response.status, headers: response.headers)
             let sent =
-                request.method == .HEAD ? eventLoop.makeSucceededVoidFuture() : sink.receiveBodyPart(response.body)
+                request.method.isHEAD ? eventLoop.makeSucceededVoidFuture() : sink.receiveBodyPart(response.body)
             return sent.map { sink.receiveEnd() }
         }
     }

@@ -110,7 +110,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         let exchange = Exchange(
             request: encoded,
-            isHEAD: request.method == .HEAD,
+            isHEAD: request.method.isHEAD,
             mayResend: StaleConnectionRetry.mayResend(request.method, streamsBody: false),
             maxBodyBytes: maxBodyBytes,
             budget: budget,
@@ -166,7 +166,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         )
         let exchange = Exchange(
             request: encoded,
-            isHEAD: request.method == .HEAD,
+            isHEAD: request.method.isHEAD,
             mayResend: StaleConnectionRetry.mayResend(request.method, streamsBody: body != nil),
             use: request.fillsCache ? .fill : .forward,
             maxBodyBytes: .max,
@@ -193,8 +193,11 @@ public final class LoopLocalHTTPClient: NetworkClient {
     private static func frameBodyWithHead(_ headers: inout HTTPHeaders, of request: UpstreamRequest) {
         if let body = request.body {
             headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
-        } else if request.method == .POST || request.method == .PUT || request.method == .PATCH {
-            headers.replaceOrAdd(name: "Content-Length", value: "0")
+        } else {
+            switch request.method {
+            case .POST, .PUT, .PATCH: headers.replaceOrAdd(name: "Content-Length", value: "0")
+            default: break
+            }
         }
     }
 

@@ -83,7 +83,7 @@ public enum RequestAdmission {
             guard codings.last == "chunked" else { throw smuggling("a Transfer-Encoding that does not end in chunked") }
         }
 
-        guard head.method != .CONNECT else {
+        guard !head.method.isCONNECT else {
             throw Refusal(
                 error: ProxyError(.methodNotAllowed, "CONNECT: this is not a forward proxy"),
                 closeConnection: false

@@ -14,6 +14,10 @@ public struct RequestFieldPresence: OptionSet, Sendable, Hashable {
     public static let range = RequestFieldPresence(rawValue: 1 << 2)
     public static let cacheControl = RequestFieldPresence(rawValue: 1 << 3)
     public static let authorization = RequestFieldPresence(rawValue: 1 << 4)
+    /// `X-Request-Id`: a hit returns the client's own id, and only a request that sent one is searched for it.
+    public static let requestID = RequestFieldPresence(rawValue: 1 << 5)
+    /// `Accept-Encoding`: the walk that notes it keeps its first value (``CacheRequest/acceptEncoding``).
+    public static let acceptEncoding = RequestFieldPresence(rawValue: 1 << 6)
 
     /// A condition the cache answers with a 304 when it holds (RFC 9110 section 13.1).
     public static let conditions: RequestFieldPresence = [.ifNoneMatch, .ifModifiedSince]
@@ -31,10 +35,14 @@ public struct RequestFieldPresence: OptionSet, Sendable, Hashable {
         switch name.utf8.count {
         case 5:
             return HTTPSyntax.equalsIgnoringCase(name, "range") ? .range : []
+        case 12:
+            return HTTPSyntax.equalsIgnoringCase(name, "x-request-id") ? .requestID : []
         case 13:
             if HTTPSyntax.equalsIgnoringCase(name, "if-none-match") { return .ifNoneMatch }
             if HTTPSyntax.equalsIgnoringCase(name, "authorization") { return .authorization }
             return HTTPSyntax.equalsIgnoringCase(name, "cache-control") ? .cacheControl : []
+        case 15:
+            return HTTPSyntax.equalsIgnoringCase(name, "accept-encoding") ? .acceptEncoding : []
         case 17:
             return HTTPSyntax.equalsIgnoringCase(name, "if-modified-since") ? .ifModifiedSince : []
         default:

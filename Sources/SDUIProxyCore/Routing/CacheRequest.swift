@@ -14,23 +14,35 @@ public final class CacheRequest: Sendable {
     public let key: CacheKey
     /// Which of the fields the cache path asks about the head carries.
     public let fields: RequestFieldPresence
+    /// The value of the request's first `Accept-Encoding`, which picks the stored form a hit is sent in.
+    public let acceptEncoding: String?
 
+    /// - Parameters:
+    ///   - fields: which of the fields the cache path asks about `head` carries, and `acceptEncoding` its first
+    ///     `Accept-Encoding`, when the router noted both as it walked the head; nil to find them here.
     public init(
         head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
         policy: ProxyConfiguration.RoutePolicy,
         key: CacheKey,
-        fields: RequestFieldPresence? = nil
+        fields: RequestFieldPresence? = nil,
+        acceptEncoding: String? = nil
     ) {
         self.head = head
         self.target = target
         self.platform = platform
         self.policy = policy
         self.key = key
-        self.fields = fields ?? RequestFieldPresence(head.headers)
+        if let fields {
+            self.fields = fields
+            self.acceptEncoding = acceptEncoding
+        } else {
+            self.fields = RequestFieldPresence(head.headers)
+            self.acceptEncoding = head.headers.first(name: "accept-encoding")
+        }
     }
 
     /// A HEAD request: answered like a GET, without the body.
-    public var isHead: Bool { head.method == .HEAD }
+    public var isHead: Bool { head.method.isHEAD }
 }

@@ -91,17 +91,18 @@ public struct RequestRouter: Sendable {
             return .refuse(error.error, closeConnection: error.closeConnection)
         }
         // Only a proxy with a queue answers its status path; one without pays a flag's test.
-        if hasQueue, head.method == .GET || head.method == .HEAD, let id = Self.queueStatusID(in: target.path) {
+        if hasQueue, head.method.isGETOrHEAD, let id = Self.queueStatusID(in: target.path) {
             return .queueStatus(id: id)
         }
         let platform: String
         var fields: RequestFieldPresence = []
+        var acceptEncoding: String?
         do {
-            platform = try self.platform(of: head.headers, noting: &fields)
+            platform = try self.platform(of: head.headers, noting: &fields, acceptEncoding: &acceptEncoding)
         } catch {
             return .refuse(error, closeConnection: false)
         }
-        guard head.method == .GET || head.method == .HEAD else {
+        guard head.method.isGETOrHEAD else {
             if let queue, let route = queue.route(method: head.method.rawValue, path: target.path) {
                 let declared = head.headers.first(name: "content-length").flatMap(Int.init) ?? 0
                 guard declared <= queue.maxBodyBytes else {
@@ -120,7 +121,8 @@ public struct RequestRouter: Sendable {
                 platform: platform,
                 policy: policy,
                 key: cacheKey(target: target, platform: platform, headers: head.headers, policy: policy),
-                fields: fields
+                fields: fields,
+                acceptEncoding: acceptEncoding
             )
         )
     }
@@ -163,21 +165,29 @@ public struct RequestRouter: Sendable {
     /// The platform a request is for: its platform header, upper-cased, or the configured default.
     public func platform(of headers: HTTPHeaders) throws(ProxyError) -> String {
         var fields: RequestFieldPresence = []
-        return try platform(of: headers, noting: &fields)
+        var acceptEncoding: String?
+        return try platform(of: headers, noting: &fields, acceptEncoding: &acceptEncoding)
     }
 
-    /// ``platform(of:)``, noting in `fields` the fields the cache path asks about, in the same walk over the head:
-    /// one walk, where asking `HTTPHeaders` for each name walked it once per name.
-    func platform(of headers: HTTPHeaders, noting fields: inout RequestFieldPresence) throws(ProxyError) -> String {
+    /// ``platform(of:)``, noting in `fields` the fields the cache path asks about and in `acceptEncoding` the
+    /// first `Accept-Encoding`, in the same walk over the head: one walk, where asking `HTTPHeaders` for each name
+    /// walked it once per name.
+    func platform(
+        of headers: HTTPHeaders,
+        noting fields: inout RequestFieldPresence,
+        acceptEncoding: inout String?
+    ) throws(ProxyError) -> String {
         var found: String?
         var count = 0
         for (name, value) in headers {
             if name.utf8.count == platformHeader.utf8.count, HTTPSyntax.sameIgnoringCase(name, platformHeader) {
                 found = value
                 count += 1
-            } else {
-                fields.formUnion(RequestFieldPresence.of(name))
+                continue
             }
+            let field = RequestFieldPresence.of(name)
+            if field == .acceptEncoding, !fields.contains(.acceptEncoding) { acceptEncoding = value }
+            fields.formUnion(field)
         }
         guard count <= 1 else { throw ProxyError(.badRequest, "more than one \(platformHeader) header") }
         guard let value = found else { return defaultPlatform }
