@@ -9,7 +9,13 @@ import SDUIProxyCore
 enum Invalidation {
     /// The methods RFC 9110 section 9.2.1 defines as safe that reach the backend: they change nothing there.
     /// (GET and HEAD are answered by the cache; they reach this only on a route that bypasses it.)
-    static let safeMethods: [HTTPMethod] = [.GET, .HEAD, .OPTIONS, .TRACE]
+    /// Told by case: `==` between methods compares their raw strings.
+    static func isSafe(_ method: HTTPMethod) -> Bool {
+        switch method {
+        case .GET, .HEAD, .OPTIONS, .TRACE: return true
+        default: return false
+        }
+    }
 
     static func apply(
         method: HTTPMethod,
@@ -39,7 +45,7 @@ enum Invalidation {
         responseHeaders: HTTPHeaders,
         requestHost: String?
     ) -> CacheInvalidation? {
-        guard !safeMethods.contains(method), (200..<400).contains(status.code) else { return nil }
+        guard !isSafe(method), (200..<400).contains(status.code) else { return nil }
         var targets = [target.description]
         for name in ["location", "content-location"] {
             if let value = responseHeaders.first(name: name),

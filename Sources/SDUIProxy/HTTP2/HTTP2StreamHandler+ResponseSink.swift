@@ -94,6 +94,11 @@ extension HTTP2StreamHandler: ResponseSink {
         context?.write(wrapOutboundOut(.headers(frame)), promise: nil)
     }
 
+    func writeHead(_ head: RelayedResponseHead, cacheResult: CacheResult?) {
+        // HPACK encodes a collection: the head's fields become one.
+        writeHead(status: head.status, headers: head.headers, cacheResult: cacheResult)
+    }
+
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         guard let context, context.channel.isActive, !response.ended else {
             return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)

@@ -55,6 +55,18 @@ struct CacheAnnotation {
         body(lowercased ? "cache-status" : "Cache-Status", status.fieldValue(cacheName: reporting.cacheName, key: key))
     }
 
+    /// Appends the annotation's lines, `X-Cache` (unless turned off) and `Cache-Status`, to an encoded head.
+    func writeLines(into buffer: inout ByteBuffer) {
+        if reporting.sendsXCache {
+            buffer.writeStaticString("X-Cache: ")
+            buffer.writeString(result.rawValue)
+            buffer.writeStaticString("\r\n")
+        }
+        buffer.writeStaticString("Cache-Status: ")
+        status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
+        buffer.writeStaticString("\r\n")
+    }
+
     /// Appends `Age` and the annotation's lines to an encoded head, for a response written from its stored bytes.
     ///
     /// A plain hit's lines go out in one write (one capacity and uniqueness check, not a dozen): the hit path
@@ -64,14 +76,7 @@ struct CacheAnnotation {
             buffer.writeStaticString("Age: ")
             buffer.writeString(String(age))
             buffer.writeStaticString("\r\n")
-            if reporting.sendsXCache {
-                buffer.writeStaticString("X-Cache: ")
-                buffer.writeString(result.rawValue)
-                buffer.writeStaticString("\r\n")
-            }
-            buffer.writeStaticString("Cache-Status: ")
-            status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
-            buffer.writeStaticString("\r\n")
+            writeLines(into: &buffer)
             return
         }
         reporting.hitLines.withUnsafeBytes { hitLines in

@@ -37,7 +37,8 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     private let state: NIOLoopBound<State>
     /// What the client sees changed in the backend's fields (`Vary`, the tag field).
     private let clientFields: ClientFacingFields
-    private let receivedHead: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
+    /// Sees the backend's head first (an unsafe method's invalidation); nil for none.
+    private let receivedHead: (@Sendable (HTTPResponseStatus, HTTPHeaders) -> Void)?
     /// The id of the request, returned to the client in `X-Request-Id`; nil to leave the backend's field as it is.
     private let requestID: String?
 
@@ -49,7 +50,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         clientFields: ClientFacingFields = ClientFacingFields(),
         requestID: String? = nil,
         keeper: PostAnswerKeeper? = nil,
-        receivedHead: @escaping @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void
+        receivedHead: (@Sendable (HTTPResponseStatus, HTTPHeaders) -> Void)? = nil
     ) {
         self.requestID = requestID
         self.state = NIOLoopBound(
@@ -75,8 +76,30 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         state.sink.writeInterim(status: status, headers: headers)
     }
 
+    func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines) {
+        // An answer this hop only filters and adds its own fields to goes out from the backend's bytes; one that
+        // is read as a collection (to invalidate, to keep, to merge `Vary`) takes the collection's path.
+        let state = self.state.value
+        guard receivedHead == nil, state.keeper == nil, clientFields.keyFields.isEmpty else {
+            return receiveHead(status: status, headers: fields.headers)
+        }
+        var annotation = state.annotation
+        annotation?.status.forwardStatus = status.code
+        state.progress = .streaming
+        state.sink.writeHead(
+            RelayedResponseHead(
+                status: status,
+                fields: fields,
+                hidden: clientFields.hiddenField,
+                requestID: requestID,
+                annotation: annotation
+            ),
+            cacheResult: annotation?.result
+        )
+    }
+
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
-        receivedHead(status, headers)
+        receivedHead?(status, headers)
         state.value.keeper?.head(status: status, headers: headers)
         // The hidden tag field and the backend's id go in the filtering pass; only key fields' Vary is merged after.
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(

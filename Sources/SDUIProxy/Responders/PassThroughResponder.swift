@@ -43,7 +43,7 @@ struct PassThroughResponder {
             spoolFile = file
             upstream.headers.remove(name: "Expect")
         }
-        let readsCache = head.method == .GET || head.method == .HEAD
+        let readsCache = head.method.isGETOrHEAD
         let relay = Self.relay(
             for: head,
             target: target,
@@ -151,15 +151,10 @@ struct PassThroughResponder {
         to sink: any ResponseSink
     ) -> ForwardedResponseRelay {
         let method = head.method
-        let requestHost = head.headers.first(name: "host")
-        return ForwardedResponseRelay(
-            to: sink,
-            annotation: annotation,
-            takesInterim: InterimRelay.reaches(head.version),
-            clientFields: clientFields,
-            requestID: requestID,
-            keeper: keeper
-        ) { status, headers in
+        // Only an unsafe method's answer can make stored responses stale; a safe one's head is not read for it.
+        let invalidates = !Invalidation.isSafe(method)
+        let requestHost = invalidates ? head.headers.first(name: "host") : nil
+        let invalidate: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void = { status, headers in
             Invalidation.apply(
                 method: method,
                 target: target,
@@ -169,5 +164,14 @@ struct PassThroughResponder {
                 invalidator: invalidator
             )
         }
+        return ForwardedResponseRelay(
+            to: sink,
+            annotation: annotation,
+            takesInterim: InterimRelay.reaches(head.version),
+            clientFields: clientFields,
+            requestID: requestID,
+            keeper: keeper,
+            receivedHead: invalidates ? invalidate : nil
+        )
     }
 }

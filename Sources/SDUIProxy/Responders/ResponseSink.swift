@@ -26,6 +26,8 @@ protocol ResponseSink: AnyObject {
 
     /// Begins a streamed response. `headers` are end-to-end headers (no `Connection`, no framing).
     func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?)
+    /// Begins a streamed response with a backend's head, relayed with this hop's fields.
+    func writeHead(_ head: RelayedResponseHead, cacheResult: CacheResult?)
     /// Writes a part of a streamed body; the future completes when the client can take more.
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void>
     /// Ends a streamed response.

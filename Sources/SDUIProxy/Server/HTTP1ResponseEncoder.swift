@@ -21,8 +21,13 @@ enum HTTP1ResponseEncoder {
 
     /// The framing of a streamed response to a request, from its status and end-to-end headers.
     static func framing(status: HTTPResponseStatus, headers: HTTPHeaders, isHead: Bool) -> Framing {
+        framing(status: status, hasContentLength: headers.contains(name: "content-length"), isHead: isHead)
+    }
+
+    /// The framing of a streamed response whose head says `Content-Length` or not.
+    static func framing(status: HTTPResponseStatus, hasContentLength: Bool, isHead: Bool) -> Framing {
         if isHead || status.code < 200 || status == .noContent || status == .notModified { return .none }
-        return headers.contains(name: "content-length") ? .contentLength : .chunked
+        return hasContentLength ? .contentLength : .chunked
     }
 
     /// Appends the status line, the header lines, `Connection: close` when the connection ends after this
@@ -38,6 +43,14 @@ enum HTTP1ResponseEncoder {
         var headers = headers
         if closesConnection { headers.replaceOrAdd(name: "Connection", value: "close") }
         HTTPWireFormat.writeHeaderLines(headers, into: &buffer)
+        if framing == .chunked { buffer.writeStaticString("Transfer-Encoding: chunked\r\n") }
+        buffer.writeStaticString("\r\n")
+    }
+
+    /// Appends the lines that end a head whose fields are written and hold no `Connection`: `Connection: close`
+    /// when the connection ends after this response, the framing line, and the blank line.
+    static func writeHeadEnd(framing: Framing, closesConnection: Bool, into buffer: inout ByteBuffer) {
+        if closesConnection { buffer.writeStaticString("Connection: close\r\n") }
         if framing == .chunked { buffer.writeStaticString("Transfer-Encoding: chunked\r\n") }
         buffer.writeStaticString("\r\n")
     }

@@ -131,6 +131,28 @@ struct HTTP1ResponseWriter {
         return buffer
     }
 
+    /// The head of a streamed response relayed from a backend's bytes (``RelayedResponseHead``); framed as
+    /// ``streamedHead(status:headers:cacheResult:closesConnection:allocator:)`` frames a head.
+    mutating func streamedHead(
+        _ head: RelayedResponseHead,
+        cacheResult: CacheResult?,
+        closesConnection: Bool,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
+        var buffer = allocator.buffer(capacity: 512)
+        HTTPWireFormat.writeStatusLine(head.status, into: &buffer)
+        // The lines say whether there is a `Content-Length` as they are written; the framing line comes after them.
+        let hasContentLength = head.writeLines(into: &buffer)
+        let framing = HTTP1ResponseEncoder.framing(
+            status: head.status,
+            hasContentLength: hasContentLength,
+            isHead: isHeadRequest
+        )
+        progress = Progress(status: head.status, cacheResult: cacheResult, framing: framing, headWritten: true)
+        HTTP1ResponseEncoder.writeHeadEnd(framing: framing, closesConnection: closesConnection, into: &buffer)
+        return buffer
+    }
+
     /// Counts a body part of the streamed response, which goes out as its framing says.
     mutating func countBodyPart(_ buffer: ByteBuffer) {
         if progress.framing != .none { progress.bodyBytes += buffer.readableBytes }

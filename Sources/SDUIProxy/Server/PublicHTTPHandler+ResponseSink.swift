@@ -60,6 +60,16 @@ extension PublicHTTPHandler: ResponseSink {
         context?.write(wrapOutboundOut(head), promise: nil)
     }
 
+    func writeHead(_ head: RelayedResponseHead, cacheResult: CacheResult?) {
+        let encoded = writer.streamedHead(
+            head,
+            cacheResult: cacheResult,
+            closesConnection: context == nil || machine.responseStarted(),
+            allocator: context?.channel.allocator ?? ByteBufferAllocator()
+        )
+        context?.write(wrapOutboundOut(encoded), promise: nil)
+    }
+
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         guard let context else { return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
         writer.countBodyPart(buffer)

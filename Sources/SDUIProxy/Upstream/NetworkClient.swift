@@ -72,6 +72,8 @@ public protocol ForwardedResponseSink: Sendable {
     func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders)
     /// The response head; body parts follow.
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders)
+    /// The response head as the backend's field lines, read in place; the default makes them a collection.
+    func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines)
     /// A part of the body; the returned future completes when the client can take more (backpressure).
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void>
     /// The response is complete.
@@ -80,6 +82,10 @@ public protocol ForwardedResponseSink: Sendable {
 
 extension ForwardedResponseSink {
     public func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {}
+
+    public func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines) {
+        receiveHead(status: status, headers: fields.headers)
+    }
 }
 
 /// How the proxy talks to the component backend (the seed's `NetworkClient`).

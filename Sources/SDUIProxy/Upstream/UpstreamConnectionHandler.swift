@@ -214,7 +214,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             case .passHead(let deadline):
                 current?.head = head
                 if let deadline { armTimer(for: deadline) }
-                forwarding?.sink.receiveHead(status: head.status, headers: head.fields.headers)
+                forwarding?.sink.receiveHead(status: head.status, fields: head.fields)
             case let action:
                 run(action)
             }

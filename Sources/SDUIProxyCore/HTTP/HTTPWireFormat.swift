@@ -23,23 +23,30 @@ public enum HTTPWireFormat {
     /// miss writes a few dozen lines.
     @inline(__always)
     public static func writeHeaderLine(_ name: String, _ value: String, into buffer: inout ByteBuffer) {
-        _ = name.withContiguousUTF8 { name in
+        name.withContiguousUTF8 { name in
             value.withContiguousUTF8 { value in
-                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: name.count + value.count + 4) { out in
-                    let nameEnd = name.count
-                    let valueEnd = nameEnd + 2 + value.count
-                    UnsafeMutableRawBufferPointer(rebasing: out[0..<nameEnd]).copyMemory(
-                        from: UnsafeRawBufferPointer(name)
-                    )
-                    out[nameEnd] = UInt8(ascii: ":")
-                    out[nameEnd + 1] = UInt8(ascii: " ")
-                    UnsafeMutableRawBufferPointer(rebasing: out[(nameEnd + 2)..<valueEnd])
-                        .copyMemory(from: UnsafeRawBufferPointer(value))
-                    out[valueEnd] = UInt8(ascii: "\r")
-                    out[valueEnd + 1] = UInt8(ascii: "\n")
-                    return valueEnd + 2
-                }
+                writeHeaderLine(UnsafeRawBufferPointer(name), UnsafeRawBufferPointer(value), into: &buffer)
             }
+        }
+    }
+
+    /// ``writeHeaderLine(_:_:into:)`` for a name and value read in place (a backend's field lines).
+    @inline(__always)
+    public static func writeHeaderLine(
+        _ name: UnsafeRawBufferPointer,
+        _ value: UnsafeRawBufferPointer,
+        into buffer: inout ByteBuffer
+    ) {
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: name.count + value.count + 4) { out in
+            let nameEnd = name.count
+            let valueEnd = nameEnd + 2 + value.count
+            UnsafeMutableRawBufferPointer(rebasing: out[0..<nameEnd]).copyMemory(from: name)
+            out[nameEnd] = UInt8(ascii: ":")
+            out[nameEnd + 1] = UInt8(ascii: " ")
+            UnsafeMutableRawBufferPointer(rebasing: out[(nameEnd + 2)..<valueEnd]).copyMemory(from: value)
+            out[valueEnd] = UInt8(ascii: "\r")
+            out[valueEnd + 1] = UInt8(ascii: "\n")
+            return valueEnd + 2
         }
     }
 }

@@ -154,10 +154,11 @@ final class ScriptedForward: Sendable {
         }
     }
 
-    /// The backend answers in full: head, the body as one part, end.
+    /// The backend answers in full: head (as field lines, as the proxy's client parses it), the body as one
+    /// part, end.
     func respond(status: HTTPResponseStatus, headers: HTTPHeaders, body: String) {
         guard markCompleted() else { return }
-        sink.receiveHead(status: status, headers: headers)
+        sink.receiveHead(status: status, fields: HTTPFieldLines(headers))
         if !body.isEmpty { _ = sink.receiveBodyPart(ByteBuffer(string: body)) }
         sink.receiveEnd()
         promise.succeed()

@@ -1,0 +1,88 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+
+/// A backend's response head as its client is sent it, still in the backend's bytes: the fields that travel end to
+/// end, as they came (``HTTPFieldLines``), then this hop's own, `Via`, `X-Request-Id` and the cache's annotation.
+///
+/// A pass-through's head went from the backend's bytes to strings, to a collection, to a filtered collection with
+/// this hop's fields added, and to bytes again. An HTTP/1.1 connection now copies the kept lines from where the
+/// parser found them (``writeLines(into:)``); a wire that takes a collection (HTTP/2) asks for ``headers``.
+struct RelayedResponseHead {
+    let status: HTTPResponseStatus
+    private let fields: HTTPFieldLines
+    private let filter: UpstreamRequestBuilder.EndToEndFilter
+    /// A field clients are not shown (the tag field), lower-cased.
+    private let hidden: String?
+    /// The id returned in `X-Request-Id`, in place of the backend's; nil to pass the backend's as it came.
+    private let requestID: String?
+    /// `Cache-Status` and `X-Cache`, last.
+    let annotation: CacheAnnotation?
+
+    init(
+        status: HTTPResponseStatus,
+        fields: HTTPFieldLines,
+        hidden: String?,
+        requestID: String?,
+        annotation: CacheAnnotation?
+    ) {
+        self.status = status
+        self.fields = fields
+        self.filter = UpstreamRequestBuilder.EndToEndFilter(fields)
+        self.hidden = hidden
+        self.requestID = requestID
+        self.annotation = annotation
+    }
+
+    /// Whether the backend's field `name` reaches the client: not hop-by-hop, not named by its `Connection`, not
+    /// hidden, and not an `X-Request-Id` the proxy replaces.
+    private func keeps(_ name: UnsafeRawBufferPointer) -> Bool {
+        guard filter.passes(name) else { return false }
+        if let hidden, HTTPSyntax.sameIgnoringCase(bytes: name, hidden) { return false }
+        return requestID == nil || !HTTPSyntax.equalsIgnoringCase(bytes: name, "x-request-id")
+    }
+
+    /// Calls `body` with each field the client is sent, in order: the backend's it keeps, then this hop's.
+    private func forEachField(
+        backend: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void,
+        own: (_ name: String, _ value: String) -> Void
+    ) {
+        fields.forEachField { name, value in
+            if keeps(name) { backend(name, value) }
+        }
+        own("Via", CachedResponse.ownVia)
+        if let requestID { own("X-Request-Id", requestID) }
+    }
+
+    /// Appends the head's field lines (not its status line, framing or blank line) and returns whether they say
+    /// `Content-Length`, which decides the framing of the body behind them.
+    func writeLines(into buffer: inout ByteBuffer) -> Bool {
+        var hasContentLength = false
+        forEachField(
+            backend: { name, value in
+                if !hasContentLength, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") {
+                    hasContentLength = true
+                }
+                HTTPWireFormat.writeHeaderLine(name, value, into: &buffer)
+            },
+            own: { name, value in HTTPWireFormat.writeHeaderLine(name, value, into: &buffer) }
+        )
+        annotation?.writeLines(into: &buffer)
+        return hasContentLength
+    }
+
+    /// The head's fields as a collection, in the order ``writeLines(into:)`` writes them.
+    var headers: HTTPHeaders {
+        var list: [(String, String)] = []
+        list.reserveCapacity(fields.count + 4)
+        forEachField(
+            backend: { name, value in
+                list.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+            },
+            own: { name, value in list.append((name, value)) }
+        )
+        var headers = HTTPHeaders(list)
+        annotation?.add(to: &headers)
+        return headers
+    }
+}

@@ -1,0 +1,88 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// A backend's head relayed from its bytes: the same lines, in the same order, as the collection a wire that
+/// takes one is given, and as the path that filtered a collection wrote them.
+@Suite("A backend's head relayed from its bytes")
+struct RelayedResponseHeadTests {
+    private static let reporting = CacheReporting(ProxyConfiguration().cache)
+
+    private static let backend: HTTPHeaders = [
+        "Content-Type": "application/json",
+        "Connection": "keep-alive, X-Backend-Hop",
+        "X-Backend-Hop": "1",
+        "Keep-Alive": "timeout=5",
+        "Surrogate-Key": "screens home",
+        "x-request-id": "backend-id",
+        "Content-Length": "12",
+        "Set-Cookie": "a=1",
+        "Set-Cookie": "b=2",
+    ]
+
+    private static func head(
+        _ headers: HTTPHeaders = backend,
+        requestID: String? = "client-id",
+        annotated: Bool = true
+    ) -> RelayedResponseHead {
+        var annotation = reporting.forwarded(.bypass)
+        annotation.status.forwardStatus = 200
+        return RelayedResponseHead(
+            status: .ok,
+            fields: HTTPFieldLines(headers),
+            hidden: "surrogate-key",
+            requestID: requestID,
+            annotation: annotated ? annotation : nil
+        )
+    }
+
+    private static func lines(of head: RelayedResponseHead) -> (text: String, hasContentLength: Bool) {
+        var buffer = ByteBuffer()
+        let hasContentLength = head.writeLines(into: &buffer)
+        return (String(buffer: buffer), hasContentLength)
+    }
+
+    @Test(
+        "hop-by-hop fields, those Connection names, the hidden field and a replaced id stay behind; the rest in order"
+    )
+    func kept() {
+        let (text, hasContentLength) = Self.lines(of: Self.head())
+        #expect(
+            text == "Content-Type: application/json\r\nContent-Length: 12\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
+                + "Via: 1.1 sdui-proxy\r\nX-Request-Id: client-id\r\nX-Cache: BYPASS\r\n"
+                + "Cache-Status: sdui-proxy; fwd=bypass; fwd-status=200\r\n"
+        )
+        #expect(hasContentLength)
+    }
+
+    @Test("without an id of its own the backend's passes; without Content-Length the lines say so")
+    func backendIDAndNoLength() {
+        var headers = Self.backend
+        headers.remove(name: "content-length")
+        let (text, hasContentLength) = Self.lines(of: Self.head(headers, requestID: nil, annotated: false))
+        #expect(text.contains("x-request-id: backend-id\r\n"))
+        #expect(!text.contains("X-Request-Id") && !text.contains("Cache-Status"))
+        #expect(!hasContentLength)
+    }
+
+    @Test("a wire that takes a collection gets the same fields in the same order as the collection path made them")
+    func collection() {
+        let relayed = Self.head()
+        var written = ByteBuffer()
+        HTTPWireFormat.writeHeaderLines(relayed.headers, into: &written)
+        #expect(String(buffer: written) == Self.lines(of: relayed).text)
+        // The collection path: the backend's end-to-end fields, then this hop's.
+        var expected = UpstreamRequestBuilder.endToEndResponseHeaders(
+            Self.backend,
+            dropping: "surrogate-key",
+            replaced: "x-request-id"
+        )
+        expected.add(name: "Via", value: CachedResponse.ownVia)
+        expected.add(name: "X-Request-Id", value: "client-id")
+        relayed.annotation?.add(to: &expected)
+        #expect(relayed.headers.map { "\($0.name): \($0.value)" } == expected.map { "\($0.name): \($0.value)" })
+    }
+}
