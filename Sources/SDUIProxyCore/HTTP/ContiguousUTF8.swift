@@ -5,7 +5,7 @@ extension StringProtocol {
     /// times a loop over the bytes; the checks that run on every request (header names and values, targets,
     /// prefetch URLs) read the bytes this way instead. Text without contiguous UTF-8 is copied first.
     @inlinable
-    func withContiguousUTF8<Result>(_ body: (UnsafeBufferPointer<UInt8>) throws -> Result) rethrows -> Result {
+    public func withContiguousUTF8<Result>(_ body: (UnsafeBufferPointer<UInt8>) throws -> Result) rethrows -> Result {
         if let result = try utf8.withContiguousStorageIfAvailable(body) { return result }
         var copy = String(self)
         return try copy.withUTF8(body)

@@ -55,6 +55,9 @@ public struct HTTPFieldLines: Sendable {
 
     public var count: Int { fields.count }
 
+    /// The bytes of every name and value together, without separators.
+    public var byteCount: Int { bytes.count }
+
     /// The name and value bytes of every field, in the order they came.
     public func forEachField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
         bytes.withUnsafeBytes { bytes in

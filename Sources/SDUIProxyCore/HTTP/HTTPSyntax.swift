@@ -157,7 +157,9 @@ public enum HTTPSyntax {
 
     /// ``sameIgnoringCase(_:_:)`` for a name read in place.
     public static func sameIgnoringCase(bytes name: UnsafeRawBufferPointer, _ other: String) -> Bool {
-        other.withContiguousUTF8 { other in
+        // Most names differ in length, which a native string knows without reaching for its bytes.
+        guard name.count == other.utf8.count else { return false }
+        return other.withContiguousUTF8 { other in
             name.count == other.count && zip(name, other).allSatisfy { lowercasedASCII($0) == lowercasedASCII($1) }
         }
     }
