@@ -69,6 +69,7 @@ struct HTTPWireFormatTests {
         arguments: [
             ("/a b", "X", "y"), ("/a\r\nGET /b", "X", "y"), ("", "X", "y"), ("/a", "X", "y\r\nInjected: 1"),
             ("/a", "X\r\n", "y"), ("/a", "Bad Name", "y"), ("/a", "X", "y\u{0}"), ("/\u{e9}", "X", "y"),
+            ("/a", "", "y"),
         ]
     )
     func refuses(_ target: String, _ name: String, _ value: String) {

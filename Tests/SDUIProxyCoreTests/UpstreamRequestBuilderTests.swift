@@ -123,12 +123,22 @@ struct UpstreamRequestBuilderTests {
         )
     }
 
-    @Test("RFC 9110 §5.6.4: a quoted-string escapes quotes and backslashes, and keeps every other byte as it is")
-    func quotedString() {
-        #expect(UpstreamRequestBuilder.quotedString("proxy.example:8080") == #""proxy.example:8080""#)
-        #expect(UpstreamRequestBuilder.quotedString(#"a"b\c"#) == #""a\"b\\c""#)
-        #expect(UpstreamRequestBuilder.quotedString("") == #""""#)
-        #expect(UpstreamRequestBuilder.quotedString("é") == "\"é\"")
+    @Test(
+        "RFC 9110 §5.6.4: a host that is no token is a quoted-string, quotes and backslashes escaped, every other byte kept"
+    )
+    func quotedHost() {
+        func host(_ host: String) -> String {
+            UpstreamRequestBuilder.forwardedElement(for: "192.0.2.7", host: host, secure: true)
+        }
+        #expect(host("proxy.example:8080") == #"for=192.0.2.7;proto=https;host="proxy.example:8080""#)
+        #expect(host(#"a"b\c"#) == #"for=192.0.2.7;proto=https;host="a\"b\\c""#)
+        #expect(host("") == "for=192.0.2.7;proto=https;host=")
+        #expect(host("é") == "for=192.0.2.7;proto=https;host=\"é\"")
+        #expect(host("proxy.example") == "for=192.0.2.7;proto=https;host=proxy.example")
+        #expect(
+            UpstreamRequestBuilder.forwardedElement(for: "::1", host: nil) == #"for="[::1]";proto=http"#
+        )
+        #expect(UpstreamRequestBuilder.forwardedElement(for: nil, host: "a:1") == #"for=unknown;proto=http;host="a:1""#)
     }
 
     @Test("a cache fill names the client's Host only when the route's key holds it")

@@ -188,54 +188,76 @@ public struct UpstreamRequestBuilder: Sendable {
     /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;
     /// `unknown` without one), `proto=http` (`https` when `secure`), and `host=` when the Host is sent.
     static func forwardedElement(for clientAddress: String?, host: String?, secure: Bool = false) -> String {
-        // Room for the whole element up front: appended piece by piece, it was allocated, then grown. The address
-        // is searched as bytes: `String.contains(_:)` with a string goes through Foundation.
-        let isIPv6 = clientAddress?.utf8.contains(UInt8(ascii: ":")) ?? false
-        let hostIsToken = host?.utf8.allSatisfy(HTTPSyntax.isTokenByte) ?? true
-        var element = ""
-        element.reserveCapacity(
-            4 + (clientAddress?.utf8.count ?? 7) + (isIPv6 ? 4 : 0) + 12
-                + (host.map { 6 + $0.utf8.count + (hostIsToken ? 0 : 2 + $0.utf8.count) } ?? 0)
-        )
-        element += "for="
-        if let clientAddress {
-            if isIPv6 {
-                element += "\"["
-                element += clientAddress
-                element += "]\""
-            } else {
-                element += clientAddress
+        // Written byte by byte into one string of its final size: appended piece by piece (five appends, a
+        // quoted host made apart, the host and address searched through `String.UTF8View`) it cost a forwarded
+        // request 4,700 instructions.
+        let address = clientAddress ?? "unknown"
+        return address.withContiguousUTF8 { address in
+            let isIPv6 = clientAddress != nil && address.contains(UInt8(ascii: ":"))
+            let proto: StaticString = secure ? ";proto=https" : ";proto=http"
+            guard let host else {
+                return element(address: address, isIPv6: isIPv6, proto: proto, host: nil)
             }
-        } else {
-            element += "unknown"
+            return host.withContiguousUTF8 { host in
+                element(address: address, isIPv6: isIPv6, proto: proto, host: host)
+            }
         }
-        element += secure ? ";proto=https" : ";proto=http"
-        if let host {
-            element += ";host="
-            element += hostIsToken ? host : quotedString(host)
-        }
-        return element
     }
 
-    /// `text` as an HTTP quoted-string. Over its bytes: a host with a port is quoted on every forwarded request, and
-    /// stepping `Character`s (grapheme breaking, one append each) cost thousands of instructions a request.
-    static func quotedString(_ text: String) -> String {
-        let escapes = text.utf8.reduce(0) { $0 + ($1 == UInt8(ascii: "\"") || $1 == UInt8(ascii: "\\") ? 1 : 0) }
-        let count = text.utf8.count + escapes + 2
-        return String(unsafeUninitializedCapacity: count) { out in
+    /// `for=` the address (quoted and bracketed when `isIPv6`), `proto`, and `;host=` with `host`, quoted unless it
+    /// is a token, when there is one.
+    private static func element(
+        address: UnsafeBufferPointer<UInt8>,
+        isIPv6: Bool,
+        proto: StaticString,
+        host: UnsafeBufferPointer<UInt8>?
+    ) -> String {
+        let hostIsToken = host?.allSatisfy(HTTPSyntax.isTokenByte) ?? true
+        let escapes = hostIsToken ? 0 : host?.reduce(0) { $0 + (Self.needsEscape($1) ? 1 : 0) } ?? 0
+        let capacity =
+            4 + address.count + (isIPv6 ? 4 : 0) + proto.utf8CodeUnitCount
+            + (host.map { 6 + $0.count + escapes + (hostIsToken ? 0 : 2) } ?? 0)
+        return String(unsafeUninitializedCapacity: capacity) { out in
             var index = 0
-            func put(_ byte: UInt8) {
-                out[index] = byte
-                index += 1
+            func put(_ bytes: UnsafeBufferPointer<UInt8>) {
+                UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[index..<(index + bytes.count)]))
+                    .copyMemory(from: UnsafeRawBufferPointer(bytes))
+                index += bytes.count
             }
-            put(UInt8(ascii: "\""))
-            for byte in text.utf8 {
-                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { put(UInt8(ascii: "\\")) }
-                put(byte)
+            func put(_ text: StaticString) {
+                put(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
             }
-            put(UInt8(ascii: "\""))
+            put("for=")
+            if isIPv6 { put("\"[") }
+            put(address)
+            if isIPv6 { put("]\"") }
+            put(proto)
+            if let host {
+                put(";host=")
+                if hostIsToken {
+                    put(host)
+                } else {
+                    out[index] = UInt8(ascii: "\"")
+                    index += 1
+                    for byte in host {
+                        if needsEscape(byte) {
+                            out[index] = UInt8(ascii: "\\")
+                            index += 1
+                        }
+                        out[index] = byte
+                        index += 1
+                    }
+                    out[index] = UInt8(ascii: "\"")
+                    index += 1
+                }
+            }
             return index
         }
+    }
+
+    /// Whether `byte` is escaped in a quoted-string.
+    private static func needsEscape(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
     }
 
     /// The headers of a backend response as the proxy passes them on: without hop-by-hop headers and those
