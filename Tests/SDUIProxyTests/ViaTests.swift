@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import SDUIProxyCore
 import Testing
 
 @testable import SDUIProxy
@@ -8,6 +9,11 @@ import Testing
 /// whether the response was stored, revalidated, streamed or passed through; never on the proxy's own answers.
 @Suite("Via on responses")
 struct ViaTests {
+    @Test("the line written from bytes is the member every other path sends")
+    func ownLine() {
+        #expect(CachedResponse.ownViaLine.description == "Via: \(CachedResponse.ownVia)\r\n")
+    }
+
     @Test("a miss, its hits and its revalidations carry the backend's Via then this hop's, once")
     func storedResponses() async throws {
         try await ProxyHarness.run(origin: { request in

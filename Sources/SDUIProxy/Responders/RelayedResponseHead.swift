@@ -58,36 +58,34 @@ struct RelayedResponseHead {
     /// `Content-Length`, which decides the framing of the body behind them.
     ///
     /// The kept lines and this hop's go out in one write, with room for every line the backend sent: a write per
-    /// line cost a capacity and uniqueness check each, and measuring the kept ones first a second walk.
+    /// line cost a capacity and uniqueness check each, and measuring the kept ones first a second walk. No
+    /// closure here changes a variable it captured: each such change was a run-time exclusivity check, two a line.
     func writeLines(into buffer: inout ByteBuffer) -> Bool {
         let length =
-            fields.byteCount + 4 * fields.count + 4 + CachedResponse.ownVia.utf8.count + 3
+            fields.byteCount + 4 * fields.count + CachedResponse.ownViaLine.utf8CodeUnitCount
             + (requestID.map { 16 + $0.utf8.count } ?? 0)
-        var hasContentLength = false
+        let requestID = self.requestID
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { out in
-            var count = 0
-            func line(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
-                count = HTTPWireFormat.copyLine(name, value, to: out, at: count)
+            let kept = fields.copyLines(to: out, at: 0, where: keeps)
+            let via = HTTPWireFormat.copy(CachedResponse.ownViaLine, to: out, at: kept)
+            guard let requestID else { return via }
+            return requestID.withContiguousUTF8 { id in
+                HTTPWireFormat.copyLine(
+                    Self.bytes(of: Self.requestIDName),
+                    UnsafeRawBufferPointer(id),
+                    to: out,
+                    at: via
+                )
             }
-            forEachField(
-                backend: { name, value in
-                    if !hasContentLength, HTTPSyntax.equalsIgnoringCase(bytes: name, "content-length") {
-                        hasContentLength = true
-                    }
-                    line(name, value)
-                },
-                own: { name, value in
-                    name.withContiguousUTF8 { name in
-                        value.withContiguousUTF8 { value in
-                            line(UnsafeRawBufferPointer(name), UnsafeRawBufferPointer(value))
-                        }
-                    }
-                }
-            )
-            return count
         }
         annotation?.writeLines(into: &buffer)
-        return hasContentLength
+        return fields.contains("content-length") && keeps(Self.bytes(of: "content-length"))
+    }
+
+    private static let requestIDName: StaticString = "X-Request-Id"
+
+    private static func bytes(of text: StaticString) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
     }
 
     /// The head's fields as a collection, in the order ``writeLines(into:)`` writes them.

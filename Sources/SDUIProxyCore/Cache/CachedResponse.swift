@@ -508,6 +508,8 @@ public final class CachedResponse: Sendable {
 
     /// This proxy's `Via` member on the responses it forwards: the backend answers it in HTTP/1.1.
     public static let ownVia = "1.1 sdui-proxy"
+    /// ``ownVia`` as a whole field line, for the heads written from bytes.
+    public static let ownViaLine: StaticString = "Via: 1.1 sdui-proxy\r\n"
 
     // MARK: Age and freshness (RFC 9111 section 4.2)
 

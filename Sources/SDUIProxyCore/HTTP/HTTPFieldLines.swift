@@ -70,6 +70,29 @@ public struct HTTPFieldLines: Sendable {
         }
     }
 
+    /// Copies the line (`name: value` and CRLF) of every field whose name `keeps` passes to `out` from `offset`, in
+    /// order; `out` has room for every field's line. Returns the offset after the last line copied.
+    public func copyLines(
+        to out: UnsafeMutableRawBufferPointer,
+        at offset: Int,
+        where keeps: (_ name: UnsafeRawBufferPointer) -> Bool
+    ) -> Int {
+        bytes.withUnsafeBytes { bytes in
+            var offset = offset
+            for field in fields {
+                let name = UnsafeRawBufferPointer(rebasing: bytes[field.nameRange])
+                guard keeps(name) else { continue }
+                offset = HTTPWireFormat.copyLine(
+                    name,
+                    UnsafeRawBufferPointer(rebasing: bytes[field.valueRange]),
+                    to: out,
+                    at: offset
+                )
+            }
+            return offset
+        }
+    }
+
     /// The value bytes of every field named `name` (lower-case), in order.
     public func forEachValue(of name: StaticString, _ body: (_ value: UnsafeRawBufferPointer) -> Void) {
         bytes.withUnsafeBytes { bytes in
