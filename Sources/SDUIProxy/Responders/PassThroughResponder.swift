@@ -23,9 +23,18 @@ struct PassThroughResponder {
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
-        var upstream = Self.upstreamRequest(for: head, target: target, platform: platform, proxy: proxy, sink: sink)
+        let identity = RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)
+        var upstream = Self.upstreamRequest(
+            for: head,
+            target: target,
+            platform: platform,
+            proxy: proxy,
+            sink: sink,
+            requester: identity
+        )
         upstream.fillsCache = fillsCache
-        let requestID = upstream.headers.first(name: "x-request-id")
+        // The id the request was stamped with, not looked for again among its headers.
+        let requestID: String? = identity.requestID
         let body: RequestBodyStream?
         var spoolFile: RequestSpoolFile?
         switch requestBody {
