@@ -5,6 +5,23 @@ import Testing
 
 @Suite("HTTPWireFormat request encoding")
 struct HTTPWireFormatTests {
+    @Test("a request line that fills the buffer's room exactly is written whole, its space counted")
+    func requestLineAtCapacity() throws {
+        // Without headers the buffer starts with 128 bytes for a target of two: a method of 115 bytes makes the
+        // line (method, space, target, ` HTTP/1.1` and CRLF) 129 bytes, one more than the 128 it asks room for.
+        for count in 100...130 {
+            let method = String(repeating: "A", count: count)
+            let encoded = try HTTPWireFormat.encodeRequest(
+                method: .RAW(value: method),
+                target: "/a",
+                headers: [:],
+                body: nil
+            )
+            #expect(String(buffer: encoded) == "\(method) /a HTTP/1.1\r\n\r\n", "method of \(count) bytes")
+            #expect(encoded.writerIndex <= encoded.capacity)
+        }
+    }
+
     @Test("a request is its line, its headers in order, a blank line and its body")
     func encodes() throws {
         let encoded = try HTTPWireFormat.encodeRequest(

@@ -75,11 +75,12 @@ extension HTTPWireFormat {
         let estimate =
             target.utf8.count + 32 + (headers.count + 1) * averageHeaderLineBytes + (body?.readableBytes ?? 0)
         var buffer = ByteBufferAllocator().buffer(capacity: estimate)
-        // The request line in one write.
+        // The request line in one write: the method, a space, the target, ` HTTP/1.1` and CRLF.
         let method = method.rawValue
         method.withContiguousUTF8 { method in
             target.withContiguousUTF8 { target in
-                _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: method.count + target.count + 11) { out in
+                let lineBytes = method.count + 1 + target.count + 11
+                _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: lineBytes) { out in
                     UnsafeMutableRawBufferPointer(rebasing: out[0..<method.count]).copyMemory(
                         from: UnsafeRawBufferPointer(method)
                     )
