@@ -80,4 +80,21 @@ struct RequestFieldPresenceTests {
             return
         }
     }
+
+    @Test("a platform header that is also a noted field is still noted, its value kept")
+    func platformHeaderNamedAsANotedField() throws {
+        var configuration = ProxyConfiguration()
+        configuration.platform.header = "X-Request-Id"
+        let router = RequestRouter(configuration: configuration, queue: nil)
+        guard
+            case .cache(let request) = router.route(
+                RequestRouterTests.head(.GET, "/screens/a", [("x-request-id", "WEB"), ("Accept-Encoding", "br")])
+            )
+        else {
+            Issue.record("a GET is not routed through the cache")
+            return
+        }
+        #expect(request.platform == "WEB")
+        #expect(request.fields == [.requestID, .acceptEncoding] && request.acceptEncoding == "br")
+    }
 }

@@ -475,8 +475,7 @@ struct CacheResponder {
             )
         }
         // A range of the stored whole (RFC 9110 section 14), in either form; a condition that answers 304 comes
-        // first, and a HEAD gets the whole head. The method is looked at last: comparing one costs a string
-        // comparison, and almost no request has a Range.
+        // first, and a HEAD gets the whole head. The method is looked at last: almost no request has a Range.
         if isOK, !presentation.notModified, request.fields.contains(.range), !request.isHead {
             // Ranges are of the form this request gets (RFC 9110 section 14.1.2: of the selected representation).
             let form = entry.form(presentation.coding)

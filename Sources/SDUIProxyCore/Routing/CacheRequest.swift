@@ -35,6 +35,10 @@ public final class CacheRequest: Sendable {
         self.policy = policy
         self.key = key
         if let fields {
+            assert(
+                fields.contains(.acceptEncoding) == (acceptEncoding != nil),
+                "fields noted without the Accept-Encoding they found, or the other way round"
+            )
             self.fields = fields
             self.acceptEncoding = acceptEncoding
         } else {

@@ -183,8 +183,8 @@ public struct RequestRouter: Sendable {
             if name.utf8.count == platformHeader.utf8.count, HTTPSyntax.sameIgnoringCase(name, platformHeader) {
                 found = value
                 count += 1
-                continue
             }
+            // Noted even for the platform header: a configuration may name one of these fields as it.
             let field = RequestFieldPresence.of(name)
             if field == .acceptEncoding, !fields.contains(.acceptEncoding) { acceptEncoding = value }
             fields.formUnion(field)

@@ -68,6 +68,7 @@ struct RelayedResponseHeadTests {
         #expect(!hasContentLength)
     }
 
+    /// For ASCII values; a wire that takes strings gets bytes beyond ASCII as UTF-8 decodes them.
     @Test("a wire that takes a collection gets the same fields in the same order as the collection path made them")
     func collection() {
         let relayed = Self.head()
@@ -84,5 +85,28 @@ struct RelayedResponseHeadTests {
         expected.add(name: "X-Request-Id", value: "client-id")
         relayed.annotation?.add(to: &expected)
         #expect(relayed.headers.map { "\($0.name): \($0.value)" } == expected.map { "\($0.name): \($0.value)" })
+    }
+
+    @Test("a value's bytes beyond ASCII go out over HTTP/1.1 as the backend sent them, as stored answers do")
+    func obsText() throws {
+        var parser = HTTPResponseParser(maximumHeadBytes: 1024)
+        parser.expectResponse(isHEAD: false)
+        var bytes = ByteBuffer(string: "HTTP/1.1 200 OK\r\nX-Name: caf")
+        bytes.writeInteger(UInt8(0xE9))
+        bytes.writeString("\r\nContent-Length: 0\r\n\r\n")
+        guard case .head(let head, _, _)? = try parser.next(from: &bytes) else {
+            Issue.record("no head parsed")
+            return
+        }
+        let relayed = RelayedResponseHead(
+            status: .ok,
+            fields: head.fields,
+            hidden: nil,
+            requestID: nil,
+            annotation: nil
+        )
+        var written = ByteBuffer()
+        #expect(relayed.writeLines(into: &written))
+        #expect(Array(written.readableBytesView.prefix(14)) == Array("X-Name: caf".utf8) + [0xE9, 0x0D, 0x0A])
     }
 }
