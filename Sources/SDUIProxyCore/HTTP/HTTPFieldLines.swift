@@ -10,17 +10,19 @@ import NIOHTTP1
 ///
 /// Names are looked up by their lower-case spelling, ignoring the case they were sent in.
 public struct HTTPFieldLines: Sendable {
-    /// Where one field's name lies in ``bytes``; its value follows the name at once.
+    /// Where one field's name and value lie in ``bytes``. Offsets of 32 bits: a head is bounded far below that.
     private struct Field: Sendable {
-        var start: Int
-        var nameCount: Int
-        var valueCount: Int
+        var nameStart: UInt32
+        var nameCount: UInt32
+        var valueStart: UInt32
+        var valueCount: UInt32
 
-        var nameRange: Range<Int> { start..<(start + nameCount) }
-        var valueRange: Range<Int> { (start + nameCount)..<(start + nameCount + valueCount) }
+        var nameRange: Range<Int> { Int(nameStart)..<Int(nameStart + nameCount) }
+        var valueRange: Range<Int> { Int(valueStart)..<Int(valueStart + valueCount) }
     }
 
-    /// Every field's name and value bytes, back to back.
+    /// Every field's name and value bytes: back to back when appended one by one, or the parsed head's field
+    /// lines as they came, separators and all, copied whole.
     private var bytes: [UInt8] = []
     private var fields: [Field] = []
 
@@ -48,14 +50,51 @@ public struct HTTPFieldLines: Sendable {
 
     /// Adds a field; the caller has checked `name` is a token and `value` a field value.
     mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        fields.append(Field(start: bytes.count, nameCount: name.count, valueCount: value.count))
+        let start = UInt32(bytes.count)
+        fields.append(
+            Field(
+                nameStart: start,
+                nameCount: UInt32(name.count),
+                valueStart: start + UInt32(name.count),
+                valueCount: UInt32(value.count)
+            )
+        )
         bytes.append(contentsOf: name)
         bytes.append(contentsOf: value)
     }
 
+    /// Holds `block`, a head's field lines, in one copy, for fields added with ``appendField(name:value:in:)``:
+    /// a parser's appends copied each name and value on its own, two array appends and their checks a field.
+    init(copying block: UnsafeRawBufferPointer, reservingFields fieldCount: Int) {
+        precondition(block.count < Int(UInt32.max), "a head of 4 GiB")
+        bytes = Array(block)
+        fields.reserveCapacity(fieldCount)
+    }
+
+    /// Adds the field whose `name` and `value` lie in `block`, the bytes this was made ``init(copying:reservingFields:)``
+    /// from; the caller has checked them.
+    mutating func appendField(
+        name: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        in block: UnsafeRawBufferPointer
+    ) {
+        guard let base = block.baseAddress, let nameStart = name.baseAddress else { return }
+        // An empty value may have no address of its own: it lies where the name's line ends.
+        let valueStart = value.baseAddress.map { $0 - base } ?? (nameStart - base + name.count)
+        fields.append(
+            Field(
+                nameStart: UInt32(nameStart - base),
+                nameCount: UInt32(name.count),
+                valueStart: UInt32(valueStart),
+                valueCount: UInt32(value.count)
+            )
+        )
+    }
+
     public var count: Int { fields.count }
 
-    /// The bytes of every name and value together, without separators.
+    /// The bytes held: every name's and value's, and for lines parsed whole the separators between them, so at
+    /// least the names and values together.
     public var byteCount: Int { bytes.count }
 
     /// The name and value bytes of every field, in the order they came.

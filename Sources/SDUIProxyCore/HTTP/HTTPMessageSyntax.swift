@@ -97,11 +97,12 @@ enum HTTPMessageSyntax {
         _ lines: inout LineReader,
         failing kind: ProxyError.Kind
     ) throws(HTTPParseFailure) -> (FieldSection, HTTPFieldLines) {
-        var fields = HTTPFieldLines(
-            reservingFields: lines.remainingLineCount,
-            bytes: max(0, lines.bytes.count - lines.position)
-        )
-        let section = try readFields(&lines, failing: kind) { name, value in fields.append(name: name, value: value) }
+        // The lines are copied whole, once; each field is then where it lies in the copy.
+        let block = UnsafeRawBufferPointer(rebasing: lines.bytes[min(lines.position, lines.bytes.count)...])
+        var fields = HTTPFieldLines(copying: block, reservingFields: lines.remainingLineCount)
+        let section = try readFields(&lines, failing: kind) { name, value in
+            fields.appendField(name: name, value: value, in: block)
+        }
         return (section, fields)
     }
 
