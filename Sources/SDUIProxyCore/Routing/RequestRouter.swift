@@ -63,6 +63,8 @@ public struct RequestRouter: Sendable {
     private let hasQueue: Bool
     /// The platform header, lower-cased.
     private let platformHeader: String
+    /// Which of the fields the cache path asks about the platform header is, if any (nearly always none).
+    private let platformHeaderField: RequestFieldPresence
     private let defaultPlatform: String
     private let allowedPlatforms: [String]
     private let allowedPlatformSet: Set<String>
@@ -76,6 +78,7 @@ public struct RequestRouter: Sendable {
         self.queue = queue
         hasQueue = queue != nil
         platformHeader = configuration.platform.header.lowercased()
+        platformHeaderField = RequestFieldPresence.of(platformHeader)
         defaultPlatform = configuration.platform.defaultValue
         allowedPlatforms = configuration.platform.allowed
         // Only names a request may use as they are: the loader checks them, a configuration made in code may not.
@@ -180,12 +183,16 @@ public struct RequestRouter: Sendable {
         var found: String?
         var count = 0
         for (name, value) in headers {
+            let field: RequestFieldPresence
             if name.utf8.count == platformHeader.utf8.count, HTTPSyntax.sameIgnoringCase(name, platformHeader) {
                 found = value
                 count += 1
+                // Noted all the same when the configuration names one of these fields as the platform header; what
+                // that field is was found once, not per request.
+                field = platformHeaderField
+            } else {
+                field = RequestFieldPresence.of(name)
             }
-            // Noted even for the platform header: a configuration may name one of these fields as it.
-            let field = RequestFieldPresence.of(name)
             if field == .acceptEncoding, !fields.contains(.acceptEncoding) { acceptEncoding = value }
             fields.formUnion(field)
         }
