@@ -71,7 +71,7 @@ struct RelayedResponseHead {
             guard let requestID else { return via }
             return requestID.withContiguousUTF8 { id in
                 HTTPWireFormat.copyLine(
-                    Self.bytes(of: Self.requestIDName),
+                    Self.requestIDName.rawBytes,
                     UnsafeRawBufferPointer(id),
                     to: out,
                     at: via
@@ -79,14 +79,10 @@ struct RelayedResponseHead {
             }
         }
         annotation?.writeLines(into: &buffer)
-        return fields.contains("content-length") && keeps(Self.bytes(of: "content-length"))
+        return fields.contains("content-length") && keeps(("content-length" as StaticString).rawBytes)
     }
 
     private static let requestIDName: StaticString = "X-Request-Id"
-
-    private static func bytes(of text: StaticString) -> UnsafeRawBufferPointer {
-        UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
-    }
 
     /// The head's fields as a collection, in the order ``writeLines(into:)`` writes them.
     var headers: HTTPHeaders {

@@ -182,15 +182,12 @@ public struct StoredForm: Sendable {
     /// `Content-Length`.
     private func forEachWrittenField(_ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void)
     {
-        func bytes(_ text: StaticString) -> UnsafeRawBufferPointer {
-            UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
-        }
-        CachedResponse.ownVia.withContiguousUTF8 { body(bytes("Via"), UnsafeRawBufferPointer($0)) }
+        CachedResponse.ownVia.withContiguousUTF8 { body(("Via" as StaticString).rawBytes, UnsafeRawBufferPointer($0)) }
         let length = bodyLength
         let digits = Self.decimalDigits(length)
         withUnsafeTemporaryAllocation(byteCount: digits, alignment: 1) { memory in
             Self.writeDecimal(length, digits: digits, at: memory.baseAddress!)
-            body(bytes("Content-Length"), UnsafeRawBufferPointer(memory))
+            body(("Content-Length" as StaticString).rawBytes, UnsafeRawBufferPointer(memory))
         }
     }
 
@@ -315,7 +312,7 @@ struct HeadWriter {
     }
 
     mutating func write(_ text: StaticString) {
-        write(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        write(text.rawBytes)
     }
 
     mutating func write(_ text: String) {

@@ -11,3 +11,12 @@ extension StringProtocol {
         return try copy.withUTF8(body)
     }
 }
+
+extension StaticString {
+    /// The literal's UTF-8 bytes where the binary keeps them (valid for the program's life), for the writers and
+    /// comparisons that copy or read a literal in place.
+    @inlinable
+    public var rawBytes: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: utf8Start, count: utf8CodeUnitCount)
+    }
+}

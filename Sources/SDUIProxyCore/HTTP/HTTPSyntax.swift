@@ -78,7 +78,7 @@ public enum HTTPSyntax {
     @inlinable
     static func sameLengthEqualsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ lowercased: StaticString) -> Bool {
         let count = lowercased.utf8CodeUnitCount
-        let expected = UnsafeRawBufferPointer(start: lowercased.utf8Start, count: count)
+        let expected = lowercased.rawBytes
         guard count >= 8 else {
             for index in 0..<count where lowercasedASCII(bytes[index]) != expected[index] { return false }
             return true

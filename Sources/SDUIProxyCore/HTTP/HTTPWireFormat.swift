@@ -177,9 +177,7 @@ extension HTTPWireFormat {
     @inline(__always)
     public static func copy(_ text: StaticString, to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
         let count = text.utf8CodeUnitCount
-        UnsafeMutableRawBufferPointer(rebasing: out[offset..<(offset + count)]).copyMemory(
-            from: UnsafeRawBufferPointer(start: text.utf8Start, count: count)
-        )
+        UnsafeMutableRawBufferPointer(rebasing: out[offset..<(offset + count)]).copyMemory(from: text.rawBytes)
         return offset + count
     }
 }
