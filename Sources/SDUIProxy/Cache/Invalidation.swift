@@ -7,16 +7,6 @@ import SDUIProxyCore
 /// target, and for the same-origin `Location` and `Content-Location` it returns, unusable, in every variant and
 /// platform.
 enum Invalidation {
-    /// The methods RFC 9110 section 9.2.1 defines as safe that reach the backend: they change nothing there.
-    /// (GET and HEAD are answered by the cache; they reach this only on a route that bypasses it.)
-    /// Told by case: `==` between methods compares their raw strings.
-    static func isSafe(_ method: HTTPMethod) -> Bool {
-        switch method {
-        case .GET, .HEAD, .OPTIONS, .TRACE: return true
-        default: return false
-        }
-    }
-
     static func apply(
         method: HTTPMethod,
         target: RequestTarget,
@@ -45,7 +35,8 @@ enum Invalidation {
         responseHeaders: HTTPHeaders,
         requestHost: String?
     ) -> CacheInvalidation? {
-        guard !isSafe(method), (200..<400).contains(status.code) else { return nil }
+        // Safe methods change nothing (GET and HEAD reach this only on a route that bypasses the cache).
+        guard !method.isSafe, (200..<400).contains(status.code) else { return nil }
         var targets = [target.description]
         for name in ["location", "content-location"] {
             if let value = responseHeaders.first(name: name),

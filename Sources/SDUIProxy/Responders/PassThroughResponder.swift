@@ -34,7 +34,7 @@ struct PassThroughResponder {
         )
         upstream.fillsCache = fillsCache
         // The id the request was stamped with, not looked for again among its headers.
-        let requestID: String? = identity.requestID
+        let requestID = identity.requestID
         let body: RequestBodyStream?
         var spoolFile: RequestSpoolFile?
         switch requestBody {
@@ -161,7 +161,7 @@ struct PassThroughResponder {
     ) -> ForwardedResponseRelay {
         let method = head.method
         // Only an unsafe method's answer can make stored responses stale; a safe one's head is not read for it.
-        let invalidates = !Invalidation.isSafe(method)
+        let invalidates = !method.isSafe
         let requestHost = invalidates ? head.headers.first(name: "host") : nil
         let invalidate: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void = { status, headers in
             Invalidation.apply(

@@ -29,4 +29,20 @@ extension HTTPMethod {
         if case .CONNECT = self { return true }
         return false
     }
+
+    /// Safe (RFC 9110 section 9.2.1): the method changes nothing at the origin.
+    public var isSafe: Bool {
+        switch self {
+        case .GET, .HEAD, .OPTIONS, .TRACE: return true
+        default: return false
+        }
+    }
+
+    /// Idempotent (RFC 9110 section 9.2.2): sending it twice has the effect of sending it once.
+    public var isIdempotent: Bool {
+        switch self {
+        case .GET, .HEAD, .OPTIONS, .TRACE, .PUT, .DELETE: return true
+        default: return false
+        }
+    }
 }

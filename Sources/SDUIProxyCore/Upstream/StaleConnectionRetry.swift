@@ -8,10 +8,7 @@ import NIOHTTP1
 /// may be applied twice is sent again (RFC 9110 section 9.2.2: a proxy must not retry a non-idempotent request),
 /// and only one whose body can be sent again: a body streamed from the client is gone once sent.
 public enum StaleConnectionRetry {
-    /// The methods RFC 9110 section 9.2.2 defines as idempotent.
-    public static let idempotentMethods: [HTTPMethod] = [.GET, .HEAD, .OPTIONS, .TRACE, .PUT, .DELETE]
-
     public static func mayResend(_ method: HTTPMethod, streamsBody: Bool) -> Bool {
-        !streamsBody && idempotentMethods.contains(method)
+        !streamsBody && method.isIdempotent
     }
 }
