@@ -102,8 +102,11 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .headers(let headers):
-            // Trailers, after the head, are dropped: the backend is sent none.
+            // Trailers, after the head, are checked and dropped: the backend is sent none.
             guard !headArrived else {
+                if let violation = HTTP2RequestHead.violation(inTrailers: headers.headers) {
+                    return resetMalformed(violation, context: context)
+                }
                 if headers.endStream { requestArrivedWhole(context: context) }
                 return
             }
@@ -111,7 +114,9 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
             let head: HTTPRequestHead
             switch HTTP2RequestHead.make(headers.headers, endStream: headers.endStream) {
             case .success(let made): head = made
-            case .failure(let error):
+            case .failure(.malformed(let violation)):
+                return resetMalformed(violation, context: context)
+            case .failure(.refused(let error)):
                 requestEnded = true
                 return refuse(error, context: context)
             }
@@ -159,6 +164,22 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     private func refuse(_ error: ProxyError, context: ChannelHandlerContext) {
         proxy.logger.info("HTTP/2 request refused", metadata: ["error": "\(error)"])
         write(error)
+        context.close(promise: nil)
+    }
+
+    /// A malformed request (RFC 9113 section 8.1.1) is a stream error: the stream is reset with PROTOCOL_ERROR,
+    /// unanswered; the connection and its other streams go on. A body already streaming to the backend fails.
+    private func resetMalformed(_ violation: HTTP2RequestFieldRules.Violation, context: ChannelHandlerContext) {
+        proxy.logger.info(
+            "HTTP/2 stream reset: malformed request",
+            metadata: ["client": "\(client.address ?? "?")", "reason": "\(violation)"]
+        )
+        requestEnded = true
+        requestDeadline?.cancel()
+        requestDeadline = nil
+        exchangeAbandoned(because: ProxyError(.badRequest, "malformed HTTP/2 request: \(violation)"))
+        abandonResponse()
+        context.writeAndFlush(wrapOutboundOut(.rstStream(.protocolError)), promise: nil)
         context.close(promise: nil)
     }
 

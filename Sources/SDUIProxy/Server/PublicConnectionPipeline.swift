@@ -151,6 +151,10 @@ struct PublicConnectionPipeline: Sendable {
         ]
         // A header block may span this many CONTINUATION frames; more is a flood.
         connection.maximumSequentialContinuationFrames = 5
+        // swift-nio-http2 checks header blocks both ways or neither. A request's block is checked as it is read
+        // (HTTP2RequestFieldRules, a malformed one resets its stream); a response's is built from fields the
+        // HTTP/1.1 parser validated, and checking it again cost a fifth of an HTTP/2 hit.
+        connection.headerBlockValidation = .disabled
         // PING, SETTINGS and PRIORITY floods, resets of streams already closed, other glitches: swift-nio-http2's
         // limits (200 control frames in 30 seconds, 200 glitches) stand.
         return connection

@@ -60,24 +60,45 @@ struct HTTP2HardeningTests {
             let client = try await RawConnection(port: proxy.server.publicPort)
             var bytes = HTTP2Wire.connectionStart()
             var good = HTTP2Wire.request(stream: 1, path: "/screens/a")
-            // An upper-case field name: malformed in HTTP/2 (RFC 9113 section 8.2.1).
-            var bad = HTTP2Wire.request(stream: 3, path: "/screens/b", fields: [("X-Bad", "1")])
             bytes.writeBuffer(&good)
-            bytes.writeBuffer(&bad)
+            // Malformed in HTTP/2 (RFC 9113 sections 8.2 and 8.3), one per stream: an upper-case name, a value
+            // with CR LF (a field smuggled into the HTTP/1.1 head to the backend), a connection-specific field,
+            // `te` other than trailers, and a pseudo-header after a regular field.
+            let malformed: [[(String, String)]] = [
+                [("X-Bad", "1")],
+                [("x-note", "a\r\nx-smuggled: 1")],
+                [("connection", "close")],
+                [("te", "gzip")],
+                [("accept", "*/*"), (":protocol", "websocket")],
+            ]
+            let badStreams = malformed.indices.map { UInt32(3 + 2 * $0) }
+            for (stream, fields) in zip(badStreams, malformed) {
+                var bad = HTTP2Wire.request(stream: stream, path: "/screens/b\(stream)", fields: fields)
+                bytes.writeBuffer(&bad)
+            }
             try await client.send(bytes)
             let ended: ([HTTP2Wire.Frame], UInt32) -> Bool = { frames, stream in
                 frames.contains { $0.stream == stream && $0.flags & HTTP2Wire.endStream != 0 }
             }
+            let isReset: (HTTP2Wire.Frame, UInt32) -> Bool = { frame, stream in
+                frame.type == HTTP2Wire.FrameType.rstStream.rawValue && frame.stream == stream
+            }
             let frames = try await Self.frames(on: client) { frames in
-                ended(frames, 1)
-                    && frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 3 }
+                ended(frames, 1) && badStreams.allSatisfy { stream in frames.contains { isReset($0, stream) } }
             }
             #expect(Self.goAway(in: frames) == nil)
-            let again = HTTP2Wire.request(stream: 5, path: "/screens/a")
+            for stream in badStreams {
+                #expect(
+                    frames.first { isReset($0, stream) }?.errorCode == HTTP2Wire.protocolError,
+                    "stream \(stream) is reset as malformed"
+                )
+                #expect(!frames.contains { $0.stream == stream && $0.type == HTTP2Wire.FrameType.headers.rawValue })
+            }
+            let again = HTTP2Wire.request(stream: 13, path: "/screens/a")
             try await client.send(again)
-            let later = try await Self.frames(on: client) { ended($0, 5) }
+            let later = try await Self.frames(on: client) { ended($0, 13) }
             #expect(!client.isClosed)
-            #expect(later.contains { $0.stream == 5 && $0.type == HTTP2Wire.FrameType.headers.rawValue })
+            #expect(later.contains { $0.stream == 13 && $0.type == HTTP2Wire.FrameType.headers.rawValue })
             #expect(proxy.origin.requests.map(\.uri) == ["/screens/a"], "one fill; the malformed request never left")
             await client.close()
         }

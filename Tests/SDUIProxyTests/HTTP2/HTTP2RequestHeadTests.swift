@@ -33,7 +33,7 @@ struct HTTP2RequestHeadTests {
     func host() throws {
         #expect(try Self.head(Self.block("GET", [("host", "APP.example")])).headers["host"] == ["APP.example"])
         let other = HTTP2RequestHead.make(Self.block("GET", [("host", "other.example")]), endStream: true)
-        guard case .failure(let error) = other else {
+        guard case .failure(.refused(let error)) = other else {
             Issue.record("two hosts are refused: \(other)")
             return
         }
@@ -65,20 +65,37 @@ struct HTTP2RequestHeadTests {
         #expect(get.headers["transfer-encoding"].isEmpty && get.headers["content-length"].isEmpty)
     }
 
-    @Test("a block without :method or :path is no request")
+    @Test("a block without :method or :path is malformed; a CONNECT, well-formed without :path, is refused")
     func missingPseudoHeaders() {
         guard
-            case .failure = HTTP2RequestHead.make(
+            case .failure(.malformed) = HTTP2RequestHead.make(
                 HPACKHeaders([(":method", "GET"), (":scheme", "https")]),
                 endStream: true
             ),
-            case .failure = HTTP2RequestHead.make(
+            case .failure(.malformed) = HTTP2RequestHead.make(
                 HPACKHeaders([(":path", "/"), (":scheme", "https")]),
                 endStream: true
+            ),
+            case .failure(.refused(let error)) = HTTP2RequestHead.make(
+                HPACKHeaders([(":method", "CONNECT"), (":authority", "backend:443")]),
+                endStream: false
             )
         else {
-            Issue.record("both are refused")
+            Issue.record("each is refused")
             return
         }
+        #expect(error.status == .badRequest)
+    }
+
+    @Test("the block is checked on the same walk: a malformed field gives no head, and trailers are checked too")
+    func malformed() {
+        for fields in [[("Accept", "*/*")], [("x-note", "a\r\nb")], [("connection", "close")], [("te", "gzip")]] {
+            guard case .failure(.malformed) = HTTP2RequestHead.make(Self.block("GET", fields), endStream: true) else {
+                Issue.record("\(fields) is malformed")
+                continue
+            }
+        }
+        #expect(HTTP2RequestHead.violation(inTrailers: HPACKHeaders([("x-checksum", "abc")])) == nil)
+        #expect(HTTP2RequestHead.violation(inTrailers: HPACKHeaders([(":path", "/")])) != nil)
     }
 }
