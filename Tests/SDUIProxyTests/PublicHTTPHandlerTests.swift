@@ -77,6 +77,27 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    @Test("ages run on the loop's clock: an answer 4 s in coming is 4 s old, and 10 s later 14 s old")
+    func agesFollowTheLoopsClock() throws {
+        try EmbeddedPublicConnection.run { connection in
+            try connection.send(Self.get("/screens/home"))
+            connection.advanceClock(to: connection.start + .seconds(4))
+            try connection.backend.answerFetch(
+                headers: Self.componentHeaders(etag: "\"home-1\""),
+                body: Self.component("home")
+            )
+            let miss = try #require(try connection.readResponse())
+            // RFC 9111 section 4.2.3: the time the response took to arrive counts towards its age.
+            #expect(miss.headers["cache-status"] == ["sdui-proxy; fwd=uri-miss; fwd-status=200; ttl=296; stored"])
+
+            connection.advanceClock(to: connection.start + .seconds(14))
+            try connection.send(Self.get("/screens/home"))
+            let hit = try #require(try connection.readResponse())
+            #expect(hit.headers["age"] == ["14"])
+            #expect(hit.headers["cache-status"] == ["sdui-proxy; hit; ttl=286"])
+        }
+    }
+
     @Test("pipelined: nothing for the second is written before the first's answer, and reading pauses meanwhile")
     func pipeliningKeepsOrderAndPausesReading() throws {
         try EmbeddedPublicConnection.run { connection in

@@ -11,7 +11,7 @@ extension ComponentFetcher {
         requestTime: Int64
     ) -> CachedResponse.Metadata {
         var metadata = CachedResponse.Metadata(
-            storedAt: .now(),
+            storedAt: clock.now,
             initialAge: initialAge(of: fields, requestTime: requestTime),
             freshnessLifetime: lifetime
         )
@@ -33,7 +33,7 @@ extension ComponentFetcher {
     /// The corrected initial age of a response with `fields` received now, asked for at `requestTime` (RFC 9111
     /// section 4.2.3).
     func initialAge(of fields: HTTPFieldLines, requestTime: Int64) -> Int64 {
-        FreshnessPolicy.initialAge(fields: fields, requestTime: requestTime, responseTime: HTTPDate.now())
+        FreshnessPolicy.initialAge(fields: fields, requestTime: requestTime, responseTime: clock.calendarSeconds)
     }
 
     /// The request headers a response varies on that its cache key does not already cover: the platform, and

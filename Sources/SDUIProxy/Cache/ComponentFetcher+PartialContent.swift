@@ -36,7 +36,7 @@ extension ComponentFetcher {
             completion: { _, _ in },
             coalescedRun: nil,
             ticket: cache.beginFill(target: request.key.target),
-            requestTime: HTTPDate.now(),
+            requestTime: clock.calendarSeconds,
             started: .now()
         )
         let ended: @Sendable (Result<UpstreamResponse, any Error>) -> Void = { result in
@@ -161,7 +161,7 @@ extension ComponentFetcher {
                 body: response.body,
                 headers: headers,
                 tags: tags,
-                storedAt: .now(),
+                storedAt: clock.now,
                 initialAge: initialAge(of: fields, requestTime: requestTime),
                 freshnessLifetime: lifetime
             )

@@ -125,6 +125,8 @@ public final class ComponentFetcher: Sendable {
     /// The threads that compress large bodies, which the fetcher that replaces this one at a reload takes over.
     var compressionPool: CompressionPool? { compressor?.pool }
     let logger: Logger
+    /// The time entries are stored, aged and served by; the system's but in tests that move time themselves.
+    let clock: CacheClock
     /// Where failures of the backend are logged, each key and kind at most once an interval; the connection
     /// handlers log theirs here too.
     public let failureLog: FailureLog
@@ -165,8 +167,10 @@ public final class ComponentFetcher: Sendable {
         prefetchPlanner: PrefetchPlanner,
         compression: CompressionConfiguration? = nil,
         compressionPool: CompressionPool? = nil,
+        clock: CacheClock = .system,
         logger: Logger
     ) {
+        self.clock = clock
         self.compressor = compression.map {
             StoreTimeCompressor(configuration: $0, pool: compressionPool, metrics: metrics, logger: logger)
         }
@@ -231,7 +235,10 @@ public final class ComponentFetcher: Sendable {
         leaderResult.whenComplete { result in
             switch result {
             case .success(let outcome):
-                switch request.fillPolicy(self.storageRules).waiterStep(after: outcome.asLeaderOutcome, at: .now()) {
+                switch request.fillPolicy(self.storageRules).waiterStep(
+                    after: outcome.asLeaderOutcome,
+                    at: self.clock.now
+                ) {
                 case .standIn(let reason):
                     let standIn = self.standIn(for: request, because: reason, backendStatus: outcome.failedStatus)
                     completion(.success(standIn), leader)
@@ -266,7 +273,7 @@ public final class ComponentFetcher: Sendable {
     /// The stale entry standing in for `error` when the fill policy allows, else the error.
     private func standInOrFail(for request: Request, with error: any Error) -> Result<Outcome, any Error> {
         let failure = CacheFillPolicy.Failure.error("\(error)")
-        guard let reason = request.fillPolicy(storageRules).staleStandIn(after: failure, at: .now()) else {
+        guard let reason = request.fillPolicy(storageRules).staleStandIn(after: failure, at: clock.now) else {
             return .failure(error)
         }
         return .success(standIn(for: request, because: reason, backendStatus: nil))
@@ -324,7 +331,7 @@ public final class ComponentFetcher: Sendable {
             completion: completion,
             coalescedRun: coalescedRun,
             ticket: cache.beginFill(target: request.key.target),
-            requestTime: HTTPDate.now(),
+            requestTime: clock.calendarSeconds,
             started: .now()
         )
         // `ComponentFetcher`, not `Self`: naming `Self` captures the dynamic type too, and the closure then needs
@@ -404,7 +411,7 @@ public final class ComponentFetcher: Sendable {
     ) throws(ProxyError) -> Outcome {
         let requestTime = exchange.requestTime
         let policy = request.fillPolicy(storageRules)
-        switch policy.firstStep(for: response.status, at: .now()) {
+        switch policy.firstStep(for: response.status, at: clock.now) {
         case .revalidate:
             guard let stale = request.staleEntry else { preconditionFailure("only a stale entry is revalidated") }
             return revalidate(stale, with: response.headers, for: request, policy, exchange)
@@ -537,7 +544,7 @@ public final class ComponentFetcher: Sendable {
         var updates = UpstreamRequestBuilder.endToEndResponseHeaders(headers)
         // A 304 without a Date is dated on receipt (RFC 9110 section 6.6.1). The entry's old Date would make
         // the refreshed entry as old as the first answer: stale again at once, revalidated on every request.
-        if !updates.contains(name: "date") { updates.add(name: "Date", value: HTTPDate.format(HTTPDate.now())) }
+        if !updates.contains(name: "date") { updates.add(name: "Date", value: HTTPDate.format(clock.calendarSeconds)) }
         var merged = stale.headers(updatedBy: updates)
         // The stored head clients see may lack the tag field; the entry's tags hold on unless the 304 brings new.
         if !stale.tags.isEmpty, !merged.contains(name: tagHeader) {

@@ -99,7 +99,7 @@ extension CacheResponder {
                     requestID: requestID,
                     proxy: proxy,
                     sink: sink,
-                    now: .now()
+                    now: proxy.fetcher.clock.now
                 )
             case .success(.outcome(.notStored(let response, _))) where whole && response.status != .ok:
                 // A part that completes nothing, or an answer about a range the client did not ask for (a 416 when

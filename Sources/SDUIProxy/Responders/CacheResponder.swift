@@ -30,7 +30,7 @@ struct CacheResponder {
         var staleEntry: CachedResponse?
         let reason: CacheStatus.Forward
         if CacheFillPolicy.mayAnswerFromCache(request.fields) {
-            let now = NIODeadline.now()
+            let now = proxy.fetcher.clock.now
             var found = proxy.cache.lookup(request.key, requestHeaders: request.head.headers, now: now)
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
             // client's no-cache through.
@@ -97,7 +97,7 @@ struct CacheResponder {
     ) {
         // Its last fill was too large to hold: streamed at once, without a fill that would be cut off again.
         if staleEntry == nil, proxy.client.streamsResponses,
-            proxy.fetcher.oversizedMarks.isMarked(request.key, now: .now())
+            proxy.fetcher.oversizedMarks.isMarked(request.key, now: proxy.fetcher.clock.now)
         {
             return stream(request, reason, because: nil, proxy: proxy, sink: sink)
         }
@@ -187,7 +187,7 @@ struct CacheResponder {
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
-        let now = NIODeadline.now()
+        let now = proxy.fetcher.clock.now
         var status = CacheStatus(forward: reason, collapsed: collapsed)
         // Stored and revalidated entries are logged by the fetcher, with their size and lifetime.
         switch result {
@@ -261,7 +261,7 @@ struct CacheResponder {
             {
                 // Only the resource's own size is remembered: a full budget is a moment's state.
                 if proxyError.kind == .upstreamTooLarge {
-                    proxy.fetcher.oversizedMarks.mark(request.key, now: .now())
+                    proxy.fetcher.oversizedMarks.mark(request.key, now: proxy.fetcher.clock.now)
                 }
                 return stream(request, reason, because: proxyError, proxy: proxy, sink: sink)
             }
@@ -470,7 +470,7 @@ struct CacheResponder {
                 lastModified: entry.lastModified,
                 storedDate: {
                     entry.headers.first(name: "date").flatMap { HTTPDate.parse($0) }
-                        ?? HTTPDate.now() - (now - entry.storedAt).nanoseconds / 1_000_000_000
+                        ?? proxy.fetcher.clock.calendarSeconds - (now - entry.storedAt).nanoseconds / 1_000_000_000
                 }
             )
         }

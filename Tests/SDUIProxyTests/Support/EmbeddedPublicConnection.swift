@@ -208,7 +208,8 @@ struct WrittenResponse {
 /// test drives it.
 ///
 /// The handler's deadlines run on the loop's clock, which only the test moves (``advanceClock(to:)``,
-/// ``advanceClock(until:within:)``). It starts at the wall clock's time, which the cache's ages are read from.
+/// ``advanceClock(until:within:)``). It starts at the wall clock's time; the cache reads its ages from the loop's
+/// clock too (``CacheClock``), so an age grows only when the test moves time.
 final class EmbeddedPublicConnection {
     let loop: EmbeddedEventLoop
     let channel: EmbeddedChannel
@@ -247,7 +248,13 @@ final class EmbeddedPublicConnection {
         start = loop.now
         channel = EmbeddedChannel(loop: loop)
 
-        let context = Self.makeContext(configuration, backend: backend, keepsCompressedForms: keepsCompressedForms)
+        let loop = self.loop
+        let context = Self.makeContext(
+            configuration,
+            backend: backend,
+            keepsCompressedForms: keepsCompressedForms,
+            clock: .following({ loop.now }, calendarSeconds: HTTPDate.now())
+        )
         let handler = PublicHTTPHandler(
             runtime: ProxyRuntime(context),
             eventLoop: loop,
@@ -265,7 +272,8 @@ final class EmbeddedPublicConnection {
     static func makeContext(
         _ configuration: ProxyConfiguration,
         backend: ScriptedNetworkClient,
-        keepsCompressedForms: Bool = false
+        keepsCompressedForms: Bool = false,
+        clock: CacheClock = .system
     ) -> ProxyContext {
         let logger = Logger(label: "handler-tests", factory: { _ in SwiftLogNoOpLogHandler() })
         let cache = ResponseCache(maxBytes: configuration.cache.maxBytes, maxEntries: configuration.cache.maxEntries)
@@ -282,6 +290,7 @@ final class EmbeddedPublicConnection {
             coalescer: RequestCoalescer(maximumWait: .seconds(6)),
             prefetchPlanner: ProxyContext.prefetchPlanner(for: configuration),
             compression: keepsCompressedForms ? configuration.compression : nil,
+            clock: clock,
             logger: logger
         )
         return ProxyContext(
