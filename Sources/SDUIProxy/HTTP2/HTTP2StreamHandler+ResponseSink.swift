@@ -32,23 +32,26 @@ extension HTTP2StreamHandler: ResponseSink {
         let status = presentation.status(of: entry)
         let sendsBody = !isHeadRequest && presentation.sendsBody
         entry.withForm(presentation.coding) { form in
-            var block = HPACKHeaders()
-            block.reserveCapacity(16)
-            block.add(name: ":status", value: Self.statusText(status))
-            if presentation.advertisesRanges(entry) { block.add(name: "accept-ranges", value: "bytes") }
+            // Stored fields repeat from hit to hit and are indexed, but for a cookie (`storeSetCookie`), which is
+            // added after them. The indexed ones go into the block as a list: `HPACKHeaders.add` checks each name
+            // for non-ASCII bytes a byte at a time, and stored names were checked when they were parsed.
+            var indexed: [(String, String)] = []
+            indexed.reserveCapacity(16)
+            var cookies: [String] = []
+            indexed.append((":status", Self.statusText(status)))
+            if presentation.advertisesRanges(entry) { indexed.append(("accept-ranges", "bytes")) }
             if presentation.keepsStoredFields {
                 let keepsAll = presentation.isPlain
                 form.forEachField(common: entry.commonLines) { name, value in
                     guard keepsAll || presentation.keepsStoredField(name) else { return }
                     let name = Self.lowercased(name)
-                    // Stored fields repeat from hit to hit and are indexed, but for a cookie (`storeSetCookie`).
-                    block.add(
-                        name: name,
-                        value: String(decoding: value, as: UTF8.self),
-                        indexing: name == "set-cookie" ? .neverIndexed : .indexable
-                    )
+                    let value = String(decoding: value, as: UTF8.self)
+                    if name == "set-cookie" { cookies.append(value) } else { indexed.append((name, value)) }
                 }
             }
+            var block = HPACKHeaders(indexed)
+            block.reserveCapacity(indexed.count + cookies.count + 6)
+            for cookie in cookies { block.add(name: "set-cookie", value: cookie, indexing: .neverIndexed) }
             presentation.forEachOwnField(of: entry, form) { name, value in
                 let name = name.lowercased()
                 block.add(name: name, value: value, indexing: Self.indexing(of: name))

@@ -85,6 +85,12 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         requests.countStreamOpened()
+    }
+
+    /// Starts `limits.requestTimeout` for a request whose body follows its head. The stream opened with the
+    /// HEADERS frame just read, so the time runs from its opening; a request whole in its HEADERS frame (almost
+    /// every GET) needs no deadline, and schedules none.
+    private func startRequestDeadline(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         requestDeadline = context.eventLoop.scheduleTask(in: proxy.configuration.limits.requestTimeout.timeAmount) {
             loopBound.value.requestTimedOut()
@@ -111,6 +117,7 @@ final class HTTP2StreamHandler: ChannelDuplexHandler, RequestExchangeDriver {
                 return
             }
             headArrived = true
+            if !headers.endStream { startRequestDeadline(context: context) }
             let head: HTTPRequestHead
             switch HTTP2RequestHead.make(headers.headers, endStream: headers.endStream) {
             case .success(let made): head = made

@@ -209,6 +209,36 @@ struct HTTP2StreamHandlerTests {
         #expect(composedIndexing["content-type"] == .indexable)
     }
 
+    @Test("a stored cookie (cache.storeSetCookie) is served never indexed, each one, after the stored fields")
+    func storedCookies() throws {
+        let stream = try Stream { $0.cache.storageRules.storesSetCookie = true }
+        defer { stream.finish() }
+        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
+        stream.loop.run()
+        try stream.backend.answerFetch(
+            headers: [
+                "Content-Type": "application/json", "Set-Cookie": "a=1", "Cache-Control": "max-age=60",
+                "Set-Cookie": "b=2",
+            ],
+            body: #"{"_beagleComponent_":"beagle:text"}"#
+        )
+        _ = try stream.written()
+        let again = try Stream.reusing(stream)
+        defer { again.finish() }
+        try again.send(Stream.headers(.GET, "/screens/a", endStream: true))
+        again.loop.run()
+        guard case .headers(let head) = try again.written().first else {
+            Issue.record("a HEADERS frame first")
+            return
+        }
+        #expect(head.headers.first(name: "x-cache") == "HIT")
+        let fields = head.headers.map { ($0.name, $0.value, $0.indexable) }
+        #expect(fields.filter { $0.0 == "set-cookie" }.map(\.1) == ["a=1", "b=2"], "both, in order")
+        #expect(fields.filter { $0.0 == "set-cookie" }.allSatisfy { $0.2 == .neverIndexed })
+        #expect(fields.first?.0 == ":status")
+        #expect(fields.first { $0.0 == "cache-control" }?.2 == .indexable)
+    }
+
     @Test("a stream reset after its request arrived, before the loop turned, starts no fill (rapid reset)")
     func resetBeforeRouting() throws {
         let stream = try Stream()
