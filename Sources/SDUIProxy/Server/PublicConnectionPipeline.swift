@@ -11,7 +11,8 @@ import SDUIProxyCore
 /// - TLS: ``TLSRecordGate``, the TLS handler, then HTTP/2 or HTTP/1.1 as ALPN decided.
 ///
 /// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait (and keeps a drain
-/// that began meanwhile for them). An HTTP/2 connection is `NIOHTTP2Handler` (its settings and flood limits below),
+/// that began meanwhile for them). An HTTP/2 connection is ``HTTP2FlushCoalescer`` (one flush a turn of the loop),
+/// `NIOHTTP2Handler` (its settings and flood limits below),
 /// the connection manager (GOAWAY on drain), ``HTTP2IdleTimeout``, ``HTTP2ConnectionErrorHandler`` and, for each
 /// stream, an ``HTTP2StreamHandler`` on its frame payloads.
 struct PublicConnectionPipeline: Sendable {
@@ -132,7 +133,9 @@ struct PublicConnectionPipeline: Sendable {
                 )
             }
         }
-        try sync.addHandler(handler, position: after.map { .after($0) } ?? .last)
+        let coalescer = HTTP2FlushCoalescer()
+        try sync.addHandler(coalescer, position: after.map { .after($0) } ?? .last)
+        try sync.addHandler(handler, position: .after(coalescer))
         try sync.addHandler(manager, position: .after(handler))
         try sync.addHandler(idle, position: .after(manager))
         try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(idle))
