@@ -17,6 +17,10 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
 
     private let timeout: TimeAmount
     private var openStreams = 0
+    /// When the last stream closed (or the handler was added): the limit runs from here while no stream is open.
+    private var idleSince = NIODeadline.uptimeNanoseconds(0)
+    /// The one timer: it is not moved as streams open and close (a client with one stream at a time would cost a
+    /// timer set and cancelled a request); when it fires early it looks again at the time that is left.
     private var scheduled: Scheduled<Void>?
 
     init(timeout: TimeAmount) {
@@ -25,7 +29,8 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        if openStreams == 0 { schedule(context: context) }
+        idleSince = context.eventLoop.now
+        schedule(at: idleSince + timeout, context: context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -38,13 +43,11 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
 
     private func streamOpened() {
         openStreams += 1
-        scheduled?.cancel()
-        scheduled = nil
     }
 
     private func streamClosed() {
         openStreams = max(0, openStreams - 1)
-        if openStreams == 0, let context { schedule(context: context) }
+        if openStreams == 0, let context { idleSince = context.eventLoop.now }
     }
 
     /// What the connection handler reports streams to: the connection manager's delegate, then this handler.
@@ -71,16 +74,25 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
         }
     }
 
-    private func schedule(context: ChannelHandlerContext) {
-        scheduled?.cancel()
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        scheduled = context.eventLoop.scheduleTask(in: timeout) {
-            let context = loopBound.value
-            let goAway = HTTP2Frame(
-                streamID: .rootStream,
-                payload: .goAway(lastStreamID: .rootStream, errorCode: .noError, opaqueData: nil)
-            )
-            context.writeAndFlush(NIOAny(goAway)).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+    private func schedule(at deadline: NIODeadline, context: ChannelHandlerContext) {
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        scheduled = context.eventLoop.scheduleTask(deadline: deadline) {
+            loopBound.value.timerFired()
         }
+    }
+
+    /// The timer fired: a stream open puts the limit off by a whole `timeout`; otherwise the connection has been
+    /// idle since `idleSince`, and goes if that was `timeout` ago.
+    private func timerFired() {
+        scheduled = nil
+        guard let context else { return }
+        let now = context.eventLoop.now
+        guard openStreams == 0 else { return schedule(at: now + timeout, context: context) }
+        guard now >= idleSince + timeout else { return schedule(at: idleSince + timeout, context: context) }
+        let goAway = HTTP2Frame(
+            streamID: .rootStream,
+            payload: .goAway(lastStreamID: .rootStream, errorCode: .noError, opaqueData: nil)
+        )
+        context.writeAndFlush(NIOAny(goAway)).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
     }
 }

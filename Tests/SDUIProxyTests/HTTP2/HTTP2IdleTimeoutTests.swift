@@ -58,4 +58,28 @@ struct HTTP2IdleTimeoutTests {
         #expect(try Self.goAway(channel))
         #expect(!channel.isActive)
     }
+
+    @Test("the limit runs from the last stream's close, however many streams came and went before it")
+    func limitRunsFromTheLastClose() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let idle = HTTP2IdleTimeout(timeout: .seconds(5))
+        try channel.pipeline.syncOperations.addHandler(idle)
+        let streams = idle.streamDelegate(alongside: NoDelegate(), eventLoop: loop)
+        // One stream at a time, as an app asks for its screens: the last closes 3 s in.
+        for index in 0..<30 {
+            let id = HTTP2StreamID(2 * index + 1)
+            streams.streamCreated(id, channel: channel)
+            loop.advanceTime(by: .milliseconds(50))
+            streams.streamClosed(id, channel: channel)
+            loop.advanceTime(by: .milliseconds(50))
+        }
+        loop.advanceTime(by: .seconds(5) - .milliseconds(50) - .milliseconds(1))
+        #expect(channel.isActive, "5 s have not passed since the last close, though they have since the first")
+        #expect(try channel.readOutbound(as: HTTP2Frame.self) == nil)
+        loop.advanceTime(by: .milliseconds(1))
+        #expect(try Self.goAway(channel))
+        #expect(!channel.isActive)
+    }
 }
