@@ -2,7 +2,7 @@ import NIOCore
 
 /// Sits under `NIOHTTP2Handler` on an HTTP/2 connection and turns the flushes of one turn of the loop into one.
 ///
-/// Each stream answers in a task of its own (``HTTP2StreamHandler`` routes a request once the frames read with it
+/// Each stream answers in a task of its own (``HTTP2Stream`` routes a request once the frames read with it
 /// are handled), and each answer ends with a flush. Passed down as they come, a client with 16 streams in flight
 /// cost the proxy one TLS record and one `writev` per response: 20,000 writes for 20,000 hits, where nginx writes
 /// what a read's requests produced at once. Here the first flush of a turn is held in a task queued behind the

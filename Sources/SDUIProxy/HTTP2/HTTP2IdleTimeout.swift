@@ -2,10 +2,9 @@ import NIOCore
 import NIOHTTP2
 
 /// Closes an HTTP/2 connection that has had no stream open for `limits.idleTimeout`: GOAWAY, then the close. It
-/// counts streams as the connection handler reports them to its stream delegate (``streamDelegate``, beside the
-/// connection manager's: the handler does not pass stream events down the pipeline), and its clock starts when it
-/// is added, which is when the connection's protocol became known (after the TLS handshake and ALPN, or the
-/// preface).
+/// counts streams by the events the connection handler sends down the pipeline as they open and close, and its
+/// clock starts when it is added, which is when the connection's protocol became known (after the TLS handshake and
+/// ALPN, or the preface).
 ///
 /// swift-nio-http2's connection manager has an idle limit of its own, but it starts only when the connection
 /// becomes active (before ALPN here, so never), and it closes only once the client has answered a PING: a client
@@ -50,28 +49,13 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
         if openStreams == 0, let context { idleSince = context.eventLoop.now }
     }
 
-    /// What the connection handler reports streams to: the connection manager's delegate, then this handler.
-    func streamDelegate(
-        alongside other: any NIOHTTP2StreamDelegate,
-        eventLoop: any EventLoop
-    ) -> any NIOHTTP2StreamDelegate {
-        StreamCounting(other: other, idle: NIOLoopBound(self, eventLoop: eventLoop))
-    }
-
-    private struct StreamCounting: NIOHTTP2StreamDelegate {
-        let other: any NIOHTTP2StreamDelegate
-        let idle: NIOLoopBound<HTTP2IdleTimeout>
-
-        // The connection handler calls these on the connection's loop.
-        func streamCreated(_ id: HTTP2StreamID, channel: any Channel) {
-            other.streamCreated(id, channel: channel)
-            idle.value.streamOpened()
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        switch event {
+        case is NIOHTTP2StreamCreatedEvent: streamOpened()
+        case is StreamClosedEvent: streamClosed()
+        default: break
         }
-
-        func streamClosed(_ id: HTTP2StreamID, channel: any Channel) {
-            other.streamClosed(id, channel: channel)
-            idle.value.streamClosed()
-        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     private func schedule(at deadline: NIODeadline, context: ChannelHandlerContext) {

@@ -13,8 +13,8 @@ import SDUIProxyCore
 /// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait (and keeps a drain
 /// that began meanwhile for them). An HTTP/2 connection is ``HTTP2FlushCoalescer`` (one flush a turn of the loop),
 /// `NIOHTTP2Handler` (its settings and flood limits below),
-/// the connection manager (GOAWAY on drain), ``HTTP2IdleTimeout``, ``HTTP2ConnectionErrorHandler`` and, for each
-/// stream, an ``HTTP2StreamHandler`` on its frame payloads.
+/// the connection manager (GOAWAY on drain), ``HTTP2IdleTimeout``, ``HTTP2Connection`` (the streams, each an
+/// ``HTTP2Stream``) and ``HTTP2ConnectionErrorHandler``.
 struct PublicConnectionPipeline: Sendable {
     let runtime: ProxyRuntime
     let responseBuffers: PerEventLoop<ResponseBufferRecycler>
@@ -112,33 +112,27 @@ struct PublicConnectionPipeline: Sendable {
             )
         )
         let idle = HTTP2IdleTimeout(timeout: limits.idleTimeout.timeAmount)
-        let runtime = self.runtime
-        let requests = runtime.context.metrics.requestTally(for: channel.eventLoop)
         let sync = channel.pipeline.syncOperations
+        // No multiplexer: the streams are HTTP2Connection's, which reads the frames with their stream ids. The
+        // stream events the manager and the idle limit count go down the pipeline.
         let handler = NIOHTTP2Handler(
             mode: .server,
-            eventLoop: channel.eventLoop,
             connectionConfiguration: Self.connectionConfiguration(protocols),
-            streamConfiguration: Self.streamConfiguration(),
-            streamDelegate: idle.streamDelegate(alongside: manager.http2StreamDelegate, eventLoop: channel.eventLoop)
-        ) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(
-                    HTTP2StreamHandler(
-                        runtime: runtime,
-                        eventLoop: stream.eventLoop,
-                        requests: requests,
-                        isSecure: isSecure
-                    )
-                )
-            }
-        }
+            streamConfiguration: Self.streamConfiguration()
+        )
+        let streams = HTTP2Connection(
+            runtime: runtime,
+            eventLoop: channel.eventLoop,
+            requests: runtime.context.metrics.requestTally(for: channel.eventLoop),
+            isSecure: isSecure
+        )
         let coalescer = HTTP2FlushCoalescer()
         try sync.addHandler(coalescer, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(handler, position: .after(coalescer))
         try sync.addHandler(manager, position: .after(handler))
         try sync.addHandler(idle, position: .after(manager))
-        try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(idle))
+        try sync.addHandler(streams, position: .after(idle))
+        try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(streams))
     }
 
     /// The connection's settings and flood limits: streams and header lists as configured, and swift-nio-http2's

@@ -5,14 +5,27 @@ import Testing
 
 @testable import SDUIProxy
 
-/// The HTTP/2 idle limit on an `EmbeddedChannel`, the streams reported as the connection handler reports them, time
-/// the embedded loop's.
+/// The HTTP/2 idle limit on an `EmbeddedChannel`, the streams reported by the events the connection handler sends
+/// down the pipeline, time the embedded loop's.
 @Suite("The HTTP/2 idle limit")
 struct HTTP2IdleTimeoutTests {
-    /// A delegate that does nothing, standing in for the connection manager's.
-    private struct NoDelegate: NIOHTTP2StreamDelegate {
-        func streamCreated(_ id: HTTP2StreamID, channel: any Channel) {}
-        func streamClosed(_ id: HTTP2StreamID, channel: any Channel) {}
+    /// What the connection handler tells the pipeline of a stream's opening and closing.
+    private struct Streams {
+        let channel: EmbeddedChannel
+
+        func opened(_ id: HTTP2StreamID) {
+            channel.pipeline.fireUserInboundEventTriggered(
+                NIOHTTP2StreamCreatedEvent(
+                    streamID: id,
+                    localInitialWindowSize: 65_535,
+                    remoteInitialWindowSize: 65_535
+                )
+            )
+        }
+
+        func closed(_ id: HTTP2StreamID) {
+            channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: id, reason: nil))
+        }
     }
 
     private static func goAway(_ channel: EmbeddedChannel) throws -> Bool {
@@ -43,15 +56,15 @@ struct HTTP2IdleTimeoutTests {
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         let idle = HTTP2IdleTimeout(timeout: .seconds(5))
         try channel.pipeline.syncOperations.addHandler(idle)
-        let streams = idle.streamDelegate(alongside: NoDelegate(), eventLoop: loop)
-        streams.streamCreated(1, channel: channel)
-        streams.streamCreated(3, channel: channel)
+        let streams = Streams(channel: channel)
+        streams.opened(1)
+        streams.opened(3)
         loop.advanceTime(by: .seconds(60))
         #expect(channel.isActive, "two streams open")
-        streams.streamClosed(1, channel: channel)
+        streams.closed(1)
         loop.advanceTime(by: .seconds(60))
         #expect(channel.isActive, "one stream still open")
-        streams.streamClosed(3, channel: channel)
+        streams.closed(3)
         loop.advanceTime(by: .seconds(5) - .milliseconds(1))
         #expect(channel.isActive)
         loop.advanceTime(by: .milliseconds(1))
@@ -66,13 +79,13 @@ struct HTTP2IdleTimeoutTests {
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         let idle = HTTP2IdleTimeout(timeout: .seconds(5))
         try channel.pipeline.syncOperations.addHandler(idle)
-        let streams = idle.streamDelegate(alongside: NoDelegate(), eventLoop: loop)
+        let streams = Streams(channel: channel)
         // One stream at a time, as an app asks for its screens: the last closes 3 s in.
         for index in 0..<30 {
             let id = HTTP2StreamID(2 * index + 1)
-            streams.streamCreated(id, channel: channel)
+            streams.opened(id)
             loop.advanceTime(by: .milliseconds(50))
-            streams.streamClosed(id, channel: channel)
+            streams.closed(id)
             loop.advanceTime(by: .milliseconds(50))
         }
         loop.advanceTime(by: .seconds(5) - .milliseconds(50) - .milliseconds(1))

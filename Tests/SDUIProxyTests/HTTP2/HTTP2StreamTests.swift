@@ -8,19 +8,22 @@ import Testing
 
 @testable import SDUIProxy
 
-/// One HTTP/2 stream's handler on an `EmbeddedChannel`, the frame payloads the connection would hand it written
-/// in directly: what is the stream's own (its deadline, its reads, a reset before it is answered), the rest being the
-/// exchange's, which the HTTP/1.1 tests cover. Time is the embedded loop's.
-@Suite("An HTTP/2 stream's handler")
-struct HTTP2StreamHandlerTests {
-    /// A stream on an embedded channel, its backend scripted.
+/// One HTTP/2 stream of an ``HTTP2Connection`` on an `EmbeddedChannel`, the frames `NIOHTTP2Handler` would hand it
+/// written in directly: what is the stream's own (its deadline, its window, a reset before it is answered), the rest
+/// being the exchange's, which the HTTP/1.1 tests cover. Time is the embedded loop's.
+@Suite("An HTTP/2 stream")
+struct HTTP2StreamTests {
+    /// Stream 1 of a connection on an embedded channel, its backend scripted.
     final class Stream {
+        let id: HTTP2StreamID = 1
         let loop = EmbeddedEventLoop()
         let channel: EmbeddedChannel
         let backend: ScriptedNetworkClient
         let context: ProxyContext
-        let reads = ReadCounter()
         let tally = RequestTally()
+        /// The window the stream gave back so far, and how it was reset, if it was.
+        private(set) var givenBack = 0
+        private(set) var resets: [HTTP2ErrorCode] = []
 
         convenience init(_ configure: (inout ProxyConfiguration) -> Void = { _ in }) throws {
             var configuration = ProxyConfiguration()
@@ -33,7 +36,7 @@ struct HTTP2StreamHandlerTests {
             )
         }
 
-        /// Another stream of the same proxy: its cache, its backend.
+        /// A stream of another connection to the same proxy: its cache, its backend.
         static func reusing(_ other: Stream) throws -> Stream {
             try Stream(context: other.context, backend: other.backend)
         }
@@ -43,14 +46,13 @@ struct HTTP2StreamHandlerTests {
             self.backend = backend
             loop.advanceTime(to: .now())
             channel = EmbeddedChannel(loop: loop)
-            let handler = HTTP2StreamHandler(
+            let connection = HTTP2Connection(
                 runtime: ProxyRuntime(context),
                 eventLoop: loop,
                 requests: tally,
                 isSecure: true
             )
-            try channel.pipeline.syncOperations.addHandler(reads)
-            try channel.pipeline.syncOperations.addHandler(handler)
+            try channel.pipeline.syncOperations.addHandler(connection)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
         }
 
@@ -73,13 +75,26 @@ struct HTTP2StreamHandlerTests {
         }
 
         func send(_ payloads: HTTP2Frame.FramePayload...) throws {
-            for payload in payloads { try channel.writeInbound(payload) }
+            for payload in payloads { try channel.writeInbound(HTTP2Frame(streamID: id, payload: payload)) }
         }
 
-        /// The frame payloads written so far.
+        /// The client resets the stream: the connection handler reports it closed.
+        func resetByClient() {
+            channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: id, reason: .cancel))
+        }
+
+        /// The stream's HEADERS and DATA written so far; its WINDOW_UPDATEs are added to ``givenBack`` and its
+        /// resets to ``resets``.
         func written() throws -> [HTTP2Frame.FramePayload] {
             var payloads: [HTTP2Frame.FramePayload] = []
-            while let payload = try channel.readOutbound(as: HTTP2Frame.FramePayload.self) { payloads.append(payload) }
+            while let frame = try channel.readOutbound(as: HTTP2Frame.self) {
+                guard frame.streamID == id else { continue }
+                switch frame.payload {
+                case .windowUpdate(let increment): givenBack += increment
+                case .rstStream(let code): resets.append(code)
+                default: payloads.append(frame.payload)
+                }
+            }
             return payloads
         }
 
@@ -198,7 +213,7 @@ struct HTTP2StreamHandlerTests {
         #expect(indexing["cache-control"] == .indexable)
         again.finish()
 
-        let composed = HTTP2StreamHandler.block(
+        let composed = HTTP2Stream.block(
             status: .ok,
             ["Set-Cookie": "session=1", "Date": "Sun, 29 Nov 2026 15:00:00 GMT", "Content-Type": "text/plain"]
         )
@@ -244,9 +259,10 @@ struct HTTP2StreamHandlerTests {
         let stream = try Stream()
         defer { stream.finish() }
         try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
-        try stream.channel.close().wait()
+        stream.resetByClient()
         stream.loop.run()
         #expect(stream.backend.fetches.isEmpty)
+        #expect(try stream.written().isEmpty, "nothing answers a reset stream")
     }
 
     @Test("a request not whole within limits.requestTimeout is answered 408 at the deadline, not before")
@@ -265,10 +281,11 @@ struct HTTP2StreamHandlerTests {
         #expect(Self.status(of: parts) == .requestTimeout)
         #expect(Self.body(of: parts).contains(#""kind":"requestTimeout""#))
         #expect(stream.backend.forwards.isEmpty, "the backend never heard of the half body")
-        #expect(!stream.channel.isActive, "the stream is reset after its 408")
+        #expect(stream.resets == [.cancel], "the stream is reset after its 408")
+        #expect(stream.channel.isActive, "the connection serves on")
     }
 
-    @Test("reading is held back while a streamed body's backend takes no more, and resumes when it does")
+    @Test("a streamed body's window is kept while its backend takes no more, and given back as it takes")
     func bodyBackpressure() throws {
         let stream = try Stream {
             var policy = $0.cache.policy
@@ -281,13 +298,40 @@ struct HTTP2StreamHandlerTests {
         try stream.send(Stream.headers(.PUT, "/api/upload", endStream: false))
         let forward = try #require(stream.backend.forwards.first)
         let chunk = ByteBuffer(repeating: 0x61, count: 64 * 1024)
-        // Over the body stream's high watermark, with nobody taking it: reads are held back.
-        for _ in 0..<5 { try stream.send(Stream.data(chunk)) }
-        let paused = stream.reads.count
-        stream.channel.read()
-        #expect(stream.reads.count == paused, "reading pauses while the backend takes nothing")
+        // The fifth part takes the body stream over its high watermark (256 KiB), with nobody taking it: the
+        // parts after it are held, their window kept, and the client can send no more than that window.
+        for _ in 0..<7 { try stream.send(Stream.data(chunk)) }
+        _ = try stream.written()
+        #expect(stream.givenBack == 5 * 64 * 1024, "the held parts give no window back")
         forward.readBody()
-        #expect(stream.reads.count == paused + 1, "the held-back read goes on once the backend takes more")
-        #expect(forward.receivedBody.utf8.count == 5 * 64 * 1024)
+        _ = try stream.written()
+        #expect(stream.givenBack == 7 * 64 * 1024, "each part's window comes back as the backend takes it")
+        #expect(forward.receivedBody.utf8.count == 7 * 64 * 1024, "in order, nothing lost")
+    }
+
+    @Test("the connection's window is given back as it runs low, whatever stream its DATA was for")
+    func connectionWindow() throws {
+        let stream = try Stream()
+        defer { stream.finish() }
+        let report = { (left: Int) in
+            stream.channel.pipeline.fireUserInboundEventTriggered(
+                NIOHTTP2WindowUpdatedEvent(streamID: .rootStream, inboundWindowSize: left, outboundWindowSize: 65_535)
+            )
+        }
+        var updates: [Int] = []
+        let read = {
+            while let frame = try stream.channel.readOutbound(as: HTTP2Frame.self) {
+                if frame.streamID == .rootStream, case .windowUpdate(let increment) = frame.payload {
+                    updates.append(increment)
+                }
+            }
+        }
+        report(40_000)
+        try read()
+        #expect(updates.isEmpty, "more than half left")
+        // DATA for a stream that no longer exists counts too: NIOHTTP2Handler reports the window, not the frames.
+        report(20_000)
+        try read()
+        #expect(updates == [45_535])
     }
 }

@@ -10,22 +10,25 @@ import SDUIProxyCore
 /// and no `Connection`: the stream is the response's frame. A stored entry's fields are read from its stored lines
 /// as name and value (split at known separators, never parsed as HTTP/1.1), their names lower-cased as HTTP/2
 /// writes them, straight into the HPACK block.
-extension HTTP2StreamHandler: ResponseSink {
+extension HTTP2Stream: ResponseSink {
     var eventLoop: any EventLoop { loop }
 
     var client: ClientPeer {
         if let peer { return peer }
-        // The stream's parent is the connection; its peer is the client.
-        let remote = context?.channel.parent?.remoteAddress ?? context?.channel.remoteAddress
-        let peer = ClientPeer(remote: remote, trustedProxies: proxy.configuration.trustedProxies, isSecure: isSecure)
+        let peer = ClientPeer(
+            remote: connection.remoteAddress,
+            trustedProxies: proxy.configuration.trustedProxies,
+            isSecure: isSecure
+        )
         self.peer = peer
         return peer
     }
 
     func writeInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
-        guard let context, !response.headWritten else { return }
+        guard isOpen, !response.headWritten else { return }
         let block = Self.block(status: status, UpstreamRequestBuilder.endToEndResponseHeaders(headers))
-        context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: block))), promise: nil)
+        connection.write(.headers(.init(headers: block)), on: id, promise: nil)
+        connection.flush()
     }
 
     func writeStored(_ entry: CachedResponse, _ presentation: EntryPresentation) {
@@ -94,7 +97,9 @@ extension HTTP2StreamHandler: ResponseSink {
         let bodyless = isHeadRequest || status == .noContent || status == .notModified
         response.endedWithHead = bodyless
         let frame = HTTP2Frame.FramePayload.Headers(headers: Self.block(status: status, headers), endStream: bodyless)
-        context?.write(wrapOutboundOut(.headers(frame)), promise: nil)
+        guard isOpen else { return }
+        sentEnd = bodyless
+        connection.write(.headers(frame), on: id, promise: nil)
     }
 
     func writeHead(_ head: RelayedResponseHead, cacheResult: CacheResult?) {
@@ -103,35 +108,38 @@ extension HTTP2StreamHandler: ResponseSink {
     }
 
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        guard let context, context.channel.isActive, !response.ended else {
+        guard isOpen, !response.ended else {
             return eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
         }
         guard !response.endedWithHead, buffer.readableBytes > 0 else {
-            return context.eventLoop.makeSucceededVoidFuture()
+            return eventLoop.makeSucceededVoidFuture()
         }
         response.bodyBytes += buffer.readableBytes
         // Completes once the stream's flow-control window let the part out: a slow client holds the forward
         // back.
-        return context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(buffer)))))
+        let written = eventLoop.makePromise(of: Void.self)
+        connection.write(.data(.init(data: .byteBuffer(buffer))), on: id, promise: written)
+        connection.flush()
+        return written.futureResult
     }
 
     func writeEnd() {
         guard !response.ended else { return }
         account(status: response.status, cacheResult: response.cacheResult, bytes: response.bodyBytes)
         response.ended = true
-        guard let context else { return }
+        guard isOpen else { return }
         if !response.endedWithHead {
             let last = HTTP2Frame.FramePayload.Data(data: .byteBuffer(ByteBuffer()), endStream: true)
-            context.writeAndFlush(wrapOutboundOut(.data(last)), promise: nil)
-        } else {
-            context.flush()
+            sentEnd = true
+            connection.write(.data(last), on: id, promise: nil)
         }
+        connection.flush()
         finishStream()
     }
 
     func abort() {
         abandonResponse()
-        context?.close(promise: nil)
+        reset()
     }
 
     /// The response was cut short: it is counted as far as it went.
@@ -154,12 +162,11 @@ extension HTTP2StreamHandler: ResponseSink {
         account(status: status, cacheResult: cacheResult, bytes: body?.readableBytes ?? 0)
         response.headWritten = true
         response.ended = true
-        guard let context else { return }
-        context.write(wrapOutboundOut(.headers(.init(headers: block, endStream: body == nil))), promise: nil)
-        if let body {
-            context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
-        }
-        context.flush()
+        guard isOpen else { return }
+        sentEnd = true
+        connection.write(.headers(.init(headers: block, endStream: body == nil)), on: id, promise: nil)
+        if let body { connection.write(.data(.init(data: .byteBuffer(body), endStream: true)), on: id, promise: nil) }
+        connection.flush()
         finishStream()
     }
 
