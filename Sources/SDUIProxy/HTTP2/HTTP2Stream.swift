@@ -109,7 +109,7 @@ final class HTTP2Stream: RequestExchangeDriver {
             if let violation = HTTP2RequestHead.violation(inTrailers: headers.headers) {
                 return resetMalformed(violation)
             }
-            if headers.endStream { receivedEnd() }
+            if headers.endStream { clientFinished() }
             return
         }
         headArrived = true
@@ -137,23 +137,27 @@ final class HTTP2Stream: RequestExchangeDriver {
         if data.endStream { clientEnded = true }
         let part: ByteBuffer
         if case .byteBuffer(let buffer) = data.data { part = buffer } else { part = ByteBuffer() }
-        guard !takerFull, heldParts.isEmpty else {
+        if takerFull || !heldParts.isEmpty {
             heldParts.append((part, length))
-            if data.endStream { heldEnd = true }
-            return
+        } else {
+            take(part, length: length)
         }
-        take(part, length: length)
-        if data.endStream { receivedEnd() }
+        if data.endStream { clientFinished() }
     }
 
-    /// A part is given to the exchange, and its window back to the client unless the request is done sending.
+    /// A part is given to the exchange, and its window back to the client while it has more to send.
     private func take(_ part: ByteBuffer, length: Int) {
         if part.readableBytes > 0 { exchangeReceivedBody(part) }
-        if let increment = window.took(length), !requestEnded, isOpen { connection.giveBack(increment, on: id) }
+        if let increment = window.took(length), !clientEnded, isOpen { connection.giveBack(increment, on: id) }
     }
 
-    /// The client's END_STREAM arrived after a body.
-    private func receivedEnd() {
+    /// The client's END_STREAM arrived after a body (on its last DATA frame, or on trailers): the request is whole
+    /// once the parts held before it are taken.
+    private func clientFinished() {
+        guard !takerFull, heldParts.isEmpty else {
+            heldEnd = true
+            return
+        }
         requestArrivedWhole()
     }
 
@@ -260,7 +264,7 @@ final class HTTP2Stream: RequestExchangeDriver {
         }
         if heldParts.isEmpty, heldEnd {
             heldEnd = false
-            receivedEnd()
+            requestArrivedWhole()
         }
     }
 

@@ -285,28 +285,52 @@ struct HTTP2StreamTests {
         #expect(stream.channel.isActive, "the connection serves on")
     }
 
-    @Test("a streamed body's window is kept while its backend takes no more, and given back as it takes")
-    func bodyBackpressure() throws {
+    /// A stream whose PUT on a streaming route is forwarded with nobody reading its body yet, and 7 parts of 64 KiB
+    /// sent: the fifth takes the body stream over its high watermark (256 KiB), and the two after it are held.
+    private static func heldUpload() throws -> (Stream, ScriptedForward) {
         let stream = try Stream {
             var policy = $0.cache.policy
             policy.bypass = true
             policy.stream = true
             $0.cache.routes.append(.init(prefix: "/api/", policy: policy))
         }
-        defer { stream.finish() }
         stream.backend.readsForwardedBodies = false
         try stream.send(Stream.headers(.PUT, "/api/upload", endStream: false))
         let forward = try #require(stream.backend.forwards.first)
         let chunk = ByteBuffer(repeating: 0x61, count: 64 * 1024)
-        // The fifth part takes the body stream over its high watermark (256 KiB), with nobody taking it: the
-        // parts after it are held, their window kept, and the client can send no more than that window.
         for _ in 0..<7 { try stream.send(Stream.data(chunk)) }
+        return (stream, forward)
+    }
+
+    @Test("a streamed body's window is kept while its backend takes no more, and given back as it takes")
+    func bodyBackpressure() throws {
+        let (stream, forward) = try Self.heldUpload()
+        defer { stream.finish() }
         _ = try stream.written()
-        #expect(stream.givenBack == 5 * 64 * 1024, "the held parts give no window back")
+        #expect(stream.givenBack == 5 * 64 * 1024, "the held parts give no window back: the client stops")
         forward.readBody()
         _ = try stream.written()
         #expect(stream.givenBack == 7 * 64 * 1024, "each part's window comes back as the backend takes it")
         #expect(forward.receivedBody.utf8.count == 7 * 64 * 1024, "in order, nothing lost")
+        try stream.send(Stream.data(ByteBuffer(string: "end"), endStream: true))
+        stream.loop.run()
+        #expect(forward.bodyEnded)
+    }
+
+    @Test("END_STREAM behind held parts ends the body after them, not before")
+    func endBehindHeldParts() throws {
+        let (stream, forward) = try Self.heldUpload()
+        defer { stream.finish() }
+        // Trailers end the request: dropped, their END_STREAM kept behind the held parts.
+        try stream.send(.headers(.init(headers: HPACKHeaders([("x-checksum", "abc")]), endStream: true)))
+        stream.loop.run()
+        #expect(!forward.bodyEnded)
+        forward.readBody()
+        stream.loop.run()
+        #expect(forward.receivedBody.utf8.count == 7 * 64 * 1024, "in order, nothing lost")
+        #expect(forward.bodyEnded)
+        _ = try stream.written()
+        #expect(stream.givenBack == 5 * 64 * 1024, "no window back once the client has sent all it will")
     }
 
     @Test("the connection's window is given back as it runs low, whatever stream its DATA was for")
