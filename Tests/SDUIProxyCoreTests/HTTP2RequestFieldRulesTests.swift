@@ -42,6 +42,9 @@ struct HTTP2RequestFieldRulesTests {
         #expect(Self.violation(Self.pseudoHeaders + [(":protocol", "websocket")]) != nil, "extended CONNECT")
         #expect(Self.violation([(":Method", "GET"), (":scheme", "https"), (":path", "/")]) != nil, "upper case")
         #expect(Self.violation([(":method", "G T"), (":scheme", "https"), (":path", "/")]) != nil, "not a token")
+        #expect(Self.violation(Self.pseudoHeaders + [(":authority", "a b")]) != nil, "white space in an authority")
+        #expect(Self.violation([(":method", "GET"), (":scheme", "ht\ttps"), (":path", "/")]) != nil, "a tab")
+        #expect(Self.violation([(":method", "GET"), (":scheme", "https"), (":path", "/a b")]) != nil, "a space")
     }
 
     @Test("section 8.3: every pseudo-header comes before the first regular field")

@@ -92,6 +92,18 @@ final class HTTP2Connection: ChannelDuplexHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// A stream error `NIOHTTP2Handler` raised on one of the stream's frames (an END_STREAM that contradicts the
+    /// `content-length` written, for one): it sends nothing for it and leaves the stream as it was, so the stream is
+    /// reset here and ends, or its client would wait on it for good. The error goes on to be logged.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let streamError = error as? NIOHTTP2Errors.StreamError,
+            let stream = streams.removeValue(forKey: streamError.streamID)
+        {
+            stream.failed()
+        }
+        context.fireErrorCaught(error)
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
         context.flush()
         context.fireChannelReadComplete()

@@ -2,9 +2,13 @@ import NIOCore
 import NIOHTTP2
 
 /// Closes an HTTP/2 connection that has had no stream open for `limits.idleTimeout`: GOAWAY, then the close. It
-/// counts streams by the events the connection handler sends down the pipeline as they open and close, and its
-/// clock starts when it is added, which is when the connection's protocol became known (after the TLS handshake and
-/// ALPN, or the preface).
+/// keeps the streams open by the events the connection handler sends down the pipeline as they open and close, and
+/// its clock starts when it is added, which is when the connection's protocol became known (after the TLS handshake
+/// and ALPN, or the preface).
+///
+/// The connection handler also reports closed a stream it refused in its HEADERS frame (a `content-length` its
+/// END_STREAM contradicts) without having reported it open. Such a close is not passed on: the connection manager
+/// behind this handler counts streams too, and asserts that a stream it hears closed was open.
 ///
 /// swift-nio-http2's connection manager has an idle limit of its own, but it starts only when the connection
 /// becomes active (before ALPN here, so never), and it closes only once the client has answered a PING: a client
@@ -15,7 +19,7 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
     typealias OutboundOut = HTTP2Frame
 
     private let timeout: TimeAmount
-    private var openStreams = 0
+    private var openStreams: Set<HTTP2StreamID> = []
     /// When the last stream closed (or the handler was added): the limit runs from here while no stream is open.
     private var idleSince = NIODeadline.uptimeNanoseconds(0)
     /// The one timer: it is not moved as streams open and close (a client with one stream at a time would cost a
@@ -40,20 +44,15 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
 
     private var context: ChannelHandlerContext?
 
-    private func streamOpened() {
-        openStreams += 1
-    }
-
-    private func streamClosed() {
-        openStreams = max(0, openStreams - 1)
-        if openStreams == 0, let context { idleSince = context.eventLoop.now }
-    }
-
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         switch event {
-        case is NIOHTTP2StreamCreatedEvent: streamOpened()
-        case is StreamClosedEvent: streamClosed()
-        default: break
+        case let created as NIOHTTP2StreamCreatedEvent:
+            openStreams.insert(created.streamID)
+        case let closed as StreamClosedEvent:
+            guard openStreams.remove(closed.streamID) != nil else { return }
+            if openStreams.isEmpty { idleSince = context.eventLoop.now }
+        default:
+            break
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -71,7 +70,7 @@ final class HTTP2IdleTimeout: ChannelInboundHandler {
         scheduled = nil
         guard let context else { return }
         let now = context.eventLoop.now
-        guard openStreams == 0 else { return schedule(at: now + timeout, context: context) }
+        guard openStreams.isEmpty else { return schedule(at: now + timeout, context: context) }
         guard now >= idleSince + timeout else { return schedule(at: idleSince + timeout, context: context) }
         let goAway = HTTP2Frame(
             streamID: .rootStream,

@@ -225,6 +225,14 @@ final class HTTP2Stream: RequestExchangeDriver {
         reset(.protocolError)
     }
 
+    /// swift-nio-http2 refused one of the stream's frames: the stream is reset whatever was sent, and ends here.
+    func failed() {
+        guard isOpen else { return }
+        connection.write(.rstStream(.internalError), on: id, promise: nil)
+        connection.flush()
+        closed()
+    }
+
     /// Resets the stream unless both ends sent END_STREAM already (then the connection has closed it, or is about
     /// to).
     func reset(_ code: HTTP2ErrorCode = .cancel) {

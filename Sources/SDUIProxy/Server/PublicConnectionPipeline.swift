@@ -13,7 +13,7 @@ import SDUIProxyCore
 /// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait (and keeps a drain
 /// that began meanwhile for them). An HTTP/2 connection is ``HTTP2FlushCoalescer`` (one flush a turn of the loop),
 /// `NIOHTTP2Handler` (its settings and flood limits below),
-/// the connection manager (GOAWAY on drain), ``HTTP2IdleTimeout``, ``HTTP2Connection`` (the streams, each an
+/// ``HTTP2IdleTimeout``, the connection manager (GOAWAY on drain), ``HTTP2Connection`` (the streams, each an
 /// ``HTTP2Stream``) and ``HTTP2ConnectionErrorHandler``.
 struct PublicConnectionPipeline: Sendable {
     let runtime: ProxyRuntime
@@ -129,9 +129,10 @@ struct PublicConnectionPipeline: Sendable {
         let coalescer = HTTP2FlushCoalescer()
         try sync.addHandler(coalescer, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(handler, position: .after(coalescer))
-        try sync.addHandler(manager, position: .after(handler))
-        try sync.addHandler(idle, position: .after(manager))
-        try sync.addHandler(streams, position: .after(idle))
+        // The idle limit before the manager: it passes on only the closes of streams reported open.
+        try sync.addHandler(idle, position: .after(handler))
+        try sync.addHandler(manager, position: .after(idle))
+        try sync.addHandler(streams, position: .after(manager))
         try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(streams))
     }
 

@@ -107,6 +107,10 @@ public struct HTTP2RequestFieldRules: Sendable {
         }
         guard seen & bit == 0 else { return Violation("a pseudo-header field appears twice") }
         seen |= bit
+        // A method, scheme, target or authority holds no white space at all (RFC 9113 section 8.3.1, RFC 3986).
+        for byte in value where byte <= 0x20 || byte == 0x7F {
+            return Violation("a pseudo-header value holds white space or a control byte")
+        }
         switch bit {
         case Self.method:
             guard !value.isEmpty, value.allSatisfy(HTTPSyntax.isTokenByte) else {

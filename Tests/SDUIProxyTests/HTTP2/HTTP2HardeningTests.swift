@@ -104,6 +104,41 @@ struct HTTP2HardeningTests {
         }
     }
 
+    @Test(
+        "a request whose content-length its END_STREAM contradicts is reset alone, never opened: the connection serves on"
+    )
+    func contentLengthContradicted() async throws {
+        try await ProxyHarness.run { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            var bytes = HTTP2Wire.connectionStart()
+            // swift-nio-http2 refuses the stream in its HEADERS frame: it reports the stream closed without having
+            // reported it open.
+            var bad = HTTP2Wire.request(
+                stream: 1,
+                method: "POST",
+                path: "/screens/b",
+                fields: [("content-length", "5")]
+            )
+            var good = HTTP2Wire.request(stream: 3, path: "/screens/a")
+            bytes.writeBuffer(&bad)
+            bytes.writeBuffer(&good)
+            try await client.send(bytes)
+            let frames = try await Self.frames(on: client) { frames in
+                frames.contains { $0.stream == 3 && $0.flags & HTTP2Wire.endStream != 0 }
+                    && frames.contains { $0.type == HTTP2Wire.FrameType.rstStream.rawValue && $0.stream == 1 }
+            }
+            #expect(Self.goAway(in: frames) == nil)
+            let again = HTTP2Wire.request(stream: 5, path: "/screens/a")
+            try await client.send(again)
+            _ = try await Self.frames(on: client) {
+                $0.contains { $0.stream == 5 && $0.flags & HTTP2Wire.endStream != 0 }
+            }
+            #expect(!client.isClosed)
+            #expect(proxy.origin.requests.map(\.uri) == ["/screens/a"])
+            await client.close()
+        }
+    }
+
     @Test("an HTTP/2 connection with no stream open for limits.idleTimeout gets GOAWAY and is closed, silent or not")
     func idleConnectionCloses() async throws {
         // Long enough that a stalled machine still reads the preface before the wait for first bytes ends; the limit's

@@ -95,4 +95,36 @@ struct HTTP2IdleTimeoutTests {
         #expect(try Self.goAway(channel))
         #expect(!channel.isActive)
     }
+
+    /// Records the stream closes that pass the idle limit, as the connection manager behind it would see them.
+    private final class ClosesSeen: ChannelInboundHandler {
+        typealias InboundIn = Any
+        var closed: [HTTP2StreamID] = []
+
+        func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+            if let event = event as? StreamClosedEvent { closed.append(event.streamID) }
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    @Test("a close of a stream never reported open is not counted, and not passed on to the connection manager")
+    func closeOfAStreamNeverOpened() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let seen = ClosesSeen()
+        try channel.pipeline.syncOperations.addHandler(HTTP2IdleTimeout(timeout: .seconds(5)))
+        try channel.pipeline.syncOperations.addHandler(seen)
+        let streams = Streams(channel: channel)
+        streams.opened(1)
+        // A stream refused in its HEADERS frame: reported closed, never open.
+        streams.closed(3)
+        #expect(seen.closed.isEmpty)
+        loop.advanceTime(by: .seconds(60))
+        #expect(channel.isActive, "stream 1 is still open")
+        streams.closed(1)
+        #expect(seen.closed == [1])
+        loop.advanceTime(by: .seconds(5))
+        #expect(try Self.goAway(channel))
+    }
 }

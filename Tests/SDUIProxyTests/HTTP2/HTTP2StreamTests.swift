@@ -358,4 +358,24 @@ struct HTTP2StreamTests {
         try read()
         #expect(updates == [45_535])
     }
+
+    @Test("a stream error swift-nio-http2 raises on a frame the stream wrote resets that stream, however far it got")
+    func streamErrorResets() throws {
+        let stream = try Stream()
+        defer { stream.finish() }
+        try stream.send(Stream.headers(.GET, "/screens/a", endStream: true))
+        stream.loop.run()
+        try stream.backend.answerFetch(
+            headers: ["Content-Type": "application/json", "Cache-Control": "max-age=60"],
+            body: #"{"_beagleComponent_":"beagle:text"}"#
+        )
+        #expect(Self.endsStream(try stream.written()), "answered whole, END_STREAM sent")
+        // As when an END_STREAM contradicts the content-length sent: NIOHTTP2Handler reports it and sends nothing.
+        stream.channel.pipeline.fireErrorCaught(
+            NIOHTTP2Errors.streamError(streamID: stream.id, baseError: NIOHTTP2Errors.contentLengthViolated())
+        )
+        _ = try stream.written()
+        #expect(stream.resets == [.internalError], "the client is not left waiting on a stream that never ends")
+        #expect(stream.channel.isActive, "the connection serves on")
+    }
 }
