@@ -9,9 +9,18 @@ import Testing
 /// down the pipeline, time the embedded loop's.
 @Suite("The HTTP/2 idle limit")
 struct HTTP2IdleTimeoutTests {
-    /// What the connection handler tells the pipeline of a stream's opening and closing.
-    private struct Streams {
+    /// A connection with the idle limit (5 s) on it, and `behind` after it; streams reported as the connection
+    /// handler reports them, by the events it sends down the pipeline.
+    private struct Connection {
+        let loop = EmbeddedEventLoop()
         let channel: EmbeddedChannel
+
+        init(behind: (any ChannelHandler)? = nil) throws {
+            channel = EmbeddedChannel(loop: loop)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+            try channel.pipeline.syncOperations.addHandler(HTTP2IdleTimeout(timeout: .seconds(5)))
+            if let behind { try channel.pipeline.syncOperations.addHandler(behind) }
+        }
 
         func opened(_ id: HTTP2StreamID) {
             channel.pipeline.fireUserInboundEventTriggered(
@@ -26,73 +35,64 @@ struct HTTP2IdleTimeoutTests {
         func closed(_ id: HTTP2StreamID) {
             channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: id, reason: nil))
         }
-    }
 
-    private static func goAway(_ channel: EmbeddedChannel) throws -> Bool {
-        guard let frame = try channel.readOutbound(as: HTTP2Frame.self), case .goAway = frame.payload else {
-            return false
+        /// Whether the connection sent GOAWAY.
+        func sentGoAway() throws -> Bool {
+            guard let frame = try channel.readOutbound(as: HTTP2Frame.self), case .goAway = frame.payload else {
+                return false
+            }
+            return true
         }
-        return true
     }
 
     @Test("a connection with no stream gets GOAWAY and is closed at the limit, not before")
     func idleCloses() throws {
-        let loop = EmbeddedEventLoop()
-        let channel = EmbeddedChannel(loop: loop)
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        try channel.pipeline.syncOperations.addHandler(HTTP2IdleTimeout(timeout: .seconds(5)))
+        let connection = try Connection()
+        let (loop, channel) = (connection.loop, connection.channel)
         loop.advanceTime(by: .seconds(5) - .milliseconds(1))
         #expect(channel.isActive)
         #expect(try channel.readOutbound(as: HTTP2Frame.self) == nil)
         loop.advanceTime(by: .milliseconds(1))
-        #expect(try Self.goAway(channel))
+        #expect(try connection.sentGoAway())
         #expect(!channel.isActive)
     }
 
     @Test("an open stream holds the limit off; the clock starts again when the last stream closes")
     func streamsHoldItOff() throws {
-        let loop = EmbeddedEventLoop()
-        let channel = EmbeddedChannel(loop: loop)
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        let idle = HTTP2IdleTimeout(timeout: .seconds(5))
-        try channel.pipeline.syncOperations.addHandler(idle)
-        let streams = Streams(channel: channel)
-        streams.opened(1)
-        streams.opened(3)
+        let connection = try Connection()
+        let (loop, channel) = (connection.loop, connection.channel)
+        connection.opened(1)
+        connection.opened(3)
         loop.advanceTime(by: .seconds(60))
         #expect(channel.isActive, "two streams open")
-        streams.closed(1)
+        connection.closed(1)
         loop.advanceTime(by: .seconds(60))
         #expect(channel.isActive, "one stream still open")
-        streams.closed(3)
+        connection.closed(3)
         loop.advanceTime(by: .seconds(5) - .milliseconds(1))
         #expect(channel.isActive)
         loop.advanceTime(by: .milliseconds(1))
-        #expect(try Self.goAway(channel))
+        #expect(try connection.sentGoAway())
         #expect(!channel.isActive)
     }
 
     @Test("the limit runs from the last stream's close, however many streams came and went before it")
     func limitRunsFromTheLastClose() throws {
-        let loop = EmbeddedEventLoop()
-        let channel = EmbeddedChannel(loop: loop)
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        let idle = HTTP2IdleTimeout(timeout: .seconds(5))
-        try channel.pipeline.syncOperations.addHandler(idle)
-        let streams = Streams(channel: channel)
+        let connection = try Connection()
+        let (loop, channel) = (connection.loop, connection.channel)
         // One stream at a time, as an app asks for its screens: the last closes 3 s in.
         for index in 0..<30 {
             let id = HTTP2StreamID(2 * index + 1)
-            streams.opened(id)
+            connection.opened(id)
             loop.advanceTime(by: .milliseconds(50))
-            streams.closed(id)
+            connection.closed(id)
             loop.advanceTime(by: .milliseconds(50))
         }
         loop.advanceTime(by: .seconds(5) - .milliseconds(50) - .milliseconds(1))
         #expect(channel.isActive, "5 s have not passed since the last close, though they have since the first")
         #expect(try channel.readOutbound(as: HTTP2Frame.self) == nil)
         loop.advanceTime(by: .milliseconds(1))
-        #expect(try Self.goAway(channel))
+        #expect(try connection.sentGoAway())
         #expect(!channel.isActive)
     }
 
@@ -109,22 +109,18 @@ struct HTTP2IdleTimeoutTests {
 
     @Test("a close of a stream never reported open is not counted, and not passed on to the connection manager")
     func closeOfAStreamNeverOpened() throws {
-        let loop = EmbeddedEventLoop()
-        let channel = EmbeddedChannel(loop: loop)
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         let seen = ClosesSeen()
-        try channel.pipeline.syncOperations.addHandler(HTTP2IdleTimeout(timeout: .seconds(5)))
-        try channel.pipeline.syncOperations.addHandler(seen)
-        let streams = Streams(channel: channel)
-        streams.opened(1)
+        let connection = try Connection(behind: seen)
+        let (loop, channel) = (connection.loop, connection.channel)
+        connection.opened(1)
         // A stream refused in its HEADERS frame: reported closed, never open.
-        streams.closed(3)
+        connection.closed(3)
         #expect(seen.closed.isEmpty)
         loop.advanceTime(by: .seconds(60))
         #expect(channel.isActive, "stream 1 is still open")
-        streams.closed(1)
+        connection.closed(1)
         #expect(seen.closed == [1])
         loop.advanceTime(by: .seconds(5))
-        #expect(try Self.goAway(channel))
+        #expect(try connection.sentGoAway())
     }
 }
