@@ -29,7 +29,7 @@ final class HTTP2Connection: ChannelDuplexHandler {
     private let isSecure: Bool
     private var streams: [HTTP2StreamID: HTTP2Stream] = [:]
     private var window = HTTP2InboundWindow()
-    private(set) var context: ChannelHandlerContext?
+    private var context: ChannelHandlerContext?
     /// The client's address, read once.
     private(set) var remoteAddress: SocketAddress?
 
