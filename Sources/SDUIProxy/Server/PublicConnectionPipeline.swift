@@ -100,21 +100,9 @@ struct PublicConnectionPipeline: Sendable {
     }
 
     private func addHTTP2(to channel: any Channel, isSecure: Bool, after: (any ChannelHandler)? = nil) throws {
-        let limits = runtime.context.configuration.limits
-        let manager = NIOHTTP2ServerConnectionManagementHandler(
-            eventLoop: channel.eventLoop,
-            // The idle limit is HTTP2IdleTimeout's, which needs no PING answered.
-            configuration: .init(
-                maxIdleTime: nil,
-                maxAge: nil,
-                maxGraceTime: drainTimeout,
-                keepalive: nil
-            )
-        )
-        let idle = HTTP2IdleTimeout(timeout: limits.idleTimeout.timeAmount)
         let sync = channel.pipeline.syncOperations
-        // No multiplexer: the streams are HTTP2Connection's, which reads the frames with their stream ids. The
-        // stream events the manager and the idle limit count go down the pipeline.
+        // No multiplexer: the streams are HTTP2Connection's, which reads the frames with their stream ids and keeps
+        // the idle limit and the drain.
         let handler = NIOHTTP2Handler(
             mode: .server,
             connectionConfiguration: Self.connectionConfiguration(protocols),
@@ -124,15 +112,13 @@ struct PublicConnectionPipeline: Sendable {
             runtime: runtime,
             eventLoop: channel.eventLoop,
             requests: runtime.context.metrics.requestTally(for: channel.eventLoop),
-            isSecure: isSecure
+            isSecure: isSecure,
+            drainGrace: drainTimeout
         )
         let coalescer = HTTP2FlushCoalescer()
         try sync.addHandler(coalescer, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(handler, position: .after(coalescer))
-        // The idle limit before the manager: it passes on only the closes of streams reported open.
-        try sync.addHandler(idle, position: .after(handler))
-        try sync.addHandler(manager, position: .after(idle))
-        try sync.addHandler(streams, position: .after(manager))
+        try sync.addHandler(streams, position: .after(handler))
         try sync.addHandler(HTTP2ConnectionErrorHandler(logger: runtime.context.logger), position: .after(streams))
     }
 

@@ -50,7 +50,8 @@ struct HTTP2StreamTests {
                 runtime: ProxyRuntime(context),
                 eventLoop: loop,
                 requests: tally,
-                isSecure: true
+                isSecure: true,
+                drainGrace: .seconds(30)
             )
             try channel.pipeline.syncOperations.addHandler(connection)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
