@@ -11,6 +11,12 @@
 #   KIND=hit ACCEPT_ENCODING=gzip BIN=... Benchmarks/tools/miss-instructions.sh   # hits of the stored gzip form
 #   KIND=hit HTTP2=1 MISSES=5000 BIN=... Benchmarks/tools/miss-instructions.sh    # the same over HTTP/2 (h2load)
 #   CALLGRIND_ARGS=--dump-instr=yes BIN=... Benchmarks/tools/miss-instructions.sh
+#   ANCHOR=nginx KIND=hit HTTP2=1 MISSES=5000 Benchmarks/tools/miss-instructions.sh   # nginx doing the same job
+#
+# With ANCHOR=nginx the process measured is nginx (one process, no master) instead of the proxy, with the same
+# origin and the same client: `proxy_cache` for hits (h2c when HTTP2=1), no cache for misses and passes, the
+# anchors the README's tables compare with. nginx reads its cached files with system calls, which callgrind does
+# not count: its number is the user-space part of its work only.
 #
 # Starts the benchmark origin (nginx serving Benchmarks/fixtures/screen.json, see lib/configs.sh) and the proxy
 # under `valgrind --tool=callgrind`, sends WARMUP misses (unique URLs) on one keep-alive connection, zeroes the
@@ -28,6 +34,8 @@ source "$BENCH_DIR/lib/configs.sh"
 
 BIN=${BIN:-}
 KIND=${KIND:-miss}
+# nginx: measure nginx doing the same job instead of the proxy (BIN is then not needed).
+ANCHOR=${ANCHOR:-}
 # Sent as Accept-Encoding with every request when set; a hit must then come back in that coding.
 ACCEPT_ENCODING=${ACCEPT_ENCODING:-}
 # 1: the requests go over HTTP/2 with prior knowledge (h2c), by h2load on one connection, one stream at a time.
@@ -52,9 +60,12 @@ die() {
     exit 1
 }
 
-[[ -n $BIN ]] || die "set BIN to a release build of sdui-proxy (swift build -c release --product sdui-proxy)"
-[[ -x $BIN ]] || die "BIN=$BIN is not an executable"
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+[[ -z $ANCHOR || $ANCHOR == nginx ]] || die "ANCHOR must be nginx, or unset to measure the proxy"
+if [[ -z $ANCHOR ]]; then
+    [[ -n $BIN ]] || die "set BIN to a release build of sdui-proxy (swift build -c release --product sdui-proxy)"
+    [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
+    BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+fi
 [[ $WARMUP =~ ^[0-9]+$ && $MISSES =~ ^[1-9][0-9]*$ ]] || die "WARMUP and MISSES must be whole numbers (MISSES > 0)"
 [[ $KIND == miss || $KIND == hit || $KIND == pass ]] || die "KIND must be miss, hit or pass"
 
@@ -123,12 +134,15 @@ wait_http "http://127.0.0.1:$ORIGIN_PORT/ready" "$ORIGIN_PID" origin
 
 proxy_dir=$WORK_DIR/proxy
 mkdir -p "$proxy_dir"
-# Valgrind 3.19 (Debian 12) gives up on the DWARF 5 that Swift 6 emits: it runs a copy without the debug
-# sections, whose symbol table still names every function.
-strip --strip-debug -o "$proxy_dir/sdui-proxy" "$BIN"
-# It also crashes when a program waits in sigsuspend with its mask in read-only memory, as libdispatch's main
-# thread does (Valgrind writes to the mask): a preloaded sigsuspend hands the kernel a copy on the stack.
-cat >"$proxy_dir/sigsuspend-copy.c" <<'C'
+
+# start_proxy: the proxy under callgrind on PROXY_PORT.
+start_proxy() {
+    # Valgrind 3.19 (Debian 12) gives up on the DWARF 5 that Swift 6 emits: it runs a copy without the debug
+    # sections, whose symbol table still names every function.
+    strip --strip-debug -o "$proxy_dir/sdui-proxy" "$BIN"
+    # It also crashes when a program waits in sigsuspend with its mask in read-only memory, as libdispatch's main
+    # thread does (Valgrind writes to the mask): a preloaded sigsuspend hands the kernel a copy on the stack.
+    cat >"$proxy_dir/sigsuspend-copy.c" <<'C'
 #define _GNU_SOURCE
 #include <signal.h>
 #include <sys/syscall.h>
@@ -138,20 +152,85 @@ int sigsuspend(const sigset_t *mask) {
     return (int)syscall(SYS_rt_sigsuspend, &copy, 8);
 }
 C
-cc -shared -fPIC -O2 -o "$proxy_dir/sigsuspend-copy.so" "$proxy_dir/sigsuspend-copy.c"
-gen_proxy_yaml "$proxy_dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" 256MiB
-if [[ $KIND == pass ]]; then
-    sed -i 's|^cache: { maxBytes: 256MiB }$|cache: { maxBytes: 256MiB, routes: [{ prefix: /pass, bypass: true }] }|' \
-        "$proxy_dir/sdui-proxy.yaml"
-    grep -q 'bypass: true' "$proxy_dir/sdui-proxy.yaml" || die "could not add the bypass route to the proxy's config"
-fi
-LD_PRELOAD=$proxy_dir/sigsuspend-copy.so valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no \
-    --callgrind-out-file="$proxy_dir/callgrind.out" $CALLGRIND_ARGS \
-    "$proxy_dir/sdui-proxy" --config "$proxy_dir/sdui-proxy.yaml" >"$proxy_dir/proxy.log" 2>&1 &
-PROXY_PID=$!
-wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$PROXY_PID" proxy
-wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$PROXY_PID" proxy
-log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, proxy (callgrind) pid $PROXY_PID on :$PROXY_PORT"
+    cc -shared -fPIC -O2 -o "$proxy_dir/sigsuspend-copy.so" "$proxy_dir/sigsuspend-copy.c"
+    gen_proxy_yaml "$proxy_dir/sdui-proxy.yaml" "$PROXY_PORT" "$PROXY_ADMIN_PORT" "$ORIGIN_PORT" 256MiB
+    if [[ $KIND == pass ]]; then
+        sed -i 's|^cache: { maxBytes: 256MiB }$|cache: { maxBytes: 256MiB, routes: [{ prefix: /pass, bypass: true }] }|' \
+            "$proxy_dir/sdui-proxy.yaml"
+        grep -q 'bypass: true' "$proxy_dir/sdui-proxy.yaml" || die "could not add the bypass route to the proxy's config"
+    fi
+    LD_PRELOAD=$proxy_dir/sigsuspend-copy.so valgrind --tool=callgrind --dump-instr=no --compress-strings=no \
+        --compress-pos=no --callgrind-out-file="$proxy_dir/callgrind.out" $CALLGRIND_ARGS \
+        "$proxy_dir/sdui-proxy" --config "$proxy_dir/sdui-proxy.yaml" >"$proxy_dir/proxy.log" 2>&1 &
+    PROXY_PID=$!
+    wait_http "http://127.0.0.1:$PROXY_ADMIN_PORT/health" "$PROXY_PID" proxy
+    wait_http "http://127.0.0.1:$PROXY_PORT/ready" "$PROXY_PID" proxy
+}
+
+# probe: one request to the measured process's port (h2c with HTTP2=1, as nginx then speaks nothing else).
+probe() {
+    local -a args=(-s -o /dev/null --max-time 2)
+    [[ $HTTP2 == 1 ]] && args+=(--http2-prior-knowledge)
+    curl "${args[@]}" "http://127.0.0.1:$PROXY_PORT/ready"
+}
+
+# start_nginx: nginx under callgrind on PROXY_PORT, one process (no master): proxy_cache for hits, keyed as the
+# proxy keys them; no cache for misses and passes. With HTTP2=1 it listens for h2c (nginx 1.22's
+# `listen ... http2` without TLS).
+start_nginx() {
+    mkdir -p "$proxy_dir/logs" "$proxy_dir/cache" "$proxy_dir/tmp"
+    local listen_http2='' cache=''
+    [[ $HTTP2 == 1 ]] && listen_http2=' http2'
+    if [[ $KIND == hit ]]; then
+        cache='proxy_cache sdui; proxy_cache_key "$request_uri|$http_beagle_platform";'
+        cache+=' add_header X-Cache $upstream_cache_status always;'
+    fi
+    cat >"$proxy_dir/nginx.conf" <<NGINX
+# generated by Benchmarks/tools/miss-instructions.sh: nginx under callgrind
+daemon off;
+master_process off;
+worker_processes 1;
+pid $proxy_dir/nginx.pid;
+error_log $proxy_dir/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_requests 10000000;
+$(_nginx_temp_paths "$proxy_dir")
+    proxy_cache_path $proxy_dir/cache levels=1:2 keys_zone=sdui:64m max_size=256m inactive=1d use_temp_path=off;
+    upstream origin {
+        server 127.0.0.1:$ORIGIN_PORT;
+        keepalive 64;
+        keepalive_requests 10000000;
+    }
+    server {
+        listen 127.0.0.1:$PROXY_PORT$listen_http2;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            $cache
+        }
+    }
+}
+NGINX
+    valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no \
+        --callgrind-out-file="$proxy_dir/callgrind.out" $CALLGRIND_ARGS \
+        nginx -p "$proxy_dir" -c "$proxy_dir/nginx.conf" -e "$proxy_dir/logs/error.log" >"$proxy_dir/proxy.log" 2>&1 &
+    PROXY_PID=$!
+    local waited=0
+    while ! probe; do
+        kill -0 "$PROXY_PID" 2>/dev/null || die "nginx exited during start-up; see $proxy_dir"
+        ((waited < START_TIMEOUT * 10)) || die "nginx did not answer within ${START_TIMEOUT}s"
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+}
+
+if [[ $ANCHOR == nginx ]]; then start_nginx; else start_proxy; fi
+log "origin pid $ORIGIN_PID on :$ORIGIN_PORT, ${ANCHOR:-proxy} (callgrind) pid $PROXY_PID on :$PROXY_PORT"
 
 # requests PREFIX COUNT: COUNT GETs on one keep-alive connection, each a 200 of KIND: for misses and passes,
 # never-seen URLs; for hits, one URL, which the warm-up's first request stores.
@@ -160,9 +239,10 @@ requests() {
         requests_h2 "$@"
         return
     fi
-    python3 - "$PROXY_PORT" "$KIND" "$1" "$2" "$ACCEPT_ENCODING" <<'EOF'
+    python3 - "$PROXY_PORT" "$KIND" "$1" "$2" "$ACCEPT_ENCODING" "$ANCHOR" <<'EOF'
 import http.client, sys
 port, kind, prefix, count, coding = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+anchor = sys.argv[6]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 headers = {"beagle-platform": "IOS"}
 if coding:
@@ -175,6 +255,8 @@ for i in range(count):
     expected = "HIT" if kind == "hit" and not (prefix.startswith("warm") and i == 0) else "MISS"
     if kind == "pass":
         expected = "BYPASS"
+    if anchor == "nginx" and kind != "hit":
+        expected = None  # nginx without a cache adds no X-Cache
     if response.status != 200 or response.getheader("X-Cache") != expected or not body:
         sys.exit(f"request {i}: status {response.status}, X-Cache {response.getheader('X-Cache')}")
     if coding and expected == "HIT" and response.getheader("Content-Encoding") != coding:
@@ -220,14 +302,21 @@ requests_h2() {
 }
 
 # callgrind_control waits for the process to look at its command file, which a thread does when it runs; a
-# thread asleep in epoll does not. A ping to the admin port (its own event loop) wakes one.
+# thread asleep in epoll does not. A ping to the admin port (its own event loop) wakes one; nginx, a request.
+wake() {
+    if [[ $ANCHOR == nginx ]]; then
+        probe
+    else
+        curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PROXY_ADMIN_PORT/health"
+    fi
+}
 control() {
     callgrind_control "$@" "$PROXY_PID" >"$proxy_dir/control.log" 2>&1 &
     local control_pid=$! tries=0
     while kill -0 "$control_pid" 2>/dev/null && ((tries < 600)); do
         sleep 0.1
         tries=$((tries + 1))
-        ((tries % 10 == 0)) && curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PROXY_ADMIN_PORT/health" || true
+        ((tries % 10 == 0)) && wake || true
     done
     wait "$control_pid" || die "callgrind_control $* failed: $(cat "$proxy_dir/control.log")"
 }
