@@ -17,7 +17,7 @@ import SDUIProxyCore
 /// - While the body's taker is full, the stream holds the DATA that arrives and gives none of its window back; the
 ///   client stops once the window is spent. Parts go on as the taker takes them, and the window comes back with them.
 /// - A request has `limits.requestTimeout` to arrive whole from the stream's opening; then it is answered 408 and the
-///   stream is reset. The connection's idle limit is ``HTTP2IdleTimeout``'s.
+///   stream is reset. The connection's idle limit is ``HTTP2Connection``'s.
 /// - A response cut short resets the stream; a response that ends before the request did drops the rest of its body
 ///   until the request deadline, then resets the stream. The client's connection and its other streams go on.
 ///

@@ -12,9 +12,8 @@ import SDUIProxyCore
 ///
 /// Until a protocol's handlers have the connection, ``ConnectionSetupDeadline`` bounds the wait (and keeps a drain
 /// that began meanwhile for them). An HTTP/2 connection is ``HTTP2FlushCoalescer`` (one flush a turn of the loop),
-/// `NIOHTTP2Handler` (its settings and flood limits below),
-/// ``HTTP2IdleTimeout``, the connection manager (GOAWAY on drain), ``HTTP2Connection`` (the streams, each an
-/// ``HTTP2Stream``) and ``HTTP2ConnectionErrorHandler``.
+/// `NIOHTTP2Handler` (its settings and flood limits below), ``HTTP2Connection`` (the streams, each an
+/// ``HTTP2Stream``, the idle limit and the drain) and ``HTTP2ConnectionErrorHandler``.
 struct PublicConnectionPipeline: Sendable {
     let runtime: ProxyRuntime
     let responseBuffers: PerEventLoop<ResponseBufferRecycler>

@@ -142,7 +142,7 @@ struct HTTP2HardeningTests {
     @Test("an HTTP/2 connection with no stream open for limits.idleTimeout gets GOAWAY and is closed, silent or not")
     func idleConnectionCloses() async throws {
         // Long enough that a stalled machine still reads the preface before the wait for first bytes ends; the limit's
-        // own timing is HTTP2IdleTimeoutTests' (virtual time).
+        // own timing is HTTP2ConnectionLifecycleHandlerTests' (virtual time).
         try await ProxyHarness.run(configure: { $0.limits.idleTimeout = .seconds(2) }) { proxy in
             // The preface goes out as the connection opens: the wait for a client's first bytes is the same limit.
             let client = try await RawConnection(port: proxy.server.publicPort, first: HTTP2Wire.connectionStart())
