@@ -31,6 +31,11 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
     /// Whether `error` is the connection's: swift-nio-http2's flood and framing errors, which it answers with
     /// GOAWAY, and any error that is not HTTP/2's. Its other errors are a stream's, which it answered with
     /// RST_STREAM on that stream.
+    ///
+    /// swift-nio-http2 reports the error without saying which it was, and a few types are either: a flow-control
+    /// violation (a stream's window or the connection's), a frame in the wrong state, a zero window increment. Those
+    /// count as a stream's, so that an honest client's race (DATA crossing a reset) never costs it its connection;
+    /// when one was the connection's, the client has its GOAWAY, and the idle limit closes what it leaves open.
     static func endsConnection(_ error: any Error) -> Bool {
         switch error {
         case is NIOHTTP2Errors.ExcessiveRSTFrames, is NIOHTTP2Errors.ExcessiveContinuationFrames,
@@ -41,7 +46,11 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
             // More streams than SETTINGS_MAX_CONCURRENT_STREAMS, or stream identifiers out of order: swift-nio-http2
             // answers these with GOAWAY too.
             is NIOHTTP2Errors.MaxStreamsViolation, is NIOHTTP2Errors.StreamIDTooSmall,
-            is NIOHTTP2Errors.InvalidStreamIDForPeer, is NIOHTTP2Errors.MissingPreface:
+            is NIOHTTP2Errors.InvalidStreamIDForPeer, is NIOHTTP2Errors.MissingPreface,
+            // A SETTINGS frame that is wrong, a frame for a stream never opened, a PUSH_PROMISE to a server, a GOAWAY
+            // that raises its last stream id: swift-nio-http2 raises these as the connection's only.
+            is NIOHTTP2Errors.InvalidSetting, is NIOHTTP2Errors.ReceivedBadSettings, is NIOHTTP2Errors.NoSuchStream,
+            is NIOHTTP2Errors.PushInViolationOfSetting, is NIOHTTP2Errors.RaisedGoawayLastStreamID:
             true
         case is any NIOHTTP2Error, is NIOHTTP2Errors.StreamError:
             false

@@ -201,6 +201,54 @@ struct HTTP2HardeningTests {
         }
     }
 
+    /// Frames that are errors of the whole connection (RFC 9113 section 5.4.1), each from swift-nio-http2's connection
+    /// state machine under its own error type.
+    enum ConnectionViolation: String, CaseIterable, Sendable {
+        /// SETTINGS_ENABLE_PUSH may only be 0 or 1 (section 6.5.2).
+        case invalidSetting = "an invalid SETTINGS value"
+        /// A SETTINGS frame whose payload is not a whole number of settings (section 6.5), a FRAME_SIZE_ERROR.
+        case badSettings = "a SETTINGS frame of a length no setting has"
+        /// RST_STREAM on a stream never opened (section 6.4).
+        case resetOfAnIdleStream = "RST_STREAM on a stream in the idle state"
+
+        /// The error code its GOAWAY carries.
+        var errorCode: UInt32 { self == .badSettings ? HTTP2Wire.frameSizeError : HTTP2Wire.protocolError }
+
+        var bytes: ByteBuffer {
+            switch self {
+            case .invalidSetting:
+                return HTTP2Wire.connectionStart(settings: [(0x2, 2)])
+            case .badSettings:
+                var bytes = HTTP2Wire.connectionStart()
+                var settings = HTTP2Wire.frame(.settings, stream: 0, payload: ByteBuffer(bytes: [0, 2, 0]))
+                bytes.writeBuffer(&settings)
+                return bytes
+            case .resetOfAnIdleStream:
+                var bytes = HTTP2Wire.connectionStart()
+                var payload = ByteBuffer()
+                payload.writeInteger(UInt32(8))  // CANCEL
+                var reset = HTTP2Wire.frame(.rstStream, stream: 7, payload: payload)
+                bytes.writeBuffer(&reset)
+                return bytes
+            }
+        }
+    }
+
+    @Test(
+        "a connection error gets GOAWAY and the connection closes at once, not at the idle limit",
+        arguments: ConnectionViolation.allCases
+    )
+    func connectionErrorCloses(_ violation: ConnectionViolation) async throws {
+        try await ProxyHarness.run(configure: { $0.limits.idleTimeout = .seconds(600) }) { proxy in
+            let client = try await RawConnection(port: proxy.server.publicPort)
+            try? await client.send(violation.bytes)
+            let frames = try await Self.frames(on: client, until: { Self.goAway(in: $0) != nil })
+            #expect(Self.goAway(in: frames)?.errorCode == violation.errorCode, "\(violation.rawValue)")
+            _ = try await client.readUntilClosed()
+            #expect(client.isClosed)
+        }
+    }
+
     @Test("listen.http2Limits.maxConcurrentStreams: a client that opens more at once gets GOAWAY and is closed")
     func concurrentStreamLimit() async throws {
         try await ProxyHarness.run(configure: { $0.listenProtocols.maxConcurrentStreams = 2 }) { proxy in

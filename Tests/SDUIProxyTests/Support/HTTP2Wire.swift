@@ -26,6 +26,7 @@ enum HTTP2Wire {
     /// Error codes (RFC 9113 section 7).
     static let noError: UInt32 = 0x0
     static let protocolError: UInt32 = 0x1
+    static let frameSizeError: UInt32 = 0x6
     static let refusedStream: UInt32 = 0x7
     static let cancel: UInt32 = 0x8
     static let enhanceYourCalm: UInt32 = 0xb
