@@ -77,7 +77,7 @@ extension PublicHTTPHandler: ResponseSink {
         case .none:
             return context.eventLoop.makeSucceededVoidFuture()
         case .contentLength:
-            return context.writeAndFlush(wrapOutboundOut(buffer))
+            context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
         case .chunked:
             guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
             let allocator = context.channel.allocator
@@ -86,8 +86,27 @@ extension PublicHTTPHandler: ResponseSink {
                 promise: nil
             )
             context.write(wrapOutboundOut(buffer), promise: nil)
-            return context.writeAndFlush(wrapOutboundOut(HTTP1ResponseEncoder.chunkSuffix))
+            context.writeAndFlush(wrapOutboundOut(HTTP1ResponseEncoder.chunkSuffix), promise: nil)
         }
+        return whenWritable(context)
+    }
+
+    /// Completes when the client can take more: at once while the channel is under its high-water mark (the loop's
+    /// one succeeded future, no promise a part), else once it is writable again. A write that fails closes the
+    /// channel, and the close abandons the exchange.
+    private func whenWritable(_ context: ChannelHandlerContext) -> EventLoopFuture<Void> {
+        if context.channel.isWritable { return context.eventLoop.makeSucceededVoidFuture() }
+        if let waiting = writableAgain { return waiting.futureResult }
+        let waiting = context.eventLoop.makePromise(of: Void.self)
+        writableAgain = waiting
+        return waiting.futureResult
+    }
+
+    /// The client is gone: a part waiting for room fails.
+    func clientGone() {
+        let waiting = writableAgain
+        writableAgain = nil
+        waiting?.fail(ChannelError.ioOnClosedChannel)
     }
 
     func writeEnd() {

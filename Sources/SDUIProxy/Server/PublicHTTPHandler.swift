@@ -57,6 +57,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// so a request costs a clock read, not a timer allocation and cancellation.
     var wakeUpAt: NIODeadline?
     var scheduledWakeUp: Scheduled<Void>?
+    /// A streamed body part was written while the channel was past its high-water mark: completed once the channel
+    /// is writable again (or failed when it closes), so that the forward reads no more of the backend meanwhile.
+    var writableAgain: EventLoopPromise<Void>?
     var context: ChannelHandlerContext?
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
     var loop: (any EventLoop)?
@@ -128,6 +131,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         scheduledWakeUp = nil
         wakeUpAt = nil
         self.context = nil
+        clientGone()
     }
 
     // MARK: Inbound
@@ -275,7 +279,16 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         // A body streaming to the backend fails; one cut off while it was read whole is let go, and the backend
         // never hears of its request.
         exchangeAbandoned(because: ProxyError(.network, "the client closed the connection"))
+        clientGone()
         context.fireChannelInactive()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, let waiting = writableAgain {
+            writableAgain = nil
+            waiting.succeed()
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
