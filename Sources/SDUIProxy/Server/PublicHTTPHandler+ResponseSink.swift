@@ -140,12 +140,9 @@ extension PublicHTTPHandler: ResponseSink {
                 context.closeAfterAnswer(lingering: lingering)
             }
         case .waitForRequest, .handleHeldBack, .dropRestOfBody:
-            if isHandlingRead {
-                context.write(wrapOutboundOut(last), promise: nil)
-                needsFlush = true
-            } else {
-                context.writeAndFlush(wrapOutboundOut(last), promise: nil)
-            }
+            // A streamed body with a length ends with nothing more to write, only what is held to flush.
+            if last.readableBytes > 0 { context.write(wrapOutboundOut(last), promise: nil) }
+            if isHandlingRead { needsFlush = true } else { context.flush() }
             switch ended {
             case .handleHeldBack:
                 schedulePipelinedRequests()
