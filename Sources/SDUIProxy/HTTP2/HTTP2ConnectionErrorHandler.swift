@@ -33,7 +33,9 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
     /// RST_STREAM on that stream.
     ///
     /// swift-nio-http2 reports the error without saying which it was, and a few types are either: a flow-control
-    /// violation (a stream's window or the connection's), a frame in the wrong state, a zero window increment. Those
+    /// violation (a stream's window or the connection's), a frame in the wrong state, a zero window increment, a
+    /// frame for a stream it does not know (a client's for an idle stream, or this side's own write behind a reset it
+    /// still held while the channel was not writable, which it reports without a GOAWAY). Those
     /// count as a stream's, so that an honest client's race (DATA crossing a reset) never costs it its connection;
     /// when one was the connection's, the client has its GOAWAY, and the idle limit closes what it leaves open.
     static func endsConnection(_ error: any Error) -> Bool {
@@ -47,9 +49,9 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
             // answers these with GOAWAY too.
             is NIOHTTP2Errors.MaxStreamsViolation, is NIOHTTP2Errors.StreamIDTooSmall,
             is NIOHTTP2Errors.InvalidStreamIDForPeer, is NIOHTTP2Errors.MissingPreface,
-            // A SETTINGS frame that is wrong, a frame for a stream never opened, a PUSH_PROMISE to a server, a GOAWAY
-            // that raises its last stream id: swift-nio-http2 raises these as the connection's only.
-            is NIOHTTP2Errors.InvalidSetting, is NIOHTTP2Errors.ReceivedBadSettings, is NIOHTTP2Errors.NoSuchStream,
+            // A SETTINGS frame that is wrong, a PUSH_PROMISE to a server, a GOAWAY that raises its last stream id:
+            // swift-nio-http2 raises these as the connection's only.
+            is NIOHTTP2Errors.InvalidSetting, is NIOHTTP2Errors.ReceivedBadSettings,
             is NIOHTTP2Errors.PushInViolationOfSetting, is NIOHTTP2Errors.RaisedGoawayLastStreamID:
             true
         case is any NIOHTTP2Error, is NIOHTTP2Errors.StreamError:

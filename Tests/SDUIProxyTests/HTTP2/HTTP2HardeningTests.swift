@@ -208,8 +208,6 @@ struct HTTP2HardeningTests {
         case invalidSetting = "an invalid SETTINGS value"
         /// A SETTINGS frame whose payload is not a whole number of settings (section 6.5), a FRAME_SIZE_ERROR.
         case badSettings = "a SETTINGS frame of a length no setting has"
-        /// RST_STREAM on a stream never opened (section 6.4).
-        case resetOfAnIdleStream = "RST_STREAM on a stream in the idle state"
 
         /// The error code its GOAWAY carries.
         var errorCode: UInt32 { self == .badSettings ? HTTP2Wire.frameSizeError : HTTP2Wire.protocolError }
@@ -222,13 +220,6 @@ struct HTTP2HardeningTests {
                 var bytes = HTTP2Wire.connectionStart()
                 var settings = HTTP2Wire.frame(.settings, stream: 0, payload: ByteBuffer(bytes: [0, 2, 0]))
                 bytes.writeBuffer(&settings)
-                return bytes
-            case .resetOfAnIdleStream:
-                var bytes = HTTP2Wire.connectionStart()
-                var payload = ByteBuffer()
-                payload.writeInteger(UInt32(8))  // CANCEL
-                var reset = HTTP2Wire.frame(.rstStream, stream: 7, payload: payload)
-                bytes.writeBuffer(&reset)
                 return bytes
             }
         }
