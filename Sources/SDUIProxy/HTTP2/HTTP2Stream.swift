@@ -164,12 +164,17 @@ final class HTTP2Stream: RequestExchangeDriver {
     /// The connection reports the stream closed (both ends done, or reset either way), or is closing: a body
     /// streaming to the backend fails, one read whole is let go, a response under way is counted as far as it went.
     func closed() {
+        end(because: ProxyError(.network, "the client reset the stream"))
+    }
+
+    /// Nothing more goes out on the stream, and nothing it asked for goes on.
+    private func end(because error: ProxyError) {
         guard isOpen else { return }
         isOpen = false
         requestDeadline?.cancel()
         requestDeadline = nil
         heldParts.removeAll()
-        exchangeAbandoned(because: ProxyError(.network, "the client reset the stream"))
+        exchangeAbandoned(because: error)
         if !response.ended, response.headWritten { abandonResponse() }
     }
 
@@ -235,10 +240,16 @@ final class HTTP2Stream: RequestExchangeDriver {
 
     /// Resets the stream unless both ends sent END_STREAM already (then the connection has closed it, or is about
     /// to).
+    ///
+    /// The stream ends here as the RST_STREAM is written, not when the connection reports it closed: while the
+    /// channel is full, `NIOHTTP2Handler` holds the RST_STREAM, and a WINDOW_UPDATE written behind it for DATA still
+    /// arriving would name a stream closed by the time it goes out, an error swift-nio-http2 reports as the
+    /// connection's.
     func reset(_ code: HTTP2ErrorCode = .cancel) {
         guard isOpen, !(clientEnded && sentEnd) else { return }
         connection.write(.rstStream(code), on: id, promise: nil)
         connection.flush()
+        end(because: ProxyError(.network, "the stream was reset"))
     }
 
     /// The request did not arrive whole in time. Its stream is reset once what answers it is out: the 408, or what

@@ -284,6 +284,11 @@ struct HTTP2StreamTests {
         #expect(stream.backend.forwards.isEmpty, "the backend never heard of the half body")
         #expect(stream.resets == [.cancel], "the stream is reset after its 408")
         #expect(stream.channel.isActive, "the connection serves on")
+        // DATA the client had on its way: the stream ended with its reset and gives no window back for it (behind a
+        // RST_STREAM that NIOHTTP2Handler still holds, a WINDOW_UPDATE would name a stream closed when it goes out).
+        try stream.send(Stream.data(ByteBuffer(repeating: 0x61, count: 40_000)))
+        #expect(try stream.written().isEmpty)
+        #expect(stream.givenBack == 0)
     }
 
     /// A stream whose PUT on a streaming route is forwarded with nobody reading its body yet, and 7 parts of 64 KiB
