@@ -171,11 +171,14 @@ final class HTTP2Connection: ChannelDuplexHandler {
         case .checkIdleAgain(let deadline):
             idleTimer = schedule(.idle, at: deadline)
         case .goAwayAndClose:
+            // Closed whether or not the GOAWAY got out: a client that reads nothing would keep it, and its
+            // connection, waiting.
             let goAway = HTTP2Frame.FramePayload.goAway(lastStreamID: .rootStream, errorCode: .noError, opaqueData: nil)
-            context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: goAway)))
-                .assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: goAway)), promise: nil)
+            closeAfterFlush(context)
         case .announceDrain(let pingData):
-            // The highest id there is: a stream the client opens as this leaves is still served.
+            // The highest id there is, for the streams already on their way. (With none open, swift-nio-http2 takes the
+            // connection as quiesced and refuses a new stream with REFUSED_STREAM, which a client may retry elsewhere.)
             let goAway = HTTP2Frame.FramePayload.goAway(lastStreamID: .maxID, errorCode: .noError, opaqueData: nil)
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: goAway)), promise: nil)
             let ping = HTTP2Frame.FramePayload.ping(HTTP2PingData(withInteger: pingData), ack: false)

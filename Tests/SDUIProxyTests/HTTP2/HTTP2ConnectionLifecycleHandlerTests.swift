@@ -12,12 +12,13 @@ import Testing
 /// time the embedded loop's. The decisions themselves are `HTTP2ConnectionLifecycle`'s, tested on their own.
 @Suite("An HTTP/2 connection's idle limit and drain")
 struct HTTP2ConnectionLifecycleHandlerTests {
-    /// A connection with an idle limit of 5 s and a drain grace of 30 s.
+    /// A connection with an idle limit of 5 s and a drain grace of 30 s; `front`, when given, sits between it and
+    /// the socket.
     private final class Connection {
         let loop = EmbeddedEventLoop()
         let channel: EmbeddedChannel
 
-        init() throws {
+        init(front: (any ChannelHandler)? = nil) throws {
             loop.advanceTime(to: .now())
             var configuration = ProxyConfiguration()
             configuration.upstream.url = "http://backend.invalid"
@@ -26,6 +27,7 @@ struct HTTP2ConnectionLifecycleHandlerTests {
             let context = EmbeddedPublicConnection.makeContext(configuration, backend: ScriptedNetworkClient())
             channel = EmbeddedChannel(loop: loop)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
+            if let front { try channel.pipeline.syncOperations.addHandler(front) }
             let connection = HTTP2Connection(
                 runtime: ProxyRuntime(context),
                 eventLoop: loop,
@@ -82,6 +84,26 @@ struct HTTP2ConnectionLifecycleHandlerTests {
         loop.advanceTime(by: .milliseconds(1))
         #expect(try connection.goAways() == [.rootStream])
         #expect(!channel.isActive)
+    }
+
+    /// Holds every write and never completes it: a client that reads nothing, its socket full.
+    private final class StuckSocket: ChannelOutboundHandler {
+        typealias OutboundIn = Any
+        private(set) var held = 0
+
+        func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+            held += 1
+        }
+    }
+
+    @Test("a client that reads nothing is closed at the limit all the same, its GOAWAY never out")
+    func idleClosesAStuckClient() throws {
+        let stuck = StuckSocket()
+        let connection = try Connection(front: stuck)
+        defer { connection.finish() }
+        connection.loop.advanceTime(by: .seconds(5))
+        #expect(stuck.held == 1, "the GOAWAY, written and held")
+        #expect(!connection.channel.isActive)
     }
 
     @Test("an open stream holds the limit off; the clock starts again when the last stream closes")
