@@ -35,9 +35,9 @@ final class HTTP2ConnectionErrorHandler: ChannelInboundHandler {
     /// swift-nio-http2 reports the error without saying which it was, and a few types are either: a flow-control
     /// violation (a stream's window or the connection's), a frame in the wrong state, a zero window increment, a
     /// frame for a stream it does not know (a client's for an idle stream, or this side's own write behind a reset it
-    /// still held while the channel was not writable, which it reports without a GOAWAY). Those
-    /// count as a stream's, so that an honest client's race (DATA crossing a reset) never costs it its connection;
-    /// when one was the connection's, the client has its GOAWAY, and the idle limit closes what it leaves open.
+    /// still held while the channel was not writable, which it reports without a GOAWAY). Those count as a stream's,
+    /// so that an honest client's race (DATA crossing a reset) never costs it its connection; when one was the
+    /// connection's, the client has its GOAWAY, and the idle limit closes what it leaves open.
     static func endsConnection(_ error: any Error) -> Bool {
         switch error {
         case is NIOHTTP2Errors.ExcessiveRSTFrames, is NIOHTTP2Errors.ExcessiveContinuationFrames,

@@ -50,7 +50,8 @@ final class HTTP2Stream: RequestExchangeDriver {
     private var clientEnded = false
     /// The response's END_STREAM went out.
     var sentEnd = false
-    /// The connection has not reported the stream closed (both ends done, or reset), nor closed itself.
+    /// Nothing has ended the stream: the connection has not reported it closed (both ends done, or a reset by the
+    /// client) nor closed itself, and this side has not reset it.
     private(set) var isOpen = true
     /// The body's taker is full: DATA that arrives is held, its window not given back.
     private var takerFull = false
@@ -233,9 +234,7 @@ final class HTTP2Stream: RequestExchangeDriver {
     /// swift-nio-http2 refused one of the stream's frames: the stream is reset whatever was sent, and ends here.
     func failed() {
         guard isOpen else { return }
-        connection.write(.rstStream(.internalError), on: id, promise: nil)
-        connection.flush()
-        closed()
+        sendReset(.internalError, because: ProxyError(.network, "the HTTP/2 stream failed"))
     }
 
     /// Resets the stream unless both ends sent END_STREAM already (then the connection has closed it, or is about
@@ -247,9 +246,13 @@ final class HTTP2Stream: RequestExchangeDriver {
     /// connection's.
     func reset(_ code: HTTP2ErrorCode = .cancel) {
         guard isOpen, !(clientEnded && sentEnd) else { return }
+        sendReset(code, because: ProxyError(.network, "the stream was reset"))
+    }
+
+    private func sendReset(_ code: HTTP2ErrorCode, because error: ProxyError) {
         connection.write(.rstStream(code), on: id, promise: nil)
         connection.flush()
-        end(because: ProxyError(.network, "the stream was reset"))
+        end(because: error)
     }
 
     /// The request did not arrive whole in time. Its stream is reset once what answers it is out: the 408, or what
