@@ -309,10 +309,10 @@ struct JSONParser {
             // Nothing refers to what this object's members kept any more, except the objects reported meanwhile:
             // so a scan holds what it reports and the objects open around the current one, not the document.
             let inUse = max(firstKept, reduction.keptInUse)
-            if reduction.kept.count > inUse { reduction.kept.removeLast(reduction.kept.count - inUse) }
+            // One at a time: `removeLast(_:)` is a generic range replacement, dearer than the few members it drops.
+            while reduction.kept.count > inUse { reduction.kept.removeLast() }
         }
-        // Most objects keep nothing: `removeLast(0)` is a generic call all the same.
-        if memberCount > 0 { reduction.pending.removeLast(memberCount) }
+        for _ in 0..<memberCount { reduction.pending.removeLast() }
         if reports {
             reduction.objects.append(ScannedObject(offset: start, depth: depth, members: members))
             reduction.keptInUse = reduction.kept.count
@@ -367,7 +367,8 @@ struct JSONParser {
                 position &+= special.trailingZeroBitCount &>> 3
                 guard byte(at: position) == UInt8(ascii: "\"") else { break }
                 index = position &+ 1
-                return StringSpan(range: start..<position, hasEscapes: false)
+                // `position` only ever grows from `start`: the bounds need no check.
+                return StringSpan(range: Range(uncheckedBounds: (start, position)), hasEscapes: false)
             }
             position &+= 8
         }
@@ -479,6 +480,8 @@ struct JSONParser {
 
     @inline(__always)
     private mutating func skipWhitespace() {
+        // Most documents are written without any: one comparison settles it.
+        guard index < end, byte(at: index) <= 0x20 else { return }
         while index < end {
             switch byte(at: index) {
             case 0x20, 0x09, 0x0A, 0x0D: index &+= 1
