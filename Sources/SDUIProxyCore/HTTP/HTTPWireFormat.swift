@@ -71,58 +71,63 @@ extension HTTPWireFormat {
         guard !target.isEmpty, target.withContiguousUTF8({ $0.allSatisfy { $0 > 0x20 && $0 < 0x7F } }) else {
             throw ProxyError(.url, "the upstream request target has characters HTTP does not allow")
         }
-        // Headers are checked as they are written, in one pass; the estimate is room for typical ones.
-        let estimate =
-            target.utf8.count + 32 + (headers.count + 1) * averageHeaderLineBytes + (body?.readableBytes ?? 0)
-        var buffer = ByteBufferAllocator().buffer(capacity: estimate)
-        // The request line in one write: the method, a space, the target, ` HTTP/1.1` and CRLF.
-        let method = method.rawValue
-        method.withContiguousUTF8 { method in
-            target.withContiguousUTF8 { target in
-                let lineBytes = method.count + 1 + target.count + 11
-                _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: lineBytes) { out in
-                    UnsafeMutableRawBufferPointer(rebasing: out[0..<method.count]).copyMemory(
-                        from: UnsafeRawBufferPointer(method)
-                    )
-                    out[method.count] = UInt8(ascii: " ")
-                    let targetEnd = method.count + 1 + target.count
-                    UnsafeMutableRawBufferPointer(rebasing: out[(method.count + 1)..<targetEnd]).copyMemory(
-                        from: UnsafeRawBufferPointer(target)
-                    )
-                    return copy(" HTTP/1.1\r\n", to: out, at: targetEnd)
-                }
-            }
-        }
         if let host {
             guard !host.isEmpty, HTTPSyntax.isFieldValue(host) else {
                 throw ProxyError(.url, "the upstream's host has characters HTTP does not allow")
             }
-            writeHeaderLine("Host", host, into: &buffer)
         }
-        for (name, value) in headers {
-            if host != nil, HTTPSyntax.equalsIgnoringCase(name, "host") { continue }
-            // Checked and copied from the same bytes: checking each string apart reached for its bytes twice more.
-            let written = name.withContiguousUTF8 { name in
-                value.withContiguousUTF8 { value in
-                    let name = UnsafeRawBufferPointer(name)
-                    let value = UnsafeRawBufferPointer(value)
-                    guard !name.isEmpty, name.allSatisfy(HTTPSyntax.isTokenByte), HTTPSyntax.isFieldValue(bytes: value)
-                    else { return false }
-                    writeHeaderLine(name, value, into: &buffer)
-                    return true
+        let method = method.rawValue
+        // The head's size first (a string's UTF-8 count is stored, not counted), so that the buffer is allocated
+        // once at its size and the head written in one go: a write per line cost each line a capacity and
+        // uniqueness check, and the estimate this replaced fell short of most heads, so they were copied to grow.
+        var headBytes = method.utf8.count + 1 + target.utf8.count + 11 + 2
+        if let host { headBytes += 6 + host.utf8.count + 2 }
+        for (name, value) in headers { headBytes += name.utf8.count + 2 + value.utf8.count + 2 }
+        var buffer = ByteBufferAllocator().buffer(capacity: headBytes + (body?.readableBytes ?? 0))
+        // Headers are checked as they are copied, from the same bytes; the first that HTTP does not allow ends the
+        // write with nothing written.
+        var refused: String?
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: headBytes) { out in
+            var offset = method.withContiguousUTF8 { method in
+                target.withContiguousUTF8 { target in
+                    var offset = copy(UnsafeRawBufferPointer(method), to: out, at: 0)
+                    out[offset] = UInt8(ascii: " ")
+                    offset = copy(UnsafeRawBufferPointer(target), to: out, at: offset + 1)
+                    return copy(" HTTP/1.1\r\n", to: out, at: offset)
                 }
             }
-            guard written else {
-                throw ProxyError(.badRequest, "a header HTTP does not allow in the upstream request: \(name)")
+            if let host {
+                let name: StaticString = "Host"
+                offset = host.withContiguousUTF8 { host in
+                    copyLine(name.rawBytes, UnsafeRawBufferPointer(host), to: out, at: offset)
+                }
             }
+            for (name, value) in headers {
+                if host != nil, HTTPSyntax.equalsIgnoringCase(name, "host") { continue }
+                let end = name.withContiguousUTF8 { name in
+                    value.withContiguousUTF8 { value -> Int? in
+                        let name = UnsafeRawBufferPointer(name)
+                        let value = UnsafeRawBufferPointer(value)
+                        guard !name.isEmpty, name.allSatisfy(HTTPSyntax.isTokenByte),
+                            HTTPSyntax.isFieldValue(bytes: value)
+                        else { return nil }
+                        return copyLine(name, value, to: out, at: offset)
+                    }
+                }
+                guard let end else {
+                    refused = name
+                    return 0
+                }
+                offset = end
+            }
+            return copy("\r\n", to: out, at: offset)
         }
-        buffer.writeStaticString("\r\n")
+        if let refused {
+            throw ProxyError(.badRequest, "a header HTTP does not allow in the upstream request: \(refused)")
+        }
         if let body { buffer.writeImmutableBuffer(body) }
         return buffer
     }
-
-    /// Room per header line when a request's size is estimated (the buffer grows if lines are longer).
-    private static let averageHeaderLineBytes = 48
 }
 
 extension HTTPWireFormat {
@@ -171,6 +176,17 @@ extension HTTPWireFormat {
         out[valueEnd] = UInt8(ascii: "\r")
         out[valueEnd + 1] = UInt8(ascii: "\n")
         return valueEnd + 2
+    }
+
+    /// Copies `bytes` to `out` at `offset`, which has room for them; returns the offset after them.
+    @inline(__always)
+    public static func copy(
+        _ bytes: UnsafeRawBufferPointer,
+        to out: UnsafeMutableRawBufferPointer,
+        at offset: Int
+    ) -> Int {
+        UnsafeMutableRawBufferPointer(rebasing: out[offset..<(offset + bytes.count)]).copyMemory(from: bytes)
+        return offset + bytes.count
     }
 
     /// Copies `text` to `out` at `offset`; returns the offset after it.
