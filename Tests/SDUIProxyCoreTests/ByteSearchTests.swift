@@ -20,6 +20,19 @@ struct ByteSearchTests {
         #expect(!ByteSearch.contains([], in: ByteBuffer(string: "x")))
     }
 
+    @Test("two runs of bytes are the same only with the same length and every byte alike, the last one too")
+    func same() {
+        func same(_ lhs: String, _ rhs: String) -> Bool {
+            Array(lhs.utf8).withUnsafeBytes { lhs in Array(rhs.utf8).withUnsafeBytes { ByteSearch.same(lhs, $0) } }
+        }
+        #expect(same("Server: a\r\n", "Server: a\r\n"))
+        #expect(!same("Server: a\r\n", "Server: b\r\n"))
+        #expect(!same("Server: a\r\n", "Server: a\r\r"))
+        #expect(!same("Server: a\r\n", "Server: a\r\n "))
+        #expect(!same("", "x"))
+        #expect(same("", ""))
+    }
+
     @Test("the search agrees with a byte-by-byte search on random text, for needles with and without capitals")
     func scanAgreesWithNaiveSearch() {
         var random = SplitMix64(seed: 6)

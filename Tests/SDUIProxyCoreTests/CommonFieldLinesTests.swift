@@ -39,6 +39,16 @@ struct CommonFieldLinesTests {
         #expect(kept.lines == large)
     }
 
+    @Test("lines of the same length that differ in their last byte are not taken for each other in one slot")
+    func sameLengthOtherBytes() {
+        let table = CommonFieldLines.Table(slotCount: 1)
+        let first = Array("Server: a\r\n".utf8).withUnsafeBytes { table.intern($0) }
+        let other = Array("Server: b\r\n".utf8).withUnsafeBytes { table.intern($0) }
+        #expect(other !== first && other.lines == Array("Server: b\r\n".utf8))
+        let again = Array("Server: b\r\n".utf8).withUnsafeBytes { table.intern($0) }
+        #expect(again === other)
+    }
+
     @Test("an entry keeps its times with its forms and the rest in its block; each entry counts its block")
     func entryHead() {
         let first = Self.entry(

@@ -67,7 +67,7 @@ public final class CommonFieldLines: Sendable {
             hasher.combine(bytes: lines)
             let slot = hasher.finalize() & mask
             if let found = slots.withLock({ slots in slots[slot] }),
-                found.lines.withUnsafeBytes({ $0.elementsEqual(lines) })
+                found.lines.withUnsafeBytes({ ByteSearch.same($0, lines) })
             {
                 return found
             }

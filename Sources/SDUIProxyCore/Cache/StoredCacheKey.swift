@@ -1,11 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// A ``CacheKey`` as the cache's LRU nodes keep it: its 32 bits of hash, target and variant in one object, one reference
 /// wide.
 ///
@@ -120,8 +112,6 @@ public struct StoredCacheKey: Hashable, @unchecked Sendable {
     }
 
     private static func same(_ lhs: UnsafeBufferPointer<UInt8>, _ rhs: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard lhs.count == rhs.count else { return false }
-        guard let left = lhs.baseAddress, let right = rhs.baseAddress else { return true }
-        return memcmp(left, right, lhs.count) == 0
+        ByteSearch.same(UnsafeRawBufferPointer(lhs), UnsafeRawBufferPointer(rhs))
     }
 }

@@ -21,6 +21,15 @@ public enum ByteSearch {
         return base.distance(to: UnsafeRawPointer(found))
     }
 
+    /// Whether `lhs` and `rhs` hold the same bytes, by `memcmp`: `elementsEqual` steps through both a byte at a
+    /// time, through their iterators, which cost a stored response's shared lines 3,500 instructions to compare.
+    @inline(__always)
+    public static func same(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        guard let left = lhs.baseAddress, let right = rhs.baseAddress else { return true }
+        return memcmp(left, right, lhs.count) == 0
+    }
+
     /// Whether `needle` occurs in `body`.
     ///
     /// The search runs `memchr` for the needle's first capital letter (its first byte when it has none) and
