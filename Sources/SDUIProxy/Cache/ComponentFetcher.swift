@@ -280,20 +280,9 @@ public final class ComponentFetcher: Sendable {
     }
 
     /// Sends the body of `entry`, which a hit found awaiting its codings, to be compressed if the hit's client takes
-    /// one (``StoreTimeCompressor/compressOnHit(_:for:acceptEncoding:in:on:)``).
-    func compressOnHit(
-        _ entry: CachedResponse,
-        for key: CacheKey,
-        acceptEncoding: String?,
-        on eventLoop: any EventLoop
-    ) {
-        compressor?.compressOnHit(
-            entry,
-            for: key,
-            acceptEncoding: acceptEncoding,
-            in: cache,
-            on: eventLoop
-        )
+    /// one (``StoreTimeCompressor/compressOnHit(_:for:acceptEncoding:in:whenDone:)``).
+    func compressOnHit(_ entry: CachedResponse, for key: CacheKey, acceptEncoding: String?) {
+        compressor?.compressOnHit(entry, for: key, acceptEncoding: acceptEncoding, in: cache)
     }
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
@@ -491,7 +480,7 @@ public final class ComponentFetcher: Sendable {
         switch filed {
         case .stored(let stored), .storedStale(let stored):
             if compression == .later, stored === entry {
-                compressor?.compressLater(stored, for: request.key, in: cache, on: exchange.eventLoop)
+                compressor?.compressLater(stored, for: request.key, in: cache)
             }
 
             if logsDebug {

@@ -38,19 +38,50 @@ public final class CompressionPool: Sendable {
     /// Jobs refused so far because the pool was full.
     public var refusedJobs: Int { refused.load(ordering: .relaxed) }
 
-    /// Runs `work` on the pool and completes on `eventLoop` with its result; nil, and `work` not run, when
-    /// ``maximumUnfinished`` jobs are unfinished.
-    public func run<Result: Sendable>(
+    /// Runs `work` on the pool, then `finished` with its result, or with nil when the pool shut down before `work`
+    /// got a thread (it did not run). Both run on the pool's thread: nothing comes back to the caller's loop, so a
+    /// job costs the loop no future, no callbacks and no wake-up when it ends. Returns false, and runs neither,
+    /// when ``maximumUnfinished`` jobs are unfinished.
+    public func submit<Value>(
+        _ work: @escaping @Sendable () -> Value,
+        finished: @escaping @Sendable (Value?) -> Void
+    ) -> Bool {
+        guard claimRoom() else { return false }
+        enqueue(work, finished: finished)
+        return true
+    }
+
+    /// ``submit(_:finished:)`` for a caller that waits for the result: it completes on `eventLoop`; nil, and `work`
+    /// not run, when the pool is full.
+    public func run<Value: Sendable>(
         on eventLoop: any EventLoop,
-        _ work: @escaping @Sendable () -> Result
-    ) -> EventLoopFuture<Result>? {
+        _ work: @escaping @Sendable () -> Value
+    ) -> EventLoopFuture<Value>? {
+        guard claimRoom() else { return nil }
+        let promise = eventLoop.makePromise(of: Value.self)
+        enqueue(work) { value in
+            if let value { promise.succeed(value) } else { promise.fail(NIOThreadPoolError.ThreadPoolInactive()) }
+        }
+        return promise.futureResult
+    }
+
+    /// Counts a job in, unless the pool is full (then the refusal is counted).
+    private func claimRoom() -> Bool {
         guard unfinished.add(1, ordering: .relaxed).newValue <= maximumUnfinished else {
             unfinished.subtract(1, ordering: .relaxed)
             refused.add(1, ordering: .relaxed)
-            return nil
+            return false
         }
-        return threads.runIfActive(eventLoop: eventLoop) { work() }.always { [self] _ in
+        return true
+    }
+
+    private func enqueue<Value>(_ work: @escaping @Sendable () -> Value, finished: @escaping @Sendable (Value?) -> Void)
+    {
+        threads.submit { [self] state in
+            let value: Value? = state == .active ? work() : nil
+            // Counted out before anyone hears of the end, so that whoever waited for it finds the room.
             unfinished.subtract(1, ordering: .relaxed)
+            finished(value)
         }
     }
 }

@@ -74,57 +74,63 @@ struct StoreTimeCompressor: Sendable {
     /// Compresses `entry`'s body on the pool, then adds the forms to it if it is still what is stored for `key`,
     /// from the pool's thread: the cache is shared, and the loop has nothing more to do with it. When the pool is
     /// full the entry stays in identity (counted, and logged at debug level) until a hit sends it again
-    /// (``compressOnHit(_:for:acceptEncoding:in:on:)``). Returns the job, nil when none was started: the pool is
+    /// (``compressOnHit(_:for:acceptEncoding:in:whenDone:)``). Returns whether a job started: not when the pool is
     /// full, or the entry's compression is already under way.
+    ///
+    /// - Parameter whenDone: called on the pool's thread when the job has ended, for a caller that waits for it
+    ///   (a test); a fill does not.
     @discardableResult
     func compressLater(
         _ entry: CachedResponse,
         for key: CacheKey,
         in cache: ResponseCache,
-        on eventLoop: any EventLoop
-    ) -> EventLoopFuture<Void>? {
-        guard let pool, entry.claimCompression() else { return nil }
+        whenDone: (@Sendable () -> Void)? = nil
+    ) -> Bool {
+        guard let pool, entry.claimCompression() else { return false }
         let body = entry.body
-        let job = pool.run(on: eventLoop) {
+        let started = pool.submit {
             let encoded = encode(body)
             guard !encoded.isEmpty else { return }
             cache.storeCompressed(entry.adding(encoded), replacing: entry, for: key)
+        } finished: { ran in
+            // A pool shutting down drops the job: a later hit may try again. A body no coding made smaller keeps
+            // the claim, and is not compressed again.
+            if ran == nil { entry.releaseCompressionClaim() }
+            whenDone?()
         }
-        guard let job else {
+        guard started else {
             entry.releaseCompressionClaim()
             metrics.compressionSkipped()
             logger.debug(
                 "compression pool full; the entry stays uncompressed until a hit asks for a coding",
                 metadata: ["key": "\(key)", "bytes": "\(body.readableBytes)"]
             )
-            return nil
+            return false
         }
-        // A pool shutting down drops the job: a later hit may try again. A body no coding made smaller keeps the
-        // claim, and is not compressed again.
-        job.whenFailure { _ in entry.releaseCompressionClaim() }
-        return job
+        return true
     }
 
     /// Sends the body of `entry`, which a hit found still awaiting its codings (its compression after it was
     /// stored skipped, the pool being full), to be compressed, when the hit's client takes a configured coding.
     /// A burst of fills leaves most of its entries skipped; this way the ones clients ask for compressed are
-    /// compressed when the pool has room, once each. Returns the job, nil when none was started.
+    /// compressed when the pool has room, once each. Returns whether a job started; `whenDone` as in
+    /// ``compressLater(_:for:in:whenDone:)``.
     @discardableResult
     func compressOnHit(
         _ entry: CachedResponse,
         for key: CacheKey,
         acceptEncoding: String?,
         in cache: ResponseCache,
-        on eventLoop: any EventLoop
-    ) -> EventLoopFuture<Void>? {
+        whenDone: (@Sendable () -> Void)? = nil
+    ) -> Bool {
         guard entry.awaitsCodings,
             ContentNegotiation.coding(
                 forAcceptEncoding: acceptEncoding,
                 available: ContentNegotiation.Codings(configuration.encodings)
             ) != nil,
-            let job = compressLater(entry, for: key, in: cache, on: eventLoop)
-        else { return nil }
+            compressLater(entry, for: key, in: cache, whenDone: whenDone)
+        else { return false }
         metrics.compressionOnHit()
-        return job
+        return true
     }
 }

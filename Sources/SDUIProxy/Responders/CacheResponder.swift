@@ -35,7 +35,7 @@ struct CacheResponder {
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
             // client's no-cache through.
             if case .fresh(let entry) = found, !honorsClientNoCache {
-                if entry.awaitsCodings { compress(entry, request, proxy, sink) }
+                if entry.awaitsCodings { compress(entry, request, proxy) }
                 return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             }
             if case .varyMiss = found, let entry = languageVariant(for: request, proxy: proxy, now: now) {
@@ -44,7 +44,7 @@ struct CacheResponder {
             let directives = ClientCacheDirectives(headers: request.head.headers)
             switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
             case .hit(let entry):
-                if entry.awaitsCodings { compress(entry, request, proxy, sink) }
+                if entry.awaitsCodings { compress(entry, request, proxy) }
                 return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             case .staleWhileRefreshing(let entry):
                 proxy.cache.recordStaleServe(request.key)
@@ -416,13 +416,8 @@ struct CacheResponder {
 
     /// Sends a hit's entry, stored before its compression could start (the pool full), to be compressed now, if
     /// the client takes a coding: this answer goes out in identity, the next ones in the coding.
-    private func compress(
-        _ entry: CachedResponse,
-        _ request: CacheRequest,
-        _ proxy: ProxyContext,
-        _ sink: any ResponseSink
-    ) {
-        proxy.fetcher.compressOnHit(entry, for: request.key, acceptEncoding: request.acceptEncoding, on: sink.eventLoop)
+    private func compress(_ entry: CachedResponse, _ request: CacheRequest, _ proxy: ProxyContext) {
+        proxy.fetcher.compressOnHit(entry, for: request.key, acceptEncoding: request.acceptEncoding)
     }
 
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.

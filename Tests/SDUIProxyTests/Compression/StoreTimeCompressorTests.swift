@@ -96,6 +96,39 @@ extension StoreTimeCompressor {
         try await pool.shutdownGracefully()
     }
 
+    @Test("a submitted job ends on the pool's thread, frees its room before it is told, and ends in nil unrun")
+    func submittedJobs() async throws {
+        let pool = CompressionPool(numberOfThreads: 1, maximumUnfinished: 1)
+        pool.start()
+        for round in 0..<3 {
+            // One room only: each job's room is free again by the time its end is told.
+            let (value, onLoop) = await withCheckedContinuation {
+                (ended: CheckedContinuation<(Int?, Bool), Never>) in
+                let started = pool.submit({ round }) { value in
+                    ended.resume(returning: (value, MultiThreadedEventLoopGroup.currentEventLoop != nil))
+                }
+                if !started { ended.resume(returning: (nil, true)) }
+            }
+            #expect(value == round && !onLoop)
+        }
+        try await pool.shutdownGracefully()
+        // A pool that has shut down runs nothing, and says so.
+        let value = await withCheckedContinuation { (ended: CheckedContinuation<Int??, Never>) in
+            let started = pool.submit({ 1 }) { ended.resume(returning: .some($0)) }
+            if !started { ended.resume(returning: .none) }
+        }
+        #expect(value == .some(nil))
+        #expect(pool.refusedJobs == 0)
+    }
+
+    /// Starts a job with `start`, which is handed the job's `whenDone`, and waits for the job to end; false at once
+    /// when `start` started none.
+    private static func startedAndEnded(_ start: (@escaping @Sendable () -> Void) -> Bool) async -> Bool {
+        await withCheckedContinuation { (ended: CheckedContinuation<Bool, Never>) in
+            if !start({ ended.resume(returning: true) }) { ended.resume(returning: false) }
+        }
+    }
+
     /// An entry stored to be compressed after, as a fill stores it when there is a pool.
     private static func awaitingEntry(_ body: ByteBuffer) -> CachedResponse {
         var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 300)
@@ -129,21 +162,30 @@ extension StoreTimeCompressor {
             release.unlock()
         }
         let blocking = try #require(blockingJob)
-        #expect(compressing.compressLater(entry, for: key, in: cache, on: loop) == nil)
+        #expect(!compressing.compressLater(entry, for: key, in: cache))
         #expect(entry.awaitsCodings)
-        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop) == nil)
+        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache))
         release.lock()
         release.unlock(withValue: 1)
         try await blocking.get()
 
         // A client that takes no configured coding sends nothing to the pool.
-        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: nil, in: cache, on: loop) == nil)
-        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "identity", in: cache, on: loop) == nil)
-        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "zstd", in: cache, on: loop) == nil)
+        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: nil, in: cache))
+        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "identity", in: cache))
+        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "zstd", in: cache))
         // One that does: compressed once, whatever the hits that come while it is under way.
-        let job = try #require(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop))
-        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "br", in: cache, on: loop) == nil)
-        try await job.get()
+        let ran = await Self.startedAndEnded { whenDone in
+            let started = compressing.compressOnHit(
+                entry,
+                for: key,
+                acceptEncoding: "gzip",
+                in: cache,
+                whenDone: whenDone
+            )
+            #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "br", in: cache))
+            return started
+        }
+        #expect(ran)
         guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else {
             Issue.record("the entry is no longer stored")
             return
@@ -157,7 +199,6 @@ extension StoreTimeCompressor {
     func incompressibleTriedOnce() async throws {
         let pool = CompressionPool(numberOfThreads: 1)
         pool.start()
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
         let compressing = compressor(pool: pool)
         let cache = ResponseCache(maxBytes: 1 << 20, maxEntries: 100)
         let key = CacheKey(target: "/noise", platform: "WEB")
@@ -166,9 +207,11 @@ extension StoreTimeCompressor {
             ByteBuffer(bytes: (0..<2_048).map { _ in UInt8.random(in: 0...255, using: &generator) })
         )
         cache.store(entry, for: key)
-        let job = try #require(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop))
-        try await job.get()
-        #expect(compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, on: loop) == nil)
+        let ran = await Self.startedAndEnded { whenDone in
+            compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, whenDone: whenDone)
+        }
+        #expect(ran)
+        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache))
         guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else {
             Issue.record("the entry is no longer stored")
             return
