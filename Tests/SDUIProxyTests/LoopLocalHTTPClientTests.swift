@@ -337,7 +337,58 @@ struct LoopLocalHTTPClientTests {
             return eventLoop.makeSucceededVoidFuture()
         }
 
-        func receiveEnd() {}
+        /// Whether the answer's end reached the sink.
+        var ended = false
+
+        func receiveEnd() { ended = true }
+    }
+
+    @Test("a forward's completion is called on its loop once the sink has the answer's end; a refusal goes there too")
+    func forwardCompletion() async throws {
+        let origin = try await TestOrigin { _ in .component() }
+        let client = try Self.client(for: origin, timeout: .seconds(10))
+        try await Self.shuttingDown(client) {
+            let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+            let loop = loops[0]
+            let sink = CollectingSink(eventLoop: loop)
+            let (succeeded, onLoop, ended) = await withCheckedContinuation {
+                (done: CheckedContinuation<(Bool, Bool, Bool), Never>) in
+                loop.execute {
+                    client.forward(
+                        UpstreamRequest(method: .GET, target: "/screens/a", headers: [:]),
+                        body: nil,
+                        on: loop,
+                        to: sink
+                    ) { result in
+                        let succeeded = if case .success = result { true } else { false }
+                        done.resume(returning: (succeeded, loop.inEventLoop, sink.ended))
+                    }
+                }
+            }
+            #expect(succeeded && onLoop && ended)
+            #expect(origin.requests.map(\.uri) == ["/screens/a"])
+            guard loops.count > 1 else { return }
+            // A body that streams on another loop than the exchange's is refused, on the exchange's loop.
+            let foreignBody = try await loops[1].submit { RequestBodyStream(eventLoop: loops[1], contentLength: 1) }
+                .get()
+            let (refused, refusedOnLoop) = await withCheckedContinuation {
+                (done: CheckedContinuation<(Bool, Bool), Never>) in
+                loop.execute {
+                    client.forward(
+                        UpstreamRequest(method: .POST, target: "/forms", headers: [:]),
+                        body: foreignBody,
+                        on: loop,
+                        to: CollectingSink(eventLoop: loop)
+                    ) { result in
+                        let refused = if case .failure = result { true } else { false }
+                        done.resume(returning: (refused, loop.inEventLoop))
+                    }
+                }
+            }
+            #expect(refused && refusedOnLoop)
+            #expect(origin.requests.count == 1, "the refused request never went out")
+        }
+        try await origin.stop()
     }
 
     @Test("forwarded requests share the pool: bodies with and without a length arrive whole, on one connection")

@@ -73,17 +73,15 @@ struct PassThroughResponder {
         let failureLog = proxy.fetcher.failureLog
         let eventLoop = sink.eventLoop
         let boundSink = NIOLoopBound(sink, eventLoop: eventLoop)
-        let forwarded = proxy.client.forward(upstream, body: body, on: eventLoop, to: relay).hop(to: eventLoop)
-            .assumeIsolated()
-        forwarded.whenFailure { error in
-            let proxyError = Self.logFailure(error, of: head, target: target, requestID: requestID, in: failureLog)
-            // The backend must not see the rest of a body it will not be answered for as a shorter request.
-            body?.fail(proxyError)
-            Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
-        }
-        if let spoolFile {
+        proxy.client.forward(upstream, body: body, on: eventLoop, to: relay) { [spoolFile] result in
+            if case .failure(let error) = result {
+                let proxyError = Self.logFailure(error, of: head, target: target, requestID: requestID, in: failureLog)
+                // The backend must not see the rest of a body it will not be answered for as a shorter request.
+                body?.fail(proxyError)
+                Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
+            }
             // The request has ended, however it ended: its body's file goes.
-            forwarded.whenComplete { _ in spoolFile.remove(eventLoop: eventLoop) }
+            spoolFile?.remove(eventLoop: eventLoop)
         }
     }
 

@@ -52,6 +52,16 @@ struct CurrentNetworkClient: NetworkClient {
         runtime.context.client.forward(request, body: body, on: eventLoop, to: sink)
     }
 
+    func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        runtime.context.client.forward(request, body: body, on: eventLoop, to: sink, completion: completion)
+    }
+
     var streamsResponses: Bool { runtime.context.client.streamsResponses }
 
     func shutdown() async throws {}

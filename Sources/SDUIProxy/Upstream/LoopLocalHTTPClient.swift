@@ -130,10 +130,21 @@ public final class LoopLocalHTTPClient: NetworkClient {
         on eventLoop: any EventLoop,
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void> {
+        let promise = eventLoop.makePromise(of: Void.self)
+        forward(request, body: body, on: eventLoop, to: sink) { promise.completeWith($0) }
+        return promise.futureResult
+    }
+
+    public func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
         guard body == nil || body?.eventLoop === eventLoop else {
-            return eventLoop.makeFailedFuture(
-                ProxyError(.internalError, "a request body must stream on the event loop of its exchange")
-            )
+            let error = ProxyError(.internalError, "a request body must stream on the event loop of its exchange")
+            return eventLoop.execute { completion(.failure(error)) }
         }
         // The framing is this hop's: the body's length when the client gave it, chunks when it did not. A field is
         // looked for before it is removed: a removal copies the list shared with the request, and most requests
@@ -155,14 +166,15 @@ public final class LoopLocalHTTPClient: NetworkClient {
         do {
             encoded = try encode(request, headers: headers, body: body == nil ? request.body : nil)
         } catch {
-            return eventLoop.makeFailedFuture(error)
+            return eventLoop.execute { completion(.failure(error)) }
         }
         let forwarding = ForwardedExchange(
             sink: sink,
             body: body,
             isChunked: isChunked,
             headTimeout: timeout,
-            promise: eventLoop.makePromise()
+            on: eventLoop,
+            completion: completion
         )
         let exchange = Exchange(
             request: encoded,
@@ -185,7 +197,6 @@ public final class LoopLocalHTTPClient: NetworkClient {
             pool.run(exchange) { result in forwarding.connectionEnded(result) }
         }
         if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
-        return forwarding.futureResult
     }
 
     /// Frames a request whose body, if it has one, goes in the same buffer as its head: that body's length, or a

@@ -133,6 +133,16 @@ public protocol NetworkClient: Sendable {
         to sink: any ForwardedResponseSink
     ) -> EventLoopFuture<Void>
 
+    /// ``forward(_:body:on:to:)`` with a completion instead of a future, called once on `eventLoop`, for the
+    /// pass-through path, where the future and its callbacks are a cost on every request.
+    func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    )
+
     /// Whether ``forward(_:body:on:to:)`` streams the response as it comes, holding only a part at a time. A
     /// client that reads it whole (a directory) is not asked to stream what was too large to hold.
     var streamsResponses: Bool { get }
@@ -161,5 +171,15 @@ extension NetworkClient {
         completion: @escaping @Sendable (Result<UpstreamResponse, any Error>) -> Void
     ) {
         fetch(request, maxBodyBytes: maxBodyBytes, on: eventLoop, completion: completion)
+    }
+
+    public func forward(
+        _ request: UpstreamRequest,
+        body: RequestBodyStream?,
+        on eventLoop: any EventLoop,
+        to sink: any ForwardedResponseSink,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        forward(request, body: body, on: eventLoop, to: sink).hop(to: eventLoop).whenComplete(completion)
     }
 }

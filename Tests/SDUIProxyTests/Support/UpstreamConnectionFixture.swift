@@ -28,16 +28,17 @@ struct UpstreamConnectionFixture {
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
     }
 
-    /// Sends a POST with `body` on the connection, as ``LoopLocalHTTPClient/forward(_:body:on:to:)`` does; its
+    /// Sends a POST with `body` on the connection, as ``LoopLocalHTTPClient/forward(_:body:on:to:completion:)`` does; its
     /// outcome is recorded in the returned box, which also holds the exchange weakly.
     func forward(body: RequestBodyStream?) -> Outcome {
+        let outcome = Outcome()
         let forwarding = ForwardedExchange(
             sink: sink,
             body: body,
             isChunked: body != nil && body?.contentLength == nil,
             headTimeout: .seconds(5),
-            promise: loop.makePromise()
-        )
+            on: loop
+        ) { outcome.result = $0 }
         let exchange = LoopLocalHTTPClient.Exchange(
             request: ByteBuffer(string: "POST /form HTTP/1.1\r\nHost: x\r\n\r\n"),
             isHEAD: false,
@@ -49,9 +50,7 @@ struct UpstreamConnectionFixture {
             interim: nil,
             forwarding: forwarding
         )
-        let outcome = Outcome()
         outcome.exchange = forwarding
-        forwarding.futureResult.whenComplete { outcome.result = $0 }
         forwarding.watchBody()
         handler.send(exchange, retryIfStale: false) { forwarding.connectionEnded($0) }
         return outcome
