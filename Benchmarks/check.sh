@@ -244,6 +244,9 @@ if command -v python3 >/dev/null; then
         printf 'latency\tnginx\t16\t1\t300000\t10000000\t30000.0\t150\t500\t0\t3000000\t30000\t0\t0\t0\t0.1\n'
         printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
         printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
+        printf 'miss\tproxy-uncompressed\t64\t1\t55000\t10000000\t5500.0\t1000\t5000\t0\t2000000\t40000\t0\t0\t0\t2.5\n'
+        printf 'miss\tnginx\t64\t1\t40000\t10000000\t4000.0\t1200\t6000\t0\t2400000\t20000\t0\t0\t0\t2.5\n'
+        printf 'miss\tvarnish\t64\t1\t50000\t10000000\t5000.0\t1100\t5000\t0\t2500000\t20000\t0\t0\t0\t2.5\n'
         printf 'pass\tproxy\t64\t1\t70000\t10000000\t7000.0\t1000\t5000\t0\t2800000\t40000\t0\t0\t0\t2.5\n'
         printf 'pass\tnginx-nocache\t64\t1\t100000\t10000000\t10000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
         printf 'mixed\tproxy\t64\t1\t80000\t10000000\t8000.0\t900\t4000\t0\t2000000\t20000\t60000\t20000\t0\t2.5\n'
@@ -304,8 +307,10 @@ if command -v python3 >/dev/null; then
         grep -q '^| 16 | 1.00 | 1.00 | 1.00 | 1.00 | 0.50 | 1.00 | 1.00 | 1.00 | 1.00 |$' <<<"$out" &&
         grep -q '^| 1 | sdui-proxy | 4,000 | 30.0 | 150,000 | 60,000 | 30,000 | 50,000 |$' <<<"$out" &&
         grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out" &&
-        grep -q '^| 64 | 0.70 | 2.00 |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, pass-through, gzip-hit, h2-hit with handshakes and both memory rows included); last line is the hit CPU ratio"
+        grep -q '^| 64 | 1.09 | yes | 1.38 | yes | 1.10 | yes | 0.92 |$' <<<"$out" &&
+        grep -q '^| 64 | 1.80 | \*\*no\*\* | 1.25 | yes | 1.00 | yes | 0.83 |$' <<<"$out" &&
+        grep -q '^| 64 | 2.00 | \*\*no\*\* | 0.70 |$' <<<"$out"; then
+        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, misses against their targets with and without compression, pass-through against its target, gzip-hit, h2-hit with handshakes and both memory rows included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi
