@@ -5,10 +5,10 @@ import Testing
 
 @Suite("HTTPWireFormat request encoding")
 struct HTTPWireFormatTests {
-    @Test("a request line that fills the buffer's room exactly is written whole, its space counted")
+    @Test("a request line of any length is written whole, its space counted")
     func requestLineAtCapacity() throws {
-        // Without headers the buffer starts with 128 bytes for a target of two: a method of 115 bytes makes the
-        // line (method, space, target, ` HTTP/1.1` and CRLF) 129 bytes, one more than the 128 it asks room for.
+        // The head is measured before it is written: lines of every length around the sizes an allocator rounds
+        // to come out whole, and within the buffer.
         for count in 100...130 {
             let method = String(repeating: "A", count: count)
             let encoded = try HTTPWireFormat.encodeRequest(

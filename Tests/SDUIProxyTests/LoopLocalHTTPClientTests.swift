@@ -347,47 +347,46 @@ struct LoopLocalHTTPClientTests {
     func forwardCompletion() async throws {
         let origin = try await TestOrigin { _ in .component() }
         let client = try Self.client(for: origin, timeout: .seconds(10))
+        // The body of the refused request streams on a loop of its own group: never the exchange's.
+        let elsewhere = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         try await Self.shuttingDown(client) {
-            let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
-            let loop = loops[0]
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
             let sink = CollectingSink(eventLoop: loop)
+            // Called from the test's task, off the loop: the completion still comes on it.
             let (succeeded, onLoop, ended) = await withCheckedContinuation {
                 (done: CheckedContinuation<(Bool, Bool, Bool), Never>) in
-                loop.execute {
-                    client.forward(
-                        UpstreamRequest(method: .GET, target: "/screens/a", headers: [:]),
-                        body: nil,
-                        on: loop,
-                        to: sink
-                    ) { result in
-                        let succeeded = if case .success = result { true } else { false }
-                        done.resume(returning: (succeeded, loop.inEventLoop, sink.ended))
-                    }
+                client.forward(
+                    UpstreamRequest(method: .GET, target: "/screens/a", headers: [:]),
+                    body: nil,
+                    on: loop,
+                    to: sink
+                ) { result in
+                    let succeeded = if case .success = result { true } else { false }
+                    done.resume(returning: (succeeded, loop.inEventLoop, sink.ended))
                 }
             }
             #expect(succeeded && onLoop && ended)
             #expect(origin.requests.map(\.uri) == ["/screens/a"])
-            guard loops.count > 1 else { return }
-            // A body that streams on another loop than the exchange's is refused, on the exchange's loop.
-            let foreignBody = try await loops[1].submit { RequestBodyStream(eventLoop: loops[1], contentLength: 1) }
-                .get()
+            let foreignLoop = elsewhere.next()
+            let foreignBody = try await foreignLoop.submit {
+                RequestBodyStream(eventLoop: foreignLoop, contentLength: 1)
+            }.get()
             let (refused, refusedOnLoop) = await withCheckedContinuation {
                 (done: CheckedContinuation<(Bool, Bool), Never>) in
-                loop.execute {
-                    client.forward(
-                        UpstreamRequest(method: .POST, target: "/forms", headers: [:]),
-                        body: foreignBody,
-                        on: loop,
-                        to: CollectingSink(eventLoop: loop)
-                    ) { result in
-                        let refused = if case .failure = result { true } else { false }
-                        done.resume(returning: (refused, loop.inEventLoop))
-                    }
+                client.forward(
+                    UpstreamRequest(method: .POST, target: "/forms", headers: [:]),
+                    body: foreignBody,
+                    on: loop,
+                    to: CollectingSink(eventLoop: loop)
+                ) { result in
+                    let refused = if case .failure = result { true } else { false }
+                    done.resume(returning: (refused, loop.inEventLoop))
                 }
             }
             #expect(refused && refusedOnLoop)
             #expect(origin.requests.count == 1, "the refused request never went out")
         }
+        try await elsewhere.shutdownGracefully()
         try await origin.stop()
     }
 

@@ -39,9 +39,11 @@ public final class CompressionPool: Sendable {
     public var refusedJobs: Int { refused.load(ordering: .relaxed) }
 
     /// Runs `work` on the pool, then `finished` with its result, or with nil when the pool shut down before `work`
-    /// got a thread (it did not run). Both run on the pool's thread: nothing comes back to the caller's loop, so a
-    /// job costs the loop no future, no callbacks and no wake-up when it ends. Returns false, and runs neither,
-    /// when ``maximumUnfinished`` jobs are unfinished.
+    /// got a thread (it did not run). Nothing comes back to the caller's loop, so a job costs the loop no future, no
+    /// callbacks and no wake-up when it ends: `finished` runs on the pool's thread after `work`, or, for a job that
+    /// never runs, wherever the pool drops it (the caller's thread when the pool is not running, a shutdown's
+    /// thread for one still waiting). Returns false, and runs neither, when ``maximumUnfinished`` jobs are
+    /// unfinished.
     public func submit<Value>(
         _ work: @escaping @Sendable () -> Value,
         finished: @escaping @Sendable (Value?) -> Void

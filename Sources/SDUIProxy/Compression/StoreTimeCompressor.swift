@@ -77,8 +77,8 @@ struct StoreTimeCompressor: Sendable {
     /// (``compressOnHit(_:for:acceptEncoding:in:whenDone:)``). Returns whether a job started: not when the pool is
     /// full, or the entry's compression is already under way.
     ///
-    /// - Parameter whenDone: called on the pool's thread when the job has ended, for a caller that waits for it
-    ///   (a test); a fill does not.
+    /// - Parameter whenDone: called when the job has ended (where ``CompressionPool/submit(_:finished:)`` calls
+    ///   `finished`), for a caller that waits for it (a test); a fill does not.
     @discardableResult
     func compressLater(
         _ entry: CachedResponse,

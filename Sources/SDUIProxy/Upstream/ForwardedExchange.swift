@@ -1,7 +1,7 @@
 import NIOCore
 import SDUIProxyCore
 
-/// The caller's side of a forwarded exchange on a loop-local connection (``LoopLocalHTTPClient/forward(_:body:on:to:)``):
+/// The caller's side of a forwarded exchange on a loop-local connection (``LoopLocalHTTPClient/forward(_:body:on:to:completion:)``):
 /// where the request body comes from, where the response goes as it streams in, and the completion called once
 /// the caller has it all.
 ///
