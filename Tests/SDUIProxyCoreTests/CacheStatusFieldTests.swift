@@ -26,6 +26,25 @@ import Testing
         )
     }
 
+    @Test("the member copied into a head, numbers as digits, is the field value, within the room it asks for")
+    func copiedAsTheFieldValue() {
+        let statuses = [
+            CacheStatus(hit: true, ttl: 42),
+            CacheStatus(forward: .bypass, forwardStatus: 200),
+            CacheStatus(forward: .uriMiss, forwardStatus: 503, ttl: 0, stored: true),
+            CacheStatus(forward: .stale, forwardStatus: 304, ttl: -3, collapsed: true, detail: "stale-if-error"),
+            CacheStatus(hit: true, ttl: .min),
+            CacheStatus(forward: .request, forwardStatus: 999, ttl: .max),
+            CacheStatus(),
+        ]
+        for status in statuses {
+            var buffer = ByteBuffer()
+            status.write(cacheName: "edge/1", key: nil, into: &buffer)
+            #expect(String(buffer: buffer) == status.fieldValue(cacheName: "edge/1", key: nil))
+            #expect(buffer.readableBytes <= status.maximumByteCount(cacheName: "edge/1"))
+        }
+    }
+
     @Test(
         "a cache name must be an sf-token",
         arguments: [

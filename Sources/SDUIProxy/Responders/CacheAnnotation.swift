@@ -57,14 +57,51 @@ struct CacheAnnotation {
 
     /// Appends the annotation's lines, `X-Cache` (unless turned off) and `Cache-Status`, to an encoded head.
     func writeLines(into buffer: inout ByteBuffer) {
-        if reporting.sendsXCache {
-            buffer.writeStaticString("X-Cache: ")
-            buffer.writeString(result.rawValue)
+        writeAnnotation(age: nil, into: &buffer)
+    }
+
+    /// `Age` when given, then ``writeLines(into:)``'s lines, in one write unless the key is reported: a write per
+    /// piece cost every forwarded response and every miss about 1,500 instructions of capacity and uniqueness
+    /// checks.
+    private func writeAnnotation(age: Int64?, into buffer: inout ByteBuffer) {
+        guard key == nil else {
+            if let age {
+                buffer.writeStaticString("Age: ")
+                buffer.writeString(String(age))
+                buffer.writeStaticString("\r\n")
+            }
+            if reporting.sendsXCache {
+                buffer.writeStaticString("X-Cache: ")
+                buffer.writeString(result.rawValue)
+                buffer.writeStaticString("\r\n")
+            }
+            buffer.writeStaticString("Cache-Status: ")
+            status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
             buffer.writeStaticString("\r\n")
+            return
         }
-        buffer.writeStaticString("Cache-Status: ")
-        status.write(cacheName: reporting.cacheName, key: key, into: &buffer)
-        buffer.writeStaticString("\r\n")
+        let xCache = reporting.sendsXCache ? result.rawValue : nil
+        let most =
+            (age == nil ? 0 : 7 + HTTPWireFormat.maximumDecimalDigits) + (xCache.map { 11 + $0.utf8.count } ?? 0)
+            + 16 + status.maximumByteCount(cacheName: reporting.cacheName)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
+            var count = 0
+            if let age {
+                count = HTTPWireFormat.copy("Age: ", to: out, at: count)
+                count = HTTPWireFormat.writeDecimal(age, to: out, at: count)
+                count = HTTPWireFormat.copy("\r\n", to: out, at: count)
+            }
+            if let xCache {
+                count = HTTPWireFormat.copy("X-Cache: ", to: out, at: count)
+                count = xCache.withContiguousUTF8 {
+                    HTTPWireFormat.copy(UnsafeRawBufferPointer($0), to: out, at: count)
+                }
+                count = HTTPWireFormat.copy("\r\n", to: out, at: count)
+            }
+            count = HTTPWireFormat.copy("Cache-Status: ", to: out, at: count)
+            count = status.copy(cacheName: reporting.cacheName, to: out, at: count)
+            return HTTPWireFormat.copy("\r\n", to: out, at: count)
+        }
     }
 
     /// Appends `Age` and the annotation's lines to an encoded head, for a response written from its stored bytes.
@@ -73,11 +110,7 @@ struct CacheAnnotation {
     /// cost 10 % more instructions when each piece was written on its own.
     func writeLines(age: Int64, into buffer: inout ByteBuffer) {
         guard result == .hit, key == nil, status.isPlainHit, let ttl = status.ttl else {
-            buffer.writeStaticString("Age: ")
-            buffer.writeString(String(age))
-            buffer.writeStaticString("\r\n")
-            writeLines(into: &buffer)
-            return
+            return writeAnnotation(age: age, into: &buffer)
         }
         reporting.hitLines.withUnsafeBytes { hitLines in
             let most =

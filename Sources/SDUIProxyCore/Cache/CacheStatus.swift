@@ -63,6 +63,8 @@ public struct CacheStatus: Sendable, Equatable {
         guard key == nil else {
             forEachPiece(cacheName: cacheName, key: key) {
                 buffer.writeString($0)
+            } number: {
+                buffer.writeString(String($0))
             } quoting: { key in
                 Self.writeString(key, into: &buffer)
             }
@@ -70,24 +72,37 @@ public struct CacheStatus: Sendable, Equatable {
         }
         // Measured, then copied in one write: a write per piece cost a forwarded response a capacity and
         // uniqueness check for each of its six or so pieces.
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: maximumByteCount(cacheName: cacheName)) { out in
+            copy(cacheName: cacheName, to: out, at: 0)
+        }
+    }
+
+    /// The most bytes ``copy(cacheName:to:at:)`` writes: its text, and room for each number's every digit.
+    public func maximumByteCount(cacheName: String) -> Int {
         var length = 0
         forEachPiece(cacheName: cacheName, key: nil) {
             length += $0.utf8.count
+        } number: { _ in
+            length += HTTPWireFormat.maximumDecimalDigits
         } quoting: { _ in
         }
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { out in
-            var count = 0
-            forEachPiece(cacheName: cacheName, key: nil) { piece in
-                piece.withContiguousUTF8 { piece in
-                    UnsafeMutableRawBufferPointer(rebasing: out[count..<(count + piece.count)]).copyMemory(
-                        from: UnsafeRawBufferPointer(piece)
-                    )
-                    count += piece.count
-                }
-            } quoting: { _ in
+        return length
+    }
+
+    /// Copies the member without a key to `out` at `offset`, which has room for
+    /// ``maximumByteCount(cacheName:)`` bytes; returns the offset after it. Numbers are written as digits, with no
+    /// string made for them.
+    public func copy(cacheName: String, to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        var count = offset
+        forEachPiece(cacheName: cacheName, key: nil) { piece in
+            piece.withContiguousUTF8 { piece in
+                count = HTTPWireFormat.copy(UnsafeRawBufferPointer(piece), to: out, at: count)
             }
-            return count
+        } number: { number in
+            count = HTTPWireFormat.writeDecimal(number, to: out, at: count)
+        } quoting: { _ in
         }
+        return count
     }
 
     /// The member as a field value, for responses whose headers are composed. Appended to a string made once at
@@ -102,17 +117,20 @@ public struct CacheStatus: Sendable, Equatable {
         value.reserveCapacity(cacheName.utf8.count + 64 + (detail?.utf8.count ?? 0))
         forEachPiece(cacheName: cacheName, key: nil) {
             value += $0
+        } number: {
+            value += String($0)
         } quoting: { _ in
         }
         return value
     }
 
-    /// Calls `piece` with each piece of the member in order, and `quoting` with the key, which is written as an
-    /// sf-string.
+    /// Calls `piece` with each piece of the member in order, `number` with its numbers (written in decimal), and
+    /// `quoting` with the key, which is written as an sf-string.
     private func forEachPiece(
         cacheName: String,
         key: String?,
         _ piece: (String) -> Void,
+        number: (Int64) -> Void,
         quoting: (String) -> Void
     ) {
         piece(cacheName)
@@ -123,11 +141,11 @@ public struct CacheStatus: Sendable, Equatable {
         }
         if let forwardStatus {
             piece("; fwd-status=")
-            piece(String(forwardStatus))
+            number(Int64(truncatingIfNeeded: forwardStatus))
         }
         if let ttl {
             piece("; ttl=")
-            piece(String(ttl))
+            number(ttl)
         }
         if stored { piece("; stored") }
         if collapsed { piece("; collapsed") }

@@ -1,0 +1,54 @@
+import NIOCore
+import NIOHTTP1
+import SDUIProxyCore
+import Testing
+
+@testable import SDUIProxy
+
+/// The annotation's lines as an HTTP/1.1 head carries them: the same fields a composed head gets, `Age` first when
+/// the response was stored.
+@Suite struct CacheAnnotationLinesTests {
+    private static func reporting(xCache: Bool, key: Bool) -> CacheReporting {
+        var cache = ProxyConfiguration.Cache()
+        cache.name = "edge"
+        cache.xCacheHeader = xCache
+        cache.cacheStatusKey = key
+        return CacheReporting(cache)
+    }
+
+    /// The lines ``CacheAnnotation/forEachField(lowercased:_:)`` gives, as a head writes them.
+    private static func composed(_ annotation: CacheAnnotation, age: Int64?) -> String {
+        var lines = age.map { "Age: \($0)\r\n" } ?? ""
+        annotation.forEachField(lowercased: false) { name, value in lines += "\(name): \(value)\r\n" }
+        return lines
+    }
+
+    @Test(
+        "written lines are the composed fields, with and without X-Cache and the key, with and without Age",
+        arguments: [(false, false), (true, false), (false, true), (true, true)]
+    )
+    func lines(xCache: Bool, key: Bool) {
+        let reporting = Self.reporting(xCache: xCache, key: key)
+        let cacheKey = CacheKey(target: "/screens/a?b=\"c\"", platform: "IOS")
+        let annotations = [
+            reporting.forwarded(.bypass),
+            reporting.annotation(
+                .miss,
+                CacheStatus(forward: .uriMiss, forwardStatus: 200, stored: true),
+                key: cacheKey
+            ),
+            reporting.annotation(.hit, CacheStatus(hit: true, ttl: -5, detail: "stale-if-error"), key: cacheKey),
+            reporting.annotation(.hit, CacheStatus(hit: true, ttl: 60), key: cacheKey),
+        ]
+        for annotation in annotations {
+            var buffer = ByteBuffer()
+            annotation.writeLines(into: &buffer)
+            #expect(String(buffer: buffer) == Self.composed(annotation, age: nil))
+            for age: Int64 in [0, 7, 86_400] {
+                var stored = ByteBuffer()
+                annotation.writeLines(age: age, into: &stored)
+                #expect(String(buffer: stored) == Self.composed(annotation, age: age))
+            }
+        }
+    }
+}
