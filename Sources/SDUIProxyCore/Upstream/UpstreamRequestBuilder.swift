@@ -87,7 +87,9 @@ public struct UpstreamRequestBuilder: Sendable {
         // Everything is gathered as a list and handed to `HTTPHeaders` whole: its `add` and `replaceOrAdd` walk
         // the headers, check the name again and retain each name and value again.
         var forwarded: [(String, String)] = []
-        forwarded.reserveCapacity(clientHeaders.count + configuredHeaders.count + 4)
+        // Room for the fields added below (at most seven) and the request id the caller stamps after: an array
+        // grown by that last field was copied whole, every name and value retained again.
+        forwarded.reserveCapacity(clientHeaders.count + configuredHeaders.count + 8)
         var forwardedFor: String?
         var forwardedElements: String?
         var host: String?
