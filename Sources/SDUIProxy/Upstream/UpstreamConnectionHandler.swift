@@ -28,8 +28,8 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     /// exchange.
     ///
     /// A class, one allocation an exchange: as a struct, the optional that holds it was destroyed through its
-    /// type's metadata, a generic walk of each of its fields' value witnesses that cost an exchange 3,000
-    /// instructions when it ended.
+    /// type's metadata, a generic walk of each of its fields' value witnesses, about 500 instructions an exchange
+    /// more than the allocation and release cost (a pass-through GET, callgrind: 99,783 -> 99,281).
     private final class Current {
         let exchange: LoopLocalHTTPClient.Exchange
         let completion: PoolState.Completion
