@@ -363,7 +363,7 @@ struct CacheResponder {
         let failureLog = proxy.fetcher.failureLog
         let logger = proxy.logger
         let (key, target) = (request.key, request.target)
-        proxy.client.forward(upstream, body: nil, on: sink.eventLoop, to: stream).whenComplete { result in
+        proxy.client.forward(upstream, body: nil, on: sink.eventLoop, to: stream) { result in
             streams.ended(key, request: identity, stream)
             switch result {
             case .success:
