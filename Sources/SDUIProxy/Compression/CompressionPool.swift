@@ -48,42 +48,17 @@ public final class CompressionPool: Sendable {
         _ work: @escaping @Sendable () -> Value,
         finished: @escaping @Sendable (Value?) -> Void
     ) -> Bool {
-        guard claimRoom() else { return false }
-        enqueue(work, finished: finished)
-        return true
-    }
-
-    /// ``submit(_:finished:)`` for a caller that waits for the result: it completes on `eventLoop`; nil, and `work`
-    /// not run, when the pool is full.
-    public func run<Value: Sendable>(
-        on eventLoop: any EventLoop,
-        _ work: @escaping @Sendable () -> Value
-    ) -> EventLoopFuture<Value>? {
-        guard claimRoom() else { return nil }
-        let promise = eventLoop.makePromise(of: Value.self)
-        enqueue(work) { value in
-            if let value { promise.succeed(value) } else { promise.fail(NIOThreadPoolError.ThreadPoolInactive()) }
-        }
-        return promise.futureResult
-    }
-
-    /// Counts a job in, unless the pool is full (then the refusal is counted).
-    private func claimRoom() -> Bool {
         guard unfinished.add(1, ordering: .relaxed).newValue <= maximumUnfinished else {
             unfinished.subtract(1, ordering: .relaxed)
             refused.add(1, ordering: .relaxed)
             return false
         }
-        return true
-    }
-
-    private func enqueue<Value>(_ work: @escaping @Sendable () -> Value, finished: @escaping @Sendable (Value?) -> Void)
-    {
         threads.submit { [self] state in
             let value: Value? = state == .active ? work() : nil
             // Counted out before anyone hears of the end, so that whoever waited for it finds the room.
             unfinished.subtract(1, ordering: .relaxed)
             finished(value)
         }
+        return true
     }
 }
