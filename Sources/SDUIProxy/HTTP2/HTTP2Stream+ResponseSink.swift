@@ -44,7 +44,7 @@ extension HTTP2Stream: ResponseSink {
             indexed.append((":status", Self.statusText(status)))
             if presentation.advertisesRanges(entry) { indexed.append(("accept-ranges", "bytes")) }
             if presentation.keepsStoredFields {
-                let keepsAll = presentation.isPlain
+                let keepsAll = presentation.keepsEveryStoredLine
                 form.forEachField(common: entry.commonLines) { name, value in
                     guard keepsAll || presentation.keepsStoredField(name) else { return }
                     let name = Self.lowercased(name)

@@ -85,8 +85,9 @@ struct EntryPresentation {
     /// The request's id, returned in `X-Request-Id`: the client's own, or the one the proxy sent the backend for it.
     var requestID: String?
 
-    /// Whether the stored head goes out as it is, with no line left out or added.
-    var isPlain: Bool { !notModified && beagleMaxAge == nil && range == nil && requestID == nil }
+    /// Whether every stored line goes out as stored, none left out or changed: the stored head is then copied
+    /// whole, and what the presentation adds (the request's id only) is written after it.
+    var keepsEveryStoredLine: Bool { !notModified && beagleMaxAge == nil && range == nil }
 
     /// The status `entry` is sent with.
     func status(of entry: CachedResponse) -> HTTPResponseStatus {

@@ -70,7 +70,8 @@ enum HTTP1ResponseEncoder {
     /// stat). Returns the larger body that goes out as the stored buffer, uncopied, if any.
     ///
     /// A 304 keeps only the stored lines a 304 repeats; Beagle 1.x's form replaces the stored `Cache-Control`
-    /// and `beagle-hash` with its own. Both are cut from the stored lines, not parsed and encoded again.
+    /// and `beagle-hash` with its own. Both are cut from the stored lines, not parsed and encoded again. An answer
+    /// that only adds lines (a miss's `X-Request-Id`) copies the stored head whole, then writes them.
     static func writeStored(
         _ entry: CachedResponse,
         _ form: borrowing StoredForm,
@@ -82,7 +83,7 @@ enum HTTP1ResponseEncoder {
     ) -> ByteBuffer? {
         let bodyRange = presentation.bodyRange(of: form)
         form.withEncodedBytes { _, exactBody in
-            if presentation.isPlain {
+            if presentation.keepsEveryStoredLine {
                 // The status line, which the entry does not keep; a 200's, with its `Accept-Ranges`, is one static
                 // string, copied with the stored lines in one write.
                 if entry.advertisesRanges {
@@ -96,6 +97,11 @@ enum HTTP1ResponseEncoder {
                 } else {
                     HTTPWireFormat.writeStatusLine(status, into: &buffer)
                     form.writeHead(after: "", common: entry.commonLines, into: &buffer)
+                }
+                // A miss answers with the id the backend was sent: one line after the stored ones, where the
+                // line-by-line path below would put it too, so the stored head is still copied in one piece.
+                presentation.forEachOwnField(of: entry, form) { name, value in
+                    HTTPWireFormat.writeHeaderLine(name, value, into: &buffer)
                 }
             } else {
                 writeHead(of: entry, form, status: status, presentation, into: &buffer)
