@@ -1,3 +1,4 @@
+import CompressNIO
 import NIOCore
 import SDUIProxyCore
 import Testing
@@ -60,6 +61,36 @@ struct ContentCoderTests {
         let encoded = try ContentCoder.encode(body, as: coding, level: Self.defaultLevel(coding))
         let decoded = try ContentCoder.decode(encoded, from: coding, maxBytes: body.readableBytes)
         #expect(decoded == body)
+    }
+
+    @Test("zlib's window is the smallest that reaches over the whole body, and its hash as large as the window")
+    func zlibSizes() {
+        let expected: [(count: Int, windowBits: Int32)] = [
+            (0, 9), (250, 9), (251, 10), (762, 10), (763, 11), (2_427, 12), (32_506, 15), (32_507, 15),
+            (1 << 20, 15), (Int.max, 15),
+        ]
+        for (count, windowBits) in expected {
+            let sizes = ContentCoder.zlibSizes(forBodyOf: count)
+            #expect(sizes.windowBits == windowBits, "\(count) bytes")
+            #expect(sizes.memoryLevel == windowBits - 7, "\(count) bytes")
+        }
+    }
+
+    @Test(
+        "bodies at the edges of zlib's windows round-trip, no larger than zlib's default window and memory make them",
+        arguments: [ContentCoding.gzip, .deflate],
+        [250, 251, 762, 763, 2_427, 32_506, 32_507, 100_000]
+    )
+    func zlibWindowEdges(coding: ContentCoding, bytes: Int) throws {
+        let body = Self.screen(bytes: bytes)
+        let encoded = try ContentCoder.encode(body, as: coding, level: 6)
+        #expect(try ContentCoder.decode(encoded, from: coding, maxBytes: body.readableBytes) == body)
+        let defaults = ZlibConfiguration(windowSize: 15, compressionLevel: 6, memoryLevel: 8, strategy: .default)
+        var input = body
+        let withDefaults = try input.compress(
+            with: coding == .gzip ? .gzip(configuration: defaults) : .zlib(configuration: defaults)
+        )
+        #expect(encoded.readableBytes <= withDefaults.readableBytes)
     }
 
     @Test("the lowest and highest levels round-trip too", arguments: ContentCoding.allCases)
