@@ -383,6 +383,32 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    @Test(
+        "a forwarded answer goes out with one flush when its last part is flushed, two when chunked, one when empty",
+        arguments: [
+            (["Content-Length": "8"], "{\"id\":7}", 1),
+            (["Transfer-Encoding": "chunked"], "{\"id\":7}", 2),
+            (["Content-Length": "0"], "", 1),
+        ] as [(HTTPHeaders, String, Int)]
+    )
+    func forwardedAnswerFlushes(headers: HTTPHeaders, body: String, flushes: Int) throws {
+        try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
+            try connection.send(
+                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: 2\r\n\r\n{}"
+            )
+            let forward = try #require(connection.backend.forwards.first)
+            let before = connection.reads.flushes
+            forward.respond(status: .created, headers: headers, body: body)
+            #expect(connection.reads.flushes - before == flushes)
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .created)
+            #expect(response.body == body)
+            #expect(!response.closesConnection)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
     @Test("a POST's body on a streaming route goes to the backend as it arrives; the answer comes back, kept alive")
     func forwardedPostStreamsItsBody() throws {
         try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in

@@ -14,6 +14,8 @@ struct HTTP1ResponseWriter {
         var framing = HTTP1ResponseEncoder.Framing.none
         var bodyBytes = 0
         var headWritten = false
+        /// Everything written for the response so far went out with a flush: its last body part was flushed.
+        var flushed = false
     }
 
     /// The loop's tally of responses, and its buffer for composing them.
@@ -157,6 +159,14 @@ struct HTTP1ResponseWriter {
     mutating func countBodyPart(_ buffer: ByteBuffer) {
         if progress.framing != .none { progress.bodyBytes += buffer.readableBytes }
     }
+
+    /// The streamed response's head and body parts so far have gone out with a flush.
+    mutating func bodyPartFlushed() {
+        progress.flushed = true
+    }
+
+    /// Whether the streamed response has nothing written that waits for a flush.
+    var isFlushed: Bool { progress.flushed }
 
     /// The last bytes of the streamed response (the last chunk, or nothing), which is counted and logged.
     mutating func streamedEnd(allocator: ByteBufferAllocator) -> ByteBuffer {

@@ -78,6 +78,7 @@ extension PublicHTTPHandler: ResponseSink {
             return context.eventLoop.makeSucceededVoidFuture()
         case .contentLength:
             context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
+            writer.bodyPartFlushed()
         case .chunked:
             guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
             let allocator = context.channel.allocator
@@ -87,6 +88,7 @@ extension PublicHTTPHandler: ResponseSink {
             )
             context.write(wrapOutboundOut(buffer), promise: nil)
             context.writeAndFlush(wrapOutboundOut(HTTP1ResponseEncoder.chunkSuffix), promise: nil)
+            writer.bodyPartFlushed()
         }
         return whenWritable(context)
     }
@@ -110,8 +112,10 @@ extension PublicHTTPHandler: ResponseSink {
     }
 
     func writeEnd() {
+        // Read before the end resets it: a body whose last part went out with a flush needs no second one.
+        let flushed = writer.isFlushed
         let last = writer.streamedEnd(allocator: context?.channel.allocator ?? ByteBufferAllocator())
-        finish(with: last)
+        finish(with: last, flushed: flushed && last.readableBytes == 0)
     }
 
     func abort() {
@@ -128,8 +132,10 @@ extension PublicHTTPHandler: ResponseSink {
 
     /// Writes the response's last bytes and tells the machine it ended: then the connection closes, takes the
     /// requests pipelined behind it, or waits for the next. A response written while a read burst is handled is
-    /// flushed with the burst; one that completes later (after an upstream exchange), at once.
-    func finish(with last: ByteBuffer) {
+    /// flushed with the burst; one that completes later (after an upstream exchange), at once, unless `flushed`
+    /// says nothing written for it waits for a flush: a flush with nothing to write still runs the channel's whole
+    /// flush path, about 900 instructions.
+    func finish(with last: ByteBuffer, flushed: Bool = false) {
         guard let context else { return }
         let ended = machine.responseEnded(now: clock.now)
         switch ended {
@@ -142,7 +148,10 @@ extension PublicHTTPHandler: ResponseSink {
         case .waitForRequest, .handleHeldBack, .dropRestOfBody:
             // A streamed body with a length ends with nothing more to write, only what is held to flush.
             if last.readableBytes > 0 { context.write(wrapOutboundOut(last), promise: nil) }
-            if isHandlingRead { needsFlush = true } else { context.flush() }
+            // A response whose last part went out with its flush leaves nothing to send.
+            if !flushed {
+                if isHandlingRead { needsFlush = true } else { context.flush() }
+            }
             switch ended {
             case .handleHeldBack:
                 schedulePipelinedRequests()

@@ -178,16 +178,22 @@ final class ScriptedForward: Sendable {
     }
 }
 
-/// Counts the reads that reach it from the handlers behind it: put in front of a handler, it shows whether that
-/// handler lets the channel's reads through or holds them back.
+/// Counts the reads and flushes that reach it from the handlers behind it: put in front of a handler, it shows
+/// whether that handler lets the channel's reads through or holds them back, and how often it flushes.
 final class ReadCounter: ChannelOutboundHandler {
     typealias OutboundIn = ByteBuffer
 
     private(set) var count = 0
+    private(set) var flushes = 0
 
     func read(context: ChannelHandlerContext) {
         count += 1
         context.read()
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        flushes += 1
+        context.flush()
     }
 }
 
