@@ -163,19 +163,21 @@ public enum ContentCoder {
     }
 
     /// zlib's window (as a power of two) and memory level for compressing a body of `count` bytes: the smallest
-    /// window that still reaches back over the whole body, and a hash table of as many entries as the window.
+    /// window that still reaches back over the whole body, and a memory level whose buffers hold a whole window.
     ///
     /// A deflate match reaches at most 262 bytes (zlib's `MIN_LOOKAHEAD`) short of the window, so a window of at
-    /// least `count + 262` bytes finds every match the largest one would. zlib's defaults (a 32 KiB window, memory
-    /// level 8) set up about 256 KiB of window, chains, hash heads and pending output for every body, zeroing the
-    /// heads: for the benchmark's 2.4 KB screen, gzip at level 6 took 346,000 instructions with them and 298,000
-    /// with a 4 KiB window and level 5, to the same 889 bytes.
+    /// least `count + 262` bytes finds every match the largest one would. The memory level sizes the hash (twice
+    /// the window's entries) and the symbol buffer, whose filling ends a block: at `windowBits - 6` it holds a
+    /// window's symbols, so a body that compresses poorly is not cut into more blocks than zlib's defaults cut it
+    /// (at `windowBits - 7`, a 667-byte base64 image came out 583 bytes instead of 556). Never above the defaults'
+    /// 8. The defaults themselves (a 32 KiB window, memory level 8) set up about 256 KiB for every body, zeroing
+    /// the hash heads: for the benchmark's 2.4 KB screen, gzip at level 6 took 346,000 instructions with them and
+    /// 298,000 with a 4 KiB window, to the same 889 bytes.
     static func zlibSizes(forBodyOf count: Int) -> (windowBits: Int32, memoryLevel: Int32) {
         let reach = count.addingReportingOverflow(262)
         var windowBits: Int32 = 9
         while windowBits < 15, reach.overflow || (1 << windowBits) < reach.partialValue { windowBits += 1 }
-        // The hash has `memoryLevel + 7` bits: one head per window position.
-        return (windowBits, windowBits - 7)
+        return (windowBits, min(windowBits - 6, 8))
     }
 
     /// CompressNIO's `decompress(with:maxSize:)` stops at `maxSize` (with `bufferOverflow`), but it returns what
