@@ -71,7 +71,8 @@ enum HTTP1ResponseEncoder {
     ///
     /// A 304 keeps only the stored lines a 304 repeats; Beagle 1.x's form replaces the stored `Cache-Control`
     /// and `beagle-hash` with its own. Both are cut from the stored lines, not parsed and encoded again. An answer
-    /// that only adds lines (a miss's `X-Request-Id`) copies the stored head whole, then writes them.
+    /// that only adds lines (the `X-Request-Id` of a miss, or of a hit whose client sent one) copies the stored
+    /// head whole, then writes them.
     static func writeStored(
         _ entry: CachedResponse,
         _ form: borrowing StoredForm,
@@ -98,7 +99,7 @@ enum HTTP1ResponseEncoder {
                     HTTPWireFormat.writeStatusLine(status, into: &buffer)
                     form.writeHead(after: "", common: entry.commonLines, into: &buffer)
                 }
-                // A miss answers with the id the backend was sent: one line after the stored ones, where the
+                // The request's id (a miss's, or a hit's client's own) goes after the stored lines, where the
                 // line-by-line path below would put it too, so the stored head is still copied in one piece.
                 presentation.forEachOwnField(of: entry, form) { name, value in
                     HTTPWireFormat.writeHeaderLine(name, value, into: &buffer)

@@ -160,7 +160,9 @@ struct HTTP1ResponseWriter {
         if progress.framing != .none { progress.bodyBytes += buffer.readableBytes }
     }
 
-    /// The streamed response's head and body parts so far have gone out with a flush.
+    /// A body part of the streamed response went out with a flush, and the head and parts before it with it.
+    /// Every part written is flushed (``PublicHTTPHandler`` writes each with `writeAndFlush`), so from then on nothing
+    /// written for the response waits for a flush.
     mutating func bodyPartFlushed() {
         progress.flushed = true
     }

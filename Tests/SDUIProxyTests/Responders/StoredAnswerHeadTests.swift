@@ -9,15 +9,20 @@ import Testing
 /// that adds its request id) or cut line by line (a 304, Beagle 1.x, a part), the bytes are the head composed
 /// field by field from the entry's lines, the presentation's own fields and the annotation.
 @Suite struct StoredAnswerHeadTests {
-    private static let entry = CachedResponse(
-        status: .ok,
-        headers: [
-            "Content-Type": "application/json", "Cache-Control": "max-age=60", "ETag": "\"v1\"",
-            "X-Backend": "one",
-        ],
-        body: ByteBuffer(string: #"{"_beagleComponent_":"beagle:text","text":"hello"}"#),
-        metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
-    )
+    private static func entry(_ status: HTTPResponseStatus) -> CachedResponse {
+        CachedResponse(
+            status: status,
+            headers: [
+                "Content-Type": "application/json", "Cache-Control": "max-age=60", "ETag": "\"v1\"",
+                "X-Backend": "one",
+            ],
+            body: ByteBuffer(string: #"{"_beagleComponent_":"beagle:text","text":"hello"}"#),
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        )
+    }
+
+    /// A stored 200.
+    private static let okEntry = entry(.ok)
 
     private static let annotation: CacheAnnotation = {
         var cache = ProxyConfiguration.Cache()
@@ -31,7 +36,11 @@ import Testing
 
     /// The head and body composed one field at a time: the status line, `Accept-Ranges` when advertised, each
     /// stored field the presentation keeps, its own fields, `Age`, the annotation, and the kept body bytes.
-    private static func composed(_ presentation: EntryPresentation, closesConnection: Bool) -> String {
+    private static func composed(
+        _ presentation: EntryPresentation,
+        of entry: CachedResponse = okEntry,
+        closesConnection: Bool
+    ) -> String {
         let status = presentation.status(of: entry)
         var head = "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\n"
         if presentation.advertisesRanges(entry) { head += "Accept-Ranges: bytes\r\n" }
@@ -49,7 +58,11 @@ import Testing
         return head + String(decoding: body[presentation.bodyRange(of: form)], as: UTF8.self)
     }
 
-    private static func written(_ presentation: EntryPresentation, closesConnection: Bool) -> String {
+    private static func written(
+        _ presentation: EntryPresentation,
+        of entry: CachedResponse = okEntry,
+        closesConnection: Bool
+    ) -> String {
         var buffer = ByteBuffer()
         entry.withForm(nil) { form in
             #expect(
@@ -87,6 +100,18 @@ import Testing
                     == Self.composed(presentation, closesConnection: closesConnection)
             )
         }
+    }
+
+    @Test("a stored 404 with a request id is written as composed: its own status line, no Accept-Ranges")
+    func notFoundWithRequestID() {
+        let notFound = Self.entry(.notFound)
+        var presentation = EntryPresentation(annotation: Self.annotation, age: 1)
+        presentation.requestID = "req-404"
+        let head = Self.written(presentation, of: notFound, closesConnection: false)
+        #expect(head == Self.composed(presentation, of: notFound, closesConnection: false))
+        #expect(head.hasPrefix("HTTP/1.1 404 Not Found\r\n"))
+        #expect(!head.contains("Accept-Ranges"))
+        #expect(head.contains("\r\nX-Request-Id: req-404\r\nAge: 1\r\n"))
     }
 
     @Test("a miss's request id follows the stored lines and Content-Length, ahead of Age, in a head copied whole")
