@@ -296,22 +296,6 @@ struct LoopLocalHTTPClientTests {
         }
     }
 
-    @Test("a forward finds the framing fields in one walk, in any case, and not in names of their lengths")
-    func framingFields() {
-        let cases: [(HTTPHeaders, transferEncoding: Bool, contentLength: Bool)] = [
-            ([:], false, false),
-            (["X-Forwarded-Proto": "http", "Accept-Charset": "utf-8"], false, false),
-            (["TRANSFER-ENCODING": "chunked"], true, false),
-            (["content-length": "3"], false, true),
-            (["Accept": "*/*", "Content-Length": "3", "Transfer-Encoding": "chunked"], true, true),
-        ]
-        for (headers, transferEncoding, contentLength) in cases {
-            let found = LoopLocalHTTPClient.framingFields(in: headers)
-            #expect(found.transferEncoding == transferEncoding, "\(headers)")
-            #expect(found.contentLength == contentLength, "\(headers)")
-        }
-    }
-
     @Test("requests with a body carry it with its length")
     func body() async throws {
         let origin = try await TestOrigin { _ in TestOrigin.Response(status: .created, headers: [], body: "") }

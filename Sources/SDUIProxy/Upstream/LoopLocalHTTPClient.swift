@@ -135,20 +135,6 @@ public final class LoopLocalHTTPClient: NetworkClient {
         return promise.futureResult
     }
 
-    /// Whether `headers` hold a `Transfer-Encoding` and a `Content-Length`, in one walk that tells names apart by
-    /// length: two `contains(name:)` walked the list twice, comparing every name, on every forwarded request.
-    static func framingFields(in headers: HTTPHeaders) -> (transferEncoding: Bool, contentLength: Bool) {
-        var found = (transferEncoding: false, contentLength: false)
-        for (name, _) in headers {
-            switch name.utf8.count {
-            case 17 where HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding"): found.transferEncoding = true
-            case 14 where HTTPSyntax.equalsIgnoringCase(name, "content-length"): found.contentLength = true
-            default: break
-            }
-        }
-        return found
-    }
-
     public func forward(
         _ request: UpstreamRequest,
         body: RequestBodyStream?,
@@ -164,8 +150,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         // looked for before it is removed: a removal copies the list shared with the request, and most requests
         // (GETs) have neither field.
         var headers = request.headers
-        let framing = Self.framingFields(in: headers)
-        if framing.transferEncoding { headers.remove(name: "Transfer-Encoding") }
+        if headers.contains(name: "transfer-encoding") { headers.remove(name: "Transfer-Encoding") }
         let isChunked = body != nil && body?.contentLength == nil
         if let body, let length = body.contentLength {
             headers.replaceOrAdd(name: "Content-Length", value: String(length))
@@ -174,7 +159,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
             headers.add(name: "Transfer-Encoding", value: "chunked")
         } else {
             // No body streamed: the client's length is not this hop's.
-            if request.body == nil, framing.contentLength { headers.remove(name: "Content-Length") }
+            if request.body == nil, headers.contains(name: "content-length") { headers.remove(name: "Content-Length") }
             Self.frameBodyWithHead(&headers, of: request)
         }
         let encoded: ByteBuffer
