@@ -104,14 +104,14 @@ struct PublicHTTPHandlerTests {
             // The second request could be answered from memory at once; only the order holds it back.
             try Self.fill("/screens/b", text: "b", on: connection)
             connection.channel.read()
-            #expect(connection.reads.count == 1, "an idle connection lets reads through")
+            #expect(connection.outbound.reads == 1, "an idle connection lets reads through")
 
             try connection.send(Self.get("/screens/a") + Self.get("/screens/b"))
             #expect(connection.backend.fetches.map(\.target) == ["/screens/b", "/screens/a"])
             connection.runLoop()
             #expect(connection.unreadOutput.isEmpty)
             connection.channel.read()
-            #expect(connection.reads.count == 1, "a read is held back while a pipelined request waits")
+            #expect(connection.outbound.reads == 1, "a read is held back while a pipelined request waits")
 
             try connection.backend.answerFetch(
                 headers: Self.componentHeaders(etag: "\"a-1\""),
@@ -123,7 +123,7 @@ struct PublicHTTPHandlerTests {
             let second = try #require(try connection.readResponse())
             #expect(second.raw.hasSuffix(Self.hitLines + "\r\n" + Self.component("b")))
             #expect(!first.closesConnection && !second.closesConnection)
-            #expect(connection.reads.count == 2, "the held read goes through once the pipelined request is handled")
+            #expect(connection.outbound.reads == 2, "the held read goes through once the pipelined request is handled")
             #expect(connection.backend.fetches.count == 2)
             #expect(connection.isOpen)
             #expect(connection.unreadOutput.isEmpty)
@@ -384,27 +384,60 @@ struct PublicHTTPHandlerTests {
     }
 
     @Test(
-        "a forwarded answer goes out with one flush when its last part is flushed, two when chunked, one when empty",
+        "a forwarded answer's head goes out with its first part: one write and flush for a small body with a length",
         arguments: [
-            (["Content-Length": "8"], "{\"id\":7}", 1),
-            (["Transfer-Encoding": "chunked"], "{\"id\":7}", 2),
-            (["Content-Length": "0"], "", 1),
-        ] as [(HTTPHeaders, String, Int)]
+            (["Content-Length": "8"], "{\"id\":7}", 1, 1),
+            (["Content-Length": "9000"], String(repeating: "a", count: 9000), 2, 1),
+            (["Transfer-Encoding": "chunked"], "{\"id\":7}", 5, 2),
+            (["Content-Length": "0"], "", 1, 1),
+        ] as [(HTTPHeaders, String, Int, Int)]
     )
-    func forwardedAnswerFlushes(headers: HTTPHeaders, body: String, flushes: Int) throws {
+    func forwardedAnswerWrites(headers: HTTPHeaders, body: String, writes: Int, flushes: Int) throws {
         try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
             try connection.send(
                 "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
                     + "Content-Length: 2\r\n\r\n{}"
             )
             let forward = try #require(connection.backend.forwards.first)
-            let before = connection.reads.flushes
+            let (writesBefore, flushesBefore) = (connection.outbound.writes, connection.outbound.flushes)
             forward.respond(status: .created, headers: headers, body: body)
-            #expect(connection.reads.flushes - before == flushes)
+            // A small part is copied behind the head; a chunked body's head, size line, part, CRLF and last chunk
+            // are written apart, flushed with the part and at the end.
+            #expect(connection.outbound.writes - writesBefore == writes)
+            #expect(connection.outbound.flushes - flushesBefore == flushes)
             let response = try #require(try connection.readResponse())
             #expect(response.status == .created)
             #expect(response.body == body)
             #expect(!response.closesConnection)
+            #expect(connection.unreadOutput.isEmpty)
+        }
+    }
+
+    @Test("a forwarded answer's head waits in the handler for its body, and goes out with it; HEAD's at the end")
+    func forwardedHeadHeldForBody() throws {
+        try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
+            try connection.send(
+                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: 2\r\n\r\n{}"
+            )
+            let forward = try #require(connection.backend.forwards.first)
+            let writesBefore = connection.outbound.writes
+            forward.sink.receiveHead(status: .ok, fields: HTTPFieldLines(["Content-Length": "4"]))
+            #expect(connection.outbound.writes == writesBefore, "the head is held for the first part")
+            #expect(connection.unreadOutput.isEmpty)
+            _ = forward.sink.receiveBodyPart(ByteBuffer(string: "{}{}"))
+            #expect(connection.outbound.writes == writesBefore + 1)
+            forward.sink.receiveEnd()
+            let response = try #require(try connection.readResponse())
+            #expect(response.status == .ok)
+            #expect(response.body == "{}{}")
+
+            try connection.send("HEAD /api/orders HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            let head = try #require(connection.backend.forwards.last)
+            head.respond(status: .ok, headers: ["Content-Length": "4"], body: "")
+            let headResponse = try #require(try connection.readResponse(isHEAD: true))
+            #expect(headResponse.status == .ok)
+            #expect(headResponse.headers["content-length"] == ["4"])
             #expect(connection.unreadOutput.isEmpty)
         }
     }
@@ -470,14 +503,17 @@ struct PublicHTTPHandlerTests {
             try connection.send("POST /api/upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1048576\r\n\r\n")
             for _ in 0..<5 { try connection.send(chunk) }
             // Over the stream's high watermark, with nobody taking it: reads are held back.
-            let readsWhilePaused = connection.reads.count
+            let readsWhilePaused = connection.outbound.reads
             connection.channel.read()
-            #expect(connection.reads.count == readsWhilePaused, "reading pauses while the backend takes nothing")
+            #expect(connection.outbound.reads == readsWhilePaused, "reading pauses while the backend takes nothing")
 
             let forward = try #require(connection.backend.forwards.first)
             forward.respond(status: .unauthorized, headers: ["Content-Length": "0"], body: "")
             #expect(try #require(try connection.readResponse()).status == .unauthorized)
-            #expect(connection.reads.count > readsWhilePaused, "the held-back read goes through once the answer is out")
+            #expect(
+                connection.outbound.reads > readsWhilePaused,
+                "the held-back read goes through once the answer is out"
+            )
             // The rest of the body is read and dropped, and the connection takes its next request.
             for _ in 0..<11 { try connection.send(chunk) }
             try connection.send("GET /screens/next HTTP/1.1\r\nHost: app.example\r\n\r\n")
@@ -544,9 +580,9 @@ struct PublicHTTPHandlerTests {
             forward.respond(status: .created, headers: ["Content-Length": "0"], body: "")
             #expect(try #require(try connection.readResponse()).status == .created)
             // The stream still holds what the backend never took; the connection reads on regardless.
-            let before = connection.reads.count
+            let before = connection.outbound.reads
             connection.channel.read()
-            #expect(connection.reads.count == before + 1)
+            #expect(connection.outbound.reads == before + 1)
             try connection.send("GET /screens/next HTTP/1.1\r\nHost: app.example\r\n\r\n")
             #expect(connection.backend.fetches.count == 1)
         }

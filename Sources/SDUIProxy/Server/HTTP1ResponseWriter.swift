@@ -16,6 +16,8 @@ struct HTTP1ResponseWriter {
         var headWritten = false
         /// Everything written for the response so far went out with a flush: its last body part was flushed.
         var flushed = false
+        /// The streamed head, not written yet: it goes out with the first body part, or at the end.
+        var heldHead: ByteBuffer?
     }
 
     /// The loop's tally of responses, and its buffer for composing them.
@@ -169,6 +171,18 @@ struct HTTP1ResponseWriter {
 
     /// Whether the streamed response has nothing written that waits for a flush.
     var isFlushed: Bool { progress.flushed }
+
+    /// Keeps the streamed response's encoded head until its first body part or its end: a head and a small part
+    /// then go out as one buffer, one write through the channel instead of two.
+    mutating func holdHead(_ head: ByteBuffer) {
+        progress.heldHead = head
+    }
+
+    /// The head kept by ``holdHead(_:)``, if it is still to be written; it is the caller's to write now.
+    mutating func takeHeldHead() -> ByteBuffer? {
+        defer { progress.heldHead = nil }
+        return progress.heldHead
+    }
 
     /// The last bytes of the streamed response (the last chunk, or nothing), which is counted and logged.
     mutating func streamedEnd(allocator: ByteBufferAllocator) -> ByteBuffer {

@@ -57,7 +57,9 @@ extension PublicHTTPHandler: ResponseSink {
             closesConnection: context == nil || machine.responseStarted(),
             allocator: context?.channel.allocator ?? ByteBufferAllocator()
         )
-        context?.write(wrapOutboundOut(head), promise: nil)
+        // Written with the first body part or the end, which flush it: until then it would wait for that flush
+        // in the channel anyway.
+        if context != nil { writer.holdHead(head) }
     }
 
     func writeHead(_ head: RelayedResponseHead, cacheResult: CacheResult?) {
@@ -67,7 +69,7 @@ extension PublicHTTPHandler: ResponseSink {
             closesConnection: context == nil || machine.responseStarted(),
             allocator: context?.channel.allocator ?? ByteBufferAllocator()
         )
-        context?.write(wrapOutboundOut(encoded), promise: nil)
+        if context != nil { writer.holdHead(encoded) }
     }
 
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
@@ -77,10 +79,20 @@ extension PublicHTTPHandler: ResponseSink {
         case .none:
             return context.eventLoop.makeSucceededVoidFuture()
         case .contentLength:
+            if var head = writer.takeHeldHead() {
+                if buffer.readableBytes <= Self.partsCopiedBehindHead {
+                    head.writeImmutableBuffer(buffer)
+                    context.writeAndFlush(wrapOutboundOut(head), promise: nil)
+                    writer.bodyPartFlushed()
+                    return whenWritable(context)
+                }
+                context.write(wrapOutboundOut(head), promise: nil)
+            }
             context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
             writer.bodyPartFlushed()
         case .chunked:
             guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
+            if let head = writer.takeHeldHead() { context.write(wrapOutboundOut(head), promise: nil) }
             let allocator = context.channel.allocator
             context.write(
                 wrapOutboundOut(HTTP1ResponseEncoder.chunkPrefix(count: buffer.readableBytes, allocator: allocator)),
@@ -92,6 +104,10 @@ extension PublicHTTPHandler: ResponseSink {
         }
         return whenWritable(context)
     }
+
+    /// The largest body part copied behind a held head, so that both go out as one write: copying 8 KiB costs
+    /// about what the second write through the channel did (1,000 instructions a pass-through of 2.4 KB saved).
+    static let partsCopiedBehindHead = 8192
 
     /// Completes when the client can take more: at once while the channel is under its high-water mark (the loop's
     /// one succeeded future, no promise a part), else once it is writable again. A write that fails closes the
@@ -112,6 +128,7 @@ extension PublicHTTPHandler: ResponseSink {
     }
 
     func writeEnd() {
+        if let head = writer.takeHeldHead() { context?.write(wrapOutboundOut(head), promise: nil) }
         // Read before the end resets it: a body whose last part went out with a flush needs no second one.
         let flushed = writer.isFlushed
         let last = writer.streamedEnd(allocator: context?.channel.allocator ?? ByteBufferAllocator())

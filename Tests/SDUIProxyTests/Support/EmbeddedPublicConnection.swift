@@ -178,17 +178,23 @@ final class ScriptedForward: Sendable {
     }
 }
 
-/// Counts the reads and flushes that reach it from the handlers behind it: put in front of a handler, it shows
-/// whether that handler lets the channel's reads through or holds them back, and how often it flushes.
-final class ReadCounter: ChannelOutboundHandler {
+/// Counts the reads, writes and flushes that reach it from the handlers behind it: put in front of a handler, it
+/// shows whether that handler lets the channel's reads through or holds them back, and how it writes.
+final class OutboundCounter: ChannelOutboundHandler {
     typealias OutboundIn = ByteBuffer
 
-    private(set) var count = 0
+    private(set) var reads = 0
+    private(set) var writes = 0
     private(set) var flushes = 0
 
     func read(context: ChannelHandlerContext) {
-        count += 1
+        reads += 1
         context.read()
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        writes += 1
+        context.write(data, promise: promise)
     }
 
     func flush(context: ChannelHandlerContext) {
@@ -209,7 +215,7 @@ struct WrittenResponse {
 }
 
 /// One connection of the public listener with nothing real under it: a ``PublicHTTPHandler`` on an
-/// `EmbeddedChannel`, its context's backend a ``ScriptedNetworkClient``, and a ``ReadCounter`` in front of it.
+/// `EmbeddedChannel`, its context's backend a ``ScriptedNetworkClient``, and an ``OutboundCounter`` in front of it.
 /// Everything, the handler's deadlines and the backend's answers included, happens on the test's thread, when the
 /// test drives it.
 ///
@@ -220,7 +226,7 @@ final class EmbeddedPublicConnection {
     let loop: EmbeddedEventLoop
     let channel: EmbeddedChannel
     let backend = ScriptedNetworkClient()
-    let reads = ReadCounter()
+    let outbound = OutboundCounter()
     /// The connection's loop's count of responses, as the metrics read it.
     let tally = RequestTally()
     let configuration: ProxyConfiguration
@@ -269,7 +275,7 @@ final class EmbeddedPublicConnection {
             clock: .of(loop)
         )
         let sync = channel.pipeline.syncOperations
-        try sync.addHandler(reads)
+        try sync.addHandler(outbound)
         try sync.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40_000)).wait()
     }
