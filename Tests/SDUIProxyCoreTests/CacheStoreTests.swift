@@ -274,6 +274,31 @@ struct CachedResponseStorageTests {
         )
     }
 
+    @Test("past a response's 64th field the stored head still keeps what it shares and drops framing and Age")
+    func storedHeadPastSixtyFourFields() {
+        let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#)
+        var headers: [(String, String)] = (0..<70).map { ("X-Field-\($0)", "value \($0)") }
+        // The two it drops, one each side of the 64th field, and one it keeps past it.
+        headers.insert(("Age", "12"), at: 10)
+        headers.insert(("Content-Length", "999"), at: 66)
+        headers.insert(("Cache-Control", "max-age=60"), at: 68)
+        let entry = CachedResponse(
+            status: .ok,
+            headers: HTTPHeaders(headers),
+            body: body,
+            metadata: .init(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
+        )
+        let kept = entry.headers
+        #expect(kept.filter { $0.name.hasPrefix("X-Field-") }.map(\.value) == (0..<70).map { "value \($0)" })
+        #expect(kept["Cache-Control"] == ["max-age=60"])
+        #expect(kept["Age"].isEmpty)
+        #expect(kept["Content-Length"].isEmpty)
+        #expect(
+            String(decoding: entry.encodedHead(), as: UTF8.self)
+                .hasSuffix("Content-Length: \(body.readableBytes)\r\n")
+        )
+    }
+
     @Test("an entry's headers, read back from its stored head, are the headers it kept, names and values alike")
     func headersReadBack() {
         let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:text"}"#)

@@ -349,7 +349,11 @@ public final class CachedResponse: Sendable {
         var upstreamETag: String?
         var tags: [String] = []
         var keptDirectives = CacheControl()
+        // Bit n: the n-th of the first 64 fields is shared, as this pass finds; the writing pass reads it here.
+        var sharedFields: UInt64 = 0
+        var measured = 0
         fields.forEachField { name, value in
+            defer { measured &+= 1 }
             // Read whether or not clients see the field.
             if HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader), filter?.passes(name) != false {
                 tags += Self.purgeTags(in: value)
@@ -358,6 +362,7 @@ public final class CachedResponse: Sendable {
                 upstreamETag = String(decoding: value, as: UTF8.self)
             }
             guard isShared(name) else { return }
+            if measured < 64 { sharedFields |= 1 &<< UInt64(measured) }
             if CommonFieldLines.isOwn(name) {
                 ownBytes += name.count + 2 + value.count + 2
             } else {
@@ -377,8 +382,10 @@ public final class CachedResponse: Sendable {
             memory in
             var own = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[..<ownBytes]))
             var commonWriter = HeadWriter(into: UnsafeMutableRawBufferPointer(rebasing: memory[ownBytes...]))
+            var written = 0
             fields.forEachField { name, value in
-                guard isShared(name) else { return }
+                defer { written &+= 1 }
+                guard written < 64 ? sharedFields & (1 &<< UInt64(written)) != 0 : isShared(name) else { return }
                 guard CommonFieldLines.isOwn(name) else {
                     commonWriter.writeLine(name, value)
                     return
