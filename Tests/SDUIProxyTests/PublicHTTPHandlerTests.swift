@@ -383,6 +383,15 @@ struct PublicHTTPHandlerTests {
         }
     }
 
+    /// Sends a whole POST of `{}` on a streaming route: the backend's exchange for it, waiting for its answer.
+    private static func forwardSmallPost(on connection: EmbeddedPublicConnection) throws -> ScriptedForward {
+        try connection.send(
+            "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
+                + "Content-Length: 2\r\n\r\n{}"
+        )
+        return try #require(connection.backend.forwards.first)
+    }
+
     @Test(
         "a forwarded answer's head goes out with its first part: one write and flush for a small body with a length",
         arguments: [
@@ -394,11 +403,7 @@ struct PublicHTTPHandlerTests {
     )
     func forwardedAnswerWrites(headers: HTTPHeaders, body: String, writes: Int, flushes: Int) throws {
         try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
-            try connection.send(
-                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: 2\r\n\r\n{}"
-            )
-            let forward = try #require(connection.backend.forwards.first)
+            let forward = try Self.forwardSmallPost(on: connection)
             let (writesBefore, flushesBefore) = (connection.outbound.writes, connection.outbound.flushes)
             forward.respond(status: .created, headers: headers, body: body)
             // A small part is copied behind the head; a chunked body's head, size line, part, CRLF and last chunk
@@ -416,11 +421,7 @@ struct PublicHTTPHandlerTests {
     @Test("a forwarded answer's head waits in the handler for its body, and goes out with it; HEAD's at the end")
     func forwardedHeadHeldForBody() throws {
         try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
-            try connection.send(
-                "POST /api/orders HTTP/1.1\r\nHost: app.example\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: 2\r\n\r\n{}"
-            )
-            let forward = try #require(connection.backend.forwards.first)
+            let forward = try Self.forwardSmallPost(on: connection)
             let writesBefore = connection.outbound.writes
             forward.sink.receiveHead(status: .ok, fields: HTTPFieldLines(["Content-Length": "4"]))
             #expect(connection.outbound.writes == writesBefore, "the head is held for the first part")

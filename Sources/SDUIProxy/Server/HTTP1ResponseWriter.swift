@@ -14,8 +14,6 @@ struct HTTP1ResponseWriter {
         var framing = HTTP1ResponseEncoder.Framing.none
         var bodyBytes = 0
         var headWritten = false
-        /// Everything written for the response so far went out with a flush: its last body part was flushed.
-        var flushed = false
         /// The streamed head, not written yet: it goes out with the first body part, or at the end.
         var heldHead: ByteBuffer?
     }
@@ -38,7 +36,8 @@ struct HTTP1ResponseWriter {
     /// `accounting`: responders read them often, and a read then copies nothing.
     private(set) var accessNotes: AccessNotes?
 
-    /// Whether the current response's head has been written.
+    /// Whether the current response's head has been made: written, or held for its first body part. Either way no
+    /// other response can take its place.
     var headWritten: Bool { progress.headWritten }
 
     /// How the current response's body parts are framed.
@@ -114,14 +113,17 @@ struct HTTP1ResponseWriter {
         return (buffer, copiesBody || bodyBytes == 0 ? nil : body)
     }
 
-    /// The head of a streamed response; its framing follows from the status, the headers and the method.
-    mutating func streamedHead(
+    /// Makes the head of a streamed response, and holds it until its first body part or its end
+    /// (``takeHeldHead()``): a head and a small part then go out as one buffer, one write through the channel
+    /// instead of two, and the head would wait for that part's flush in the channel anyway. Its framing follows from
+    /// the status, the headers and the method.
+    mutating func holdStreamedHead(
         status: HTTPResponseStatus,
         headers: HTTPHeaders,
         cacheResult: CacheResult?,
         closesConnection: Bool,
         allocator: ByteBufferAllocator
-    ) -> ByteBuffer {
+    ) {
         let framing = HTTP1ResponseEncoder.framing(status: status, headers: headers, isHead: isHeadRequest)
         progress = Progress(status: status, cacheResult: cacheResult, framing: framing, headWritten: true)
         var buffer = allocator.buffer(capacity: 512)
@@ -132,17 +134,17 @@ struct HTTP1ResponseWriter {
             closesConnection: closesConnection,
             into: &buffer
         )
-        return buffer
+        progress.heldHead = buffer
     }
 
-    /// The head of a streamed response relayed from a backend's bytes (``RelayedResponseHead``); framed as
-    /// ``streamedHead(status:headers:cacheResult:closesConnection:allocator:)`` frames a head.
-    mutating func streamedHead(
+    /// The head of a streamed response relayed from a backend's bytes (``RelayedResponseHead``), framed and held as
+    /// ``holdStreamedHead(status:headers:cacheResult:closesConnection:allocator:)`` frames and holds a head.
+    mutating func holdStreamedHead(
         _ head: RelayedResponseHead,
         cacheResult: CacheResult?,
         closesConnection: Bool,
         allocator: ByteBufferAllocator
-    ) -> ByteBuffer {
+    ) {
         var buffer = allocator.buffer(capacity: 512)
         HTTPWireFormat.writeStatusLine(head.status, into: &buffer)
         // The lines say whether there is a `Content-Length` as they are written; the framing line comes after them.
@@ -154,7 +156,7 @@ struct HTTP1ResponseWriter {
         )
         progress = Progress(status: head.status, cacheResult: cacheResult, framing: framing, headWritten: true)
         HTTP1ResponseEncoder.writeHeadEnd(framing: framing, closesConnection: closesConnection, into: &buffer)
-        return buffer
+        progress.heldHead = buffer
     }
 
     /// Counts a body part of the streamed response, which goes out as its framing says.
@@ -162,23 +164,12 @@ struct HTTP1ResponseWriter {
         if progress.framing != .none { progress.bodyBytes += buffer.readableBytes }
     }
 
-    /// A body part of the streamed response went out with a flush, and the head and parts before it with it.
-    /// Every part written is flushed (``PublicHTTPHandler`` writes each with `writeAndFlush`), so from then on nothing
-    /// written for the response waits for a flush.
-    mutating func bodyPartFlushed() {
-        progress.flushed = true
-    }
+    /// Whether the streamed response has nothing written that waits for a flush: a body part with bytes went out,
+    /// and ``PublicHTTPHandler`` writes every such part with a flush, the head and the parts before it with it.
+    var isFlushed: Bool { progress.bodyBytes > 0 }
 
-    /// Whether the streamed response has nothing written that waits for a flush.
-    var isFlushed: Bool { progress.flushed }
-
-    /// Keeps the streamed response's encoded head until its first body part or its end: a head and a small part
-    /// then go out as one buffer, one write through the channel instead of two.
-    mutating func holdHead(_ head: ByteBuffer) {
-        progress.heldHead = head
-    }
-
-    /// The head kept by ``holdHead(_:)``, if it is still to be written; it is the caller's to write now.
+    /// The head held by ``holdStreamedHead(_:cacheResult:closesConnection:allocator:)``, if it is still to be
+    /// written; it is the caller's to write now.
     mutating func takeHeldHead() -> ByteBuffer? {
         defer { progress.heldHead = nil }
         return progress.heldHead

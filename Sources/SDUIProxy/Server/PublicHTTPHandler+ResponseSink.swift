@@ -50,26 +50,22 @@ extension PublicHTTPHandler: ResponseSink {
 
     func writeHead(status: HTTPResponseStatus, headers: HTTPHeaders, cacheResult: CacheResult?) {
         // Recorded even when the client has gone, so the response is counted with its own status.
-        let head = writer.streamedHead(
+        writer.holdStreamedHead(
             status: status,
             headers: headers,
             cacheResult: cacheResult,
             closesConnection: context == nil || machine.responseStarted(),
             allocator: context?.channel.allocator ?? ByteBufferAllocator()
         )
-        // Written with the first body part or the end, which flush it: until then it would wait for that flush
-        // in the channel anyway.
-        if context != nil { writer.holdHead(head) }
     }
 
     func writeHead(_ head: RelayedResponseHead, cacheResult: CacheResult?) {
-        let encoded = writer.streamedHead(
+        writer.holdStreamedHead(
             head,
             cacheResult: cacheResult,
             closesConnection: context == nil || machine.responseStarted(),
             allocator: context?.channel.allocator ?? ByteBufferAllocator()
         )
-        if context != nil { writer.holdHead(encoded) }
     }
 
     func writeBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
@@ -79,17 +75,17 @@ extension PublicHTTPHandler: ResponseSink {
         case .none:
             return context.eventLoop.makeSucceededVoidFuture()
         case .contentLength:
+            // The head taken straight into the `var` it is written through: a second binding of it would make the
+            // append copy its storage first (350 instructions a pass-through).
             if var head = writer.takeHeldHead() {
                 if buffer.readableBytes <= Self.partsCopiedBehindHead {
                     head.writeImmutableBuffer(buffer)
                     context.writeAndFlush(wrapOutboundOut(head), promise: nil)
-                    writer.bodyPartFlushed()
                     return whenWritable(context)
                 }
                 context.write(wrapOutboundOut(head), promise: nil)
             }
             context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
-            writer.bodyPartFlushed()
         case .chunked:
             guard buffer.readableBytes > 0 else { return context.eventLoop.makeSucceededVoidFuture() }
             if let head = writer.takeHeldHead() { context.write(wrapOutboundOut(head), promise: nil) }
@@ -100,7 +96,6 @@ extension PublicHTTPHandler: ResponseSink {
             )
             context.write(wrapOutboundOut(buffer), promise: nil)
             context.writeAndFlush(wrapOutboundOut(HTTP1ResponseEncoder.chunkSuffix), promise: nil)
-            writer.bodyPartFlushed()
         }
         return whenWritable(context)
     }
