@@ -234,7 +234,7 @@ import Testing
     @Test("requests share a stream when they reach the backend the same but for who sent them")
     func streamSharingIdentity() {
         func identity(_ headers: HTTPHeaders) -> String {
-            CacheFillPolicy.streamSharingIdentity(upstreamHeaders: headers)
+            CacheFillPolicy.streamSharingIdentity(upstreamFields: HTTPFieldLines(headers))
         }
         let base: HTTPHeaders = ["Host": "a.example", "Accept-Encoding": "identity", "Cookie": "u=1"]
         var otherClient = base

@@ -14,7 +14,7 @@ struct HTTPWireFormatTests {
             let encoded = try HTTPWireFormat.encodeRequest(
                 method: .RAW(value: method),
                 target: "/a",
-                headers: [:],
+                fields: HTTPFieldLines(),
                 body: nil
             )
             #expect(String(buffer: encoded) == "\(method) /a HTTP/1.1\r\n\r\n", "method of \(count) bytes")
@@ -27,13 +27,52 @@ struct HTTPWireFormatTests {
         let encoded = try HTTPWireFormat.encodeRequest(
             method: .POST,
             target: "/api/cart?x=1",
-            headers: ["Host": "backend:8080", "Content-Length": "2", "beagle-platform": "IOS"],
+            fields: HTTPFieldLines(["Host": "backend:8080", "beagle-platform": "IOS"]),
+            framing: .length(2),
             body: ByteBuffer(string: "{}")
         )
         #expect(
             String(buffer: encoded)
-                == "POST /api/cart?x=1 HTTP/1.1\r\nHost: backend:8080\r\nContent-Length: 2\r\nbeagle-platform: IOS\r\n\r\n{}"
+                == "POST /api/cart?x=1 HTTP/1.1\r\nHost: backend:8080\r\nbeagle-platform: IOS\r\nContent-Length: 2\r\n\r\n{}"
         )
+    }
+
+    @Test(
+        "the framing is this hop's: the fields' own Content-Length and Transfer-Encoding give way to the framing given",
+        arguments: [
+            (HTTPWireFormat.RequestFraming.none, ""), (.length(0), "Content-Length: 0\r\n"),
+            (.length(1_234_567), "Content-Length: 1234567\r\n"), (.chunked, "Transfer-Encoding: chunked\r\n"),
+        ]
+    )
+    func framing(_ framing: HTTPWireFormat.RequestFraming, _ line: String) throws {
+        let fields = HTTPFieldLines([
+            "Content-Length": "99", "Accept": "*/*", "transfer-encoding": "gzip, chunked", "CONTENT-LENGTH": "7",
+            "X-Content-Length": "5",
+        ])
+        let encoded = try HTTPWireFormat.encodeRequest(
+            method: .PUT,
+            target: "/a",
+            fields: fields,
+            framing: framing,
+            body: nil
+        )
+        #expect(String(buffer: encoded) == "PUT /a HTTP/1.1\r\nAccept: */*\r\nX-Content-Length: 5\r\n\(line)\r\n")
+        #expect(encoded.writerIndex <= encoded.capacity)
+    }
+
+    @Test("fields removed or replaced are not written, and the head fits the room measured for it")
+    func editedFields() throws {
+        var fields = HTTPFieldLines(["X-Request-Id": "client", "Accept": "*/*", "tracestate": "a=1", "Via": "1.0 x"])
+        fields.replaceOrAdd(name: "x-request-id", value: String(repeating: "r", count: 300))
+        fields.remove(name: "TRACESTATE")
+        fields.add(name: "traceparent", value: "00-1-2-01")
+        let encoded = try HTTPWireFormat.encodeRequest(method: .GET, target: "/a", fields: fields, body: nil)
+        #expect(
+            String(buffer: encoded)
+                == "GET /a HTTP/1.1\r\nAccept: */*\r\nVia: 1.0 x\r\nx-request-id: \(String(repeating: "r", count: 300))\r\n"
+                + "traceparent: 00-1-2-01\r\n\r\n"
+        )
+        #expect(encoded.writerIndex <= encoded.capacity)
     }
 
     @Test("a header line is its name, a colon and a space, its value and CRLF, whatever the strings' sizes")
@@ -63,7 +102,9 @@ struct HTTPWireFormatTests {
             method: .GET,
             target: "/screens/home",
             host: "backend:8080",
-            headers: ["beagle-platform": "IOS", "HOST": "client.example", "Accept": "*/*", "host": "other"],
+            fields: HTTPFieldLines([
+                "beagle-platform": "IOS", "HOST": "client.example", "Accept": "*/*", "host": "other",
+            ]),
             body: nil
         )
         #expect(
@@ -75,7 +116,7 @@ struct HTTPWireFormatTests {
                 method: .GET,
                 target: "/a",
                 host: "b\r\nInjected: 1",
-                headers: [:],
+                fields: HTTPFieldLines(),
                 body: nil
             )
         }
@@ -87,11 +128,17 @@ struct HTTPWireFormatTests {
             ("/a b", "X", "y"), ("/a\r\nGET /b", "X", "y"), ("", "X", "y"), ("/a", "X", "y\r\nInjected: 1"),
             ("/a", "X\r\n", "y"), ("/a", "Bad Name", "y"), ("/a", "X", "y\u{0}"), ("/\u{e9}", "X", "y"),
             ("/a", "", "y"),
+            ("/a", "X", "y\u{7F}"),
         ]
     )
     func refuses(_ target: String, _ name: String, _ value: String) {
         #expect(throws: ProxyError.self) {
-            _ = try HTTPWireFormat.encodeRequest(method: .GET, target: target, headers: [name: value], body: nil)
+            _ = try HTTPWireFormat.encodeRequest(
+                method: .GET,
+                target: target,
+                fields: HTTPFieldLines([name: value]),
+                body: nil
+            )
         }
     }
 }

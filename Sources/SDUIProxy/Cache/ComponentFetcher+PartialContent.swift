@@ -28,8 +28,8 @@ extension ComponentFetcher {
         completion: @escaping @Sendable (Result<PartOutcome, any Error>) -> Void
     ) {
         var upstream = request.upstream
-        upstream.headers.replaceOrAdd(name: "Range", value: range)
-        if let ifRange { upstream.headers.replaceOrAdd(name: "If-Range", value: ifRange) }
+        upstream.fields.replaceOrAdd(name: "Range", value: range)
+        if let ifRange { upstream.fields.replaceOrAdd(name: "If-Range", value: ifRange) }
         let exchange = Exchange(
             fetcher: self,
             eventLoop: eventLoop,

@@ -2,7 +2,7 @@ import Logging
 
 extension ComponentFetcher.Request {
     /// The id the backend is sent this request with (`X-Request-Id`), for the lines logged about it.
-    public var requestID: String? { upstream.headers.first(name: "x-request-id") }
+    public var requestID: String? { upstream.fields.first("x-request-id") }
 
     /// This request as the waiters of a fill it leads name it.
     var leader: FillLeader { FillLeader(requestID: requestID, trace: trace) }

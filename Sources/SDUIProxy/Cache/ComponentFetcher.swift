@@ -308,9 +308,9 @@ public final class ComponentFetcher: Sendable {
     ) {
         var upstream = request.upstream
         if let stale = request.staleEntry {
-            if let etag = stale.upstreamETag { upstream.headers.replaceOrAdd(name: "If-None-Match", value: etag) }
+            if let etag = stale.upstreamETag { upstream.fields.replaceOrAdd(name: "If-None-Match", value: etag) }
             if let lastModified = stale.lastModified {
-                upstream.headers.replaceOrAdd(name: "If-Modified-Since", value: lastModified)
+                upstream.fields.replaceOrAdd(name: "If-Modified-Since", value: lastModified)
             }
         }
         precondition(request.exchange == nil, "a fetch request is fetched once at a time")

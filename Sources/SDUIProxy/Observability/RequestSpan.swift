@@ -1,4 +1,5 @@
 import NIOHTTP1
+import SDUIProxyCore
 import Tracing
 
 /// A traced request's server span, with the tracer that writes its context into requests to the backend.
@@ -15,8 +16,8 @@ final class RequestSpan: Sendable {
         self.tracer = tracer
     }
 
-    /// Writes the span's context into `headers` (`traceparent`, `tracestate`), replacing what was there.
-    func inject(into headers: inout HTTPHeaders) {
-        tracer.inject(span.context, into: &headers)
+    /// Writes the span's context into `fields` (`traceparent`, `tracestate`), replacing what was there.
+    func inject(into fields: inout HTTPFieldLines) {
+        tracer.inject(span.context, into: &fields)
     }
 }

@@ -104,8 +104,8 @@ public final class RequestTracer: Sendable {
 
     /// Writes `span`'s context into the headers of a request to the backend (`traceparent`, `tracestate`),
     /// replacing what the client sent: the backend's spans are the proxy's span's children.
-    func inject(_ context: InstrumentationContext, into headers: inout HTTPHeaders) {
-        tracer.inject(context, into: &headers, using: HTTPHeadersCarrier())
+    func inject(_ context: InstrumentationContext, into fields: inout HTTPFieldLines) {
+        tracer.inject(context, into: &fields, using: HTTPFieldLinesInjector())
     }
 }
 
@@ -130,6 +130,13 @@ struct HTTPHeadersCarrier: Extractor, Injector {
     }
 
     func inject(_ value: String, forKey key: String, into carrier: inout HTTPHeaders) {
+        carrier.replaceOrAdd(name: key, value: value)
+    }
+}
+
+/// Writes trace context into the fields of a request to the backend.
+struct HTTPFieldLinesInjector: Injector {
+    func inject(_ value: String, forKey key: String, into carrier: inout HTTPFieldLines) {
         carrier.replaceOrAdd(name: key, value: value)
     }
 }

@@ -53,7 +53,7 @@ extension WriteQueue {
         guard tracksIdentifiers else { return plan }
         let body = Self.jsonBody(of: request)
         if let rule = route.creates {
-            switch rule.localIdentifier(header: { request.headers.first(name: $0) }, body: body ?? []) {
+            switch rule.localIdentifier(header: { request.fields.first(name: $0) }, body: body ?? []) {
             case .failure(let refusal): throw ProxyError(.badRequest, refusal.reason)
             case .success(let local):
                 if case .conflict(let existing) = pendingCreate(of: local) {
@@ -105,8 +105,8 @@ extension WriteQueue {
         merged.target = IdentifierReferences.rewritten(request.target, with: mapping)
         if let jsonBody, let rewritten = IdentifierReferences.rewritten(json: jsonBody, with: mapping) {
             merged.body = ByteBuffer(bytes: rewritten)
-            if merged.headers.contains(name: "content-length") {
-                merged.headers.replaceOrAdd(name: "Content-Length", value: String(rewritten.count))
+            if merged.fields.contains("content-length") {
+                merged.fields.replaceOrAdd(name: "Content-Length", value: String(rewritten.count))
             }
         }
         return merged
@@ -114,7 +114,7 @@ extension WriteQueue {
 
     /// The body's bytes when it is JSON (by its `Content-Type`): only a JSON body is searched and rewritten.
     static func jsonBody(of request: UpstreamRequest) -> [UInt8]? {
-        guard let body = request.body, ComponentDecoder.isJSON(contentType: request.headers.first(name: "content-type"))
+        guard let body = request.body, ComponentDecoder.isJSON(contentType: request.fields.first("content-type"))
         else { return nil }
         return Array(body.readableBytesView)
     }

@@ -357,7 +357,7 @@ struct CacheResponder {
         // A miss all the same: it must not wait behind forwards for a connection.
         upstream.fillsCache = true
         let streams = proxy.fetcher.sharedStreams
-        let identity = CacheFillPolicy.streamSharingIdentity(upstreamHeaders: upstream.headers)
+        let identity = CacheFillPolicy.streamSharingIdentity(upstreamFields: upstream.fields)
         guard let stream = streams.joinOrLead(request.key, request: identity, subscriber, on: sink.eventLoop)
         else { return relay.markCollapsed() }
         let failureLog = proxy.fetcher.failureLog

@@ -46,11 +46,11 @@ struct PassThroughResponder {
             body = nil
             upstream.body = buffer
             // The proxy has the body already (and said 100 Continue itself): the backend is not to wait for it.
-            upstream.headers.remove(name: "Expect")
+            upstream.fields.remove(name: "Expect")
         case .spooled(let file, let length):
             body = file.stream(length: length, on: sink.eventLoop)
             spoolFile = file
-            upstream.headers.remove(name: "Expect")
+            upstream.fields.remove(name: "Expect")
         }
         let readsCache = head.method.isGETOrHEAD
         let relay = Self.relay(
@@ -96,7 +96,7 @@ struct PassThroughResponder {
         requester: UpstreamIdentity? = nil
     ) -> UpstreamRequest {
         let client = sink.client
-        var headers = proxy.requestBuilder.headers(
+        var fields = proxy.requestBuilder.fields(
             from: head.headers,
             platform: platform,
             clientAddress: client.address,
@@ -104,8 +104,8 @@ struct PassThroughResponder {
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(head.version)
         )
-        (requester ?? RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)).stamp(&headers)
-        return UpstreamRequest(method: head.method, target: target.description, headers: headers)
+        (requester ?? RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)).stamp(&fields)
+        return UpstreamRequest(method: head.method, target: target.description, fields: fields)
     }
 
     /// Logs a failed forward of `head` (once an interval per target and kind), as the error model names it.

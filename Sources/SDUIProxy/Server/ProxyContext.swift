@@ -196,7 +196,7 @@ public final class ProxyContext: Sendable {
         var upstream = UpstreamRequest(
             method: .GET,
             target: target.description,
-            headers: requestBuilder.headers(
+            fields: requestBuilder.fields(
                 from: clientHeaders,
                 platform: platform,
                 clientAddress: clientAddress,
@@ -207,7 +207,7 @@ public final class ProxyContext: Sendable {
             )
         )
         upstream.interim = interim
-        requester?.stamp(&upstream.headers)
+        requester?.stamp(&upstream.fields)
         return ComponentFetcher.Request(
             key: key,
             upstream: upstream,

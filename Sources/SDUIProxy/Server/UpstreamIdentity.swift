@@ -1,4 +1,5 @@
 import NIOHTTP1
+import SDUIProxyCore
 import Tracing
 
 /// What a request to the backend says about the client's request it is made for: its id (`X-Request-Id`, also
@@ -15,14 +16,14 @@ struct UpstreamIdentity {
         return span.span.context
     }
 
-    /// Writes the id and the trace context into `headers`, replacing the client's: the trace context is sent
+    /// Writes the id and the trace context into `fields`, replacing the client's: the trace context is sent
     /// whether the span is recorded or not, so that the backend follows the same sampling decision.
-    func stamp(_ headers: inout HTTPHeaders) {
-        headers.replaceOrAdd(name: "X-Request-Id", value: requestID)
+    func stamp(_ fields: inout HTTPFieldLines) {
+        fields.replaceOrAdd(name: "X-Request-Id", value: requestID)
         guard let span else { return }
         // The client's tracestate belongs to its traceparent, which the span's replaces; the span's own context
         // writes the tracestate it carries, if any (an unrelated trace gets none).
-        headers.remove(name: "tracestate")
-        span.inject(into: &headers)
+        fields.remove(name: "tracestate")
+        span.inject(into: &fields)
     }
 }

@@ -99,12 +99,10 @@ public final class LoopLocalHTTPClient: NetworkClient {
     ) {
         let pool = self.pool(for: eventLoop)
         let deadline = NIODeadline.now() + timeout
-        // The backend's `Host` is written by the encoder: a GET's headers go out as they are, uncopied.
-        var headers = request.headers
-        Self.frameBodyWithHead(&headers, of: request)
+        // The backend's `Host` and the framing are written by the encoder: the fields go out as they are, uncopied.
         let encoded: ByteBuffer
         do {
-            encoded = try encode(request, headers: headers, body: request.body)
+            encoded = try encode(request, framing: Self.framingWithHead(of: request), body: request.body)
         } catch {
             return eventLoop.execute { completion(.failure(error)) }
         }
@@ -146,25 +144,18 @@ public final class LoopLocalHTTPClient: NetworkClient {
             let error = ProxyError(.internalError, "a request body must stream on the event loop of its exchange")
             return eventLoop.execute { completion(.failure(error)) }
         }
-        // The framing is this hop's: the body's length when the client gave it, chunks when it did not. A field is
-        // looked for before it is removed: a removal copies the list shared with the request, and most requests
-        // (GETs) have neither field.
-        var headers = request.headers
-        if headers.contains(name: "transfer-encoding") { headers.remove(name: "Transfer-Encoding") }
+        // The framing is this hop's, written by the encoder in place of the client's: the body's length when the
+        // client gave it, chunks when it did not.
         let isChunked = body != nil && body?.contentLength == nil
-        if let body, let length = body.contentLength {
-            headers.replaceOrAdd(name: "Content-Length", value: String(length))
-        } else if isChunked {
-            headers.remove(name: "Content-Length")
-            headers.add(name: "Transfer-Encoding", value: "chunked")
+        let framing: HTTPWireFormat.RequestFraming
+        if let body {
+            framing = body.contentLength.map { .length($0) } ?? .chunked
         } else {
-            // No body streamed: the client's length is not this hop's.
-            if request.body == nil, headers.contains(name: "content-length") { headers.remove(name: "Content-Length") }
-            Self.frameBodyWithHead(&headers, of: request)
+            framing = Self.framingWithHead(of: request)
         }
         let encoded: ByteBuffer
         do {
-            encoded = try encode(request, headers: headers, body: body == nil ? request.body : nil)
+            encoded = try encode(request, framing: framing, body: body == nil ? request.body : nil)
         } catch {
             return eventLoop.execute { completion(.failure(error)) }
         }
@@ -199,31 +190,29 @@ public final class LoopLocalHTTPClient: NetworkClient {
         if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
     }
 
-    /// Frames a request whose body, if it has one, goes in the same buffer as its head: that body's length, or a
-    /// length of 0 for a method that is expected to carry one. A GET's headers are left as they are, uncopied.
-    private static func frameBodyWithHead(_ headers: inout HTTPHeaders, of request: UpstreamRequest) {
-        if let body = request.body {
-            headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
-        } else {
-            switch request.method {
-            case .POST, .PUT, .PATCH: headers.replaceOrAdd(name: "Content-Length", value: "0")
-            default: break
-            }
+    /// The framing of a request whose body, if it has one, goes in the same buffer as its head: that body's
+    /// length, or a length of 0 for a method that is expected to carry one; none for a GET.
+    private static func framingWithHead(of request: UpstreamRequest) -> HTTPWireFormat.RequestFraming {
+        if let body = request.body { return .length(body.readableBytes) }
+        switch request.method {
+        case .POST, .PUT, .PATCH: return .length(0)
+        default: return .none
         }
     }
 
-    /// `request` as bytes on the wire, with `headers` (its own, framed for this hop) and `body` when it goes with
-    /// the head; under the origin's base path, with its `Host`.
+    /// `request` as bytes on the wire, its fields framed by `framing`, and `body` when it goes with the head; under
+    /// the origin's base path, with its `Host`.
     private func encode(
         _ request: UpstreamRequest,
-        headers: HTTPHeaders,
+        framing: HTTPWireFormat.RequestFraming,
         body: ByteBuffer?
     ) throws(ProxyError) -> ByteBuffer {
         try HTTPWireFormat.encodeRequest(
             method: request.method,
             target: origin.basePath.isEmpty ? request.target : origin.basePath + request.target,
             host: hostHeader,
-            headers: headers,
+            fields: request.fields,
+            framing: framing,
             body: body
         )
     }

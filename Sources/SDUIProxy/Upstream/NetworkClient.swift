@@ -7,7 +7,8 @@ public struct UpstreamRequest: Sendable {
     public var method: HTTPMethod
     /// The request target relative to the backend's base (`/screens/home?x=1`), already normalised.
     public var target: String
-    public var headers: HTTPHeaders
+    /// The header fields as the proxy built them, as bytes: written to the wire as they lie.
+    public var fields: HTTPFieldLines
     /// A body held in memory (queued writes and their deliveries), sent with the request; a body streamed from a
     /// client goes to ``NetworkClient/forward(_:body:on:to:)`` as a ``RequestBodyStream`` instead.
     public var body: ByteBuffer?
@@ -19,12 +20,20 @@ public struct UpstreamRequest: Sendable {
     /// (`upstream.maxForwardConnections`). Requests sent with `fetch` are always fills.
     var fillsCache = false
 
-    public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
+    public init(method: HTTPMethod, target: String, fields: HTTPFieldLines, body: ByteBuffer? = nil) {
         self.method = method
         self.target = target
-        self.headers = headers
+        self.fields = fields
         self.body = body
     }
+
+    public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
+        self.init(method: method, target: target, fields: HTTPFieldLines(headers), body: body)
+    }
+
+    /// The header fields as a collection, made when asked for: for the paths that keep a request (the write
+    /// queue) or read it whole.
+    public var headers: HTTPHeaders { fields.headers }
 }
 
 /// Passes a backend's interim responses (100 Continue, 103 Early Hints) to the client a request is for, as

@@ -61,18 +61,27 @@ public struct CacheFillPolicy: Sendable {
     /// `X-Real-IP`) or which request and trace this is (`X-Request-Id`, `traceparent`, `tracestate`), in order,
     /// names in lower case. Two requests that differ in a cookie, an encoding they accept or the host they asked
     /// for do not share.
-    public static func streamSharingIdentity(upstreamHeaders: HTTPHeaders) -> String {
-        var identity = ""
-        for (name, value) in upstreamHeaders {
-            let lowered = name.lowercased()
-            if lowered == "x-forwarded-for" || lowered == "forwarded" || lowered == "x-real-ip"
-                || lowered == "x-request-id" || lowered == "traceparent" || lowered == "tracestate"
-            {
-                continue
-            }
-            identity += lowered + ":" + value + "\n"
+    public static func streamSharingIdentity(upstreamFields: HTTPFieldLines) -> String {
+        var identity: [UInt8] = []
+        identity.reserveCapacity(upstreamFields.byteCount + 2 * upstreamFields.count)
+        upstreamFields.forEachField { name, value in
+            guard !isClientOrRequestSpecific(name) else { return }
+            identity.append(contentsOf: name.lazy.map(HTTPSyntax.lowercasedASCII))
+            identity.append(UInt8(ascii: ":"))
+            identity.append(contentsOf: value)
+            identity.append(UInt8(ascii: "\n"))
         }
-        return identity
+        return String(decoding: identity, as: UTF8.self)
+    }
+
+    /// Whether a forwarded request's field `name` only says who the client is or which request and trace this is.
+    private static func isClientOrRequestSpecific(_ name: UnsafeRawBufferPointer) -> Bool {
+        HTTPSyntax.equalsIgnoringCase(bytes: name, "x-forwarded-for")
+            || HTTPSyntax.equalsIgnoringCase(bytes: name, "forwarded")
+            || HTTPSyntax.equalsIgnoringCase(bytes: name, "x-real-ip")
+            || HTTPSyntax.equalsIgnoringCase(bytes: name, "x-request-id")
+            || HTTPSyntax.equalsIgnoringCase(bytes: name, "traceparent")
+            || HTTPSyntax.equalsIgnoringCase(bytes: name, "tracestate")
     }
 
     /// Whether the backend's answer, streamed to the first client of a shared stream, may also go to the others

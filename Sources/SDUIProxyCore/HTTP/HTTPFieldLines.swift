@@ -1,14 +1,17 @@
 import NIOHTTP1
 
-/// A response's header fields as the backend sent them: each name and value's bytes, in order, read in place by
-/// name.
+/// A message's header fields as bytes: each name and value, in order, read in place by name. A backend's answer as
+/// it was sent, and a request to the backend as the proxy builds it.
 ///
 /// A cache fill reads a handful of fields by name and copies the rest into its entry's encoded head; as strings
 /// (`HTTPHeaders`), every value over 15 bytes was an allocation of its own, and every lookup, copy and release of
 /// the list a reference count on each. Here they are two arrays, whatever their number. The paths that want a
-/// collection (a 304 merged into an entry, a response passed on unstored) ask for ``headers``.
+/// collection (a 304 merged into an entry, a response passed on unstored) ask for ``headers``. A request to the
+/// backend is built here for the same reason: its lines are copied to the wire as they lie, where a collection
+/// handed out every name and value retained, twice, to be measured and then written.
 ///
-/// Names are looked up by their lower-case spelling, ignoring the case they were sent in.
+/// Names are looked up by their lower-case spelling, ignoring the case they were sent in. A removed field's bytes
+/// stay where they were (only its place in the order goes), so ``byteCount`` bounds the fields' bytes from above.
 public struct HTTPFieldLines: Sendable {
     /// Where one field's name and value lie in ``bytes``. Offsets of 32 bits: a head is bounded far below that.
     private struct Field: Sendable {
@@ -49,6 +52,7 @@ public struct HTTPFieldLines: Sendable {
     }
 
     /// Adds a field; the caller has checked `name` is a token and `value` a field value.
+    @inline(__always)
     mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
         let start = UInt32(bytes.count)
         fields.append(
@@ -59,8 +63,10 @@ public struct HTTPFieldLines: Sendable {
                 valueCount: UInt32(value.count)
             )
         )
-        bytes.append(contentsOf: name)
-        bytes.append(contentsOf: value)
+        // As typed buffers: the array copies them with one `memcpy` each, where a raw buffer's bytes went through
+        // its iterator's slower path.
+        bytes.append(contentsOf: name.assumingMemoryBound(to: UInt8.self))
+        bytes.append(contentsOf: value.assumingMemoryBound(to: UInt8.self))
     }
 
     /// Holds `block`, a head's field lines, in one copy, for fields added with ``appendField(name:value:in:)``:
@@ -153,6 +159,35 @@ public struct HTTPFieldLines: Sendable {
                 return read(UnsafeRawBufferPointer(rebasing: bytes[field.valueRange]))
             }
             return nil
+        }
+    }
+
+    /// `read` applied to the first field named `name`, in any letter case, in place; nil when there is none.
+    func withFirstValue<Result>(
+        named name: UnsafeRawBufferPointer,
+        _ read: (_ value: UnsafeRawBufferPointer) -> Result
+    ) -> Result? {
+        bytes.withUnsafeBytes { bytes in
+            for field in fields where Int(field.nameCount) == name.count {
+                let fieldName = UnsafeRawBufferPointer(rebasing: bytes[field.nameRange])
+                guard HTTPSyntax.sameIgnoringCase(bytes: fieldName, name) else { continue }
+                return read(UnsafeRawBufferPointer(rebasing: bytes[field.valueRange]))
+            }
+            return nil
+        }
+    }
+
+    /// Removes every field named `name`, in any letter case. The list is only written to when one is: a request's
+    /// fields are shared with the request they were copied from until then.
+    mutating func remove(named name: UnsafeRawBufferPointer) {
+        let isNamed = { (bytes: UnsafeRawBufferPointer, field: Field) in
+            Int(field.nameCount) == name.count
+                && HTTPSyntax.sameIgnoringCase(bytes: UnsafeRawBufferPointer(rebasing: bytes[field.nameRange]), name)
+        }
+        let held = bytes
+        held.withUnsafeBytes { bytes in
+            guard fields.contains(where: { isNamed(bytes, $0) }) else { return }
+            fields.removeAll { isNamed(bytes, $0) }
         }
     }
 

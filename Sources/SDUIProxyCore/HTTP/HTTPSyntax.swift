@@ -159,9 +159,12 @@ public enum HTTPSyntax {
     public static func sameIgnoringCase(bytes name: UnsafeRawBufferPointer, _ other: String) -> Bool {
         // Most names differ in length, which a native string knows without reaching for its bytes.
         guard name.count == other.utf8.count else { return false }
-        return other.withContiguousUTF8 { other in
-            name.count == other.count && zip(name, other).allSatisfy { lowercasedASCII($0) == lowercasedASCII($1) }
-        }
+        return other.withContiguousUTF8 { other in sameIgnoringCase(bytes: name, UnsafeRawBufferPointer(other)) }
+    }
+
+    /// ``sameIgnoringCase(_:_:)`` for two names read in place.
+    public static func sameIgnoringCase(bytes name: UnsafeRawBufferPointer, _ other: UnsafeRawBufferPointer) -> Bool {
+        name.count == other.count && zip(name, other).allSatisfy { lowercasedASCII($0) == lowercasedASCII($1) }
     }
 
     /// Whether `name` is a hop-by-hop header (``hopByHopHeaders``), in any letter case, without allocating.

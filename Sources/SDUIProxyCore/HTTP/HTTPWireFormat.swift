@@ -53,19 +53,32 @@ public enum HTTPWireFormat {
 }
 
 extension HTTPWireFormat {
+    /// How a request's body is delimited on this hop: the encoder writes the one framing field itself.
+    public enum RequestFraming: Sendable, Equatable {
+        /// No body, and no framing field.
+        case none
+        /// `Content-Length`.
+        case length(Int)
+        /// `Transfer-Encoding: chunked`, for a body streamed without a known length.
+        case chunked
+    }
+
     /// A request head (and its body, when there is one) as bytes, for the proxy's own backend connections.
     ///
     /// Every part is checked before it is written, and nothing is returned after a failed check: a target or
     /// header that could end a line early would let one request smuggle another onto a shared backend
     /// connection, so it is an error instead.
     ///
-    /// `host`, when given, is sent as the `Host` header, first, in place of any `Host` in `headers`: the caller
-    /// need not copy its headers to replace one.
+    /// - Parameters:
+    ///   - host: when given, sent as the `Host` header, first, in place of any `Host` in `fields`.
+    ///   - fields: written in their order, as they lie; any `Content-Length` or `Transfer-Encoding` among them is
+    ///     left out, since the framing is this hop's: `framing` says what is written instead.
     public static func encodeRequest(
         method: HTTPMethod,
         target: String,
         host: String? = nil,
-        headers: HTTPHeaders,
+        fields: HTTPFieldLines,
+        framing: RequestFraming = .none,
         body: ByteBuffer?
     ) throws(ProxyError) -> ByteBuffer {
         guard !target.isEmpty, target.withContiguousUTF8({ $0.allSatisfy { $0 > 0x20 && $0 < 0x7F } }) else {
@@ -77,14 +90,17 @@ extension HTTPWireFormat {
             }
         }
         let method = method.rawValue
-        // The head's size first (a string's UTF-8 count is stored, not counted), so that the buffer is allocated
-        // once at its size and the head written in one go: a write per line cost each line a capacity and
-        // uniqueness check, and the estimate this replaced fell short of most heads, so they were copied to grow.
-        var headBytes = method.utf8.count + 1 + target.utf8.count + 11 + 2
+        // An upper bound of the head's size, known without a walk of the fields (their bytes are counted as they
+        // are added), so that the buffer is allocated once and the head written in one go.
+        var headBytes = method.utf8.count + 1 + target.utf8.count + 11 + fields.byteCount + 4 * fields.count + 2
         if let host { headBytes += 6 + host.utf8.count + 2 }
-        for (name, value) in headers { headBytes += name.utf8.count + 2 + value.utf8.count + 2 }
+        switch framing {
+        case .none: break
+        case .length: headBytes += 16 + maximumDecimalDigits + 2
+        case .chunked: headBytes += 28
+        }
         var buffer = ByteBufferAllocator().buffer(capacity: headBytes + (body?.readableBytes ?? 0))
-        // Headers are checked as they are copied, from the same bytes; the first that HTTP does not allow ends the
+        // Fields are checked as they are copied, from the same bytes; the first that HTTP does not allow ends the
         // write with nothing written.
         var refused: String?
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: headBytes) { out in
@@ -102,23 +118,24 @@ extension HTTPWireFormat {
                     copyLine(name.rawBytes, UnsafeRawBufferPointer(host), to: out, at: offset)
                 }
             }
-            for (name, value) in headers {
-                if host != nil, HTTPSyntax.equalsIgnoringCase(name, "host") { continue }
-                let end = name.withContiguousUTF8 { name in
-                    value.withContiguousUTF8 { value -> Int? in
-                        let name = UnsafeRawBufferPointer(name)
-                        let value = UnsafeRawBufferPointer(value)
-                        guard !name.isEmpty, name.allSatisfy(HTTPSyntax.isTokenByte),
-                            HTTPSyntax.isFieldValue(bytes: value)
-                        else { return nil }
-                        return copyLine(name, value, to: out, at: offset)
-                    }
+            fields.forEachField { name, value in
+                guard refused == nil, !isSetByEncoder(name, replacingHost: host != nil) else { return }
+                guard !name.isEmpty, name.allSatisfy(HTTPSyntax.isTokenByte), HTTPSyntax.isFieldValue(bytes: value)
+                else {
+                    refused = String(decoding: name, as: UTF8.self)
+                    return
                 }
-                guard let end else {
-                    refused = name
-                    return 0
-                }
-                offset = end
+                offset = copyLine(name, value, to: out, at: offset)
+            }
+            guard refused == nil else { return 0 }
+            switch framing {
+            case .none: break
+            case .length(let count):
+                offset = copy("Content-Length: ", to: out, at: offset)
+                offset = writeDecimal(Int64(count), to: out, at: offset)
+                offset = copy("\r\n", to: out, at: offset)
+            case .chunked:
+                offset = copy("Transfer-Encoding: chunked\r\n", to: out, at: offset)
             }
             return copy("\r\n", to: out, at: offset)
         }
@@ -127,6 +144,18 @@ extension HTTPWireFormat {
         }
         if let body { buffer.writeImmutableBuffer(body) }
         return buffer
+    }
+
+    /// Whether the field `name` is one the encoder writes itself: the framing, and `Host` when it is given.
+    @inline(__always)
+    private static func isSetByEncoder(_ name: UnsafeRawBufferPointer, replacingHost: Bool) -> Bool {
+        // Told apart by length first: most names are none of the three.
+        switch name.count {
+        case 4: replacingHost && HTTPSyntax.sameLengthEqualsIgnoringCase(name, "host")
+        case 14: HTTPSyntax.sameLengthEqualsIgnoringCase(name, "content-length")
+        case 17: HTTPSyntax.sameLengthEqualsIgnoringCase(name, "transfer-encoding")
+        default: false
+        }
     }
 }
 
