@@ -202,15 +202,26 @@ public struct UpstreamRequestBuilder: Sendable {
     /// `X-Real-IP`, also spelled with `_` for `-` (CGI-style backends read `X_Forwarded_Host` as
     /// `X-Forwarded-Host`). Only the proxy itself, or a trusted proxy before it, may set them.
     static func isForwardingField(_ name: String) -> Bool {
-        if HTTPSyntax.equalsIgnoringCase(name, "forwarded") || HTTPSyntax.equalsIgnoringCase(name, "x-real-ip")
-            || (name.utf8.count > 12 && HTTPSyntax.equalsIgnoringCase(bytes: name.utf8.prefix(12), "x-forwarded-"))
+        // Over the bytes in place: through `String.UTF8View`, the prefix and the search for an underscore cost a
+        // forwarded request about 700 instructions more.
+        name.withContiguousUTF8 { isForwardingField(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    private static func isForwardingField(bytes name: UnsafeRawBufferPointer) -> Bool {
+        if HTTPSyntax.equalsIgnoringCase(bytes: name, "forwarded")
+            || HTTPSyntax.equalsIgnoringCase(bytes: name, "x-real-ip")
+            || (name.count > 12
+                && HTTPSyntax.sameLengthEqualsIgnoringCase(
+                    UnsafeRawBufferPointer(rebasing: name[0..<12]),
+                    "x-forwarded-"
+                ))
         {
             return true
         }
         // Rare: only a name with an underscore pays for a second look.
-        guard name.utf8.contains(UInt8(ascii: "_")) else { return false }
-        let dashed = String(decoding: name.utf8.map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }, as: UTF8.self)
-        return isForwardingField(dashed)
+        guard name.contains(UInt8(ascii: "_")) else { return false }
+        let dashed = name.map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }
+        return dashed.withUnsafeBytes { isForwardingField(bytes: $0) }
     }
 
     /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;
