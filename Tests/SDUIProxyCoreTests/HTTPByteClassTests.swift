@@ -23,6 +23,43 @@ struct HTTPByteClassTests {
         }
     }
 
+    @Test("one byte at any place of a name up to 24 bytes long decides whether it is a token, for all 256 bytes")
+    func everyByteAtEveryPlaceOfAName() {
+        // A name of letters, digits and `-` (what the word-at-a-time check passes whole), one byte replaced: in the
+        // first word, a later one, the overlapping last word and a name too short for a word. `,` and `.` sit
+        // either side of `-`, `/` and `:` either side of the digits, `@`, `[`, `` ` `` and `{` either side of the
+        // letters.
+        let pattern = Array("Ab-9zZ0-".utf8)
+        for length in 1...24 {
+            for place in 0..<length {
+                for byte in UInt8.min...UInt8.max {
+                    var name = (0..<length).map { pattern[$0 % pattern.count] }
+                    name[place] = byte
+                    let accepted = name.withUnsafeBytes { HTTPSyntax.isToken(bytes: $0) }
+                    #expect(accepted == Self.tokenCharacters.contains(byte), "byte \(byte) at \(place) of \(length)")
+                }
+            }
+        }
+    }
+
+    @Test("random names are judged as byte by byte")
+    func randomNames() {
+        var random = SplitMix64(seed: 0x7043_4E)
+        let common = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-".utf8)
+        var accepted = 0
+        for _ in 0..<20_000 {
+            let length = Int(random.next() % 40)
+            let name = (0..<length).map { _ in
+                random.next() % 16 == 0 ? UInt8(truncatingIfNeeded: random.next()) : common[Int(random.next() % 63)]
+            }
+            let expected = name.allSatisfy(Self.tokenCharacters.contains)
+            if expected { accepted += 1 }
+            #expect(name.withUnsafeBytes { HTTPSyntax.isToken(bytes: $0) } == expected, "\(name)")
+        }
+        #expect(accepted > 1_000 && accepted < 19_000)
+        #expect(HTTPSyntax.isToken("X-Request-Id") && !HTTPSyntax.isToken("") && !HTTPSyntax.isToken("X Request"))
+    }
+
     @Test("one byte at any place of a value up to 24 bytes long decides it alone, for all 256 bytes")
     func everyByteAtEveryPlace() {
         // The word-at-a-time check must see a byte in the first word, in a later one and in the tail; the bytes

@@ -164,7 +164,7 @@ enum HTTPMessageSyntax {
             throw HTTPParseFailure(kind: kind, reason: "a malformed header line")
         }
         let name = UnsafeRawBufferPointer(rebasing: line[..<colon])
-        guard name.allSatisfy(HTTPSyntax.isTokenByte) else {
+        guard HTTPSyntax.isToken(bytes: name) else {
             throw HTTPParseFailure(kind: kind, reason: "an invalid header name")
         }
         var start = colon + 1

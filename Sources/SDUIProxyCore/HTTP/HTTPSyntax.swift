@@ -2,7 +2,7 @@
 public enum HTTPSyntax {
     /// Whether `text` is a non-empty `token` (header names, directive names, methods).
     public static func isToken(_ text: some StringProtocol) -> Bool {
-        text.withContiguousUTF8 { !$0.isEmpty && $0.allSatisfy(isTokenByte) }
+        text.withContiguousUTF8 { !$0.isEmpty && isToken(bytes: UnsafeRawBufferPointer($0)) }
     }
 
     /// Whether `text` can be a header field value: visible characters, spaces and tabs, no CR or LF.
@@ -41,6 +41,58 @@ public enum HTTPSyntax {
     @inline(__always)
     static func isFieldValueByte(_ byte: UInt8) -> Bool {
         byte == 0x09 || (byte >= 0x20 && byte != 0x7F)
+    }
+
+    /// Whether every byte of `bytes` is a token character (an empty name passes: the caller checks it is not).
+    ///
+    /// Every field name of every head passes through here (the request parser, the backend's answers, the
+    /// encoder), and nearly all are letters, digits and `-`: eight of those are recognised at a time, and only a
+    /// word holding another byte, and a name shorter than eight, is looked at a byte at a time.
+    static func isToken(bytes: UnsafeRawBufferPointer) -> Bool {
+        let count = bytes.count
+        var position = 0
+        while position + 8 <= count {
+            if !isAlphanumericOrDash(
+                UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            ) {
+                for index in position..<(position + 8) where !isTokenByte(bytes[index]) { return false }
+            }
+            position += 8
+        }
+        guard position < count else { return true }
+        // The last bytes: as the word that ends the name, overlapping the one before it, when there is one.
+        if count >= 8,
+            isAlphanumericOrDash(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self)))
+        {
+            return true
+        }
+        while position < count {
+            guard isTokenByte(bytes[position]) else { return false }
+            position += 1
+        }
+        return true
+    }
+
+    /// Whether each of the eight bytes of `word` is an ASCII letter, a digit or `-`.
+    @inline(__always)
+    static func isAlphanumericOrDash(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highBits: UInt64 = 0x8080_8080_8080_8080
+        guard word & highBits == 0 else { return false }
+        // With every byte below 0x80, adding `0x80 - low` sets a byte's high bit when it is at least `low`, and
+        // adding `0x7F - high` when it is above `high`; neither carries into the next byte.
+        @inline(__always)
+        func within(_ word: UInt64, _ low: UInt64, _ high: UInt64) -> UInt64 {
+            (word &+ (0x80 - low) &* ones) & ~(word &+ (0x7F - high) &* ones) & highBits
+        }
+        // Setting 0x20 makes every letter lower case and moves no other byte into `a...z`.
+        let letters = within(word | (0x20 &* ones), 0x61, 0x7A)
+        let digits = within(word, 0x30, 0x39)
+        // A byte of `word ^ "-"` that is zero: its low seven bits carry nothing into its high bit, nor does it
+        // have one of its own.
+        let dash = word ^ (0x2D &* ones)
+        let dashes = ~(((dash & (0x7F &* ones)) &+ (0x7F &* ones)) | dash) & highBits
+        return letters | digits | dashes == highBits
     }
 
     /// Whether `byte` is a token character (RFC 9110 section 5.6.2, `tchar`): a bit per byte, in two words.

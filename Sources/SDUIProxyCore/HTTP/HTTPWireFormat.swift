@@ -120,7 +120,7 @@ extension HTTPWireFormat {
             }
             fields.forEachField { name, value in
                 guard refused == nil, !isSetByEncoder(name, replacingHost: host != nil) else { return }
-                guard !name.isEmpty, name.allSatisfy(HTTPSyntax.isTokenByte), HTTPSyntax.isFieldValue(bytes: value)
+                guard !name.isEmpty, HTTPSyntax.isToken(bytes: name), HTTPSyntax.isFieldValue(bytes: value)
                 else {
                     refused = String(decoding: name, as: UTF8.self)
                     return
