@@ -123,14 +123,10 @@ final class ThreadTraceSampler: @unchecked Sendable {
     }
 }
 
-/// Reads and writes trace context in NIO's `HTTPHeaders`.
-struct HTTPHeadersCarrier: Extractor, Injector {
+/// Reads trace context from a client's `HTTPHeaders`.
+struct HTTPHeadersCarrier: Extractor {
     func extract(key: String, from carrier: HTTPHeaders) -> String? {
         carrier.first(name: key)
-    }
-
-    func inject(_ value: String, forKey key: String, into carrier: inout HTTPHeaders) {
-        carrier.replaceOrAdd(name: key, value: value)
     }
 }
 

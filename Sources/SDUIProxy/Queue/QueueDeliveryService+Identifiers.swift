@@ -57,12 +57,13 @@ extension QueueDeliveryService {
             body: entry.body
         )
         let merged = WriteQueue.merged(local, with: mapping, jsonBody: WriteQueue.jsonBody(of: local))
+        let mergedHeaders = merged.headers
         do {
             guard
                 try await queue.store.rewrite(
                     id: entry.id,
                     target: merged.target,
-                    headers: merged.headers,
+                    headers: mergedHeaders,
                     body: merged.body
                 )
             else { return .settled }
@@ -77,7 +78,7 @@ extension QueueDeliveryService {
         )
         var sent = entry
         sent.target = merged.target
-        sent.headers = merged.headers
+        sent.headers = mergedHeaders
         sent.body = merged.body
         sent.dependsOn = []
         return .send(sent)

@@ -5,7 +5,7 @@ import Synchronization
 /// The ``SharedResponseStream``s in flight, by cache key and forwarded request: identical misses of a response too
 /// large to store join the one whose head has not come yet, instead of each sending the backend a request of its
 /// own (as a fill's coalesced waiters share its exchange). Only requests that would reach the backend the same,
-/// but for who sent them (``CacheFillPolicy/streamSharingIdentity(upstreamHeaders:)``), share.
+/// but for who sent them (``CacheFillPolicy/streamSharingIdentity(upstreamFields:)``), share.
 final class SharedResponseStreams: Sendable {
     private struct Key: Hashable {
         var cacheKey: CacheKey

@@ -146,7 +146,6 @@ public final class LoopLocalHTTPClient: NetworkClient {
         }
         // The framing is this hop's, written by the encoder in place of the client's: the body's length when the
         // client gave it, chunks when it did not.
-        let isChunked = body != nil && body?.contentLength == nil
         let framing: HTTPWireFormat.RequestFraming
         if let body {
             framing = body.contentLength.map { .length($0) } ?? .chunked
@@ -162,7 +161,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
         let forwarding = ForwardedExchange(
             sink: sink,
             body: body,
-            isChunked: isChunked,
+            isChunked: framing == .chunked,
             headTimeout: timeout,
             on: eventLoop,
             completion: completion

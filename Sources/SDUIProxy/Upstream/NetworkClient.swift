@@ -7,7 +7,8 @@ public struct UpstreamRequest: Sendable {
     public var method: HTTPMethod
     /// The request target relative to the backend's base (`/screens/home?x=1`), already normalised.
     public var target: String
-    /// The header fields as the proxy built them, as bytes: written to the wire as they lie.
+    /// The header fields as the proxy built them, as bytes: each line copied to the wire as it lies, but for
+    /// `Host` and the framing, which the client writes for its own hop.
     public var fields: HTTPFieldLines
     /// A body held in memory (queued writes and their deliveries), sent with the request; a body streamed from a
     /// client goes to ``NetworkClient/forward(_:body:on:to:)`` as a ``RequestBodyStream`` instead.

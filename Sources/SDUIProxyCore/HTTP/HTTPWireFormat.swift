@@ -59,7 +59,7 @@ extension HTTPWireFormat {
         case none
         /// `Content-Length`.
         case length(Int)
-        /// `Transfer-Encoding: chunked`, for a body streamed without a known length.
+        /// `Transfer-Encoding: chunked`, for a body streamed without a known length, after the head, by its caller.
         case chunked
     }
 
@@ -90,6 +90,21 @@ extension HTTPWireFormat {
             }
         }
         let method = method.rawValue
+        guard HTTPSyntax.isToken(method) else {
+            throw ProxyError(.badRequest, "the upstream request's method is not a token")
+        }
+        // A body the backend could not tell the end of would be read as the start of the next request on the
+        // connection.
+        switch framing {
+        case .none where body != nil, .length(..<0):
+            throw ProxyError(.internalError, "an upstream request body without a framing of its own")
+        case .chunked where body != nil:
+            // Chunks are written by whoever streams the body; a body given here goes out as it is.
+            throw ProxyError(.internalError, "an upstream request body given whole but framed as chunks")
+        case .length(let count) where count != (body?.readableBytes ?? count):
+            throw ProxyError(.internalError, "an upstream request body whose length is not the one framed")
+        default: break
+        }
         // An upper bound of the head's size, known without a walk of the fields (their bytes are counted as they
         // are added), so that the buffer is allocated once and the head written in one go.
         var headBytes = method.utf8.count + 1 + target.utf8.count + 11 + fields.byteCount + 4 * fields.count + 2
