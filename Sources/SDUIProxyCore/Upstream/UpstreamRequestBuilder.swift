@@ -47,7 +47,6 @@ public struct UpstreamRequestBuilder: Sendable {
             case (let major, let minor): "\(major).\(minor) sdui-proxy"
             }
         }
-
     }
 
     /// Headers the proxy never forwards for a cache fill.
@@ -190,10 +189,12 @@ public struct UpstreamRequestBuilder: Sendable {
         let hostSent = forwardsHost ? host : nil
         if !protoIsSet { forwarded.add(name: "X-Forwarded-Proto", value: received.isSecure ? "https" : "http") }
         if !forwardedHostIsSet, let hostSent { forwarded.add(name: "X-Forwarded-Host", value: hostSent) }
-        Self.withForwardedElement(for: clientAddress, host: hostSent, secure: received.isSecure) { element in
-            let name: StaticString = "Forwarded"
-            guard let forwardedElements else { return forwarded.append(name: name.rawBytes, value: element) }
-            forwarded.add(name: "Forwarded", value: forwardedElements + ", " + String(decoding: element, as: UTF8.self))
+        if let forwardedElements {
+            // A trusted proxy's chain, then this hop: rare enough to be joined as strings.
+            let element = Self.forwardedElement(for: clientAddress, host: hostSent, secure: received.isSecure)
+            forwarded.add(name: "Forwarded", value: forwardedElements + ", " + element)
+        } else {
+            Self.appendForwarded(to: &forwarded, for: clientAddress, host: hostSent, secure: received.isSecure)
         }
         return forwarded
     }
@@ -227,79 +228,76 @@ public struct UpstreamRequestBuilder: Sendable {
     /// This hop's `Forwarded` element (RFC 7239): `for=` the client's address (quoted and bracketed for IPv6;
     /// `unknown` without one), `proto=http` (`https` when `secure`), and `host=` when the Host is sent.
     static func forwardedElement(for clientAddress: String?, host: String?, secure: Bool = false) -> String {
-        withForwardedElement(for: clientAddress, host: host, secure: secure) { String(decoding: $0, as: UTF8.self) }
+        var fields = HTTPFieldLines()
+        appendForwarded(to: &fields, for: clientAddress, host: host, secure: secure)
+        return fields.first("forwarded") ?? ""
     }
 
-    /// ``forwardedElement(for:host:secure:)``'s bytes handed to `read`, written on the stack: as a string of its
-    /// own it was an allocation a forwarded request, copied once more into the request's fields.
-    static func withForwardedElement<Result>(
+    /// Adds `Forwarded` with ``forwardedElement(for:host:secure:)``, written byte by byte into the fields' own
+    /// room: as a string of its own it was an allocation a forwarded request, and a copy into the fields after.
+    static func appendForwarded(
+        to fields: inout HTTPFieldLines,
         for clientAddress: String?,
         host: String?,
-        secure: Bool,
-        _ read: (UnsafeRawBufferPointer) -> Result
-    ) -> Result {
+        secure: Bool
+    ) {
         let address = clientAddress ?? "unknown"
-        return address.withContiguousUTF8 { address in
+        address.withContiguousUTF8 { address in
             let isIPv6 = clientAddress != nil && address.contains(UInt8(ascii: ":"))
             let proto: StaticString = secure ? ";proto=https" : ";proto=http"
             guard let host else {
-                return element(address: address, isIPv6: isIPv6, proto: proto, host: nil, read)
+                return appendForwarded(to: &fields, address: address, isIPv6: isIPv6, proto: proto, host: nil)
             }
-            return host.withContiguousUTF8 { host in
-                element(address: address, isIPv6: isIPv6, proto: proto, host: host, read)
+            host.withContiguousUTF8 { host in
+                appendForwarded(to: &fields, address: address, isIPv6: isIPv6, proto: proto, host: host)
             }
         }
     }
 
     /// `for=` the address (quoted and bracketed when `isIPv6`), `proto`, and `;host=` with `host`, quoted unless it
-    /// is a token, when there is one; written byte by byte into a buffer of its final size.
-    private static func element<Result>(
+    /// is a token, when there is one.
+    private static func appendForwarded(
+        to fields: inout HTTPFieldLines,
         address: UnsafeBufferPointer<UInt8>,
         isIPv6: Bool,
         proto: StaticString,
-        host: UnsafeBufferPointer<UInt8>?,
-        _ read: (UnsafeRawBufferPointer) -> Result
-    ) -> Result {
-        let hostIsToken = host?.allSatisfy(HTTPSyntax.isTokenByte) ?? true
+        host: UnsafeBufferPointer<UInt8>?
+    ) {
+        let hostIsToken = host.map { HTTPSyntax.isToken(bytes: UnsafeRawBufferPointer($0)) } ?? true
         let escapes = hostIsToken ? 0 : host?.reduce(0) { $0 + (Self.needsEscape($1) ? 1 : 0) } ?? 0
         let capacity =
             4 + address.count + (isIPv6 ? 4 : 0) + proto.utf8CodeUnitCount
             + (host.map { 6 + $0.count + escapes + (hostIsToken ? 0 : 2) } ?? 0)
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { out in
+        let name: StaticString = "Forwarded"
+        fields.append(name: name.rawBytes, valueCapacity: capacity) { out in
             var index = 0
-            func put(_ bytes: UnsafeBufferPointer<UInt8>) {
-                UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[index..<(index + bytes.count)]))
-                    .copyMemory(from: UnsafeRawBufferPointer(bytes))
+            func put(_ bytes: UnsafeRawBufferPointer) {
+                UnsafeMutableRawBufferPointer(rebasing: out[index..<(index + bytes.count)]).copyMemory(from: bytes)
                 index += bytes.count
             }
-            func put(_ text: StaticString) {
-                put(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+            func put(_ byte: UInt8) {
+                out[index] = byte
+                index += 1
             }
-            put("for=")
-            if isIPv6 { put("\"[") }
-            put(address)
-            if isIPv6 { put("]\"") }
-            put(proto)
+            put(StaticString("for=").rawBytes)
+            if isIPv6 { put(StaticString("\"[").rawBytes) }
+            put(UnsafeRawBufferPointer(address))
+            if isIPv6 { put(StaticString("]\"").rawBytes) }
+            put(proto.rawBytes)
             if let host {
-                put(";host=")
+                put(StaticString(";host=").rawBytes)
                 if hostIsToken {
-                    put(host)
+                    put(UnsafeRawBufferPointer(host))
                 } else {
-                    out[index] = UInt8(ascii: "\"")
-                    index += 1
+                    put(UInt8(ascii: "\""))
                     for byte in host {
-                        if needsEscape(byte) {
-                            out[index] = UInt8(ascii: "\\")
-                            index += 1
-                        }
-                        out[index] = byte
-                        index += 1
+                        if needsEscape(byte) { put(UInt8(ascii: "\\")) }
+                        put(byte)
                     }
-                    out[index] = UInt8(ascii: "\"")
-                    index += 1
+                    put(UInt8(ascii: "\""))
                 }
             }
-            return read(UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[0..<index])))
+            return index
         }
     }
 
