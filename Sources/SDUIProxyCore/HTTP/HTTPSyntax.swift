@@ -31,6 +31,15 @@ public enum HTTPSyntax {
             }
             position += 8
         }
+        // The last bytes: as the word that ends the value, overlapping the one before it, when there is one and it
+        // holds nothing to look at more closely.
+        if position < bytes.count, bytes.count >= 8 {
+            let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: bytes.count - 8, as: UInt64.self))
+            let belowSpace = (word &- 0x20 &* ones) & ~word & highBits
+            let delete = word ^ (0x7F &* ones)
+            let deletes = (delete &- ones) & ~delete & highBits
+            if belowSpace | deletes == 0 { return true }
+        }
         while position < bytes.count {
             guard isFieldValueByte(bytes[position]) else { return false }
             position += 1
