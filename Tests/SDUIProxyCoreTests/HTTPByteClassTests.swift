@@ -60,6 +60,36 @@ struct HTTPByteClassTests {
         #expect(HTTPSyntax.isToken("X-Request-Id") && !HTTPSyntax.isToken("") && !HTTPSyntax.isToken("X Request"))
     }
 
+    @Test("two names are the same ignoring case exactly when they are byte by byte, at any length and place")
+    func sameIgnoringCase() {
+        func reference(_ left: [UInt8], _ right: [UInt8]) -> Bool {
+            left.count == right.count
+                && zip(left, right).allSatisfy { HTTPSyntax.lowercasedASCII($0) == HTTPSyntax.lowercasedASCII($1) }
+        }
+        let base = Array("X-Forwarded-Host-Name-".utf8)
+        for length in 0...20 {
+            let name = Array(base.prefix(length))
+            for place in 0..<max(length, 1) where length > 0 {
+                // Every byte at one place of the other name: its case twin matches, every other byte does not.
+                for byte in UInt8.min...UInt8.max {
+                    var other = name.map { HTTPSyntax.lowercasedASCII($0) }
+                    other[place] = byte
+                    let same = name.withUnsafeBytes { left in
+                        other.withUnsafeBytes { HTTPSyntax.sameIgnoringCase(bytes: left, $0) }
+                    }
+                    #expect(same == reference(name, other), "byte \(byte) at \(place) of \(length)")
+                }
+            }
+            let longer = name + [UInt8(ascii: "x")]
+            #expect(
+                !name.withUnsafeBytes { left in longer.withUnsafeBytes { HTTPSyntax.sameIgnoringCase(bytes: left, $0) }
+                }
+            )
+        }
+        #expect(HTTPSyntax.sameIgnoringCase("Beagle-Platform", "BEAGLE-platform"))
+        #expect(!HTTPSyntax.sameIgnoringCase("Beagle-Platform", "Beagle-Platforn"))
+    }
+
     @Test("one byte at any place of a value up to 24 bytes long decides it alone, for all 256 bytes")
     func everyByteAtEveryPlace() {
         // The word-at-a-time check must see a byte in the first word, in a later one and in the tail; the bytes

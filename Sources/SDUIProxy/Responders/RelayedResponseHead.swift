@@ -14,6 +14,8 @@ struct RelayedResponseHead {
     private let filter: UpstreamRequestBuilder.EndToEndFilter
     /// A field clients are not shown (the tag field), lower-cased.
     private let hidden: String?
+    /// Its length: most names differ in it, which is then all a name costs to turn away.
+    private let hiddenCount: Int
     /// The id returned in `X-Request-Id`, in place of the backend's; nil to pass the backend's as it came.
     private let requestID: String?
     /// `Cache-Status` and `X-Cache`, last.
@@ -30,6 +32,7 @@ struct RelayedResponseHead {
         self.fields = fields
         self.filter = UpstreamRequestBuilder.EndToEndFilter(fields)
         self.hidden = hidden
+        self.hiddenCount = hidden?.utf8.count ?? -1
         self.requestID = requestID
         self.annotation = annotation
     }
@@ -38,7 +41,7 @@ struct RelayedResponseHead {
     /// hidden, and not an `X-Request-Id` the proxy replaces.
     private func keeps(_ name: UnsafeRawBufferPointer) -> Bool {
         guard filter.passes(name) else { return false }
-        if let hidden, HTTPSyntax.sameIgnoringCase(bytes: name, hidden) { return false }
+        if name.count == hiddenCount, let hidden, HTTPSyntax.sameIgnoringCase(bytes: name, hidden) { return false }
         return requestID == nil || !HTTPSyntax.equalsIgnoringCase(bytes: name, "x-request-id")
     }
 
