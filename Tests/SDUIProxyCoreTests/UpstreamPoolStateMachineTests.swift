@@ -29,6 +29,15 @@ struct UpstreamPoolStateMachineTests {
         )
         #expect(Set(pool.idleConnections).count == pool.idleConnections.count, sourceLocation: sourceLocation)
         #expect(pool.forwardCount <= pool.forwardLimit, "forwards over their share", sourceLocation: sourceLocation)
+        let held = states.count {
+            if case .connecting = $0 { return true }
+            return $0 == .leased
+        }
+        #expect(
+            pool.forwardCount <= held,
+            "forwards counted on connections nobody holds",
+            sourceLocation: sourceLocation
+        )
         // A forward waits while forwards hold their whole share, whatever else is free; nothing else waits for a
         // reason other than a full pool.
         let servable =
@@ -655,6 +664,7 @@ struct UpstreamPoolStateMachineTests {
                 Self.checkInvariants(pool, known: driver.known)
             }
             #expect(pool.connectionCount == 0)
+            #expect(pool.forwardCount == 0, "a forward's share still held with no connection left")
             #expect(pool.parkedWaiters.isEmpty)
             #expect(driver.every.allSatisfy { driver.outcome[$0] != nil }, "a waiter never ended")
         }

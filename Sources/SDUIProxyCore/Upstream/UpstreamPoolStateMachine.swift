@@ -121,10 +121,17 @@ public struct UpstreamPoolStateMachine: Sendable {
     public let limit: Int
     /// The most connections forwards hold at once: connecting for one, or leased to one.
     public let forwardLimit: Int
-    /// The connections held for forwards, connecting or leased.
-    private var forwardConnections: Set<ConnectionID> = []
-    /// The connections that count, by state: an identifier missing here is closed.
-    private var states: [ConnectionID: ConnectionState] = [:]
+    /// A connection that counts: its state, and whether a forward holds it (connecting for one, or leased to one).
+    private struct Entry: Sendable {
+        var state: ConnectionState
+        var holdsForward = false
+    }
+
+    /// How many connections forwards hold: kept beside the entries rather than as a set of identifiers, which
+    /// cost every forward two more hashes of its connection's identifier.
+    private var forwardConnectionCount = 0
+    /// The connections that count: an identifier missing here is closed.
+    private var states: [ConnectionID: Entry] = [:]
     /// The idle connections, the most recently used last: it is the one taken next, and the least recently
     /// used ones are the ones a backend closes first.
     private var idle: [ConnectionID] = []
@@ -157,11 +164,11 @@ public struct UpstreamPoolStateMachine: Sendable {
     public var parkedForwards: [WaiterID] { waiters.filter { $0.use == .forward }.map(\.waiter) }
 
     /// The connections forwards hold now: connecting for one, or leased to one.
-    public var forwardCount: Int { forwardConnections.count }
+    public var forwardCount: Int { forwardConnectionCount }
 
     /// Whether a request for `use` may take a connection now, as far as the shares go.
     public func mayTakeConnection(for use: Use) -> Bool {
-        use == .fill || forwardConnections.count < forwardLimit
+        use == .fill || forwardConnectionCount < forwardLimit
     }
 
     /// The deadline `waiter` is parked until, if it is parked.
@@ -170,7 +177,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     }
 
     public func state(of connection: ConnectionID) -> ConnectionState {
-        states[connection] ?? .closed
+        states[connection]?.state ?? .closed
     }
 
     /// A request wants a connection for `use` until `deadline`: an idle one, a new one if there is room, or the
@@ -182,8 +189,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         if isShutDown { return .fail(waiter, .shuttingDown) }
         if mayTakeConnection(for: use) {
             if let connection = idle.popLast() {
-                states[connection] = .leased
-                if use == .forward { forwardConnections.insert(connection) }
+                states[connection] = entry(.leased, for: use)
                 return .lease(connection, to: waiter)
             }
             if states.count < limit {
@@ -197,9 +203,10 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// The connection opened for a waiter is established. One the pool no longer counts (it closed meanwhile)
     /// is to be closed; an event about a connection that was not connecting is ignored.
     public mutating func connectionEstablished(_ connection: ConnectionID) -> Action {
-        switch states[connection] {
+        switch states[connection]?.state {
         case .connecting(let waiter):
-            states[connection] = .leased
+            // A forward's connection stays the forward's.
+            states[connection]?.state = .leased
             return .lease(connection, to: waiter)
         case nil:
             return .close(connection)
@@ -212,9 +219,8 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// first parked waiter whose deadline is still ahead at `now` (see ``connectionClosed(_:now:)``). An event
     /// about a connection that was not connecting is ignored.
     public mutating func connectFailed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
-        guard case .connecting(let waiter) = states[connection] else { return .none }
-        states[connection] = nil
-        forwardConnections.remove(connection)
+        guard case .connecting(let waiter) = states[connection]?.state else { return .none }
+        forget(connection)
         return failing(waiter, .connectFailed, now: now)
     }
 
@@ -233,10 +239,10 @@ public struct UpstreamPoolStateMachine: Sendable {
         reusable: Bool,
         now: NIODeadline = .distantPast
     ) -> Action {
-        guard states[connection] == .leased else { return .none }
-        forwardConnections.remove(connection)
+        guard let leased = states[connection], leased.state == .leased else { return .none }
+        if leased.holdsForward { forwardConnectionCount -= 1 }
         guard reusable, !isShutDown else {
-            states[connection] = .closing
+            states[connection] = Entry(state: .closing)
             switch serveFirstWaiter(now: now) {
             case .open(let opened, let waiter)?: return .closeAndOpen(connection, open: opened, for: waiter)
             case .lease(let idle, let waiter)?: return .closeAndLease(connection, lease: idle, to: waiter)
@@ -245,10 +251,10 @@ public struct UpstreamPoolStateMachine: Sendable {
         }
         if let index = firstServableWaiter(now: now) {
             let parked = waiters.remove(at: index)
-            if parked.use == .forward { forwardConnections.insert(connection) }
+            states[connection] = entry(.leased, for: parked.use)
             return .lease(connection, to: parked.waiter)
         }
-        states[connection] = .idle
+        states[connection] = Entry(state: .idle)
         idle.append(connection)
         return .none
     }
@@ -261,8 +267,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// it would have no time left to connect in, and a backend slow enough that requests time out would be sent
     /// a new connection for each. The default `now` passes over nobody.
     public mutating func connectionClosed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
-        guard let state = states.removeValue(forKey: connection) else { return .none }
-        forwardConnections.remove(connection)
+        guard let state = forget(connection) else { return .none }
         switch state {
         case .connecting(let waiter):
             return failing(waiter, .closedWhileConnecting, now: now)
@@ -288,7 +293,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         isShutDown = true
         var action = ShutdownAction()
         action.close = idle
-        for connection in idle { states[connection] = .closing }
+        for connection in idle { states[connection]?.state = .closing }
         idle.removeAll()
         action.fail = waiters.map(\.waiter)
         waiters.removeAll()
@@ -298,14 +303,29 @@ public struct UpstreamPoolStateMachine: Sendable {
     private mutating func newConnection(for waiter: WaiterID, use: Use) -> ConnectionID {
         let connection = ConnectionID(nextConnection)
         nextConnection += 1
-        states[connection] = .connecting(for: waiter)
-        if use == .forward { forwardConnections.insert(connection) }
+        states[connection] = entry(.connecting(for: waiter), for: use)
         return connection
+    }
+
+    /// A connection's entry in `state` for a request of `use`, counted in the forwards' share when it is a
+    /// forward's: every entry that holds a forward is made here, and left through ``forget(_:)`` or a release.
+    private mutating func entry(_ state: ConnectionState, for use: Use) -> Entry {
+        let holdsForward = use == .forward
+        if holdsForward { forwardConnectionCount += 1 }
+        return Entry(state: state, holdsForward: holdsForward)
+    }
+
+    /// The connection counts no more; its state before, nil when it did not count.
+    @discardableResult
+    private mutating func forget(_ connection: ConnectionID) -> ConnectionState? {
+        guard let entry = states.removeValue(forKey: connection) else { return nil }
+        if entry.holdsForward { forwardConnectionCount -= 1 }
+        return entry.state
     }
 
     /// The first parked waiter whose deadline is still ahead at `now` and whose share has room.
     private func firstServableWaiter(now: NIODeadline) -> CircularBuffer<Parked>.Index? {
-        let forwardsMayTake = forwardConnections.count < forwardLimit
+        let forwardsMayTake = forwardConnectionCount < forwardLimit
         return waiters.firstIndex { $0.deadline > now && ($0.use == .fill || forwardsMayTake) }
     }
 
@@ -330,8 +350,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         }
         idle.removeLast()
         let parked = waiters.remove(at: index)
-        states[connection] = .leased
-        if parked.use == .forward { forwardConnections.insert(connection) }
+        states[connection] = entry(.leased, for: parked.use)
         return .lease(connection, to: parked.waiter)
     }
 }
