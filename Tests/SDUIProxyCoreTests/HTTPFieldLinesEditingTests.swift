@@ -7,7 +7,7 @@ import Testing
 @Suite("A request's fields edited by name, as the proxy builds one for the backend")
 struct HTTPFieldLinesEditingTests {
     private func pairs(_ fields: HTTPFieldLines) -> [String] {
-        fields.pairs.map { "\($0.name)=\($0.value)" }
+        pairs(fields.headers)
     }
 
     private func pairs(_ headers: HTTPHeaders) -> [String] {

@@ -20,7 +20,8 @@ struct UpstreamRequestBuilderTests {
             ("Range", "bytes=0-1"), ("Accept-Encoding", "gzip"), ("beagle-hash", "00"), ("X-Tenant", "client's"),
             ("X-Forwarded-For", "10.0.0.1"), ("Accept-Language", "pt-BR"), ("x-forwarded-for", "10.0.0.2"),
         ])
-        let headers = builder.headers(from: client, platform: "IOS", clientAddress: "127.0.0.1", purpose: .cacheFill)
+        let headers = builder.fields(from: client, platform: "IOS", clientAddress: "127.0.0.1", purpose: .cacheFill)
+            .headers
         #expect(
             pairs(headers) == [
                 ["Accept", "application/json"], ["Accept-Language", "pt-BR"], ["X-Api-Key", "secret"],
@@ -37,7 +38,8 @@ struct UpstreamRequestBuilderTests {
             ("Content-Type", "text/plain"), ("If-None-Match", "\"a\""), ("Accept-Encoding", "gzip"),
             ("Content-Length", "4"), ("TE", "trailers"), ("Transfer-Encoding", "chunked"),
         ])
-        let headers = builder.headers(from: client, platform: "ANDROID", clientAddress: nil, purpose: .passThrough)
+        let headers = builder.fields(from: client, platform: "ANDROID", clientAddress: nil, purpose: .passThrough)
+            .headers
         #expect(
             pairs(headers) == [
                 ["Content-Type", "text/plain"], ["If-None-Match", "\"a\""], ["Accept-Encoding", "gzip"],
@@ -57,13 +59,13 @@ struct UpstreamRequestBuilderTests {
         ]
     )
     func receivedProtocol(version: HTTPVersion, secure: Bool, via: String, scheme: String) {
-        let headers = builder.headers(
+        let headers = builder.fields(
             from: [:],
             platform: "WEB",
             clientAddress: "10.1.2.3",
             purpose: .passThrough,
             received: .init(version: version, isSecure: secure)
-        )
+        ).headers
         #expect(headers["Via"] == [via])
         #expect(headers["X-Forwarded-Proto"] == [scheme])
         #expect(headers["Forwarded"] == ["for=10.1.2.3;proto=\(scheme)"])
@@ -72,15 +74,15 @@ struct UpstreamRequestBuilderTests {
     @Test("from a trusted proxy without the client's address, its X-Forwarded-For goes on as it was")
     func forwardedForWithoutAddress() {
         let client = HTTPHeaders([("X-Forwarded-For", "10.0.0.1"), ("X-Forwarded-For", "10.0.0.2")])
-        let headers = builder.headers(
+        let headers = builder.fields(
             from: client,
             platform: "WEB",
             clientAddress: nil,
             purpose: .cacheFill,
             clientIsTrustedProxy: true
-        )
+        ).headers
         #expect(headers["X-Forwarded-For"] == ["10.0.0.1, 10.0.0.2"])
-        let none = builder.headers(from: [:], platform: "WEB", clientAddress: nil, purpose: .cacheFill)
+        let none = builder.fields(from: [:], platform: "WEB", clientAddress: nil, purpose: .cacheFill).headers
         #expect(!none.contains(name: "x-forwarded-for"))
     }
 
@@ -100,7 +102,8 @@ struct UpstreamRequestBuilderTests {
 
     @Test("an untrusted client's forwarding headers are replaced by what the proxy saw, on every purpose")
     func untrustedClaimsReplaced() {
-        let fill = builder.headers(from: Self.claims, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+        let fill = builder.fields(from: Self.claims, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+            .headers
         #expect(
             forwardingFields(fill) == [
                 ["X-Forwarded-For", "192.0.2.7"], ["X-Forwarded-Proto", "http"],
@@ -108,12 +111,12 @@ struct UpstreamRequestBuilderTests {
             ]
         )
         #expect(fill["accept"] == ["*/*"])
-        let passed = builder.headers(
+        let passed = builder.fields(
             from: Self.claims,
             platform: "WEB",
             clientAddress: "2001:db8::7",
             purpose: .passThrough
-        )
+        ).headers
         #expect(
             forwardingFields(passed) == [
                 ["X-Forwarded-For", "2001:db8::7"], ["X-Forwarded-Proto", "http"],
@@ -144,29 +147,30 @@ struct UpstreamRequestBuilderTests {
     @Test("a cache fill names the client's Host only when the route's key holds it")
     func hostOnCacheFillOnlyWhenKeyed() {
         let client = HTTPHeaders([("Host", "proxy.example:8080")])
-        let unkeyed = builder.headers(from: client, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+        let unkeyed = builder.fields(from: client, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+            .headers
         #expect(!unkeyed.contains(name: "x-forwarded-host"))
         #expect(unkeyed["forwarded"] == ["for=192.0.2.7;proto=http"])
-        let keyed = builder.headers(
+        let keyed = builder.fields(
             from: client,
             platform: "WEB",
             clientAddress: "192.0.2.7",
             purpose: .cacheFill,
             hostIsKeyed: true
-        )
+        ).headers
         #expect(keyed["x-forwarded-host"] == ["proxy.example:8080"])
         #expect(keyed["forwarded"] == [#"for=192.0.2.7;proto=http;host="proxy.example:8080""#])
     }
 
     @Test("a trusted proxy's forwarding headers are kept and this hop appended")
     func trustedProxyAppends() {
-        let passed = builder.headers(
+        let passed = builder.fields(
             from: Self.claims,
             platform: "WEB",
             clientAddress: "10.0.0.2",
             purpose: .passThrough,
             clientIsTrustedProxy: true
-        )
+        ).headers
         #expect(
             forwardingFields(passed) == [
                 ["X-Forwarded-Host", "evil.example"], ["X-Forwarded-Proto", "https"], ["X-Forwarded-Port", "443"],
@@ -175,13 +179,13 @@ struct UpstreamRequestBuilderTests {
             ]
         )
         // On a cache fill whose key does not hold the Host, not even a trusted proxy's X-Forwarded-Host goes on.
-        let fill = builder.headers(
+        let fill = builder.fields(
             from: Self.claims,
             platform: "WEB",
             clientAddress: "10.0.0.2",
             purpose: .cacheFill,
             clientIsTrustedProxy: true
-        )
+        ).headers
         #expect(!fill.contains(name: "x-forwarded-host"))
         #expect(fill["x-forwarded-for"] == ["10.9.9.9, 10.0.0.2"])
         // Nor its Forwarded, whose host= would go unkeyed: only this hop's element.
@@ -194,7 +198,8 @@ struct UpstreamRequestBuilderTests {
             ("X_Forwarded_Host", "evil.example"), ("x_forwarded-for", "10.9.9.9"), ("X_Real_IP", "10.9.9.9"),
             ("X_Custom", "kept"),
         ])
-        let fill = builder.headers(from: client, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+        let fill = builder.fields(from: client, platform: "WEB", clientAddress: "192.0.2.7", purpose: .cacheFill)
+            .headers
         #expect(
             forwardingFields(fill) == [
                 ["X-Forwarded-For", "192.0.2.7"], ["X-Forwarded-Proto", "http"],

@@ -24,14 +24,16 @@ struct QueuedWriteResponder {
         }
         let id = WriteQueue.newID()
         let peer = sink.client
-        var headers = proxy.requestBuilder.headers(
+        var headers = proxy.requestBuilder.fields(
             from: write.head.headers,
             platform: write.platform,
             clientAddress: peer.address,
             purpose: .passThrough,
             clientIsTrustedProxy: peer.isTrustedProxy,
             received: peer.received(write.head.version)
-        )
+        ).headers
+        // The body is read whole and stored so: the client's framing is not this request's, on the wire (the
+        // encoder writes its own) nor in what the queue keeps and shows.
         headers.remove(name: "transfer-encoding")
         QueueEntry.setIdempotencyKey(in: &headers, queueID: id)
         let upstream = UpstreamRequest(

@@ -50,15 +50,4 @@ extension HTTPFieldLines {
     public func contains(name: String) -> Bool {
         name.withContiguousUTF8 { name in withFirstValue(named: UnsafeRawBufferPointer(name)) { _ in true } } ?? false
     }
-
-    /// Every name and value as strings, in order: for the paths that keep a request (the write queue) or compare
-    /// one (tests).
-    public var pairs: [(name: String, value: String)] {
-        var list: [(name: String, value: String)] = []
-        list.reserveCapacity(count)
-        forEachField { name, value in
-            list.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
-        }
-        return list
-    }
 }

@@ -250,7 +250,8 @@ public struct HTTPFieldLines: Sendable {
         }
     }
 
-    /// The fields as a collection, for the paths that merge or pass on a response's headers.
+    /// The fields as a collection, for the paths that merge or pass on a response's headers, keep a request (the
+    /// write queue) or compare one (tests).
     public var headers: HTTPHeaders {
         var list: [(String, String)] = []
         list.reserveCapacity(fields.count)
