@@ -159,17 +159,20 @@ struct PassThroughResponder {
     ) -> ForwardedResponseRelay {
         let method = head.method
         // Only an unsafe method's answer can make stored responses stale; a safe one's head is not read for it.
-        let invalidates = !method.isSafe
-        let requestHost = invalidates ? head.headers.first(name: "host") : nil
-        let invalidate: @Sendable (HTTPResponseStatus, HTTPHeaders) -> Void = { status, headers in
-            Invalidation.apply(
-                method: method,
-                target: target,
-                status: status,
-                responseHeaders: headers,
-                requestHost: requestHost,
-                invalidator: invalidator
-            )
+        // (The closure is made only then: its context is an allocation, and a GET's forward would pay for it.)
+        var invalidate: (@Sendable (HTTPResponseStatus, HTTPHeaders) -> Void)?
+        if !method.isSafe {
+            let requestHost = head.headers.first(name: "host")
+            invalidate = { status, headers in
+                Invalidation.apply(
+                    method: method,
+                    target: target,
+                    status: status,
+                    responseHeaders: headers,
+                    requestHost: requestHost,
+                    invalidator: invalidator
+                )
+            }
         }
         return ForwardedResponseRelay(
             to: sink,
@@ -178,7 +181,7 @@ struct PassThroughResponder {
             clientFields: clientFields,
             requestID: requestID,
             keeper: keeper,
-            receivedHead: invalidates ? invalidate : nil
+            receivedHead: invalidate
         )
     }
 }
