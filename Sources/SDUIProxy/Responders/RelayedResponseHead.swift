@@ -69,7 +69,8 @@ struct RelayedResponseHead {
             + (requestID.map { 16 + $0.utf8.count } ?? 0)
         let requestID = self.requestID
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { out in
-            let kept = fields.copyLines(to: out, at: 0, where: keeps)
+            // A closure, not the method: a method reference boxed `self` in a context allocated for every head.
+            let kept = fields.copyLines(to: out, at: 0, where: { keeps($0) })
             let via = HTTPWireFormat.copy(CachedResponse.ownViaLine, to: out, at: kept)
             guard let requestID else { return via }
             return requestID.withContiguousUTF8 { id in

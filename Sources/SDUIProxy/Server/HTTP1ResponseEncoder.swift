@@ -133,7 +133,8 @@ enum HTTP1ResponseEncoder {
         HTTPWireFormat.writeStatusLine(status, into: &head)
         if presentation.advertisesRanges(entry) { head.writeStaticString("Accept-Ranges: bytes\r\n") }
         if presentation.keepsStoredFields {
-            form.writeLines(common: entry.commonLines, keepingLines: presentation.keepsStoredField, into: &head)
+            // A closure, not the method: a method reference boxes `presentation` in an allocated context.
+            form.writeLines(common: entry.commonLines, keepingLines: { presentation.keepsStoredField($0) }, into: &head)
         }
         presentation.forEachOwnField(of: entry, form) { name, value in
             HTTPWireFormat.writeHeaderLine(name, value, into: &head)
