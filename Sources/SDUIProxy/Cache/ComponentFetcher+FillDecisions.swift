@@ -9,6 +9,7 @@ extension ComponentFetcher.Request {
     func fillPolicy(_ storageRules: StorageRules) -> CacheFillPolicy {
         CacheFillPolicy(
             requestHeaders: clientHeaders,
+            requestFields: clientFields,
             defaultTTL: policy.defaultTTL.wholeSeconds,
             staleEntry: staleEntry,
             rules: storageRules

@@ -43,7 +43,9 @@ public final class ComponentFetcher: Sendable {
         public let policy: ProxyConfiguration.RoutePolicy
         /// The client's headers, for the rules that depend on them (`Authorization`, `Vary`).
         public let clientHeaders: HTTPHeaders
-        /// Whether this request may share an exchange with identical ones.
+        /// Which of the fields the cache path asks about `clientHeaders` carries.
+        public let clientFields: RequestFieldPresence
+        /// Whether this request may share an exchange with identical ones: never one with `Authorization`.
         public let mayCoalesce: Bool
         /// The stale entry this fetch replaces, if any: it is revalidated rather than fetched blind.
         public let staleEntry: CachedResponse?
@@ -60,6 +62,7 @@ public final class ComponentFetcher: Sendable {
             upstream: UpstreamRequest,
             policy: ProxyConfiguration.RoutePolicy,
             clientHeaders: HTTPHeaders,
+            clientFields: RequestFieldPresence? = nil,
             mayCoalesce: Bool,
             staleEntry: CachedResponse? = nil,
             followActions: Int = 0,
@@ -71,7 +74,10 @@ public final class ComponentFetcher: Sendable {
             self.upstream = upstream
             self.policy = policy
             self.clientHeaders = clientHeaders
-            self.mayCoalesce = mayCoalesce
+            let clientFields = clientFields ?? RequestFieldPresence(clientHeaders)
+            self.clientFields = clientFields
+            // Whatever the caller says: the answer to one with credentials may depend on who asked.
+            self.mayCoalesce = mayCoalesce && !clientFields.contains(.authorization)
             self.staleEntry = staleEntry
         }
     }
@@ -209,7 +215,7 @@ public final class ComponentFetcher: Sendable {
     /// ``fetch(_:on:)`` with the outcome handed to `completion` on `eventLoop`: the cache miss's form, which
     /// makes no future when the fetch leads or does not coalesce.
     public func fetch(_ request: Request, on eventLoop: any EventLoop, completion: @escaping Completion) {
-        guard request.mayCoalesce, CacheFillPolicy.mayCoalesce(requestHeaders: request.clientHeaders) else {
+        guard request.mayCoalesce else {
             return exchange(request, on: eventLoop, coalescedRun: nil, completion: completion)
         }
         // A run that an invalidation may have reached since it started takes no more requests: they asked after

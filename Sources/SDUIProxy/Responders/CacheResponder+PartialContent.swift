@@ -17,7 +17,7 @@ extension CacheResponder {
         let headers = request.head.headers
         let held = proxy.cache.partialContent(for: request.key)
         // Nearly every miss asks for the whole and finds no parts: nothing more to decide.
-        guard held != nil || headers.contains(name: "range") else { return false }
+        guard held != nil || request.fields.contains(.range) else { return false }
         let fetchesParts =
             proxy.configuration.cache.rangeMiss == .part
             || (held == nil && proxy.fetcher.oversizedMarks.isMarked(request.key, now: now))

@@ -403,6 +403,7 @@ struct CacheResponder {
             target: request.target,
             platform: request.platform,
             clientHeaders: request.head.headers,
+            clientFields: request.fields,
             policy: request.policy,
             staleEntry: staleEntry,
             clientAddress: client.address,

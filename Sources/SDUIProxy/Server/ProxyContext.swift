@@ -179,11 +179,13 @@ public final class ProxyContext: Sendable {
     ///
     /// - A request with `Authorization` fetches alone: its answer may depend on who asked.
     /// - The client's `Host` goes upstream only when the route's key holds it (``UpstreamRequestBuilder``).
+    /// - `clientFields` is what the router noted of `clientHeaders` as it walked them; nil to walk them here.
     func cacheFill(
         key: CacheKey,
         target: RequestTarget,
         platform: String,
         clientHeaders: HTTPHeaders,
+        clientFields: RequestFieldPresence? = nil,
         policy: ProxyConfiguration.RoutePolicy,
         staleEntry: CachedResponse?,
         clientAddress: String?,
@@ -213,7 +215,8 @@ public final class ProxyContext: Sendable {
             upstream: upstream,
             policy: policy,
             clientHeaders: clientHeaders,
-            mayCoalesce: CacheFillPolicy.mayCoalesce(requestHeaders: clientHeaders),
+            clientFields: clientFields,
+            mayCoalesce: true,
             staleEntry: staleEntry,
             followActions: followActions,
             trace: requester?.trace

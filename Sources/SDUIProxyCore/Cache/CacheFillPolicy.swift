@@ -11,6 +11,8 @@ public struct CacheFillPolicy: Sendable {
     /// The client's request headers: `Authorization` and a request `no-store` keep an answer out of the cache,
     /// and `Vary` selects the variant a waiter may take.
     public let requestHeaders: HTTPHeaders
+    /// Which of the fields the cache path asks about `requestHeaders` carries.
+    public let requestFields: RequestFieldPresence
     /// The route's lifetime, in seconds, for answers that carry no freshness information (0 leaves them out).
     public let defaultTTL: Int64
     /// The stale entry the fill replaces, if any: revalidated, standing in for a failing backend, or dropped.
@@ -18,8 +20,17 @@ public struct CacheFillPolicy: Sendable {
     /// The operator's cache-wide rules: targeted fields, heuristics, the cap on errors, `Set-Cookie`.
     public let rules: StorageRules
 
-    public init(requestHeaders: HTTPHeaders, defaultTTL: Int64, staleEntry: CachedResponse?, rules: StorageRules) {
+    /// - Parameter requestFields: which fields the cache path asks about `requestHeaders` carries, when the
+    ///   router noted them; nil to find them here.
+    public init(
+        requestHeaders: HTTPHeaders,
+        requestFields: RequestFieldPresence? = nil,
+        defaultTTL: Int64,
+        staleEntry: CachedResponse?,
+        rules: StorageRules
+    ) {
         self.requestHeaders = requestHeaders
+        self.requestFields = requestFields ?? RequestFieldPresence(requestHeaders)
         self.defaultTTL = defaultTTL
         self.staleEntry = staleEntry
         self.rules = rules
@@ -222,6 +233,7 @@ public struct CacheFillPolicy: Sendable {
     ) -> StoreDecision {
         let decision = FreshnessPolicy.decide(
             requestHeaders: requestHeaders,
+            requestFields: requestFields,
             status: status,
             responseFields: fields,
             defaultTTL: defaultTTL,
@@ -247,6 +259,7 @@ public struct CacheFillPolicy: Sendable {
         guard staleEntry != nil else { return false }
         let forOthers = FreshnessPolicy.decide(
             requestHeaders: HTTPHeaders(),
+            requestFields: [],
             status: status,
             responseFields: fields,
             defaultTTL: defaultTTL,

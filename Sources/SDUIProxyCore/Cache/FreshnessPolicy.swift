@@ -26,6 +26,8 @@ public enum FreshnessPolicy {
     ///
     /// - Parameters:
     ///   - requestHeaders: the client's request headers (`Authorization` restricts what may be stored).
+    ///   - requestFields: which fields the cache path asks about `requestHeaders` carries, when the router noted
+    ///     them; nil to find them here, in one walk.
     ///   - status: the response status.
     ///   - responseFields: the response's header fields.
     ///   - defaultTTL: lifetime in seconds for responses with neither explicit nor heuristic freshness; 0 leaves
@@ -36,6 +38,7 @@ public enum FreshnessPolicy {
     ///   - now: the time the response was received, in seconds, for a response without `Date`.
     public static func decide(
         requestHeaders: HTTPHeaders,
+        requestFields: RequestFieldPresence? = nil,
         status: HTTPResponseStatus,
         responseFields: HTTPFieldLines,
         defaultTTL: Int64,
@@ -59,9 +62,12 @@ public enum FreshnessPolicy {
             return .doNotStore(reason: "no-store")
         }
         if cacheControl.isPrivate { return .doNotStore(reason: "private") }
-        if CacheControl(headers: requestHeaders).noStore { return .doNotStore(reason: "request no-store") }
+        let requestFields = requestFields ?? RequestFieldPresence(requestHeaders)
+        if requestFields.contains(.cacheControl), CacheControl(headers: requestHeaders).noStore {
+            return .doNotStore(reason: "request no-store")
+        }
         if !CacheFillPolicy.authorizationPermitsSharing(
-            requestHasAuthorization: requestHeaders.contains(name: "authorization"),
+            requestHasAuthorization: requestFields.contains(.authorization),
             directives: cacheControl
         ) {
             return .doNotStore(reason: "authorization")
