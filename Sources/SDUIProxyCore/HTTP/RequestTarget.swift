@@ -68,22 +68,29 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
 
     /// The common case, checked in one pass without copying: a target with no percent-encoding, no fragment,
     /// no dot segment and no empty query is already normal.
-    private static func alreadyNormal(_ text: String) -> RequestTarget? {
+    ///
+    /// Every request's target comes through here. Most of its bytes are plain (``plainTargetBytes(_:)``), and
+    /// they are passed over eight at a time; only the bytes from the first one that is not go through the cases.
+    static func alreadyNormal(_ text: String) -> RequestTarget? {
         let questionMark = text.withContiguousUTF8 { bytes -> Int?? in
             guard bytes.first == UInt8(ascii: "/") else { return nil }
+            let raw = UnsafeRawBufferPointer(bytes)
             var previous: UInt8 = 0
             var questionMark: Int?
             var offset = 0
             while offset < bytes.count {
-                let byte = bytes[offset]
-                // Most bytes are plain: printable and none of `%`, `#`, `.` and `?`, whose cases follow.
-                if byte > 0x20, byte < 0x7F, byte != UInt8(ascii: "%"), byte != UInt8(ascii: "#"),
-                    byte != UInt8(ascii: "."), byte != UInt8(ascii: "?")
-                {
-                    previous = byte
-                    offset += 1
-                    continue
+                if offset &+ 8 <= bytes.count {
+                    let word = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+                    let special = notPlainTargetBytes(word)
+                    // The lowest flag is the first byte that is not plain; those before it are.
+                    let plain = special == 0 ? 8 : special.trailingZeroBitCount &>> 3
+                    if plain > 0 {
+                        offset &+= plain
+                        previous = bytes[offset &- 1]
+                        continue
+                    }
                 }
+                let byte = bytes[offset]
                 switch byte {
                 case UInt8(ascii: "%"), UInt8(ascii: "#"):
                     return nil
@@ -97,7 +104,7 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
                     break
                 }
                 previous = byte
-                offset += 1
+                offset &+= 1
             }
             // An empty query (`/a?`) is dropped, which is a normalisation of its own.
             if let questionMark, questionMark == bytes.count - 1 { return nil }
@@ -105,6 +112,25 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         }
         guard case .some(let questionMarkOffset) = questionMark else { return nil }
         return RequestTarget(description: text, questionMarkOffset: questionMarkOffset)
+    }
+
+    /// The bytes of `word` (loaded little-endian) that are not plain in a target, as their top bits: zero when
+    /// all eight are plain, that is printable ASCII other than `%`, `#`, `.` and `?`. The lowest bit set is always
+    /// the first byte that is not; bits above it may be set by borrows and mean nothing.
+    @inline(__always)
+    static func notPlainTargetBytes(_ word: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highBits: UInt64 = 0x8080_8080_8080_8080
+        // `(x - ones) & ~x & highBits` flags the zero bytes of `x`, and `(x - n * ones) & ~x & highBits` those
+        // below n; a borrow only ever runs upwards from a byte that is flagged rightly.
+        @inline(__always) func zeroBytes(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highBits }
+        let controlOrSpace = (word &- 0x21 &* ones) & ~word & highBits
+        let delete = zeroBytes(word ^ (0x7F &* ones))
+        let percent = zeroBytes(word ^ (0x25 &* ones))
+        let hash = zeroBytes(word ^ (0x23 &* ones))
+        let dot = zeroBytes(word ^ (0x2E &* ones))
+        let questionMark = zeroBytes(word ^ (0x3F &* ones))
+        return (word & highBits) | controlOrSpace | delete | percent | hash | dot | questionMark
     }
 
     private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {
