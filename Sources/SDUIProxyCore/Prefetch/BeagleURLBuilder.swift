@@ -23,8 +23,17 @@ public enum BeagleURLBuilder {
     ///   - path: the path or URL from a component, like `/screens/home` or `https://host/screen`.
     public static func build(base: String?, path: String) -> String? {
         guard !path.isEmpty else { return nil }
-        let encoded = path.withContiguousUTF8 { $0.contains(UInt8(ascii: "%")) } ? path : percentEncode(path)
-        guard isValidURIReference(encoded) else { return nil }
+        // One walk settles the usual path, all allowed characters and no `%`: it is its own encoding, valid as it
+        // is. Otherwise a path with a `%` must be valid as it stands, and one without is encoded, which makes it
+        // valid. (This runs for every URL a stored component declares for prefetching.)
+        let encoded: String
+        switch classify(path) {
+        case .allowed: encoded = path
+        case .escaped:
+            guard isValidURIReference(path) else { return nil }
+            encoded = path
+        case .unencoded: encoded = percentEncode(path)
+        }
         guard path.utf8.first == UInt8(ascii: "/"), var base, !base.isEmpty else { return encoded }
         guard isValidURIReference(base) else { return nil }
         if base.utf8.last == UInt8(ascii: "/") { base.removeLast() }
@@ -46,6 +55,23 @@ public enum BeagleURLBuilder {
             }
         }
         return String(decoding: result, as: UTF8.self)
+    }
+
+    /// What one walk over a path finds: every byte allowed and no `%`; a `%` (taken as encoded already); or,
+    /// without a `%`, a byte that is not allowed.
+    enum PathKind: Equatable {
+        case allowed, escaped, unencoded
+    }
+
+    static func classify(_ path: String) -> PathKind {
+        path.withContiguousUTF8 { bytes in
+            var allAllowed = true
+            for byte in bytes {
+                if byte == UInt8(ascii: "%") { return .escaped }
+                if !isAllowed(byte) { allAllowed = false }
+            }
+            return allAllowed ? .allowed : .unencoded
+        }
     }
 
     /// Whether every character of `text` is one Beagle allows, or part of a well-formed `%XX` escape.
