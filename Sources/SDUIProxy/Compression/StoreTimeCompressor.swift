@@ -87,9 +87,10 @@ struct StoreTimeCompressor: Sendable {
         whenDone: (@Sendable () -> Void)? = nil
     ) -> Bool {
         guard let pool, entry.claimCompression() else { return false }
-        let body = entry.body
         let started = pool.submit {
-            let encoded = encode(body)
+            // A small body is stored in the entry's own array, and copied into a buffer for the coders: on the
+            // pool's thread, not the event loop that stored it.
+            let encoded = encode(entry.body)
             guard !encoded.isEmpty else { return }
             cache.storeCompressed(entry.adding(encoded), replacing: entry, for: key)
         } finished: { ran in
@@ -103,7 +104,7 @@ struct StoreTimeCompressor: Sendable {
             metrics.compressionSkipped()
             logger.debug(
                 "compression pool full; the entry stays uncompressed until a hit asks for a coding",
-                metadata: ["key": "\(key)", "bytes": "\(body.readableBytes)"]
+                metadata: ["key": "\(key)", "bytes": "\(entry.identity.bodyLength)"]
             )
             return false
         }
