@@ -6,8 +6,10 @@ import SDUIProxyCore
 /// annotation (`Cache-Status`, `X-Cache`) when the request was on the cache path. `receivedHead` sees the backend's
 /// head first (invalidation); a ``PostAnswerKeeper`` is handed a copy of what passes.
 ///
-/// The network client calls it on the sink's loop; the state it keeps is bound to that loop.
-final class ForwardedResponseRelay: ForwardedResponseSink {
+/// The network client calls it on the sink's loop, and only there is its state read or changed: `@unchecked
+/// Sendable` for that state, checked in debug builds. Its own, not in a loop-bound box: a box was a second object
+/// made and freed for every forwarded request.
+final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
     /// How far the response has come.
     enum Progress {
         case waitingForHead
@@ -15,26 +17,14 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         case ended
     }
 
-    private final class State {
-        let sink: any ResponseSink
-        var progress = Progress.waitingForHead
-        var annotation: CacheAnnotation?
-        let takesInterim: Bool
-        /// When the backend was asked, for the access line (nil without one): its answer's end is the backend's time.
-        let asked: NIODeadline?
-        /// Keeps a copy of a `POST`'s answer that may answer later `GET`s of its target.
-        let keeper: PostAnswerKeeper?
-
-        init(sink: any ResponseSink, annotation: CacheAnnotation?, takesInterim: Bool, keeper: PostAnswerKeeper?) {
-            self.sink = sink
-            self.keeper = keeper
-            self.annotation = annotation
-            self.takesInterim = takesInterim
-            self.asked = sink.accessNotes?.clock.now
-        }
-    }
-
-    private let state: NIOLoopBound<State>
+    private let sink: any ResponseSink
+    private var currentProgress = Progress.waitingForHead
+    private var annotation: CacheAnnotation?
+    private let takesInterim: Bool
+    /// When the backend was asked, for the access line (nil without one): its answer's end is the backend's time.
+    private let asked: NIODeadline?
+    /// Keeps a copy of a `POST`'s answer that may answer later `GET`s of its target.
+    private let keeper: PostAnswerKeeper?
     /// What the client sees changed in the backend's fields (`Vary`, the tag field).
     private let clientFields: ClientFacingFields
     /// Sees the backend's head first (an unsafe method's invalidation); nil for none.
@@ -52,41 +42,46 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         keeper: PostAnswerKeeper? = nil,
         receivedHead: (@Sendable (HTTPResponseStatus, HTTPHeaders) -> Void)? = nil
     ) {
+        self.sink = sink
+        self.annotation = annotation
+        self.takesInterim = takesInterim
+        self.asked = sink.accessNotes?.clock.now
+        self.keeper = keeper
         self.requestID = requestID
-        self.state = NIOLoopBound(
-            State(sink: sink, annotation: annotation, takesInterim: takesInterim, keeper: keeper),
-            eventLoop: sink.eventLoop
-        )
         self.clientFields = clientFields
         self.receivedHead = receivedHead
     }
 
     /// How far the response has come; read on the sink's loop.
-    var progress: Progress { state.value.progress }
+    var progress: Progress {
+        assert(sink.eventLoop.inEventLoop)
+        return currentProgress
+    }
 
     /// The response is another request's exchange, shared: its `Cache-Status` says `collapsed`. On the sink's
     /// loop, before the head.
     func markCollapsed() {
-        state.value.annotation?.status.collapsed = true
+        assert(sink.eventLoop.inEventLoop)
+        annotation?.status.collapsed = true
     }
 
     func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {
-        let state = self.state.value
-        guard state.takesInterim, state.progress == .waitingForHead else { return }
-        state.sink.writeInterim(status: status, headers: headers)
+        assert(sink.eventLoop.inEventLoop)
+        guard takesInterim, currentProgress == .waitingForHead else { return }
+        sink.writeInterim(status: status, headers: headers)
     }
 
     func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines) {
         // An answer this hop only filters and adds its own fields to goes out from the backend's bytes; one that
         // is read as a collection (to invalidate, to keep, to merge `Vary`) takes the collection's path.
-        let state = self.state.value
-        guard receivedHead == nil, state.keeper == nil, clientFields.keyFields.isEmpty else {
+        assert(sink.eventLoop.inEventLoop)
+        guard receivedHead == nil, keeper == nil, clientFields.keyFields.isEmpty else {
             return receiveHead(status: status, headers: fields.headers)
         }
-        var annotation = state.annotation
+        var annotation = self.annotation
         annotation?.status.forwardStatus = status.code
-        state.progress = .streaming
-        state.sink.writeHead(
+        currentProgress = .streaming
+        sink.writeHead(
             RelayedResponseHead(
                 status: status,
                 fields: fields,
@@ -99,8 +94,9 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
     }
 
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders) {
+        assert(sink.eventLoop.inEventLoop)
         receivedHead?(status, headers)
-        state.value.keeper?.head(status: status, headers: headers)
+        keeper?.head(status: status, headers: headers)
         // The hidden tag field and the backend's id go in the filtering pass; only key fields' Vary is merged after.
         var headers = UpstreamRequestBuilder.endToEndResponseHeaders(
             headers,
@@ -110,27 +106,26 @@ final class ForwardedResponseRelay: ForwardedResponseSink {
         if !clientFields.keyFields.isEmpty { clientFields.apply(to: &headers) }
         headers.add(name: "Via", value: CachedResponse.ownVia)
         if let requestID { headers.add(name: "X-Request-Id", value: requestID) }
-        let state = self.state.value
-        if var annotation = state.annotation {
+        if var annotation {
             annotation.status.forwardStatus = status.code
             annotation.add(to: &headers)
         }
-        state.progress = .streaming
-        state.sink.writeHead(status: status, headers: headers, cacheResult: state.annotation?.result)
+        currentProgress = .streaming
+        sink.writeHead(status: status, headers: headers, cacheResult: annotation?.result)
     }
 
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        let state = self.state.value
-        state.keeper?.bodyPart(buffer)
-        return state.sink.writeBodyPart(buffer)
+        assert(sink.eventLoop.inEventLoop)
+        keeper?.bodyPart(buffer)
+        return sink.writeBodyPart(buffer)
     }
 
     func receiveEnd() {
-        let state = self.state.value
-        state.progress = .ended
-        if let asked = state.asked { state.sink.accessNotes?.upstreamAnswered(since: asked) }
-        state.sink.writeEnd()
+        assert(sink.eventLoop.inEventLoop)
+        currentProgress = .ended
+        if let asked { sink.accessNotes?.upstreamAnswered(since: asked) }
+        sink.writeEnd()
         // After the client's answer: storing the copy (validating a component, compressing it) does not delay it.
-        state.keeper?.end()
+        keeper?.end()
     }
 }
