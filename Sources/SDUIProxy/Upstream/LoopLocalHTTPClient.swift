@@ -179,14 +179,20 @@ public final class LoopLocalHTTPClient: NetworkClient {
             forwarding: forwarding
         )
         let pool = self.pool(for: eventLoop)
-        let run: @Sendable () -> Void = {
-            // From now on, a body that fails answers the caller at once, even while the exchange waits for a
-            // connection; one that failed already takes none.
-            forwarding.watchBody()
-            guard forwarding.abandonment == nil else { return }
-            pool.run(exchange) { result in forwarding.connectionEnded(result) }
+        // Started in place when called on the loop, as nearly every forward is: a closure to hand to the loop
+        // would be made (and freed) for nothing.
+        guard eventLoop.inEventLoop else {
+            return eventLoop.execute { Self.start(forwarding, exchange, in: pool) }
         }
-        if eventLoop.inEventLoop { run() } else { eventLoop.execute(run) }
+        Self.start(forwarding, exchange, in: pool)
+    }
+
+    private static func start(_ forwarding: ForwardedExchange, _ exchange: Exchange, in pool: PoolState) {
+        // From now on, a body that fails answers the caller at once, even while the exchange waits for a
+        // connection; one that failed already takes none.
+        forwarding.watchBody()
+        guard forwarding.abandonment == nil else { return }
+        pool.run(exchange) { result in forwarding.connectionEnded(result) }
     }
 
     /// The framing of a request whose body, if it has one, goes in the same buffer as its head: that body's
