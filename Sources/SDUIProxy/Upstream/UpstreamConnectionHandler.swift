@@ -243,7 +243,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             case .passBodyPart(let deadline):
                 if let deadline { armTimer(for: deadline) }
                 guard let forwarding else { return }
-                forwarding.deliver(part) { [self] result in partTaken(result, of: forwarding) }
+                forwarding.deliver(part, from: self)
             case let action:
                 run(action)
             }
@@ -273,7 +273,8 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         current?.body?.writeBuffer(&part)
     }
 
-    private func partTaken(_ result: Result<Void, any Error>, of forwarding: ForwardedExchange) {
+    /// The client took a body part of `forwarding`'s, or could not (``ForwardedExchange/deliver(_:from:)``).
+    func partTaken(_ result: Result<Void, any Error>, of forwarding: ForwardedExchange) {
         guard self.forwarding === forwarding else { return }
         let failed: Bool
         if case .failure = result { failed = true } else { failed = false }
