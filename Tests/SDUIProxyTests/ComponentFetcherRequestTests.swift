@@ -31,6 +31,8 @@ struct ComponentFetcherRequestTests {
         // The fields the router noted stand for the headers, and are kept for the fill's decisions.
         #expect(!request(credentials, fields: RequestFieldPresence(credentials)).mayCoalesce)
         #expect(request(credentials).clientFields == [.authorization])
+        // Noted fields are what is read: fields that say more than the headers (never less) decide.
+        #expect(!request([:], fields: [.authorization]).mayCoalesce)
         #expect(
             request(["Cache-Control": "no-store", "Range": "bytes=0-1"]).clientFields == [.cacheControl, .range]
         )
@@ -47,5 +49,9 @@ struct ComponentFetcherRequestTests {
         #expect(request(noStore).fillPolicy(rules).storeDecision(status: .ok, fields: fields) != stores)
         let credentials: HTTPHeaders = ["Authorization": "Bearer t"]
         #expect(request(credentials).fillPolicy(rules).storeDecision(status: .ok, fields: fields) != stores)
+        #expect(
+            request([:], fields: [.authorization]).fillPolicy(rules).storeDecision(status: .ok, fields: fields)
+                != stores
+        )
     }
 }

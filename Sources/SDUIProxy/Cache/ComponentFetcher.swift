@@ -75,6 +75,12 @@ public final class ComponentFetcher: Sendable {
             self.policy = policy
             self.clientHeaders = clientHeaders
             let clientFields = clientFields ?? RequestFieldPresence(clientHeaders)
+            // Fields noted elsewhere stand for the headers: they may say more than the headers (a stricter rule),
+            // never less, or a request with credentials could share an exchange and have its answer stored.
+            assert(
+                RequestFieldPresence(clientHeaders).isSubset(of: clientFields),
+                "the noted fields miss some the client's headers carry"
+            )
             self.clientFields = clientFields
             // Whatever the caller says: the answer to one with credentials may depend on who asked.
             self.mayCoalesce = mayCoalesce && !clientFields.contains(.authorization)

@@ -260,6 +260,7 @@ public final class Prefetcher: StoredComponentObserver {
             target: target,
             platform: job.platform,
             clientHeaders: clientHeaders,
+            clientFields: cacheRequest.fields,
             policy: cacheRequest.policy,
             staleEntry: staleEntry,
             clientAddress: nil,

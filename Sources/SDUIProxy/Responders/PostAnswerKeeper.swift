@@ -58,6 +58,7 @@ final class PostAnswerKeeper {
             target: request.target,
             platform: request.platform,
             clientHeaders: head.headers,
+            clientFields: request.fields,
             policy: request.policy,
             staleEntry: nil,
             clientAddress: clientAddress,

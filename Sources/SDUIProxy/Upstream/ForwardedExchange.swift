@@ -76,10 +76,10 @@ final class ForwardedExchange: @unchecked Sendable {
         connection?.exchangeAbandoned(self)
     }
 
-    /// Hands a body part, read by `connection`, to the sink; the connection is told, on the loop, once the client
-    /// took it or could not. (The connection itself, not a closure of its: that was one more object made and
-    /// freed for every part.)
-    func deliver(_ part: ByteBuffer, from connection: UpstreamConnectionHandler) {
+    /// Hands a body part, read by `reader`, to the sink; the reader is told, on the loop, once the client took it
+    /// or could not. (The connection itself, not a closure of its: that was one more object made and freed for
+    /// every part.)
+    func deliver(_ part: ByteBuffer, from reader: UpstreamConnectionHandler) {
         partsWithClient += 1
         sink.receiveBodyPart(part).hop(to: eventLoop).whenComplete { result in
             self.partsWithClient -= 1
@@ -89,7 +89,7 @@ final class ForwardedExchange: @unchecked Sendable {
             } else if self.partsWithClient == 0, self.responseEnded {
                 self.finish()
             }
-            connection.partTaken(result, of: self)
+            reader.partTaken(result, of: self)
         }
     }
 

@@ -69,8 +69,9 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
     /// The common case, checked in one pass without copying: a target with no percent-encoding, no fragment,
     /// no dot segment and no empty query is already normal.
     ///
-    /// Every request's target comes through here. Most of its bytes are plain (``plainTargetBytes(_:)``), and
-    /// they are passed over eight at a time; only the bytes from the first one that is not go through the cases.
+    /// Every request's target comes through here. Most of its bytes are plain (``notPlainTargetBytes(_:)`` finds
+    /// those that are not), and they are passed over eight at a time: a byte that is not plain goes through the
+    /// cases, and so do the last seven bytes, one at a time.
     static func alreadyNormal(_ text: String) -> RequestTarget? {
         let questionMark = text.withContiguousUTF8 { bytes -> Int?? in
             guard bytes.first == UInt8(ascii: "/") else { return nil }
