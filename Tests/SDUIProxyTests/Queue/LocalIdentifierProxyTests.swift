@@ -175,7 +175,10 @@ struct LocalIdentifierProxyTests {
                 try await proxy.admin("/queue/" + Self.id(of: late)).body.contains("dependencyFailed")
             }
             #expect(proxy.origin.requests.map(\.uri) == ["/api/orders"])
-            #expect(try await proxy.admin("/metrics").body.contains("sdui_queue_dependency_failed_total 3"))
+            // The count moves just after the outcome is stored, which is what the wait above saw: waited for too.
+            try await waitUntil(timeout: .seconds(20)) {
+                try await proxy.admin("/metrics").body.contains("sdui_queue_dependency_failed_total 3")
+            }
         }
     }
 
