@@ -525,20 +525,13 @@ struct JSONParser {
         byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
-    /// The bytes of `word` (loaded little-endian) that ``isPlainStringByte(_:)`` turns away, as their top bits:
-    /// zero when all eight are plain. The lowest bit set is always the first such byte; bits above it may be set
-    /// by borrows and mean nothing.
+    /// The bytes of `word` (loaded little-endian) that ``isPlainStringByte(_:)`` turns away, as ``ByteWord``
+    /// flags them: zero when all eight are plain.
     @inline(__always)
     static func specialStringBytes(_ word: UInt64) -> UInt64 {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highBits: UInt64 = 0x8080_8080_8080_8080
-        // `(x - ones) & ~x & highBits` flags the zero bytes of `x`, and `(x - n * ones) & ~x & highBits` those
-        // below n; a borrow only ever runs upwards from a byte that is flagged rightly.
-        @inline(__always) func zeroBytes(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highBits }
-        let belowSpace = (word &- 0x20 &* ones) & ~word & highBits
-        let quote = zeroBytes(word ^ (0x22 &* ones))
-        let backslash = zeroBytes(word ^ (0x5C &* ones))
-        return (word & highBits) | belowSpace | quote | backslash
+        ByteWord.nonASCIIBytes(word) | ByteWord.bytes(of: word, below: 0x20)
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "\""))
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "\\"))
     }
 
     @inline(__always)

@@ -115,23 +115,15 @@ public struct RequestTarget: Hashable, Sendable, CustomStringConvertible {
         return RequestTarget(description: text, questionMarkOffset: questionMarkOffset)
     }
 
-    /// The bytes of `word` (loaded little-endian) that are not plain in a target, as their top bits: zero when
-    /// all eight are plain, that is printable ASCII other than `%`, `#`, `.` and `?`. The lowest bit set is always
-    /// the first byte that is not; bits above it may be set by borrows and mean nothing.
+    /// The bytes of `word` (loaded little-endian) that are not plain in a target, as ``ByteWord`` flags them: zero
+    /// when all eight are plain, that is printable ASCII other than `%`, `#`, `.` and `?`.
     @inline(__always)
     static func notPlainTargetBytes(_ word: UInt64) -> UInt64 {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highBits: UInt64 = 0x8080_8080_8080_8080
-        // `(x - ones) & ~x & highBits` flags the zero bytes of `x`, and `(x - n * ones) & ~x & highBits` those
-        // below n; a borrow only ever runs upwards from a byte that is flagged rightly.
-        @inline(__always) func zeroBytes(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highBits }
-        let controlOrSpace = (word &- 0x21 &* ones) & ~word & highBits
-        let delete = zeroBytes(word ^ (0x7F &* ones))
-        let percent = zeroBytes(word ^ (0x25 &* ones))
-        let hash = zeroBytes(word ^ (0x23 &* ones))
-        let dot = zeroBytes(word ^ (0x2E &* ones))
-        let questionMark = zeroBytes(word ^ (0x3F &* ones))
-        return (word & highBits) | controlOrSpace | delete | percent | hash | dot | questionMark
+        ByteWord.nonASCIIBytes(word) | ByteWord.bytes(of: word, below: 0x21)
+            | ByteWord.bytes(of: word, equalTo: 0x7F) | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "%"))
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "#"))
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "."))
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "?"))
     }
 
     private static func normalisePercentEncoding(_ bytes: ArraySlice<UInt8>) throws(InvalidTarget) -> [UInt8] {
