@@ -143,6 +143,26 @@ struct UpstreamConnectionHandlerTests {
         #expect(failure(of: stalled) == ProxyError(.timeout, "the backend stopped sending its response"))
     }
 
+    @Test("an exchange on a reused connection has its own whole deadline, not what was left of the one before")
+    func deadlineOnReusedConnection() throws {
+        let fixture = try Fixture()
+        let first = fixture.fetch()
+        try fixture.receive("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        #expect(String(buffer: try #require(try first.result?.get()).body) == "ok")
+
+        // The second exchange starts 3.5 s in: its deadline is 5 s from then, at 8.5 s.
+        fixture.loop.advanceTime(by: .milliseconds(3500))
+        let second = fixture.fetch()
+        fixture.loop.advanceTime(by: .seconds(2))
+        #expect(second.result == nil, "the first exchange's deadline, at 5 s, is not the second's")
+        #expect(fixture.channel.isActive)
+        fixture.loop.advanceTime(by: .milliseconds(2999))
+        #expect(second.result == nil)
+        fixture.loop.advanceTime(by: .milliseconds(1))
+        #expect(failure(of: second) == ProxyError(.timeout, "the backend did not answer in time"))
+        #expect(!fixture.channel.isActive)
+    }
+
     @Test("a connection does not keep its pool alive; when the pool is gone, the exchange's caller still hears")
     func poolGone() throws {
         let loop = EmbeddedEventLoop()
