@@ -14,10 +14,17 @@ public final class FailureLog: Sendable {
 
     private let logger: Logger
     private let throttle: Mutex<RepeatedFailureThrottle>
+    /// The clock intervals are measured on: the monotonic one, or a test's.
+    private let now: @Sendable () -> NIODeadline
 
-    public init(logger: Logger, interval: TimeAmount = FailureLog.defaultInterval) {
+    public init(
+        logger: Logger,
+        interval: TimeAmount = FailureLog.defaultInterval,
+        now: @escaping @Sendable () -> NIODeadline = NIODeadline.now
+    ) {
         self.logger = logger
         self.throttle = Mutex(RepeatedFailureThrottle(intervalNanoseconds: interval.nanoseconds))
+        self.now = now
     }
 
     /// Logs `message` for `key` unless the same key and kind was logged within the interval.
@@ -29,8 +36,8 @@ public final class FailureLog: Sendable {
         metadata: @autoclosure () -> Logger.Metadata
     ) {
         guard logger.logLevel <= level else { return }
-        let now = NIODeadline.now().uptimeNanoseconds
-        let decision = throttle.withLock { $0.record(key: key, kind: kind, now: Int64(now)) }
+        let now = Int64(now().uptimeNanoseconds)
+        let decision = throttle.withLock { $0.record(key: key, kind: kind, now: now) }
         guard case .log(let suppressed) = decision else { return }
         var metadata = metadata()
         if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOEmbedded
 import Testing
 
 @testable import SDUIProxy
@@ -14,20 +15,24 @@ struct FailureLogTests {
     }
 
     @Test("repeats are left out and counted; the next line after the interval carries the count")
-    func throttles() async throws {
+    func throttles() throws {
         let collector = LineCollector()
-        // Seconds: the fifty-one lines below must fall in one interval even when the machine is slow to run them.
-        let log = FailureLog(logger: logger(collector), interval: .seconds(2))
+        // The loop's clock, which only the test moves.
+        let clock = EmbeddedEventLoop()
+        let log = FailureLog(logger: logger(collector), interval: .seconds(2), now: { clock.now })
         for _ in 0..<50 {
             log.log(level: .info, "miss, upstream failed", key: "/a", kind: "network", metadata: ["key": "/a"])
         }
         log.log(level: .info, "miss, upstream failed", key: "/b", kind: "network", metadata: ["key": "/b"])
         #expect(collector.lines.count == 2)
-        try await Task.sleep(for: .milliseconds(2100))
+        clock.advanceTime(by: .milliseconds(1999))
+        log.log(level: .info, "miss, upstream failed", key: "/a", kind: "network", metadata: ["key": "/a"])
+        #expect(collector.lines.count == 2, "still inside the interval")
+        clock.advanceTime(by: .milliseconds(1))
         log.log(level: .info, "miss, upstream failed", key: "/a", kind: "network", metadata: ["key": "/a"])
         let objects = try collector.objects()
         #expect(objects.count == 3)
-        #expect(objects.last?["suppressed"] as? String == "49")
+        #expect(objects.last?["suppressed"] as? String == "50")
         #expect(objects.first?["suppressed"] == nil)
     }
 
