@@ -50,11 +50,14 @@ let package = Package(
             pkgConfig: "libbrotlienc",
             providers: [.apt(["libbrotli-dev"])]
         ),
+        // getrandom(2), which the Glibc module leaves out: ids drawn from the kernel a block at a time.
+        .systemLibrary(name: "CSystemRandom", path: "Sources/CSystemRandom"),
         .target(
             name: "SDUIProxy",
             dependencies: [
                 "SDUIProxyCore",
                 "CBrotli",
+                "CSystemRandom",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -361,25 +361,9 @@ public final class WriteQueue: Sendable {
     /// A new queue id: 128 random bits as 32 lower-case hex digits. ``enqueue(_:)`` makes one when the request
     /// brings none; make one beforehand to send it as `Idempotency-Key` with the immediate forward.
     ///
-    /// The bits come from the system's secure generator: the id is all a client needs to read its write's status
-    /// on the public listener (``RequestRouter/queueStatusPrefix``), so it must not be guessed.
+    /// The bits come from the system's secure generator (``SecureRandomID``): the id is all a client needs to read
+    /// its write's status on the public listener (``RequestRouter/queueStatusPrefix``), so it must not be guessed.
     public static func newID() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let halves = (generator.next() as UInt64, generator.next() as UInt64)
-        // Written in place: a table and a byte array made for each id were most of what an id cost, and every
-        // request that names no id of its own is given one.
-        return String(unsafeUninitializedCapacity: 32) { out in
-            func write(_ half: UInt64, at offset: Int) {
-                var value = half
-                for index in offset..<(offset + 16) {
-                    let digit = UInt8(truncatingIfNeeded: value & 0xF)
-                    out[index] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
-                    value >>= 4
-                }
-            }
-            write(halves.0, at: 0)
-            write(halves.1, at: 16)
-            return 32
-        }
+        SecureRandomID.make()
     }
 }

@@ -21,5 +21,5 @@ enum RequestID {
     }
 
     /// A new id: 128 random bits from the system's secure generator, as 32 lower-case hex digits (as queue ids).
-    static func make() -> String { WriteQueue.newID() }
+    static func make() -> String { SecureRandomID.make() }
 }
