@@ -16,8 +16,9 @@ struct SecureRandomIDTests {
         let block = SecureRandomID.RandomBlock()
         #expect(block.draws == 0)
         var words: [UInt64] = []
-        for _ in 0..<(SecureRandomID.RandomBlock.wordCount * 3 + 1) {
-            words.append(block.next())
+        for _ in 0..<(SecureRandomID.RandomBlock.wordCount / 2 * 3 + 1) {
+            let (high, low) = block.next128()
+            words += [high, low]
             #expect(block.takenWordsAreCleared)
         }
         #expect(block.draws == 4)

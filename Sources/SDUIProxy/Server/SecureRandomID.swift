@@ -26,8 +26,7 @@ enum SecureRandomID {
             block = RandomBlock()
             blocks.currentValue = block
         }
-        let high = block.next()
-        let low = block.next()
+        let (high, low) = block.next128()
         // Written in place: a table and a byte array made for each id were most of what an id cost.
         return String(unsafeUninitializedCapacity: 32) { out in
             func write(_ half: UInt64, at offset: Int) {
@@ -52,7 +51,8 @@ enum SecureRandomID {
     /// `@unchecked Sendable` for the thread-specific variable that holds it: only the thread that made it reaches
     /// it there, so its words are never shared.
     final class RandomBlock: @unchecked Sendable {
-        /// 256 bytes: the most `getrandom` returns whole in one call, never cut short by a signal.
+        /// 256 bytes: the most `getrandom` returns whole in one call, never cut short by a signal. Even: words are
+        /// taken in pairs.
         static let wordCount = 32
 
         private let words = UnsafeMutablePointer<UInt64>.allocate(capacity: RandomBlock.wordCount)
@@ -70,13 +70,19 @@ enum SecureRandomID {
             words.deallocate()
         }
 
-        /// The next 64 random bits.
-        func next() -> UInt64 {
-            if taken == Self.wordCount { refill() }
-            let word = words[taken]
-            words[taken] = 0
-            taken += 1
-            return word
+        /// The next 128 random bits. `taken` is read once and written once: each access to a class's stored
+        /// property is a run-time exclusivity check.
+        func next128() -> (UInt64, UInt64) {
+            var index = taken
+            if index == Self.wordCount {
+                refill()
+                index = 0
+            }
+            let pair = (words[index], words[index + 1])
+            words[index] = 0
+            words[index + 1] = 0
+            taken = index + 2
+            return pair
         }
 
         private func refill() {
