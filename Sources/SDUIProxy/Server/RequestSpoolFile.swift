@@ -62,7 +62,7 @@ final class RequestSpoolFile: Sendable {
         threadPool.runIfActive(eventLoop: eventLoop) { () throws -> RequestSpoolFile in
             // A name already taken (all but impossible with 128 random bits) is never opened: another is drawn.
             for _ in 0..<4 {
-                let path = Self.path(in: directory, name: namePrefix + randomHex(byteCount: 16))
+                let path = Self.path(in: directory, name: namePrefix + SecureRandomID.make())
                 let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
                 if descriptor >= 0 {
                     return RequestSpoolFile(path: path, descriptor: descriptor, threadPool: threadPool)
@@ -189,16 +189,6 @@ final class RequestSpoolFile: Sendable {
 
     private static func path(in directory: String, name: String) -> String {
         directory.hasSuffix("/") ? directory + name : directory + "/" + name
-    }
-
-    private static func randomHex(byteCount: Int) -> String {
-        var generator = SystemRandomNumberGenerator()
-        var text = ""
-        for _ in 0..<byteCount {
-            let byte = UInt8.random(in: 0...255, using: &generator)
-            text += String(byte >> 4, radix: 16) + String(byte & 0xF, radix: 16)
-        }
-        return text
     }
 
     private static func failure(_ what: String, code: CInt) -> ProxyError {
