@@ -32,7 +32,7 @@ public enum BeagleURLBuilder {
         case .escaped:
             guard isValidURIReference(path) else { return nil }
             encoded = path
-        case .unencoded: encoded = percentEncoding(path)
+        case .unencoded: encoded = percentEncode(path)
         }
         guard path.utf8.first == UInt8(ascii: "/"), var base, !base.isEmpty else { return encoded }
         guard isValidURIReference(base) else { return nil }
@@ -40,14 +40,9 @@ public enum BeagleURLBuilder {
         return base + encoded
     }
 
-    /// Percent-encodes every UTF-8 byte outside the characters Beagle leaves as they are.
+    /// Percent-encodes every UTF-8 byte outside the characters Beagle leaves as they are (``build(base:path:)``
+    /// calls it only for a path ``classify(_:)`` found such a byte in).
     static func percentEncode(_ text: String) -> String {
-        guard text.withContiguousUTF8({ $0.contains(where: { !isAllowed($0) }) }) else { return text }
-        return percentEncoding(text)
-    }
-
-    /// ``percentEncode(_:)`` for a text known to hold a byte to encode.
-    private static func percentEncoding(_ text: String) -> String {
         var result: [UInt8] = []
         result.reserveCapacity(text.utf8.count)
         for byte in text.utf8 {
