@@ -15,6 +15,7 @@ struct SecureRandomIDTests {
     func blockDraws() {
         let block = SecureRandomID.RandomBlock()
         #expect(block.draws == 0)
+        #expect(block.takenWordsAreCleared)
         var words: [UInt64] = []
         for _ in 0..<(SecureRandomID.RandomBlock.wordCount / 2 * 3 + 1) {
             let (high, low) = block.next128()

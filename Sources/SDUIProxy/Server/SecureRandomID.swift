@@ -9,7 +9,8 @@ import Musl
 import Darwin
 #endif
 
-/// 128 random bits as 32 lower-case hex digits: the ids of requests that bring none, and of queued writes.
+/// 128 random bits as 32 lower-case hex digits: the ids of requests that bring none and of queued writes, and the
+/// names of request bodies spooled to disk.
 ///
 /// The bits come from the system's secure generator, so an id cannot be guessed: a queue id is all a client needs
 /// to read its write's status. `SystemRandomNumberGenerator` asks the kernel for eight bytes a call, so an id was
@@ -55,6 +56,7 @@ enum SecureRandomID {
         /// taken in pairs.
         static let wordCount = 32
 
+        /// Zero until the first draw: every word counts as taken, and cleared.
         private let words = UnsafeMutablePointer<UInt64>.allocate(capacity: RandomBlock.wordCount)
         private var taken = RandomBlock.wordCount
         /// How many times the block was drawn from the kernel.
@@ -62,7 +64,11 @@ enum SecureRandomID {
 
         /// Whether every word taken from the current draw has been cleared.
         var takenWordsAreCleared: Bool {
-            (0..<min(taken, Self.wordCount)).allSatisfy { words[$0] == 0 }
+            (0..<taken).allSatisfy { words[$0] == 0 }
+        }
+
+        init() {
+            words.initialize(repeating: 0, count: Self.wordCount)
         }
 
         deinit {
@@ -102,7 +108,6 @@ enum SecureRandomID {
                     break
                 }
             }
-            taken = 0
             draws += 1
         }
     }
