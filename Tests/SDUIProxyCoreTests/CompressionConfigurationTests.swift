@@ -25,6 +25,7 @@ struct CompressionConfigurationTests {
         #expect(compression.types == ["application/json", "+json", "text/", "application/javascript", "image/svg+xml"])
         #expect(compression.gzipLevel == 6)
         #expect(compression.brotliLevel == 5)
+        #expect(!compression.eager)
         #expect(try load("compression: {}") == compression)
         #expect(compression.level(for: .br) == 5)
         #expect(compression.level(for: .gzip) == 6)
@@ -39,8 +40,10 @@ struct CompressionConfigurationTests {
               minBytes: 1KiB
               types: [application/json, Text/]
               level: { gzip: 9, br: 11 }
+              eager: true
             """
         )
+        #expect(compression.eager)
         #expect(compression.encodings == [.gzip])
         #expect(compression.minBytes == 1024)
         #expect(compression.types == ["application/json", "text/"])
@@ -79,8 +82,10 @@ struct CompressionConfigurationTests {
                 "SDUI_PROXY_COMPRESSION_TYPES": "application/json,+xml",
                 "SDUI_PROXY_COMPRESSION_LEVEL_GZIP": "1",
                 "SDUI_PROXY_COMPRESSION_LEVEL_BR": "4",
+                "SDUI_PROXY_COMPRESSION_EAGER": "true",
             ]
         )
+        #expect(compression.eager)
         #expect(compression.encodings == [.gzip, .br])
         #expect(compression.minBytes == 2048)
         #expect(compression.types == ["application/json", "+xml"])
@@ -98,6 +103,7 @@ struct CompressionConfigurationTests {
             ("compression: { encodings: [zstd] }", "compression.encodings", "\"zstd\" is not a coding"),
             ("compression: { encodings: [x-gzip] }", "compression.encodings", "not a coding"),
             ("compression: { encodings: [br, gzip, br] }", "compression.encodings", "br is listed twice"),
+            ("compression: { eager: sometimes }", "compression.eager", "true or false"),
             ("compression: { encodings: [{ a: b }] }", "compression.encodings[0]", "expected a string"),
             ("compression: { minBytes: -1 }", "compression.minBytes", "expected a size"),
             ("compression: { minBytes: some }", "compression.minBytes", "expected a size"),

@@ -15,10 +15,12 @@ import Testing
         _ headers: [(String, String)] = [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")],
         encoded: [CachedResponse.EncodedBody]? = nil,
         variesByEncoding: Bool = true,
+        pending: ContentNegotiation.Codings = [],
         status: HTTPResponseStatus = .ok
     ) -> CachedResponse {
         var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 60)
         metadata.variesByEncoding = variesByEncoding
+        metadata.pendingCodings = pending
         metadata.clientFields = ClientFacingFields(keyFields: ["beagle-platform"])
         return CachedResponse(
             status: status,
@@ -125,6 +127,45 @@ import Testing
         // Adding a coding again replaces its form.
         let again = compressed.adding([.init(coding: .gzip, body: brotli), .init(coding: .br, body: brotli)])
         #expect(again.form(.gzip).body == brotli && again.codings == [.br, .gzip])
+    }
+
+    @Test("the codings still to be made: those kept are not pending, nor those tried, and a soft purge keeps them")
+    func pendingCodings() {
+        // Made with gzip: only br is still to be made.
+        let gzipKept = entry(encoded: [.init(coding: .gzip, body: gzip)], pending: [.br, .gzip])
+        #expect(gzipKept.codings == .gzip && gzipKept.pendingCodings == .br)
+        #expect(entry(pending: [.br, .gzip]).pendingCodings.isEmpty)
+        let plain = entry(encoded: [], pending: [.br, .gzip])
+        #expect(plain.pendingCodings == [.br, .gzip])
+        // A coding tried is no longer pending, kept or not; one not tried still is.
+        let tried = plain.adding([], tried: .gzip)
+        #expect(tried.codings.isEmpty && tried.pendingCodings == .br)
+        let added = tried.adding([.init(coding: .br, body: brotli)], tried: .br)
+        #expect(added.codings == .br && added.pendingCodings.isEmpty)
+        #expect(plain.adding([.init(coding: .gzip, body: gzip)]).pendingCodings == .br)
+        #expect(plain.softPurged(at: .now())?.pendingCodings == [.br, .gzip])
+    }
+
+    @Test("a request is sent the kept coding it prefers; one it would rather have, still to be made, is asked for")
+    func negotiation() {
+        let plain = entry(encoded: [], pending: [.br, .gzip])
+        #expect(plain.negotiate(acceptEncoding: nil) == (nil, nil))
+        #expect(plain.negotiate(acceptEncoding: "identity") == (nil, nil))
+        #expect(plain.negotiate(acceptEncoding: "zstd") == (nil, nil))
+        #expect(plain.negotiate(acceptEncoding: "gzip") == (nil, .gzip))
+        #expect(plain.negotiate(acceptEncoding: "gzip, deflate, br") == (nil, .br))
+        let gzipKept = entry(encoded: [.init(coding: .gzip, body: gzip)], pending: [.br, .gzip])
+        #expect(gzipKept.negotiate(acceptEncoding: "gzip") == (.gzip, nil))
+        // Prefers br, not made yet: sent gzip meanwhile, and br asked for.
+        #expect(gzipKept.negotiate(acceptEncoding: "br, gzip") == (.gzip, .br))
+        #expect(gzipKept.negotiate(acceptEncoding: "br;q=0.5, gzip") == (.gzip, nil))
+        #expect(gzipKept.negotiate(acceptEncoding: "br") == (nil, .br))
+        // Kept in both, or nothing pending: the kept forms alone decide.
+        #expect(entry().negotiate(acceptEncoding: "br, gzip") == (.br, nil))
+        #expect(entry(encoded: []).negotiate(acceptEncoding: "br, gzip") == (nil, nil))
+        #expect(
+            entry(encoded: [.init(coding: .gzip, body: gzip)]).negotiate(acceptEncoding: "br, gzip") == (.gzip, nil)
+        )
     }
 
     @Test("a soft purge keeps every form")

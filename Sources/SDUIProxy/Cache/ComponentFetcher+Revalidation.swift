@@ -34,8 +34,10 @@ extension ComponentFetcher {
         var metadata = metadata(for: mergedFields, request: request, lifetime: lifetime, requestTime: requestTime)
         let compression = compressor?.plan(for: mergedFields, bodyLength: stale.bodyLength)
         metadata.variesByEncoding = !stale.encodedForms.isEmpty || compression?.variesByEncoding == true
-        // A body whose compression was skipped still awaits its codings: a hit may send it to be compressed.
-        metadata.compressesLater = stale.encodedForms.isEmpty && compression == .later
+        // The codings no client had asked for yet (or whose compression was skipped) still wait for one that does.
+        if compression?.compresses == true, let compressor {
+            metadata.pendingCodings = stale.pendingCodings.intersection(compressor.configuredCodings)
+        }
         // The body is the one stored, and so are its coded forms: kept, not compressed again.
         let refreshed = CachedResponse(
             status: stale.status,

@@ -54,6 +54,9 @@ public final class ComponentFetcher: Sendable {
         /// The span context of the request that asked, when it is traced: the requests that wait for this fetch's
         /// exchange link to it.
         public let trace: InstrumentationContext?
+        /// Whether the fetch is made for clients yet to come (a prefetch), whose codings nobody has asked for: its
+        /// body is compressed in every configured coding when stored, not in the one its client takes.
+        public let preparesEveryCoding: Bool
         /// The upstream exchange in flight for this request, if any.
         fileprivate var exchange: Exchange?
 
@@ -66,9 +69,11 @@ public final class ComponentFetcher: Sendable {
             mayCoalesce: Bool,
             staleEntry: CachedResponse? = nil,
             followActions: Int = 0,
-            trace: InstrumentationContext? = nil
+            trace: InstrumentationContext? = nil,
+            preparesEveryCoding: Bool = false
         ) {
             self.followActions = followActions
+            self.preparesEveryCoding = preparesEveryCoding
             self.trace = trace
             self.key = key
             self.upstream = upstream
@@ -293,8 +298,8 @@ public final class ComponentFetcher: Sendable {
 
     /// Sends the body of `entry`, which a hit found awaiting its codings, to be compressed if the hit's client takes
     /// one (``StoreTimeCompressor/compressOnHit(_:for:acceptEncoding:in:whenDone:)``).
-    func compressOnHit(_ entry: CachedResponse, for key: CacheKey, acceptEncoding: String?) {
-        compressor?.compressOnHit(entry, for: key, acceptEncoding: acceptEncoding, in: cache)
+    func compressOnHit(_ entry: CachedResponse, in coding: ContentCoding, for key: CacheKey) {
+        compressor?.compressOnHit(entry, in: coding, for: key, in: cache)
     }
 
     /// Refreshes a stale entry without anyone waiting (stale-while-revalidate); joins a refresh in flight.
@@ -472,9 +477,15 @@ public final class ComponentFetcher: Sendable {
         }
 
         let compression = compressor?.plan(for: response.fields, bodyLength: response.body.readableBytes)
+        // The codings this fill makes; the others wait until a client asks for them.
+        let demanded = compression?.compresses == true ? compressor?.demandedCodings(by: request) ?? [] : []
         var metadata = metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime)
         metadata.variesByEncoding = compression?.variesByEncoding ?? false
-        metadata.compressesLater = compression == .later
+        if compression?.compresses == true, let compressor {
+            // Made now, kept or not, they are tried: only the rest waits.
+            metadata.pendingCodings =
+                compression == .now ? compressor.configuredCodings.subtracting(demanded) : compressor.configuredCodings
+        }
         let entry = CachedResponse(
             status: response.status,
             fields: response.fields,
@@ -482,7 +493,7 @@ public final class ComponentFetcher: Sendable {
             metadata: metadata,
             directives: directives,
             endToEndOnly: true,
-            encodedBodies: compression == .now ? compressor?.encode(response.body) ?? [] : []
+            encodedBodies: compression == .now ? compressor?.encode(response.body, in: demanded) ?? [] : []
         )
         let filed = store(entry, for: request, exchange)
         // Filed under other spellings of its language only when stored fresh, as it came.
@@ -491,8 +502,8 @@ public final class ComponentFetcher: Sendable {
         }
         switch filed {
         case .stored(let stored), .storedStale(let stored):
-            if compression == .later, stored === entry {
-                compressor?.compressLater(stored, for: request.key, in: cache)
+            if compression == .later, stored === entry, !demanded.isEmpty {
+                compressor?.compressLater(stored, in: demanded, for: request.key, in: cache)
             }
 
             if logsDebug {

@@ -2,8 +2,13 @@ import Logging
 import NIOCore
 import SDUIProxyCore
 
-/// Keeps the responses the cache stores in the content codings `compression` names: each body compressed once,
-/// when it is stored, so that a hit in any coding writes bytes made beforehand, as an identity hit does.
+/// Keeps the responses the cache stores in the content codings `compression` names: each body compressed once per
+/// coding, so that a hit in any coding writes bytes made beforehand, as an identity hit does.
+///
+/// A coding is made when a client that would be sent it first asks for the response (``demandedCodings(by:)``):
+/// the miss that stores it, or a later hit. A coding no client asks for costs nothing, and a fill from a client
+/// that takes brotli costs one encoding, not two. With `compression.eager`, and for prefetched and warmed
+/// responses (made for clients yet to come), every configured coding is made when the response is stored.
 ///
 /// Compressing is the dearest thing a fill does: brotli at level 5 and gzip at 6 take about 700,000 instructions
 /// for a 2.4 KB screen (callgrind), four times the rest of the miss. On the event loop that would hold up every
@@ -19,7 +24,7 @@ struct StoreTimeCompressor: Sendable {
     let logger: Logger
 
     /// What becomes of a body being stored.
-    enum Plan: Equatable {
+    enum Plan: Equatable, Sendable {
         /// Kept in identity: compression is off, or the response's type is not listed.
         case identityOnly
         /// Kept in identity, though of a listed type: its body is under `minBytes`.
@@ -32,6 +37,32 @@ struct StoreTimeCompressor: Sendable {
         /// Whether the response names `Accept-Encoding` in its `Vary`: every one of a type the proxy compresses,
         /// whatever its size, so a cache downstream never stores one form for another's requests.
         var variesByEncoding: Bool { self != .identityOnly }
+
+        /// Whether the body is kept in codings, now or later.
+        var compresses: Bool { self == .now || self == .later }
+    }
+
+    /// The codings configured, as a stored entry keeps them pending.
+    var configuredCodings: ContentNegotiation.Codings { ContentNegotiation.Codings(configuration.encodings) }
+
+    /// The codings a fill for `request` makes when it stores its body: every configured one when the
+    /// configuration is eager or the request prepares for clients yet to come (a prefetch); else the one its
+    /// client would be sent, if it takes any. A refresh also makes again those the entry it replaces was kept in:
+    /// their clients asked for them already.
+    func demandedCodings(by request: ComponentFetcher.Request) -> ContentNegotiation.Codings {
+        let configured = configuredCodings
+        if configuration.eager || request.preparesEveryCoding { return configured }
+        var demanded = request.staleEntry?.codings.intersection(configured) ?? []
+        // Looked up only when the router saw the field: a client that sends none costs no search.
+        if request.clientFields.contains(.acceptEncoding),
+            let coding = ContentNegotiation.coding(
+                forAcceptEncoding: request.clientHeaders.first(name: "accept-encoding"),
+                available: configured
+            )
+        {
+            demanded.insert(ContentNegotiation.Codings(coding))
+        }
+        return demanded
     }
 
     /// What becomes of a response whose fields are `fields`, with a body of `bodyLength` bytes: its
@@ -48,11 +79,11 @@ struct StoreTimeCompressor: Sendable {
         return pool == nil ? .now : .later
     }
 
-    /// `body` in each configured coding that makes it smaller; a coding that does not is left out, as is one
-    /// that fails (logged: that is a fault of the proxy's, never of the body's).
-    func encode(_ body: ByteBuffer) -> [CachedResponse.EncodedBody] {
+    /// `body` in each configured coding among `codings` that makes it smaller; a coding that does not is left
+    /// out, as is one that fails (logged: that is a fault of the proxy's, never of the body's).
+    func encode(_ body: ByteBuffer, in codings: ContentNegotiation.Codings) -> [CachedResponse.EncodedBody] {
         var encoded: [CachedResponse.EncodedBody] = []
-        for coding in configuration.encodings {
+        for coding in configuration.encodings where codings.contains(ContentNegotiation.Codings(coding)) {
             do {
                 let compressed = try ContentCoder.encode(body, as: coding, level: configuration.level(for: coding))
                 guard compressed.readableBytes < body.readableBytes else {
@@ -71,10 +102,11 @@ struct StoreTimeCompressor: Sendable {
         return encoded
     }
 
-    /// Compresses `entry`'s body on the pool, then adds the forms to it if it is still what is stored for `key`,
-    /// from the pool's thread: the cache is shared, and the loop has nothing more to do with it. When the pool is
-    /// full the entry stays in identity (counted, and logged at debug level) until a hit sends it again
-    /// (``compressOnHit(_:for:acceptEncoding:in:whenDone:)``). Returns whether a job started: not when the pool is
+    /// Compresses `entry`'s body in `codings` on the pool, then adds the forms to it if it is still what is stored
+    /// for `key`, from the pool's thread: the cache is shared, and the loop has nothing more to do with it (without
+    /// a pool, here and now). When
+    /// the pool is full the codings stay pending (counted, and logged at debug level) until a hit asks for one
+    /// again (``compressOnHit(_:in:for:in:whenDone:)``). Returns whether a job started: not when the pool is
     /// full, or the entry's compression is already under way.
     ///
     /// - Parameter whenDone: called when the job has ended (where ``CompressionPool/submit(_:finished:)`` calls
@@ -82,20 +114,31 @@ struct StoreTimeCompressor: Sendable {
     @discardableResult
     func compressLater(
         _ entry: CachedResponse,
+        in codings: ContentNegotiation.Codings,
         for key: CacheKey,
         in cache: ResponseCache,
         whenDone: (@Sendable () -> Void)? = nil
     ) -> Bool {
-        guard let pool, entry.claimCompression() else { return false }
+        guard entry.claimCompression() else { return false }
+        guard let pool else {
+            // No pool (a fetcher made for a test): compressed here, as a fill without one compresses before storing.
+            cache.storeCompressed(
+                entry.adding(encode(entry.body, in: codings), tried: codings),
+                replacing: entry,
+                for: key
+            )
+            whenDone?()
+            return true
+        }
         let started = pool.submit {
             // A small body is stored in the entry's own array, and copied into a buffer for the coders: on the
             // pool's thread, not the event loop that stored it.
-            let encoded = encode(entry.body)
-            guard !encoded.isEmpty else { return }
-            cache.storeCompressed(entry.adding(encoded), replacing: entry, for: key)
+            // Replaced even when no coding made the body smaller: the codings tried are no longer pending, so no
+            // hit asks for them again.
+            let encoded = encode(entry.body, in: codings)
+            cache.storeCompressed(entry.adding(encoded, tried: codings), replacing: entry, for: key)
         } finished: { ran in
-            // A pool shutting down drops the job: a later hit may try again. A body no coding made smaller keeps
-            // the claim, and is not compressed again.
+            // A pool shutting down drops the job: a later hit may try again.
             if ran == nil { entry.releaseCompressionClaim() }
             whenDone?()
         }
@@ -103,7 +146,7 @@ struct StoreTimeCompressor: Sendable {
             entry.releaseCompressionClaim()
             metrics.compressionSkipped()
             logger.debug(
-                "compression pool full; the entry stays uncompressed until a hit asks for a coding",
+                "compression pool full; the entry's codings wait for a hit that asks for one",
                 metadata: ["key": "\(key)", "bytes": "\(entry.identity.bodyLength)"]
             )
             return false
@@ -111,25 +154,19 @@ struct StoreTimeCompressor: Sendable {
         return true
     }
 
-    /// Sends the body of `entry`, which a hit found still awaiting its codings (its compression after it was
-    /// stored skipped, the pool being full), to be compressed, when the hit's client takes a configured coding.
-    /// A burst of fills leaves most of its entries skipped; this way the ones clients ask for compressed are
-    /// compressed when the pool has room, once each. Returns whether a job started; `whenDone` as in
-    /// ``compressLater(_:for:in:whenDone:)``.
+    /// Sends the body of `entry` to be compressed in `coding`, which a hit's client would be sent but the entry
+    /// does not keep yet (``CachedResponse/negotiate(acceptEncoding:)``): no client asked for it before, or its
+    /// compression was skipped, the pool being full. Returns whether a job started; `whenDone` as in
+    /// ``compressLater(_:in:for:in:whenDone:)``.
     @discardableResult
     func compressOnHit(
         _ entry: CachedResponse,
+        in coding: ContentCoding,
         for key: CacheKey,
-        acceptEncoding: String?,
         in cache: ResponseCache,
         whenDone: (@Sendable () -> Void)? = nil
     ) -> Bool {
-        guard entry.awaitsCodings,
-            ContentNegotiation.coding(
-                forAcceptEncoding: acceptEncoding,
-                available: ContentNegotiation.Codings(configuration.encodings)
-            ) != nil,
-            compressLater(entry, for: key, in: cache, whenDone: whenDone)
+        guard compressLater(entry, in: ContentNegotiation.Codings(coding), for: key, in: cache, whenDone: whenDone)
         else { return false }
         metrics.compressionOnHit()
         return true

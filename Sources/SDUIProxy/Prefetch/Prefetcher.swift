@@ -265,7 +265,9 @@ public final class Prefetcher: StoredComponentObserver {
             staleEntry: staleEntry,
             clientAddress: nil,
             clientIsTrustedProxy: false,
-            followActions: job.followActions
+            followActions: job.followActions,
+            // Made for the clients that will ask: they take codings nobody has asked for yet.
+            preparesEveryCoding: true
         )
         return proxy.fetcher.fetch(request, on: eventLoop).map { outcome in
             switch outcome {

@@ -35,7 +35,6 @@ struct CacheResponder {
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
             // client's no-cache through.
             if case .fresh(let entry) = found, !honorsClientNoCache {
-                if entry.awaitsCodings { compress(entry, request, proxy) }
                 return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             }
             if case .varyMiss = found, let entry = languageVariant(for: request, proxy: proxy, now: now) {
@@ -44,7 +43,6 @@ struct CacheResponder {
             let directives = ClientCacheDirectives(headers: request.head.headers)
             switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
             case .hit(let entry):
-                if entry.awaitsCodings { compress(entry, request, proxy) }
                 return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
             case .staleWhileRefreshing(let entry):
                 proxy.cache.recordStaleServe(request.key)
@@ -415,12 +413,6 @@ struct CacheResponder {
         )
     }
 
-    /// Sends a hit's entry, stored before its compression could start (the pool full), to be compressed now, if
-    /// the client takes a coding: this answer goes out in identity, the next ones in the coding.
-    private func compress(_ entry: CachedResponse, _ request: CacheRequest, _ proxy: ProxyContext) {
-        proxy.fetcher.compressOnHit(entry, for: request.key, acceptEncoding: request.acceptEncoding)
-    }
-
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
     ///
     /// `status` is the `Cache-Status` of an entry the backend just gave or confirmed; without it the entry is
@@ -445,12 +437,15 @@ struct CacheResponder {
         // Searched for only when the router saw one.
         presentation.requestID =
             requestID ?? (request.fields.contains(.requestID) ? RequestID.given(in: headers) : nil)
-        // Only an entry kept compressed looks at the request's `Accept-Encoding`.
-        if !entry.codings.isEmpty {
-            presentation.coding = ContentNegotiation.coding(
-                forAcceptEncoding: request.acceptEncoding,
-                available: entry.codings
-            )
+        // Only an entry kept compressed, or to be, looks at the request's `Accept-Encoding`. A coding a hit's client
+        // would rather have and the entry does not keep yet is made now, for the next requests: this one gets what
+        // is kept. (A fill's own answer has sent its client's coding to be made already.)
+        if !entry.codings.isEmpty || !entry.pendingCodings.isEmpty {
+            let negotiated = entry.negotiate(acceptEncoding: request.acceptEncoding)
+            presentation.coding = negotiated.send
+            if let coding = negotiated.make, cacheResult == .hit || cacheResult == .stale {
+                proxy.fetcher.compressOnHit(entry, in: coding, for: request.key)
+            }
         }
         // Compared by code: `HTTPResponseStatus` equality compares reason phrases too.
         let isOK = entry.status.code == 200

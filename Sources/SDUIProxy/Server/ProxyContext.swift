@@ -180,6 +180,8 @@ public final class ProxyContext: Sendable {
     /// - A request with `Authorization` fetches alone: its answer may depend on who asked.
     /// - The client's `Host` goes upstream only when the route's key holds it (``UpstreamRequestBuilder``).
     /// - `clientFields` is what the router noted of `clientHeaders` as it walked them; nil to walk them here.
+    /// - `preparesEveryCoding`: the fill is for clients yet to come (a prefetch), so its body is compressed in every
+    ///   configured coding (``ComponentFetcher/Request/preparesEveryCoding``).
     func cacheFill(
         key: CacheKey,
         target: RequestTarget,
@@ -193,7 +195,8 @@ public final class ProxyContext: Sendable {
         received: UpstreamRequestBuilder.Received = .http1_1,
         followActions: Int,
         requester: UpstreamIdentity? = nil,
-        interim: InterimRelay? = nil
+        interim: InterimRelay? = nil,
+        preparesEveryCoding: Bool = false
     ) -> ComponentFetcher.Request {
         var upstream = UpstreamRequest(
             method: .GET,
@@ -219,7 +222,8 @@ public final class ProxyContext: Sendable {
             mayCoalesce: true,
             staleEntry: staleEntry,
             followActions: followActions,
-            trace: requester?.trace
+            trace: requester?.trace,
+            preparesEveryCoding: preparesEveryCoding
         )
     }
 }

@@ -18,6 +18,10 @@ public final class CachedResponse: Sendable {
     public let identity: StoredForm
     /// The codings of ``encodedForms``, for negotiation without looking at the forms.
     public let codings: ContentNegotiation.Codings
+    /// The codings the body is still to be kept in, made when a client that would be sent one first asks for it
+    /// (``negotiate(acceptEncoding:)``): those configured when it was stored, but for the ones kept and the ones
+    /// tried already (a coding that did not make the body smaller, or failed, is not tried again).
+    public let pendingCodings: ContentNegotiation.Codings
     /// What the directives that decide for the response say of serving it stale or unchecked: its targeted
     /// field's (RFC 9213) when it had a valid one, else its `Cache-Control` (``StorageRules/directives(of:)``).
     public let revalidation: Revalidation
@@ -77,8 +81,6 @@ public final class CachedResponse: Sendable {
         static let hasUpstreamETag = Flags(rawValue: 1 << 0)
         /// ``storedContentHash`` holds the content hash.
         static let hasContentHash = Flags(rawValue: 1 << 1)
-        /// The body is to be kept in content codings, added after the entry is stored.
-        static let compressesLater = Flags(rawValue: 1 << 2)
     }
 
     /// The shared lines, alone or with what only entries with a `Vary` or purge tags hold.
@@ -178,13 +180,23 @@ public final class CachedResponse: Sendable {
             return value == expected
         }
     }
-    /// Whether the body is to be kept in content codings and none is kept yet: its compression after it was stored
-    /// is under way, or was skipped, the compression pool being full. A hit from a client that takes a coding
-    /// may then send it to be compressed (``claimCompression()``).
-    public var awaitsCodings: Bool { codings.isEmpty && flags.contains(.compressesLater) }
+    /// What a request whose `Accept-Encoding` is `field` (nil when absent) gets of this entry: `send`, the kept
+    /// coding it is answered in (nil for identity), and `make`, the coding it would rather have when that one is
+    /// still to be made (``pendingCodings``), for the caller to send the body to be compressed in. The request
+    /// is answered in what is kept meanwhile: its first client is not kept waiting for a compression.
+    ///
+    /// An entry kept in identity alone, with nothing pending, answers without reading the field.
+    public func negotiate(acceptEncoding field: String?) -> (send: ContentCoding?, make: ContentCoding?) {
+        let offered = codings.union(pendingCodings)
+        guard !offered.isEmpty, let preferred = ContentNegotiation.coding(forAcceptEncoding: field, available: offered)
+        else { return (nil, nil) }
+        guard pendingCodings.contains(ContentNegotiation.Codings(preferred)) else { return (preferred, nil) }
+        return (ContentNegotiation.coding(forAcceptEncoding: field, available: codings), preferred)
+    }
 
-    /// Takes the entry's compression: true for one caller until ``releaseCompressionClaim()``, so that the hits
-    /// that find an entry awaiting its codings send its body to be compressed once, not once each.
+    /// Takes the entry's compression: true for one caller until ``releaseCompressionClaim()``, so that the
+    /// requests that find a coding of the entry still to be made send its body to be compressed once, not once
+    /// each.
     public func claimCompression() -> Bool {
         compressionClaim.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
     }
@@ -271,9 +283,9 @@ public final class CachedResponse: Sendable {
         /// start, in every form, so that a cache downstream that gets the identity form before the coded ones
         /// exist never gives it for the coded ones' requests, nor the reverse.
         public var variesByEncoding = false
-        /// Whether the body is compressed after the entry is stored (on the compression pool): until its forms are
-        /// added, the entry awaits them (``CachedResponse/awaitsCodings``).
-        public var compressesLater = false
+        /// The codings the body is to be kept in but is not yet (``CachedResponse/pendingCodings``): those of
+        /// `encodedBodies` are taken out when the entry is made.
+        public var pendingCodings: ContentNegotiation.Codings = []
 
         public init(storedAt: NIODeadline, initialAge: Int64, freshnessLifetime: Int64) {
             self.storedAt = storedAt
@@ -409,12 +421,13 @@ public final class CachedResponse: Sendable {
         }
         self.identity = forms.0
         self.encodedForms = forms.1
-        self.codings = Self.codings(of: forms.1)
+        let codings = Self.codings(of: forms.1)
+        self.codings = codings
+        self.pendingCodings = metadata.pendingCodings.subtracting(codings)
         self.sharedHeadEnd = UInt32(ownBytes)
         var flags: Flags = []
         if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
         if hash != nil { flags.insert(.hasContentHash) }
-        if metadata.compressesLater { flags.insert(.compressesLater) }
         self.flags = flags
         self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
         self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)
@@ -464,11 +477,18 @@ public final class CachedResponse: Sendable {
     }
 
     /// A copy of `entry` (sharing its forms) that is fresh for `freshnessNanoseconds` instead, and kept in
-    /// `encodedForms` beside identity.
-    private init(_ entry: CachedResponse, freshnessNanoseconds: Int64, encodedForms: [StoredForm]) {
+    /// `encodedForms` beside identity, with `pendingCodings` still to be made.
+    private init(
+        _ entry: CachedResponse,
+        freshnessNanoseconds: Int64,
+        encodedForms: [StoredForm],
+        pendingCodings: ContentNegotiation.Codings
+    ) {
         self.identity = entry.identity
         self.encodedForms = encodedForms
-        self.codings = Self.codings(of: encodedForms)
+        let codings = Self.codings(of: encodedForms)
+        self.codings = codings
+        self.pendingCodings = pendingCodings.subtracting(codings)
         self.sharedHeadEnd = entry.sharedHeadEnd
         self.flags = entry.flags
         self.lastModifiedStart = entry.lastModifiedStart
@@ -486,7 +506,8 @@ public final class CachedResponse: Sendable {
 
     /// This entry kept also in the codings of `bodies` (those it is already kept in replaced): a copy that shares
     /// the identity form and everything else, for a compression that finished after the entry was stored.
-    public func adding(_ bodies: [EncodedBody]) -> CachedResponse {
+    /// `tried` are the codings that compression tried, kept or not: none of them is pending any more.
+    public func adding(_ bodies: [EncodedBody], tried: ContentNegotiation.Codings = []) -> CachedResponse {
         let added = identity.storedLines.withUnsafeBytes { head in
             Self.forms(
                 of: bodies,
@@ -495,7 +516,12 @@ public final class CachedResponse: Sendable {
             )
         }
         let kept = encodedForms.filter { form in !added.contains { $0.coding == form.coding } }
-        return CachedResponse(self, freshnessNanoseconds: freshnessNanoseconds, encodedForms: kept + added)
+        return CachedResponse(
+            self,
+            freshnessNanoseconds: freshnessNanoseconds,
+            encodedForms: kept + added,
+            pendingCodings: pendingCodings.subtracting(tried)
+        )
     }
 
     /// This entry as a soft purge at `now` leaves it: stale from `now` on, so that its stale-while-revalidate and
@@ -510,7 +536,12 @@ public final class CachedResponse: Sendable {
     public func softPurged(at now: NIODeadline) -> CachedResponse? {
         let age = ageNanoseconds(at: now)
         guard age < freshnessNanoseconds else { return nil }
-        return CachedResponse(self, freshnessNanoseconds: age, encodedForms: encodedForms)
+        return CachedResponse(
+            self,
+            freshnessNanoseconds: age,
+            encodedForms: encodedForms,
+            pendingCodings: pendingCodings
+        )
     }
 
     /// This proxy's `Via` member on the responses it forwards: the backend answers it in HTTP/1.1.

@@ -1,9 +1,9 @@
 /// Compressing stored responses (config key `compression`): the codings a response is also stored in, besides
 /// its identity form, and which responses are worth it.
 ///
-/// Each form is made once, when the response is stored, and served to the clients whose `Accept-Encoding` takes
-/// it; a hit compresses nothing. A reload applies to responses stored after it: entries stored before keep the
-/// forms they were stored with until they are replaced or purged.
+/// Each form is made once, when a client first asks for it (or, with ``eager``, when the response is stored), and
+/// served to the clients whose `Accept-Encoding` takes it. A reload applies to responses stored after it: entries
+/// stored before keep the forms they were stored with until they are replaced or purged.
 public struct CompressionConfiguration: Sendable, Equatable {
     /// The codings each stored response is also kept in; empty turns compression off. Only the codings in
     /// ``ContentCoding/stored`` are accepted, each once.
@@ -20,6 +20,14 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// The brotli quality, 0 (fastest) to 11 (smallest). Past 5 or so brotli gets much slower for a few percent;
     /// a response is compressed once, but while a fill waits for it.
     public var brotliLevel = 5
+    /// Whether every stored response is compressed in every coding of ``encodings`` when it is stored. Off (the
+    /// default), a response is compressed in a coding when a client that would be sent that coding first asks for
+    /// it: the client whose miss stored it, or a later hit (answered in identity, the next ones in the coding).
+    /// A coding no client of a response asks for is never made: with both codings listed, a fleet of clients that
+    /// all take brotli costs each fill a brotli encoding, not also a gzip one, and a client that takes no coding
+    /// costs none. Prefetched and warmed responses, which no client has asked for yet, are compressed in every
+    /// coding either way.
+    public var eager = false
 
     /// The gzip levels the config accepts: zlib's, but for 0, which stores without compressing.
     public static let gzipLevels = 1...9
@@ -81,7 +89,7 @@ public struct CompressionConfiguration: Sendable, Equatable {
 
     /// Reads the `compression` section; every key has a default, and problems name the key path.
     static func parse(_ section: ConfigurationSection) throws(ConfigurationError) -> CompressionConfiguration {
-        try section.rejectUnknownKeys(["encodings", "minBytes", "types", "level"])
+        try section.rejectUnknownKeys(["encodings", "minBytes", "types", "level", "eager"])
         var compression = CompressionConfiguration()
         let names = try section.commaSeparatedList("encodings", default: compression.encodings.map(\.rawValue))
         compression.encodings = []
@@ -111,6 +119,7 @@ public struct CompressionConfiguration: Sendable, Equatable {
         try level.rejectUnknownKeys(["gzip", "br"])
         compression.gzipLevel = try level.int("gzip", default: compression.gzipLevel, in: gzipLevels)
         compression.brotliLevel = try level.int("br", default: compression.brotliLevel, in: brotliLevels)
+        compression.eager = try section.bool("eager", default: compression.eager)
         return compression
     }
 

@@ -145,6 +145,7 @@ public enum ConfigurationPrinter {
         out.pair(1, "minBytes", size(compression.minBytes))
         out.pair(1, "types", list(compression.types))
         out.line("  level: { gzip: \(compression.gzipLevel), br: \(compression.brotliLevel) }")
+        out.pair(1, "eager", "\(compression.eager)")
         out.line("metrics:")
         out.pair(1, "routes", list(config.metrics.routes))
         let tracing = config.tracing

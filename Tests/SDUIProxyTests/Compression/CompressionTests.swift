@@ -5,7 +5,7 @@ import Testing
 
 @testable import SDUIProxy
 
-/// Responses compressed once when stored, in brotli and gzip, and served by `Accept-Encoding`, over loopback.
+/// Responses compressed once, in brotli and gzip, and served by `Accept-Encoding`, over loopback.
 @Suite("Compressed screens: stored once per coding, served by Accept-Encoding")
 struct CompressionTests {
     /// A screen of a few kilobytes, as JSON compresses: well over `minBytes`, under the size compressed off the loop.
@@ -22,6 +22,23 @@ struct CompressionTests {
         TestOrigin.Response(
             headers: [("Content-Type", type), ("Cache-Control", "max-age=60"), ("ETag", #""s1""#)],
             body: body
+        )
+    }
+
+    /// A proxy that makes every coding when it stores a response (`compression.eager`): these tests are of the
+    /// forms and how they are served; when a coding is made by default is `CompressionOnHitTests`'.
+    private static func run(
+        origin: @escaping TestOrigin.Responder,
+        configure: ((inout ProxyConfiguration) -> Void)? = nil,
+        _ body: (ProxyHarness) async throws -> Void
+    ) async throws {
+        try await ProxyHarness.run(
+            origin: origin,
+            configure: { configuration in
+                configuration.compression.eager = true
+                configure?(&configuration)
+            },
+            body
         )
     }
 
@@ -45,7 +62,7 @@ struct CompressionTests {
 
     @Test("one fill, asked for in identity; each client gets the form it accepts, each with its own length and tag")
     func formsByAcceptEncoding() async throws {
-        try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
+        try await Self.run(origin: { _ in Self.screenResponse() }) { proxy in
             let first = try await proxy.get("/screen")
             #expect(first["x-cache"] == "MISS" && first["content-encoding"] == nil && first.body == Self.screen)
             #expect(first["vary"] == "beagle-platform, Accept-Encoding")
@@ -74,7 +91,7 @@ struct CompressionTests {
 
     @Test("If-None-Match matches the tag of the form asked for, not another form's; HEAD answers as GET")
     func validatorsPerForm() async throws {
-        try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
+        try await Self.run(origin: { _ in Self.screenResponse() }) { proxy in
             try await Self.storeAndCompress("/screen", proxy)
             let gzipTag = #""s1-gzip""#
             let notModified = try await proxy.get(
@@ -102,7 +119,7 @@ struct CompressionTests {
 
     @Test("a byte range is a range of the form asked for, its length that form's")
     func rangesPerForm() async throws {
-        try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
+        try await Self.run(origin: { _ in Self.screenResponse() }) { proxy in
             try await Self.storeAndCompress("/screen", proxy)
             let whole = try await proxy.get("/screen", headers: [("Accept-Encoding", "gzip")])
             let part = try await proxy.get("/screen", headers: [("Accept-Encoding", "gzip"), ("Range", "bytes=0-9")])
@@ -126,7 +143,7 @@ struct CompressionTests {
 
     @Test("compression off, a type not listed, or a body under minBytes: identity only, and Vary as before")
     func notCompressed() async throws {
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { request in
                 switch request.uri {
                 case "/image": Self.screenResponse(type: "image/png")
@@ -145,7 +162,7 @@ struct CompressionTests {
             // Under minBytes, but of a listed type: its Vary still names Accept-Encoding.
             #expect(try await proxy.get("/small")["vary"] == "beagle-platform, Accept-Encoding")
         }
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { _ in Self.screenResponse() },
             configure: { $0.compression.encodings = [] }
         ) { proxy in
@@ -158,7 +175,7 @@ struct CompressionTests {
 
     @Test("only gzip configured: a client asking for br and gzip gets gzip")
     func configuredCodingsOnly() async throws {
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { _ in Self.screenResponse() },
             configure: { $0.compression.encodings = [.gzip] }
         ) { proxy in
@@ -176,7 +193,7 @@ struct CompressionTests {
         let large = #"{"_beagleComponent_":"beagle:screenComponent","children":["# + items.joined(separator: ",") + "]}"
         // Over the size a form keeps behind its head: kept in a buffer of its own.
         #expect(large.utf8.count > CachedResponse.maximumExactBodyBytes)
-        try await ProxyHarness.run(origin: { _ in Self.screenResponse(large) }) { proxy in
+        try await Self.run(origin: { _ in Self.screenResponse(large) }) { proxy in
             let first = try await proxy.get("/large", headers: [("Accept-Encoding", "gzip")])
             #expect(first["x-cache"] == "MISS" && first["content-encoding"] == nil && first.body == large)
             try await Self.waitForCompression(proxy)
@@ -193,7 +210,7 @@ struct CompressionTests {
     )
     func backendCodingsDecoded() async throws {
         let text = String(repeating: "plain text from a backend that compresses anyway. ", count: 20)
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { request in
                 let coding = ContentCoding(token: String(request.uri.dropFirst()))!
                 let encoded = try! ContentCoder.encode(ByteBuffer(string: text), as: coding, level: 6)
@@ -224,7 +241,7 @@ struct CompressionTests {
 
     @Test("a coded body that does not decode is a 502 of kind decoding, never stored; an unknown coding passes")
     func undecodableBodies() async throws {
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { request in
                 var response = TestOrigin.Response(
                     headers: [
@@ -252,7 +269,7 @@ struct CompressionTests {
     @Test("pass-through is never altered: a bypassed GET's and a POST's coded answers go as they came")
     func passThroughUntouched() async throws {
         let coded = try ContentCoder.encode(ByteBuffer(string: Self.screen), as: .gzip, level: 6)
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { _ in
                 var response = TestOrigin.Response(
                     headers: [("Content-Type", "application/json"), ("Content-Encoding", "gzip")]
@@ -279,7 +296,7 @@ struct CompressionTests {
 
     @Test("a 304 from the backend keeps the stored forms, not compressed again")
     func revalidationKeepsForms() async throws {
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { request in
                 guard request.headers.first(name: "if-none-match") == #""s1""# else {
                     return TestOrigin.Response(
@@ -308,7 +325,7 @@ struct CompressionTests {
 
     @Test("stats and metrics count the bytes stored and sent in each form, and the bytes saved")
     func countedInStatsAndMetrics() async throws {
-        try await ProxyHarness.run(origin: { _ in Self.screenResponse() }) { proxy in
+        try await Self.run(origin: { _ in Self.screenResponse() }) { proxy in
             try await Self.storeAndCompress("/screen", proxy)
             let gzip = try await proxy.get("/screen", headers: [("Accept-Encoding", "gzip")])
             _ = try await proxy.get("/screen", headers: [("Accept-Encoding", "br")])
@@ -327,7 +344,7 @@ struct CompressionTests {
 
     @Test("Beagle 1.x: the beagle-hash of the content validates in every form")
     func beagleHashPerForm() async throws {
-        try await ProxyHarness.run(
+        try await Self.run(
             origin: { _ in Self.screenResponse() },
             configure: { $0.compat.beagleHash = true }
         ) { proxy in

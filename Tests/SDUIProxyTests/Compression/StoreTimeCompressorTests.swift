@@ -56,7 +56,7 @@ extension StoreTimeCompressor {
     @Test("each configured coding that makes the body smaller is kept; one that does not is left out")
     func encodedForms() throws {
         let json = ByteBuffer(string: String(repeating: #"{"_beagleComponent_":"beagle:text"},"#, count: 40))
-        let forms = compressor(pool: nil).encode(json)
+        let forms = compressor(pool: nil).encode(json, in: [.br, .gzip])
         #expect(forms.map(\.coding) == [.br, .gzip])
         for form in forms {
             #expect(form.body.readableBytes < json.readableBytes)
@@ -65,8 +65,62 @@ extension StoreTimeCompressor {
         // Random bytes do not get smaller.
         var generator = SystemRandomNumberGenerator()
         let noise = ByteBuffer(bytes: (0..<512).map { _ in UInt8.random(in: 0...255, using: &generator) })
-        #expect(compressor(pool: nil).encode(noise).isEmpty)
-        #expect(compressor({ $0.encodings = [.gzip] }, pool: nil).encode(json).map(\.coding) == [.gzip])
+        #expect(compressor(pool: nil).encode(noise, in: [.br, .gzip]).isEmpty)
+        // Only the codings asked for, and among them only those configured.
+        #expect(compressor(pool: nil).encode(json, in: [.gzip]).map(\.coding) == [.gzip])
+        #expect(
+            compressor({ $0.encodings = [.gzip] }, pool: nil).encode(json, in: [.br, .gzip]).map(\.coding) == [.gzip]
+        )
+        #expect(compressor({ $0.encodings = [.gzip] }, pool: nil).encode(json, in: [.br]).isEmpty)
+    }
+
+    /// A fill's request from a client whose headers are `headers`.
+    private static func fill(
+        _ headers: HTTPHeaders,
+        replacing staleEntry: CachedResponse? = nil,
+        preparesEveryCoding: Bool = false
+    ) -> ComponentFetcher.Request {
+        ComponentFetcher.Request(
+            key: CacheKey(target: "/screens/home", platform: "WEB"),
+            upstream: UpstreamRequest(method: .GET, target: "/screens/home", headers: [:]),
+            policy: ProxyConfiguration.RoutePolicy(),
+            clientHeaders: headers,
+            mayCoalesce: true,
+            staleEntry: staleEntry,
+            preparesEveryCoding: preparesEveryCoding
+        )
+    }
+
+    @Test("a fill makes the coding its client would be sent, none for a client that takes none; a prefetch all")
+    func demandedCodings() {
+        let compressing = compressor(pool: nil)
+        #expect(compressing.demandedCodings(by: Self.fill([:])) == [])
+        #expect(compressing.demandedCodings(by: Self.fill(["Accept-Encoding": "gzip, deflate, br"])) == [.br])
+        #expect(compressing.demandedCodings(by: Self.fill(["Accept-Encoding": "gzip"])) == [.gzip])
+        #expect(compressing.demandedCodings(by: Self.fill(["Accept-Encoding": "br;q=0.5, gzip"])) == [.gzip])
+        #expect(compressing.demandedCodings(by: Self.fill(["Accept-Encoding": "identity"])) == [])
+        #expect(compressing.demandedCodings(by: Self.fill(["Accept-Encoding": "zstd"])) == [])
+        // Only configured codings are made.
+        let gzipOnly = compressor({ $0.encodings = [.gzip] }, pool: nil)
+        #expect(gzipOnly.demandedCodings(by: Self.fill(["Accept-Encoding": "br"])) == [])
+        #expect(gzipOnly.demandedCodings(by: Self.fill(["Accept-Encoding": "br, gzip"])) == [.gzip])
+        // A prefetch, and any fill when eager, makes every configured coding.
+        #expect(compressing.demandedCodings(by: Self.fill([:], preparesEveryCoding: true)) == [.br, .gzip])
+        #expect(gzipOnly.demandedCodings(by: Self.fill([:], preparesEveryCoding: true)) == [.gzip])
+        #expect(compressor({ $0.eager = true }, pool: nil).demandedCodings(by: Self.fill([:])) == [.br, .gzip])
+        // A refresh makes again what the entry it replaces was kept in, and what its own client takes.
+        let stale = Self.awaitingEntry(ByteBuffer(string: "{}")).adding(
+            [.init(coding: .gzip, body: ByteBuffer(string: "z"))],
+            tried: [.gzip]
+        )
+        #expect(compressing.demandedCodings(by: Self.fill([:], replacing: stale)) == [.gzip])
+        #expect(
+            compressing.demandedCodings(by: Self.fill(["Accept-Encoding": "br"], replacing: stale)) == [.br, .gzip]
+        )
+        #expect(gzipOnly.demandedCodings(by: Self.fill([:], replacing: stale)) == [.gzip])
+        #expect(
+            compressor({ $0.encodings = [.br] }, pool: nil).demandedCodings(by: Self.fill([:], replacing: stale)) == []
+        )
     }
 
     @Test("the pool refuses work past its bound until jobs finish, and runs it off the caller's loop")
@@ -135,7 +189,7 @@ extension StoreTimeCompressor {
     private static func awaitingEntry(_ body: ByteBuffer) -> CachedResponse {
         var metadata = CachedResponse.Metadata(storedAt: .now(), initialAge: 0, freshnessLifetime: 300)
         metadata.variesByEncoding = true
-        metadata.compressesLater = true
+        metadata.pendingCodings = [.br, .gzip]
         return CachedResponse(
             status: .ok,
             headers: ["Content-Type": "application/json"],
@@ -144,7 +198,7 @@ extension StoreTimeCompressor {
         )
     }
 
-    @Test("a body skipped while the pool was full is compressed on a later hit that takes a coding, once")
+    @Test("a coding is made on the hit that asks for it, once at a time, the pool full or not; the others wait")
     func compressedOnHit() async throws {
         let pool = CompressionPool(numberOfThreads: 1, maximumUnfinished: 1)
         pool.start()
@@ -164,40 +218,40 @@ extension StoreTimeCompressor {
             release.unlock()
         }
         let blocking = try #require(blockingJob)
-        #expect(!compressing.compressLater(entry, for: key, in: cache))
-        #expect(entry.awaitsCodings)
-        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache))
+        #expect(!compressing.compressLater(entry, in: [.br], for: key, in: cache))
+        #expect(entry.pendingCodings == [.br, .gzip])
+        #expect(!compressing.compressOnHit(entry, in: .gzip, for: key, in: cache))
         release.lock()
         release.unlock(withValue: 1)
         try await blocking.get()
 
-        // A client that takes no configured coding sends nothing to the pool.
-        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: nil, in: cache))
-        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "identity", in: cache))
-        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "zstd", in: cache))
-        // One that does: compressed once, whatever the hits that come while it is under way.
+        // Compressed once, whatever the hits that come while it is under way, in the coding asked for alone.
         let ran = await Self.startedAndEnded { whenDone in
-            let started = compressing.compressOnHit(
-                entry,
-                for: key,
-                acceptEncoding: "gzip",
-                in: cache,
-                whenDone: whenDone
-            )
-            #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "br", in: cache))
+            let started = compressing.compressOnHit(entry, in: .gzip, for: key, in: cache, whenDone: whenDone)
+            #expect(!compressing.compressOnHit(entry, in: .br, for: key, in: cache))
             return started
         }
         #expect(ran)
-        guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else {
-            Issue.record("the entry is no longer stored")
-            return
-        }
-        #expect(stored !== entry && stored.codings == [.br, .gzip] && !stored.awaitsCodings)
+        let stored = try #require(Self.stored(key, in: cache))
+        #expect(stored !== entry && stored.codings == [.gzip] && stored.pendingCodings == [.br])
         #expect(stored.form(.gzip).bodyLength < stored.bodyLength)
+        // The other coding, when a client asks for it.
+        let ranAgain = await Self.startedAndEnded { whenDone in
+            compressing.compressOnHit(stored, in: .br, for: key, in: cache, whenDone: whenDone)
+        }
+        #expect(ranAgain)
+        let both = try #require(Self.stored(key, in: cache))
+        #expect(both !== stored && both.codings == [.br, .gzip] && both.pendingCodings.isEmpty)
+        #expect(both.form(.gzip).body == stored.form(.gzip).body)
         try await pool.shutdownGracefully()
     }
 
-    @Test("a body no coding makes smaller is tried once: the hits after it send nothing to the pool")
+    private static func stored(_ key: CacheKey, in cache: ResponseCache) -> CachedResponse? {
+        guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else { return nil }
+        return stored
+    }
+
+    @Test("a coding that does not make the body smaller is tried once: the hits after it send nothing to the pool")
     func incompressibleTriedOnce() async throws {
         let pool = CompressionPool(numberOfThreads: 1)
         pool.start()
@@ -210,15 +264,23 @@ extension StoreTimeCompressor {
         )
         cache.store(entry, for: key)
         let ran = await Self.startedAndEnded { whenDone in
-            compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache, whenDone: whenDone)
+            compressing.compressOnHit(entry, in: .gzip, for: key, in: cache, whenDone: whenDone)
         }
         #expect(ran)
-        #expect(!compressing.compressOnHit(entry, for: key, acceptEncoding: "gzip", in: cache))
-        guard case .fresh(let stored) = cache.lookup(key, requestHeaders: [:], now: .now()) else {
-            Issue.record("the entry is no longer stored")
-            return
+        #expect(!compressing.compressOnHit(entry, in: .gzip, for: key, in: cache))
+        // gzip is no longer pending; br, never asked for, still is.
+        let stored = try #require(Self.stored(key, in: cache))
+        #expect(stored !== entry && stored.codings.isEmpty && stored.pendingCodings == [.br])
+        #expect(stored.negotiate(acceptEncoding: "gzip") == (nil, nil))
+        let ranAgain = await Self.startedAndEnded { whenDone in
+            compressing.compressOnHit(stored, in: .br, for: key, in: cache, whenDone: whenDone)
         }
-        #expect(stored === entry && stored.codings.isEmpty)
+        #expect(ranAgain)
+        // Nothing left to try: a hit neither negotiates nor sends the entry again.
+        let tried = try #require(Self.stored(key, in: cache))
+        #expect(tried !== stored && tried.codings.isEmpty && tried.pendingCodings.isEmpty)
+        #expect(tried.negotiate(acceptEncoding: "br, gzip") == (nil, nil))
+        #expect(!compressing.compressOnHit(stored, in: .br, for: key, in: cache))
         try await pool.shutdownGracefully()
     }
 }
