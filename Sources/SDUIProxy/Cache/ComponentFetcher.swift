@@ -45,6 +45,8 @@ public final class ComponentFetcher: Sendable {
         public let clientHeaders: HTTPHeaders
         /// Which of the fields the cache path asks about `clientHeaders` carries.
         public let clientFields: RequestFieldPresence
+        /// The client's `Accept-Encoding`, which decides the coding its fill compresses the body in.
+        public let acceptEncoding: String?
         /// Whether this request may share an exchange with identical ones: never one with `Authorization`.
         public let mayCoalesce: Bool
         /// The stale entry this fetch replaces, if any: it is revalidated rather than fetched blind.
@@ -70,6 +72,7 @@ public final class ComponentFetcher: Sendable {
             staleEntry: CachedResponse? = nil,
             followActions: Int = 0,
             trace: InstrumentationContext? = nil,
+            acceptEncoding: String? = nil,
             preparesEveryCoding: Bool = false
         ) {
             self.followActions = followActions
@@ -87,6 +90,10 @@ public final class ComponentFetcher: Sendable {
                 "the noted fields miss some the client's headers carry"
             )
             self.clientFields = clientFields
+            // As the router found it when the caller has it; else looked for only when the client sent one.
+            self.acceptEncoding =
+                acceptEncoding
+                ?? (clientFields.contains(.acceptEncoding) ? clientHeaders.first(name: "accept-encoding") : nil)
             // Whatever the caller says: the answer to one with credentials may depend on who asked.
             self.mayCoalesce = mayCoalesce && !clientFields.contains(.authorization)
             self.staleEntry = staleEntry

@@ -22,6 +22,18 @@ struct StoreTimeCompressor: Sendable {
     let pool: CompressionPool?
     let metrics: ProxyMetrics
     let logger: Logger
+    /// The codings configured, as a stored entry keeps them pending: worked out once, not at every fill.
+    let configuredCodings: ContentNegotiation.Codings
+
+    init(configuration: CompressionConfiguration, pool: CompressionPool?, metrics: ProxyMetrics, logger: Logger) {
+        self.configuration = configuration
+        self.pool = pool
+        self.metrics = metrics
+        self.logger = logger
+        var codings: ContentNegotiation.Codings = []
+        for coding in configuration.encodings { codings.insert(ContentNegotiation.Codings(coding)) }
+        self.configuredCodings = codings
+    }
 
     /// What becomes of a body being stored.
     enum Plan: Equatable, Sendable {
@@ -42,9 +54,6 @@ struct StoreTimeCompressor: Sendable {
         var compresses: Bool { self == .now || self == .later }
     }
 
-    /// The codings configured, as a stored entry keeps them pending.
-    var configuredCodings: ContentNegotiation.Codings { ContentNegotiation.Codings(configuration.encodings) }
-
     /// The codings a fill for `request` makes when it stores its body: every configured one when the
     /// configuration is eager or the request prepares for clients yet to come (a prefetch); else the one its
     /// client would be sent, if it takes any. A refresh also makes again those the entry it replaces was kept in:
@@ -53,13 +62,7 @@ struct StoreTimeCompressor: Sendable {
         let configured = configuredCodings
         if configuration.eager || request.preparesEveryCoding { return configured }
         var demanded = request.staleEntry?.codings.intersection(configured) ?? []
-        // Looked up only when the router saw the field: a client that sends none costs no search.
-        if request.clientFields.contains(.acceptEncoding),
-            let coding = ContentNegotiation.coding(
-                forAcceptEncoding: request.clientHeaders.first(name: "accept-encoding"),
-                available: configured
-            )
-        {
+        if let coding = ContentNegotiation.coding(forAcceptEncoding: request.acceptEncoding, available: configured) {
             demanded.insert(ContentNegotiation.Codings(coding))
         }
         return demanded

@@ -409,7 +409,8 @@ struct CacheResponder {
             received: client.received(request.head.version),
             followActions: followActions,
             requester: requester,
-            interim: interim
+            interim: interim,
+            acceptEncoding: request.acceptEncoding
         )
     }
 
@@ -440,10 +441,11 @@ struct CacheResponder {
         // Only an entry kept compressed, or to be, looks at the request's `Accept-Encoding`. A coding a hit's client
         // would rather have and the entry does not keep yet is made now, for the next requests: this one gets what
         // is kept. (A fill's own answer has sent its client's coding to be made already.)
-        if !entry.codings.isEmpty || !entry.pendingCodings.isEmpty {
+        let servedFromStore = cacheResult == .hit || cacheResult == .stale
+        if !entry.codings.isEmpty || (servedFromStore && !entry.pendingCodings.isEmpty) {
             let negotiated = entry.negotiate(acceptEncoding: request.acceptEncoding)
             presentation.coding = negotiated.send
-            if let coding = negotiated.make, cacheResult == .hit || cacheResult == .stale {
+            if servedFromStore, let coding = negotiated.make {
                 proxy.fetcher.compressOnHit(entry, in: coding, for: request.key)
             }
         }

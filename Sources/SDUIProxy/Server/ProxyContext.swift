@@ -180,6 +180,7 @@ public final class ProxyContext: Sendable {
     /// - A request with `Authorization` fetches alone: its answer may depend on who asked.
     /// - The client's `Host` goes upstream only when the route's key holds it (``UpstreamRequestBuilder``).
     /// - `clientFields` is what the router noted of `clientHeaders` as it walked them; nil to walk them here.
+    /// - `acceptEncoding`: the client's, as the router found it (nil: looked for in `clientHeaders`).
     /// - `preparesEveryCoding`: the fill is for clients yet to come (a prefetch), so its body is compressed in every
     ///   configured coding (``ComponentFetcher/Request/preparesEveryCoding``).
     func cacheFill(
@@ -196,6 +197,7 @@ public final class ProxyContext: Sendable {
         followActions: Int,
         requester: UpstreamIdentity? = nil,
         interim: InterimRelay? = nil,
+        acceptEncoding: String? = nil,
         preparesEveryCoding: Bool = false
     ) -> ComponentFetcher.Request {
         var upstream = UpstreamRequest(
@@ -223,6 +225,7 @@ public final class ProxyContext: Sendable {
             staleEntry: staleEntry,
             followActions: followActions,
             trace: requester?.trace,
+            acceptEncoding: acceptEncoding,
             preparesEveryCoding: preparesEveryCoding
         )
     }

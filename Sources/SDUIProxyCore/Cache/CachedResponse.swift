@@ -18,10 +18,6 @@ public final class CachedResponse: Sendable {
     public let identity: StoredForm
     /// The codings of ``encodedForms``, for negotiation without looking at the forms.
     public let codings: ContentNegotiation.Codings
-    /// The codings the body is still to be kept in, made when a client that would be sent one first asks for it
-    /// (``negotiate(acceptEncoding:)``): those configured when it was stored, but for the ones kept and the ones
-    /// tried already (a coding that did not make the body smaller, or failed, is not tried again).
-    public let pendingCodings: ContentNegotiation.Codings
     /// What the directives that decide for the response say of serving it stale or unchecked: its targeted
     /// field's (RFC 9213) when it had a valid one, else its `Cache-Control` (``StorageRules/directives(of:)``).
     public let revalidation: Revalidation
@@ -74,13 +70,32 @@ public final class CachedResponse: Sendable {
         lastModifiedEnd == 0 ? nil : identity.text(at: Int(lastModifiedStart)..<Int(lastModifiedEnd))
     }
 
-    /// What an entry knows of itself in one bit.
+    /// The codings the body is still to be kept in, made when a client that would be sent one first asks for it
+    /// (``negotiate(acceptEncoding:)``): those configured when it was stored, but for the ones kept and the ones
+    /// tried already (a coding that did not make the body smaller, or failed, is not tried again).
+    public var pendingCodings: ContentNegotiation.Codings { flags.pendingCodings }
+
+    /// What an entry knows of itself in one bit, and its pending codings: in one byte, so that an entry is no
+    /// larger for them.
     private struct Flags: OptionSet, Sendable {
         let rawValue: UInt8
         /// Its `ETag` is the backend's, not one computed from the content.
         static let hasUpstreamETag = Flags(rawValue: 1 << 0)
         /// ``storedContentHash`` holds the content hash.
         static let hasContentHash = Flags(rawValue: 1 << 1)
+        /// Where ``pendingCodings`` lie: the codings' own bits, above the flags.
+        private static let pendingShift: UInt8 = 2
+
+        init(rawValue: UInt8) { self.rawValue = rawValue }
+
+        /// These flags with `pending` for ``pendingCodings``.
+        init(_ flags: Flags, pending: ContentNegotiation.Codings) {
+            rawValue = flags.rawValue & ((1 << Self.pendingShift) - 1) | pending.rawValue << Self.pendingShift
+        }
+
+        var pendingCodings: ContentNegotiation.Codings {
+            ContentNegotiation.Codings(rawValue: rawValue >> Self.pendingShift)
+        }
     }
 
     /// The shared lines, alone or with what only entries with a `Vary` or purge tags hold.
@@ -423,12 +438,11 @@ public final class CachedResponse: Sendable {
         self.encodedForms = forms.1
         let codings = Self.codings(of: forms.1)
         self.codings = codings
-        self.pendingCodings = metadata.pendingCodings.subtracting(codings)
         self.sharedHeadEnd = UInt32(ownBytes)
         var flags: Flags = []
         if upstreamETag != nil { flags.insert(.hasUpstreamETag) }
         if hash != nil { flags.insert(.hasContentHash) }
-        self.flags = flags
+        self.flags = Flags(flags, pending: metadata.pendingCodings.subtracting(codings))
         self.lastModifiedStart = UInt32(lastModifiedValue?.lowerBound ?? 0)
         self.lastModifiedEnd = UInt32(lastModifiedValue?.upperBound ?? 0)
         self.storedContentHash = hash ?? 0
@@ -488,9 +502,8 @@ public final class CachedResponse: Sendable {
         self.encodedForms = encodedForms
         let codings = Self.codings(of: encodedForms)
         self.codings = codings
-        self.pendingCodings = pendingCodings.subtracting(codings)
         self.sharedHeadEnd = entry.sharedHeadEnd
-        self.flags = entry.flags
+        self.flags = Flags(entry.flags, pending: pendingCodings.subtracting(codings))
         self.lastModifiedStart = entry.lastModifiedStart
         self.lastModifiedEnd = entry.lastModifiedEnd
         self.storedContentHash = entry.storedContentHash
