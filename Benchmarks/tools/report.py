@@ -508,15 +508,15 @@ def main():
     misses = summarize(runs, "miss")
     if misses:
         print_scenario_table(
-            "Misses: every URL unique (the proxy validates and stores each, and with compression on also "
-            "compresses it on its pool; nginx without a cache forwards it; nginx proxy_cache and Varnish forward "
-            "and store it)",
+            "Misses: every URL unique (the proxy validates and stores each, and with compression on makes the "
+            "coding its client takes on its pool, none for wrk's; nginx without a cache forwards it; nginx "
+            "proxy_cache and Varnish forward and store it)",
             misses,
         )
         # CPU against the floor (nginx forwarding without a cache); the miss rate against the caches that store
         # each miss too (nginx's proxy_cache writes it to its cache directory, Varnish to its malloc storage).
-        # With compression on (the default) the proxy also compresses each stored miss, on its pool; the row with
-        # compression off does the job the anchors do.
+        # With compression on (the default) the proxy makes the coding a miss's client takes, on its pool (none for
+        # wrk's, which send no Accept-Encoding); the row with compression off does the job the anchors do.
         checks = [
             ("nginx-nocache", "cpu", MISS_CPU_TARGET),
             ("nginx", "rps", MISS_RATE_TARGET),

@@ -178,7 +178,7 @@ public final class ProxyMetrics: Sendable {
             descriptor: Self.descriptor(
                 "compressions_on_hit",
                 unit: "total",
-                help: "Stored bodies sent to be compressed by a hit, their compression when stored having been skipped."
+                help: "Stored bodies sent to be compressed by a hit whose client takes a coding the entry does not keep yet."
             )
         )
         self.scrape = Mutex(
@@ -344,8 +344,8 @@ public final class ProxyMetrics: Sendable {
         compressionsSkipped.increment()
     }
 
-    /// Counts a stored body sent to be compressed by a hit, its compression when it was stored having been
-    /// skipped: `sdui_compressions_on_hit_total`.
+    /// Counts a stored body sent to be compressed by a hit whose client takes a coding the entry does not keep yet
+    /// (never asked for, or its compression skipped, the pool being full): `sdui_compressions_on_hit_total`.
     public func compressionOnHit() {
         compressionsOnHit.increment()
     }
