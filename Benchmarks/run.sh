@@ -896,8 +896,9 @@ scenario_latency() {
 
 # Misses: unique URLs. proxy and proxy-uncompressed are one server with two configs: the targets that can run
 # together are measured first, round by round, then proxy-uncompressed alone with the others still up (its rows
-# are from the same run, later). Both are reported: the proxy's default compresses every stored miss on its
-# pool (brotli and gzip), work nginx and Varnish never do at store time.
+# are from the same run, later). Both are reported: the proxy's default makes the coding a miss's client takes
+# on its pool, none for wrk's (no Accept-Encoding), so the two rows differ by a response's Vary, not by work;
+# with compression.eager it would make brotli and gzip for every miss, work nginx and Varnish never do.
 scenario_miss() {
     local -a targets together=() later=()
     local target

@@ -303,8 +303,8 @@ public final class ComponentFetcher: Sendable {
         return .success(standIn(for: request, because: reason, backendStatus: nil))
     }
 
-    /// Sends the body of `entry`, which a hit found awaiting its codings, to be compressed if the hit's client takes
-    /// one (``StoreTimeCompressor/compressOnHit(_:for:acceptEncoding:in:whenDone:)``).
+    /// Sends the body of `entry` to be compressed in `coding`, which a request's client would rather have and the
+    /// entry does not keep yet (``StoreTimeCompressor/compressOnHit(_:in:for:in:whenDone:)``).
     func compressOnHit(_ entry: CachedResponse, in coding: ContentCoding, for key: CacheKey) {
         compressor?.compressOnHit(entry, in: coding, for: key, in: cache)
     }

@@ -10,12 +10,13 @@ import SDUIProxyCore
 /// that takes brotli costs one encoding, not two. With `compression.eager`, and for prefetched and warmed
 /// responses (made for clients yet to come), every configured coding is made when the response is stored.
 ///
-/// Compressing is the dearest thing a fill does: brotli at level 5 and gzip at 6 take about 700,000 instructions
-/// for a 2.4 KB screen (callgrind), four times the rest of the miss. On the event loop that would hold up every
-/// connection of the loop for a fraction of a millisecond at each store; so the entry is stored in identity and
-/// answered at once, and the body is compressed on a ``CompressionPool``, whose job adds the forms to the entry
-/// if it is still the one stored then (``ResponseCache/storeCompressed(_:replacing:for:)``). Without a pool
-/// (a fetcher made for a test) bodies are compressed before they are stored.
+/// Compressing is the dearest thing a fill does: brotli at level 5 takes about 550,000 instructions for a 2.4 KB
+/// screen and gzip at 6 about 300,000 (callgrind), four and two times the rest of the miss. On the event loop that
+/// would hold up every connection of the loop for a fraction of a millisecond at each store; so the entry is
+/// stored in identity and answered at once, and the body is compressed on a ``CompressionPool``, whose job adds
+/// the form to the entry if it is still the one stored then (``ResponseCache/storeCompressed(_:replacing:for:)``).
+/// Without a pool (a fetcher made for a test) a fill's codings are made before it is stored, and a hit's where
+/// the hit asks.
 struct StoreTimeCompressor: Sendable {
     let configuration: CompressionConfiguration
     /// Where bodies are compressed; without one, each is compressed where it is stored.

@@ -178,7 +178,8 @@ public final class ProxyMetrics: Sendable {
             descriptor: Self.descriptor(
                 "compressions_on_hit",
                 unit: "total",
-                help: "Stored bodies sent to be compressed by a hit whose client takes a coding the entry does not keep yet."
+                help:
+                    "Stored bodies sent to be compressed by a hit whose client takes a coding the entry does not keep yet."
             )
         )
         self.scrape = Mutex(

@@ -35,7 +35,10 @@ struct CacheResponder {
             // A fresh entry answers without reading the request's own directives, unless the operator lets a
             // client's no-cache through.
             if case .fresh(let entry) = found, !honorsClientNoCache {
-                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
+                return sink.writeStored(
+                    entry,
+                    presentation(of: entry, .hit, request: request, proxy: proxy, now: now, makesCodings: true)
+                )
             }
             if case .varyMiss = found, let entry = languageVariant(for: request, proxy: proxy, now: now) {
                 found = .fresh(entry)
@@ -43,7 +46,10 @@ struct CacheResponder {
             let directives = ClientCacheDirectives(headers: request.head.headers)
             switch directives.step(found: found, honorsNoCache: honorsClientNoCache, at: now) {
             case .hit(let entry):
-                return sink.writeStored(entry, presentation(of: entry, .hit, request: request, proxy: proxy, now: now))
+                return sink.writeStored(
+                    entry,
+                    presentation(of: entry, .hit, request: request, proxy: proxy, now: now, makesCodings: true)
+                )
             case .staleWhileRefreshing(let entry):
                 proxy.cache.recordStaleServe(request.key)
                 let refresh = fill(request, staleEntry: entry, proxy: proxy, client: sink.client)
@@ -53,7 +59,7 @@ struct CacheResponder {
                 proxy.cache.recordStaleServe(request.key)
                 return sink.writeStored(
                     entry,
-                    presentation(of: entry, .stale, request: request, proxy: proxy, now: now)
+                    presentation(of: entry, .stale, request: request, proxy: proxy, now: now, makesCodings: true)
                 )
             case .notCached:
                 let status = CacheStatus(detail: "only-if-cached")
@@ -192,9 +198,19 @@ struct CacheResponder {
         case .success(.stored(let entry)):
             status.forwardStatus = entry.status.code
             status.stored = true
+            // The fill sent its own client's coding to be made; a collapsed waiter may take another.
             sink.writeStored(
                 entry,
-                presentation(of: entry, .miss, status, request: request, requestID: requestID, proxy: proxy, now: now)
+                presentation(
+                    of: entry,
+                    .miss,
+                    status,
+                    request: request,
+                    requestID: requestID,
+                    proxy: proxy,
+                    now: now,
+                    makesCodings: collapsed
+                )
             )
         case .success(.invalidated(let entry, let why)):
             // Asked for before an invalidation that reached it: this request gets it, the cache does not keep it.
@@ -220,7 +236,8 @@ struct CacheResponder {
                     request: request,
                     requestID: requestID,
                     proxy: proxy,
-                    now: now
+                    now: now,
+                    makesCodings: true
                 )
             )
         case .success(.servedStale(let entry, let why, let backendStatus)):
@@ -234,7 +251,16 @@ struct CacheResponder {
             status.detail = "stale-if-error"
             sink.writeStored(
                 entry,
-                presentation(of: entry, .stale, status, request: request, requestID: requestID, proxy: proxy, now: now)
+                presentation(
+                    of: entry,
+                    .stale,
+                    status,
+                    request: request,
+                    requestID: requestID,
+                    proxy: proxy,
+                    now: now,
+                    makesCodings: true
+                )
             )
         case .success(.notStored(let response, let why)):
             proxy.logger.debug(
@@ -414,6 +440,15 @@ struct CacheResponder {
         )
     }
 
+    /// Whether `entry` is filed under the request's own key and variant, where its compression's result is stored:
+    /// not an entry found filed for another language (``ComponentFetcher/fileUnderLanguages(_:for:ticket:)``), whose
+    /// compression would claim it and find no place to store the result, leaving its own key's clients without the
+    /// coding.
+    private static func isFiledUnder(_ request: CacheRequest, _ entry: CachedResponse) -> Bool {
+        entry.varyNames.isEmpty
+            || ResponseCache.variantValue(names: entry.varyNames, requestHeaders: request.head.headers) == entry.variant
+    }
+
     /// How an entry answers this request: in full, or as a 304 when the client's validator matches.
     ///
     /// `status` is the `Cache-Status` of an entry the backend just gave or confirmed; without it the entry is
@@ -425,7 +460,8 @@ struct CacheResponder {
         request: CacheRequest,
         requestID: String? = nil,
         proxy: ProxyContext,
-        now: NIODeadline
+        now: NIODeadline,
+        makesCodings: Bool = false
     ) -> EntryPresentation {
         var status = status ?? CacheStatus(hit: true)
         status.ttl = Self.ttl(of: entry, at: now)
@@ -438,14 +474,14 @@ struct CacheResponder {
         // Searched for only when the router saw one.
         presentation.requestID =
             requestID ?? (request.fields.contains(.requestID) ? RequestID.given(in: headers) : nil)
-        // Only an entry kept compressed, or to be, looks at the request's `Accept-Encoding`. A coding a hit's client
-        // would rather have and the entry does not keep yet is made now, for the next requests: this one gets what
-        // is kept. (A fill's own answer has sent its client's coding to be made already.)
-        let servedFromStore = cacheResult == .hit || cacheResult == .stale
-        if !entry.codings.isEmpty || (servedFromStore && !entry.pendingCodings.isEmpty) {
+        // Only an entry kept compressed, or to be, looks at the request's `Accept-Encoding`. With `makesCodings`, a
+        // coding the client would rather have and the entry does not keep yet is made now, for the next requests:
+        // this one gets what is kept. (Not for a fill's own answer, which sent its client's coding to be made, nor
+        // for a stale answer whose refresh will make it.)
+        if !entry.codings.isEmpty || (makesCodings && !entry.pendingCodings.isEmpty) {
             let negotiated = entry.negotiate(acceptEncoding: request.acceptEncoding)
             presentation.coding = negotiated.send
-            if servedFromStore, let coding = negotiated.make {
+            if makesCodings, let coding = negotiated.make, Self.isFiledUnder(request, entry) {
                 proxy.fetcher.compressOnHit(entry, in: coding, for: request.key)
             }
         }

@@ -3,8 +3,8 @@ import NIOHTTP1
 import Synchronization
 
 /// A stored response: a representation (its status and header fields) in one or more forms (identity, and the
-/// content codings it was compressed into when stored), plus what freshness, validation and purging need, all
-/// worked out once when the entry is made so a hit parses nothing.
+/// content codings it has been compressed into, each when a client first asked for it), plus what freshness,
+/// validation and purging need, all worked out once when the entry is made so a hit parses nothing.
 ///
 /// Immutable and shared: one instance serves every hit and every coalesced waiter. Each ``StoredForm`` keeps its
 /// head encoded for HTTP/1.1 beside its body, so a hit in any form is one buffer and one write; the fields in

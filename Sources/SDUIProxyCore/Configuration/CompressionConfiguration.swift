@@ -22,7 +22,7 @@ public struct CompressionConfiguration: Sendable, Equatable {
     public var brotliLevel = 5
     /// Whether every stored response is compressed in every coding of ``encodings`` when it is stored. Off (the
     /// default), a response is compressed in a coding when a client that would be sent that coding first asks for
-    /// it: the client whose miss stored it, or a later hit (answered in identity, the next ones in the coding).
+    /// it: the client whose miss stored it, or a later hit (answered in what is kept, the next ones in the coding).
     /// A coding no client of a response asks for is never made: with both codings listed, a fleet of clients that
     /// all take brotli costs each fill a brotli encoding, not also a gzip one, and a client that takes no coding
     /// costs none. Prefetched and warmed responses, which no client has asked for yet, are compressed in every

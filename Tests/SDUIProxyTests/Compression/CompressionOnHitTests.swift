@@ -61,18 +61,21 @@ import Testing
         }
     }
 
-    /// The proxy with a one-thread pool the test holds, in front of an origin of `Self.screen`.
-    private static func run(_ body: (ProxyHarness, CompressionPool) async throws -> Void) async throws {
+    /// The proxy with a one-thread pool the test holds, in front of `origin` (by default, `Self.screen`).
+    private static func run(
+        origin: TestOrigin.Responder? = nil,
+        _ body: (ProxyHarness, CompressionPool) async throws -> Void
+    ) async throws {
         let pool = CompressionPool(numberOfThreads: 1, maximumUnfinished: 8)
         var tuning = ProxyServer.Tuning()
         tuning.compressionPool = pool
-        let origin: TestOrigin.Responder = { _ in
+        let screen: TestOrigin.Responder = { _ in
             TestOrigin.Response(
                 headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")],
                 body: Self.screen
             )
         }
-        try await ProxyHarness.run(origin: origin, tuning: tuning) { proxy in try await body(proxy, pool) }
+        try await ProxyHarness.run(origin: origin ?? screen, tuning: tuning) { proxy in try await body(proxy, pool) }
     }
 
     /// Waits for every job sent to the one-thread pool so far: they run in the order they came.
@@ -144,6 +147,34 @@ import Testing
             }
             let metrics = try await proxy.admin("/metrics").body
             #expect(metrics.contains("sdui_compressions_on_hit_total 0"))
+        }
+    }
+
+    @Test("a request answered after a 304 asks for its coding as a hit does; the entry keeps what it had pending")
+    func revalidatedAnswerMakesItsCoding() async throws {
+        let origin: TestOrigin.Responder = { request in
+            guard request.headers.first(name: "if-none-match") == #""s1""# else {
+                return TestOrigin.Response(
+                    headers: [("Content-Type", "application/json"), ("Cache-Control", "no-cache"), ("ETag", #""s1""#)],
+                    body: Self.screen
+                )
+            }
+            return TestOrigin.Response(
+                status: .notModified,
+                headers: [("Cache-Control", "no-cache"), ("ETag", #""s1""#)]
+            )
+        }
+        try await Self.run(origin: origin) { proxy, pool in
+            let miss = try await proxy.get("/screens/home")
+            #expect(miss["x-cache"] == "MISS")
+            let first = try await proxy.get("/screens/home", headers: [("Accept-Encoding", "gzip")])
+            #expect(first["x-cache"] == "REVALIDATED" && first["content-encoding"] == nil)
+            try await Self.drain(pool)
+            let second = try await proxy.get("/screens/home", headers: [("Accept-Encoding", "gzip")])
+            #expect(second["x-cache"] == "REVALIDATED" && second["content-encoding"] == "gzip")
+            #expect(try await Self.compressions("gzip", proxy) == 1)
+            #expect(try await Self.compressions("br", proxy) == 0)
+            #expect(proxy.origin.requests.count == 3)
         }
     }
 }
