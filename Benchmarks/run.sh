@@ -10,6 +10,7 @@
 #   SCENARIOS=pass Benchmarks/run.sh                    # pass-through (a bypass route) against nginx without a cache
 #   SCENARIOS="hit hit-gzip" Benchmarks/run.sh          # gzip hits (stored gzip) against identity hits and nginx's gzip
 #   SCENARIOS=h2-hit Benchmarks/run.sh                  # hits over TLS + HTTP/2 (h2load) against nginx's TLS + h2 front
+#   MISS_ACCEPT_ENCODING="gzip, deflate, br" SCENARIOS=miss Benchmarks/run.sh   # misses from clients that take codings
 #
 # stdout carries only the final report (markdown); progress goes to stderr. The last line on stdout is always
 #   hit-cpu-per-request ratio vs nginx: X.XX
@@ -41,6 +42,11 @@ LATENCY_TARGETS=${LATENCY_TARGETS:-"proxy nginx varnish"}
 LATENCY_RATE=${LATENCY_RATE:-30000}
 MISS_CONNECTIONS=${MISS_CONNECTIONS:-$CONNECTIONS}
 MISS_TARGETS=${MISS_TARGETS:-"proxy proxy-uncompressed nginx-nocache nginx varnish"}
+# Sent as Accept-Encoding with every miss when set, as apps send it ("gzip, deflate, br" for iOS): the proxy's
+# default then compresses each miss in the coding its client takes. Unset, wrk sends none, and nothing is compressed.
+MISS_ACCEPT_ENCODING=${MISS_ACCEPT_ENCODING:-}
+# More wrk arguments for the load of the scenario running (set by a scenario, e.g. a header).
+WRK_EXTRA=()
 PASS_CONNECTIONS=${PASS_CONNECTIONS:-$CONNECTIONS}
 PASS_TARGETS=${PASS_TARGETS:-"proxy nginx-nocache"}
 MIXED_TARGETS=${MIXED_TARGETS:-"proxy nginx varnish"}
@@ -550,7 +556,7 @@ run_load() {
     sampler=$!
     # --foreground keeps wrk in our process group, so Ctrl-C reaches it (wrk then stops and prints its summary).
     if ! out=$(timeout --foreground --kill-after=10 $((seconds + 30)) \
-        wrk -t"$WRK_THREADS" -c"$conns" -d"${seconds}s" --timeout 5s -s "$LUA_DIR/$script" "$url" -- "$@" 2>&1); then
+        wrk -t"$WRK_THREADS" -c"$conns" -d"${seconds}s" --timeout 5s "${WRK_EXTRA[@]}" -s "$LUA_DIR/$script" "$url" -- "$@" 2>&1); then
         printf '%s\n' "$out" >"$outfile"
         kill "$sampler" 2>/dev/null || true
         die "wrk failed for $scenario/$target/c$conns (output in $outfile)"
@@ -902,6 +908,10 @@ scenario_latency() {
 scenario_miss() {
     local -a targets together=() later=()
     local target
+    if [[ -n $MISS_ACCEPT_ENCODING ]]; then
+        WRK_EXTRA=(-H "Accept-Encoding: $MISS_ACCEPT_ENCODING")
+        note "miss: every request sent Accept-Encoding: $MISS_ACCEPT_ENCODING (the proxy's default compresses each miss in the coding it takes; the anchors' origin answers in identity)"
+    fi
     read -ra targets <<<"$MISS_TARGETS"
     for target in "${targets[@]}"; do
         if [[ $target == proxy-uncompressed && $PROXY_COMPRESSION_SUPPORT != yes ]]; then
@@ -921,6 +931,7 @@ scenario_miss() {
         start_targets "$CACHE_MB" "${later[@]}"
         measure_misses "${later[@]}"
     fi
+    WRK_EXTRA=()
 }
 
 # measure_misses TARGET...: checks that each target answers a unique URL, warms each, then the measured rounds.
