@@ -484,11 +484,12 @@ public final class ComponentFetcher: Sendable {
         }
 
         let compression = compressor?.plan(for: response.fields, bodyLength: response.body.readableBytes)
-        // The codings this fill makes; the others wait until a client asks for them.
-        let demanded = compression?.compresses == true ? compressor?.demandedCodings(by: request) ?? [] : []
         var metadata = metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime)
         metadata.variesByEncoding = compression?.variesByEncoding ?? false
-        if compression?.compresses == true, let compressor {
+        // The codings this fill makes; the others wait until a client asks for them.
+        var demanded: ContentNegotiation.Codings = []
+        if let compressor, compression?.compresses == true {
+            demanded = compressor.demandedCodings(by: request)
             // Made now, kept or not, they are tried: only the rest waits.
             metadata.pendingCodings =
                 compression == .now ? compressor.configuredCodings.subtracting(demanded) : compressor.configuredCodings

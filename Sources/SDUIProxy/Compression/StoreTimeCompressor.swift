@@ -31,9 +31,7 @@ struct StoreTimeCompressor: Sendable {
         self.pool = pool
         self.metrics = metrics
         self.logger = logger
-        var codings: ContentNegotiation.Codings = []
-        for coding in configuration.encodings { codings.insert(ContentNegotiation.Codings(coding)) }
-        self.configuredCodings = codings
+        self.configuredCodings = ContentNegotiation.Codings(configuration.encodings)
     }
 
     /// What becomes of a body being stored.
@@ -124,24 +122,23 @@ struct StoreTimeCompressor: Sendable {
         whenDone: (@Sendable () -> Void)? = nil
     ) -> Bool {
         guard entry.claimCompression() else { return false }
-        guard let pool else {
-            // No pool (a fetcher made for a test): compressed here, as a fill without one compresses before storing.
-            cache.storeCompressed(
+        // Replaced even when no coding made the body smaller: the codings tried are no longer pending, so no hit
+        // asks for them again. A small body is stored in the entry's own array, and copied into a buffer for the
+        // coders: on the pool's thread, not the event loop that stored it.
+        let compress = { @Sendable () -> Void in
+            _ = cache.storeCompressed(
                 entry.adding(encode(entry.body, in: codings), tried: codings),
                 replacing: entry,
                 for: key
             )
+        }
+        guard let pool else {
+            // No pool (a fetcher made for a test): compressed here, as a fill without one compresses before storing.
+            compress()
             whenDone?()
             return true
         }
-        let started = pool.submit {
-            // A small body is stored in the entry's own array, and copied into a buffer for the coders: on the
-            // pool's thread, not the event loop that stored it.
-            // Replaced even when no coding made the body smaller: the codings tried are no longer pending, so no
-            // hit asks for them again.
-            let encoded = encode(entry.body, in: codings)
-            cache.storeCompressed(entry.adding(encoded, tried: codings), replacing: entry, for: key)
-        } finished: { ran in
+        let started = pool.submit(compress) { ran in
             // A pool shutting down drops the job: a later hit may try again.
             if ran == nil { entry.releaseCompressionClaim() }
             whenDone?()
