@@ -193,25 +193,29 @@ struct CacheResponder {
     ) {
         let now = proxy.fetcher.clock.now
         var status = CacheStatus(forward: reason, collapsed: collapsed)
+        /// Answers with `entry`, presented with `status` as the case has left it.
+        func write(_ entry: CachedResponse, _ cacheResult: CacheResult, makesCodings: Bool) {
+            sink.writeStored(
+                entry,
+                presentation(
+                    of: entry,
+                    cacheResult,
+                    status,
+                    request: request,
+                    requestID: requestID,
+                    proxy: proxy,
+                    now: now,
+                    makesCodings: makesCodings
+                )
+            )
+        }
         // Stored and revalidated entries are logged by the fetcher, with their size and lifetime.
         switch result {
         case .success(.stored(let entry)):
             status.forwardStatus = entry.status.code
             status.stored = true
             // The fill sent its own client's coding to be made; a collapsed waiter may take another.
-            sink.writeStored(
-                entry,
-                presentation(
-                    of: entry,
-                    .miss,
-                    status,
-                    request: request,
-                    requestID: requestID,
-                    proxy: proxy,
-                    now: now,
-                    makesCodings: collapsed
-                )
-            )
+            write(entry, .miss, makesCodings: collapsed)
         case .success(.invalidated(let entry, let why)):
             // Asked for before an invalidation that reached it: this request gets it, the cache does not keep it.
             proxy.logger.debug(
@@ -220,26 +224,11 @@ struct CacheResponder {
             )
             status.forwardStatus = entry.status.code
             status.detail = "invalidated"
-            sink.writeStored(
-                entry,
-                presentation(of: entry, .miss, status, request: request, requestID: requestID, proxy: proxy, now: now)
-            )
+            write(entry, .miss, makesCodings: false)
         case .success(.revalidated(let entry)):
             status.forwardStatus = HTTPResponseStatus.notModified.code
             status.stored = true
-            sink.writeStored(
-                entry,
-                presentation(
-                    of: entry,
-                    .revalidated,
-                    status,
-                    request: request,
-                    requestID: requestID,
-                    proxy: proxy,
-                    now: now,
-                    makesCodings: true
-                )
-            )
+            write(entry, .revalidated, makesCodings: true)
         case .success(.servedStale(let entry, let why, let backendStatus)):
             // The fetcher logged the failure it stood in for, once per key and interval.
             proxy.logger.debug(
@@ -249,19 +238,7 @@ struct CacheResponder {
             proxy.cache.recordStaleServe(request.key)
             status.forwardStatus = backendStatus
             status.detail = "stale-if-error"
-            sink.writeStored(
-                entry,
-                presentation(
-                    of: entry,
-                    .stale,
-                    status,
-                    request: request,
-                    requestID: requestID,
-                    proxy: proxy,
-                    now: now,
-                    makesCodings: true
-                )
-            )
+            write(entry, .stale, makesCodings: true)
         case .success(.notStored(let response, let why)):
             proxy.logger.debug(
                 "miss, not stored",
