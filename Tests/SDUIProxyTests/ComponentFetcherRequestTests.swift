@@ -11,14 +11,7 @@ struct ComponentFetcherRequestTests {
         fields: RequestFieldPresence? = nil,
         mayCoalesce: Bool = true
     ) -> ComponentFetcher.Request {
-        ComponentFetcher.Request(
-            key: CacheKey(target: "/screens/home", platform: "WEB"),
-            upstream: UpstreamRequest(method: .GET, target: "/screens/home", headers: [:]),
-            policy: ProxyConfiguration.RoutePolicy(),
-            clientHeaders: headers,
-            clientFields: fields,
-            mayCoalesce: mayCoalesce
-        )
+        .homeScreen(clientHeaders: headers, clientFields: fields, mayCoalesce: mayCoalesce)
     }
 
     @Test("a request with Authorization never shares an exchange, whatever its caller says")

@@ -80,15 +80,7 @@ extension StoreTimeCompressor {
         replacing staleEntry: CachedResponse? = nil,
         preparesEveryCoding: Bool = false
     ) -> ComponentFetcher.Request {
-        ComponentFetcher.Request(
-            key: CacheKey(target: "/screens/home", platform: "WEB"),
-            upstream: UpstreamRequest(method: .GET, target: "/screens/home", headers: [:]),
-            policy: ProxyConfiguration.RoutePolicy(),
-            clientHeaders: headers,
-            mayCoalesce: true,
-            staleEntry: staleEntry,
-            preparesEveryCoding: preparesEveryCoding
-        )
+        .homeScreen(clientHeaders: headers, replacing: staleEntry, preparesEveryCoding: preparesEveryCoding)
     }
 
     @Test("a fill makes the coding its client would be sent, none for a client that takes none; a prefetch all")
