@@ -486,13 +486,13 @@ public final class ComponentFetcher: Sendable {
         let compression = compressor?.plan(for: response.fields, bodyLength: response.body.readableBytes)
         var metadata = metadata(for: response.fields, request: request, lifetime: lifetime, requestTime: requestTime)
         metadata.variesByEncoding = compression?.variesByEncoding ?? false
-        // The codings this fill makes; the others wait until a client asks for them.
+        // The codings this fill makes; the others wait until a client asks for them. Through the optional: binding
+        // the compressor copies it, retaining each of its references, on every miss.
         var demanded: ContentNegotiation.Codings = []
-        if let compressor, compression?.compresses == true {
-            demanded = compressor.demandedCodings(by: request)
+        if compression?.compresses == true, let configured = compressor?.configuredCodings {
+            demanded = compressor?.demandedCodings(by: request) ?? []
             // Made now, kept or not, they are tried: only the rest waits.
-            metadata.pendingCodings =
-                compression == .now ? compressor.configuredCodings.subtracting(demanded) : compressor.configuredCodings
+            metadata.pendingCodings = compression == .now ? configured.subtracting(demanded) : configured
         }
         let entry = CachedResponse(
             status: response.status,
