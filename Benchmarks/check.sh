@@ -229,7 +229,7 @@ if command -v python3 >/dev/null; then
     sample=$TMP/results
     mkdir -p "$sample"
     {
-        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\tbytes\n'
+        printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\tbytes\tsys_us\n'
         for t in proxy nginx varnish; do
             for c in 16 64 256; do
                 printf 'hit\t%s\t%s\t1\t100000\t10000000\t10000.0\t900\t3000\t0\t2000000\t30000\t0\t0\t0\t2.5\t%s\n' "$t" "$c" "$c"
@@ -242,8 +242,8 @@ if command -v python3 >/dev/null; then
         printf 'hit-gzip\tvarnish-gzip\t64\t1\t80000\t10000000\t8000.0\t1200\t4000\t0\t2400000\t30000\t0\t0\t0\t2.5\t64\t100000000\n'
         printf 'latency\tproxy\t16\t1\t300000\t10000000\t30000.0\t120\t400\t0\t2000000\t30000\t0\t0\t0\t0.1\n'
         printf 'latency\tnginx\t16\t1\t300000\t10000000\t30000.0\t150\t500\t0\t3000000\t30000\t0\t0\t0\t0.1\n'
-        printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\n'
-        printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\n'
+        printf 'miss\tproxy\t64\t1\t50000\t10000000\t5000.0\t1000\t5000\t0\t3000000\t40000\t0\t0\t0\t2.5\tn/a\t-\t1000000\n'
+        printf 'miss\tnginx-nocache\t64\t1\t60000\t10000000\t6000.0\t900\t4000\t0\t2000000\t20000\t0\t0\t0\t2.5\tn/a\t-\t1200000\n'
         printf 'miss\tproxy-uncompressed\t64\t1\t55000\t10000000\t5500.0\t1000\t5000\t0\t2000000\t40000\t0\t0\t0\t2.5\n'
         printf 'miss\tnginx\t64\t1\t40000\t10000000\t4000.0\t1200\t6000\t0\t2400000\t20000\t0\t0\t0\t2.5\n'
         printf 'miss\tvarnish\t64\t1\t50000\t10000000\t5000.0\t1100\t5000\t0\t2500000\t20000\t0\t0\t0\t2.5\n'
@@ -309,8 +309,10 @@ if command -v python3 >/dev/null; then
         grep -q '^| 16 | 0.80 | n/a | 0.80 | n/a |$' <<<"$out" &&
         grep -q '^| 64 | 1.09 | yes | 1.38 | yes | 1.10 | yes | 0.92 |$' <<<"$out" &&
         grep -q '^| 64 | 1.80 | \*\*no\*\* | 1.25 | yes | 1.00 | yes | 0.83 |$' <<<"$out" &&
-        grep -q '^| 64 | 2.00 | \*\*no\*\* | 0.70 |$' <<<"$out"; then
-        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, misses against their targets with and without compression, pass-through against its target, gzip-hit, h2-hit with handshakes and both memory rows included); last line is the hit CPU ratio"
+        grep -q '^| 64 | 2.00 | \*\*no\*\* | 0.70 |$' <<<"$out" &&
+        grep -q '^| sdui-proxy | 64 | 5,000 | 1.00 | 5.00 | 60.0 | 20.0 | 39.1 | 0 | 2.5 |$' <<<"$out" &&
+        grep -q '^| nginx (no cache) | 64 | 6,000 | 0.90 | 4.00 | 33.3 | 20.0 | 19.5 | 0 | 2.5 |$' <<<"$out"; then
+        pass "report.py renders a sample (steal, connection splits, the reuseport anchor, latency, instructions, speeds, misses against their targets with and without compression and with their system time, pass-through against its target, gzip-hit, h2-hit with handshakes and both memory rows included); last line is the hit CPU ratio"
     else
         fail "report.py: $out"
     fi

@@ -222,15 +222,26 @@ cpu_snapshot() {
         s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
         s=${s##*) }
         read -ra f <<<"$s"
-        # After "(comm) ", index 0 is field 3 (state): utime is field 14, stime field 15.
-        printf '%s %s\n' "$p" $((f[11] + f[12]))
+        # After "(comm) ", index 0 is field 3 (state): utime is field 14, stime field 15. Printed: PID, user + system,
+        # system.
+        printf '%s %s %s\n' "$p" $((f[11] + f[12])) "${f[12]}"
     done
 }
 
 # cpu_delta_us BEFORE AFTER: CPU µs used between two snapshots, summed over PIDs present in both.
 cpu_delta_us() {
-    awk -v tck="$CLK_TCK" 'NR == FNR { b[$1] = $2; next } ($1 in b) { d += $2 - b[$1] } END { printf "%d\n", d * 1000000 / tck }' \
-        <(printf '%s\n' "$1") <(printf '%s\n' "$2")
+    cpu_delta_column 2 "$1" "$2"
+}
+
+# cpu_sys_delta_us BEFORE AFTER: the part of cpu_delta_us spent in the kernel (system time). Beside the whole, it
+# says whether a server's CPU per request differs from another's in its own code or in its system calls.
+cpu_sys_delta_us() {
+    cpu_delta_column 3 "$1" "$2"
+}
+
+cpu_delta_column() {
+    awk -v tck="$CLK_TCK" -v c="$1" 'NR == FNR { b[$1] = $c; next } ($1 in b) { d += $c - b[$1] } END { printf "%d\n", d * 1000000 / tck }' \
+        <(printf '%s\n' "$2") <(printf '%s\n' "$3")
 }
 
 # steal_snapshot: the machine's steal and total CPU time so far, in ticks (/proc/stat's cpu line). Steal is time a
@@ -539,7 +550,7 @@ curl_head() {
 run_load() {
     local scenario=$1 target=$2 conns=$3 round=$4 seconds=$5 path=$6 script=$7
     shift 7
-    local root pids before after out cpu_us rss line steal_before steal split_file split sampler
+    local root pids before after out cpu_us sys_us rss line steal_before steal split_file split sampler
     root=$(registered_pid "$(target_server "$target")")
     [[ -n $root ]] || die "no running server for $target"
     read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
@@ -571,6 +582,7 @@ run_load() {
         die "$target is gone; $scenario cannot go on"
     fi
     cpu_us=$(cpu_delta_us "$before" "$after")
+    sys_us=$(cpu_sys_delta_us "$before" "$after")
     read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
     rss=$(rss_kb "${pids[@]}")
     line=$(grep '^BENCH ' <<<"$out" || true)
@@ -579,7 +591,7 @@ run_load() {
     local kv
     for kv in ${line#BENCH }; do r[${kv%%=*}]=${kv#*=}; done
     local per_req=n/a bytes_per_response=n/a
-    ((r[requests] > 0)) && per_req=$(awk -v c="$cpu_us" -v n="${r[requests]}" 'BEGIN { printf "%.1f", c / n }')
+    ((r[requests] > 0)) && per_req=$(awk -v c="$cpu_us" -v s="$sys_us" -v n="${r[requests]}" 'BEGIN { printf "%.1f (sys %.1f)", c / n, s / n }')
     ((r[requests] > 0)) && bytes_per_response=$((r[bytes] / r[requests]))
     log "$(printf '%-8s %-15s c=%-4s %-5s %10s req/s  p50 %6.2f ms  p99 %7.2f ms  cpu %7s µs/req  rss %6d MiB  errors %s  hit/miss %s/%s  steal %s%%  conns/process %s  bytes/response %s' \
         "$scenario" "$target" "$conns" "$round" "${r[rps]}" "$(awk -v u="${r[p50_us]}" 'BEGIN { print u / 1000 }')" \
@@ -593,10 +605,10 @@ run_load() {
     if ((r[errors] > 0)); then
         note "$scenario/$target/c$conns round $round: ${r[errors]} errors (connect ${r[connect]}, read ${r[read]}, write ${r[write]}, non-2xx/3xx ${r[status]}, timeout ${r[timeout]})"
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$scenario" "$target" "$conns" "$round" "${r[requests]}" "${r[duration_us]}" "${r[rps]}" "${r[p50_us]}" \
         "${r[p99_us]}" "${r[errors]}" "$cpu_us" "$rss" "${r[hits]}" "${r[misses]}" "${r[other]}" "$steal" "$split" \
-        "${r[bytes]}" >>"$RESULTS/runs.tsv"
+        "${r[bytes]}" "$sys_us" >>"$RESULTS/runs.tsv"
 }
 
 # ---- scenarios ---------------------------------------------------------------------------------------------
@@ -752,7 +764,7 @@ run_h2load() {
     local scenario=$1 target=$2 streams=$3 round=$4 seconds=$5
     local per_client=$((streams / H2_CLIENTS)) threads=$H2_THREADS
     ((threads <= H2_CLIENTS)) || threads=$H2_CLIENTS
-    local root pids before after out cpu_us rss steal steal_before split_file split sampler p50 p99
+    local root pids before after out cpu_us sys_us rss steal steal_before split_file split sampler p50 p99
     root=$(registered_pid "$(target_server "$target")")
     [[ -n $root ]] || die "no running server for $target"
     read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
@@ -783,6 +795,7 @@ run_h2load() {
         die "$target is gone; $scenario cannot go on"
     fi
     cpu_us=$(cpu_delta_us "$before" "$after")
+    sys_us=$(cpu_sys_delta_us "$before" "$after")
     read -ra pids <<<"$(tree_pids "$root" | tr '\n' ' ')"
     rss=$(rss_kb "${pids[@]}")
     local -A r=()
@@ -801,9 +814,9 @@ run_h2load() {
     [[ $round == warm ]] && return 0
     ((r[errors] == 0)) || note "$scenario/$target/s$streams round $round: ${r[errors]} h2load errors (non-2xx/3xx, errored, timeout; output in $outfile)"
     # hits/misses/other: h2load does not read X-Cache (every target's second GET was checked to be a HIT).
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$scenario" "$target" "$streams" "$round" "${r[done]}" "${r[duration_us]}" "${r[rps]}" "$p50" "$p99" \
-        "${r[errors]}" "$cpu_us" "$rss" - - - "$steal" "$split" "${r[bytes]}" >>"$RESULTS/runs.tsv"
+        "${r[errors]}" "$cpu_us" "$rss" - - - "$steal" "$split" "${r[bytes]}" "$sys_us" >>"$RESULTS/runs.tsv"
 }
 
 # run_h2_handshakes TARGET ROUND: H2_HANDSHAKES h2load clients at once, each opening its own TLS connection (a full
@@ -1274,7 +1287,7 @@ main() {
     ensure_tools
     build_proxy
     probe_proxy_compression
-    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\tbytes\n' >"$RESULTS/runs.tsv"
+    printf 'scenario\ttarget\tconns\tround\trequests\tduration_us\trps\tp50_us\tp99_us\terrors\tcpu_us\trss_kb\thits\tmisses\tother\tsteal_pct\tconn_split\tbytes\tsys_us\n' >"$RESULTS/runs.tsv"
     : >"$RESULTS/notes.txt"
     {
         echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

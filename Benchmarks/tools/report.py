@@ -8,6 +8,7 @@ RESULTS_DIR holds (each optional, tab-separated, with a header line):
                 [steal_pct: the machine's CPU steal during the run, in %]
                 [conn_split: established connections per server process, mid-run, largest first ("12/4")]
                 [bytes: bytes wrk read over the run, headers included]
+                [sys_us: the part of cpu_us spent in the kernel]
   stampede.tsv  target clients answered ok origin_requests x_cache failures
   memory.tsv    target entries misses rss_before_kb rss_after_kb payload_bytes [cache_bytes_per_entry]
   gzip-check.tsv  target status x_cache content_encoding gzip_body_bytes content_length vary gunzipped_equals_fixture
@@ -97,6 +98,13 @@ def summarize(runs, scenario):
         per_req = [
             num(r["cpu_us"]) / num(r["requests"]) if num(r["requests"]) else None for r in rows
         ]
+        # Runs recorded before the split was kept have no sys_us.
+        sys_per_req = [
+            num(r.get("sys_us")) / num(r["requests"])
+            if num(r["requests"]) and num(r.get("sys_us")) is not None
+            else None
+            for r in rows
+        ]
         per_response = [
             num(r.get("bytes")) / num(r["requests"]) if num(r["requests"]) and num(r.get("bytes")) is not None else None
             for r in rows
@@ -111,6 +119,7 @@ def summarize(runs, scenario):
             "p50": median(num(r["p50_us"]) for r in rows),
             "p99": median(num(r["p99_us"]) for r in rows),
             "cpu": median(per_req),
+            "sys": median(sys_per_req),
             "rss": median(num(r["rss_kb"]) for r in rows),
             "errors": sum(int(num(r["errors"]) or 0) for r in rows),
             "hit_ratio": median(hit_ratio),
@@ -170,8 +179,16 @@ def print_checked_ratios(rows, proxy, checks):
 def print_scenario_table(title, stats, with_hits=False, with_bytes=False, conns_label="conns"):
     print(f"### {title}")
     print()
-    header = f"| target | {conns_label} | req/s | p50 ms | p99 ms | server CPU µs/req | server RSS MiB |"
-    line = "|---|---:|---:|---:|---:|---:|---:|"
+    header = f"| target | {conns_label} | req/s | p50 ms | p99 ms | server CPU µs/req |"
+    line = "|---|---:|---:|---:|---:|---:|"
+    # The kernel's part of the CPU (system calls, the network stack): beside the whole, it says whether two servers
+    # differ in their own code or in what they ask of the kernel.
+    with_sys = any(s["sys"] is not None for s in stats.values())
+    if with_sys:
+        header += " of which system |"
+        line += "---:|"
+    header += " server RSS MiB |"
+    line += "---:|"
     if with_hits:
         header += " hit ratio |"
         line += "---:|"
@@ -190,8 +207,11 @@ def print_scenario_table(title, stats, with_hits=False, with_bytes=False, conns_
         s = stats[(target, conns)]
         row = (
             f"| {LABEL.get(target, target)} | {conns} | {fmt(s['rps'])} | {fmt(ms(s['p50']), 2)} | "
-            f"{fmt(ms(s['p99']), 2)} | {fmt(s['cpu'], 1)} | {fmt(None if s['rss'] is None else s['rss'] / 1024, 1)} |"
+            f"{fmt(ms(s['p99']), 2)} | {fmt(s['cpu'], 1)} |"
         )
+        if with_sys:
+            row += f" {fmt(s['sys'], 1)} |"
+        row += f" {fmt(None if s['rss'] is None else s['rss'] / 1024, 1)} |"
         if with_hits:
             hit_ratio = s["hit_ratio"]
             row += " n/a |" if hit_ratio is None else f" {hit_ratio * 100:.1f} % |"
