@@ -1,3 +1,4 @@
+import NIOCore
 import Testing
 
 @testable import SDUIProxyCore
@@ -175,6 +176,31 @@ struct HTTPByteClassTests {
         #expect(leading.lines.isEmpty && !leading.valid)
         let empty = read("")
         #expect(empty.lines == [""] && empty.valid && empty.counted == 0)
+    }
+
+    @Test("a head's end comes with its field lines counted, as many as a reader finds after the start line")
+    func headEndCountsFieldLines() {
+        for fieldCount in 0...12 {
+            let fields = (0..<fieldCount).map { "X-Field-\($0): \(String(repeating: "v", count: $0 * 7))\r\n" }
+            let head = "GET /screens/home HTTP/1.1\r\n" + fields.joined() + "\r\n"
+            let buffer = ByteBuffer(string: head + "after")
+            guard let found = HTTPMessageSyntax.headEnd(in: buffer, scanned: 0) else {
+                Issue.record("no end found with \(fieldCount) fields")
+                continue
+            }
+            #expect(found.end == head.utf8.count - 4)
+            #expect(found.fieldLines == fieldCount)
+            let read = Array(head.utf8.prefix(found.end)).withUnsafeBytes { raw in
+                var reader = LineReader(bytes: raw)
+                _ = reader.next()
+                return reader.remainingLineCount
+            }
+            #expect(read == fieldCount)
+            // A scan resumed after part of the head has not seen its first lines: it gives no count.
+            let resumed = HTTPMessageSyntax.headEnd(in: buffer, scanned: 10)
+            #expect(resumed?.end == found.end && resumed?.fieldLines == nil)
+        }
+        #expect(HTTPMessageSyntax.headEnd(in: ByteBuffer(string: "GET / HTTP/1.1\r\nHost: a\r\n"), scanned: 0) == nil)
     }
 
     @Test("a word is made small as each of its bytes would be, for all 256 bytes at each of its eight places")

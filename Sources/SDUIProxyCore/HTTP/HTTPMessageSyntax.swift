@@ -42,19 +42,26 @@ enum HTTPMessageSyntax {
         }
     }
 
-    /// Where the blank line that ends a head starts, resuming a scan that stopped after `scanned` bytes.
+    /// Where the blank line that ends a head starts, resuming a scan that stopped after `scanned` bytes, and how
+    /// many field lines the head has (the lines after its start line): nil when the scan resumed, and so did not
+    /// see the lines before.
     ///
     /// Line feed to line feed, by `memchr`: a head's lines are a few dozen bytes each, and a loop in Swift that
-    /// stepped up to four bytes at a time cost a request and its response about 1,000 instructions.
-    static func headEnd(in buffer: ByteBuffer, scanned: Int) -> Int? {
+    /// stepped up to four bytes at a time cost a request and its response about 1,000 instructions. The lines are
+    /// counted on the way, for the parsers to make room for the fields at once: counted again afterwards, they
+    /// cost a request and its response about 500 instructions more.
+    static func headEnd(in buffer: ByteBuffer, scanned: Int) -> (end: Int, fieldLines: Int?)? {
         buffer.withUnsafeReadableBytes { bytes in
-            // A blank line ends with the fourth byte of CR LF CR LF, so the search starts three bytes before where
-            // the last one stopped.
-            var from = max(3, scanned)
+            // A blank line ends with the fourth byte of CR LF CR LF, so a resumed search starts three bytes before
+            // where the last one stopped.
+            var from = scanned == 0 ? 0 : max(3, scanned)
+            var lineFeeds = 0
             while let lineFeed = ByteSearch.firstIndex(of: 0x0A, in: bytes, from: from) {
+                lineFeeds += 1
                 if lineFeed >= 3, bytes[lineFeed - 1] == 0x0D, bytes[lineFeed - 2] == 0x0A, bytes[lineFeed - 3] == 0x0D
                 {
-                    return lineFeed - 3
+                    // Every line but the blank one ends with a line feed, the start line's among them.
+                    return (lineFeed - 3, scanned == 0 ? max(lineFeeds - 2, 0) : nil)
                 }
                 from = lineFeed + 1
             }
@@ -79,15 +86,18 @@ enum HTTPMessageSyntax {
 
     /// Reads the field lines left in `lines` as `HTTPHeaders`, failing with `kind` on anything two parsers could
     /// read differently.
+    ///
+    /// `fieldLines` is how many field lines are left when the caller knows (``headEnd(in:scanned:)``).
     static func parseFields(
         _ lines: inout LineReader,
+        fieldLines: Int? = nil,
         failing kind: ProxyError.Kind
     ) throws(HTTPParseFailure) -> (FieldSection, HTTPHeaders) {
         // The fields are gathered as a plain list and handed to `HTTPHeaders` whole: its `add` retains the name
         // and value it is given and walks the name again. One allocation for the list rather than one per
         // doubling (four for a backend's usual nine lines).
         var fields: [(String, String)] = []
-        fields.reserveCapacity(lines.remainingLineCount)
+        fields.reserveCapacity(fieldLines ?? lines.remainingLineCount)
         let section = try readFields(&lines, failing: kind) { name, value in
             fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
         }
@@ -99,11 +109,12 @@ enum HTTPMessageSyntax {
     /// ``parseFields(_:failing:)``: the backend's answers, whose fields a cache fill reads in place.
     static func parseFieldLines(
         _ lines: inout LineReader,
+        fieldLines: Int? = nil,
         failing kind: ProxyError.Kind
     ) throws(HTTPParseFailure) -> (FieldSection, HTTPFieldLines) {
         // The lines are copied whole, once; each field is then where it lies in the copy.
         let block = UnsafeRawBufferPointer(rebasing: lines.bytes[min(lines.position, lines.bytes.count)...])
-        var fields = HTTPFieldLines(copying: block, reservingFields: lines.remainingLineCount)
+        var fields = HTTPFieldLines(copying: block, reservingFields: fieldLines ?? lines.remainingLineCount)
         let section = try readFields(&lines, failing: kind) { name, value in
             fields.appendField(name: name, value: value, in: block)
         }

@@ -75,7 +75,7 @@ public struct HTTPRequestParser: Sendable {
     ) throws(Failure) -> HTTPServerRequestPart? {
         let readable = buffer.readableBytes
         // The blank line that ends the head; the scan resumes where it stopped (minus a partial CRLFCRLF).
-        guard let end = HTTPMessageSyntax.headEnd(in: buffer, scanned: scanned) else {
+        guard let (end, fieldLines) = HTTPMessageSyntax.headEnd(in: buffer, scanned: scanned) else {
             guard readable <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
             state = .head(scanned: readable)
             return nil
@@ -83,7 +83,11 @@ public struct HTTPRequestParser: Sendable {
         guard end + 4 <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
         let limit = maximumHeadBytes
         let parsed = try buffer.withUnsafeReadableBytes { bytes throws(Failure) in
-            try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[0..<end]), maximumTrailerBytes: limit)
+            try Self.parseHead(
+                UnsafeRawBufferPointer(rebasing: bytes[0..<end]),
+                fieldLines: fieldLines,
+                maximumTrailerBytes: limit
+            )
         }
         buffer.moveReaderIndex(forwardBy: end + 4)
         state = parsed.framing
@@ -94,15 +98,20 @@ public struct HTTPRequestParser: Sendable {
         Failure(kind: .headersTooLarge, reason: "the request head exceeds \(limit) bytes")
     }
 
-    /// Parses a head without its final CRLFCRLF.
+    /// Parses a head without its final CRLFCRLF, with `fieldLines` field lines when the scan counted them.
     private static func parseHead(
         _ bytes: UnsafeRawBufferPointer,
+        fieldLines: Int?,
         maximumTrailerBytes: Int
     ) throws(Failure) -> (head: HTTPRequestHead, framing: State) {
         var lines = LineReader(bytes: bytes)
         guard let requestLine = lines.next() else { throw bad("an empty request line") }
         let (method, uri, version) = try parseRequestLine(UnsafeRawBufferPointer(rebasing: bytes[requestLine]))
-        let (fields, headers) = try HTTPMessageSyntax.parseFields(&lines, failing: .badRequest)
+        let (fields, headers) = try HTTPMessageSyntax.parseFields(
+            &lines,
+            fieldLines: fieldLines,
+            failing: .badRequest
+        )
 
         let body: HTTPBodyDecoder
         if !fields.codings.isEmpty {

@@ -104,7 +104,7 @@ public struct HTTPResponseParser: Sendable {
         isHEAD: Bool
     ) throws(HTTPParseFailure) -> Part? {
         let readable = buffer.readableBytes
-        guard let end = HTTPMessageSyntax.headEnd(in: buffer, scanned: scanned) else {
+        guard let (end, fieldLines) = HTTPMessageSyntax.headEnd(in: buffer, scanned: scanned) else {
             guard readable <= maximumHeadBytes else { throw Self.headTooLarge(maximumHeadBytes) }
             state = .head(scanned: readable, isHEAD: isHEAD)
             return nil
@@ -113,7 +113,7 @@ public struct HTTPResponseParser: Sendable {
         // The parts are taken apart at once and the framing read into plain values: each read of a member of
         // the parsed tuple copied all of it, retaining and releasing every array in it.
         let (head, code, framing) = try buffer.withUnsafeReadableBytes { bytes throws(HTTPParseFailure) in
-            try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[0..<end]))
+            try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[0..<end]), fieldLines: fieldLines)
         }
         buffer.moveReaderIndex(forwardBy: end + 4)
         if (100..<200).contains(code) {
@@ -151,14 +151,20 @@ public struct HTTPResponseParser: Sendable {
         return .head(head, keepAlive: keepAlive, bodyLength: bodyLength)
     }
 
-    /// Parses a head without its final CRLFCRLF; `code` is the head's status code.
+    /// Parses a head without its final CRLFCRLF, with `fieldLines` field lines when the scan counted them; `code`
+    /// is the head's status code.
     private static func parseHead(
-        _ bytes: UnsafeRawBufferPointer
+        _ bytes: UnsafeRawBufferPointer,
+        fieldLines: Int?
     ) throws(HTTPParseFailure) -> (head: Head, code: Int, framing: HTTPMessageSyntax.FieldSection) {
         var lines = LineReader(bytes: bytes)
         guard let statusLine = lines.next() else { throw bad("an empty status line") }
         let (version, status, code) = try parseStatusLine(UnsafeRawBufferPointer(rebasing: bytes[statusLine]))
-        let (framing, fields) = try HTTPMessageSyntax.parseFieldLines(&lines, failing: .network)
+        let (framing, fields) = try HTTPMessageSyntax.parseFieldLines(
+            &lines,
+            fieldLines: fieldLines,
+            failing: .network
+        )
         return (Head(status: status, version: version, fields: fields), code, framing)
     }
 
