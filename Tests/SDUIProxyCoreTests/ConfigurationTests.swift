@@ -42,6 +42,8 @@ struct ConfigurationTests {
         #expect(configuration.admin.host == "127.0.0.1")
         #expect(configuration.cache.maxBytes == 256 << 20)
         #expect(configuration.cache.policy.defaultTTL == .zero)
+        #expect(configuration.cache.policy.defaultTTLSeconds == 0)
+        #expect(configuration.cache.policy.staleIfErrorSeconds == 600)
         #expect(configuration.prefetch.urls.isEmpty)
     }
 
@@ -230,9 +232,11 @@ struct ConfigurationTests {
         #expect(configuration.headers.map(\.name) == ["X-Api-Key", "Content-Type"])
         #expect(configuration.cache.maxBytes == 64 << 20)
         #expect(configuration.cache.policy.defaultTTL == .seconds(300))
+        #expect(configuration.cache.policy.defaultTTLSeconds == 300)
         #expect(configuration.cache.policy.vary == ["accept-language"])
         let assets = configuration.cache.policy(forPath: "/assets/logo.png")
         #expect(assets.defaultTTL == .seconds(86400))
+        #expect(assets.defaultTTLSeconds == 86400)
         #expect(!assets.validateComponents)
         #expect(assets.vary == ["accept-language"])
         #expect(configuration.cache.policy(forPath: "/assets/private/a").bypass)
@@ -316,6 +320,12 @@ struct ConfigurationTests {
         #expect(defaults.heuristicFraction == 0.1 && defaults.heuristicMaximum == 3600)
         #expect(defaults.maxErrorLifetime == nil && defaults.storesSetCookie)
         #expect(try load("").cache.policy.staleIfError == .seconds(600))
+        // The seconds each fill reads follow the durations, as the file sets them and as code does.
+        var policy = try load("cache: { staleIfError: 90s, defaultTTL: 2m }").cache.policy
+        #expect(policy.staleIfErrorSeconds == 90 && policy.defaultTTLSeconds == 120)
+        policy.staleIfError = .milliseconds(2_500)
+        policy.defaultTTL = .zero
+        #expect(policy.staleIfErrorSeconds == 2 && policy.defaultTTLSeconds == 0)
         let rules = try load(
             "cache: { targetedFields: [Edge-Cache-Control, CDN-Cache-Control], heuristic: { fraction: 0.25, max: 10m },"
                 + " maxErrorTTL: 30s, storeSetCookie: false }"

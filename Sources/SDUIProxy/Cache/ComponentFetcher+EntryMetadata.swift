@@ -15,7 +15,7 @@ extension ComponentFetcher {
             initialAge: initialAge(of: fields, requestTime: requestTime),
             freshnessLifetime: lifetime
         )
-        metadata.configuredStaleIfError = request.policy.staleIfError.wholeSeconds
+        metadata.configuredStaleIfError = request.policy.staleIfErrorSeconds
         metadata.tagHeader = tagHeader
         metadata.clientFields =
             request.policy.vary.isEmpty

@@ -10,7 +10,7 @@ extension ComponentFetcher.Request {
         CacheFillPolicy(
             requestHeaders: clientHeaders,
             requestFields: clientFields,
-            defaultTTL: policy.defaultTTL.wholeSeconds,
+            defaultTTL: policy.defaultTTLSeconds,
             staleEntry: staleEntry,
             rules: storageRules
         )
