@@ -14,7 +14,14 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// The media types that are compressed (see ``compresses(contentType:)``): `type/subtype` for one type,
     /// `type/` for every subtype of a type, `+suffix` for a structured syntax suffix (RFC 6838 section 4.2.8).
     /// Images other than SVG, fonts and archives are compressed already, and are left out.
-    public var types = ["application/json", "+json", "text/", "application/javascript", "image/svg+xml"]
+    public var types = CompressionConfiguration.defaultTypes {
+        didSet { typePatterns = types.map(TypePattern.init) }
+    }
+    /// ``types`` as every fill compares a response's type with them, made when they are set: read through each
+    /// entry's `String` (its length, its first and last bytes, its bytes), they cost a fill about 570
+    /// instructions.
+    private var typePatterns = CompressionConfiguration.defaultTypes.map(TypePattern.init)
+    private static let defaultTypes = ["application/json", "+json", "text/", "application/javascript", "image/svg+xml"]
     /// The gzip level, 1 (fastest) to 9 (smallest).
     public var gzipLevel = 6
     /// The brotli quality, 0 (fastest) to 11 (smallest). Past 5 or so brotli gets much slower for a few percent;
@@ -68,20 +75,46 @@ public struct CompressionConfiguration: Sendable, Equatable {
             return false
         }
         let subtypeCount = mediaType.count - slash - 1
-        return types.contains { entry in
-            let count = entry.utf8.count
-            if entry.utf8.first == UInt8(ascii: "+") {
-                return subtypeCount > count
-                    && HTTPSyntax.sameIgnoringCase(
-                        bytes: UnsafeRawBufferPointer(rebasing: mediaType[(mediaType.count - count)...]),
-                        entry
-                    )
+        for pattern in typePatterns where pattern.matches(mediaType, subtypeCount: subtypeCount) { return true }
+        return false
+    }
+
+    /// One entry of ``types``: the bytes a media type is compared with, and which part of it they are.
+    private struct TypePattern: Sendable, Equatable {
+        enum Part: Sendable, Equatable {
+            /// `type/subtype`: the whole media type.
+            case whole
+            /// `type/`: its start.
+            case type
+            /// `+suffix`: the end of its subtype, which is longer.
+            case suffix
+        }
+
+        let part: Part
+        let bytes: [UInt8]
+
+        init(_ entry: String) {
+            bytes = Array(entry.utf8)
+            part =
+                bytes.first == UInt8(ascii: "+") ? .suffix : bytes.last == UInt8(ascii: "/") ? .type : .whole
+        }
+
+        /// Whether `mediaType`, whose subtype is `subtypeCount` bytes long, is of this pattern, ignoring case.
+        func matches(_ mediaType: UnsafeRawBufferPointer, subtypeCount: Int) -> Bool {
+            bytes.withUnsafeBytes { pattern in
+                let compared: UnsafeRawBufferPointer
+                switch part {
+                case .whole:
+                    compared = mediaType
+                case .type:
+                    guard mediaType.count >= pattern.count else { return false }
+                    compared = UnsafeRawBufferPointer(rebasing: mediaType[..<pattern.count])
+                case .suffix:
+                    guard subtypeCount > pattern.count else { return false }
+                    compared = UnsafeRawBufferPointer(rebasing: mediaType[(mediaType.count - pattern.count)...])
+                }
+                return HTTPSyntax.sameIgnoringCase(bytes: compared, pattern)
             }
-            if entry.utf8.last == UInt8(ascii: "/") {
-                return mediaType.count >= count
-                    && HTTPSyntax.sameIgnoringCase(bytes: UnsafeRawBufferPointer(rebasing: mediaType[..<count]), entry)
-            }
-            return HTTPSyntax.sameIgnoringCase(bytes: mediaType, entry)
         }
     }
 
