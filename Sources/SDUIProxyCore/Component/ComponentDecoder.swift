@@ -24,7 +24,7 @@ public struct ComponentDecoder: Sendable {
 
     /// ``isJSON(contentType:)`` for a value read in place: this runs for every backend answer.
     public static func isJSON(contentType bytes: UnsafeRawBufferPointer) -> Bool {
-        let parameters = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.endIndex
+        let parameters = ByteSearch.firstIndex(of: UInt8(ascii: ";"), in: bytes) ?? bytes.endIndex
         let mediaType = HTTPSyntax.trimmingOptionalWhitespace(bytes[..<parameters])
         let type: StaticString = "application/"
         let suffix: StaticString = "+json"

@@ -67,11 +67,13 @@ public struct CompressionConfiguration: Sendable, Equatable {
     /// ``compresses(contentType:)`` for a `Content-Type` value where it lies: every fill asks, so the value is
     /// read in place, neither copied nor lower-cased.
     public func compresses(contentType value: UnsafeRawBufferPointer) -> Bool {
-        let parametersStart = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
+        let parametersStart = ByteSearch.firstIndex(of: UInt8(ascii: ";"), in: value) ?? value.count
         let mediaType = UnsafeRawBufferPointer(
             rebasing: HTTPSyntax.trimmingOptionalWhitespace(value[..<parametersStart])
         )
-        guard let slash = mediaType.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < mediaType.count - 1 else {
+        guard let slash = ByteSearch.firstIndex(of: UInt8(ascii: "/"), in: mediaType), slash > 0,
+            slash < mediaType.count - 1
+        else {
             return false
         }
         let subtypeCount = mediaType.count - slash - 1

@@ -127,13 +127,13 @@ public struct HTTPRequestParser: Sendable {
     private static func parseRequestLine(
         _ line: UnsafeRawBufferPointer
     ) throws(Failure) -> (HTTPMethod, String, HTTPVersion) {
-        guard let firstSpace = line.firstIndex(of: UInt8(ascii: " ")), firstSpace > 0 else {
+        guard let firstSpace = ByteSearch.firstIndex(of: UInt8(ascii: " "), in: line), firstSpace > 0 else {
             throw bad("a malformed request line")
         }
         let methodBytes = UnsafeRawBufferPointer(rebasing: line[..<firstSpace])
         guard methodBytes.allSatisfy(HTTPSyntax.isTokenByte) else { throw bad("an invalid method") }
         let rest = UnsafeRawBufferPointer(rebasing: line[(firstSpace + 1)...])
-        guard let secondSpace = rest.firstIndex(of: UInt8(ascii: " ")), secondSpace > 0 else {
+        guard let secondSpace = ByteSearch.firstIndex(of: UInt8(ascii: " "), in: rest), secondSpace > 0 else {
             throw bad("a malformed request line")
         }
         let target = UnsafeRawBufferPointer(rebasing: rest[..<secondSpace])
