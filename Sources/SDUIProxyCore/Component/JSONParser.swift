@@ -80,7 +80,11 @@ struct JSONParser {
         var markerIndex: Int?
         var maximumDepth: Int
         var maximumCount: Int
-        var rootMember = ""
+        var rootMember = "" {
+            didSet { rootMemberCount = rootMember.utf8.count }
+        }
+        /// The root member's length in bytes, which settles most root keys without reaching for its string.
+        private(set) var rootMemberCount = 0
         /// The kept members of the objects being scanned, the innermost object's last: an object appends its
         /// members as it reads them and drops them when it ends, so an object that is not reported or kept costs
         /// nothing.
@@ -181,13 +185,13 @@ struct JSONParser {
     /// Whether `key` spells the scan's root member (compared unescaped, like any key). `mutating` for the
     /// reason ``keptKey(_:)`` is.
     private mutating func isRootMember(_ key: StringSpan) -> Bool {
-        let expected = reduction.rootMember
-        guard !expected.isEmpty else { return false }
-        if key.hasEscapes { return text(of: key).utf8.elementsEqual(expected.utf8) }
-        let spelled = UnsafeRawBufferPointer(rebasing: bytes[key.range])
+        guard reduction.rootMemberCount > 0 else { return false }
+        if key.hasEscapes { return text(of: key).utf8.elementsEqual(reduction.rootMember.utf8) }
         // Lengths first, then the bytes in place: the generic comparison with a `String.UTF8View` cost a few
-        // hundred instructions per root key.
-        guard spelled.count == expected.utf8.count else { return false }
+        // hundred instructions per root key, and reaching for the member's string to measure it about 70.
+        guard key.range.count == reduction.rootMemberCount else { return false }
+        let spelled = UnsafeRawBufferPointer(rebasing: bytes[key.range])
+        let expected = reduction.rootMember
         return expected.utf8.withContiguousStorageIfAvailable { expected in
             for index in 0..<expected.count where spelled[index] != expected[index] { return false }
             return true

@@ -191,7 +191,12 @@ public struct HTTPResponseParser: Sendable {
         guard HTTPSyntax.isFieldValue(bytes: reason) else {
             throw bad("a control character in the reason phrase")
         }
-        let status = HTTPResponseStatus(statusCode: code, reasonPhrase: String(decoding: reason, as: UTF8.self))
+        // A registered code is its status whatever the phrase (NIO keeps only an unregistered code's): the phrase
+        // becomes a string only for one of those.
+        var status = HTTPResponseStatus(statusCode: code)
+        if case .custom = status {
+            status = HTTPResponseStatus(statusCode: code, reasonPhrase: String(decoding: reason, as: UTF8.self))
+        }
         return (version, status, code)
     }
 
