@@ -270,10 +270,16 @@ public struct UpstreamRequestBuilder: Sendable {
                 if hostIsToken {
                     put(UnsafeRawBufferPointer(host))
                 } else {
+                    // Quoted (a host with a port is no token), and copied whole when nothing in it is escaped, as
+                    // nearly always: byte by byte, a host and port cost a forwarded request about 200 instructions.
                     put(UInt8(ascii: "\""))
-                    for byte in host {
-                        if needsEscape(byte) { put(UInt8(ascii: "\\")) }
-                        put(byte)
+                    if escapes == 0 {
+                        put(UnsafeRawBufferPointer(host))
+                    } else {
+                        for byte in host {
+                            if needsEscape(byte) { put(UInt8(ascii: "\\")) }
+                            put(byte)
+                        }
                     }
                     put(UInt8(ascii: "\""))
                 }
