@@ -80,6 +80,27 @@ struct RequestExchangeTests {
         }
     }
 
+    @Test(
+        "a forward's body: chunked when any transfer coding says so (any case, in a list), else the first length above zero"
+    )
+    func bodyLengthRules() {
+        func length(_ fields: [(String, String)]) -> RequestExchange.BodyLength {
+            RequestExchange.bodyLength(
+                of: HTTPRequestHead(version: .http1_1, method: .POST, uri: "/", headers: HTTPHeaders(fields))
+            )
+        }
+        #expect(length([]) == .none)
+        #expect(length([("Host", "a"), ("Content-Length", "12")]) == .declared(12))
+        #expect(length([("content-length", "0")]) == .none)
+        #expect(length([("Content-Length", "x"), ("Content-Length", "5")]) == .none, "the first value counts")
+        #expect(length([("Transfer-Encoding", "chunked")]) == .unknown)
+        #expect(length([("transfer-encoding", "gzip,  Chunked ")]) == .unknown)
+        #expect(length([("Transfer-Encoding", "gzip"), ("Transfer-Encoding", "chunked")]) == .unknown)
+        #expect(length([("Transfer-Encoding", "gzip"), ("Content-Length", "3")]) == .declared(3))
+        #expect(length([("Content-Length", "3"), ("Transfer-Encoding", "chunked")]) == .unknown)
+        #expect(length([("X-Content-Length", "3"), ("Transfer-Encodings", "chunked")]) == .none)
+    }
+
     @Test("a forward whose body declares more than limits.maxBodyBytes is refused before any of it is read")
     func declaredTooLargeIsRefusedAtOnce() {
         var exchange = RequestExchange(maxBodyBytes: 4)
