@@ -224,7 +224,8 @@ struct HTTPByteClassTests {
     @Test("names of every length compare equal under any case, and differ at any single byte")
     func namesOfEveryLength() {
         let names: [StaticString] = [
-            "te", "host", "range", "connection", "x-request-id", "if-none-match", "content-length",
+            "te", "age", "host", "range", "server", "expires", "connection", "x-request-id", "if-none-match",
+            "content-length",
             "accept-encoding", "proxy-connection", "transfer-encoding", "if-unmodified-since",
             "access-control-allow-origin",
         ]

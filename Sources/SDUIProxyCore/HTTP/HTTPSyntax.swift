@@ -148,8 +148,17 @@ public enum HTTPSyntax {
         let count = lowercased.utf8CodeUnitCount
         let expected = lowercased.rawBytes
         guard count >= 8 else {
-            for index in 0..<count where lowercasedASCII(bytes[index]) != expected[index] { return false }
-            return true
+            guard count >= 4 else {
+                for index in 0..<count where lowercasedASCII(bytes[index]) != expected[index] { return false }
+                return true
+            }
+            // Four to seven bytes (`date`, `etag`, `expires`): the first four and the last four, which overlap, as
+            // one word each.
+            func halves(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+                UInt64(bytes.loadUnaligned(as: UInt32.self))
+                    | UInt64(bytes.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)) &<< 32
+            }
+            return lowercasedASCII(word: halves(bytes)) == halves(expected)
         }
         // Whole words, the last one overlapping the one before it when the count is not a multiple of eight.
         var offset = 0
