@@ -340,9 +340,7 @@ struct CacheResponder {
         let subscriber = SharedResponseStream.Subscriber(
             sink: relay,
             eventLoop: sink.eventLoop,
-            failed: { error in
-                PassThroughResponder.answer(error, relay: relay, sink: boundSink.value, annotation: annotation)
-            },
+            failed: { error in relay.fail(with: error) },
             goAlone: { [self] in
                 stream(request, forward, because: nil, alone: true, proxy: proxy, sink: boundSink.value)
             }

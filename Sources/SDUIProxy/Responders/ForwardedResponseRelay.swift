@@ -58,6 +58,18 @@ final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
         return currentProgress
     }
 
+    /// Answers the client of a forward that failed, as far as its response got: the error before the backend's
+    /// head; after it, the response cut short (the only honest signal left); nothing once it ended. On the sink's
+    /// loop.
+    func fail(with error: ProxyError) {
+        assert(sink.eventLoop.inEventLoop)
+        switch currentProgress {
+        case .waitingForHead: sink.write(error, annotation: annotation)
+        case .streaming: sink.abort()
+        case .ended: break
+        }
+    }
+
     /// The response is another request's exchange, shared: its `Cache-Status` says `collapsed`. On the sink's
     /// loop, before the head.
     func markCollapsed() {

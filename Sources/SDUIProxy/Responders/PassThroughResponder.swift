@@ -72,13 +72,14 @@ struct PassThroughResponder {
         )
         let failureLog = proxy.fetcher.failureLog
         let eventLoop = sink.eventLoop
-        let boundSink = NIOLoopBound(sink, eventLoop: eventLoop)
+        // The relay answers a failure itself, with the sink and annotation it holds: the completion, made for every
+        // forward, captures neither.
         proxy.client.forward(upstream, body: body, on: eventLoop, to: relay) { [spoolFile] result in
             if case .failure(let error) = result {
                 let proxyError = Self.logFailure(error, of: head, target: target, requestID: requestID, in: failureLog)
                 // The backend must not see the rest of a body it will not be answered for as a shorter request.
                 body?.fail(proxyError)
-                Self.answer(proxyError, relay: relay, sink: boundSink.value, annotation: annotation)
+                relay.fail(with: proxyError)
             }
             // The request has ended, however it ended: its body's file goes.
             spoolFile?.remove(eventLoop: eventLoop)
@@ -128,21 +129,6 @@ struct PassThroughResponder {
             ].merging(requestID.map { ["request_id": .string($0)] } ?? [:]) { $1 }
         )
         return proxyError
-    }
-
-    /// Answers a client whose forward failed, on the sink's loop, as far as its relay got: the error before the
-    /// backend's head; after it, the response cut short (the only honest signal left); nothing once it ended.
-    static func answer(
-        _ error: ProxyError,
-        relay: ForwardedResponseRelay,
-        sink: any ResponseSink,
-        annotation: CacheAnnotation?
-    ) {
-        switch relay.progress {
-        case .waitingForHead: sink.write(error, annotation: annotation)
-        case .streaming: sink.abort()
-        case .ended: break
-        }
     }
 
     /// A relay of the backend's answer to `head` that invalidates, when its head comes, the entries an unsafe
