@@ -77,16 +77,26 @@ public enum HTTPSyntax {
         if count >= 8 {
             let last = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self))
             if isAlphanumericOrDash(last) { return true }
-        } else if count >= 4 {
-            let first = UInt64(UInt32(littleEndian: bytes.loadUnaligned(as: UInt32.self)))
-            let last = UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)))
-            if isAlphanumericOrDash(first | last &<< 32) { return true }
+        } else if count >= 4, isAlphanumericOrDash(overlappingHalves(bytes, count: count)) {
+            return true
         }
         while position < count {
             guard isTokenByte(bytes[position]) else { return false }
             position += 1
         }
         return true
+    }
+
+    /// The `count` (four to eight) bytes of `bytes` as one word: their first four and their last four, which overlap
+    /// when there are fewer than eight. Every byte is in the word, so a test of each of its bytes (a byte class, a
+    /// comparison ignoring case with bytes of the same length read the same way) is a test of them all, at once.
+    /// `count` is the caller's, a constant where the bytes are a literal's: read from the buffer instead, it cost
+    /// the comparisons with literals about 290 instructions a miss.
+    @inlinable @inline(__always)
+    static func overlappingHalves(_ bytes: UnsafeRawBufferPointer, count: Int) -> UInt64 {
+        let first = UInt32(littleEndian: bytes.loadUnaligned(as: UInt32.self))
+        let last = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self))
+        return UInt64(first) | UInt64(last) &<< 32
     }
 
     /// Whether each of the eight bytes of `word` is an ASCII letter, a digit or `-`.
@@ -152,13 +162,9 @@ public enum HTTPSyntax {
                 for index in 0..<count where lowercasedASCII(bytes[index]) != expected[index] { return false }
                 return true
             }
-            // Four to seven bytes (`date`, `etag`, `expires`): the first four and the last four, which overlap, as
-            // one word each.
-            func halves(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
-                UInt64(bytes.loadUnaligned(as: UInt32.self))
-                    | UInt64(bytes.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)) &<< 32
-            }
-            return lowercasedASCII(word: halves(bytes)) == halves(expected)
+            // Four to seven bytes (`date`, `etag`, `expires`): one word each.
+            return lowercasedASCII(word: overlappingHalves(bytes, count: count))
+                == overlappingHalves(expected, count: count)
         }
         // Whole words, the last one overlapping the one before it when the count is not a multiple of eight.
         var offset = 0
