@@ -187,7 +187,7 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// ``defaultTTL`` and ``staleIfError`` in whole seconds, as every fill reads them: worked out from a
         /// `Duration` (a 128-bit division) on each fill, they cost a miss about 370 instructions.
         public private(set) var defaultTTLSeconds: Int64 = 0
-        public private(set) var staleIfErrorSeconds: Int64 = 600
+        public private(set) var staleIfErrorSeconds = RoutePolicy.defaultStaleIfError.wholeSeconds
         /// Whether JSON responses must be Beagle components (`_beagleComponent_` at the root).
         public var validateComponents = true
         /// Request headers, besides the platform, whose values select separate entries.
@@ -201,9 +201,10 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// How long past expiry an entry may be served when the backend is down, times out or answers 5xx,
         /// for responses that do not say (`stale-if-error`); zero turns it off. Never for responses that say
         /// `must-revalidate`, `proxy-revalidate`, `no-cache` or `s-maxage` (RFC 9111 section 4.2.4).
-        public var staleIfError: Duration = .seconds(600) {
+        public var staleIfError: Duration = RoutePolicy.defaultStaleIfError {
             didSet { staleIfErrorSeconds = staleIfError.wholeSeconds }
         }
+        private static let defaultStaleIfError: Duration = .seconds(600)
 
         public init() {}
     }
