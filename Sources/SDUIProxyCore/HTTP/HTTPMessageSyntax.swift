@@ -106,7 +106,7 @@ enum HTTPMessageSyntax {
     }
 
     /// Reads the field lines left in `lines` as ``HTTPFieldLines``, held to the same rules as
-    /// ``parseFields(_:failing:)``: the backend's answers, whose fields a cache fill reads in place.
+    /// ``parseFields(_:fieldLines:failing:)``: the backend's answers, whose fields a cache fill reads in place.
     static func parseFieldLines(
         _ lines: inout LineReader,
         fieldLines: Int? = nil,
