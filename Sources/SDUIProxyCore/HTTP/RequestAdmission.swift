@@ -100,7 +100,9 @@ public enum RequestAdmission {
     /// The origin-form target of `uri`; an absolute-form target is accepted only for this proxy's own host.
     static func target(of uri: String, host: String?) throws(Refusal) -> RequestTarget {
         var path = uri
-        if !uri.hasPrefix("/") {
+        // The first byte, not `hasPrefix`, which compares characters (about 230 instructions a request): a target
+        // is visible ASCII by now, and HTTP's origin form is a byte.
+        if uri.utf8.first != UInt8(ascii: "/") {
             guard let url = AbsoluteURL(parsing: uri) else {
                 throw Refusal(
                     error: ProxyError(.url, "the request target must be a path starting with /"),
