@@ -71,7 +71,7 @@ struct StoreTimeCompressor: Sendable {
     /// `Content-Type` read where it lies, once per fill.
     func plan(for fields: HTTPFieldLines, bodyLength: Int) -> Plan {
         guard configuration.isEnabled,
-            fields.withFirstValue(of: "content-type", { configuration.compresses(contentType: $0) }) == true
+            fields.firstValue(of: "content-type", satisfies: { configuration.compresses(contentType: $0) })
         else { return .identityOnly }
         return plan(ofListedTypeWithLength: bodyLength)
     }

@@ -184,7 +184,7 @@ public struct CacheFillPolicy: Sendable {
         routeValidatesComponents: Bool
     ) -> Bool {
         guard routeValidatesComponents, (200..<300).contains(status.code) else { return false }
-        return fields.withFirstValue(of: "content-type", { ComponentDecoder.isJSON(contentType: $0) }) == true
+        return fields.firstValue(of: "content-type", satisfies: { ComponentDecoder.isJSON(contentType: $0) })
     }
 
     // MARK: Storing
