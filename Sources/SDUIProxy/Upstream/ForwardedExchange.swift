@@ -81,16 +81,29 @@ final class ForwardedExchange: @unchecked Sendable {
     /// every part.)
     func deliver(_ part: ByteBuffer, from reader: UpstreamConnectionHandler) {
         partsWithClient += 1
-        sink.receiveBodyPart(part).hop(to: eventLoop).whenComplete { result in
-            self.partsWithClient -= 1
-            if case .failure(let error) = result {
-                self.abandon(because: error)
-                self.complete(.failure(error))
-            } else if self.partsWithClient == 0, self.responseEnded {
-                self.finish()
-            }
-            reader.partTaken(result, of: self)
+        let taken = sink.receiveBodyPart(part)
+        // A client that took the part at once answers with the loop's one succeeded future. A callback on it would
+        // run at once too, but after allocating two objects for every part (its closure, and NIO's around it):
+        // settled here instead, in the same order. Any other future, or a loop that made a new one, is waited on.
+        if taken === eventLoop.makeSucceededVoidFuture() {
+            partSettled(.success(()), from: reader)
+            return
         }
+        taken.hop(to: eventLoop).whenComplete { result in
+            self.partSettled(result, from: reader)
+        }
+    }
+
+    /// The client took a part handed to the sink, or could not.
+    private func partSettled(_ result: Result<Void, any Error>, from reader: UpstreamConnectionHandler) {
+        partsWithClient -= 1
+        if case .failure(let error) = result {
+            abandon(because: error)
+            complete(.failure(error))
+        } else if partsWithClient == 0, responseEnded {
+            finish()
+        }
+        reader.partTaken(result, of: self)
     }
 
     /// What the pool tells the exchange's caller when the connection's part of it ends.
