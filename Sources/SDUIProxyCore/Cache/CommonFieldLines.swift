@@ -63,9 +63,7 @@ public final class CommonFieldLines: Sendable {
         }
 
         func intern(_ lines: UnsafeRawBufferPointer) -> CommonFieldLines {
-            var hasher = Hasher()
-            hasher.combine(bytes: lines)
-            let slot = hasher.finalize() & mask
+            let slot = ByteHash.hash(lines) & mask
             if let found = slots.withLock({ slots in slots[slot] }),
                 found.lines.withUnsafeBytes({ ByteSearch.same($0, lines) })
             {

@@ -12,9 +12,9 @@ import Synchronization
 /// (an eviction's before the store's it undoes). They are sums, not flags: a target counts as stored while its sum
 /// is above zero, and is forgotten only when the sum is exactly zero, so every order ends with the right answer.
 ///
-/// Targets are counted by their 64-bit hash, not kept as strings: a table of strings took some sixty bytes of every
-/// cached response. Two targets with one hash would only make a miss on one of them say `vary-miss` while the
-/// other is stored, a chance of about one in 10^8 with a million targets stored.
+/// Targets are counted by their 64-bit hash (``ByteHash``), not kept as strings: a table of strings took some sixty
+/// bytes of every cached response. Two targets with one hash would only make a miss on one of them say `vary-miss`
+/// while the other is stored, a chance of about one in 10^8 with a million targets stored.
 final class StoredTargets: Sendable {
     /// One lock's share of the counts.
     private final class Shard: Sendable {
@@ -34,7 +34,7 @@ final class StoredTargets: Sendable {
     /// Adds `delta` responses to `target`'s count.
     func add(_ delta: Int, for target: String) {
         guard delta != 0 else { return }
-        let hash = target.hashValue
+        let hash = ByteHash.hash(target)
         shards[hash & shardMask].counts.withLock { counts in
             let count = counts[hash, default: 0] + Int32(delta)
             counts[hash] = count == 0 ? nil : count
@@ -48,7 +48,7 @@ final class StoredTargets: Sendable {
 
     /// Whether any response is stored for `target`.
     func contains(_ target: String) -> Bool {
-        let hash = target.hashValue
+        let hash = ByteHash.hash(target)
         return shards[hash & shardMask].counts.withLock { ($0[hash] ?? 0) > 0 }
     }
 }
