@@ -7,7 +7,7 @@ import Testing
 @Suite("The LRU store against a model")
 struct LRUStoreModelTests {
     /// A key whose hash is one of a few values: many keys share each, and each shares its lower bits with others.
-    struct CollidingKey: Hashable, CustomStringConvertible {
+    struct CollidingKey: LRUStoreKey, CustomStringConvertible {
         let number: Int
         static func == (lhs: CollidingKey, rhs: CollidingKey) -> Bool { lhs.number == rhs.number }
         func hash(into hasher: inout Hasher) { hasher.combine(number % 7) }

@@ -13,7 +13,18 @@ struct StoredCacheKeyTests {
         #expect(stored.target == key.target)
         #expect(stored.cacheKey.variant == key.variant)
         #expect(stored.hashValue == key.hashValue)
+        // A store files it by the hash it keeps, and finds it by the request's key's.
+        #expect(stored.storeHash == key.storeHash)
+        #expect(UInt32(stored.storeHash) == key.storedHash &>> 16 | key.storedHash &<< 16)
         #expect(stored.matches(key))
+    }
+
+    @Test("the keys of one shard, which share their hash's low bits, spread over a store's index")
+    func storeHashSpreadsWithinShard() {
+        // What a 32-shard cache puts in one shard: every hash ends in the same five bits.
+        let keys = (0..<1_024).map { CacheKey(target: "/k\($0)", variant: "ios", hashCode: $0 << 16 | 0b10110) }
+        let positions = Set(keys.map { StoredCacheKey($0).storeHash & 1023 })
+        #expect(positions.count == 1_024)
     }
 
     @Test("it matches only its own target and variant, even under the same hash")

@@ -64,6 +64,9 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
     /// The part of ``hashCode`` stores hash and compare first: what a ``StoredCacheKey`` keeps of it.
     var storedHash: UInt32 { UInt32(truncatingIfNeeded: hashCode) }
 
+    /// What a store of ``StoredCacheKey``s files this key's entry by: ``StoredCacheKey/storeHash``.
+    var storeHash: Int { StoredCacheKey.storeHash(storedHash) }
+
     public func hash(into hasher: inout Hasher) {
         hasher.combine(storedHash)
     }

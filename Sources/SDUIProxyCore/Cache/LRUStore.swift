@@ -6,7 +6,7 @@
 /// a part of each key's hash: the key is held once, in its node. A `Dictionary` from key to node held every key a
 /// second time in buckets of its own, two and a half per entry at its load factor, which came to more than a
 /// hundred bytes of every cached response. Not thread-safe: ``ResponseCache`` holds one per shard behind a lock.
-public struct LRUStore<Key: Hashable, Value> {
+public struct LRUStore<Key: LRUStoreKey, Value> {
     /// Declared widest first, the links and cost in 32 bits: one per entry.
     private struct Node {
         var key: Key?
@@ -46,7 +46,7 @@ public struct LRUStore<Key: Hashable, Value> {
 
     /// The value for `key`, which becomes the most recently used.
     public mutating func value(forKey key: Key) -> Value? {
-        value(hash: key.hashValue) { $0 == key }
+        value(hash: key.storeHash) { $0 == key }
     }
 
     /// The value of the key with `hash` that `matches`, which becomes the most recently used: for keys looked up
@@ -59,7 +59,7 @@ public struct LRUStore<Key: Hashable, Value> {
 
     /// The value for `key` without changing its recency.
     public func peek(_ key: Key) -> Value? {
-        peek(hash: key.hashValue) { $0 == key }
+        peek(hash: key.storeHash) { $0 == key }
     }
 
     /// The value of the key with `hash` that `matches`, without changing its recency.
@@ -80,7 +80,7 @@ public struct LRUStore<Key: Hashable, Value> {
         evicted: (Key, Value) -> Void = { _, _ in }
     ) -> Bool {
         precondition(cost >= 0, "cost cannot be negative")
-        let hash = key.hashValue
+        let hash = key.storeHash
         guard cost <= costLimit, cost < Int(UInt32.max) else {
             _ = removeValue(forKey: key)
             return false
@@ -100,7 +100,7 @@ public struct LRUStore<Key: Hashable, Value> {
             let victim = tail
             guard victim != Self.none, let victimKey = nodes[Int(victim)].key else { break }
             let victimValue = nodes[Int(victim)].value!
-            removeNode(victim, hash: victimKey.hashValue)
+            removeNode(victim, hash: victimKey.storeHash)
             evicted(victimKey, victimValue)
         }
         return true
@@ -109,7 +109,7 @@ public struct LRUStore<Key: Hashable, Value> {
     /// Removes and returns the value for `key`.
     @discardableResult
     public mutating func removeValue(forKey key: Key) -> Value? {
-        removeValue(hash: key.hashValue) { $0 == key }
+        removeValue(hash: key.storeHash) { $0 == key }
     }
 
     /// Removes and returns the value of the key with `hash` that `matches`.
@@ -124,7 +124,7 @@ public struct LRUStore<Key: Hashable, Value> {
     /// Replaces the value stored for `key` in place, its cost and recency unchanged; false when none is stored.
     @discardableResult
     public mutating func replaceValue(forKey key: Key, with value: Value) -> Bool {
-        replaceValue(hash: key.hashValue, where: { $0 == key }, with: value)
+        replaceValue(hash: key.storeHash, where: { $0 == key }, with: value)
     }
 
     /// Replaces the value of the key with `hash` that `matches` in place, its cost and recency unchanged; false
@@ -142,7 +142,7 @@ public struct LRUStore<Key: Hashable, Value> {
         var doomed: [(UInt32, Int)] = []
         for node in nodes.indices {
             guard let key = nodes[node].key, let value = nodes[node].value, shouldRemove(key, value) else { continue }
-            doomed.append((UInt32(node), key.hashValue))
+            doomed.append((UInt32(node), key.storeHash))
         }
         for (node, hash) in doomed { removeNode(node, hash: hash) }
         return doomed.count
@@ -229,4 +229,15 @@ public struct LRUStore<Key: Hashable, Value> {
         nodes[Int(node)].previous = Self.none
         nodes[Int(node)].next = Self.none
     }
+}
+
+/// A key an ``LRUStore`` can hold. Any `Hashable` type can be one, found by its `hashValue`; a key that carries a hash
+/// of its own already (``StoredCacheKey``) gives that instead (``storeHash``).
+public protocol LRUStoreKey: Hashable {
+    /// The hash the store files the key by; only its lower 32 bits are used (``NodeIndex``).
+    var storeHash: Int { get }
+}
+
+extension LRUStoreKey {
+    public var storeHash: Int { hashValue }
 }

@@ -498,20 +498,20 @@ public final class ResponseCache: Sendable {
 /// The store looked up by the keys requests make; it keeps them as ``StoredCacheKey``s, with the same hash.
 extension LRUStore where Key == StoredCacheKey {
     mutating func value(forKey key: CacheKey) -> Value? {
-        value(hash: key.hashValue) { $0.matches(key) }
+        value(hash: key.storeHash) { $0.matches(key) }
     }
 
     func peek(_ key: CacheKey) -> Value? {
-        peek(hash: key.hashValue) { $0.matches(key) }
+        peek(hash: key.storeHash) { $0.matches(key) }
     }
 
     @discardableResult
     mutating func removeValue(forKey key: CacheKey) -> Value? {
-        removeValue(hash: key.hashValue) { $0.matches(key) }
+        removeValue(hash: key.storeHash) { $0.matches(key) }
     }
 
     @discardableResult
     mutating func replaceValue(forKey key: CacheKey, with value: Value) -> Bool {
-        replaceValue(hash: key.hashValue, where: { $0.matches(key) }, with: value)
+        replaceValue(hash: key.storeHash, where: { $0.matches(key) }, with: value)
     }
 }

@@ -9,7 +9,7 @@
 /// Lookups keep using ``CacheKey``, made from the request as before, and compare it with this one's bytes
 /// (``matches(_:)``): a hit allocates nothing for it. Only a store makes one, and only the paths that walk the
 /// whole cache (a purge, the admin listing) turn one back into strings.
-public struct StoredCacheKey: Hashable, @unchecked Sendable {
+public struct StoredCacheKey: LRUStoreKey, @unchecked Sendable {
     // Sendable: the storage is written once, in `init`, and only read after.
     private let storage: Storage
 
@@ -99,6 +99,16 @@ public struct StoredCacheKey: Hashable, @unchecked Sendable {
     /// The same hash as the ``CacheKey`` it was made from, so that a store finds one by the other.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(header.hash)
+    }
+
+    /// The hash kept, as the store files the key (``CacheKey/storeHash``): a `hashValue` would run it through
+    /// SipHash again, about 150 instructions on every lookup, hits included, for bits that are SipHash's already.
+    public var storeHash: Int { Self.storeHash(header.hash) }
+
+    /// `storedHash` with its halves swapped: a shard's keys share the low bits that chose the shard, and a store's
+    /// index places a key by the low bits of this. (Unswapped, they crowded a few runs of the index's slots.)
+    static func storeHash(_ storedHash: UInt32) -> Int {
+        Int(storedHash &>> 16 | storedHash &<< 16)
     }
 
     public static func == (lhs: StoredCacheKey, rhs: StoredCacheKey) -> Bool {
