@@ -335,10 +335,14 @@ public final class CachedResponse: Sendable {
         // Bit n: the n-th of the first 64 fields is shared, as this pass finds; the writing pass reads it here.
         var sharedFields: UInt64 = 0
         var measured = 0
+        // Most names differ from the tag field's in length, which settles them without reaching for its string.
+        let tagHeaderCount = metadata.tagHeader.utf8.count
         fields.forEachField { name, value in
             defer { measured &+= 1 }
             // Read whether or not clients see the field.
-            if HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader), filter?.passes(name) != false {
+            if name.count == tagHeaderCount, HTTPSyntax.sameIgnoringCase(bytes: name, metadata.tagHeader),
+                filter?.passes(name) != false
+            {
                 tags += Self.purgeTags(in: value)
             }
             if upstreamETag == nil, HTTPSyntax.equalsIgnoringCase(bytes: name, "etag") {

@@ -17,6 +17,8 @@ public struct ClientFacingFields: Sendable, Equatable {
     public let keyFields: [String]
     /// The field left out of what clients see, lower-cased; nil when clients see it.
     public let hiddenField: String?
+    /// Its length in bytes (-1 without one): most names differ in it, which settles them without the string.
+    private let hiddenFieldCount: Int
     /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored; then the
     /// same for a response kept compressed, which names `Accept-Encoding` too.
     private let keyFieldsVary: String?
@@ -26,6 +28,7 @@ public struct ClientFacingFields: Sendable, Equatable {
     public init(keyFields: [String] = [], hiddenField: String? = nil) {
         self.keyFields = keyFields
         self.hiddenField = hiddenField?.lowercased()
+        self.hiddenFieldCount = self.hiddenField?.utf8.count ?? -1
         self.keyFieldsVary = Self.merged([], keyFields)
         // Without key fields it is `Accept-Encoding` alone, made without an array: forwarded answers' fields (no
         // keys) are made for every configuration.
@@ -57,7 +60,7 @@ public struct ClientFacingFields: Sendable, Equatable {
 
     /// Whether the field named `name` is left out.
     public func hides(_ name: UnsafeRawBufferPointer) -> Bool {
-        guard let hiddenField else { return false }
+        guard name.count == hiddenFieldCount, let hiddenField else { return false }
         return HTTPSyntax.sameIgnoringCase(bytes: name, hiddenField)
     }
 
