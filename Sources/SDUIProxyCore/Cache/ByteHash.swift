@@ -1,18 +1,19 @@
 /// A fast seeded hash of bytes, for the cache's side tables whose collisions cost a little sharing or the wording
 /// of a `Cache-Status`, never a wrong answer: the shared header lines' slots (``CommonFieldLines``) and the count
-/// of responses per target (``StoredTargets``).
+/// of responses per target (``StoredTargets``). Tables that compare their keys too hash with it first (the targets
+/// a loop found fresh lately).
 ///
 /// `Hasher` (SipHash-1-3) spent about 850 instructions on a stored response's 200 bytes of shared lines and 430 on
 /// each of a miss's two looks at its target. This folds eight bytes at a time into the state with one 64-by-64-bit
 /// multiply, whose two halves are mixed back together, as wyhash and rapidhash do. The seed is drawn at start-up, so
 /// that a client cannot choose targets that collide.
-enum ByteHash {
+public enum ByteHash {
     private static let seed = UInt64.random(in: .min ... .max)
     /// An odd constant with its bits spread (the golden ratio's fraction), as multiplicative hashes use.
     private static let multiplier: UInt64 = 0x9E37_79B9_7F4A_7C15
 
     /// The hash of `bytes`: the same for the same bytes, wherever they lie, for the life of the process.
-    static func hash(_ bytes: UnsafeRawBufferPointer) -> Int {
+    public static func hash(_ bytes: UnsafeRawBufferPointer) -> Int {
         let count = bytes.count
         var state = seed ^ UInt64(truncatingIfNeeded: count) &* multiplier
         var offset = 0
@@ -34,7 +35,7 @@ enum ByteHash {
     }
 
     /// The bytes of `text`'s UTF-8, hashed where they lie.
-    static func hash(_ text: String) -> Int {
+    public static func hash(_ text: String) -> Int {
         text.withContiguousUTF8 { hash(UnsafeRawBufferPointer($0)) }
     }
 

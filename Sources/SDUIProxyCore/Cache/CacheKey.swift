@@ -73,10 +73,12 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
 
     /// The platform part of the variant.
     public var platform: Substring {
-        // Over the UTF-8 bytes: both separators are ASCII, and stepping `Character`s checks for a grapheme break
-        // at every step.
-        let end = variant.utf8.firstIndex { $0 == 0 || $0 == 1 } ?? variant.utf8.endIndex
-        return variant[..<end]
+        // Over the UTF-8 bytes in place: both separators are ASCII, stepping `Character`s checks for a grapheme
+        // break at every step, and stepping the UTF-8 view's indices cost a miss about 200 instructions.
+        let count = variant.withContiguousUTF8 { bytes in
+            bytes.firstIndex { $0 == 0 || $0 == 1 } ?? bytes.count
+        }
+        return variant[..<variant.utf8.index(variant.utf8.startIndex, offsetBy: count)]
     }
 
     public var description: String {
