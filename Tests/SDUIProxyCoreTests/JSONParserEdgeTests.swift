@@ -169,4 +169,45 @@ struct JSONParserEdgeTests {
             }
         }
     }
+
+    @Test(
+        "every kept name is found, whatever its length and bytes, and no other key of the same length is taken for it"
+    )
+    func keptNamesAmongDecoys() throws {
+        // Names of 0 to 20 bytes; for each, decoys of its length that differ in the first, the last, or a middle byte.
+        let names =
+            [""]
+            + (1...20).map { length in
+                String((0..<length).map { Character(Unicode.Scalar(97 + ($0 * 7 + length) % 26)!) })
+            }
+        let keys = JSONParser.KeySet(names + ["marker"])
+        func decoys(of name: String) -> [String] {
+            guard !name.isEmpty else { return [] }
+            var bytes = Array(name.utf8)
+            var result: [String] = []
+            for place in Set([0, bytes.count / 2, bytes.count - 1]) {
+                let kept = bytes[place]
+                bytes[place] = kept == UInt8(ascii: "z") ? UInt8(ascii: "y") : kept + 1
+                result.append(String(decoding: bytes, as: UTF8.self))
+                bytes[place] = kept
+            }
+            return result
+        }
+        for (number, name) in names.enumerated() {
+            let members = decoys(of: name).map { #""\#($0)":0"# } + [#""\#(name)":\#(number)"#, #""marker":"m""#]
+            let document = "{" + members.joined(separator: ",") + "}"
+            let kept = try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
+                let scan = try JSONParser.scanObjects(
+                    bytes,
+                    keeping: keys,
+                    reporting: "marker",
+                    maximumDepth: 0,
+                    maximumCount: 1
+                )
+                return scan.objects.first.map { root in scan.members[root.members].map(\.key) } ?? []
+            }
+            // The name itself and the marker, nothing for the decoys.
+            #expect(kept == [number, names.count], "\(name)")
+        }
+    }
 }

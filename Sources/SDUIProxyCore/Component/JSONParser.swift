@@ -156,7 +156,11 @@ struct JSONParser {
         let start = key.range.lowerBound
         let count = key.range.upperBound &- start
         let bucket = min(count, 63)
-        guard reduction.keys.lengths & (1 &<< UInt64(bucket)) != 0 else { return nil }
+        let firstByte = count > 0 ? byte(at: start) : 0
+        let lastByte = count > 0 ? byte(at: start &+ count &- 1) : 0
+        guard reduction.keys.shapes & KeySet.shapeBit(count: count, first: firstByte, last: lastByte) != 0 else {
+            return nil
+        }
         // The key's first eight bytes (all of it when shorter, zero above), as the slots hold them.
         var prefix: UInt64 = 0
         if start &+ 8 <= end {
