@@ -170,6 +170,27 @@ struct RequestCoalescerTests {
         #expect(leading(coalescer.join(key: "slow", stamp: 0, leader: "caller", on: group.next())) != nil)
     }
 
+    @Test("a waiter of a run that takes no more callers still leaves it when its wait runs out")
+    func boundedWaitOnClosedRun() async throws {
+        let coalescer = Coalescer(maximumWait: .milliseconds(50))
+        let old = try #require(leading(coalescer.join(key: "k", stamp: 0, leader: "caller", on: group.next())))
+        let waiter = try #require(waiting(coalescer.join(key: "k", stamp: 0, leader: "caller", on: group.next())))
+        // The old run is closed to callers by the next one, with its waiter still in it.
+        let new = try #require(
+            leading(coalescer.join(key: "k", stamp: 1, leader: "caller", on: group.next()) { _ in false })
+        )
+
+        await #expect(throws: Coalescer.Failure.waitedTooLong) { try await waiter.get() }
+        #expect(coalescer.inFlightCount == 2)
+        coalescer.finish(old, with: .success(1))
+        #expect(coalescer.inFlightCount == 1)
+        // The new run still takes callers, and ending it frees the key.
+        let late = try #require(waiting(coalescer.join(key: "k", stamp: 1, leader: "caller", on: group.next())))
+        coalescer.finish(new, with: .success(2))
+        #expect(try await late.get() == 2)
+        #expect(coalescer.inFlightCount == 0)
+    }
+
     @Test("a maximum wait set later applies to the waiters that join after it")
     func changedWait() async throws {
         let coalescer = Coalescer(maximumWait: .seconds(60))

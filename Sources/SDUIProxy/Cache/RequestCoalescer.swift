@@ -23,6 +23,8 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
     /// A run, as its leader names it when it finishes.
     public struct Run: Hashable, Sendable {
         fileprivate let id: UInt64
+        /// Where the run is filed while callers may join it: its end finds it by the key, with one lookup.
+        fileprivate let key: Key
     }
 
     /// What a caller of ``join(key:stamp:leader:on:mayJoin:)`` does.
@@ -40,24 +42,41 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
     }
 
     private struct InFlight {
-        let key: Key
+        let id: UInt64
         let stamp: UInt64
         let leader: Leader
         var waiters: [Waiter] = []
     }
 
     private enum Joined {
-        case leads(Run)
+        case leads(UInt64)
         case waits(Waiter, run: UInt64, leader: Leader)
     }
 
+    /// The runs in flight, filed by key while callers may join them: a plain miss leads a run and ends it with one
+    /// lookup each (a table of runs by id beside a table of keys took three more, each hashing the key or the id).
     private struct State {
-        /// Every run in flight, including those that take no more callers.
-        var runs: [UInt64: InFlight] = [:]
         /// The run that callers for a key join.
-        var joinable: [Key: UInt64] = [:]
+        var joinable: [Key: InFlight] = [:]
+        /// Runs that take no more callers (a purge came after they started), finishing for the waiters they have.
+        var closed: [UInt64: InFlight] = [:]
         var nextID: UInt64 = 0
         var coalescedWaits = 0
+
+        /// The run `id` for `key`, wherever it is filed, changed by `body`.
+        mutating func withRun<Result>(
+            _ id: UInt64,
+            key: Key,
+            _ body: (inout InFlight?) -> Result
+        ) -> Result {
+            if let index = joinable.index(forKey: key), joinable.values[index].id == id {
+                var run: InFlight? = joinable.values[index]
+                let result = body(&run)
+                if let run { joinable.values[index] = run } else { joinable.remove(at: index) }
+                return result
+            }
+            return body(&closed[id])
+        }
     }
 
     private let state = Mutex(State())
@@ -78,7 +97,7 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
     public var coalescedWaits: Int { state.withLock { $0.coalescedWaits } }
 
     /// How many runs are in flight, including those that take no more callers.
-    public var inFlightCount: Int { state.withLock { $0.runs.count } }
+    public var inFlightCount: Int { state.withLock { $0.joinable.count + $0.closed.count } }
 
     /// Leads a run for `key`, or joins the one in flight.
     ///
@@ -99,25 +118,26 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
         mayJoin: (_ runStamp: UInt64) -> Bool = { _ in true }
     ) -> Role {
         let joined = state.withLock { state -> Joined in
-            if let id = state.joinable[key], let run = state.runs[id], mayJoin(run.stamp) {
-                let waiter = Waiter(id: state.nextID, promise: eventLoop.makePromise(of: Value.self))
-                state.nextID &+= 1
-                state.runs[id]!.waiters.append(waiter)
-                state.coalescedWaits += 1
-                return .waits(waiter, run: id, leader: run.leader)
-            }
-            // None in flight, or one that takes no more callers: that one finishes for its own waiters.
             let id = state.nextID
             state.nextID &+= 1
-            state.runs[id] = InFlight(key: key, stamp: stamp, leader: leader())
-            state.joinable[key] = id
-            return .leads(Run(id: id))
+            // One lookup, which files a new run when there is none to join.
+            var closing: InFlight?
+            defer { if let closing { state.closed[closing.id] = closing } }
+            return Self.join(
+                &state.joinable[key, default: InFlight(id: id, stamp: stamp, leader: leader())],
+                as: id,
+                closing: &closing,
+                coalescedWaits: &state.coalescedWaits,
+                makeRun: { InFlight(id: id, stamp: stamp, leader: leader()) },
+                promise: { eventLoop.makePromise(of: Value.self) },
+                mayJoin: mayJoin
+            )
         }
         switch joined {
-        case .leads(let run):
-            return .lead(run)
+        case .leads(let id):
+            return .lead(Run(id: id, key: key))
         case .waits(let waiter, let run, let leader):
-            scheduleTimeout(for: waiter, in: run, on: eventLoop)
+            scheduleTimeout(for: waiter, in: run, key: key, on: eventLoop)
             return .wait(waiter.promise.futureResult, leader: leader)
         }
     }
@@ -126,20 +146,48 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
     /// its key leads a new run (unless a newer run already takes them).
     public func finish(_ run: Run, with outcome: Result<Value, any Error>) {
         let waiters = state.withLock { state -> [Waiter] in
-            guard let ended = state.runs.removeValue(forKey: run.id) else { return [] }
-            if state.joinable[ended.key] == run.id { state.joinable.removeValue(forKey: ended.key) }
-            return ended.waiters
+            state.withRun(run.id, key: run.key) { ended in
+                defer { ended = nil }
+                return ended?.waiters ?? []
+            }
         }
         for waiter in waiters { waiter.promise.completeWith(outcome) }
     }
 
-    private func scheduleTimeout(for waiter: Waiter, in run: UInt64, on eventLoop: any EventLoop) {
+    /// Joins the run filed for the caller's key as a waiter, or leads it when the caller's lookup filed it (its id
+    /// is `id`), or when the run there takes no more callers: that one is handed back in `closing`, to finish
+    /// for the waiters it has.
+    private static func join(
+        _ run: inout InFlight,
+        as id: UInt64,
+        closing: inout InFlight?,
+        coalescedWaits: inout Int,
+        makeRun: () -> InFlight,
+        promise: () -> EventLoopPromise<Value>,
+        mayJoin: (_ runStamp: UInt64) -> Bool
+    ) -> Joined {
+        if run.id == id { return .leads(id) }
+        guard mayJoin(run.stamp) else {
+            closing = run
+            run = makeRun()
+            return .leads(id)
+        }
+        // The waiter's id is the one the caller drew: ids are never reused, so it is as unique as a run's.
+        let waiter = Waiter(id: id, promise: promise())
+        run.waiters.append(waiter)
+        coalescedWaits += 1
+        return .waits(waiter, run: run.id, leader: run.leader)
+    }
+
+    private func scheduleTimeout(for waiter: Waiter, in run: UInt64, key: Key, on eventLoop: any EventLoop) {
         let (id, promise) = (waiter.id, waiter.promise)
         let timeout = eventLoop.scheduleTask(in: maximumWait) {
             let removed = self.state.withLock { state -> Bool in
-                guard let index = state.runs[run]?.waiters.firstIndex(where: { $0.id == id }) else { return false }
-                state.runs[run]!.waiters.remove(at: index)
-                return true
+                state.withRun(run, key: key) { inFlight in
+                    guard let index = inFlight?.waiters.firstIndex(where: { $0.id == id }) else { return false }
+                    inFlight?.waiters.remove(at: index)
+                    return true
+                }
             }
             if removed { promise.fail(Failure.waitedTooLong) }
         }
