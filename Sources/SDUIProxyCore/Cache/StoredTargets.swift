@@ -36,9 +36,16 @@ final class StoredTargets: Sendable {
         guard delta != 0 else { return }
         let hash = ByteHash.hash(target)
         shards[hash & shardMask].counts.withLock { counts in
-            let count = counts[hash, default: 0] + Int32(delta)
-            counts[hash] = count == 0 ? nil : count
+            // Changed where it lies, one lookup (a read and a write took two, a store's in every miss); a count
+            // back at zero is looked up again to go.
+            if Self.add(Int32(delta), to: &counts[hash, default: 0]) { counts[hash] = nil }
         }
+    }
+
+    /// Adds `delta` to `count`; whether the sum is zero.
+    private static func add(_ delta: Int32, to count: inout Int32) -> Bool {
+        count += delta
+        return count == 0
     }
 
     /// Applies each change of `changes`.
