@@ -54,7 +54,7 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
     }
 
     /// The runs in flight, filed by key while callers may join them: a plain miss leads a run and ends it with one
-    /// lookup each (a table of runs by id beside a table of keys took three more, each hashing the key or the id).
+    /// lookup each (a table of runs by id beside a table of keys took six in all, each hashing the key or the id).
     private struct State {
         /// The run that callers for a key join.
         var joinable: [Key: InFlight] = [:]
