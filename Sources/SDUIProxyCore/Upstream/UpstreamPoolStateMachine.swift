@@ -239,22 +239,26 @@ public struct UpstreamPoolStateMachine: Sendable {
         reusable: Bool,
         now: NIODeadline = .distantPast
     ) -> Action {
-        guard let leased = states[connection], leased.state == .leased else { return .none }
-        if leased.holdsForward { forwardConnectionCount -= 1 }
+        // Found once and changed where it lies: every exchange ends here, and a second lookup hashed the
+        // connection's identifier again.
+        guard let index = states.index(forKey: connection), states.values[index].state == .leased else {
+            return .none
+        }
+        if states.values[index].holdsForward { forwardConnectionCount -= 1 }
         guard reusable, !isShutDown else {
-            states[connection] = Entry(state: .closing)
+            states.values[index] = Entry(state: .closing)
             switch serveFirstWaiter(now: now) {
             case .open(let opened, let waiter)?: return .closeAndOpen(connection, open: opened, for: waiter)
             case .lease(let idle, let waiter)?: return .closeAndLease(connection, lease: idle, to: waiter)
             default: return .close(connection)
             }
         }
-        if let index = firstServableWaiter(now: now) {
-            let parked = waiters.remove(at: index)
-            states[connection] = entry(.leased, for: parked.use)
+        if let waiterIndex = firstServableWaiter(now: now) {
+            let parked = waiters.remove(at: waiterIndex)
+            states.values[index] = entry(.leased, for: parked.use)
             return .lease(connection, to: parked.waiter)
         }
-        states[connection] = Entry(state: .idle)
+        states.values[index] = Entry(state: .idle)
         idle.append(connection)
         return .none
     }
