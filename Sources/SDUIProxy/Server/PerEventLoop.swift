@@ -5,21 +5,19 @@ import NIOCore
 ///
 /// For state a loop keeps to itself: each value is handed to its loop's box and reachable only on that loop.
 struct PerEventLoop<Value: AnyObject>: Sendable {
-    private let byLoop: [ObjectIdentifier: NIOLoopBoundBox<Value>]
+    private let byLoop: EventLoopTable<NIOLoopBoundBox<Value>>
     private let makeValue: @Sendable () -> Value
 
     /// Callable off the loops.
     init(group: any EventLoopGroup, makeValue: @escaping @Sendable () -> Value) {
-        var byLoop: [ObjectIdentifier: NIOLoopBoundBox<Value>] = [:]
-        for eventLoop in group.makeIterator() {
-            byLoop[ObjectIdentifier(eventLoop)] = .makeBoxSendingValue(makeValue(), eventLoop: eventLoop)
+        byLoop = EventLoopTable(group: group) { eventLoop in
+            .makeBoxSendingValue(makeValue(), eventLoop: eventLoop)
         }
-        self.byLoop = byLoop
         self.makeValue = makeValue
     }
 
     /// The value of `eventLoop`; call it on that loop. A loop outside the group gets a new value each time.
     func value(on eventLoop: any EventLoop) -> Value {
-        byLoop[ObjectIdentifier(eventLoop)]?.value ?? makeValue()
+        byLoop[eventLoop]?.value ?? makeValue()
     }
 }

@@ -27,7 +27,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
     private let configuration: ProxyConfiguration.Upstream
     /// The pools of the group's event loops, made up front: every miss finds its loop's pool without a lock
     /// that both loops would take.
-    private let groupPools: [ObjectIdentifier: PoolState]
+    private let groupPools: EventLoopTable<PoolState>
     /// Pools of loops from outside the group, made when first asked for, and whether the client is shut down
     /// (a pool made after that opens no connection).
     private let outsidePools: Mutex<(pools: [ObjectIdentifier: PoolState], shutDown: Bool)>
@@ -50,11 +50,9 @@ public final class LoopLocalHTTPClient: NetworkClient {
         self.timeout = configuration.timeout.timeAmount
         self.bodyIdleTimeout = configuration.bodyIdleTimeout.timeAmount
         self.configuration = configuration
-        var groupPools: [ObjectIdentifier: PoolState] = [:]
-        for eventLoop in eventLoopGroup.makeIterator() {
-            groupPools[ObjectIdentifier(eventLoop)] = Self.makePool(on: eventLoop, origin: origin, tls, configuration)
+        self.groupPools = EventLoopTable(group: eventLoopGroup) { eventLoop in
+            Self.makePool(on: eventLoop, origin: origin, tls, configuration)
         }
-        self.groupPools = groupPools
         self.outsidePools = Mutex(([:], false))
     }
 
@@ -224,7 +222,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
 
     public func shutdown() async throws {
         let all =
-            Array(groupPools.values)
+            groupPools.allValues
             + outsidePools.withLock { state in
                 state.shutDown = true
                 return Array(state.pools.values)
@@ -235,7 +233,7 @@ public final class LoopLocalHTTPClient: NetworkClient {
     }
 
     private func pool(for eventLoop: any EventLoop) -> PoolState {
-        if let pool = groupPools[ObjectIdentifier(eventLoop)] { return pool }
+        if let pool = groupPools[eventLoop] { return pool }
         return outsidePools.withLock { state in
             if let pool = state.pools[ObjectIdentifier(eventLoop)] { return pool }
             let pool = Self.makePool(on: eventLoop, origin: origin, tls, configuration, closed: state.shutDown)
