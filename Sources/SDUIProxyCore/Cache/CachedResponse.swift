@@ -306,12 +306,15 @@ public final class CachedResponse: Sendable {
         let advertisesRanges = status == .ok
         // The backend's `Vary` lines give way to one that also names the request fields the key includes, and
         // `Accept-Encoding` when the response may be kept compressed.
-        let clientFields = metadata.clientFields
+        // Read in place, not bound to a name: a copy retained each of its strings and arrays, on every miss.
         var varyMembers: [String] = []
-        if !clientFields.keyFields.isEmpty || metadata.variesByEncoding {
+        if !metadata.clientFields.keyFields.isEmpty || metadata.variesByEncoding {
             fields.forEachListMember(of: "vary") { varyMembers.append(String(decoding: $0, as: UTF8.self)) }
         }
-        let mergedVary = clientFields.vary(merging: varyMembers, namingAcceptEncoding: metadata.variesByEncoding)
+        let mergedVary = metadata.clientFields.vary(
+            merging: varyMembers,
+            namingAcceptEncoding: metadata.variesByEncoding
+        )
         // The lines every form shares; each form writes its own `Content-Encoding`, `ETag` and `Content-Length`.
         // The stored body is never in a coding the backend chose: the fetcher decodes it. The status line and a
         // 200's `Accept-Ranges` are written by whoever writes the head, from the status.
@@ -322,7 +325,7 @@ public final class CachedResponse: Sendable {
                 && !HTTPSyntax.equalsIgnoringCase(bytes: name, "content-encoding")
                 && !(advertisesRanges && HTTPSyntax.equalsIgnoringCase(bytes: name, "accept-ranges"))
                 && !(mergedVary != nil && HTTPSyntax.equalsIgnoringCase(bytes: name, "vary"))
-                && !clientFields.hides(name)
+                && !metadata.clientFields.hides(name)
         }
         // A first pass measures the shared head and reads what the entry needs from the lines; the second writes
         // them: the lines other entries carry alike into a block they share (``CommonFieldLines``), the entry's own
