@@ -498,7 +498,9 @@ public final class ComponentFetcher: Sendable {
             status: response.status,
             fields: response.fields,
             body: response.body,
-            metadata: metadata,
+            // Moved, not copied: an initializer takes its arguments owned, and a copy retained each of the
+            // metadata's strings and arrays.
+            metadata: consume metadata,
             directives: directives,
             endToEndOnly: true,
             encodedBodies: compression == .now ? compressor?.encode(response.body, in: demanded) ?? [] : []
