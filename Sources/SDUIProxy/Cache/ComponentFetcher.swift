@@ -330,13 +330,6 @@ public final class ComponentFetcher: Sendable {
         coalescedRun: RequestCoalescer<CacheKey, Outcome, FillLeader>.Run?,
         completion: @escaping Completion
     ) {
-        var upstream = request.upstream
-        if let stale = request.staleEntry {
-            if let etag = stale.upstreamETag { upstream.fields.replaceOrAdd(name: "If-None-Match", value: etag) }
-            if let lastModified = stale.lastModified {
-                upstream.fields.replaceOrAdd(name: "If-Modified-Since", value: lastModified)
-            }
-        }
         precondition(request.exchange == nil, "a fetch request is fetched once at a time")
         request.exchange = Exchange(
             fetcher: self,
@@ -347,6 +340,20 @@ public final class ComponentFetcher: Sendable {
             requestTime: clock.calendarSeconds,
             started: .now()
         )
+        guard let stale = request.staleEntry else {
+            // Sent as the request holds it: a copy to change would retain each of its strings and arrays.
+            return send(request.upstream, for: request, on: eventLoop)
+        }
+        var upstream = request.upstream
+        if let etag = stale.upstreamETag { upstream.fields.replaceOrAdd(name: "If-None-Match", value: etag) }
+        if let lastModified = stale.lastModified {
+            upstream.fields.replaceOrAdd(name: "If-Modified-Since", value: lastModified)
+        }
+        send(upstream, for: request, on: eventLoop)
+    }
+
+    /// Sends `upstream` for `request`, whose exchange ends in ``exchangeEnded(_:of:)``.
+    private func send(_ upstream: UpstreamRequest, for request: Request, on eventLoop: any EventLoop) {
         // `ComponentFetcher`, not `Self`: naming `Self` captures the dynamic type too, and the closure then needs
         // a context of its own.
         guard let bufferBudget else {

@@ -200,24 +200,26 @@ public final class ProxyContext: Sendable {
         acceptEncoding: String? = nil,
         preparesEveryCoding: Bool = false
     ) -> ComponentFetcher.Request {
-        var upstream = UpstreamRequest(
-            method: .GET,
-            target: target.description,
-            fields: requestBuilder.fields(
-                from: clientHeaders,
-                platform: platform,
-                clientAddress: clientAddress,
-                purpose: .cacheFill,
-                clientIsTrustedProxy: clientIsTrustedProxy,
-                hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" },
-                received: received
-            )
+        var fields = requestBuilder.fields(
+            from: clientHeaders,
+            platform: platform,
+            clientAddress: clientAddress,
+            purpose: .cacheFill,
+            clientIsTrustedProxy: clientIsTrustedProxy,
+            hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" },
+            received: received
         )
-        upstream.interim = interim
-        requester?.stamp(&upstream.fields)
+        requester?.stamp(&fields)
         return ComponentFetcher.Request(
             key: key,
-            upstream: upstream,
+            // Made in place: an initializer takes its arguments owned, and from a variable that was a copy,
+            // retaining the request's strings and arrays.
+            upstream: UpstreamRequest(
+                method: .GET,
+                target: target.description,
+                fields: consume fields,
+                interim: interim
+            ),
             policy: policy,
             clientHeaders: clientHeaders,
             clientFields: clientFields,

@@ -28,6 +28,16 @@ public struct UpstreamRequest: Sendable {
         self.body = body
     }
 
+    /// A cache fill's request, whose interim responses go to `interim`.
+    init(method: HTTPMethod, target: String, fields: HTTPFieldLines, interim: InterimRelay?) {
+        // Each property set here: delegating to the other initializer copied the request and destroyed the copy.
+        self.method = method
+        self.target = target
+        self.fields = fields
+        self.body = nil
+        self.interim = interim
+    }
+
     public init(method: HTTPMethod, target: String, headers: HTTPHeaders, body: ByteBuffer? = nil) {
         self.init(method: method, target: target, fields: HTTPFieldLines(headers), body: body)
     }
