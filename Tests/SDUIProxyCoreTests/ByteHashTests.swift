@@ -15,7 +15,9 @@ import Testing
             let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
             // A copy at another address, and the same bytes in the middle of a larger buffer.
             let padded = [0xAA, 0xBB, 0xCC] + bytes + [0xDD]
-            let inside = padded.withUnsafeBytes { ByteHash.hash(UnsafeRawBufferPointer(rebasing: $0[3..<(3 + length)])) }
+            let inside = padded.withUnsafeBytes {
+                ByteHash.hash(UnsafeRawBufferPointer(rebasing: $0[3..<(3 + length)]))
+            }
             #expect(hash(bytes) == hash(Array(bytes)))
             #expect(hash(bytes) == inside)
         }
@@ -47,6 +49,28 @@ import Testing
     func lengthsCount() {
         let hashes = Set((0...64).map { hash([UInt8](repeating: 0, count: $0)) })
         #expect(hashes.count == 65)
+    }
+
+    @Test("two strings hash as a pair: the same pair the same, a byte moved between them or any byte changed not")
+    func pairs() {
+        let target = "/screens/home?tab=2"
+        let variant = "IOS\u{0}pt-BR"
+        let pair = ByteHash.hash(target, variant)
+        #expect(ByteHash.hash(String(target), String(variant)) == pair)
+        // Every split of the same bytes into two is a different pair.
+        let joined = Array((target + variant).utf8)
+        var splits: Set<Int> = []
+        for cut in 0...joined.count {
+            let first = String(decoding: joined[..<cut], as: UTF8.self)
+            let second = String(decoding: joined[cut...], as: UTF8.self)
+            splits.insert(ByteHash.hash(first, second))
+        }
+        #expect(splits.count == joined.count + 1)
+        #expect(splits.contains(pair))
+        // A changed byte on either side, and the two sides swapped.
+        #expect(ByteHash.hash(target, "IOS\u{0}pt-BQ") != pair)
+        #expect(ByteHash.hash("/screens/home?tab=3", variant) != pair)
+        #expect(ByteHash.hash(variant, target) != pair)
     }
 
     @Test("similar targets spread evenly over a table's slots")
