@@ -57,7 +57,9 @@ extension JSONParser {
             self.names = names
             let utf8 = names.map { Array($0.utf8) }
             self.utf8 = utf8
-            self.shapes = utf8.reduce(0) { $0 | Self.shapeBit(count: $1.count, first: $1.first ?? 0, last: $1.last ?? 0) }
+            self.shapes = utf8.reduce(0) {
+                $0 | Self.shapeBit(count: $1.count, first: $1.first ?? 0, last: $1.last ?? 0)
+            }
             let slots = utf8.indices.map { index in
                 Slot(
                     index: index,
