@@ -28,11 +28,11 @@ final class RecentlyFreshTargets {
         /// A string of its own, not a slice of the cache key's variant, which would keep the vary values alive.
         let platform: String
 
-        /// The two strings' bytes through ``ByteHash``, then the table's `Hasher` on that alone: `Hasher` over
-        /// both strings cost each lookup about 450 instructions, and every stored component that links to
+        /// The two strings' bytes through ``ByteHash`` as a pair, then the table's `Hasher` on that alone: `Hasher`
+        /// over both strings cost each lookup about 450 instructions, and every stored component that links to
         /// screens looks up each of them. Equality still compares the strings.
         func hash(into hasher: inout Hasher) {
-            hasher.combine(ByteHash.hash(target) &+ ByteHash.hash(platform) &* 31)
+            hasher.combine(ByteHash.hash(target, platform))
         }
     }
 
