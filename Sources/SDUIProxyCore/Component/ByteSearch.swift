@@ -30,6 +30,16 @@ public enum ByteSearch {
         return memcmp(left, right, lhs.count) == 0
     }
 
+    /// Whether `bytes` begin with `prefix`, by `memcmp`: a path and a route's or a purge's prefix, both bytes.
+    @inline(__always)
+    public static func hasPrefix(_ bytes: UnsafeBufferPointer<UInt8>, _ prefix: UnsafeBufferPointer<UInt8>) -> Bool {
+        prefix.count <= bytes.count
+            && same(
+                UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[..<prefix.count])),
+                UnsafeRawBufferPointer(prefix)
+            )
+    }
+
     /// Whether `needle` occurs in `body`.
     ///
     /// The search runs `memchr` for the needle's first capital letter (its first byte when it has none) and

@@ -178,18 +178,12 @@ public struct ProxyConfiguration: Sendable, Equatable {
                 var best: Int?
                 var bestCount = -1
                 for index in routes.indices {
-                    let matched = routes[index].prefix.withContiguousUTF8 { prefix -> Int? in
-                        guard prefix.count > bestCount, prefix.count <= path.count,
-                            ByteSearch.same(
-                                UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: path[..<prefix.count])),
-                                UnsafeRawBufferPointer(prefix)
-                            )
-                        else { return nil }
-                        return prefix.count
-                    }
-                    if let matched {
+                    let count = routes[index].prefix.utf8.count
+                    if count > bestCount,
+                        routes[index].prefix.withContiguousUTF8({ ByteSearch.hasPrefix(path, $0) })
+                    {
                         best = index
-                        bestCount = matched
+                        bestCount = count
                     }
                 }
                 return best

@@ -19,7 +19,7 @@ public struct PathPrefix: Sendable, Hashable, CustomStringConvertible {
     /// normalised, and percent-encoded past ASCII.
     public func matches(bytes target: UnsafeBufferPointer<UInt8>) -> Bool {
         text.withContiguousUTF8 { prefix in
-            guard target.count >= prefix.count, target.starts(with: prefix) else { return false }
+            guard ByteSearch.hasPrefix(target, prefix) else { return false }
             if target.count == prefix.count || prefix.last == UInt8(ascii: "/") || prefix.contains(UInt8(ascii: "?")) {
                 return true
             }
