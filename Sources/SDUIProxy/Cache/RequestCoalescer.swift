@@ -120,16 +120,17 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
         let joined = state.withLock { state -> Joined in
             let id = state.nextID
             state.nextID &+= 1
+            func newRun() -> InFlight { InFlight(id: id, stamp: stamp, leader: leader()) }
             // One lookup, which files a new run when there is none to join.
             var closing: InFlight?
             defer { if let closing { state.closed[closing.id] = closing } }
             return Self.join(
-                &state.joinable[key, default: InFlight(id: id, stamp: stamp, leader: leader())],
+                &state.joinable[key, default: newRun()],
                 as: id,
                 closing: &closing,
                 coalescedWaits: &state.coalescedWaits,
-                makeRun: { InFlight(id: id, stamp: stamp, leader: leader()) },
-                promise: { eventLoop.makePromise(of: Value.self) },
+                newRun: newRun,
+                on: eventLoop,
                 mayJoin: mayJoin
             )
         }
@@ -162,18 +163,18 @@ public final class RequestCoalescer<Key: Hashable & Sendable, Value: Sendable, L
         as id: UInt64,
         closing: inout InFlight?,
         coalescedWaits: inout Int,
-        makeRun: () -> InFlight,
-        promise: () -> EventLoopPromise<Value>,
+        newRun: () -> InFlight,
+        on eventLoop: any EventLoop,
         mayJoin: (_ runStamp: UInt64) -> Bool
     ) -> Joined {
         if run.id == id { return .leads(id) }
         guard mayJoin(run.stamp) else {
             closing = run
-            run = makeRun()
+            run = newRun()
             return .leads(id)
         }
         // The waiter's id is the one the caller drew: ids are never reused, so it is as unique as a run's.
-        let waiter = Waiter(id: id, promise: promise())
+        let waiter = Waiter(id: id, promise: eventLoop.makePromise(of: Value.self))
         run.waiters.append(waiter)
         coalescedWaits += 1
         return .waits(waiter, run: run.id, leader: run.leader)
