@@ -22,6 +22,25 @@ struct JSONParserEdgeTests {
         }
     }
 
+    /// `read` given the scan of `document`, whose root is the one object reported, and the document's bytes.
+    func scanningRoot<Result>(
+        _ document: String,
+        keeping keys: JSONParser.KeySet,
+        reporting marker: String,
+        _ read: (JSONParser.Scan, UnsafeRawBufferPointer) throws -> Result
+    ) throws -> Result {
+        try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
+            let scan = try JSONParser.scanObjects(
+                bytes,
+                keeping: keys,
+                reporting: marker,
+                maximumDepth: 0,
+                maximumCount: 1
+            )
+            return try read(scan, bytes)
+        }
+    }
+
     @Test("kept keys are told apart by length and by every byte, short or long, anywhere in the document")
     func keptKeysAreMatchedExactly() throws {
         let long = String(repeating: "n", count: 63)
@@ -62,14 +81,7 @@ struct JSONParserEdgeTests {
                 }
             }
             let document = "{" + parts.joined(separator: ",") + "}"
-            let found = try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
-                let scan = try JSONParser.scanObjects(
-                    bytes,
-                    keeping: keySet,
-                    reporting: "k",
-                    maximumDepth: 0,
-                    maximumCount: 1
-                )
+            let found = try scanningRoot(document, keeping: keySet, reporting: "k") { scan, bytes in
                 var found: [String: String] = [:]
                 guard let root = scan.objects.first else { return found }
                 for (index, name) in kept.enumerated() {
@@ -196,15 +208,8 @@ struct JSONParserEdgeTests {
         for (number, name) in names.enumerated() {
             let members = decoys(of: name).map { #""\#($0)":0"# } + [#""\#(name)":\#(number)"#, #""marker":"m""#]
             let document = "{" + members.joined(separator: ",") + "}"
-            let kept = try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
-                let scan = try JSONParser.scanObjects(
-                    bytes,
-                    keeping: keys,
-                    reporting: "marker",
-                    maximumDepth: 0,
-                    maximumCount: 1
-                )
-                return scan.objects.first.map { root in scan.members[root.members].map(\.key) } ?? []
+            let kept = try scanningRoot(document, keeping: keys, reporting: "marker") { scan, _ in
+                scan.objects.first.map { root in scan.members[root.members].map(\.key) } ?? []
             }
             // The name itself and the marker, nothing for the decoys.
             #expect(kept == [number, names.count], "\(name)")
