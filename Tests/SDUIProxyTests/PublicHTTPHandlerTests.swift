@@ -423,7 +423,7 @@ struct PublicHTTPHandlerTests {
         try EmbeddedPublicConnection.run(Self.streamingUploads) { connection in
             let forward = try Self.forwardSmallPost(on: connection)
             let writesBefore = connection.outbound.writes
-            forward.sink.receiveHead(status: .ok, fields: HTTPFieldLines(["Content-Length": "4"]))
+            forward.sink.receiveHead(status: .ok, fields: HTTPFieldLines(["Content-Length": "4"]), bodyLength: 4)
             #expect(connection.outbound.writes == writesBefore, "the head is held for the first part")
             #expect(connection.unreadOutput.isEmpty)
             _ = forward.sink.receiveBodyPart(ByteBuffer(string: "{}{}"))

@@ -33,7 +33,7 @@ struct StreamedResponseBackpressureTests {
     private static func forwardAnswering(_ connection: EmbeddedPublicConnection) throws -> ScriptedForward {
         try connection.send("GET /api/report HTTP/1.1\r\nHost: app.example\r\n\r\n")
         let forward = try #require(connection.backend.forwards.first)
-        forward.sink.receiveHead(status: .ok, fields: HTTPFieldLines(["Content-Length": "10"]))
+        forward.sink.receiveHead(status: .ok, fields: HTTPFieldLines(["Content-Length": "10"]), bodyLength: 10)
         return forward
     }
 

@@ -83,7 +83,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
         sink.writeInterim(status: status, headers: headers)
     }
 
-    func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines) {
+    func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines, bodyLength: Int?) {
         // An answer this hop only filters and adds its own fields to goes out from the backend's bytes; one that
         // is read as a collection (to invalidate, to keep, to merge `Vary`) takes the collection's path.
         assert(sink.eventLoop.inEventLoop)
@@ -97,6 +97,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
             RelayedResponseHead(
                 status: status,
                 fields: fields,
+                bodyLength: bodyLength,
                 hidden: clientFields.hiddenField,
                 requestID: requestID,
                 annotation: annotation

@@ -11,6 +11,9 @@ import SDUIProxyCore
 struct RelayedResponseHead {
     let status: HTTPResponseStatus
     private let fields: HTTPFieldLines
+    /// The body's length when the backend's framing declares one; the connection makes room for a small body
+    /// behind the head with it.
+    let bodyLength: Int?
     private let filter: UpstreamRequestBuilder.EndToEndFilter
     /// A field clients are not shown (the tag field), lower-cased.
     private let hidden: String?
@@ -24,12 +27,14 @@ struct RelayedResponseHead {
     init(
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,
+        bodyLength: Int? = nil,
         hidden: String?,
         requestID: String?,
         annotation: CacheAnnotation?
     ) {
         self.status = status
         self.fields = fields
+        self.bodyLength = bodyLength
         self.filter = UpstreamRequestBuilder.EndToEndFilter(fields)
         self.hidden = hidden
         self.hiddenCount = hidden?.utf8.count ?? -1

@@ -145,7 +145,10 @@ struct HTTP1ResponseWriter {
         closesConnection: Bool,
         allocator: ByteBufferAllocator
     ) {
-        var buffer = allocator.buffer(capacity: 512)
+        // With room for a small body behind the head: its first part is copied there (``partsCopiedBehindHead``),
+        // and growing the buffer then reallocated it and copied the head again (about 700 instructions).
+        let body = head.bodyLength.map { $0 <= Self.partsCopiedBehindHead ? $0 : 0 } ?? 0
+        var buffer = allocator.buffer(capacity: 512 + body)
         HTTPWireFormat.writeStatusLine(head.status, into: &buffer)
         // The lines say whether there is a `Content-Length` as they are written; the framing line comes after them.
         let hasContentLength = head.writeLines(into: &buffer)
@@ -158,6 +161,10 @@ struct HTTP1ResponseWriter {
         HTTP1ResponseEncoder.writeHeadEnd(framing: framing, closesConnection: closesConnection, into: &buffer)
         progress.heldHead = buffer
     }
+
+    /// The largest body part copied behind a held head, so that both go out as one write: copying 8 KiB costs
+    /// about what the second write through the channel did (1,000 instructions a pass-through of 2.4 KB saved).
+    static let partsCopiedBehindHead = 8192
 
     /// Counts a body part of the streamed response, which goes out as its framing says.
     mutating func countBodyPart(_ buffer: ByteBuffer) {

@@ -78,7 +78,7 @@ extension PublicHTTPHandler: ResponseSink {
             // The head taken straight into the `var` it is written through: a second binding of it would make the
             // append copy its storage first (350 instructions a pass-through).
             if var head = writer.takeHeldHead() {
-                if buffer.readableBytes <= Self.partsCopiedBehindHead {
+                if buffer.readableBytes <= HTTP1ResponseWriter.partsCopiedBehindHead {
                     head.writeImmutableBuffer(buffer)
                     context.writeAndFlush(wrapOutboundOut(head), promise: nil)
                     return whenWritable(context)
@@ -99,10 +99,6 @@ extension PublicHTTPHandler: ResponseSink {
         }
         return whenWritable(context)
     }
-
-    /// The largest body part copied behind a held head, so that both go out as one write: copying 8 KiB costs
-    /// about what the second write through the channel did (1,000 instructions a pass-through of 2.4 KB saved).
-    static let partsCopiedBehindHead = 8192
 
     /// Completes when the client can take more: at once while the channel is under its high-water mark (the loop's
     /// one succeeded future, no promise a part), else once it is writable again. A write that fails closes the

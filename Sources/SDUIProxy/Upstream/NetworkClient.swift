@@ -92,8 +92,9 @@ public protocol ForwardedResponseSink: Sendable {
     func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders)
     /// The response head; body parts follow.
     func receiveHead(status: HTTPResponseStatus, headers: HTTPHeaders)
-    /// The response head as the backend's field lines, read in place; the default makes them a collection.
-    func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines)
+    /// The response head as the backend's field lines, read in place, and its body's length when its framing
+    /// declares one (`Content-Length`); the default makes the lines a collection.
+    func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines, bodyLength: Int?)
     /// A part of the body; the returned future completes when the client can take more (backpressure).
     func receiveBodyPart(_ buffer: ByteBuffer) -> EventLoopFuture<Void>
     /// The response is complete.
@@ -103,7 +104,7 @@ public protocol ForwardedResponseSink: Sendable {
 extension ForwardedResponseSink {
     public func receiveInterim(status: HTTPResponseStatus, headers: HTTPHeaders) {}
 
-    public func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines) {
+    public func receiveHead(status: HTTPResponseStatus, fields: HTTPFieldLines, bodyLength: Int?) {
         receiveHead(status: status, headers: fields.headers)
     }
 }

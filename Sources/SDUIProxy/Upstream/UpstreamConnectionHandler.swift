@@ -223,7 +223,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             case .passHead(let deadline):
                 current?.head = head
                 if let deadline { armTimer(for: deadline) }
-                forwarding?.sink.receiveHead(status: head.status, fields: head.fields)
+                forwarding?.sink.receiveHead(status: head.status, fields: head.fields, bodyLength: length)
             case let action:
                 run(action)
             }

@@ -68,6 +68,31 @@ struct RelayedResponseHeadTests {
         #expect(!hasContentLength)
     }
 
+    @Test("an HTTP/1.1 connection holds the head with room for a small body behind it, not for a large one")
+    func roomForASmallBody() throws {
+        func heldHead(bodyLength: Int?) throws -> ByteBuffer {
+            var writer = HTTP1ResponseWriter(requests: RequestTally(), buffers: ResponseBufferRecycler())
+            writer.startRequest(isHead: false, accounting: nil)
+            let head = RelayedResponseHead(
+                status: .ok,
+                fields: HTTPFieldLines(["Content-Length": "\(bodyLength ?? 0)"]),
+                bodyLength: bodyLength,
+                hidden: nil,
+                requestID: nil,
+                annotation: nil
+            )
+            writer.holdStreamedHead(head, cacheResult: nil, closesConnection: false, allocator: ByteBufferAllocator())
+            let held = writer.takeHeldHead()
+            return try #require(held)
+        }
+        // The first part is copied behind the head as it is: without room, the buffer grew and copied the head.
+        let small = HTTP1ResponseWriter.partsCopiedBehindHead
+        #expect(try heldHead(bodyLength: small).writableBytes >= small)
+        #expect(try heldHead(bodyLength: 2_427).writableBytes >= 2_427)
+        // A part too large to be copied goes out on its own: its head takes no more room than one without a body.
+        #expect(try heldHead(bodyLength: small + 1).capacity == heldHead(bodyLength: nil).capacity)
+    }
+
     /// For ASCII values; a wire that takes strings gets bytes beyond ASCII as UTF-8 decodes them.
     @Test("a wire that takes a collection gets the same fields in the same order as the collection path made them")
     func collection() {

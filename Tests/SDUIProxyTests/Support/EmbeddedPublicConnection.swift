@@ -154,11 +154,12 @@ final class ScriptedForward: Sendable {
         }
     }
 
-    /// The backend answers in full: head (as field lines, as the proxy's client parses it), the body as one
-    /// part, end.
+    /// The backend answers in full: head (as field lines, with the length its `Content-Length` declares, as the
+    /// proxy's client parses it), the body as one part, end.
     func respond(status: HTTPResponseStatus, headers: HTTPHeaders, body: String) {
         guard markCompleted() else { return }
-        sink.receiveHead(status: status, fields: HTTPFieldLines(headers))
+        let bodyLength = headers.first(name: "content-length").flatMap { Int($0) }
+        sink.receiveHead(status: status, fields: HTTPFieldLines(headers), bodyLength: bodyLength)
         if !body.isEmpty { _ = sink.receiveBodyPart(ByteBuffer(string: body)) }
         sink.receiveEnd()
         promise.succeed()
