@@ -129,8 +129,15 @@ enum HTTPMessageSyntax {
     ) throws(HTTPParseFailure) -> FieldSection {
         var section = FieldSection()
         let bytes = lines.bytes
-        while let line = lines.next() {
-            let field = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]), failing: kind)
+        while true {
+            // A plain line in one pass; any other, and the end, line by line, where a bad one gets its exact error.
+            let field: (name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, padded: Bool)
+            if let plain = lines.nextPlainField() {
+                field = plain
+            } else {
+                guard let line = lines.next() else { break }
+                field = try parseField(UnsafeRawBufferPointer(rebasing: bytes[line]), failing: kind)
+            }
             // Names are compared where they lie; only the framing fields' values become strings.
             let isLength = HTTPSyntax.equalsIgnoringCase(bytes: field.name, "content-length")
             let isCoding = !isLength && HTTPSyntax.equalsIgnoringCase(bytes: field.name, "transfer-encoding")
@@ -295,44 +302,6 @@ enum HTTPMessageSyntax {
             }
             return false
         }
-    }
-}
-
-/// The CRLF-terminated lines of a head (without its final CRLFCRLF), as ranges; a bare LF makes it invalid.
-struct LineReader {
-    let bytes: UnsafeRawBufferPointer
-    var position = 0
-    private(set) var isValid = true
-
-    init(bytes: UnsafeRawBufferPointer) {
-        self.bytes = bytes
-    }
-
-    /// How many lines are left at most: one more than the line feeds ahead (the last line has none).
-    var remainingLineCount: Int {
-        guard position < bytes.count else { return 0 }
-        var count = 1
-        var from = position
-        while let lineFeed = ByteSearch.firstIndex(of: 0x0A, in: bytes, from: from) {
-            count += 1
-            from = lineFeed + 1
-        }
-        return count
-    }
-
-    mutating func next() -> Range<Int>? {
-        guard isValid, position < bytes.count || (position == 0 && bytes.isEmpty) else { return nil }
-        let start = position
-        guard let lineFeed = ByteSearch.firstIndex(of: 0x0A, in: bytes, from: start) else {
-            position = bytes.count + 1
-            return start..<bytes.count
-        }
-        guard lineFeed > start, bytes[lineFeed - 1] == 0x0D else {
-            isValid = false
-            return nil
-        }
-        position = lineFeed + 1
-        return start..<(lineFeed - 1)
     }
 }
 

@@ -99,26 +99,41 @@ public enum HTTPSyntax {
         return UInt64(first) | UInt64(last) &<< 32
     }
 
-    /// Whether each of the eight bytes of `word` is an ASCII letter, a digit or `-`.
+    /// The bytes of `word` that are not an ASCII letter, a digit or `-`, flagged as ``ByteWord`` flags bytes: zero
+    /// when there is none, and the lowest flag exact (a byte of 0x80 or more is flagged, and may carry into the
+    /// tests of the bytes above it).
     @inline(__always)
-    static func isAlphanumericOrDash(_ word: UInt64) -> Bool {
+    static func nonAlphanumericOrDashBytes(_ word: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highBits: UInt64 = 0x8080_8080_8080_8080
-        guard word & highBits == 0 else { return false }
-        // With every byte below 0x80, adding `0x80 - low` sets a byte's high bit when it is at least `low`, and
-        // adding `0x7F - high` when it is above `high`; neither carries into the next byte.
         @inline(__always)
         func within(_ word: UInt64, _ low: UInt64, _ high: UInt64) -> UInt64 {
             (word &+ (0x80 - low) &* ones) & ~(word &+ (0x7F - high) &* ones) & highBits
         }
-        // Setting 0x20 makes every letter lower case and moves no other byte into `a...z`.
+        // Below 0x80, adding `0x80 - low` sets a byte's high bit when it is at least `low`, and adding `0x7F - high`
+        // when it is above `high`; neither carries into the next byte. Setting 0x20 makes every letter lower case
+        // and moves no other byte into `a...z`.
         let letters = within(word | (0x20 &* ones), 0x61, 0x7A)
         let digits = within(word, 0x30, 0x39)
         // A byte of `word ^ "-"` that is zero: its low seven bits carry nothing into its high bit, nor does it
         // have one of its own.
         let dash = word ^ (0x2D &* ones)
         let dashes = ~(((dash & (0x7F &* ones)) &+ (0x7F &* ones)) | dash) & highBits
-        return letters | digits | dashes == highBits
+        return (~(letters | digits | dashes) | word) & highBits
+    }
+
+    /// Whether `byte` is an ASCII letter, a digit or `-`.
+    @inline(__always)
+    static func isAlphanumericOrDash(_ byte: UInt8) -> Bool {
+        let lower = byte | 0x20
+        return (lower >= UInt8(ascii: "a") && lower <= UInt8(ascii: "z"))
+            || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "-")
+    }
+
+    /// Whether each of the eight bytes of `word` is an ASCII letter, a digit or `-`.
+    @inline(__always)
+    static func isAlphanumericOrDash(_ word: UInt64) -> Bool {
+        nonAlphanumericOrDashBytes(word) == 0
     }
 
     /// Whether `byte` is a token character (RFC 9110 section 5.6.2, `tchar`): a bit per byte, in two words.
