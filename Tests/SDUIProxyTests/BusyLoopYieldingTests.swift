@@ -47,7 +47,7 @@ struct BusyLoopYieldingTests {
 
     @Test("on a real event loop, a loop kept busy offers its core and one that mostly sleeps does not")
     func realLoop() async throws {
-        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1))
+        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1), loops: 1)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: yielding)
         let loop = group.next()
 
@@ -64,7 +64,7 @@ struct BusyLoopYieldingTests {
 
     @Test("two busy loops on one core let each other run, and those yields are counted")
     func sharedCore() async throws {
-        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1))
+        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1), loops: 2)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2, metricsDelegate: yielding)
         let loops = Array(group.makeIterator())
         // Alone on its core, a loop that offers it is not counted.

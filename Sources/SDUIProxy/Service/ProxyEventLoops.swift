@@ -28,7 +28,7 @@ struct ProxyEventLoops: Sendable {
         // NIO's count honours the container's CPU quota and cpuset.
         let count = configuration.count > 0 ? configuration.count : System.coreCount
         if configuration.yieldAfter > .zero {
-            let yielding = BusyLoopYielding(yieldAfter: configuration.yieldAfter.timeAmount)
+            let yielding = BusyLoopYielding(yieldAfter: configuration.yieldAfter.timeAmount, loops: count)
             self.yielding = yielding
             group = MultiThreadedEventLoopGroup(numberOfThreads: count, metricsDelegate: yielding)
         } else {
@@ -48,14 +48,27 @@ struct ProxyEventLoops: Sendable {
 ///
 /// NIO calls ``processedTick(info:)`` on the loop's thread after each turn of the loop, which is where a loop is
 /// between batches of work: what it wrote is out, and yielding delays nothing it has started.
-final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
+///
+/// `@unchecked Sendable` for `policies`: each is touched only by the thread of the loop that claimed its slot.
+final class BusyLoopYielding: NIOEventLoopMetricsDelegate, @unchecked Sendable {
     private let yieldAfter: TimeAmount
-    private let policies = ThreadSpecificVariable<PolicyBox>()
+    private let slots: EventLoopSlots
+    /// Each slot's loop's policy.
+    private let policies: UnsafeMutablePointer<BusyLoopYieldPolicy>
     private let yieldCalls = Atomic<Int>(0)
     private let gaveWay = Atomic<Int>(0)
 
-    init(yieldAfter: TimeAmount) {
+    /// For a group of `loops` loops: a loop beyond them never yields.
+    init(yieldAfter: TimeAmount, loops: Int) {
         self.yieldAfter = yieldAfter
+        slots = EventLoopSlots(count: loops)
+        policies = UnsafeMutablePointer<BusyLoopYieldPolicy>.allocate(capacity: loops)
+        policies.initialize(repeating: BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds), count: loops)
+    }
+
+    deinit {
+        policies.deinitialize(count: slots.count)
+        policies.deallocate()
     }
 
     /// How often a loop has offered its core: on a core of its own, nothing takes it.
@@ -70,19 +83,14 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
     static let gaveWayThreshold: Int64 = 5_000
 
     func processedTick(info: NIOEventLoopTickInfo) {
-        let box: PolicyBox
-        if let existing = policies.currentValue {
-            box = existing
-        } else {
-            box = PolicyBox(BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds))
-            policies.currentValue = box
-        }
+        guard let slot = slots.slot(of: info.eventLoopID) else { return }
+        let policy = policies + slot
         // The tick's own clock reading decides whether a window is over; the thread's CPU clock (a system call) is
         // read only then, and twice more around a yield.
         let now = Int64(info.endTime.uptimeNanoseconds)
-        guard box.policy.isDue(now: now) else { return }
+        guard policy.pointee.isDue(now: now) else { return }
         let cpuBefore = Self.threadCPUTime()
-        guard box.policy.closeWindow(now: now, cpuTime: cpuBefore) else { return }
+        guard policy.pointee.closeWindow(now: now, cpuTime: cpuBefore) else { return }
         let before = Int64(NIODeadline.now().uptimeNanoseconds)
         sched_yield()
         let after = Int64(NIODeadline.now().uptimeNanoseconds)
@@ -92,7 +100,7 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
             gaveWay.wrappingAdd(1, ordering: .relaxed)
         }
         // The window starts when the loop has its core back: the time spent waiting for it is not the loop's.
-        box.policy.startWindow(now: after, cpuTime: cpuAfter)
+        policy.pointee.startWindow(now: after, cpuTime: cpuAfter)
     }
 
     /// The calling thread's CPU time, in nanoseconds.
@@ -100,15 +108,6 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
         var time = timespec()
         guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
         return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
-    }
-
-    /// One loop's policy, reached through a thread-specific variable: only that loop's thread touches it.
-    private final class PolicyBox: @unchecked Sendable {
-        var policy: BusyLoopYieldPolicy
-
-        init(_ policy: BusyLoopYieldPolicy) {
-            self.policy = policy
-        }
     }
 }
 
