@@ -157,19 +157,28 @@ public struct UpstreamRequestBuilder: Sendable {
             forwarded.replaceOrAdd(name: name, value: value)
         }
         forwarded.add(name: platformHeader, value: platform)
-        if purpose == .cacheFill { forwarded.add(name: "Accept-Encoding", value: "identity") }
-        forwarded.add(name: "Via", value: received.via)
+        // Literal names (and values) as `StaticString`: a `String` literal took the path that reads a string's
+        // bytes through a closure, about 50 instructions a field.
+        if purpose == .cacheFill {
+            forwarded.add(name: "Accept-Encoding" as StaticString, value: "identity" as StaticString)
+        }
+        forwarded.add(name: "Via" as StaticString, value: received.via)
         if let clientAddress {
             forwarded.add(
-                name: "X-Forwarded-For",
+                name: "X-Forwarded-For" as StaticString,
                 value: forwardedFor.map { $0 + ", " + clientAddress } ?? clientAddress
             )
         } else if let forwardedFor {
-            forwarded.add(name: "X-Forwarded-For", value: forwardedFor)
+            forwarded.add(name: "X-Forwarded-For" as StaticString, value: forwardedFor)
         }
         let hostSent = forwardsHost ? host : nil
-        if !protoIsSet { forwarded.add(name: "X-Forwarded-Proto", value: received.isSecure ? "https" : "http") }
-        if !forwardedHostIsSet, let hostSent { forwarded.add(name: "X-Forwarded-Host", value: hostSent) }
+        if !protoIsSet {
+            let proto: StaticString = received.isSecure ? "https" : "http"
+            forwarded.add(name: "X-Forwarded-Proto" as StaticString, value: proto)
+        }
+        if !forwardedHostIsSet, let hostSent {
+            forwarded.add(name: "X-Forwarded-Host" as StaticString, value: hostSent)
+        }
         if let forwardedElements {
             // A trusted proxy's chain, then this hop: rare enough to be joined as strings.
             let element = Self.forwardedElement(for: clientAddress, host: hostSent, secure: received.isSecure)
