@@ -11,6 +11,23 @@ struct SecureRandomIDTests {
         id.utf8.count == 32 && id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
+    @Test("eight hex digits at once are the value's, lowest first, for every digit in every place")
+    func hexDigits() {
+        var values: [UInt32] = [0, .max, 0x0123_4567, 0x89AB_CDEF, 0xFEDC_BA98]
+        // Each digit value in each place.
+        for place in 0..<8 { for digit in 0..<16 { values.append(UInt32(digit) << (4 * place)) } }
+        var random = SystemRandomNumberGenerator()
+        for _ in 0..<1_000 { values.append(random.next()) }
+        for value in values {
+            let word = SecureRandomID.hexDigits(value).littleEndian
+            let digits = withUnsafeBytes(of: word) { String(decoding: $0, as: UTF8.self) }
+            let expected = String(
+                String(String(value, radix: 16).reversed()).padding(toLength: 8, withPad: "0", startingAt: 0)
+            )
+            #expect(digits == expected, "\(value)")
+        }
+    }
+
     @Test("a block is drawn once for every sixteen ids, and each word is cleared as it is taken")
     func blockDraws() {
         let block = SecureRandomID.RandomBlock()
