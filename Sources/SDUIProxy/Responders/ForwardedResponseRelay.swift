@@ -99,6 +99,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
                 fields: fields,
                 bodyLength: bodyLength,
                 hidden: clientFields.hiddenField,
+                hiddenLead: clientFields.hiddenFieldLead,
                 requestID: requestID,
                 annotation: annotation
             ),

@@ -19,6 +19,8 @@ struct RelayedResponseHead {
     private let hidden: String?
     /// Its length: most names differ in it, which is then all a name costs to turn away.
     private let hiddenCount: Int
+    /// Its first eight bytes (``ClientFacingFields/hiddenFieldLead``), which turn away most names of its length.
+    private let hiddenLead: UInt64?
     /// The id returned in `X-Request-Id`, in place of the backend's; nil to pass the backend's as it came.
     private let requestID: String?
     /// `Cache-Status` and `X-Cache`, last.
@@ -29,6 +31,7 @@ struct RelayedResponseHead {
         fields: HTTPFieldLines,
         bodyLength: Int? = nil,
         hidden: String?,
+        hiddenLead: UInt64? = nil,
         requestID: String?,
         annotation: CacheAnnotation?
     ) {
@@ -38,6 +41,7 @@ struct RelayedResponseHead {
         self.filter = UpstreamRequestBuilder.EndToEndFilter(fields)
         self.hidden = hidden
         self.hiddenCount = hidden?.utf8.count ?? -1
+        self.hiddenLead = hiddenLead
         self.requestID = requestID
         self.annotation = annotation
     }
@@ -46,7 +50,12 @@ struct RelayedResponseHead {
     /// hidden, and not an `X-Request-Id` the proxy replaces.
     private func keeps(_ name: UnsafeRawBufferPointer) -> Bool {
         guard filter.passes(name) else { return false }
-        if name.count == hiddenCount, let hidden, HTTPSyntax.sameIgnoringCase(bytes: name, hidden) { return false }
+        if name.count == hiddenCount, let hidden,
+            hiddenLead.map({ HTTPSyntax.lowercasedASCII(word: name.loadUnaligned(as: UInt64.self)) == $0 }) ?? true,
+            HTTPSyntax.sameIgnoringCase(bytes: name, hidden)
+        {
+            return false
+        }
         return requestID == nil || !HTTPSyntax.equalsIgnoringCase(bytes: name, "x-request-id")
     }
 

@@ -19,6 +19,10 @@ public struct ClientFacingFields: Sendable, Equatable {
     public let hiddenField: String?
     /// Its length in bytes (-1 without one): most names differ in it, which settles them without the string.
     private let hiddenFieldCount: Int
+    /// Its first eight bytes as a little-endian word; nil without one or for a shorter one. Names as long as
+    /// `Surrogate-Key` are common (`Last-Modified`, `Accept-Ranges`, `Cache-Control`), and a comparison with the
+    /// string cost each about 115 instructions; one with this word turns nearly all of them away.
+    public let hiddenFieldLead: UInt64?
     /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored; then the
     /// same for a response kept compressed, which names `Accept-Encoding` too.
     private let keyFieldsVary: String?
@@ -29,6 +33,10 @@ public struct ClientFacingFields: Sendable, Equatable {
         self.keyFields = keyFields
         self.hiddenField = hiddenField?.lowercased()
         self.hiddenFieldCount = self.hiddenField?.utf8.count ?? -1
+        self.hiddenFieldLead = self.hiddenField.flatMap { name in
+            name.utf8.count >= 8
+                ? Array(name.utf8.prefix(8)).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) } : nil
+        }
         self.keyFieldsVary = Self.merged([], keyFields)
         // Without key fields it is `Accept-Encoding` alone, made without an array: forwarded answers' fields (no
         // keys) are made for every configuration.

@@ -68,6 +68,30 @@ struct RelayedResponseHeadTests {
         #expect(!hasContentLength)
     }
 
+    @Test("the hidden field goes in any letter case, found by its first eight bytes; names of its length stay")
+    func hiddenByItsLead() {
+        let clientFields = ClientFacingFields(hiddenField: "Surrogate-Key")
+        #expect(clientFields.hiddenFieldLead != nil)
+        let head = RelayedResponseHead(
+            status: .ok,
+            fields: HTTPFieldLines([
+                "Last-Modified": "x", "SURROGATE-KEY": "a", "Accept-Ranges": "bytes", "surrogate-kez": "b",
+                "xurrogate-key": "c", "surrogate-key": "d",
+            ]),
+            hidden: clientFields.hiddenField,
+            hiddenLead: clientFields.hiddenFieldLead,
+            requestID: nil,
+            annotation: nil
+        )
+        #expect(
+            Self.lines(of: head).text
+                == "Last-Modified: x\r\nAccept-Ranges: bytes\r\nsurrogate-kez: b\r\nxurrogate-key: c\r\n"
+                + "Via: 1.1 sdui-proxy\r\n"
+        )
+        // A name shorter than a word has no lead: compared whole.
+        #expect(ClientFacingFields(hiddenField: "X-Tags").hiddenFieldLead == nil)
+    }
+
     @Test("an HTTP/1.1 connection holds the head with room for a small body behind it, not for a large one")
     func roomForASmallBody() throws {
         func heldHead(bodyLength: Int?) throws -> ByteBuffer {
