@@ -66,7 +66,11 @@ extension CacheResponder {
         sink: any ResponseSink
     ) {
         let boundSink = NIOLoopBound(sink, eventLoop: sink.eventLoop)
-        let requester = RequestID.upstreamIdentity(of: request.head, notes: sink.accessNotes)
+        let requester = RequestID.upstreamIdentity(
+            of: request.head,
+            notes: sink.accessNotes,
+            sentID: request.fields.contains(.requestID)
+        )
         let requestID = requester.requestID
         let fetch = fill(request, staleEntry: nil, proxy: proxy, client: sink.client, requester: requester)
         let asked = sink.accessNotes?.clock.now

@@ -110,7 +110,11 @@ struct CacheResponder {
         let takesInterim = InterimRelay.reaches(request.head.version)
         // The id the backend is sent, returned to the client with the answer, and the span it is sent as a child of
         // (a coalesced request's fill carries its leader's).
-        let requester = RequestID.upstreamIdentity(of: request.head, notes: sink.accessNotes)
+        let requester = RequestID.upstreamIdentity(
+            of: request.head,
+            notes: sink.accessNotes,
+            sentID: request.fields.contains(.requestID)
+        )
         let requestID = requester.requestID
         let fetch = fill(
             request,
@@ -325,7 +329,11 @@ struct CacheResponder {
                 sink: sink
             )
         }
-        let requester = RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)
+        let requester = RequestID.upstreamIdentity(
+            of: head,
+            notes: sink.accessNotes,
+            sentID: request.fields.contains(.requestID)
+        )
         let requestID = requester.requestID
         let relay = PassThroughResponder.relay(
             for: head,

@@ -14,10 +14,15 @@ enum RequestID {
     }
 
     /// Who a request sent to the backend for `head` is for: the client's sane id, the access line's, or a new
-    /// one, and the request's span when it is traced.
-    static func upstreamIdentity(of head: HTTPRequestHead, notes: AccessNotes?) -> UpstreamIdentity {
+    /// one, and the request's span when it is traced. `sentID` false says the head has no `X-Request-Id` (the
+    /// router noted which fields it has): its fields are then not searched for one.
+    static func upstreamIdentity(of head: HTTPRequestHead, notes: AccessNotes?, sentID: Bool = true) -> UpstreamIdentity
+    {
         // The notes' id, when they have one, is the client's sane one already, or the one made for its line.
-        UpstreamIdentity(requestID: notes?.requestID ?? given(in: head.headers) ?? make(), span: notes?.traced)
+        UpstreamIdentity(
+            requestID: notes?.requestID ?? (sentID ? given(in: head.headers) : nil) ?? make(),
+            span: notes?.traced
+        )
     }
 
     /// A new id: 128 random bits from the system's secure generator, as 32 lower-case hex digits (as queue ids).
