@@ -76,4 +76,22 @@ struct ClientFacingFieldsTests {
         #expect(entry.tags == ["home", "all"])
         #expect(entry.headers["vary"] == ["Accept-Encoding, beagle-platform"])
     }
+
+    @Test("the hidden field is found by name in any letter case; names of its length, alike or not, are not it")
+    func hidesByName() {
+        func hides(_ fields: ClientFacingFields, _ name: String) -> Bool {
+            Array(name.utf8).withUnsafeBytes { fields.hides($0) }
+        }
+        let long = ClientFacingFields(hiddenField: "Surrogate-Key")
+        #expect(long.hiddenFieldLead != nil)
+        for name in ["surrogate-key", "SURROGATE-KEY", "Surrogate-Key"] { #expect(hides(long, name), "\(name)") }
+        for name in ["Last-Modified", "Accept-Ranges", "Surrogate-Kez", "xurrogate-key", "Surrogate-Ke", "Surrogate"] {
+            #expect(!hides(long, name), "\(name)")
+        }
+        // Shorter than eight bytes: compared whole.
+        let short = ClientFacingFields(hiddenField: "X-Tags")
+        #expect(short.hiddenFieldLead == nil)
+        #expect(hides(short, "x-TAGS") && !hides(short, "x-tagz") && !hides(short, "X-Tag"))
+        #expect(!hides(ClientFacingFields(), "X-Tags"))
+    }
 }
