@@ -21,8 +21,9 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
     private let tls: UpstreamTLS?
     private let connectTimeout: TimeAmount
     private var machine: UpstreamPoolStateMachine
-    /// The connections the machine counts, by identifier.
-    private var connections: [ConnectionID: UpstreamConnectionHandler] = [:]
+    /// The connections the machine counts, by identifier (``IdentifierTable``, not a dictionary that hashed the
+    /// identifier for every exchange).
+    private var connections = IdentifierTable<UpstreamConnectionHandler>()
     /// The requests the machine knows as waiters that are not served yet: parked, or waiting for a connection
     /// opened for them. A request that finds an idle connection never comes here.
     private var waiting: [WaiterID: Waiter] = [:]
@@ -78,9 +79,9 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
             let action = machine.leaseRequested(deadline: exchange.deadline, for: exchange.use)
             switch action {
             case .lease(let id, _):
-                guard let connection = connections[id], connection.isUsable else {
+                guard let connection = connections[id.rawValue], connection.isUsable else {
                     // Closed without the pool hearing of it yet: counted out now (and not again when it is).
-                    connections[id]?.close()
+                    connections[id.rawValue]?.close()
                     connectionClosed(id)
                     continue
                 }
@@ -139,14 +140,14 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
     /// What a connection tells its pool when it closes: from its channel going inactive and again from its close
     /// future. The machine counts it out once.
     func connectionClosed(_ id: ConnectionID) {
-        connections[id] = nil
+        connections[id.rawValue] = nil
         perform(machine.connectionClosed(id, now: .now()))
     }
 
     func closeAll() {
         eventLoop.preconditionInEventLoop()
         let shutdown = machine.shutdown()
-        for id in shutdown.close { connections[id]?.close() }
+        for id in shutdown.close { connections[id.rawValue]?.close() }
         for waiter in shutdown.fail { perform(.fail(waiter, .shuttingDown)) }
     }
 
@@ -163,10 +164,10 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
             break
         case .lease(let id, let waiterID):
             guard let waiter = take(waiterID) else { return }
-            guard let connection = connections[id], connection.isUsable else {
+            guard let connection = connections[id.rawValue], connection.isUsable else {
                 // Closed as it was handed over (an idle one, given to a forward, may have been closed by the
                 // backend): counted out, and the request goes again, as if on a stale connection.
-                connections[id]?.close()
+                connections[id.rawValue]?.close()
                 connectionClosed(id)
                 return start(waiter.exchange, retryOnStaleConnection: false, completion: waiter.completion)
             }
@@ -181,7 +182,7 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
         case .fail(let waiterID, let failure):
             take(waiterID)?.completion(.failure(Self.proxyError(failure, cause: cause)))
         case .close(let id):
-            connections[id]?.close()
+            connections[id.rawValue]?.close()
         case .failAndOpen(let failed, let failure, let id, let waiterID):
             perform(.fail(failed, failure), cause: cause)
             perform(.open(id, for: waiterID))
@@ -221,12 +222,12 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
 
     private func connect(_ id: ConnectionID, deadline: NIODeadline) {
         let handler = UpstreamConnectionHandler(eventLoop: eventLoop, pool: self, id: id)
-        connections[id] = handler
+        connections[id.rawValue] = handler
         let timeout = min(connectTimeout, deadline - .now())
         let tls = self.tls
         // A loop that cannot carry sockets (an embedded one) fails the connection rather than the process.
         guard let bootstrap = ClientBootstrap(validatingGroup: eventLoop) else {
-            connections[id] = nil
+            connections[id.rawValue] = nil
             return perform(machine.connectFailed(id, now: .now()), cause: ChannelError.operationUnsupported)
         }
         // Over TLS, the request written once the connection is established waits in the TLS handler for the
@@ -249,7 +250,7 @@ final class PoolState: UpstreamConnectionEvents, @unchecked Sendable {
                     channel.closeFuture.whenComplete { _ in self.connectionClosed(id) }
                     self.perform(self.machine.connectionEstablished(id))
                 case .failure(let error):
-                    self.connections[id] = nil
+                    self.connections[id.rawValue] = nil
                     self.perform(self.machine.connectFailed(id, now: .now()), cause: error)
                 }
             }

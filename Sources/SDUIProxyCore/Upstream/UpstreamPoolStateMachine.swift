@@ -130,8 +130,9 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// How many connections forwards hold: kept beside the entries rather than as a set of identifiers, which
     /// cost every forward two more hashes of its connection's identifier.
     private var forwardConnectionCount = 0
-    /// The connections that count: an identifier missing here is closed.
-    private var states: [ConnectionID: Entry] = [:]
+    /// The connections that count, by identifier (``IdentifierTable``: each exchange looks its connection up,
+    /// and a dictionary hashed the identifier each time): an identifier missing here is closed.
+    private var states: IdentifierTable<Entry>
     /// The idle connections, the most recently used last: it is the one taken next, and the least recently
     /// used ones are the ones a backend closes first.
     private var idle: [ConnectionID] = []
@@ -148,7 +149,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         self.limit = max(1, limit)
         self.forwardLimit = min(max(1, forwardLimit ?? limit), self.limit)
         idle.reserveCapacity(self.limit)
-        states.reserveCapacity(self.limit)
+        states = IdentifierTable(capacity: self.limit)
     }
 
     /// The connections that count against the limit: connecting, idle, leased or closing.
@@ -177,7 +178,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     }
 
     public func state(of connection: ConnectionID) -> ConnectionState {
-        states[connection]?.state ?? .closed
+        states[connection.rawValue]?.state ?? .closed
     }
 
     /// A request wants a connection for `use` until `deadline`: an idle one, a new one if there is room, or the
@@ -189,7 +190,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         if isShutDown { return .fail(waiter, .shuttingDown) }
         if mayTakeConnection(for: use) {
             if let connection = idle.popLast() {
-                states[connection] = entry(.leased, for: use)
+                states[connection.rawValue] = entry(.leased, for: use)
                 return .lease(connection, to: waiter)
             }
             if states.count < limit {
@@ -203,10 +204,10 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// The connection opened for a waiter is established. One the pool no longer counts (it closed meanwhile)
     /// is to be closed; an event about a connection that was not connecting is ignored.
     public mutating func connectionEstablished(_ connection: ConnectionID) -> Action {
-        switch states[connection]?.state {
+        switch states[connection.rawValue]?.state {
         case .connecting(let waiter):
             // A forward's connection stays the forward's.
-            states[connection]?.state = .leased
+            states[connection.rawValue]?.state = .leased
             return .lease(connection, to: waiter)
         case nil:
             return .close(connection)
@@ -219,7 +220,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// first parked waiter whose deadline is still ahead at `now` (see ``connectionClosed(_:now:)``). An event
     /// about a connection that was not connecting is ignored.
     public mutating func connectFailed(_ connection: ConnectionID, now: NIODeadline = .distantPast) -> Action {
-        guard case .connecting(let waiter) = states[connection]?.state else { return .none }
+        guard case .connecting(let waiter) = states[connection.rawValue]?.state else { return .none }
         forget(connection)
         return failing(waiter, .connectFailed, now: now)
     }
@@ -241,12 +242,12 @@ public struct UpstreamPoolStateMachine: Sendable {
     ) -> Action {
         // Found once and changed where it lies: every exchange ends here, and a second lookup hashed the
         // connection's identifier again.
-        guard let index = states.index(forKey: connection), states.values[index].state == .leased else {
+        guard let slot = states.slot(of: connection.rawValue), states[slot: slot].state == .leased else {
             return .none
         }
-        if states.values[index].holdsForward { forwardConnectionCount -= 1 }
+        if states[slot: slot].holdsForward { forwardConnectionCount -= 1 }
         guard reusable, !isShutDown else {
-            states.values[index] = Entry(state: .closing)
+            states[slot: slot] = Entry(state: .closing)
             switch serveFirstWaiter(now: now) {
             case .open(let opened, let waiter)?: return .closeAndOpen(connection, open: opened, for: waiter)
             case .lease(let idle, let waiter)?: return .closeAndLease(connection, lease: idle, to: waiter)
@@ -255,10 +256,10 @@ public struct UpstreamPoolStateMachine: Sendable {
         }
         if let waiterIndex = firstServableWaiter(now: now) {
             let parked = waiters.remove(at: waiterIndex)
-            states.values[index] = entry(.leased, for: parked.use)
+            states[slot: slot] = entry(.leased, for: parked.use)
             return .lease(connection, to: parked.waiter)
         }
-        states.values[index] = Entry(state: .idle)
+        states[slot: slot] = Entry(state: .idle)
         idle.append(connection)
         return .none
     }
@@ -297,7 +298,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         isShutDown = true
         var action = ShutdownAction()
         action.close = idle
-        for connection in idle { states[connection]?.state = .closing }
+        for connection in idle { states[connection.rawValue]?.state = .closing }
         idle.removeAll()
         action.fail = waiters.map(\.waiter)
         waiters.removeAll()
@@ -307,7 +308,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     private mutating func newConnection(for waiter: WaiterID, use: Use) -> ConnectionID {
         let connection = ConnectionID(nextConnection)
         nextConnection += 1
-        states[connection] = entry(.connecting(for: waiter), for: use)
+        states[connection.rawValue] = entry(.connecting(for: waiter), for: use)
         return connection
     }
 
@@ -322,7 +323,7 @@ public struct UpstreamPoolStateMachine: Sendable {
     /// The connection counts no more; its state before, nil when it did not count.
     @discardableResult
     private mutating func forget(_ connection: ConnectionID) -> ConnectionState? {
-        guard let entry = states.removeValue(forKey: connection) else { return nil }
+        guard let entry = states.remove(connection.rawValue) else { return nil }
         if entry.holdsForward { forwardConnectionCount -= 1 }
         return entry.state
     }
@@ -354,7 +355,7 @@ public struct UpstreamPoolStateMachine: Sendable {
         }
         idle.removeLast()
         let parked = waiters.remove(at: index)
-        states[connection] = entry(.leased, for: parked.use)
+        states[connection.rawValue] = entry(.leased, for: parked.use)
         return .lease(connection, to: parked.waiter)
     }
 }
