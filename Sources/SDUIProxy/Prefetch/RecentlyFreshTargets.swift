@@ -21,35 +21,42 @@ final class RecentlyFreshTargets {
     init(recheckInterval: TimeAmount = defaultRecheckInterval, capacity: Int = 1024) {
         self.recheckInterval = recheckInterval
         self.capacity = capacity
+        self.entries = IdentifierTable(capacity: capacity)
     }
 
-    private struct Key: Hashable {
+    /// A target found fresh for a platform, and when.
+    private struct Entry {
         let target: String
         /// A string of its own, not a slice of the cache key's variant, which would keep the vary values alive.
         let platform: String
-
-        /// The two strings' bytes through ``ByteHash`` as a pair, then the table's `Hasher` on that alone: `Hasher`
-        /// over both strings cost each lookup about 450 instructions, and every stored component that links to
-        /// screens looks up each of them. Equality still compares the strings.
-        func hash(into hasher: inout Hasher) {
-            hasher.combine(ByteHash.hash(target, platform))
-        }
+        let foundAt: NIODeadline
     }
 
-    /// When each target was found fresh.
-    private var foundFreshAt: [Key: NIODeadline] = [:]
+    /// The entries filed by the ``ByteHash`` of target and platform (``IdentifierTable``: a dictionary ran `Hasher`
+    /// over that hash again, and every stored component that links to screens looks up each of them). Two pairs
+    /// with one hash share a slot, the later replacing the earlier: a lookup checks the strings, so a pair found is
+    /// the pair asked for, and one replaced is only asked about in the cache again.
+    private var entries: IdentifierTable<Entry>
 
-    var count: Int { foundFreshAt.count }
+    var count: Int { entries.count }
 
     /// Whether `target` was found fresh for `platform` less than ``recheckInterval`` before `now`.
     func contains(_ target: String, platform: Substring, at now: NIODeadline) -> Bool {
-        guard let found = foundFreshAt[Key(target: target, platform: String(platform))] else { return false }
-        return now - found < recheckInterval
+        let platform = String(platform)
+        guard let entry = entries[Self.key(target, platform)], entry.target == target, entry.platform == platform
+        else { return false }
+        return now - entry.foundAt < recheckInterval
     }
 
     /// Records that the cache holds a fresh entry for `target` and `platform` at `now`.
     func insert(_ target: String, platform: Substring, at now: NIODeadline) {
-        if foundFreshAt.count >= capacity { foundFreshAt.removeAll(keepingCapacity: true) }
-        foundFreshAt[Key(target: target, platform: String(platform))] = now
+        if entries.count >= capacity { entries = IdentifierTable(capacity: capacity) }
+        let platform = String(platform)
+        entries[Self.key(target, platform)] = Entry(target: target, platform: platform, foundAt: now)
+    }
+
+    /// The slot key of a pair: its hash, made non-negative.
+    private static func key(_ target: String, _ platform: String) -> Int {
+        ByteHash.hash(target, platform) & Int.max
     }
 }

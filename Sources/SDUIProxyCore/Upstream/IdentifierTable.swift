@@ -1,6 +1,6 @@
-/// Values filed by non-negative integer identifiers handed out in order, as a pool hands out its connections':
-/// an open-addressing table whose slot is the identifier's low bits, probed linearly, that deletes without
-/// leaving tombstones.
+/// Values filed by non-negative integer identifiers handed out in order, as a pool hands out its connections' (or
+/// well-mixed hashes): an open-addressing table whose slot is the identifier's low bits, probed linearly, that
+/// deletes without leaving tombstones.
 ///
 /// Every exchange finds its connection two or three times (to lease it, to find its handler, to release it); a
 /// `Dictionary` ran SipHash over the identifier for each, about 200 instructions. Identifiers handed out in order
