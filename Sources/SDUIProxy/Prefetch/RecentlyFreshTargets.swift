@@ -21,7 +21,8 @@ final class RecentlyFreshTargets {
     init(recheckInterval: TimeAmount = defaultRecheckInterval, capacity: Int = 1024) {
         self.recheckInterval = recheckInterval
         self.capacity = capacity
-        self.entries = IdentifierTable(capacity: capacity)
+        // Grown as targets are found, not made for all of them: most proxies link to a few dozen screens.
+        self.entries = IdentifierTable()
     }
 
     /// A target found fresh for a platform, and when.
@@ -50,7 +51,7 @@ final class RecentlyFreshTargets {
 
     /// Records that the cache holds a fresh entry for `target` and `platform` at `now`.
     func insert(_ target: String, platform: Substring, at now: NIODeadline) {
-        if entries.count >= capacity { entries = IdentifierTable(capacity: capacity) }
+        if entries.count >= capacity { entries = IdentifierTable() }
         let platform = String(platform)
         entries[Self.key(target, platform)] = Entry(target: target, platform: platform, foundAt: now)
     }
