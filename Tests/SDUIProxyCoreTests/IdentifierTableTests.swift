@@ -18,8 +18,12 @@ struct IdentifierTableTests {
             }
         }
         #expect(table.count == expected.count)
-        for key in -1..<45 { #expect(table[max(key, 0)] == expected[max(key, 0)], "\(key)") }
+        for key in 0..<45 { #expect(table[key] == expected[key], "\(key)") }
         #expect(table.remove(1_000) == nil)
+        // A negative key is never held: free slots hold -1, and it must not find one.
+        #expect(table[-1] == nil && table.slot(of: -1) == nil && table.remove(-1) == nil)
+        table[-1] = nil
+        #expect(table.count == expected.count)
     }
 
     @Test("random inserts, replacements and removals, many colliding, agree with a dictionary throughout")

@@ -98,8 +98,7 @@ final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
                 status: status,
                 fields: fields,
                 bodyLength: bodyLength,
-                hidden: clientFields.hiddenField,
-                hiddenLead: clientFields.hiddenFieldLead,
+                clientFields: clientFields,
                 requestID: requestID,
                 annotation: annotation
             ),

@@ -30,8 +30,7 @@ struct RelayedResponseHead {
         status: HTTPResponseStatus,
         fields: HTTPFieldLines,
         bodyLength: Int? = nil,
-        hidden: String?,
-        hiddenLead: UInt64? = nil,
+        clientFields: ClientFacingFields,
         requestID: String?,
         annotation: CacheAnnotation?
     ) {
@@ -39,9 +38,11 @@ struct RelayedResponseHead {
         self.fields = fields
         self.bodyLength = bodyLength
         self.filter = UpstreamRequestBuilder.EndToEndFilter(fields)
-        self.hidden = hidden
-        self.hiddenCount = hidden?.utf8.count ?? -1
-        self.hiddenLead = hiddenLead
+        // The hidden field, its length and its first word read from one place, so that they always agree: the word
+        // is tested against the first eight bytes of every name as long as the field.
+        self.hidden = clientFields.hiddenField
+        self.hiddenCount = clientFields.hiddenField?.utf8.count ?? -1
+        self.hiddenLead = clientFields.hiddenFieldLead
         self.requestID = requestID
         self.annotation = annotation
     }

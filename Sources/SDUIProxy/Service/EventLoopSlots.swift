@@ -1,7 +1,8 @@
 import Atomics
 
 /// A slot for each of up to ``count`` event loops, claimed by a loop the first time it asks and found again by
-/// its identity in a comparison or two: state of each loop's own for a `NIOEventLoopMetricsDelegate`
+/// its identity among the claimed slots (the k-th loop to claim one compares k identities, two or three on a
+/// proxy's usual few loops): state of each loop's own for a `NIOEventLoopMetricsDelegate`
 /// (``BusyLoopYielding``), which is made before its group's loops exist and is called on every loop's thread after
 /// every turn of it.
 ///

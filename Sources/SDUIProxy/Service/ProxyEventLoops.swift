@@ -51,7 +51,6 @@ struct ProxyEventLoops: Sendable {
 ///
 /// `@unchecked Sendable` for `policies`: each is touched only by the thread of the loop that claimed its slot.
 final class BusyLoopYielding: NIOEventLoopMetricsDelegate, @unchecked Sendable {
-    private let yieldAfter: TimeAmount
     private let slots: EventLoopSlots
     /// Each slot's loop's policy.
     private let policies: UnsafeMutablePointer<BusyLoopYieldPolicy>
@@ -60,7 +59,6 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, @unchecked Sendable {
 
     /// For a group of `loops` loops: a loop beyond them never yields.
     init(yieldAfter: TimeAmount, loops: Int) {
-        self.yieldAfter = yieldAfter
         slots = EventLoopSlots(count: loops)
         policies = UnsafeMutablePointer<BusyLoopYieldPolicy>.allocate(capacity: loops)
         policies.initialize(repeating: BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds), count: loops)

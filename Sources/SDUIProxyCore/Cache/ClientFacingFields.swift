@@ -19,7 +19,8 @@ public struct ClientFacingFields: Sendable, Equatable {
     public let hiddenField: String?
     /// Its length in bytes (-1 without one): most names differ in it, which settles them without the string.
     private let hiddenFieldCount: Int
-    /// Its first eight bytes as a little-endian word; nil without one or for a shorter one. Names as long as
+    /// Its first eight bytes, lower-cased, as one word (loaded as names are, in the machine's order); nil without
+    /// one or for a shorter one. Names as long as
     /// `Surrogate-Key` are common (`Last-Modified`, `Accept-Ranges`, `Cache-Control`), and a comparison with the
     /// string cost each about 115 instructions; one with this word turns nearly all of them away.
     public let hiddenFieldLead: UInt64?
@@ -60,8 +61,8 @@ public struct ClientFacingFields: Sendable, Equatable {
         return keyFields
     }
 
-    /// The first eight bytes of the field name `name`, lower-cased, as a little-endian word; nil for a name shorter
-    /// than that.
+    /// The first eight bytes of the field name `name`, lower-cased, as one word loaded in the machine's order, as
+    /// ``hides(_:)`` loads a name's; nil for a name shorter than that.
     public static func lead(of name: String) -> UInt64? {
         guard name.utf8.count >= 8 else { return nil }
         return name.withContiguousUTF8 {

@@ -3,13 +3,14 @@
 /// deletes without leaving tombstones.
 ///
 /// Every exchange finds its connection two or three times (to lease it, to find its handler, to release it); a
-/// `Dictionary` ran SipHash over the identifier for each, about 200 instructions. Identifiers handed out in order
-/// fall in slots of their own while fewer than the table's size are held, so a lookup is nearly always one
-/// comparison. At most half the slots are used: the table doubles before that.
+/// `Dictionary` ran SipHash over the identifier for each, about 200 instructions. While the identifiers held lie
+/// within a window of the table's size (a pool's live connections, handed out in order), each has a slot of its
+/// own and a lookup is one comparison; well-mixed hashes (the targets a loop found fresh lately) collide as often
+/// as in any open-addressing table. At most half the slots are used: the table doubles before that.
 ///
-/// Generic and used across modules (``UpstreamPoolStateMachine`` here, the pool's handlers in `SDUIProxy`): its
-/// methods are inlinable, so that each use is specialized for its values instead of running through their
-/// metadata.
+/// Generic and used across modules (``UpstreamPoolStateMachine`` here; the pool's handlers and the recently fresh
+/// targets in `SDUIProxy`): its methods are inlinable, so that each use is specialized for its values instead of
+/// running through their metadata.
 public struct IdentifierTable<Value> {
     /// Each slot's identifier, -1 when the slot is free.
     @usableFromInline var keys: [Int]
@@ -35,6 +36,8 @@ public struct IdentifierTable<Value> {
     /// The slot that holds `key`; nil when it is not held.
     @inlinable
     public func slot(of key: Int) -> Int? {
+        // A free slot holds -1: a negative key is never held, and must not match one.
+        guard key >= 0 else { return nil }
         var slot = key & mask
         while true {
             let held = keys[slot]
@@ -44,7 +47,7 @@ public struct IdentifierTable<Value> {
         }
     }
 
-    /// The value in `slot`, which ``slot(of:)`` found; changed where it lies.
+    /// The value in `slot`, which ``slot(of:)`` found, read and set without looking the key up again.
     @inlinable
     public subscript(slot slot: Int) -> Value {
         get { values[slot]! }
