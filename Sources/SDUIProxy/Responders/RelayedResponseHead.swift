@@ -39,7 +39,9 @@ struct RelayedResponseHead {
         self.bodyLength = bodyLength
         self.filter = UpstreamRequestBuilder.EndToEndFilter(fields)
         // The hidden field, its length and its first word read from one place, so that they always agree: the word
-        // is tested against the first eight bytes of every name as long as the field.
+        // is tested against the first eight bytes of every name as long as the field. Kept apart rather than asking
+        // `clientFields.hides` for each name: holding a copy of the fields retained their strings and arrays, and
+        // each call crossed into the other module (a pass-through 460 instructions dearer).
         self.hidden = clientFields.hiddenField
         self.hiddenCount = clientFields.hiddenField?.utf8.count ?? -1
         self.hiddenLead = clientFields.hiddenFieldLead

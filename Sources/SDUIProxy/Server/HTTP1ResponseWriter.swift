@@ -147,8 +147,8 @@ struct HTTP1ResponseWriter {
     ) {
         // With room for a small body behind the head: its first part is copied there (``partsCopiedBehindHead``),
         // and growing the buffer then reallocated it and copied the head again (about 700 instructions).
-        let body = head.bodyLength.map { $0 <= Self.partsCopiedBehindHead ? $0 : 0 } ?? 0
-        var buffer = allocator.buffer(capacity: 512 + body)
+        let bodyRoom = head.bodyLength.map { $0 <= Self.partsCopiedBehindHead ? $0 : 0 } ?? 0
+        var buffer = allocator.buffer(capacity: 512 + bodyRoom)
         HTTPWireFormat.writeStatusLine(head.status, into: &buffer)
         // The lines say whether there is a `Content-Length` as they are written; the framing line comes after them.
         let hasContentLength = head.writeLines(into: &buffer)

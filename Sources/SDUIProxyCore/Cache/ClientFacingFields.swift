@@ -20,9 +20,9 @@ public struct ClientFacingFields: Sendable, Equatable {
     /// Its length in bytes (-1 without one): most names differ in it, which settles them without the string.
     private let hiddenFieldCount: Int
     /// Its first eight bytes, lower-cased, as one word (loaded as names are, in the machine's order); nil without
-    /// one or for a shorter one. Names as long as
-    /// `Surrogate-Key` are common (`Last-Modified`, `Accept-Ranges`, `Cache-Control`), and a comparison with the
-    /// string cost each about 115 instructions; one with this word turns nearly all of them away.
+    /// one or for a shorter one. Names as long as `Surrogate-Key` are common (`Last-Modified`, `Accept-Ranges`,
+    /// `Cache-Control`), and a comparison with the string cost each about 115 instructions; one with this word turns
+    /// nearly all of them away.
     public let hiddenFieldLead: UInt64?
     /// `Vary` when the backend names none (nearly always): merged once, not for every entry stored; then the
     /// same for a response kept compressed, which names `Accept-Encoding` too.
@@ -63,7 +63,7 @@ public struct ClientFacingFields: Sendable, Equatable {
 
     /// The first eight bytes of the field name `name`, lower-cased, as one word loaded in the machine's order, as
     /// ``hides(_:)`` loads a name's; nil for a name shorter than that.
-    public static func lead(of name: String) -> UInt64? {
+    private static func lead(of name: String) -> UInt64? {
         guard name.utf8.count >= 8 else { return nil }
         return name.withContiguousUTF8 {
             HTTPSyntax.lowercasedASCII(word: UnsafeRawBufferPointer($0).loadUnaligned(as: UInt64.self))
