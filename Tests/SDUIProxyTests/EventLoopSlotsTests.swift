@@ -11,7 +11,7 @@ struct EventLoopSlotsTests {
     @Test("a loop claims a free slot the first time and finds the same one after; past the count there is none")
     func claimAndFind() {
         let loops = (0..<3).map { _ in EmbeddedEventLoop() }
-        let slots = EventLoopSlots(count: 2)
+        let slots = EventLoopSlots(count: 2, initial: 0)
         let first = slots.slot(of: ObjectIdentifier(loops[0]))
         let second = slots.slot(of: ObjectIdentifier(loops[1]))
         #expect(first == 0)
@@ -20,12 +20,17 @@ struct EventLoopSlotsTests {
         #expect(slots.slot(of: ObjectIdentifier(loops[1])) == second)
         #expect(slots.slot(of: ObjectIdentifier(loops[2])) == nil)
         #expect(slots.slot(of: ObjectIdentifier(loops[1])) == second)
+        // Each claimed slot holds a value of its own, changed where it lies.
+        slots.value(of: ObjectIdentifier(loops[0]))?.pointee = 7
+        #expect(slots.value(of: ObjectIdentifier(loops[0]))?.pointee == 7)
+        #expect(slots.value(of: ObjectIdentifier(loops[1]))?.pointee == 0)
+        #expect(slots.value(of: ObjectIdentifier(loops[2])) == nil)
     }
 
     @Test("the loops of a group claiming at once, each on its own thread, get slots apart")
     func claimsAtOnce() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 4)
-        let slots = EventLoopSlots(count: 4)
+        let slots = EventLoopSlots(count: 4, initial: 0)
         let loops = Array(group.makeIterator())
         let claimed = try await withThrowingTaskGroup(of: (Int?, Int?).self) { tasks in
             for loop in loops {

@@ -48,25 +48,15 @@ struct ProxyEventLoops: Sendable {
 ///
 /// NIO calls ``processedTick(info:)`` on the loop's thread after each turn of the loop, which is where a loop is
 /// between batches of work: what it wrote is out, and yielding delays nothing it has started.
-///
-/// `@unchecked Sendable` for `policies`: each is touched only by the thread of the loop that claimed its slot.
-final class BusyLoopYielding: NIOEventLoopMetricsDelegate, @unchecked Sendable {
-    private let slots: EventLoopSlots
-    /// Each slot's loop's policy.
-    private let policies: UnsafeMutablePointer<BusyLoopYieldPolicy>
+final class BusyLoopYielding: NIOEventLoopMetricsDelegate, Sendable {
+    /// Each loop's policy.
+    private let policies: EventLoopSlots<BusyLoopYieldPolicy>
     private let yieldCalls = Atomic<Int>(0)
     private let gaveWay = Atomic<Int>(0)
 
     /// For a group of `loops` loops: a loop beyond them never yields.
     init(yieldAfter: TimeAmount, loops: Int) {
-        slots = EventLoopSlots(count: loops)
-        policies = UnsafeMutablePointer<BusyLoopYieldPolicy>.allocate(capacity: loops)
-        policies.initialize(repeating: BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds), count: loops)
-    }
-
-    deinit {
-        policies.deinitialize(count: slots.count)
-        policies.deallocate()
+        policies = EventLoopSlots(count: loops, initial: BusyLoopYieldPolicy(yieldAfter: yieldAfter.nanoseconds))
     }
 
     /// How often a loop has offered its core: on a core of its own, nothing takes it.
@@ -81,8 +71,7 @@ final class BusyLoopYielding: NIOEventLoopMetricsDelegate, @unchecked Sendable {
     static let gaveWayThreshold: Int64 = 5_000
 
     func processedTick(info: NIOEventLoopTickInfo) {
-        guard let slot = slots.slot(of: info.eventLoopID) else { return }
-        let policy = policies + slot
+        guard let policy = policies.value(of: info.eventLoopID) else { return }
         // The tick's own clock reading decides whether a window is over; the thread's CPU clock (a system call) is
         // read only then, and twice more around a yield.
         let now = Int64(info.endTime.uptimeNanoseconds)
