@@ -17,39 +17,16 @@ struct LineReaderTests {
         "\(String(decoding: field.name, as: UTF8.self))|\(String(decoding: field.value, as: UTF8.self))|\(field.padded)"
     }
 
-    /// The field lines of `head` (no start line, no final blank line) read one line at a time, as they were before
-    /// plain lines were read in one pass.
-    private static func lineByLine(_ head: [UInt8]) -> Reading {
-        head.withUnsafeBytes { bytes in
-            var lines = LineReader(bytes: bytes)
-            var fields: [String] = []
-            do throws(HTTPParseFailure) {
-                while let line = lines.next() {
-                    let field = try HTTPMessageSyntax.parseField(
-                        UnsafeRawBufferPointer(rebasing: bytes[line]),
-                        failing: .network
-                    )
-                    fields.append(describe(field))
-                }
-            } catch {
-                return .failure(error)
-            }
-            guard lines.isValid else {
-                return .failure(HTTPParseFailure(kind: .network, reason: "a bare line feed in the head"))
-            }
-            return .success(fields)
-        }
-    }
-
-    /// The field lines of `head` read as the parsers read them, with whether each value was padded: a plain line in
-    /// one pass, any other line by line.
-    private static func plainLinesFirst(_ head: [UInt8]) -> Reading {
+    /// The field lines of `head` (no start line, no final blank line), each with whether its value was padded:
+    /// read one line at a time, as they were before plain lines were read in one pass, or, with `plainLinesFirst`,
+    /// as the parsers read them (a plain line in one pass, any other line by line).
+    private static func read(_ head: [UInt8], plainLinesFirst: Bool) -> Reading {
         head.withUnsafeBytes { bytes in
             var lines = LineReader(bytes: bytes)
             var fields: [String] = []
             do throws(HTTPParseFailure) {
                 while true {
-                    if let plain = lines.nextPlainField() {
+                    if plainLinesFirst, let plain = lines.nextPlainField() {
                         fields.append(describe(plain))
                         continue
                     }
@@ -69,6 +46,10 @@ struct LineReaderTests {
             return .success(fields)
         }
     }
+
+    private static func lineByLine(_ head: [UInt8]) -> Reading { read(head, plainLinesFirst: false) }
+
+    private static func plainLinesFirst(_ head: [UInt8]) -> Reading { read(head, plainLinesFirst: true) }
 
     /// The field lines of `head` as a backend's response head is read, plain lines in one pass.
     private static func asParsed(_ head: [UInt8]) -> Reading {
