@@ -2,25 +2,29 @@ import NIOHTTP1
 import SDUIProxyCore
 import Testing
 
-@Suite("The request fields the cache path asks about")
+@Suite("The request fields the cache path and forwards ask about")
 struct RequestFieldPresenceTests {
     @Test("each is found under any case, and no other name counts")
     func names() {
         let headers = HTTPHeaders([
             ("Host", "proxy"), ("IF-NONE-MATCH", #""a""#), ("if-modified-since", "Sun, 22 Nov 2026 03:00:00 GMT"),
             ("Range", "bytes=0-1"), ("Cache-control", "no-cache"), ("authorization", "Bearer x"),
-            ("X-REQUEST-ID", "abc"), ("accept-Encoding", "gzip"),
+            ("X-REQUEST-ID", "abc"), ("accept-Encoding", "gzip"), ("CONNECTION", "x-a"), ("Content-length", "0"),
+            ("transfer-ENCODING", "chunked"),
         ])
         #expect(
             RequestFieldPresence(headers) == [
                 .ifNoneMatch, .ifModifiedSince, .range, .cacheControl, .authorization, .requestID, .acceptEncoding,
+                .connection, .contentLength, .transferEncoding,
             ]
         )
         let lookalikes = HTTPHeaders([
             ("If-Range", #""a""#), ("Ranges", "x"), ("If-Match", #""a""#), ("Cache-Controls", "x"),
             ("Authorisation", "x"),
             ("if-unmodified-since", "Sun, 22 Nov 2026 03:00:00 GMT"), ("Accept-Encodings", "gzip"),
-            ("X-Request-Ids", "abc"), ("Request-Id", "abc"), ("Accept-Language", "en"),
+            ("X-Request-Ids", "abc"), ("Request-Id", "abc"), ("Accept-Language", "en"), ("Connections", "x"),
+            ("Proxy-Connection", "close"), ("Content-Type", "text/plain"), ("Content-Lengths", "0"),
+            ("Content-Encoding", "gzip"), ("Transfer-Encodings", "chunked"), ("TE", "trailers"),
         ])
         #expect(RequestFieldPresence(lookalikes).isEmpty)
         #expect(RequestFieldPresence(HTTPHeaders()).isEmpty)
@@ -79,6 +83,38 @@ struct RequestFieldPresenceTests {
             Issue.record("two platform headers are not refused")
             return
         }
+    }
+
+    @Test("a forward carries what the router noted: framing fields, Connection and the client's id, or none")
+    func forwards() throws {
+        let router = try RequestRouterTests.router()
+        let posted = router.route(
+            RequestRouterTests.head(
+                .POST,
+                "/screens/a",
+                [("Content-Length", "2"), ("Connection", "x-trace"), ("X-Request-Id", "r1")]
+            )
+        )
+        guard case .forward(_, _, _, let fields) = posted else {
+            Issue.record("a POST is not forwarded")
+            return
+        }
+        #expect(fields == [.contentLength, .connection, .requestID])
+        guard
+            case .forward(_, _, _, let chunked) = router.route(
+                RequestRouterTests.head(.PUT, "/screens/a", [("Transfer-Encoding", "chunked")])
+            )
+        else {
+            Issue.record("a PUT is not forwarded")
+            return
+        }
+        #expect(chunked == .transferEncoding)
+        guard case .forward(_, _, .bypass, let bypassed) = router.route(RequestRouterTests.head(.GET, "/api/session"))
+        else {
+            Issue.record("a bypass route is not forwarded")
+            return
+        }
+        #expect(bypassed.isEmpty)
     }
 
     @Test("a platform header that is also a noted field is still noted, its value kept")

@@ -76,12 +76,13 @@ struct RequestRouterTests {
     @Test("a bypass route is forwarded with X-Cache BYPASS; other methods are forwarded without it")
     func forwards() throws {
         let router = try Self.router()
-        guard case .forward(let target, let platform, let cacheResult) = router.route(Self.head(.GET, "/api/session"))
+        guard
+            case .forward(let target, let platform, let cacheResult, _) = router.route(Self.head(.GET, "/api/session"))
         else { return #expect(Bool(false), "bypass route not forwarded") }
         #expect(target.path == "/api/session")
         #expect(platform == "WEB")
         #expect(cacheResult == .bypass)
-        guard case .forward(_, _, let unsafe) = router.route(Self.head(.DELETE, "/screens/home")) else {
+        guard case .forward(_, _, let unsafe, _) = router.route(Self.head(.DELETE, "/screens/home")) else {
             return #expect(Bool(false), "DELETE not forwarded")
         }
         #expect(unsafe == nil)

@@ -22,6 +22,8 @@ struct RequestExchange {
         let target: RequestTarget
         let platform: String
         let annotation: CacheAnnotation?
+        /// Which of the fields a forward asks about the request has, as the router noted them.
+        let fields: RequestFieldPresence
     }
 
     /// How a request says its body is framed.
@@ -138,9 +140,15 @@ struct RequestExchange {
         case .cache(let request):
             state = .answerFromCache(request)
             return .readBody
-        case .forward(let target, let platform, let cacheResult):
-            let forward = Forward(head: head, target: target, platform: platform, annotation: cacheResult.map(annotate))
-            let length = Self.bodyLength(of: head)
+        case .forward(let target, let platform, let cacheResult, let fields):
+            let forward = Forward(
+                head: head,
+                target: target,
+                platform: platform,
+                annotation: cacheResult.map(annotate),
+                fields: fields
+            )
+            let length = Self.bodyLength(of: head, fields: fields)
             // A body is read whole before the backend sees the request, so that a slow client holds no backend
             // connection; unless its route streams uploads.
             if length != .none, !streamsBody(target) {
@@ -269,7 +277,11 @@ struct RequestExchange {
 
     // MARK: Rules
 
-    static func bodyLength(of head: HTTPRequestHead) -> BodyLength {
+    /// How `head` frames its body. `fields`, what the router noted of the head (nil: found here), says whether it has
+    /// a framing field at all: most requests have neither, and are not searched for them.
+    static func bodyLength(of head: HTTPRequestHead, fields: RequestFieldPresence? = nil) -> BodyLength {
+        let fields = fields ?? RequestFieldPresence(head.headers)
+        guard !fields.isDisjoint(with: [.contentLength, .transferEncoding]) else { return .none }
         if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
             return .unknown
         }

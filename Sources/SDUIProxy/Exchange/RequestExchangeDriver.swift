@@ -161,6 +161,7 @@ extension RequestExchangeDriver {
                 to: forward.head,
                 target: forward.target,
                 platform: forward.platform,
+                requestFields: forward.fields,
                 annotation: forward.annotation,
                 body: body,
                 proxy: proxy,

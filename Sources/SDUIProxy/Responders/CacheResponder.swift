@@ -321,6 +321,7 @@ struct CacheResponder {
                 to: head,
                 target: request.target,
                 platform: request.platform,
+                requestFields: request.fields,
                 annotation: annotation,
                 body: .none,
                 fillsCache: true,
@@ -357,6 +358,7 @@ struct CacheResponder {
             for: head,
             target: request.target,
             platform: request.platform,
+            requestFields: request.fields,
             proxy: proxy,
             sink: sink,
             requester: requester

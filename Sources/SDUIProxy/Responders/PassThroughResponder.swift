@@ -9,13 +9,15 @@ struct PassThroughResponder {
     /// Forwards `head` with `requestBody` and answers on `sink`. `fillsCache` is for a cache miss streamed to its
     /// client: its backend connection is a fill's, not from the forwards' share of the pool.
     ///
-    /// - Parameter clientFields: what the client sees changed in the answer's fields; by default, an answer to a
-    ///   GET or HEAD loses the tag field as stored answers do (unless `cache.exposeTags`), and others pass as
-    ///   they came.
+    /// - Parameters:
+    ///   - clientFields: what the client sees changed in the answer's fields; by default, an answer to a GET or
+    ///     HEAD loses the tag field as stored answers do (unless `cache.exposeTags`), and others pass as they came.
+    ///   - requestFields: what the router noted of `head`'s fields; nil to look for each in the head.
     func respond(
         to head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
+        requestFields: RequestFieldPresence? = nil,
         annotation: CacheAnnotation?,
         body requestBody: ForwardedRequestBody,
         fillsCache: Bool = false,
@@ -23,11 +25,16 @@ struct PassThroughResponder {
         proxy: ProxyContext,
         sink: any ResponseSink
     ) {
-        let identity = RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)
+        let identity = RequestID.upstreamIdentity(
+            of: head,
+            notes: sink.accessNotes,
+            sentID: requestFields?.contains(.requestID) ?? true
+        )
         var upstream = Self.upstreamRequest(
             for: head,
             target: target,
             platform: platform,
+            requestFields: requestFields,
             proxy: proxy,
             sink: sink,
             requester: identity
@@ -87,11 +94,12 @@ struct PassThroughResponder {
     }
 
     /// The request forwarded for `head`: its headers as the backend expects them, with the client's forwarding
-    /// details.
+    /// details. `requestFields` is what the router noted of `head`'s fields (nil: looked for in the head).
     static func upstreamRequest(
         for head: HTTPRequestHead,
         target: RequestTarget,
         platform: String,
+        requestFields: RequestFieldPresence? = nil,
         proxy: ProxyContext,
         sink: any ResponseSink,
         requester: UpstreamIdentity? = nil
@@ -99,6 +107,7 @@ struct PassThroughResponder {
         let client = sink.client
         var fields = proxy.requestBuilder.fields(
             from: head.headers,
+            noted: requestFields,
             platform: platform,
             clientAddress: client.address,
             purpose: .passThrough,

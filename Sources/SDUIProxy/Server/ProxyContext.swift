@@ -202,6 +202,7 @@ public final class ProxyContext: Sendable {
     ) -> ComponentFetcher.Request {
         var fields = requestBuilder.fields(
             from: clientHeaders,
+            noted: clientFields,
             platform: platform,
             clientAddress: clientAddress,
             purpose: .cacheFill,

@@ -13,8 +13,9 @@ public struct RequestRouter: Sendable {
         /// GET or HEAD through the cache.
         case cache(CacheRequest)
         /// Forwarded to the backend with both bodies streamed. `cacheResult` is `bypass` on a route that
-        /// bypasses the cache, nil for methods the cache does not take.
-        case forward(target: RequestTarget, platform: String, cacheResult: CacheResult?)
+        /// bypasses the cache, nil for methods the cache does not take; `fields`, which of the fields the forward
+        /// asks about the request has.
+        case forward(target: RequestTarget, platform: String, cacheResult: CacheResult?, fields: RequestFieldPresence)
         /// A write on a queued route: its body is held whole (up to `maxBodyBytes`) so it can be stored durably
         /// when the backend cannot take it now.
         indirect case queuedWrite(
@@ -34,7 +35,7 @@ public struct RequestRouter: Sendable {
         public var path: Substring? {
             switch self {
             case .cache(let request): request.target.pathView
-            case .forward(let target, _, _), .queuedWrite(let target, _, _, _): target.pathView
+            case .forward(let target, _, _, _), .queuedWrite(let target, _, _, _): target.pathView
             case .refuse, .queueStatus: nil
             }
         }
@@ -43,7 +44,7 @@ public struct RequestRouter: Sendable {
         public var platform: String? {
             switch self {
             case .cache(let request): request.platform
-            case .forward(_, let platform, _), .queuedWrite(_, let platform, _, _): platform
+            case .forward(_, let platform, _, _), .queuedWrite(_, let platform, _, _): platform
             case .refuse, .queueStatus: nil
             }
         }
@@ -116,10 +117,12 @@ public struct RequestRouter: Sendable {
                 }
                 return .queuedWrite(target: target, platform: platform, route: route, maxBodyBytes: queue.maxBodyBytes)
             }
-            return .forward(target: target, platform: platform, cacheResult: nil)
+            return .forward(target: target, platform: platform, cacheResult: nil, fields: fields)
         }
         let policy = onlyPolicy ?? cache.policy(forPath: target.path)
-        guard !policy.bypass else { return .forward(target: target, platform: platform, cacheResult: .bypass) }
+        guard !policy.bypass else {
+            return .forward(target: target, platform: platform, cacheResult: .bypass, fields: fields)
+        }
         return .cache(
             CacheRequest(
                 head: head,

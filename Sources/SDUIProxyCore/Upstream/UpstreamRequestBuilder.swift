@@ -74,8 +74,11 @@ public struct UpstreamRequestBuilder: Sendable {
     /// and handed out again by every step after (the request id, the framing, the encoder, which walked them
     /// twice); as bytes a pass-through GET costs 2,500 instructions less. ``HTTPFieldLines/headers`` gives them
     /// as a collection where one is needed (the write queue stores them so).
+    ///
+    /// `noted` is what the router noted of `clientHeaders` as it walked them (nil: nothing is taken as noted).
     public func fields(
         from clientHeaders: HTTPHeaders,
+        noted: RequestFieldPresence? = nil,
         platform: String,
         clientAddress: String?,
         purpose: Purpose,
@@ -85,8 +88,9 @@ public struct UpstreamRequestBuilder: Sendable {
     ) -> HTTPFieldLines {
         let forwardsHost = purpose == .passThrough || hostIsKeyed
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
-        // further fields costs a list of its own.
-        let endToEnd = EndToEndFilter(clientHeaders)
+        // further fields costs a list of its own, and only a request the router saw send one is searched for it.
+        let sentConnection = noted?.contains(.connection) ?? true
+        let endToEnd = sentConnection ? EndToEndFilter(clientHeaders) : EndToEndFilter()
         // Room for the fields added below (at most seven) and the request id the caller stamps after, and for the
         // bytes of a usual request's.
         var forwarded = HTTPFieldLines(
@@ -330,6 +334,11 @@ public struct UpstreamRequestBuilder: Sendable {
     /// header does not name.
     public struct EndToEndFilter: Sendable {
         private let named: [String]
+
+        /// The filter of a message without a `Connection` field: only the hop-by-hop fields are dropped.
+        public init() {
+            named = []
+        }
 
         public init(_ headers: HTTPHeaders) {
             var tokens: [String] = []
