@@ -57,6 +57,12 @@ public struct CacheStatus: Sendable, Equatable {
         hit && forward == nil && forwardStatus == nil && !stored && !collapsed && detail == nil
     }
 
+    /// Whether this is a forward on a route that bypasses the cache, answered, and nothing else: what a bypass
+    /// route's every answer says.
+    public var isPlainBypass: Bool {
+        forward == .bypass && forwardStatus != nil && !hit && ttl == nil && !stored && !collapsed && detail == nil
+    }
+
     /// Appends the member: `cacheName` (an sf-token, checked at load) and its parameters, in the order RFC
     /// 9211 lists them; `key`, when given, as an sf-string.
     public func write(cacheName: String, key: String?, into buffer: inout ByteBuffer) {

@@ -30,8 +30,15 @@ import Testing
     func lines(xCache: Bool, key: Bool) {
         let reporting = Self.reporting(xCache: xCache, key: key)
         let cacheKey = CacheKey(target: "/screens/a?b=\"c\"", platform: "IOS")
+        var answered = reporting.forwarded(.bypass)
+        answered.status.forwardStatus = 503
+        var collapsed = answered
+        collapsed.status.collapsed = true
         let annotations = [
             reporting.forwarded(.bypass),
+            // Copied whole up to the status, unless it says more than a bypass's status.
+            answered,
+            collapsed,
             reporting.annotation(
                 .miss,
                 CacheStatus(forward: .uriMiss, forwardStatus: 200, stored: true),
