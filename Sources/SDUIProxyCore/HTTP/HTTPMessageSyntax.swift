@@ -99,7 +99,7 @@ enum HTTPMessageSyntax {
         var fields: [(String, String)] = []
         fields.reserveCapacity(fieldLines ?? lines.remainingLineCount)
         let section = try readFields(&lines, failing: kind) { name, value in
-            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+            fields.append((CommonRequestSpellings.fieldName(name), String(decoding: value, as: UTF8.self)))
         }
         // The names are tokens, so ASCII, as `HTTPHeaders` requires.
         return (section, HTTPHeaders(fields))

@@ -147,7 +147,7 @@ public struct HTTPRequestParser: Sendable {
         }
         // Any token is a method (RFC 9110 section 9.1), registered or not, and case-sensitive: one NIO does not
         // name (`.RAW`) is forwarded exactly as received.
-        let method = HTTPMethod(rawValue: String(decoding: methodBytes, as: UTF8.self))
+        let method = CommonRequestSpellings.method(methodBytes)
         return (method, String(decoding: target, as: UTF8.self), version)
     }
 
