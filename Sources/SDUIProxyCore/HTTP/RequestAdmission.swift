@@ -18,25 +18,29 @@ public enum RequestAdmission {
         _ head: HTTPRequestHead,
         limits: ProxyConfiguration.Limits
     ) throws(Refusal) -> RequestTarget {
-        guard head.uri.utf8.count <= limits.maxURLBytes else {
+        // Each read once: every read of a head's part goes through its shared storage, retained and released.
+        let uri = head.uri
+        let headers = head.headers
+        let method = head.method
+        guard uri.utf8.count <= limits.maxURLBytes else {
             throw Refusal(
                 error: ProxyError(.uriTooLong, "the request target exceeds \(limits.maxURLBytes) bytes"),
                 closeConnection: true
             )
         }
-        guard head.headers.count <= limits.maxHeaderCount else {
+        guard headers.count <= limits.maxHeaderCount else {
             throw Refusal(
                 error: ProxyError(.headersTooLarge, "more than \(limits.maxHeaderCount) header fields"),
                 closeConnection: true
             )
         }
         // One pass over the headers: sizes, and the framing fields, without allocating per lookup.
-        var headerBytes = head.uri.utf8.count + head.method.rawValue.utf8.count + 12
+        var headerBytes = uri.utf8.count + method.rawValue.utf8.count + 12
         var host: String?
         var hostCount = 0
         var lengths: [String] = []
         var transferEncodings: [String] = []
-        for (name, value) in head.headers {
+        for (name, value) in headers {
             let nameBytes = name.utf8.count
             headerBytes += nameBytes + value.utf8.count + 4
             // Told apart by length first: most names have none of these three lengths.
@@ -88,13 +92,13 @@ public enum RequestAdmission {
             guard codings.last == "chunked" else { throw smuggling("a Transfer-Encoding that does not end in chunked") }
         }
 
-        guard !head.method.isCONNECT else {
+        guard !method.isCONNECT else {
             throw Refusal(
                 error: ProxyError(.methodNotAllowed, "CONNECT: this is not a forward proxy"),
                 closeConnection: false
             )
         }
-        return try target(of: head.uri, host: host)
+        return try target(of: uri, host: host)
     }
 
     /// The origin-form target of `uri`; an absolute-form target is accepted only for this proxy's own host.
