@@ -211,3 +211,27 @@ struct UpstreamRequestBuilderTests {
         #expect(fill["X_Custom"] == ["kept"])
     }
 }
+
+extension UpstreamRequestBuilderTests {
+    @Test("built fields may carry an X-Request-Id only when the client sent one, or the configuration sets one")
+    func mayCarryRequestID() {
+        #expect(!builder.mayCarryRequestID(noted: []))
+        #expect(!builder.mayCarryRequestID(noted: [.connection, .acceptEncoding]))
+        #expect(builder.mayCarryRequestID(noted: .requestID))
+        #expect(builder.mayCarryRequestID(noted: nil), "fields nobody noted may hold anything")
+        let configured = UpstreamRequestBuilder(
+            platformHeader: "beagle-platform",
+            configuredHeaders: [("x-REQUEST-id", "fixed")]
+        )
+        #expect(configured.mayCarryRequestID(noted: []))
+        // What the check stands for: without a noted id nor a configured one, the built fields have none.
+        let fields = builder.fields(
+            from: HTTPHeaders([("Host", "h"), ("Accept", "*/*")]),
+            noted: [],
+            platform: "IOS",
+            clientAddress: nil,
+            purpose: .passThrough
+        )
+        #expect(!fields.contains(name: "x-request-id"))
+    }
+}

@@ -49,6 +49,26 @@ struct RequestIDTests {
             let named = try await proxy.get("/live/feed", headers: [("X-Request-Id", "client-9")])
             #expect(proxy.origin.requests.last?.headers.first(name: "x-request-id") == "client-9")
             #expect(named["X-Request-Id"] == "client-9")
+            // The client's id is replaced when it is no sane token: one id goes upstream, not two.
+            let odd = try await proxy.get("/live/feed", headers: [("X-Request-Id", "not a token")])
+            let replaced = proxy.origin.requests.last?.headers["x-request-id"] ?? []
+            #expect(replaced.count == 1 && Self.isMade(replaced.first))
+            #expect(odd["X-Request-Id"] == replaced.first)
+        }
+    }
+
+    @Test("an X-Request-Id among the configured headers is replaced by the request's own, on either path")
+    func configuredIDReplaced() async throws {
+        try await ProxyHarness.run(configure: {
+            ProxyHarness.bypassingCache(under: "/live", in: &$0)
+            $0.headers.append((name: "X-Request-Id", value: "configured"))
+        }) { proxy in
+            for path in ["/live/feed", "/screens/home"] {
+                let reply = try await proxy.get(path)
+                let sent = proxy.origin.requests.last?.headers["x-request-id"] ?? []
+                #expect(sent.count == 1 && Self.isMade(sent.first), "\(path)")
+                #expect(reply["X-Request-Id"] == sent.first)
+            }
         }
     }
 

@@ -114,7 +114,10 @@ struct PassThroughResponder {
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(head.version)
         )
-        (requester ?? RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)).stamp(&fields)
+        (requester ?? RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)).stamp(
+            &fields,
+            mayHaveID: proxy.requestBuilder.mayCarryRequestID(noted: requestFields)
+        )
         return UpstreamRequest(method: head.method, target: target.description, fields: fields)
     }
 

@@ -210,7 +210,7 @@ public final class ProxyContext: Sendable {
             hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" },
             received: received
         )
-        requester?.stamp(&fields)
+        requester?.stamp(&fields, mayHaveID: requestBuilder.mayCarryRequestID(noted: clientFields))
         return ComponentFetcher.Request(
             key: key,
             // Made in place: an initializer takes its arguments owned, and from a variable that was a copy,

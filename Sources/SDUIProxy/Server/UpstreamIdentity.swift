@@ -18,8 +18,15 @@ struct UpstreamIdentity {
 
     /// Writes the id and the trace context into `fields`, replacing the client's: the trace context is sent
     /// whether the span is recorded or not, so that the backend follows the same sampling decision.
-    func stamp(_ fields: inout HTTPFieldLines) {
-        fields.replaceOrAdd(name: "X-Request-Id", value: requestID)
+    ///
+    /// - Parameter mayHaveID: whether `fields` may hold an `X-Request-Id` already
+    ///   (``UpstreamRequestBuilder/mayCarryRequestID(noted:)``); when not, none is looked for to replace.
+    func stamp(_ fields: inout HTTPFieldLines, mayHaveID: Bool = true) {
+        if mayHaveID {
+            fields.replaceOrAdd(name: "X-Request-Id", value: requestID)
+        } else {
+            fields.add(name: "X-Request-Id" as StaticString, value: requestID)
+        }
         guard let span else { return }
         // The client's tracestate belongs to its traceparent, which the span's replaces; the span's own context
         // writes the tracestate it carries, if any (an unrelated trace gets none).

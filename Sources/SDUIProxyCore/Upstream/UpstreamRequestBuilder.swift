@@ -7,10 +7,20 @@ public struct UpstreamRequestBuilder: Sendable {
     /// What the builder adds to every request.
     public let platformHeader: String
     public let configuredHeaders: [(name: String, value: String)]
+    /// Whether the configured headers set `X-Request-Id`: only then, or when the client sent one, can the fields
+    /// built have one for the request's own id to replace.
+    public let configuresRequestID: Bool
 
     public init(platformHeader: String, configuredHeaders: [(name: String, value: String)]) {
         self.platformHeader = platformHeader
         self.configuredHeaders = configuredHeaders
+        self.configuresRequestID = configuredHeaders.contains { HTTPSyntax.equalsIgnoringCase($0.name, "x-request-id") }
+    }
+
+    /// Whether fields built from a client's request whose fields the router noted as `noted` (nil: not noted) may
+    /// hold an `X-Request-Id`.
+    public func mayCarryRequestID(noted: RequestFieldPresence?) -> Bool {
+        configuresRequestID || noted?.contains(.requestID) ?? true
     }
 
     /// Which request the headers are for.
