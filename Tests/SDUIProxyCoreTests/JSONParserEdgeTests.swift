@@ -146,11 +146,65 @@ struct JSONParserEdgeTests {
             (Array(#"{"a":tru}"#.utf8), "a bad literal at byte 9"),
             (Array(#"{"a":-}"#.utf8), "a bad number at byte 6"),
             (Array(#"{"a":1} x"#.utf8), "text after the document at byte 8"),
+            // The same kinds with white space where the fast paths leave it to be stepped over later.
+            (Array(#"{"a":1, }"#.utf8), "expected a string at byte 9"),
+            (Array(#"{"a":1,  "#.utf8), "expected a string at byte 9"),
+            (Array(#"{"a":1 x}"#.utf8), "expected , or } in an object at byte 8"),
+            (Array("{\"a\":1\n\t".utf8), "the document ends inside an object at byte 8"),
+            (Array(#"{"a":[1, ]}"#.utf8), "unexpected character at byte 9"),
+            (Array(#"{"a":[1 ,"#.utf8), "a value is missing at byte 9"),
+            (Array(#"{"a":[1 x]}"#.utf8), "expected , or ] in an array at byte 9"),
+            (Array("{\"a\":[1,\u{0B}2]}".utf8), "unexpected character at byte 8"),
         ]
         for (bytes, reason) in cases {
             #expect(planningFailure(bytes) == prefix + reason + ")", "\(String(decoding: bytes, as: UTF8.self))")
             #expect(throws: ComponentDecoder.Failure.self) { try decoder.validateComponent(ByteBuffer(bytes: bytes)) }
         }
+    }
+
+    @Test("white space between any two tokens changes nothing a scan finds")
+    func whiteSpaceAnywhere() throws {
+        let keys = JSONParser.KeySet(["url", "marker", "inner"])
+        let tokens = [
+            "{", #""marker""#, ":", #""m""#, ",", #""url""#, ":", #""/a""#, ",", #""list""#, ":", "[", "1", ",", "{",
+            #""marker""#, ":", #""n""#, "}", ",", "[", "]", ",", "true", "]", ",", #""inner""#, ":", "{", #""url""#,
+            ":",
+            #""/b""#, "}", ",", #""empty""#, ":", "{", "}", "}",
+        ]
+        /// Each reported object's depth and kept members, strings read as text: what a scan finds, wherever the
+        /// white space put it.
+        func found(_ document: String) throws -> [String] {
+            try ByteBuffer(string: document).withUnsafeReadableBytes { bytes in
+                let scan = try JSONParser.scanObjects(
+                    bytes,
+                    keeping: keys,
+                    reporting: "marker",
+                    maximumDepth: 8,
+                    maximumCount: 8
+                )
+                func describe(_ members: Range<Int>) -> String {
+                    scan.members[members].map { member in
+                        switch member.value {
+                        case .string(let span): "\(member.key)=\(JSONParser.text(of: span, in: bytes))"
+                        case .object(let inner): "\(member.key)={\(describe(inner))}"
+                        default: "\(member.key)=?"
+                        }
+                    }
+                    .joined(separator: ",")
+                }
+                return scan.objects.map { "\($0.depth): \(describe($0.members))" }
+            }
+        }
+        let compact = try found(tokens.joined())
+        #expect(compact == ["0: 1=m,0=/a,2={0=/b}", "2: 1=n"])
+        // Each gap between tokens (and before and after them) holds each kind of white space, then all do.
+        for gap in 0...tokens.count {
+            for space in [" ", "\t", "\n", "\r", " \r\n\t "] {
+                let document = (tokens[..<gap] + [space] + tokens[gap...]).joined()
+                #expect(try found(document) == compact, "\(document.debugDescription)")
+            }
+        }
+        #expect(try found(" " + tokens.joined(separator: " \n\t") + "\r\n") == compact)
     }
 
     @Test("escapes, quotes and UTF-8 that straddle an eight-byte block are read as one string")

@@ -211,6 +211,10 @@ struct JSONParser {
         case UInt8(ascii: "["): try skipArray(depth: depth)
         case UInt8(ascii: "\""): _ = try scanString()
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try scanNumber()
+        case 0x20, 0x09, 0x0A, 0x0D:
+            // White space before an array's element (``skipArray(depth:)`` leaves it to be stepped over here).
+            skipWhitespace()
+            try skipValue(depth: depth)
         default: _ = try scanLiteral()
         }
     }
@@ -259,11 +263,11 @@ struct JSONParser {
             index &+= 1
             return
         }
+        // White space before an element is stepped over where the element is read, and after it where the `,` or
+        // `]` is: a document written without any pays no test of its own for it.
         while true {
-            skipWhitespace()
             try skipElement(depth: depth &+ 1)
-            skipWhitespace()
-            guard let next = next() else { throw failure("the document ends inside an array") }
+            guard let next = nextSkippingWhitespace() else { throw failure("the document ends inside an array") }
             if next == UInt8(ascii: "]") { return }
             guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in an array") }
         }
@@ -284,8 +288,9 @@ struct JSONParser {
         if peek() == UInt8(ascii: "}") {
             index &+= 1
         } else {
+            // White space before a key is stepped over where the key is read, and after a value where the `,` or
+            // `}` is, as in an array.
             while true {
-                skipWhitespace()
                 let key = try scanString()
                 try expectColon()
                 if depth == 0, isRootMember(key), peek() == UInt8(ascii: "\"") {
@@ -296,8 +301,7 @@ struct JSONParser {
                 } else {
                     try skipElement(depth: depth &+ 1)
                 }
-                skipWhitespace()
-                guard let next = next() else { throw failure("the document ends inside an object") }
+                guard let next = nextSkippingWhitespace() else { throw failure("the document ends inside an object") }
                 if next == UInt8(ascii: "}") { break }
                 guard next == UInt8(ascii: ",") else { throw failure("expected , or } in an object") }
             }
@@ -360,10 +364,7 @@ struct JSONParser {
     /// ``scanStringFrom(_:start:)``, which goes on from where this stopped.
     @inline(__always)
     private mutating func scanString() throws(Failure) -> StringSpan {
-        guard index < end, byte(at: index) == UInt8(ascii: "\"") else {
-            if index < end { index &+= 1 }
-            throw failure("expected a string")
-        }
+        guard index < end, byte(at: index) == UInt8(ascii: "\"") else { return try scanStringAfterWhitespace() }
         let start = index &+ 1
         var position = start
         while position &+ 8 <= end {
@@ -380,6 +381,17 @@ struct JSONParser {
         }
         index = position
         return try scanStringFrom(position, start: start)
+    }
+
+    /// ``scanString()`` for a string with white space before it (a key after `, `), or for what is not a string.
+    @inline(never)
+    private mutating func scanStringAfterWhitespace() throws(Failure) -> StringSpan {
+        skipWhitespace()
+        guard index < end, byte(at: index) == UInt8(ascii: "\"") else {
+            if index < end { index &+= 1 }
+            throw failure("expected a string")
+        }
+        return try scanString()
     }
 
     /// The rest of ``scanString()`` from `position` on, when the string's bytes before it are all plain.
@@ -482,6 +494,21 @@ struct JSONParser {
         let byte = byte(at: index)
         index &+= 1
         return byte
+    }
+
+    /// The next byte that is not white space, stepped over: after a value, where a `,` or the container's end
+    /// nearly always follows at once.
+    @inline(__always)
+    private mutating func nextSkippingWhitespace() -> UInt8? {
+        if index < end {
+            let byte = byte(at: index)
+            if byte > 0x20 {
+                index &+= 1
+                return byte
+            }
+        }
+        skipWhitespace()
+        return next()
     }
 
     @inline(__always)
