@@ -37,7 +37,20 @@ import Testing
             CacheStatus(forward: .request, forwardStatus: 999, ttl: .max),
             CacheStatus(),
         ]
-        for status in statuses {
+        // And every combination of the parameters, each present or not: the copy writes them one by one, in the
+        // order the field value's walk gives them.
+        let combinations = (0..<128).map { bits in
+            CacheStatus(
+                hit: bits & 1 != 0,
+                forward: bits & 2 != 0 ? .varyMiss : nil,
+                forwardStatus: bits & 4 != 0 ? 404 : nil,
+                ttl: bits & 8 != 0 ? -7 : nil,
+                stored: bits & 16 != 0,
+                collapsed: bits & 32 != 0,
+                detail: bits & 64 != 0 ? "stale-while-revalidate" : nil
+            )
+        }
+        for status in statuses + combinations {
             var buffer = ByteBuffer()
             status.write(cacheName: "edge/1", key: nil, into: &buffer)
             #expect(String(buffer: buffer) == status.fieldValue(cacheName: "edge/1", key: nil))
