@@ -57,6 +57,11 @@ public struct CacheStatus: Sendable, Equatable {
         hit && forward == nil && forwardStatus == nil && !stored && !collapsed && detail == nil
     }
 
+    /// Whether this is a miss whose answer was stored with a ttl, and nothing else: what nearly every miss says.
+    public var isPlainStoredMiss: Bool {
+        forward == .uriMiss && forwardStatus != nil && ttl != nil && stored && !hit && !collapsed && detail == nil
+    }
+
     /// Whether this is a forward on a route that bypasses the cache, answered, and nothing else: what a bypass
     /// route's every answer says.
     public var isPlainBypass: Bool {

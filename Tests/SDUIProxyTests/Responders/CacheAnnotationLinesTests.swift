@@ -44,6 +44,22 @@ import Testing
                 CacheStatus(forward: .uriMiss, forwardStatus: 200, stored: true),
                 key: cacheKey
             ),
+            // Copied whole up to the backend's status, unless it says more (or less) than a stored miss.
+            reporting.annotation(
+                .miss,
+                CacheStatus(forward: .uriMiss, forwardStatus: 200, ttl: 60, stored: true),
+                key: cacheKey
+            ),
+            reporting.annotation(
+                .miss,
+                CacheStatus(forward: .uriMiss, forwardStatus: 404, ttl: -1, stored: true, collapsed: true),
+                key: cacheKey
+            ),
+            reporting.annotation(
+                .miss,
+                CacheStatus(forward: .varyMiss, forwardStatus: 200, ttl: 9, stored: true),
+                key: nil
+            ),
             reporting.annotation(.hit, CacheStatus(hit: true, ttl: -5, detail: "stale-if-error"), key: cacheKey),
             reporting.annotation(.hit, CacheStatus(hit: true, ttl: 60), key: cacheKey),
         ]
