@@ -224,14 +224,32 @@ extension UpstreamRequestBuilderTests {
             configuredHeaders: [("x-REQUEST-id", "fixed")]
         )
         #expect(configured.mayCarryRequestID(noted: []))
-        // What the check stands for: without a noted id nor a configured one, the built fields have none.
-        let fields = builder.fields(
-            from: HTTPHeaders([("Host", "h"), ("Accept", "*/*")]),
-            noted: [],
-            platform: "IOS",
-            clientAddress: nil,
-            purpose: .passThrough
-        )
-        #expect(!fields.contains(name: "x-request-id"))
+        // What the check stands for: whenever built fields hold an X-Request-Id, it says they may.
+        let clients = [
+            HTTPHeaders([("Host", "h"), ("Accept", "*/*")]),
+            HTTPHeaders([("Host", "h"), ("X-Request-Id", "r1")]),
+            HTTPHeaders([("x-request-id", "r1"), ("X-REQUEST-ID", "r2")]),
+        ]
+        var carrying = 0
+        for builder in [builder, configured] {
+            for client in clients {
+                for purpose in [UpstreamRequestBuilder.Purpose.passThrough, .cacheFill] {
+                    let noted = RequestFieldPresence(client)
+                    let fields = builder.fields(
+                        from: client,
+                        noted: noted,
+                        platform: "IOS",
+                        clientAddress: "127.0.0.1",
+                        purpose: purpose
+                    )
+                    if fields.contains(name: "x-request-id") {
+                        carrying += 1
+                        #expect(builder.mayCarryRequestID(noted: noted), "\(client) \(purpose)")
+                    }
+                }
+            }
+        }
+        // The configured id on every request, and the client's on the four others.
+        #expect(carrying == 10)
     }
 }

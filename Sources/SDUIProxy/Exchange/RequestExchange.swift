@@ -277,11 +277,11 @@ struct RequestExchange {
 
     // MARK: Rules
 
-    /// How `head` frames its body. `fields`, what the router noted of the head (nil: found here), says whether it has
-    /// a framing field at all: most requests have neither, and are not searched for them.
+    /// How `head` frames its body. `fields`, what the router noted of the head (nil: not noted), says whether it
+    /// has a framing field at all: most requests have neither, and are not searched for them.
     static func bodyLength(of head: HTTPRequestHead, fields: RequestFieldPresence? = nil) -> BodyLength {
-        let fields = fields ?? RequestFieldPresence(head.headers)
-        guard !fields.isDisjoint(with: [.contentLength, .transferEncoding]) else { return .none }
+        assert(fields.map { RequestFieldPresence(head.headers).isSubset(of: $0) } ?? true, "fields not the head's")
+        if let fields, fields.isDisjoint(with: [.contentLength, .transferEncoding]) { return .none }
         if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
             return .unknown
         }

@@ -120,10 +120,8 @@ final class ForwardedResponseRelay: ForwardedResponseSink, @unchecked Sendable {
         if !clientFields.keyFields.isEmpty { clientFields.apply(to: &headers) }
         headers.add(name: "Via", value: CachedResponse.ownVia)
         if let requestID { headers.add(name: "X-Request-Id", value: requestID) }
-        if var annotation {
-            annotation.status.forwardStatus = status.code
-            annotation.add(to: &headers)
-        }
+        annotation?.status.forwardStatus = status.code
+        annotation?.add(to: &headers)
         currentProgress = .streaming
         sink.writeHead(status: status, headers: headers, cacheResult: annotation?.result)
     }

@@ -114,7 +114,14 @@ struct PassThroughResponder {
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(head.version)
         )
-        (requester ?? RequestID.upstreamIdentity(of: head, notes: sink.accessNotes)).stamp(
+        let identity =
+            requester
+            ?? RequestID.upstreamIdentity(
+                of: head,
+                notes: sink.accessNotes,
+                sentID: requestFields?.contains(.requestID) ?? true
+            )
+        identity.stamp(
             &fields,
             mayHaveID: proxy.requestBuilder.mayCarryRequestID(noted: requestFields)
         )

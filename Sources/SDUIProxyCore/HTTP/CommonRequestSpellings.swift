@@ -1,13 +1,5 @@
 import NIOHTTP1
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// The spellings nearly every request head repeats, a method and the field names clients send as a rule, handed
 /// out as strings made once: a request head becomes `HTTPHeaders` and an `HTTPMethod`, made of strings, and
 /// making each from its bytes (checked for UTF-8, then copied) cost about 180 instructions.
@@ -67,10 +59,9 @@ enum CommonRequestSpellings {
         return nil
     }
 
-    /// Whether `bytes`, as long as `literal` (the caller's switch saw to it), are its bytes.
+    /// Whether `bytes` are `literal`'s bytes.
     @inline(__always)
     private static func spells(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
-        guard let base = bytes.baseAddress else { return false }
-        return memcmp(base, literal.utf8Start, literal.utf8CodeUnitCount) == 0
+        ByteSearch.same(bytes, literal.rawBytes)
     }
 }

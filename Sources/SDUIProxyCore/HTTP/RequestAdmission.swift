@@ -22,6 +22,7 @@ public enum RequestAdmission {
         let uri = head.uri
         let headers = head.headers
         let method = head.method
+        let version = head.version
         guard uri.utf8.count <= limits.maxURLBytes else {
             throw Refusal(
                 error: ProxyError(.uriTooLong, "the request target exceeds \(limits.maxURLBytes) bytes"),
@@ -65,7 +66,7 @@ public enum RequestAdmission {
 
         // Framing: anything two parsers could read differently is refused and the connection closed.
         guard hostCount <= 1 else { throw smuggling("more than one Host header") }
-        if head.version.major == 1, head.version.minor >= 1, hostCount == 0 {
+        if version.major == 1, version.minor >= 1, hostCount == 0 {
             throw smuggling("HTTP/1.1 requires a Host header")
         }
         if !lengths.isEmpty, !transferEncodings.isEmpty { throw smuggling("both Content-Length and Transfer-Encoding") }

@@ -85,7 +85,8 @@ public struct UpstreamRequestBuilder: Sendable {
     /// twice); as bytes a pass-through GET costs 2,500 instructions less. ``HTTPFieldLines/headers`` gives them
     /// as a collection where one is needed (the write queue stores them so).
     ///
-    /// `noted` is what the router noted of `clientHeaders` as it walked them (nil: nothing is taken as noted).
+    /// `noted` is what the router noted of `clientHeaders` as it walked them (nil: each field is looked for in
+    /// `clientHeaders`); it must name every noted field they hold.
     public func fields(
         from clientHeaders: HTTPHeaders,
         noted: RequestFieldPresence? = nil,
@@ -96,6 +97,10 @@ public struct UpstreamRequestBuilder: Sendable {
         hostIsKeyed: Bool = false,
         received: Received = .http1_1
     ) -> HTTPFieldLines {
+        assert(
+            noted.map { RequestFieldPresence(clientHeaders).isSubset(of: $0) } ?? true,
+            "the fields noted are not those of the headers"
+        )
         let forwardsHost = purpose == .passThrough || hostIsKeyed
         // Every header is checked against fixed lists without allocating; only a `Connection` header naming
         // further fields costs a list of its own, and only a request the router saw send one is searched for it.
