@@ -98,6 +98,32 @@ struct ConnectionStateMachineTests {
         #expect(machine.deadline == nil)
     }
 
+    @Test("the parser's word on keep-alive is taken for the head it goes with; a held-back head's is read from it")
+    func keepAliveFromTheParser() {
+        // Told the head closes, though its fields say nothing: the parser read them.
+        var told = Machine(timeouts: Self.timeouts, now: Self.start)
+        told.bytesReceived(now: Self.start)
+        #expect(
+            Self.isHead(told.partReceived(Self.head("/a"), keepsConnectionOpen: false, now: Self.start), "/a")
+        )
+        #expect(told.partReceived(.end(nil), now: Self.start) == .handleEnd)
+        #expect(told.responseStarted() == true)
+        #expect(told.responseEnded(now: Self.start) == .close)
+        // A head held back behind a response is read from its own fields when its turn comes, whatever was said
+        // of it when it arrived (the parser had moved on).
+        var held = Self.responding(to: "/first")
+        #expect(
+            held.partReceived(Self.head("/second", keepAlive: false), keepsConnectionOpen: true, now: Self.start)
+                == .holdBack
+        )
+        #expect(held.partReceived(.end(nil), now: Self.start) == .holdBack)
+        #expect(held.responseStarted() == false)
+        #expect(held.responseEnded(now: Self.start) != .close)
+        #expect(Self.isHead(held.nextHeldBackPart(now: Self.start) ?? .drop, "/second"))
+        #expect(held.nextHeldBackPart(now: Self.start) == .handleEnd)
+        #expect(held.responseStarted() == true, "the held-back head said Connection: close")
+    }
+
     // MARK: Pipelining
 
     @Test("a request pipelined behind one being answered is held back, reading pauses, and it follows the answer")

@@ -262,3 +262,29 @@ struct HTTPRequestParserTests {
         #expect(accepted > 500)
     }
 }
+
+extension HTTPRequestParserTests {
+    @Test("whether a head leaves the connection open is read as it is parsed, as its fields would say it")
+    func keepAliveReadWithTheHead() throws {
+        let connections: [[String]] = [
+            [], ["close"], ["keep-alive"], ["Keep-Alive"], ["CLOSE"], ["x-trace, close"], ["keep-alive, keep-alive"],
+            ["keep-alive", "keep-alive"], ["x-trace"], ["upgrade", "close"], [" close "], ["close, keep-alive"],
+        ]
+        var checked = 0
+        for version in ["HTTP/1.1", "HTTP/1.0"] {
+            for values in connections {
+                var parser = HTTPRequestParser(maximumHeadBytes: 8192)
+                let lines = values.map { "Connection: \($0)\r\n" }.joined()
+                var buffer = ByteBuffer(string: "GET /a \(version)\r\nHost: x\r\n\(lines)\r\n")
+                guard case .head(let head) = try parser.next(from: &buffer) else {
+                    Issue.record("no head for \(values)")
+                    continue
+                }
+                #expect(parser.headKeepsConnectionOpen == head.keepsConnectionOpen, "\(version) \(values)")
+                checked += head.keepsConnectionOpen ? 1 : 0
+            }
+        }
+        // Both answers are among them: HTTP/1.1 without close, and HTTP/1.0 with one keep-alive.
+        #expect(checked > 0 && checked < 2 * connections.count)
+    }
+}

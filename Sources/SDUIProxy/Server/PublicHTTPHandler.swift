@@ -153,7 +153,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         defer { isHandlingRead = false }
         do {
             while let part = try parser.next(from: &bytes) {
-                perform(machine.partReceived(part, now: clock.now), context: context)
+                let keepsConnectionOpen = parser.headKeepsConnectionOpen
+                perform(
+                    machine.partReceived(part, keepsConnectionOpen: keepsConnectionOpen, now: clock.now),
+                    context: context
+                )
                 // A handler removed while answering a part (the channel closed under it) reads no more, and
                 // nothing is read past a response that ends the connection.
                 guard self.context != nil, !machine.ignoresInput else { return }

@@ -188,8 +188,13 @@ public struct ConnectionStateMachine: Sendable {
     }
 
     /// A request part was parsed from what the client sent.
+    ///
+    /// - Parameter keepsConnectionOpen: for a head, whether it leaves the connection open, when the parser read it
+    ///   from the head's bytes already (``HTTPRequestParser/headKeepsConnectionOpen``); nil to read it from the
+    ///   head's fields. A head held back is read from its fields when its turn comes.
     public mutating func partReceived(
         _ part: HTTPServerRequestPart,
+        keepsConnectionOpen: Bool? = nil,
         now: @autoclosure () -> NIODeadline
     ) -> PartAction {
         guard !ignoresInput else { return .stopReading }
@@ -200,9 +205,9 @@ public struct ConnectionStateMachine: Sendable {
         }
         switch phase {
         case .readingRequest:
-            return handle(part, now: now)
+            return handle(part, keepsConnectionOpen: keepsConnectionOpen, now: now)
         case .waitingForRequest where heldBack.isEmpty:
-            return handle(part, now: now)
+            return handle(part, keepsConnectionOpen: keepsConnectionOpen, now: now)
         case .waitingForRequest, .responding:
             heldBack.append(part)
             return .holdBack
@@ -232,7 +237,11 @@ public struct ConnectionStateMachine: Sendable {
         return resumeReadingIfPossible()
     }
 
-    private mutating func handle(_ part: HTTPServerRequestPart, now: () -> NIODeadline) -> PartAction {
+    private mutating func handle(
+        _ part: HTTPServerRequestPart,
+        keepsConnectionOpen: Bool? = nil,
+        now: () -> NIODeadline
+    ) -> PartAction {
         switch part {
         case .head(let head):
             guard case .waitingForRequest = phase else {
@@ -240,7 +249,7 @@ public struct ConnectionStateMachine: Sendable {
                 return stopReading()
             }
             phase = .readingRequest(responseEnded: false)
-            requestKeepsAlive = head.keepsConnectionOpen
+            requestKeepsAlive = keepsConnectionOpen ?? head.keepsConnectionOpen
             if deadline?.kind != .request { deadline = Deadline(kind: .request, at: now() + timeouts.request) }
             return .handleHead(head)
         case .body(let buffer):

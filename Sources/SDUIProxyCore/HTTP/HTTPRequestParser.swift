@@ -26,6 +26,9 @@ public struct HTTPRequestParser: Sendable {
     }
 
     private var state = State.head(scanned: 0)
+    /// Whether the head ``next(from:)`` returned last leaves the connection open (its `Connection` tokens and its
+    /// version), as its fields were parsed: asking the head's `HTTPHeaders` searched them again, on every request.
+    public private(set) var headKeepsConnectionOpen = true
     /// The longest request head (request line, header lines and the blank line) accepted.
     public let maximumHeadBytes: Int
 
@@ -91,6 +94,7 @@ public struct HTTPRequestParser: Sendable {
         }
         buffer.moveReaderIndex(forwardBy: end + 4)
         state = parsed.framing
+        headKeepsConnectionOpen = parsed.keepsConnectionOpen
         return .head(parsed.head)
     }
 
@@ -103,7 +107,7 @@ public struct HTTPRequestParser: Sendable {
         _ bytes: UnsafeRawBufferPointer,
         fieldLines: Int?,
         maximumTrailerBytes: Int
-    ) throws(Failure) -> (head: HTTPRequestHead, framing: State) {
+    ) throws(Failure) -> (head: HTTPRequestHead, framing: State, keepsConnectionOpen: Bool) {
         var lines = LineReader(bytes: bytes)
         guard let requestLine = lines.next() else { throw bad("an empty request line") }
         let (method, uri, version) = try parseRequestLine(UnsafeRawBufferPointer(rebasing: bytes[requestLine]))
@@ -121,7 +125,11 @@ public struct HTTPRequestParser: Sendable {
         } else {
             body = .length(fields.contentLength ?? 0, failing: .badRequest)
         }
-        return (HTTPRequestHead(version: version, method: method, uri: uri, headers: headers), .body(body))
+        return (
+            HTTPRequestHead(version: version, method: method, uri: uri, headers: headers),
+            .body(body),
+            fields.connection.keepsConnectionOpen(version: version)
+        )
     }
 
     private static func parseRequestLine(
