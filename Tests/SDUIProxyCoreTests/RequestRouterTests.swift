@@ -103,6 +103,13 @@ struct RequestRouterTests {
         else { return #expect(Bool(false), "oversized queued body accepted") }
         #expect(error.status == .payloadTooLarge)
         #expect(close)
+        // The same length repeated in a list is that length, refused as early.
+        guard
+            case .refuse(let listed, true) = router.route(
+                Self.head(.POST, "/api/orders", [("Content-Length", "2048, 2048")])
+            )
+        else { return #expect(Bool(false), "an oversized body declared as a list accepted") }
+        #expect(listed.status == .payloadTooLarge)
         guard case .forward = router.route(Self.head(.PUT, "/api/orders")) else {
             return #expect(Bool(false), "another method on a queued path is not queued")
         }

@@ -287,7 +287,10 @@ struct RequestExchange {
         }
         // (An HTTP/2 stream's head says `chunked` too when a body of no declared length follows it: the codec
         // in front of the stream handler adds it.)
-        guard let length = head.headers.first(name: "content-length").flatMap({ Int($0) }), length > 0 else {
+        // The first member of the first field: a length repeated in a list (`5, 5`), which admission and HTTP/2's
+        // framing accept when the members agree, is that length, not a number that fails to parse.
+        guard let length = head.headers[canonicalForm: "content-length"].first.flatMap({ Int($0) }), length > 0
+        else {
             return .none
         }
         return .declared(length)

@@ -111,7 +111,7 @@ public struct RequestRouter: Sendable {
         }
         guard head.method.isGETOrHEAD else {
             if let queue, let route = queue.route(method: head.method.rawValue, path: target.path) {
-                let declared = head.headers.first(name: "content-length").flatMap(Int.init) ?? 0
+                let declared = head.headers[canonicalForm: "content-length"].first.flatMap { Int($0) } ?? 0
                 guard declared <= queue.maxBodyBytes else {
                     return .refuse(Self.queuedBodyTooLarge(limit: queue.maxBodyBytes), closeConnection: true)
                 }

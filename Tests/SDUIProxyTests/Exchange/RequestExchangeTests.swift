@@ -99,6 +99,10 @@ struct RequestExchangeTests {
         #expect(length([("Transfer-Encoding", "gzip"), ("Content-Length", "3")]) == .declared(3))
         #expect(length([("Content-Length", "3"), ("Transfer-Encoding", "chunked")]) == .unknown)
         #expect(length([("X-Content-Length", "3"), ("Transfer-Encodings", "chunked")]) == .none)
+        // A length repeated in a list, which admission and HTTP/2's framing take when its values agree, is that
+        // length: read as one number, it was no body at all, and the body was never sent on.
+        #expect(length([("content-length", "5,5")]) == .declared(5))
+        #expect(length([("Content-Length", "5 , 5"), ("content-length", "5")]) == .declared(5))
     }
 
     @Test("a forward whose body declares more than limits.maxBodyBytes is refused before any of it is read")
