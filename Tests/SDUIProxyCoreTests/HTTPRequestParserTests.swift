@@ -274,7 +274,9 @@ extension HTTPRequestParserTests {
         for version in ["HTTP/1.1", "HTTP/1.0"] {
             for values in connections {
                 var parser = HTTPRequestParser(maximumHeadBytes: 8192)
-                let lines = values.map { "Connection: \($0)\r\n" }.joined()
+                // The name in the spellings clients use, which both readings compare ignoring case.
+                let names = ["Connection", "connection", "CONNECTION"]
+                let lines = values.enumerated().map { "\(names[$0.offset % 3]): \($0.element)\r\n" }.joined()
                 var buffer = ByteBuffer(string: "GET /a \(version)\r\nHost: x\r\n\(lines)\r\n")
                 guard case .head(let head) = try parser.next(from: &buffer) else {
                     Issue.record("no head for \(values)")
@@ -286,5 +288,23 @@ extension HTTPRequestParserTests {
         }
         // Both answers are among them: HTTP/1.1 without close, and HTTP/1.0 with one keep-alive.
         #expect(checked > 0 && checked < 2 * connections.count)
+    }
+
+    @Test("pipelined heads in one buffer: after each head, the answer is that head's")
+    func keepAliveOfPipelinedHeads() throws {
+        var parser = HTTPRequestParser(maximumHeadBytes: 8192)
+        var buffer = ByteBuffer(
+            string: "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                + "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+                + "GET /c HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                + "GET /d HTTP/1.0\r\n\r\n"
+        )
+        var answers: [String: Bool] = [:]
+        while let part = try parser.next(from: &buffer) {
+            guard case .head(let head) = part else { continue }
+            #expect(parser.headKeepsConnectionOpen == head.keepsConnectionOpen, "\(head.uri)")
+            answers[head.uri] = parser.headKeepsConnectionOpen
+        }
+        #expect(answers == ["/a": false, "/b": true, "/c": true, "/d": false])
     }
 }

@@ -280,7 +280,7 @@ struct RequestExchange {
     /// How `head` frames its body. `fields`, what the router noted of the head (nil: not noted), says whether it
     /// has a framing field at all: most requests have neither, and are not searched for them.
     static func bodyLength(of head: HTTPRequestHead, fields: RequestFieldPresence? = nil) -> BodyLength {
-        assert(fields.map { RequestFieldPresence(head.headers).isSubset(of: $0) } ?? true, "fields not the head's")
+        assert(fields?.cover(head.headers) ?? true, "the fields noted are not those of the head")
         if let fields, fields.isDisjoint(with: [.contentLength, .transferEncoding]) { return .none }
         if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
             return .unknown

@@ -80,7 +80,7 @@ struct CacheAnnotation {
             let most = lines.count + HTTPWireFormat.maximumDecimalDigits + 2
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
                 let count = HTTPWireFormat.writeDecimal(
-                    Int64(code),
+                    Int64(truncatingIfNeeded: code),
                     to: out,
                     at: HTTPWireFormat.copy(lines, to: out, at: 0)
                 )
@@ -100,11 +100,7 @@ struct CacheAnnotation {
             + 14 + (statusInline ? status.maximumByteCount(cacheName: reporting.cacheName) + 2 : 0)
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
             var count = 0
-            if let age {
-                count = HTTPWireFormat.copy("Age: ", to: out, at: count)
-                count = HTTPWireFormat.writeDecimal(age, to: out, at: count)
-                count = HTTPWireFormat.copy("\r\n", to: out, at: count)
-            }
+            if let age { count = Self.copyAge(age, to: out, at: count) }
             if let xCache {
                 count = HTTPWireFormat.copy("X-Cache: ", to: out, at: count)
                 count = xCache.withContiguousUTF8 {
@@ -126,7 +122,7 @@ struct CacheAnnotation {
     ///
     /// A plain hit's lines go out in one write (one capacity and uniqueness check, not a dozen): the hit path
     /// cost 10 % more instructions when each piece was written on its own. A stored miss's are copied whole up to
-    /// the backend's status, and its numbers written after: piece by piece, they cost every miss about 700
+    /// the backend's status, and its numbers written after: piece by piece, they cost every miss about 450
     /// instructions more.
     func writeLines(age: Int64, into buffer: inout ByteBuffer) {
         guard result == .hit, key == nil, status.isPlainHit, let ttl = status.ttl else {
@@ -141,6 +137,8 @@ struct CacheAnnotation {
             let most =
                 5 + HTTPWireFormat.maximumDecimalDigits + 2 + hitLines.count + HTTPWireFormat.maximumDecimalDigits + 2
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
+                // Written out here, not through `copyAge` and the wire format's copy: a hit measured 50 instructions
+                // more through them.
                 var count = HTTPWireFormat.copy("Age: ", to: out, at: 0)
                 count = HTTPWireFormat.writeDecimal(age, to: out, at: count)
                 count = HTTPWireFormat.copy("\r\n", to: out, at: count)
@@ -159,15 +157,19 @@ struct CacheAnnotation {
         reporting.storedMissLines.withUnsafeBytes { lines in
             let most = 7 + lines.count + 3 * HTTPWireFormat.maximumDecimalDigits + 16
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
-                var count = HTTPWireFormat.copy("Age: ", to: out, at: 0)
-                count = HTTPWireFormat.writeDecimal(age, to: out, at: count)
-                count = HTTPWireFormat.copy("\r\n", to: out, at: count)
-                count = HTTPWireFormat.copy(lines, to: out, at: count)
-                count = HTTPWireFormat.writeDecimal(Int64(code), to: out, at: count)
+                var count = HTTPWireFormat.copy(lines, to: out, at: Self.copyAge(age, to: out, at: 0))
+                count = HTTPWireFormat.writeDecimal(Int64(truncatingIfNeeded: code), to: out, at: count)
                 count = HTTPWireFormat.copy("; ttl=", to: out, at: count)
                 count = HTTPWireFormat.writeDecimal(ttl, to: out, at: count)
                 return HTTPWireFormat.copy("; stored\r\n", to: out, at: count)
             }
         }
+    }
+
+    /// Copies `Age: age` and CRLF to `out` at `offset`; returns the offset after it.
+    @inline(__always)
+    private static func copyAge(_ age: Int64, to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        let count = HTTPWireFormat.writeDecimal(age, to: out, at: HTTPWireFormat.copy("Age: ", to: out, at: offset))
+        return HTTPWireFormat.copy("\r\n", to: out, at: count)
     }
 }

@@ -69,7 +69,7 @@ extension CacheResponder {
         let requester = RequestID.upstreamIdentity(
             of: request.head,
             notes: sink.accessNotes,
-            sentID: request.fields.contains(.requestID)
+            fields: request.fields
         )
         let requestID = requester.requestID
         let fetch = fill(request, staleEntry: nil, proxy: proxy, client: sink.client, requester: requester)

@@ -113,7 +113,7 @@ struct CacheResponder {
         let requester = RequestID.upstreamIdentity(
             of: request.head,
             notes: sink.accessNotes,
-            sentID: request.fields.contains(.requestID)
+            fields: request.fields
         )
         let requestID = requester.requestID
         let fetch = fill(
@@ -333,7 +333,7 @@ struct CacheResponder {
         let requester = RequestID.upstreamIdentity(
             of: head,
             notes: sink.accessNotes,
-            sentID: request.fields.contains(.requestID)
+            fields: request.fields
         )
         let requestID = requester.requestID
         let relay = PassThroughResponder.relay(

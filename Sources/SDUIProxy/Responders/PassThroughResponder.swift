@@ -28,7 +28,7 @@ struct PassThroughResponder {
         let identity = RequestID.upstreamIdentity(
             of: head,
             notes: sink.accessNotes,
-            sentID: requestFields?.contains(.requestID) ?? true
+            fields: requestFields
         )
         var upstream = Self.upstreamRequest(
             for: head,
@@ -119,7 +119,7 @@ struct PassThroughResponder {
             ?? RequestID.upstreamIdentity(
                 of: head,
                 notes: sink.accessNotes,
-                sentID: requestFields?.contains(.requestID) ?? true
+                fields: requestFields
             )
         identity.stamp(
             &fields,

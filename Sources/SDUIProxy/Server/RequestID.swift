@@ -14,12 +14,16 @@ enum RequestID {
     }
 
     /// Who a request sent to the backend for `head` is for: the client's sane id, the access line's, or a new
-    /// one, and the request's span when it is traced. `sentID` false says the head has no `X-Request-Id` (the
-    /// router noted which fields it has): its fields are then not searched for one.
-    static func upstreamIdentity(of head: HTTPRequestHead, notes: AccessNotes?, sentID: Bool = true) -> UpstreamIdentity
-    {
+    /// one, and the request's span when it is traced. `fields` is what the router noted of the head (nil: not
+    /// noted): a head noted without an `X-Request-Id` is not searched for one.
+    static func upstreamIdentity(
+        of head: HTTPRequestHead,
+        notes: AccessNotes?,
+        fields: RequestFieldPresence? = nil
+    ) -> UpstreamIdentity {
+        let sentID = fields?.contains(.requestID) ?? true
         // The notes' id, when they have one, is the client's sane one already, or the one made for its line.
-        UpstreamIdentity(
+        return UpstreamIdentity(
             requestID: notes?.requestID ?? (sentID ? given(in: head.headers) : nil) ?? make(),
             span: notes?.traced
         )

@@ -222,7 +222,8 @@ public struct ConnectionStateMachine: Sendable {
         guard !ignoresInput, !heldBack.isEmpty else { return nil }
         switch phase {
         case .readingRequest, .waitingForRequest:
-            return handle(heldBack.removeFirst(), now: now)
+            // Held back, its head's word on keep-alive is read from its own fields: the parser has moved on.
+            return handle(heldBack.removeFirst(), keepsConnectionOpen: nil, now: now)
         case .responding, .closed:
             return nil
         }
@@ -239,7 +240,7 @@ public struct ConnectionStateMachine: Sendable {
 
     private mutating func handle(
         _ part: HTTPServerRequestPart,
-        keepsConnectionOpen: Bool? = nil,
+        keepsConnectionOpen: Bool?,
         now: () -> NIODeadline
     ) -> PartAction {
         switch part {

@@ -28,6 +28,7 @@ public struct HTTPRequestParser: Sendable {
     private var state = State.head(scanned: 0)
     /// Whether the head ``next(from:)`` returned last leaves the connection open (its `Connection` tokens and its
     /// version), as its fields were parsed: asking the head's `HTTPHeaders` searched them again, on every request.
+    /// It speaks of that head only, read right after `next(from:)` returned it (before any head, it is `true`).
     public private(set) var headKeepsConnectionOpen = true
     /// The longest request head (request line, header lines and the blank line) accepted.
     public let maximumHeadBytes: Int

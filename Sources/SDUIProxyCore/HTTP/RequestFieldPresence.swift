@@ -29,6 +29,12 @@ public struct RequestFieldPresence: OptionSet, Sendable, Hashable {
     /// A condition the cache answers with a 304 when it holds (RFC 9110 section 13.1).
     public static let conditions: RequestFieldPresence = [.ifNoneMatch, .ifModifiedSince]
 
+    /// Whether these notes stand for `headers`: every field among these that they hold is noted (the notes may
+    /// say more, never less). What code that skips a search on the notes' word asserts.
+    public func cover(_ headers: HTTPHeaders) -> Bool {
+        RequestFieldPresence(headers).isSubset(of: self)
+    }
+
     /// The fields of `headers` that are among these.
     public init(_ headers: HTTPHeaders) {
         var found: RequestFieldPresence = []

@@ -98,7 +98,7 @@ public struct UpstreamRequestBuilder: Sendable {
         received: Received = .http1_1
     ) -> HTTPFieldLines {
         assert(
-            noted.map { RequestFieldPresence(clientHeaders).isSubset(of: $0) } ?? true,
+            noted?.cover(clientHeaders) ?? true,
             "the fields noted are not those of the headers"
         )
         let forwardsHost = purpose == .passThrough || hostIsKeyed

@@ -60,6 +60,17 @@ import Testing
                 CacheStatus(forward: .varyMiss, forwardStatus: 200, ttl: 9, stored: true),
                 key: nil
             ),
+            // The fast path's numbers at their edges: a ttl of zero or long past, a status of any size.
+            reporting.annotation(
+                .miss,
+                CacheStatus(forward: .uriMiss, forwardStatus: 0, ttl: 0, stored: true),
+                key: nil
+            ),
+            reporting.annotation(
+                .miss,
+                CacheStatus(forward: .uriMiss, forwardStatus: 1_000_000, ttl: .min, stored: true),
+                key: nil
+            ),
             reporting.annotation(.hit, CacheStatus(hit: true, ttl: -5, detail: "stale-if-error"), key: cacheKey),
             reporting.annotation(.hit, CacheStatus(hit: true, ttl: 60), key: cacheKey),
         ]
