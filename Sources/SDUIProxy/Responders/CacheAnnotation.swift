@@ -76,17 +76,7 @@ struct CacheAnnotation {
         guard result == .bypass, key == nil, status.isPlainBypass, let code = status.forwardStatus else {
             return writeAnnotation(age: nil, into: &buffer)
         }
-        reporting.bypassLines.withUnsafeBytes { lines in
-            let most = lines.count + HTTPWireFormat.maximumDecimalDigits + 2
-            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
-                let count = HTTPWireFormat.writeDecimal(
-                    Int64(truncatingIfNeeded: code),
-                    to: out,
-                    at: HTTPWireFormat.copy(lines, to: out, at: 0)
-                )
-                return HTTPWireFormat.copy("\r\n", to: out, at: count)
-            }
-        }
+        writeForwardedLines(reporting.bypassLines, age: nil, status: code, storedFor: nil, into: &buffer)
     }
 
     /// `Age` when given, then ``writeLines(into:)``'s lines, in one write: a write per piece cost every forwarded
@@ -129,7 +119,13 @@ struct CacheAnnotation {
             if result == .miss, key == nil, status.isPlainStoredMiss, let code = status.forwardStatus,
                 let ttl = status.ttl
             {
-                return writeStoredMissLines(age: age, status: code, ttl: ttl, into: &buffer)
+                return writeForwardedLines(
+                    reporting.storedMissLines,
+                    age: age,
+                    status: code,
+                    storedFor: ttl,
+                    into: &buffer
+                )
             }
             return writeAnnotation(age: age, into: &buffer)
         }
@@ -151,17 +147,27 @@ struct CacheAnnotation {
         }
     }
 
-    /// `Age`, then a stored miss's lines (``CacheReporting/storedMissLines``), the backend's status, the ttl and
-    /// `stored`, in one write.
-    private func writeStoredMissLines(age: Int64, status code: UInt, ttl: Int64, into buffer: inout ByteBuffer) {
-        reporting.storedMissLines.withUnsafeBytes { lines in
+    /// `Age` when given, then `lines` (a ``CacheReporting`` prefix that ends in `fwd-status=`), the backend's
+    /// status, and for a stored miss its ttl and `stored`, in one write.
+    private func writeForwardedLines(
+        _ lines: [UInt8],
+        age: Int64?,
+        status code: UInt,
+        storedFor ttl: Int64?,
+        into buffer: inout ByteBuffer
+    ) {
+        lines.withUnsafeBytes { lines in
             let most = 7 + lines.count + 3 * HTTPWireFormat.maximumDecimalDigits + 16
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: most) { out in
-                var count = HTTPWireFormat.copy(lines, to: out, at: Self.copyAge(age, to: out, at: 0))
+                var count = age.map { Self.copyAge($0, to: out, at: 0) } ?? 0
+                count = HTTPWireFormat.copy(lines, to: out, at: count)
                 count = HTTPWireFormat.writeDecimal(Int64(truncatingIfNeeded: code), to: out, at: count)
-                count = HTTPWireFormat.copy("; ttl=", to: out, at: count)
-                count = HTTPWireFormat.writeDecimal(ttl, to: out, at: count)
-                return HTTPWireFormat.copy("; stored\r\n", to: out, at: count)
+                if let ttl {
+                    count = HTTPWireFormat.copy("; ttl=", to: out, at: count)
+                    count = HTTPWireFormat.writeDecimal(ttl, to: out, at: count)
+                    count = HTTPWireFormat.copy("; stored", to: out, at: count)
+                }
+                return HTTPWireFormat.copy("\r\n", to: out, at: count)
             }
         }
     }
