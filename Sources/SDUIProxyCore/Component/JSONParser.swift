@@ -18,10 +18,13 @@ struct JSONParser {
     private let end: Int
     private var index = 0
     /// What a ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:)`` keeps and has found so far.
-    private var reduction = Reduction(keys: KeySet.none, markerIndex: nil, maximumDepth: 0, maximumCount: 0)
+    private var reduction: Reduction
 
-    private init(bytes: UnsafeRawBufferPointer) {
+    /// Made with its reduction whole: a parser made with an empty one and given another copied the key set's four
+    /// arrays twice, retaining and releasing each, on every miss.
+    private init(bytes: UnsafeRawBufferPointer, reduction: Reduction) {
         self.bytes = bytes
+        self.reduction = reduction
         // An empty buffer may have no start; nothing is ever read from it (`end` is 0), so any address does.
         self.base = bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 8).unsafelyUnwrapped
         self.end = bytes.count
@@ -35,8 +38,16 @@ struct JSONParser {
     )
         throws(Failure) -> Bool
     {
-        var parser = JSONParser(bytes: bytes)
-        parser.reduction.rootMember = requiredKey
+        var parser = JSONParser(
+            bytes: bytes,
+            reduction: Reduction(
+                keys: KeySet.none,
+                markerIndex: nil,
+                maximumDepth: 0,
+                maximumCount: 0,
+                rootMember: requiredKey
+            )
+        )
         parser.skipWhitespace()
         guard parser.peek() == UInt8(ascii: "{") else {
             try parser.skipValue(depth: 0)
@@ -80,11 +91,9 @@ struct JSONParser {
         var markerIndex: Int?
         var maximumDepth: Int
         var maximumCount: Int
-        var rootMember = "" {
-            didSet { rootMemberCount = rootMember.utf8.count }
-        }
+        let rootMember: String
         /// The root member's length in bytes, which settles most root keys without reaching for its string.
-        private(set) var rootMemberCount = 0
+        let rootMemberCount: Int
         /// The kept members of the objects being scanned, the innermost object's last: an object appends its
         /// members as it reads them and drops them when it ends, so an object that is not reported or kept costs
         /// nothing.
@@ -97,6 +106,15 @@ struct JSONParser {
         var objects: [ScannedObject] = []
         var truncated = false
         var rootHasMember = false
+
+        init(keys: KeySet, markerIndex: Int?, maximumDepth: Int, maximumCount: Int, rootMember: String) {
+            self.keys = keys
+            self.markerIndex = markerIndex
+            self.maximumDepth = maximumDepth
+            self.maximumCount = maximumCount
+            self.rootMember = rootMember
+            self.rootMemberCount = rootMember.utf8.count
+        }
     }
 
     /// Validates a whole document like ``parse(_:)`` without building it, and reports the objects that have a
@@ -118,14 +136,16 @@ struct JSONParser {
         maximumCount: Int,
         rootMember: String = ""
     ) throws(Failure) -> Scan {
-        var parser = JSONParser(bytes: bytes)
-        parser.reduction = Reduction(
-            keys: keys,
-            markerIndex: keys.names.firstIndex(of: markerKey),
-            maximumDepth: maximumDepth,
-            maximumCount: maximumCount
+        var parser = JSONParser(
+            bytes: bytes,
+            reduction: Reduction(
+                keys: keys,
+                markerIndex: keys.names.firstIndex(of: markerKey),
+                maximumDepth: maximumDepth,
+                maximumCount: maximumCount,
+                rootMember: rootMember
+            )
         )
-        parser.reduction.rootMember = rootMember
         // Room for a typical screen's kept members and actions, so the stacks do not grow by doubling. Sixteen
         // members are 544 bytes; 32 were 1,056, past the 1,032 that malloc's per-thread cache serves, so each
         // miss took two allocations through its shared bins.
