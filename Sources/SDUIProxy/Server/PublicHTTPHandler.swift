@@ -34,6 +34,9 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     private(set) var cacheResponder: CacheResponder
 
     var machine: ConnectionStateMachine
+    /// Read into a local and written back around each call into it, never changed in place: no access to it then
+    /// spans a call, and the compiler drops its run-time exclusivity checks (five a request, each as dear as a
+    /// small function). It holds no references, so a copy is a few words.
     private var parser: HTTPRequestParser
     /// The bytes after the last complete part of a read that ended inside one; the next read is appended.
     private var unparsed: ByteBuffer?
@@ -138,6 +141,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var bytes = unwrapInboundIn(data)
+        var parser = self.parser
         let atRequestStart = parser.isBetweenRequests && unparsed == nil && bytes.readableBytes > 0
         switch machine.bytesArrived(atRequestStart: atRequestStart, now: clock.now) {
         case .ignore: return
@@ -153,6 +157,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         defer { isHandlingRead = false }
         do {
             while let part = try parser.next(from: &bytes) {
+                // Written back before the part is answered, which may read it; nothing else changes it.
+                self.parser = parser
                 let keepsConnectionOpen = parser.headKeepsConnectionOpen
                 perform(
                     machine.partReceived(part, keepsConnectionOpen: keepsConnectionOpen, now: clock.now),
@@ -163,11 +169,13 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
                 guard self.context != nil, !machine.ignoresInput else { return }
             }
         } catch {
+            self.parser = parser
             // The rest of this read is dropped, and later reads are ignored: the parser's place in the byte
             // stream is lost, and a later read could otherwise be taken for the start of a new request.
             parseFailed(error, context: context)
             return
         }
+        self.parser = parser
         if bytes.readableBytes > 0 {
             bytes.discardReadBytes()
             unparsed = bytes
@@ -178,6 +186,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// Starts the request deadline when the connection waits with part of a next request already in: bytes that
     /// came behind a response, or after one was answered in the same read.
     func noteRequestInProgress(context: ChannelHandlerContext) {
+        let parser = self.parser
         guard !parser.isBetweenRequests || unparsed != nil, machine.isIdle else { return }
         machine.bytesReceived(now: clock.now)
         updateWakeUp()
@@ -330,6 +339,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         isHandlingRead = false
         flushIfNeeded(context: context)
         guard !machine.hasHeldBackParts else { return }
+        let parser = self.parser
         let requestStarted = !parser.isBetweenRequests || unparsed != nil
         if machine.heldBackPartsHandled(requestStarted: requestStarted, now: clock.now) { context.read() }
         updateWakeUp()
