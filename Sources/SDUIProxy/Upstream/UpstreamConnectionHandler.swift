@@ -60,6 +60,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     /// The decisions: deadlines, limits, keep-alive, retries, reading paused for a client.
     private var state = UpstreamExchangeStateMachine()
     private var current: Current?
+    /// Read into a local and written back around each call into it, never changed in place, as
+    /// `PublicHTTPHandler`'s request parser is: no access to it spans a call, so it needs no run-time exclusivity
+    /// checks. It holds no references.
     private var parser = HTTPResponseParser(maximumHeadBytes: UpstreamConnectionHandler.maximumResponseHeadBytes)
     /// Bytes of a response part that has not arrived whole yet.
     private var pending: ByteBuffer?
@@ -115,7 +118,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             return
         }
         current = sent
+        var parser = self.parser
         parser.expectResponse(isHEAD: exchange.isHEAD)
+        self.parser = parser
         forwarding = exchange.forwarding
         if let deadline { armTimer(for: deadline) }
         // Flushed at once: a backend may answer the head alone (`100 Continue`, or a refusal) before any body.
@@ -195,14 +200,20 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             earlier.writeBuffer(&buffer)
             buffer = earlier
         }
+        var parser = self.parser
         do {
             while state.isReusable, let part = try parser.next(from: &buffer) {
+                // Written back before the part is taken in, which may expect the next response.
+                self.parser = parser
                 receive(part)
+                parser = self.parser
             }
         } catch {
+            self.parser = parser
             run(state.malformedResponse(error))
             return
         }
+        self.parser = parser
         if buffer.readableBytes > 0, state.isReusable { pending = buffer }
     }
 
@@ -292,13 +303,16 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
 
     func channelInactive(context: ChannelHandlerContext) {
         disarmTimer()
+        var parser = self.parser
         let action = state.channelClosed(bodyEndsWithConnection: parser.bodyEndsWithConnection)
         // The socket is closed: the pool counts the connection out now, before the exchange in flight ends, so
         // a retry of that exchange finds the room the connection left.
         pool?.connectionClosed(id)
         switch action {
         case .finishBodyAtClose:
-            if let part = try? parser.finish() {
+            let part = try? parser.finish()
+            self.parser = parser
+            if let part {
                 receive(part)
             } else {
                 run(state.bodyAtCloseIncomplete())
