@@ -58,6 +58,10 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private weak var pool: (any UpstreamConnectionEvents)?
     private var context: ChannelHandlerContext?
     /// The decisions: deadlines, limits, keep-alive, retries, reading paused for a client.
+    ///
+    /// Changed only through ``changeState(_:)``, on a copy written back, and read through ``stateNow``, as the
+    /// parser is: no access to it spans a call into SDUIProxyCore, so it needs no run-time exclusivity checks (six a
+    /// forward). It holds no references.
     private var state = UpstreamExchangeStateMachine()
     private var current: Current?
     /// Read into a local and written back around each call into it, never changed in place, as
@@ -103,14 +107,16 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     ) {
         let uploading = exchange.forwarding.map { !$0.requestSent }
         let sent = Current(exchange: exchange, completion: completion)
-        let action = state.sendRequested(
-            uploading.map { .forward(uploading: $0) } ?? .fill(maxBodyBytes: exchange.maxBodyBytes),
-            deadline: exchange.deadline,
-            headTimeout: exchange.forwarding?.headTimeout ?? .zero,
-            bodyIdleTimeout: exchange.bodyIdleTimeout,
-            retryIfStale: retryIfStale,
-            attached: context != nil
-        )
+        let action = changeState { state in
+            state.sendRequested(
+                uploading.map { .forward(uploading: $0) } ?? .fill(maxBodyBytes: exchange.maxBodyBytes),
+                deadline: exchange.deadline,
+                headTimeout: exchange.forwarding?.headTimeout ?? .zero,
+                bodyIdleTimeout: exchange.bodyIdleTimeout,
+                retryIfStale: retryIfStale,
+                attached: context != nil
+            )
+        }
         guard case .sendRequest(let deadline) = action, let context else {
             if case .fail(let failure, _, let mayResend) = action {
                 end(sent, with: .failure(failure), retryIfStale: mayResend)
@@ -129,7 +135,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         forwarding.connection = self
         forwarding.body?.setFinishHandler { [weak self, weak forwarding] in
             guard let self, let forwarding, self.forwarding === forwarding else { return }
-            run(state.requestBodyEnded(now: eventLoop.now))
+            run(changeState { $0.requestBodyEnded(now: eventLoop.now) })
         }
         sendBodyPart(of: forwarding)
     }
@@ -173,20 +179,20 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "0\r\n\r\n")), promise: nil)
         }
         forwarding.requestSent = true
-        state.requestBodyWritten()
+        changeState { $0.requestBodyWritten() }
     }
 
     /// The exchange's caller gave it up (its client's body failed): the backend must not take what it got for a
     /// shorter request, so the connection closes under it.
     func exchangeAbandoned(_ forwarding: ForwardedExchange) {
         guard self.forwarding === forwarding else { return }
-        run(state.exchangeAbandoned())
+        run(changeState { $0.exchangeAbandoned() })
     }
 
     // MARK: Reading the response
 
     func read(context: ChannelHandlerContext) {
-        if state.readsPaused {
+        if stateNow.readsPaused {
             readWanted = true
         } else {
             context.read()
@@ -210,7 +216,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             }
         } catch {
             self.parser = parser
-            run(state.malformedResponse(error))
+            run(changeState { $0.malformedResponse(error) })
             return
         }
         self.parser = parser
@@ -223,7 +229,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private func receive(_ part: HTTPResponseParser.Part) {
         switch part {
         case .head(let head, let keepAlive, let length):
-            switch state.headReceived(keepAlive: keepAlive, length: length, now: eventLoop.now) {
+            switch changeState({ $0.headReceived(keepAlive: keepAlive, length: length, now: eventLoop.now) }) {
             case .keepHead(let reserve, let deadline):
                 if let reserve, !self.reserve(reserve) { return }
                 current?.head = head
@@ -239,7 +245,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
                 run(action)
             }
         case .interim(let head):
-            guard case .passInterim = state.interimReceived() else { return }
+            guard case .passInterim = changeState({ $0.interimReceived() }) else { return }
             // Never stored nor merged into the final response: passed on as it came, or let go.
             if let forwarding {
                 forwarding.sink.receiveInterim(status: head.status, headers: head.fields.headers)
@@ -247,7 +253,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
                 current?.exchange.interim?.relay(head)
             }
         case .body(let part):
-            switch state.bodyPartReceived(size: part.readableBytes, now: eventLoop.now) {
+            switch changeState({ $0.bodyPartReceived(size: part.readableBytes, now: eventLoop.now) }) {
             case .appendBody(let reserve):
                 if let reserve, !self.reserve(reserve) { return }
                 append(part)
@@ -259,7 +265,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
                 run(action)
             }
         case .end:
-            run(state.responseEnded())
+            run(changeState { $0.responseEnded() })
         }
     }
 
@@ -289,7 +295,11 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
         guard self.forwarding === forwarding else { return }
         let failed: Bool
         if case .failure = result { failed = true } else { failed = false }
-        run(state.bodyPartTaken(failed: failed, partsWithClient: forwarding.partsWithClient, now: eventLoop.now))
+        run(
+            changeState {
+                $0.bodyPartTaken(failed: failed, partsWithClient: forwarding.partsWithClient, now: eventLoop.now)
+            }
+        )
     }
 
     private func resumeReading() {
@@ -304,7 +314,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     func channelInactive(context: ChannelHandlerContext) {
         disarmTimer()
         var parser = self.parser
-        let action = state.channelClosed(bodyEndsWithConnection: parser.bodyEndsWithConnection)
+        let action = changeState { $0.channelClosed(bodyEndsWithConnection: parser.bodyEndsWithConnection) }
         // The socket is closed: the pool counts the connection out now, before the exchange in flight ends, so
         // a retry of that exchange finds the room the connection left.
         pool?.connectionClosed(id)
@@ -315,7 +325,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
             if let part {
                 receive(part)
             } else {
-                run(state.bodyAtCloseIncomplete())
+                run(changeState { $0.bodyAtCloseIncomplete() })
             }
         case let action:
             run(action)
@@ -326,7 +336,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         var unclean = false
         if let error = error as? NIOSSLError, case .uncleanShutdown = error { unclean = true }
-        switch state.errorCaught(uncleanTLSShutdown: unclean, bytesPending: pending != nil) {
+        switch changeState({ $0.errorCaught(uncleanTLSShutdown: unclean, bytesPending: pending != nil) }) {
         case .failWithCaughtError(let asUnanswered, let mayResend):
             endCurrent(with: .failure(asUnanswered ? Failure.closedBeforeResponse : error), retryIfStale: mayResend)
             context.close(promise: nil)
@@ -336,11 +346,23 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     }
 
     func close() {
-        state.closing()
+        changeState { $0.closing() }
         context?.close(promise: nil)
     }
 
     // MARK: Running the state machine's actions
+
+    /// Runs `change` on a copy of ``state`` and writes the copy back (see ``state``).
+    @inline(__always)
+    private func changeState<Result>(_ change: (inout UpstreamExchangeStateMachine) -> Result) -> Result {
+        var state = self.state
+        let result = change(&state)
+        self.state = state
+        return result
+    }
+
+    /// A copy of ``state``, for its computed properties (see ``state``).
+    private var stateNow: UpstreamExchangeStateMachine { state }
 
     private func run(_ action: UpstreamExchangeStateMachine.Action) {
         switch action {
@@ -398,7 +420,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private func reserve(_ count: Int) -> Bool {
         guard let budget = current?.exchange.budget else { return true }
         guard budget.reserve(count) else {
-            run(state.budgetExceeded(limit: budget.limit))
+            run(changeState { $0.budgetExceeded(limit: budget.limit) })
             return false
         }
         current?.reserved += count
@@ -415,7 +437,7 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
 
     private func timerFired() {
         timer = nil
-        run(state.timerFired(now: eventLoop.now))
+        run(changeState { $0.timerFired(now: eventLoop.now) })
     }
 
     private func disarmTimer() {
