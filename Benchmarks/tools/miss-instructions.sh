@@ -136,6 +136,8 @@ wait_http "http://127.0.0.1:$ORIGIN_PORT/ready" "$ORIGIN_PID" origin
 
 proxy_dir=$WORK_DIR/proxy
 mkdir -p "$proxy_dir"
+# A WORK_DIR used before may hold another run's per-thread dumps, which the total below would add in.
+rm -f "$proxy_dir"/callgrind.out*
 
 # start_proxy: the proxy under callgrind on PROXY_PORT.
 start_proxy() {

@@ -59,9 +59,9 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
     private var context: ChannelHandlerContext?
     /// The decisions: deadlines, limits, keep-alive, retries, reading paused for a client.
     ///
-    /// Changed only through ``changeState(_:)``, on a copy written back, and read through ``stateNow``, as the
-    /// parser is: no access to it spans a call into SDUIProxyCore, so it needs no run-time exclusivity checks (six a
-    /// forward). It holds no references.
+    /// Changed only through ``changeState(_:)``, on a copy written back, and its computed properties read through
+    /// ``stateNow`` (its stored ones are read in place, which spans no call): no access to it spans a call into
+    /// SDUIProxyCore, so it needs no run-time exclusivity checks (six a forward). It holds no references.
     private var state = UpstreamExchangeStateMachine()
     private var current: Current?
     /// Read into a local and written back around each call into it, never changed in place, as
@@ -313,13 +313,17 @@ final class UpstreamConnectionHandler: ChannelDuplexHandler, @unchecked Sendable
 
     func channelInactive(context: ChannelHandlerContext) {
         disarmTimer()
-        var parser = self.parser
-        let action = changeState { $0.channelClosed(bodyEndsWithConnection: parser.bodyEndsWithConnection) }
+        // Read from a copy, as every access to the parser is (see ``parser``).
+        let parserNow = parser
+        let bodyEndsWithConnection = parserNow.bodyEndsWithConnection
+        let action = changeState { $0.channelClosed(bodyEndsWithConnection: bodyEndsWithConnection) }
         // The socket is closed: the pool counts the connection out now, before the exchange in flight ends, so
         // a retry of that exchange finds the room the connection left.
         pool?.connectionClosed(id)
         switch action {
         case .finishBodyAtClose:
+            // Copied after the pool heard of the close, so that nothing it did in between is written over.
+            var parser = self.parser
             let part = try? parser.finish()
             self.parser = parser
             if let part {
