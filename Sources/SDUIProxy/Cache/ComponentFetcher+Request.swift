@@ -5,7 +5,7 @@ extension ComponentFetcher.Request {
     public var requestID: String? { upstream.fields.first("x-request-id") }
 
     /// This request as the waiters of a fill it leads name it.
-    var leader: FillLeader { FillLeader(requestID: requestID, trace: trace) }
+    var leader: FillLeader { FillLeader(self) }
 
     /// `metadata` with the request's cache key and id: what every line about this fetch carries.
     func logMetadata(_ metadata: Logger.Metadata = [:]) -> Logger.Metadata {
