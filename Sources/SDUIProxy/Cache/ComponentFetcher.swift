@@ -460,7 +460,10 @@ public final class ComponentFetcher: Sendable {
                 if request.followActions > 0, let observer = storedComponentObserver,
                     ByteSearch.contains(Self.shouldPrefetchKey, in: response.body)
                 {
-                    plan = (try decoder.validateComponent(response.body, planningWith: prefetchPlanner), observer)
+                    let planned = try ThreadScanStorage.withStorage { storage throws(ComponentDecoder.Failure) in
+                        try decoder.validateComponent(response.body, planningWith: prefetchPlanner, reusing: &storage)
+                    }
+                    plan = (planned, observer)
                 } else {
                     try decoder.validateComponent(response.body)
                 }

@@ -44,16 +44,34 @@ public struct ComponentDecoder: Sendable {
     ) throws(Failure)
         -> PrefetchPlanner.Plan
     {
+        var storage = JSONScanStorage()
+        return try validateComponent(body, planningWith: planner, reusing: &storage)
+    }
+
+    /// ``validateComponent(_:planningWith:)`` with the scan's arrays lent by `storage` and taken back after, so
+    /// that a caller that keeps one between components allocates none for them (``JSONScanStorage``).
+    public func validateComponent(
+        _ body: ByteBuffer,
+        planningWith planner: PrefetchPlanner,
+        reusing storage: inout JSONScanStorage
+    ) throws(Failure)
+        -> PrefetchPlanner.Plan
+    {
         try body.withUnsafeReadableBytes { bytes throws(Failure) in
             let scan: JSONParser.Scan
             do throws(JSONParser.Failure) {
-                scan = try PrefetchPlanner.scan(bytes, rootMember: Self.componentTypeKey)
+                scan = try PrefetchPlanner.scan(bytes, rootMember: Self.componentTypeKey, storage: &storage)
             } catch {
                 throw Self.invalidJSON(error)
             }
-            guard scan.rootHasMember else { throw Self.notAComponent }
+            guard scan.rootHasMember else {
+                storage.reclaim(consume scan)
+                throw Self.notAComponent
+            }
             // Planned while the bytes are at hand: the scan says where the actions' strings lie in them.
-            return planner.plan(for: scan, in: bytes)
+            let plan = planner.plan(for: scan, in: bytes)
+            storage.reclaim(consume scan)
+            return plan
         }
     }
 

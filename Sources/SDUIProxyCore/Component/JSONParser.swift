@@ -136,6 +136,30 @@ struct JSONParser {
         maximumCount: Int,
         rootMember: String = ""
     ) throws(Failure) -> Scan {
+        var storage = JSONScanStorage()
+        return try scanObjects(
+            bytes,
+            keeping: keys,
+            reporting: markerKey,
+            maximumDepth: maximumDepth,
+            maximumCount: maximumCount,
+            rootMember: rootMember,
+            storage: &storage
+        )
+    }
+
+    /// ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:rootMember:)`` into the arrays `storage` holds,
+    /// which the scan's ``Scan/objects`` and ``Scan/members`` then are; ``JSONScanStorage/reclaim(_:)`` takes them
+    /// back once the scan has been read. `storage` keeps the arrays it lends out no longer.
+    static func scanObjects(
+        _ bytes: UnsafeRawBufferPointer,
+        keeping keys: KeySet,
+        reporting markerKey: String,
+        maximumDepth: Int,
+        maximumCount: Int,
+        rootMember: String = "",
+        storage: inout JSONScanStorage
+    ) throws(Failure) -> Scan {
         var parser = JSONParser(
             bytes: bytes,
             reduction: Reduction(
@@ -146,12 +170,22 @@ struct JSONParser {
                 rootMember: rootMember
             )
         )
-        // Room for a typical screen's kept members and actions, so the stacks do not grow by doubling. Sixteen
-        // members are 544 bytes; 32 were 1,056, past the 1,032 that malloc's per-thread cache serves, so each
-        // miss took two allocations through its shared bins.
-        parser.reduction.pending.reserveCapacity(16)
-        parser.reduction.kept.reserveCapacity(16)
-        parser.reduction.objects.reserveCapacity(16)
+        // Swapped, not copied: the parser holds the only reference to each array while it scans.
+        swap(&parser.reduction.pending, &storage.pending)
+        swap(&parser.reduction.kept, &storage.kept)
+        swap(&parser.reduction.objects, &storage.objects)
+        // Room for a typical screen's kept members and actions, so the stacks do not grow by doubling; a storage
+        // that has served a scan has it already. Sixteen members are 544 bytes; 32 were 1,056, past the 1,032 that
+        // malloc's per-thread cache serves, so each scan took two allocations through its shared bins.
+        if parser.reduction.pending.capacity < 16 { parser.reduction.pending.reserveCapacity(16) }
+        if parser.reduction.kept.capacity < 16 { parser.reduction.kept.reserveCapacity(16) }
+        if parser.reduction.objects.capacity < 16 { parser.reduction.objects.reserveCapacity(16) }
+        // The pending members go back whatever the scan's outcome; the others go back with the scan.
+        defer {
+            swap(&parser.reduction.pending, &storage.pending)
+            // A failed scan leaves the members of the objects it was in.
+            storage.pending.removeAll(keepingCapacity: true)
+        }
         parser.skipWhitespace()
         try parser.skipValue(depth: 0)
         parser.skipWhitespace()

@@ -164,13 +164,26 @@ public struct PrefetchPlanner: Sendable {
     ) throws(JSONParser.Failure)
         -> JSONParser.Scan
     {
+        var storage = JSONScanStorage()
+        return try scan(bytes, rootMember: rootMember, storage: &storage)
+    }
+
+    /// ``scan(_:rootMember:)`` into the arrays `storage` lends (``JSONScanStorage``).
+    static func scan(
+        _ bytes: UnsafeRawBufferPointer,
+        rootMember: String = "",
+        storage: inout JSONScanStorage
+    ) throws(JSONParser.Failure)
+        -> JSONParser.Scan
+    {
         try JSONParser.scanObjects(
             bytes,
             keeping: keptKeys,
             reporting: actionKey,
             maximumDepth: maximumDepth,
             maximumCount: maximumActions,
-            rootMember: rootMember
+            rootMember: rootMember,
+            storage: &storage
         )
     }
 

@@ -1,0 +1,29 @@
+import NIOPosix
+import SDUIProxyCore
+
+/// Each thread's ``JSONScanStorage``, which the component scans of the fills made on it reuse: a miss then makes and
+/// frees none of a scan's arrays (about 1,200 instructions a miss). A fill is processed on its exchange's event
+/// loop, so one storage a thread serves its fills one after the other.
+enum ThreadScanStorage {
+    /// Runs `body` with this thread's storage. `body` must not scan through it again: a scan does not call out.
+    static func withStorage<Result, Failure: Error>(
+        _ body: (inout JSONScanStorage) throws(Failure) -> Result
+    ) throws(Failure) -> Result {
+        let box: Box
+        if let existing = boxes.currentValue {
+            box = existing
+        } else {
+            box = Box()
+            boxes.currentValue = box
+        }
+        return try body(&box.storage)
+    }
+
+    /// `@unchecked Sendable` for the thread-specific variable that holds it: only the thread that made it reaches
+    /// it there.
+    private final class Box: @unchecked Sendable {
+        var storage = JSONScanStorage()
+    }
+
+    private static let boxes = ThreadSpecificVariable<Box>()
+}

@@ -1,0 +1,44 @@
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import SDUIProxy
+@testable import SDUIProxyCore
+
+/// Each thread's scan storage: the fills on one event loop reuse one storage; another thread has its own.
+@Suite("Each thread's component scan storage")
+struct ThreadScanStorageTests {
+    /// The room the kept members' array of this thread's storage had before a scan, and its base address after.
+    private static func keptArrayAroundScan() throws -> (roomBefore: Int, address: UInt) {
+        let planner = PrefetchPlanner(upstream: try UpstreamOrigin(parsing: "http://localhost:8080"), allowedHosts: [])
+        let body = ByteBuffer(
+            string: #"{"_beagleComponent_":"beagle:button","onPress":[{"_beagleAction_":"beagle:pushView","#
+                + #""route":{"url":"/next","shouldPrefetch":true}}]}"#
+        )
+        return try ThreadScanStorage.withStorage { storage throws(ComponentDecoder.Failure) in
+            let roomBefore = storage.kept.capacity
+            let plan = try ComponentDecoder().validateComponent(body, planningWith: planner, reusing: &storage)
+            #expect(plan.targets.count == 1)
+            return (roomBefore, UInt(bitPattern: storage.kept.withUnsafeBufferPointer { $0.baseAddress }))
+        }
+    }
+
+    @Test("scans on one thread reuse its storage's arrays; a scan on another thread uses its own")
+    func oneStoragePerThread() throws {
+        let loops = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        defer { try? loops.syncShutdownGracefully() }
+        let first = loops.next()
+        var second = loops.next()
+        if second === first { second = loops.next() }
+        let firstScan = try first.submit { try Self.keptArrayAroundScan() }.wait()
+        let secondScan = try first.submit { try Self.keptArrayAroundScan() }.wait()
+        let otherThread = try second.submit { try Self.keptArrayAroundScan() }.wait()
+        // A thread's first scan finds an empty storage; its next finds the room the first left.
+        #expect(firstScan.roomBefore == 0)
+        #expect(secondScan.roomBefore >= 16)
+        #expect(secondScan.address == firstScan.address)
+        // While the first thread's storage holds its array, no other allocation can have its address.
+        #expect(otherThread.roomBefore == 0)
+        #expect(otherThread.address != firstScan.address)
+    }
+}
