@@ -69,6 +69,8 @@ struct JSONScanStorageTests {
                 Issue.record("reused storage: \(reused), fresh arrays: \(fresh)")
             }
             #expect(storage.pending.isEmpty && storage.kept.isEmpty && storage.objects.isEmpty)
+            // Failed or not, the scan gave its arrays back with their room.
+            #expect(storage.pending.capacity >= 16 && storage.kept.capacity >= 16 && storage.objects.capacity >= 16)
         }
         #expect(failures >= Fixtures.beagleNames.count * 2)
         #expect(try decoder.validateComponent(Self.component(actions: 3), planningWith: planner).targets.count == 3)
@@ -103,11 +105,29 @@ struct JSONScanStorageTests {
         #expect(plan.targets.count == PrefetchPlanner.maximumTargets)
         #expect(storage.kept.capacity <= JSONScanStorage.maximumKeptCapacity)
         #expect(storage.objects.capacity <= JSONScanStorage.maximumKeptCapacity)
+        #expect(storage.pending.capacity <= JSONScanStorage.maximumKeptCapacity)
         // And the storage still serves the next scan as a fresh one would.
         let next = Self.component(actions: 2)
         #expect(
             try decoder.validateComponent(next, planningWith: planner, reusing: &storage)
                 == decoder.validateComponent(next, planningWith: planner)
         )
+    }
+
+    @Test("a document cut off inside an object with thousands of kept members leaves no large array behind")
+    func failedScanLetsLargeArraysGo() throws {
+        var storage = JSONScanStorage()
+        // Members of an object still open when the document ends are pending when the scan fails.
+        let members = String(repeating: #""url":"/a","#, count: JSONScanStorage.maximumKeptCapacity * 2)
+        let body = ByteBuffer(string: #"{"_beagleComponent_":"beagle:container","route":{"# + members)
+        switch (outcome(body, storage: &storage), freshOutcome(body)) {
+        case (.failure(let error), .failure(let expected)): #expect(error == expected)
+        case (let reused, let fresh): Issue.record("reused storage: \(reused), fresh arrays: \(fresh)")
+        }
+        #expect(storage.pending.isEmpty && storage.pending.capacity <= JSONScanStorage.maximumKeptCapacity)
+        #expect(storage.kept.capacity <= JSONScanStorage.maximumKeptCapacity)
+        #expect(storage.objects.capacity <= JSONScanStorage.maximumKeptCapacity)
+        let next = Self.component(actions: 2)
+        #expect(try outcome(next, storage: &storage).get() == freshOutcome(next).get())
     }
 }

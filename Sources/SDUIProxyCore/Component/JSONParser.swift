@@ -150,7 +150,7 @@ struct JSONParser {
 
     /// ``scanObjects(_:keeping:reporting:maximumDepth:maximumCount:rootMember:)`` into the arrays `storage` holds,
     /// which the scan's ``Scan/objects`` and ``Scan/members`` then are; ``JSONScanStorage/reclaim(_:)`` takes them
-    /// back once the scan has been read. `storage` keeps the arrays it lends out no longer.
+    /// back once the scan has been read. A scan that fails gives them back itself.
     static func scanObjects(
         _ bytes: UnsafeRawBufferPointer,
         keeping keys: KeySet,
@@ -170,26 +170,19 @@ struct JSONParser {
                 rootMember: rootMember
             )
         )
-        // Swapped, not copied: the parser holds the only reference to each array while it scans.
-        swap(&parser.reduction.pending, &storage.pending)
-        swap(&parser.reduction.kept, &storage.kept)
-        swap(&parser.reduction.objects, &storage.objects)
-        // Room for a typical screen's kept members and actions, so the stacks do not grow by doubling; a storage
-        // that has served a scan has it already. Sixteen members are 544 bytes; 32 were 1,056, past the 1,032 that
-        // malloc's per-thread cache serves, so each scan took two allocations through its shared bins.
-        if parser.reduction.pending.capacity < 16 { parser.reduction.pending.reserveCapacity(16) }
-        if parser.reduction.kept.capacity < 16 { parser.reduction.kept.reserveCapacity(16) }
-        if parser.reduction.objects.capacity < 16 { parser.reduction.objects.reserveCapacity(16) }
-        // The pending members go back whatever the scan's outcome; the others go back with the scan.
-        defer {
-            swap(&parser.reduction.pending, &storage.pending)
-            // A failed scan leaves the members of the objects it was in.
-            storage.pending.removeAll(keepingCapacity: true)
+        storage.lend(&parser.reduction.pending, &parser.reduction.kept, &parser.reduction.objects)
+        do throws(Failure) {
+            parser.skipWhitespace()
+            try parser.skipValue(depth: 0)
+            parser.skipWhitespace()
+            guard parser.index == parser.end else { throw parser.failure("text after the document") }
+        } catch {
+            // All three go back, with whatever the objects the scan was in held: the storage empties them.
+            storage.takeBack(&parser.reduction.pending, &parser.reduction.kept, &parser.reduction.objects)
+            throw error
         }
-        parser.skipWhitespace()
-        try parser.skipValue(depth: 0)
-        parser.skipWhitespace()
-        guard parser.index == parser.end else { throw parser.failure("text after the document") }
+        // The pending members go back now (every object has ended, so there are none); the others with the scan.
+        storage.takeBack(pending: &parser.reduction.pending)
         // Objects are complete, so found, innermost first; document order is where they start.
         parser.reduction.objects.sort { $0.offset < $1.offset }
         return Scan(
