@@ -5,7 +5,7 @@ import Tracing
 ///
 /// It holds the leading request and reads its id and trace only when a waiter asks: every plain miss leads a run
 /// and most runs have no waiter, and looking the id up among the upstream fields and making a string of it cost
-/// each miss about 450 instructions.
+/// each miss about 950 instructions (callgrind, run AU in `Benchmarks/HISTORY.md`).
 public struct FillLeader: Sendable {
     private let request: ComponentFetcher.Request
 
