@@ -1,0 +1,237 @@
+/// The parser's tokens: strings, numbers and literals checked and stepped over, white space and the single bytes
+/// between them. What the document's structure is and what a scan keeps of it is `JSONParser.swift`'s.
+extension JSONParser {
+    /// Steps over `true`, `false` or `null`.
+    mutating func scanLiteral() throws(Failure) -> KeptValue {
+        switch peek() {
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
+        default:
+            throw failure("unexpected character")
+        }
+    }
+
+    /// Checks a string (escapes, control characters, UTF-8) and steps over it without building it.
+    ///
+    /// Most strings are printable ASCII ended by a quote within the document's last eight bytes: those are read
+    /// here, eight bytes at a time, and everything else (escapes, other bytes, the document's end) by
+    /// ``scanStringFrom(_:start:)``, which goes on from where this stopped.
+    @inline(__always)
+    mutating func scanString() throws(Failure) -> StringSpan {
+        guard index < end, byte(at: index) == UInt8(ascii: "\"") else { return try scanStringAfterWhitespace() }
+        let start = index &+ 1
+        var position = start
+        while position &+ 8 <= end {
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+            let special = Self.specialStringBytes(word)
+            if special != 0 {
+                position &+= special.trailingZeroBitCount &>> 3
+                guard byte(at: position) == UInt8(ascii: "\"") else { break }
+                index = position &+ 1
+                // `position` only ever grows from `start`: the bounds need no check.
+                return StringSpan(range: Range(uncheckedBounds: (start, position)), hasEscapes: false)
+            }
+            position &+= 8
+        }
+        index = position
+        return try scanStringFrom(position, start: start)
+    }
+
+    /// ``scanString()`` for a string with white space before it (a key after `, `), or for what is not a string.
+    @inline(never)
+    mutating func scanStringAfterWhitespace() throws(Failure) -> StringSpan {
+        skipWhitespace()
+        guard index < end, byte(at: index) == UInt8(ascii: "\"") else {
+            if index < end { index &+= 1 }
+            throw failure("expected a string")
+        }
+        return try scanString()
+    }
+
+    /// The rest of ``scanString()`` from `position` on, when the string's bytes before it are all plain.
+    mutating func scanStringFrom(_ position: Int, start: Int) throws(Failure) -> StringSpan {
+        var hasEscapes = false
+        var hasNonASCII = false
+        var position = position
+        while true {
+            // Most of a string is printable ASCII: step over it eight bytes at a time, straight to what ends or
+            // escapes it (byte by byte only in the document's last seven bytes).
+            while position &+ 8 <= end {
+                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+                let special = Self.specialStringBytes(word)
+                guard special == 0 else {
+                    position &+= special.trailingZeroBitCount &>> 3
+                    break
+                }
+                position &+= 8
+            }
+            if position &+ 8 > end {
+                while position < end, Self.isPlainStringByte(byte(at: position)) { position &+= 1 }
+            }
+            index = position
+            guard let byte = next() else { throw failure("the document ends inside a string") }
+            switch byte {
+            case UInt8(ascii: "\""):
+                let close = index &- 1
+                if hasNonASCII,
+                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<close]), as: UTF8.self) == nil
+                {
+                    throw failure("a string is not valid UTF-8")
+                }
+                return StringSpan(range: start..<close, hasEscapes: hasEscapes)
+            case UInt8(ascii: "\\"):
+                hasEscapes = true
+                guard let escaped = next() else { throw failure("the document ends inside a string") }
+                switch escaped {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                    UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    break
+                case UInt8(ascii: "u"):
+                    for _ in 0..<4 {
+                        guard let digit = next(), HTTPSyntax.hexValue(digit) != nil else {
+                            throw failure("a bad \\u escape")
+                        }
+                    }
+                default:
+                    throw failure("a bad escape in a string")
+                }
+                position = index
+            case 0..<0x20:
+                throw failure("a control character in a string")
+            case 0x80...:
+                hasNonASCII = true
+                position = index
+            default:
+                position = index
+            }
+        }
+    }
+
+    func text(of string: StringSpan) -> String {
+        Self.text(of: string, in: bytes)
+    }
+
+    mutating func scanNumber() throws(Failure) {
+        if peek() == UInt8(ascii: "-") { index &+= 1 }
+        guard let first = peek(), Self.isDigit(first) else { throw failure("a bad number") }
+        index &+= 1
+        if first != UInt8(ascii: "0") { skipDigits() }
+        if peek() == UInt8(ascii: ".") {
+            index &+= 1
+            guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
+            skipDigits()
+        }
+        if peek() == UInt8(ascii: "e") || peek() == UInt8(ascii: "E") {
+            index &+= 1
+            if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index &+= 1 }
+            guard let digit = peek(), Self.isDigit(digit) else { throw failure("a bad number") }
+            skipDigits()
+        }
+    }
+
+    // MARK: Bytes
+
+    /// The byte at `position`, which the caller has checked is before `end`.
+    @inline(__always)
+    func byte(at position: Int) -> UInt8 {
+        base.load(fromByteOffset: position, as: UInt8.self)
+    }
+
+    @inline(__always)
+    func peek() -> UInt8? {
+        index < end ? byte(at: index) : nil
+    }
+
+    @inline(__always)
+    mutating func next() -> UInt8? {
+        guard index < end else { return nil }
+        let byte = byte(at: index)
+        index &+= 1
+        return byte
+    }
+
+    /// The next byte that is not white space, stepped over: after a value, where a `,` or the container's end
+    /// nearly always follows at once.
+    @inline(__always)
+    mutating func nextSkippingWhitespace() -> UInt8? {
+        if index < end {
+            let byte = byte(at: index)
+            if byte > 0x20 {
+                index &+= 1
+                return byte
+            }
+        }
+        skipWhitespace()
+        return next()
+    }
+
+    @inline(__always)
+    mutating func skipWhitespace() {
+        // Most documents are written without any: one comparison settles it.
+        guard index < end, byte(at: index) <= 0x20 else { return }
+        while index < end {
+            switch byte(at: index) {
+            case 0x20, 0x09, 0x0A, 0x0D: index &+= 1
+            default: return
+            }
+        }
+    }
+
+    /// The `:` after a member's key, with any white space around it; the common `"key":value` in two compares.
+    @inline(__always)
+    mutating func expectColon() throws(Failure) {
+        if index &+ 1 < end, byte(at: index) == UInt8(ascii: ":"), byte(at: index &+ 1) > 0x20 {
+            index &+= 1
+            return
+        }
+        skipWhitespace()
+        try expect(UInt8(ascii: ":"))
+        skipWhitespace()
+    }
+
+    mutating func skipDigits() {
+        while let byte = peek(), Self.isDigit(byte) { index &+= 1 }
+    }
+
+    @inline(__always)
+    mutating func expect(_ byte: UInt8) throws(Failure) {
+        guard next() == byte else { throw failure("expected \(Character(Unicode.Scalar(byte)))") }
+    }
+
+    mutating func expectLiteral(_ literal: StaticString) throws(Failure) {
+        let expected = UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount)
+        for byte in expected {
+            guard next() == byte else { throw failure("a bad literal") }
+        }
+    }
+
+    func failure(_ reason: String) -> Failure {
+        Failure(reason: reason, offset: index)
+    }
+
+    @inline(__always)
+    static func isPlainStringByte(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+    }
+
+    /// The bytes of `word` (loaded little-endian) that ``isPlainStringByte(_:)`` turns away, as ``ByteWord``
+    /// flags them: zero when all eight are plain.
+    @inline(__always)
+    static func specialStringBytes(_ word: UInt64) -> UInt64 {
+        ByteWord.nonASCIIBytes(word) | ByteWord.bytes(of: word, below: 0x20)
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "\""))
+            | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "\\"))
+    }
+
+    @inline(__always)
+    static func isDigit(_ byte: UInt8) -> Bool {
+        byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
+    }
+}
