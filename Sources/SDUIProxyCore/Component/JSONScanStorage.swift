@@ -31,9 +31,7 @@ public struct JSONScanStorage {
         _ kept: inout [JSONParser.KeptMember],
         _ objects: inout [JSONParser.ScannedObject]
     ) {
-        swap(&pending, &self.pending)
-        swap(&kept, &self.kept)
-        swap(&objects, &self.objects)
+        exchange(&pending, &kept, &objects)
         if pending.capacity < Self.initialCapacity { pending.reserveCapacity(Self.initialCapacity) }
         if kept.capacity < Self.initialCapacity { kept.reserveCapacity(Self.initialCapacity) }
         if objects.capacity < Self.initialCapacity { objects.reserveCapacity(Self.initialCapacity) }
@@ -45,9 +43,7 @@ public struct JSONScanStorage {
         _ kept: inout [JSONParser.KeptMember],
         _ objects: inout [JSONParser.ScannedObject]
     ) {
-        swap(&pending, &self.pending)
-        swap(&kept, &self.kept)
-        swap(&objects, &self.objects)
+        exchange(&pending, &kept, &objects)
         Self.empty(&self.pending)
         Self.empty(&self.kept)
         Self.empty(&self.objects)
@@ -67,6 +63,17 @@ public struct JSONScanStorage {
         swap(&kept, &scan.members)
         Self.empty(&objects)
         Self.empty(&kept)
+    }
+
+    /// Swaps the three arrays with the ones the storage holds.
+    private mutating func exchange(
+        _ pending: inout [JSONParser.KeptMember],
+        _ kept: inout [JSONParser.KeptMember],
+        _ objects: inout [JSONParser.ScannedObject]
+    ) {
+        swap(&pending, &self.pending)
+        swap(&kept, &self.kept)
+        swap(&objects, &self.objects)
     }
 
     /// Empties `array`, keeping its room unless that is more than ``maximumKeptCapacity`` elements'.
