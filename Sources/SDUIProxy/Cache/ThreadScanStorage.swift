@@ -10,14 +10,7 @@ enum ThreadScanStorage {
     static func withStorage<Result, Failure: Error>(
         _ body: (inout JSONScanStorage) throws(Failure) -> Result
     ) throws(Failure) -> Result {
-        let box: Box
-        if let existing = boxes.currentValue {
-            box = existing
-        } else {
-            box = Box()
-            boxes.currentValue = box
-        }
-        return try body(&box.storage)
+        try body(&boxes.currentValue(orMake: Box.init).storage)
     }
 
     /// `@unchecked Sendable` for the thread-specific variable that holds it: only the thread that made it reaches

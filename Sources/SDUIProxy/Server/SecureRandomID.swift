@@ -20,13 +20,7 @@ import Darwin
 enum SecureRandomID {
     /// A new id.
     static func make() -> String {
-        let block: RandomBlock
-        if let existing = blocks.currentValue {
-            block = existing
-        } else {
-            block = RandomBlock()
-            blocks.currentValue = block
-        }
+        let block = blocks.currentValue(orMake: RandomBlock.init)
         let (high, low) = block.next128()
         // Written in place, eight digits at a time: a table and a byte array made for each id were most of what an
         // id cost, and a digit at a time about 250 instructions.
