@@ -236,6 +236,60 @@ struct JSONParserEdgeTests {
         }
     }
 
+    @Test("every byte, at every place of a sixteen-byte block and near the document's end, is judged on its own")
+    func everyByteInEveryPlace() throws {
+        // A string's bytes are tested sixteen at a time, then eight, then one: a byte is plain (it neither ends,
+        // escapes nor breaks the string) whichever test reads it. Read with and without planning, the two passes.
+        let rootStart = Array(#"{"_beagleComponent_":""#.utf8)
+        for lead in 0..<33 {
+            for tail in [0, 5, 24] {
+                for value in 0...255 {
+                    let byte = UInt8(value)
+                    let content =
+                        Array(repeating: UInt8(ascii: "a"), count: lead) + [byte]
+                        + Array(repeating: UInt8(ascii: "z"), count: tail)
+                    let document = rootStart + content + Array(#""}"#.utf8)
+                    let plain = byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+                    let planned = planningFailure(document)
+                    let validated: String?
+                    do {
+                        try decoder.validateComponent(ByteBuffer(bytes: document))
+                        validated = nil
+                    } catch {
+                        validated = error.reason
+                    }
+                    #expect(
+                        (planned == nil) == plain,
+                        "byte \(value) after \(lead), \(tail) after it: \(planned ?? "")"
+                    )
+                    #expect(validated == planned, "byte \(value) after \(lead), \(tail) after it")
+                    switch byte {
+                    case 0..<0x20: #expect(planned?.contains("a control character in a string") == true)
+                    case 0x80...: #expect(planned?.contains("a string is not valid UTF-8") == true)
+                    case UInt8(ascii: "\\") where tail > 0:
+                        #expect(planned?.contains("a bad escape in a string") == true)
+                    case UInt8(ascii: "\\"):
+                        // It escapes the closing quote.
+                        #expect(planned?.contains("the document ends inside a string") == true)
+                    default: break
+                    }
+                    guard plain else { continue }
+                    let text = try scanningRoot(
+                        String(decoding: document, as: UTF8.self),
+                        keeping: JSONParser.KeySet(["_beagleComponent_"]),
+                        reporting: "_beagleComponent_"
+                    ) { scan, bytes -> String? in
+                        guard let root = scan.objects.first,
+                            case .string(let span)? = scan.value(of: 0, in: root.members)
+                        else { return nil }
+                        return JSONParser.text(of: span, in: bytes)
+                    }
+                    #expect(text == String(decoding: content, as: UTF8.self), "byte \(value) after \(lead)")
+                }
+            }
+        }
+    }
+
     @Test(
         "every kept name is found, whatever its length and bytes, and no other key of the same length is taken for it"
     )
