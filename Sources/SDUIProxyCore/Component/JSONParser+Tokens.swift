@@ -199,19 +199,15 @@ extension JSONParser {
     /// The first byte from `position` on that ``isPlainStringByte(_:)`` turns away (a string's closing quote, an
     /// escape, a control character, a byte of a multi-byte character), or `end`.
     ///
-    /// Sixteen bytes at a time, each compared on its own, while sixteen are left: a screen's keys and values are
-    /// mostly shorter, so one step settles them (eight at a time it took two, 950 instructions a screen more);
-    /// then eight at a time as ``ByteWord`` reads them; the document's last seven bytes one at a time.
+    /// Sixteen bytes at a time (``ByteVector``) while sixteen are left: a screen's keys and values are mostly
+    /// shorter, so one step settles them (eight at a time it took two, 2,800 instructions a miss more); then eight
+    /// at a time as ``ByteWord`` reads them; the document's last seven bytes one at a time.
     @inline(__always)
     func firstSpecialStringByte(from position: Int) -> Int {
         var position = position
         while position &+ 16 <= end {
-            let special = Self.specialStringBytes(base.loadUnaligned(fromByteOffset: position, as: SIMD16<UInt8>.self))
-            // Lane 0 holds the first eight bytes; read little-endian, the lowest flagged byte is the first.
-            let low = UInt64(littleEndian: special[0])
-            if low != 0 { return position &+ low.trailingZeroBitCount &>> 3 }
-            let high = UInt64(littleEndian: special[1])
-            if high != 0 { return position &+ 8 &+ high.trailingZeroBitCount &>> 3 }
+            let flagged = ByteVector.firstFlagged(Self.specialStringBytes(ByteVector.load(base, at: position)))
+            if flagged < 16 { return position &+ flagged }
             position &+= 16
         }
         while position &+ 8 <= end {
@@ -238,19 +234,12 @@ extension JSONParser {
             | ByteWord.bytes(of: word, equalTo: UInt8(ascii: "\\"))
     }
 
-    /// The bytes of `vector` that ``isPlainStringByte(_:)`` turns away, each all ones, the others zero, as two
-    /// words (the first eight bytes, then the next).
-    ///
-    /// Exact for every byte, unlike the word's test: each lane is compared on its own. The scalar types are
-    /// spelled out: with `SIMD16(repeating:)` left to inference the comparisons took the generic path, a byte at a
-    /// time through memory (165,000 instructions a screen instead of 27,000).
+    /// The bytes of `vector` that ``isPlainStringByte(_:)`` turns away, each flagged exactly.
     @inline(__always)
-    static func specialStringBytes(_ vector: SIMD16<UInt8>) -> SIMD2<UInt64> {
-        let quote = vector .== SIMD16<UInt8>(repeating: UInt8(ascii: "\""))
-        let backslash = vector .== SIMD16<UInt8>(repeating: UInt8(ascii: "\\"))
-        // Read as signed bytes, those below 0x20 are the control characters and every byte from 0x80 up.
-        let controlOrNonASCII = unsafeBitCast(vector, to: SIMD16<Int8>.self) .< SIMD16<Int8>(repeating: 0x20)
-        return unsafeBitCast(quote .| backslash .| controlOrNonASCII, to: SIMD2<UInt64>.self)
+    static func specialStringBytes(_ vector: SIMD16<UInt8>) -> ByteVector.Mask {
+        ByteVector.bytes(of: vector, equalTo: UInt8(ascii: "\""))
+            .| ByteVector.bytes(of: vector, equalTo: UInt8(ascii: "\\"))
+            .| ByteVector.controlOrNonASCIIBytes(vector)
     }
 
     @inline(__always)
