@@ -72,12 +72,6 @@ extension JSONParser {
             self.slotStarts = (0...64).map { bucket in slots.firstIndex { min($0.count, 63) >= bucket } ?? slots.count }
         }
 
-        /// The index that stands for `name` in a scan's ``KeptMember/key``.
-        func index(of name: String) -> Int {
-            guard let index = names.firstIndex(of: name) else { preconditionFailure("\(name) is not a kept key") }
-            return index
-        }
-
         /// One of 64 bits for a name `count` bytes long that starts with `first` and ends with `last` (both 0 for
         /// the empty name).
         @inline(__always)

@@ -45,20 +45,26 @@ public struct PrefetchPlanner: Sendable {
 
     /// The most actions (of any kind) one component is scanned for; past that the plan is truncated.
     public static let maximumActions = 1024
-    private static let actionKey = "_beagleAction_"
-    /// The members the planner reads: an action's name and route, and the route's fields.
-    private static let keptKeys = JSONParser.KeySet([
-        actionKey, "route", "url", "shouldPrefetch", "httpAdditionalData", "method", "body",
-    ])
-    /// The kept keys' indices, as a scan's members name them.
-    private enum Key {
-        static let action = keptKeys.index(of: actionKey)
-        static let route = keptKeys.index(of: "route")
-        static let url = keptKeys.index(of: "url")
-        static let shouldPrefetch = keptKeys.index(of: "shouldPrefetch")
-        static let httpAdditionalData = keptKeys.index(of: "httpAdditionalData")
-        static let method = keptKeys.index(of: "method")
-        static let body = keptKeys.index(of: "body")
+    private static let actionKey = Key.action.name
+    /// The members the planner reads: an action's name and route, and the route's fields, in ``Key``'s order.
+    private static let keptKeys = JSONParser.KeySet(Key.allCases.map(\.name))
+    /// The kept keys, each with the index a scan's members name it by (its raw value, its place in `keptKeys`): a
+    /// constant, where an index looked up once in a lazily made static cost a check of that static on every read,
+    /// a dozen a planned component.
+    private enum Key: Int, CaseIterable {
+        case action, route, url, shouldPrefetch, httpAdditionalData, method, body
+
+        var name: String {
+            switch self {
+            case .action: "_beagleAction_"
+            case .route: "route"
+            case .url: "url"
+            case .shouldPrefetch: "shouldPrefetch"
+            case .httpAdditionalData: "httpAdditionalData"
+            case .method: "method"
+            case .body: "body"
+            }
+        }
     }
 
     /// What a component's prefetchable navigation actions resolve to.
@@ -265,11 +271,11 @@ public struct PrefetchPlanner: Sendable {
         in scan: JSONParser.Scan,
         bytes: UnsafeRawBufferPointer
     ) -> (url: String, route: Range<Int>)? {
-        guard case .string(let name)? = scan.value(of: Key.action, in: action),
+        guard case .string(let name)? = scan.value(of: Key.action.rawValue, in: action),
             navigationActionSpellings.contains(where: { JSONParser.spells(name, in: bytes, ignoringCase: $0) }),
-            case .object(let route)? = scan.value(of: Key.route, in: action),
-            case .bool(true)? = scan.value(of: Key.shouldPrefetch, in: route),
-            case .string(let url)? = scan.value(of: Key.url, in: route)
+            case .object(let route)? = scan.value(of: Key.route.rawValue, in: action),
+            case .bool(true)? = scan.value(of: Key.shouldPrefetch.rawValue, in: route),
+            case .string(let url)? = scan.value(of: Key.url.rawValue, in: route)
         else { return nil }
         return (JSONParser.text(of: url, in: bytes), route)
     }
@@ -282,13 +288,15 @@ public struct PrefetchPlanner: Sendable {
     )
         -> Bool
     {
-        guard case .object(let additional)? = scan.value(of: Key.httpAdditionalData, in: route) else { return true }
-        switch scan.value(of: Key.method, in: additional) {
+        guard case .object(let additional)? = scan.value(of: Key.httpAdditionalData.rawValue, in: route) else {
+            return true
+        }
+        switch scan.value(of: Key.method.rawValue, in: additional) {
         case nil, .null?: break
         case .string(let method)?: guard JSONParser.spells(method, in: bytes, ignoringCase: "get") else { return false }
         default: return false
         }
-        switch scan.value(of: Key.body, in: additional) {
+        switch scan.value(of: Key.body.rawValue, in: additional) {
         case nil, .null?: return true
         default: return false
         }
