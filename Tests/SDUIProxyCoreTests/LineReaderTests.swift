@@ -75,7 +75,7 @@ struct LineReaderTests {
 
     @Test("plain lines of every length, with spaces around their values and obs-text in them, are read in one pass")
     func plainLines() throws {
-        for nameLength in 1...17 {
+        for nameLength in 1...33 {
             for valueLength in 0...33 {
                 for (leading, trailing) in [(0, 0), (1, 0), (2, 0), (0, 1), (1, 2), (0, 2)] {
                     let name = (0..<nameLength).map { Array("Ab-9zZ0-x".utf8)[$0 % 9] }
@@ -93,6 +93,31 @@ struct LineReaderTests {
                     }
                     let expected = try Self.lineByLine(head).get()
                     #expect(plain == expected, "\(String(decoding: line, as: UTF8.self))")
+                }
+            }
+        }
+    }
+
+    @Test("every byte, at every place of a name or a value sixteen bytes at a time or fewer, is read as line by line")
+    func everyByteInEveryPlace() {
+        // A name and a value are each tested sixteen bytes at a time, then eight, then one: whichever test reads a
+        // byte, the line it is in is read as the line-by-line reading reads it.
+        for place in 0..<34 {
+            for value in 0...255 {
+                let byte = UInt8(value)
+                var name = Array(repeating: UInt8(ascii: "n"), count: 34)
+                name[place] = byte
+                var text = Array(repeating: UInt8(ascii: "v"), count: 34)
+                text[place] = byte
+                let plain = Array("X-Plain: v\r\n".utf8)
+                for head in [
+                    name + Array(": v".utf8), name + Array(": v\r\n".utf8) + plain,
+                    Array("Name: ".utf8) + text, Array("Name: ".utf8) + text + [0x0D, 0x0A] + plain,
+                    Array("N: ".utf8) + text.prefix(place + 1),
+                ] {
+                    let expected = Self.lineByLine(head)
+                    #expect(Self.plainLinesFirst(head) == expected, "byte \(value) at \(place)")
+                    #expect(Self.asParsed(head) == Self.unpadded(expected), "byte \(value) at \(place)")
                 }
             }
         }

@@ -122,6 +122,19 @@ public enum HTTPSyntax {
         return (~(letters | digits | dashes) | word) & highBits
     }
 
+    /// The bytes of `vector` that are not an ASCII letter, a digit or `-`, each flagged exactly (``ByteVector``).
+    @inline(__always)
+    static func nonAlphanumericOrDashBytes(_ vector: SIMD16<UInt8>) -> ByteVector.Mask {
+        // Setting 0x20 makes every letter lower case and moves no other byte into `a...z`.
+        let letters = ByteVector.bytes(
+            of: vector | SIMD16<UInt8>(repeating: 0x20),
+            from: UInt8(ascii: "a"),
+            through: UInt8(ascii: "z")
+        )
+        let digits = ByteVector.bytes(of: vector, from: UInt8(ascii: "0"), through: UInt8(ascii: "9"))
+        return .!(letters .| digits .| ByteVector.bytes(of: vector, equalTo: UInt8(ascii: "-")))
+    }
+
     /// Whether `byte` is an ASCII letter, a digit or `-`.
     @inline(__always)
     static func isAlphanumericOrDash(_ byte: UInt8) -> Bool {
