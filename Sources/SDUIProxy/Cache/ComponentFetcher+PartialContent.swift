@@ -44,9 +44,7 @@ extension ComponentFetcher {
             defer { self.cache.endFill(exchange.ticket) }
             switch result {
             case .success:
-                self.metrics.upstreamCompleted(
-                    duration: .nanoseconds((NIODeadline.now() - exchange.started).nanoseconds)
-                )
+                self.metrics.upstreamCompleted(after: NIODeadline.now() - exchange.started)
             case .failure(let error):
                 self.metrics.upstreamFailed(kind: (error as? ProxyError)?.kind ?? .network)
             }

@@ -407,7 +407,7 @@ public final class ComponentFetcher: Sendable {
     ) -> Result<Outcome, any Error> {
         switch result {
         case .success(let response):
-            metrics.upstreamCompleted(duration: .nanoseconds((NIODeadline.now() - exchange.started).nanoseconds))
+            metrics.upstreamCompleted(after: NIODeadline.now() - exchange.started)
             do {
                 return .success(try process(response, for: request, exchange, &storedPlan))
             } catch {

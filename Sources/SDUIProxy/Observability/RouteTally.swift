@@ -12,7 +12,7 @@ public final class RouteTally: @unchecked Sendable {
     static let cacheLabels = RequestTally.cacheLabels
     static let bucketBounds = ProxyMetrics.upstreamDurationBuckets
     /// The bounds in nanoseconds, as a response's duration is compared with them.
-    static let bucketNanoseconds: [Int64] = bucketBounds.map(\.nanosecondsValue)
+    static var bucketNanoseconds: [Int64] { ProxyMetrics.upstreamDurationBucketNanoseconds }
     static var bytesSlot: Int { cacheLabels.count }
     static var firstBucketSlot: Int { bytesSlot + 1 }
     static var countSlot: Int { firstBucketSlot + bucketBounds.count }

@@ -2,6 +2,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Prometheus
 import SDUIProxyCore
 import Testing
 
@@ -106,10 +107,10 @@ struct ProxyMetricsTests {
     @Test("upstream latency goes into cumulative histogram buckets in seconds")
     func upstreamHistogram() {
         let metrics = ProxyMetrics()
-        metrics.upstreamCompleted(duration: .microseconds(800))
-        metrics.upstreamCompleted(duration: .milliseconds(20))
-        metrics.upstreamCompleted(duration: .milliseconds(300))
-        metrics.upstreamCompleted(duration: .seconds(30))
+        metrics.upstreamCompleted(after: .microseconds(800))
+        metrics.upstreamCompleted(after: .milliseconds(20))
+        metrics.upstreamCompleted(after: .milliseconds(300))
+        metrics.upstreamCompleted(after: .seconds(30))
 
         let lines = samples(metrics.render())
         #expect(lines.contains(#"sdui_upstream_duration_seconds_bucket{le="0.001"} 1"#))
@@ -121,6 +122,80 @@ struct ProxyMetricsTests {
         #expect(lines.contains(#"sdui_upstream_duration_seconds_bucket{le="+Inf"} 4"#))
         #expect(lines.contains("sdui_upstream_duration_seconds_count 4"))
         #expect(lines.contains("sdui_upstream_duration_seconds_sum 30.3208"))
+    }
+
+    @Test("upstream latency counted on several threads renders as one registry histogram of the same durations")
+    func upstreamHistogramAcrossThreads() async throws {
+        let metrics = ProxyMetrics()
+        // Another metrics' recordings on the same threads, in between, count for that one only.
+        let other = ProxyMetrics()
+        let reference = PrometheusCollectorRegistry()
+        // Made as the registry made it before each thread counted in a tally of its own.
+        let histogram = reference.makeDurationHistogram(
+            descriptor: MetricNameDescriptor(
+                namespace: "sdui",
+                metricName: "upstream_duration",
+                unitName: "seconds",
+                helpText: UpstreamDurationHistogram.help
+            ),
+            buckets: ProxyMetrics.upstreamDurationBuckets
+        )
+        // Every bound, a nanosecond either side of it, zero, and a spread of odd durations up to 20 s.
+        var durations: [Duration] = [.zero, .seconds(60)]
+        for bound in ProxyMetrics.upstreamDurationBuckets {
+            durations += [bound - .nanoseconds(1), bound, bound + .nanoseconds(1)]
+        }
+        var seed: UInt64 = 0x5EED
+        for _ in 0..<300 {
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            durations.append(.nanoseconds(Int64(seed >> 33) % 20_000_000_000))
+        }
+        for duration in durations { histogram.record(duration) }
+
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 3)
+        let loops = Array(group.makeIterator())
+        for (index, duration) in durations.enumerated() {
+            try await loops[index % loops.count].submit {
+                metrics.upstreamCompleted(after: .nanoseconds(duration.nanosecondsValue))
+                if index % 7 == 0 { other.upstreamCompleted(after: .seconds(3)) }
+            }.get()
+        }
+        // Each loop counted in a tally of its own, the same one each time, and none of them is the other metrics'.
+        var tallies:
+            [(UpstreamDurationHistogram.Tally, UpstreamDurationHistogram.Tally, UpstreamDurationHistogram.Tally)] =
+                []
+        for loop in loops {
+            tallies.append(
+                try await loop.submit {
+                    (
+                        metrics.upstreamDurations.tally(), metrics.upstreamDurations.tally(),
+                        other.upstreamDurations.tally()
+                    )
+                }.get()
+            )
+        }
+        for (index, (first, again, others)) in tallies.enumerated() {
+            #expect(first === again && first !== others)
+            #expect(tallies.indices.allSatisfy { $0 == index || tallies[$0].0 !== first })
+        }
+        // Recorded off the loops too, after the reference: counted once more.
+        metrics.upstreamCompleted(after: .milliseconds(7))
+        histogram.record(.milliseconds(7))
+
+        func histogramLines(_ text: String) -> [String] {
+            text.split(separator: "\n").map(String.init).filter { $0.contains(UpstreamDurationHistogram.name) }
+        }
+        let expected = histogramLines(reference.emitToString())
+        #expect(expected.count == ProxyMetrics.upstreamDurationBuckets.count + 5)
+        #expect(histogramLines(metrics.render()) == expected)
+        // Rendering reads the tallies without taking from them.
+        #expect(histogramLines(metrics.render()) == expected)
+        #expect(
+            histogramLines(other.render()).contains(
+                "\(UpstreamDurationHistogram.name)_count \(durations.count / 7 + 1)"
+            )
+        )
+        try await group.shutdownGracefully()
     }
 
     @Test("upstream errors by kind, coalesced waits, prefetch outcomes")
