@@ -100,8 +100,8 @@ struct LineReaderTests {
 
     @Test("every byte, at every place of a name or a value sixteen bytes at a time or fewer, is read as line by line")
     func everyByteInEveryPlace() {
-        // A name and a value are each tested sixteen bytes at a time, then eight, then one: whichever test reads a
-        // byte, the line it is in is read as the line-by-line reading reads it.
+        // Every byte value in every place of a 34-byte name or value, with and without a line after it: the line is
+        // read as the line-by-line reading reads it (the next test varies the length, and so the step, instead).
         for place in 0..<34 {
             for value in 0...255 {
                 let byte = UInt8(value)
@@ -118,6 +118,31 @@ struct LineReaderTests {
                     let expected = Self.lineByLine(head)
                     #expect(Self.plainLinesFirst(head) == expected, "byte \(value) at \(place)")
                     #expect(Self.asParsed(head) == Self.unpadded(expected), "byte \(value) at \(place)")
+                }
+            }
+        }
+    }
+
+    @Test("an odd byte in a name or a value of any length up to 40 is read as line by line, by each step that finds it")
+    func oddBytesInEveryLength() {
+        // With the line's length varied, each place of a name or a value is reached by the sixteen-byte step, the
+        // eight-byte one and the byte-at-a-time one in turn.
+        let odd: [UInt8] = [
+            0x00, 0x09, 0x0A, 0x0D, 0x1F, 0x20, 0x2C, 0x2D, 0x2F, 0x30, 0x39, 0x3A, 0x40, 0x41, 0x5A, 0x5B, 0x5F,
+            0x60, 0x61, 0x7A, 0x7B, 0x7E, 0x7F, 0x80, 0xC3, 0xFF,
+        ]
+        for length in 1...40 {
+            for place in 0..<length {
+                for byte in odd {
+                    var name = Array(repeating: UInt8(ascii: "n"), count: length)
+                    name[place] = byte
+                    var text = Array(repeating: UInt8(ascii: "v"), count: length)
+                    text[place] = byte
+                    for head in [name + Array(": v".utf8), Array("N:".utf8) + text] {
+                        let expected = Self.lineByLine(head)
+                        #expect(Self.plainLinesFirst(head) == expected, "byte \(byte) at \(place) of \(length)")
+                        #expect(Self.asParsed(head) == Self.unpadded(expected), "byte \(byte) at \(place) of \(length)")
+                    }
                 }
             }
         }

@@ -35,7 +35,8 @@ public final class ProxyMetrics: Sendable {
     /// ``UpstreamDurationHistogram``, the routes' in ``RouteTally``).
     static let upstreamDurationBucketNanoseconds: [Int64] = upstreamDurationBuckets.map(\.nanosecondsValue)
 
-    /// The registry that holds every metric of this instance.
+    /// The registry that holds this instance's metrics but the backend's latency and the per-route ones, which
+    /// are counted by each thread apart: ``render()`` writes them all.
     public let registry: PrometheusCollectorRegistry
 
     /// Each event loop's tally of responses, made when a connection on that loop first asks.
@@ -297,6 +298,11 @@ public final class ProxyMetrics: Sendable {
     /// measures it, since making a `Duration` of it and reading its nanoseconds back cost a 128-bit division.
     public func upstreamCompleted(after elapsed: TimeAmount) {
         upstreamDurations.record(nanoseconds: elapsed.nanoseconds)
+    }
+
+    /// ``upstreamCompleted(after:)`` for a time measured as a `Duration`.
+    public func upstreamCompleted(duration: Duration) {
+        upstreamCompleted(after: .nanoseconds(duration.nanosecondsValue))
     }
 
     /// Counts a backend request that failed: `sdui_upstream_errors_total{kind}`, the kind of the error model

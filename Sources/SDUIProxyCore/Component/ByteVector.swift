@@ -31,7 +31,9 @@ enum ByteVector {
     /// wrapping round past the range.
     @inline(__always)
     static func bytes(of vector: SIMD16<UInt8>, from low: UInt8, through high: UInt8) -> Mask {
-        bytes(of: vector &- SIMD16<UInt8>(repeating: low), below: high &- low &+ 1)
+        // The whole of 0...255 would need a bound of 256.
+        assert(low <= high && high &- low < 255, "a range of bytes narrower than all of them")
+        return bytes(of: vector &- SIMD16<UInt8>(repeating: low), below: high &- low &+ 1)
     }
 
     /// The bytes below 0x20 or from 0x80 up, the control characters and the bytes past ASCII: read as signed, they

@@ -14,7 +14,7 @@ struct JSONParser {
     // Not private: the tokens are read in `JSONParser+Tokens.swift`.
     let bytes: UnsafeRawBufferPointer
     /// `bytes` as a start and a length, read without the optional start and the bounds checks of a buffer
-    /// pointer: every read is guarded by `index < end` (or `+ 8 <= end`) already.
+    /// pointer: every read is guarded by `index < end` (or `+ 8 <= end`, `+ 16 <= end`) already.
     let base: UnsafeRawPointer
     let end: Int
     var index = 0

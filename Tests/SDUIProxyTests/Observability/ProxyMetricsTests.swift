@@ -160,24 +160,23 @@ struct ProxyMetricsTests {
                 if index % 7 == 0 { other.upstreamCompleted(after: .seconds(3)) }
             }.get()
         }
-        // Each loop counted in a tally of its own, the same one each time, and none of them is the other metrics'.
-        var tallies:
-            [(UpstreamDurationHistogram.Tally, UpstreamDurationHistogram.Tally, UpstreamDurationHistogram.Tally)] =
-                []
+        // Each loop counted in one tally of its own, however often the two metrics took turns on it, and finds it
+        // again after the other metrics' has been in its slot.
+        #expect(metrics.upstreamDurations.tallyCount == loops.count)
+        #expect(other.upstreamDurations.tallyCount == loops.count)
+        var tallies: [UpstreamDurationHistogram.Tally] = []
         for loop in loops {
-            tallies.append(
-                try await loop.submit {
-                    (
-                        metrics.upstreamDurations.tally(), metrics.upstreamDurations.tally(),
-                        other.upstreamDurations.tally()
-                    )
-                }.get()
-            )
-        }
-        for (index, (first, again, others)) in tallies.enumerated() {
+            let (first, others, again) = try await loop.submit {
+                (
+                    metrics.upstreamDurations.tally(), other.upstreamDurations.tally(),
+                    metrics.upstreamDurations.tally()
+                )
+            }.get()
             #expect(first === again && first !== others)
-            #expect(tallies.indices.allSatisfy { $0 == index || tallies[$0].0 !== first })
+            tallies.append(first)
         }
+        #expect(Set(tallies.map(ObjectIdentifier.init)).count == loops.count)
+        #expect(metrics.upstreamDurations.tallyCount == loops.count)
         // Recorded off the loops too, after the reference: counted once more.
         metrics.upstreamCompleted(after: .milliseconds(7))
         histogram.record(.milliseconds(7))
