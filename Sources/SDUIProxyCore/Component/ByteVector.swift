@@ -43,6 +43,33 @@ enum ByteVector {
         unsafeBitCast(vector, to: SIMD16<Int8>.self) .< SIMD16<Int8>(repeating: 0x20)
     }
 
+    /// The first byte from `start` on, before `end`, that the tests flag, or `end`: sixteen bytes at a time with
+    /// `vector` while sixteen are left, then eight at a time with `word` (a ``ByteWord`` test), then one at a time
+    /// with `byte`. The three tests must flag the same bytes; the scanners give each its own.
+    @inline(__always)
+    static func firstFlaggedByte(
+        in base: UnsafeRawPointer,
+        from start: Int,
+        to end: Int,
+        vector: (SIMD16<UInt8>) -> Mask,
+        word: (UInt64) -> UInt64,
+        byte: (UInt8) -> Bool
+    ) -> Int {
+        var position = start
+        while position &+ 16 <= end {
+            let flagged = firstFlagged(vector(load(base, at: position)))
+            if flagged < 16 { return position &+ flagged }
+            position &+= 16
+        }
+        while position &+ 8 <= end {
+            let flags = word(UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self)))
+            if flags != 0 { return position &+ flags.trailingZeroBitCount &>> 3 }
+            position &+= 8
+        }
+        while position < end, !byte(base.load(fromByteOffset: position, as: UInt8.self)) { position &+= 1 }
+        return position
+    }
+
     /// The index of the first byte `mask` flags, or 16 when it flags none.
     @inline(__always)
     static func firstFlagged(_ mask: Mask) -> Int {

@@ -204,20 +204,14 @@ extension JSONParser {
     /// at a time as ``ByteWord`` reads them; the document's last seven bytes one at a time.
     @inline(__always)
     func firstSpecialStringByte(from position: Int) -> Int {
-        var position = position
-        while position &+ 16 <= end {
-            let flagged = ByteVector.firstFlagged(Self.specialStringBytes(ByteVector.load(base, at: position)))
-            if flagged < 16 { return position &+ flagged }
-            position &+= 16
-        }
-        while position &+ 8 <= end {
-            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
-            let special = Self.specialStringBytes(word)
-            if special != 0 { return position &+ special.trailingZeroBitCount &>> 3 }
-            position &+= 8
-        }
-        while position < end, Self.isPlainStringByte(byte(at: position)) { position &+= 1 }
-        return position
+        ByteVector.firstFlaggedByte(
+            in: base,
+            from: position,
+            to: end,
+            vector: Self.specialStringBytes,
+            word: Self.specialStringBytes,
+            byte: { !Self.isPlainStringByte($0) }
+        )
     }
 
     @inline(__always)

@@ -77,51 +77,28 @@ struct LineReader {
     /// time while sixteen are left (most names are shorter, so one step settles them), then eight, then one.
     @inline(__always)
     private static func nameEnd(from start: Int, count: Int, base: UnsafeRawPointer) -> Int {
-        var position = start
-        while position &+ 16 <= count {
-            let flagged = ByteVector.firstFlagged(
-                HTTPSyntax.nonAlphanumericOrDashBytes(ByteVector.load(base, at: position))
-            )
-            if flagged < 16 { return position &+ flagged }
-            position &+= 16
-        }
-        while position &+ 8 <= count {
-            let others = HTTPSyntax.nonAlphanumericOrDashBytes(word(at: position, in: base))
-            if others != 0 { return position &+ others.trailingZeroBitCount &>> 3 }
-            position &+= 8
-        }
-        while position < count, HTTPSyntax.isAlphanumericOrDash(byte(at: position, in: base)) { position &+= 1 }
-        return position
+        ByteVector.firstFlaggedByte(
+            in: base,
+            from: start,
+            to: count,
+            vector: HTTPSyntax.nonAlphanumericOrDashBytes,
+            word: HTTPSyntax.nonAlphanumericOrDashBytes,
+            byte: { !HTTPSyntax.isAlphanumericOrDash($0) }
+        )
     }
 
     /// The first byte from `start` on that is below a space or DEL, or `count`, read as ``nameEnd(from:count:base:)``
     /// reads a name.
     @inline(__always)
     private static func valueEnd(from start: Int, count: Int, base: UnsafeRawPointer) -> Int {
-        var position = start
-        while position &+ 16 <= count {
-            let vector = ByteVector.load(base, at: position)
-            let flagged = ByteVector.firstFlagged(
-                ByteVector.bytes(of: vector, below: 0x20) .| ByteVector.bytes(of: vector, equalTo: 0x7F)
-            )
-            if flagged < 16 { return position &+ flagged }
-            position &+= 16
-        }
-        while position &+ 8 <= count {
-            let word = word(at: position, in: base)
-            let others = ByteWord.bytes(of: word, below: 0x20) | ByteWord.bytes(of: word, equalTo: 0x7F)
-            if others != 0 { return position &+ others.trailingZeroBitCount &>> 3 }
-            position &+= 8
-        }
-        while position < count, byte(at: position, in: base) >= 0x20, byte(at: position, in: base) != 0x7F {
-            position &+= 1
-        }
-        return position
-    }
-
-    @inline(__always)
-    private static func word(at offset: Int, in base: UnsafeRawPointer) -> UInt64 {
-        UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        ByteVector.firstFlaggedByte(
+            in: base,
+            from: start,
+            to: count,
+            vector: { ByteVector.bytes(of: $0, below: 0x20) .| ByteVector.bytes(of: $0, equalTo: 0x7F) },
+            word: { ByteWord.bytes(of: $0, below: 0x20) | ByteWord.bytes(of: $0, equalTo: 0x7F) },
+            byte: { $0 < 0x20 || $0 == 0x7F }
+        )
     }
 
     @inline(__always)
