@@ -1,7 +1,6 @@
 import NIOCore
 import NIOPosix
 import SDUIProxyCore
-import Synchronization
 
 /// The per-route metrics of one configuration (`metrics.routes`): which series a request counts in, each event
 /// loop's ``RouteTally`` (its thread's, found by a thread-specific slot: no lock another loop takes), and their
@@ -13,15 +12,10 @@ import Synchronization
 final class RouteMetrics: Sendable {
     let templates: RouteTemplates
     let platformLabels: [String]
-    /// Every thread's tally, for ``render()``: a thread adds its own once, at its first response.
-    private let tallies = Mutex<[RouteTally]>([])
-    /// Which metrics a thread's tally belongs to: a reload makes new metrics, and each thread's next response
-    /// starts a tally of theirs.
-    private let generation = RouteMetrics.generations.wrappingAdd(1, ordering: .relaxed).newValue
-    private static let generations = Atomic<UInt64>(0)
-    /// One slot for the process, whatever the reloads: a slot is a thread-specific key of the system's, of which
-    /// a process has about a thousand, and a key is never given back while the threads that set it live.
-    private static let threadTally = ThreadSpecificVariable<ThreadRouteTally>()
+    /// Every thread's tally, for ``render()``: a reload makes new metrics, and each thread's next response starts a
+    /// tally of theirs.
+    private let tallies = ThreadTallies<RouteTally>(slot: threadTally)
+    private static let threadTally = ThreadSpecificVariable<ThreadTallies<RouteTally>.Current>()
 
     /// The metrics of `configuration`, or nil when it lists no route templates.
     init?(_ configuration: ProxyConfiguration) {
@@ -54,18 +48,14 @@ final class RouteMetrics: Sendable {
 
     /// The tally the calling thread's responses are counted in (an event loop's thread counts in its own).
     func tally() -> RouteTally {
-        if let current = Self.threadTally.currentValue, current.generation == generation { return current.tally }
-        let tally = RouteTally(seriesCount: templates.labels.count * platformLabels.count)
-        Self.threadTally.currentValue = ThreadRouteTally(generation: generation, tally: tally)
-        tallies.withLock { $0.append(tally) }
-        return tally
+        tallies.current { RouteTally(seriesCount: templates.labels.count * platformLabels.count) }
     }
 
     /// `sdui_route_requests_total{route,platform,cache}`, `sdui_route_response_bytes_total{route,platform}` and the
     /// histogram `sdui_route_duration_seconds{route,platform}`, in the Prometheus text format, for the series that
     /// have counted a response.
     func render() -> String {
-        let tallies = tallies.withLock { $0 }
+        let tallies = tallies.all
         let seriesCount = templates.labels.count * platformLabels.count
         func total(_ series: Int, _ slot: Int) -> Int {
             tallies.reduce(0) { $0 + $1.count(series: series, slot: slot) }
@@ -122,17 +112,5 @@ final class RouteMetrics: Sendable {
             }
         }
         return result
-    }
-}
-
-/// A thread's route tally and the metrics it counts for: `@unchecked Sendable` only so that the thread-specific
-/// slot holding it is; only its thread reads it.
-final class ThreadRouteTally: @unchecked Sendable {
-    let generation: UInt64
-    let tally: RouteTally
-
-    init(generation: UInt64, tally: RouteTally) {
-        self.generation = generation
-        self.tally = tally
     }
 }
