@@ -32,6 +32,8 @@ public struct HTTPRequestParser: Sendable {
     public private(set) var headKeepsConnectionOpen = true
     /// The longest request head (request line, header lines and the blank line) accepted.
     public let maximumHeadBytes: Int
+    /// The last head's field lines and what they were read as, for a next head that repeats them.
+    private var repeatedFields = RepeatedRequestFields()
 
     public init(maximumHeadBytes: Int) {
         self.maximumHeadBytes = maximumHeadBytes
@@ -90,7 +92,8 @@ public struct HTTPRequestParser: Sendable {
             try Self.parseHead(
                 UnsafeRawBufferPointer(rebasing: bytes[0..<end]),
                 fieldLines: fieldLines,
-                maximumTrailerBytes: limit
+                maximumTrailerBytes: limit,
+                repeating: &repeatedFields
             )
         }
         buffer.moveReaderIndex(forwardBy: end + 4)
@@ -103,20 +106,30 @@ public struct HTTPRequestParser: Sendable {
         Failure(kind: .headersTooLarge, reason: "the request head exceeds \(limit) bytes")
     }
 
-    /// Parses a head without its final CRLFCRLF, with `fieldLines` field lines when the scan counted them.
+    /// Parses a head without its final CRLFCRLF, with `fieldLines` field lines when the scan counted them; its
+    /// field lines are taken from `repeated` when they are the ones it kept, and kept there when they are not.
     private static func parseHead(
         _ bytes: UnsafeRawBufferPointer,
         fieldLines: Int?,
-        maximumTrailerBytes: Int
+        maximumTrailerBytes: Int,
+        repeating repeated: inout RepeatedRequestFields
     ) throws(Failure) -> (head: HTTPRequestHead, framing: State, keepsConnectionOpen: Bool) {
         var lines = LineReader(bytes: bytes)
         guard let requestLine = lines.next() else { throw bad("an empty request line") }
         let (method, uri, version) = try parseRequestLine(UnsafeRawBufferPointer(rebasing: bytes[requestLine]))
-        let (fields, headers) = try HTTPMessageSyntax.parseFields(
-            &lines,
-            fieldLines: fieldLines,
-            failing: .badRequest
-        )
+        let fieldBytes = UnsafeRawBufferPointer(rebasing: bytes[min(lines.position, bytes.count)...])
+        let fields: HTTPMessageSyntax.FieldSection
+        let headers: HTTPHeaders
+        if let same = repeated.fields(repeating: fieldBytes) {
+            (fields, headers) = same
+        } else {
+            (fields, headers) = try HTTPMessageSyntax.parseFields(
+                &lines,
+                fieldLines: fieldLines,
+                failing: .badRequest
+            )
+            repeated.keep(fieldBytes, readAs: fields, headers)
+        }
 
         let body: HTTPBodyDecoder
         if !fields.codings.isEmpty {
