@@ -418,6 +418,7 @@ struct CacheResponder {
             clientAddress: client.address,
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(request.head.version),
+            repeatedFields: client.upstreamFields,
             followActions: followActions,
             requester: requester,
             interim: interim,

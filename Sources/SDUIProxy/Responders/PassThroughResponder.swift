@@ -112,7 +112,8 @@ struct PassThroughResponder {
             clientAddress: client.address,
             purpose: .passThrough,
             clientIsTrustedProxy: client.isTrustedProxy,
-            received: client.received(head.version)
+            received: client.received(head.version),
+            reusing: client.upstreamFields
         )
         let identity =
             requester

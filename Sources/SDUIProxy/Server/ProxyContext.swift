@@ -183,6 +183,7 @@ public final class ProxyContext: Sendable {
     /// - `acceptEncoding`: the client's, as the router found it (nil: looked for in `clientHeaders`).
     /// - `preparesEveryCoding`: the fill is for clients yet to come (a prefetch), so its body is compressed in every
     ///   configured coding (``ComponentFetcher/Request/preparesEveryCoding``).
+    /// - `repeatedFields`: the client connection's last upstream fields, handed out again when built from the same.
     func cacheFill(
         key: CacheKey,
         target: RequestTarget,
@@ -194,6 +195,7 @@ public final class ProxyContext: Sendable {
         clientAddress: String?,
         clientIsTrustedProxy: Bool,
         received: UpstreamRequestBuilder.Received = .http1_1,
+        repeatedFields: RepeatedUpstreamFields? = nil,
         followActions: Int,
         requester: UpstreamIdentity? = nil,
         interim: InterimRelay? = nil,
@@ -208,7 +210,8 @@ public final class ProxyContext: Sendable {
             purpose: .cacheFill,
             clientIsTrustedProxy: clientIsTrustedProxy,
             hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" },
-            received: received
+            received: received,
+            reusing: repeatedFields
         )
         requester?.stamp(&fields, mayHaveID: requestBuilder.mayCarryRequestID(noted: clientFields))
         return ComponentFetcher.Request(

@@ -12,11 +12,12 @@ extension PublicHTTPHandler: ResponseSink {
 
     var client: ClientPeer {
         if let peer { return peer }
-        let peer = ClientPeer(
+        var peer = ClientPeer(
             remote: context?.channel.remoteAddress,
             trustedProxies: proxy.configuration.trustedProxies,
             isSecure: isSecure
         )
+        peer.upstreamFields = RepeatedUpstreamFields()
         self.peer = peer
         return peer
     }

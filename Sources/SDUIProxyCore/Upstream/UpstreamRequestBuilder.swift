@@ -10,6 +10,12 @@ public struct UpstreamRequestBuilder: Sendable {
     /// Whether the configured headers set `X-Request-Id`: only then, or when the client sent one, can the fields
     /// built have one for the request's own id to replace.
     public let configuresRequestID: Bool
+    /// This builder's, and its copies': what tells the fields it built from those another configuration's
+    /// builder built (``RepeatedUpstreamFields``).
+    let identity = Identity()
+
+    /// A builder's identity: compared by reference.
+    final class Identity: Sendable {}
 
     public init(platformHeader: String, configuredHeaders: [(name: String, value: String)]) {
         self.platformHeader = platformHeader
@@ -87,6 +93,9 @@ public struct UpstreamRequestBuilder: Sendable {
     ///
     /// `noted` is what the router noted of `clientHeaders` as it walked them (nil: each field is looked for in
     /// `clientHeaders`); it must name every noted field they hold.
+    ///
+    /// With `repeated`, the connection's last fields are handed out again when they were built from the same
+    /// (``RepeatedUpstreamFields``), and the fields built are kept there when they were not.
     public func fields(
         from clientHeaders: HTTPHeaders,
         noted: RequestFieldPresence? = nil,
@@ -95,7 +104,70 @@ public struct UpstreamRequestBuilder: Sendable {
         purpose: Purpose,
         clientIsTrustedProxy: Bool = false,
         hostIsKeyed: Bool = false,
-        received: Received = .http1_1
+        received: Received = .http1_1,
+        reusing repeated: RepeatedUpstreamFields? = nil
+    ) -> HTTPFieldLines {
+        guard let repeated else {
+            return build(
+                from: clientHeaders,
+                noted: noted,
+                platform: platform,
+                clientAddress: clientAddress,
+                purpose: purpose,
+                clientIsTrustedProxy: clientIsTrustedProxy,
+                hostIsKeyed: hostIsKeyed,
+                received: received
+            )
+        }
+        if let same = repeated.fields(
+            builtBy: identity,
+            from: clientHeaders,
+            noted: noted,
+            platform: platform,
+            clientAddress: clientAddress,
+            purpose: purpose,
+            clientIsTrustedProxy: clientIsTrustedProxy,
+            hostIsKeyed: hostIsKeyed,
+            received: received
+        ) {
+            return same
+        }
+        let fields = build(
+            from: clientHeaders,
+            noted: noted,
+            platform: platform,
+            clientAddress: clientAddress,
+            purpose: purpose,
+            clientIsTrustedProxy: clientIsTrustedProxy,
+            hostIsKeyed: hostIsKeyed,
+            received: received
+        )
+        repeated.keep(
+            fields,
+            builtFrom: RepeatedUpstreamFields.Inputs(
+                builder: identity,
+                clientHeaders: clientHeaders,
+                noted: noted,
+                platform: platform,
+                clientAddress: clientAddress,
+                purpose: purpose,
+                clientIsTrustedProxy: clientIsTrustedProxy,
+                hostIsKeyed: hostIsKeyed,
+                received: received
+            )
+        )
+        return fields
+    }
+
+    private func build(
+        from clientHeaders: HTTPHeaders,
+        noted: RequestFieldPresence?,
+        platform: String,
+        clientAddress: String?,
+        purpose: Purpose,
+        clientIsTrustedProxy: Bool,
+        hostIsKeyed: Bool,
+        received: Received
     ) -> HTTPFieldLines {
         assert(
             noted?.cover(clientHeaders) ?? true,
