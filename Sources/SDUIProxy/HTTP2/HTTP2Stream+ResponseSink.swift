@@ -15,11 +15,12 @@ extension HTTP2Stream: ResponseSink {
 
     var client: ClientPeer {
         if let peer { return peer }
-        let peer = ClientPeer(
+        var peer = ClientPeer(
             remote: connection.remoteAddress,
             trustedProxies: proxy.configuration.trustedProxies,
             isSecure: isSecure
         )
+        peer.upstreamFields = connection.upstreamFields
         self.peer = peer
         return peer
     }

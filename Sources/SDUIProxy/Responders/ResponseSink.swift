@@ -45,8 +45,8 @@ struct ClientPeer {
     /// The connection is TLS: the backend is told `https`.
     var isSecure = false
     /// The fields the connection's last request went to the backend with, to be sent again when the next one's
-    /// are built from the same: an HTTP/1.1 connection's, whose requests follow one another; nil for an HTTP/2
-    /// stream, which carries one request.
+    /// are built from the same: an HTTP/1.1 connection's, or an HTTP/2 connection's, which its streams share (all
+    /// on its event loop). Nil: each request's are built.
     var upstreamFields: RepeatedUpstreamFields?
 
     init(address: String?, isTrustedProxy: Bool, isSecure: Bool = false) {
