@@ -120,20 +120,44 @@ struct RepeatedRequestFieldsTests {
         #expect(third == first && storage(of: third) != storage(of: first))
     }
 
-    @Test("field lines longer than the kept bound are read every time and not kept")
+    @Test("field lines as long as the kept bound are kept; one byte longer, they are read every time")
     func longFieldLinesAreNotKept() throws {
-        var parser = HTTPRequestParser(maximumHeadBytes: 16 << 10)
-        let long = "Cookie: " + String(repeating: "c", count: RepeatedRequestFields.maximumBytes) + "\r\n"
-        var values: [String] = []
-        for target in ["/a", "/b"] {
-            var buffer = ByteBuffer(string: "GET \(target) HTTP/1.1\r\nHost: p\r\n\(long)\r\n")
-            guard case .head(let head)? = try parser.next(from: &buffer) else {
-                Issue.record("no head")
-                return
-            }
-            _ = try parser.next(from: &buffer)
-            values.append(try #require(head.headers.first(name: "cookie")))
+        // The lines after the request line, without the blank line: `Host: p`, CRLF, then the cookie's line.
+        func cookieFilling(_ bytes: Int) -> String {
+            "Cookie: " + String(repeating: "c", count: bytes - "Host: p\r\nCookie: ".utf8.count)
         }
-        #expect(values[0] == values[1] && storage(of: values[0]) != storage(of: values[1]))
+        for (bytes, kept) in [
+            (RepeatedRequestFields.maximumBytes, true), (RepeatedRequestFields.maximumBytes + 1, false),
+        ] {
+            var parser = HTTPRequestParser(maximumHeadBytes: 16 << 10)
+            var values: [String] = []
+            for target in ["/a", "/b"] {
+                var buffer = ByteBuffer(string: "GET \(target) HTTP/1.1\r\nHost: p\r\n\(cookieFilling(bytes))\r\n\r\n")
+                guard case .head(let head)? = try parser.next(from: &buffer) else {
+                    Issue.record("no head")
+                    return
+                }
+                _ = try parser.next(from: &buffer)
+                values.append(try #require(head.headers.first(name: "cookie")))
+            }
+            #expect(values[0] == values[1] && (storage(of: values[0]) == storage(of: values[1])) == kept, "\(bytes)")
+        }
+    }
+
+    @Test("pipelined heads in one buffer, repeating and changing their fields, each read as its own")
+    func pipelinedHeadsReadAsTheirOwn() throws {
+        var parser = HTTPRequestParser(maximumHeadBytes: 16 << 10)
+        let platforms = ["IOS", "IOS", "ANDROID", "IOS", "IOS", "WEB"]
+        var buffer = ByteBuffer(
+            string: platforms.enumerated().map {
+                "GET /\($0.offset) HTTP/1.1\r\nHost: p\r\nbeagle-platform: \($0.element)\r\n\r\n"
+            }
+            .joined()
+        )
+        var read: [String] = []
+        while let part = try parser.next(from: &buffer) {
+            if case .head(let head) = part { read.append(head.headers.first(name: "beagle-platform") ?? "") }
+        }
+        #expect(read == platforms)
     }
 }

@@ -7,6 +7,7 @@ import Testing
 
 /// A connection's requests reuse what the last one's fields were read and built as when they repeat
 /// (``RepeatedRequestFields``, ``RepeatedUpstreamFields``): what reaches the backend must still be each request's own.
+/// Guards of the whole path; that the reuse happens is for the two types' own tests.
 @Suite("Repeated fields on one connection: each request reaches the backend with its own")
 struct RepeatedFieldsEndToEndTests {
     @Test("HTTP/1.1 keep-alive: fills and forwards, with fields repeated, changed and changed back")
@@ -41,7 +42,8 @@ struct RepeatedFieldsEndToEndTests {
                 ]
             }
             #expect(received == requests.map { [$0.path, $0.platform, $0.tenant] })
-            // All on the one connection the client opened.
+            // The proxy's own connections to the backend: one for fills and forwards alike, a second at most
+            // should the backend's first close between requests.
             #expect(Set(proxy.origin.requests.map(\.connection)).count <= 2)
         }
     }

@@ -40,9 +40,9 @@ final class HTTP2Connection: ChannelDuplexHandler {
     private var context: ChannelHandlerContext?
     /// The client's address, read once.
     private(set) var remoteAddress: SocketAddress?
-    /// The fields the last request of any of its streams went to the backend with (``ClientPeer/upstreamFields``):
+    /// The fields the last request of any of its streams went to the backend with (``ClientPeer/lastUpstreamFields``):
     /// a client's streams are built from the same fields as one connection's requests are.
-    let upstreamFields = RepeatedUpstreamFields()
+    let lastUpstreamFields = RepeatedUpstreamFields()
 
     /// The idle limit is the listener's (`limits.idleTimeout`); it starts when the handler is added, which is when
     /// the connection's protocol became known (after the TLS handshake and ALPN, or the preface).

@@ -20,7 +20,7 @@ extension HTTP2Stream: ResponseSink {
             trustedProxies: proxy.configuration.trustedProxies,
             isSecure: isSecure
         )
-        peer.upstreamFields = connection.upstreamFields
+        peer.lastUpstreamFields = connection.lastUpstreamFields
         self.peer = peer
         return peer
     }

@@ -418,7 +418,7 @@ struct CacheResponder {
             clientAddress: client.address,
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(request.head.version),
-            repeatedFields: client.upstreamFields,
+            lastUpstreamFields: client.lastUpstreamFields,
             followActions: followActions,
             requester: requester,
             interim: interim,

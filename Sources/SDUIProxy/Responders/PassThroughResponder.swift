@@ -113,7 +113,7 @@ struct PassThroughResponder {
             purpose: .passThrough,
             clientIsTrustedProxy: client.isTrustedProxy,
             received: client.received(head.version),
-            reusing: client.upstreamFields
+            reusing: client.lastUpstreamFields
         )
         let identity =
             requester

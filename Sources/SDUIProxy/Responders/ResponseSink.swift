@@ -47,7 +47,7 @@ struct ClientPeer {
     /// The fields the connection's last request went to the backend with, to be sent again when the next one's
     /// are built from the same: an HTTP/1.1 connection's, or an HTTP/2 connection's, which its streams share (all
     /// on its event loop). Nil: each request's are built.
-    var upstreamFields: RepeatedUpstreamFields?
+    var lastUpstreamFields: RepeatedUpstreamFields?
 
     init(address: String?, isTrustedProxy: Bool, isSecure: Bool = false) {
         self.address = address

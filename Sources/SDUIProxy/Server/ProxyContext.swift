@@ -183,7 +183,7 @@ public final class ProxyContext: Sendable {
     /// - `acceptEncoding`: the client's, as the router found it (nil: looked for in `clientHeaders`).
     /// - `preparesEveryCoding`: the fill is for clients yet to come (a prefetch), so its body is compressed in every
     ///   configured coding (``ComponentFetcher/Request/preparesEveryCoding``).
-    /// - `repeatedFields`: the client connection's last upstream fields, handed out again when built from the same.
+    /// - `lastUpstreamFields`: the client connection's last upstream fields, handed out again when built from the same.
     func cacheFill(
         key: CacheKey,
         target: RequestTarget,
@@ -195,7 +195,7 @@ public final class ProxyContext: Sendable {
         clientAddress: String?,
         clientIsTrustedProxy: Bool,
         received: UpstreamRequestBuilder.Received = .http1_1,
-        repeatedFields: RepeatedUpstreamFields? = nil,
+        lastUpstreamFields: RepeatedUpstreamFields? = nil,
         followActions: Int,
         requester: UpstreamIdentity? = nil,
         interim: InterimRelay? = nil,
@@ -211,7 +211,7 @@ public final class ProxyContext: Sendable {
             clientIsTrustedProxy: clientIsTrustedProxy,
             hostIsKeyed: policy.vary.contains { $0.lowercased() == "host" },
             received: received,
-            reusing: repeatedFields
+            reusing: lastUpstreamFields
         )
         requester?.stamp(&fields, mayHaveID: requestBuilder.mayCarryRequestID(noted: clientFields))
         return ComponentFetcher.Request(

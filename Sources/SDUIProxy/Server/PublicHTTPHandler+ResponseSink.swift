@@ -17,7 +17,7 @@ extension PublicHTTPHandler: ResponseSink {
             trustedProxies: proxy.configuration.trustedProxies,
             isSecure: isSecure
         )
-        peer.upstreamFields = RepeatedUpstreamFields()
+        peer.lastUpstreamFields = RepeatedUpstreamFields()
         self.peer = peer
         return peer
     }

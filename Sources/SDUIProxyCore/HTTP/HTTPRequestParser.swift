@@ -128,7 +128,7 @@ public struct HTTPRequestParser: Sendable {
                 fieldLines: fieldLines,
                 failing: .badRequest
             )
-            repeated.keep(fieldBytes, readAs: fields, headers)
+            repeated.keep(fieldBytes, section: fields, headers: headers)
         }
 
         let body: HTTPBodyDecoder

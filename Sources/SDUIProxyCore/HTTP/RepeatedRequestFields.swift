@@ -9,8 +9,9 @@ import NIOHTTP1
 /// few hundred bytes in place of reading them (1,240 instructions less a request with three fields). A head whose
 /// fields differ costs that comparison, which stops at the first byte that differs, and a copy of its lines.
 ///
-/// It holds at most ``maximumBytes`` of lines and the fields read from them while the connection is open: a head
-/// with more is read as before and not kept.
+/// It holds at most ``maximumBytes`` of lines and the fields read from them while the connection is open (their
+/// values too, credentials and cookies among them, until the next head or the connection's end): a head with more
+/// is read as before and not kept.
 struct RepeatedRequestFields: Sendable {
     /// The most bytes of field lines kept to be compared with the next head's.
     static let maximumBytes = 2_048
@@ -31,17 +32,17 @@ struct RepeatedRequestFields: Sendable {
     /// Keeps `lines` and what they were read as, for the next head (replacing what was kept).
     mutating func keep(
         _ lines: UnsafeRawBufferPointer,
-        readAs section: HTTPMessageSyntax.FieldSection,
-        _ headers: HTTPHeaders
+        section: HTTPMessageSyntax.FieldSection,
+        headers: HTTPHeaders
     ) {
         guard lines.count <= Self.maximumBytes else {
             self.lines = []
             read = nil
             return
         }
-        // Copied into the room the last lines had: a connection's heads are nearly always of one size.
-        self.lines.removeAll(keepingCapacity: true)
-        self.lines.append(contentsOf: lines)
+        // A new array each time: the connection's handler parses with a copy of its parser, so the last lines'
+        // array is shared then, and emptying it in place would copy it first.
+        self.lines = Array(lines)
         read = (section, headers)
     }
 }

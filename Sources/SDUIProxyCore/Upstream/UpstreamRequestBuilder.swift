@@ -11,7 +11,8 @@ public struct UpstreamRequestBuilder: Sendable {
     /// built have one for the request's own id to replace.
     public let configuresRequestID: Bool
     /// This builder's, and its copies': what tells the fields it built from those another configuration's
-    /// builder built (``RepeatedUpstreamFields``).
+    /// builder built (``RepeatedUpstreamFields``). Sound because what the builder holds is all `let`, set when it is
+    /// made: a property that could change would have to be compared as an input instead.
     let identity = Identity()
 
     /// A builder's identity: compared by reference.
