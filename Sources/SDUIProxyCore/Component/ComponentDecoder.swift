@@ -69,7 +69,7 @@ public struct ComponentDecoder: Sendable {
                 throw Self.notAComponent
             }
             // Planned while the bytes are at hand: the scan says where the actions' strings lie in them.
-            let plan = planner.plan(for: scan, in: bytes)
+            let plan = planner.plan(for: scan, in: bytes, resolved: &storage.resolvedURLs)
             storage.reclaim(consume scan)
             return plan
         }

@@ -5,13 +5,16 @@
 /// every stored component. A storage lends its arrays to a scan and takes them back, emptied but with their room:
 /// a failed scan gives them back itself, a scan that succeeds when it has been read (``reclaim(_:)``). It keeps
 /// at most ``maximumKeptCapacity`` elements' room an array (32 bytes an element, so about 96 KiB in all): one
-/// hostile document with thousands of actions, finished or cut off, does not leave that much memory behind.
+/// hostile document with thousands of actions, finished or cut off, does not leave that much memory behind. It also
+/// keeps what the last few prefetch URLs its scans' components declared resolved to (``ResolvedPrefetchURLs``).
 ///
 /// Not `Sendable`: a storage belongs to one thread at a time, as the scans it serves do.
 public struct JSONScanStorage {
     var pending: [JSONParser.KeptMember] = []
     var kept: [JSONParser.KeptMember] = []
     var objects: [JSONParser.ScannedObject] = []
+    /// What the URLs the thread's components declared last resolved to, for the plans made from its scans.
+    var resolvedURLs = ResolvedPrefetchURLs()
 
     /// The most elements an array keeps room for between scans; a larger one is let go.
     static let maximumKeptCapacity = 1_024

@@ -132,6 +132,12 @@ public struct PrefetchPlanner: Sendable {
     /// an upstream at the root.
     private let basePath: String?
     private let allowedHosts: [HostPattern]
+    /// This planner's, and its copies': what tells the URLs it resolved from those another configuration's planner
+    /// resolved (``ResolvedPrefetchURLs``). Sound because what the planner holds is all `let`, set when it is made.
+    let identity = Identity()
+
+    /// A planner's identity: compared by reference.
+    final class Identity: Sendable {}
 
     /// - Parameters:
     ///   - upstream: the backend; relative URLs and URLs on its origin resolve against it.
@@ -195,15 +201,38 @@ public struct PrefetchPlanner: Sendable {
 
     /// The plan for the actions a scan of `bytes` found.
     func plan(for scan: JSONParser.Scan, in bytes: UnsafeRawBufferPointer) -> Plan {
+        var resolved = ResolvedPrefetchURLs()
+        return plan(for: scan, in: bytes, resolved: &resolved)
+    }
+
+    /// ``plan(for:in:)``, taking the outcome of a URL `resolved` keeps from there, and keeping there those it
+    /// resolves.
+    func plan(
+        for scan: JSONParser.Scan,
+        in bytes: UnsafeRawBufferPointer,
+        resolved: inout ResolvedPrefetchURLs
+    ) -> Plan {
         var walk = Walk()
         walk.plan.truncated = scan.truncated
         // Room for every action to be a target, so the list is allocated once.
         if !scan.objects.isEmpty { walk.plan.targets.reserveCapacity(min(scan.objects.count, Self.maximumTargets)) }
         for action in scan.objects {
             guard !walk.finished else { break }
-            if let (url, route) = Self.prefetchableURL(action.members, in: scan, bytes: bytes) {
-                record(url: url, isPlainGET: Self.isPlainGET(route, in: scan, bytes: bytes), walk: &walk)
+            guard let (url, route) = Self.prefetchableURL(action.members, in: scan, bytes: bytes) else { continue }
+            guard Self.isPlainGET(route, in: scan, bytes: bytes) else {
+                record(url: JSONParser.text(of: url, in: bytes), outcome: .failure(.notPlainGET), walk: &walk)
+                continue
             }
+            // Looked for by its bytes where the document spells it: a URL kept needs no string made of it.
+            let spelled = UnsafeRawBufferPointer(rebasing: bytes[url.range])
+            if !url.hasEscapes, let known = resolved.resolved(spelled, by: identity) {
+                record(url: known.url, outcome: known.outcome, walk: &walk)
+                continue
+            }
+            let text = JSONParser.text(of: url, in: bytes)
+            let outcome = resolve(text)
+            if !url.hasEscapes { resolved.keep(spelled, url: text, outcome: outcome, by: identity) }
+            record(url: text, outcome: outcome, walk: &walk)
         }
         return walk.plan
     }
@@ -242,8 +271,7 @@ public struct PrefetchPlanner: Sendable {
         var finished = false
     }
 
-    private func record(url: String, isPlainGET: Bool, walk: inout Walk) {
-        let outcome = isPlainGET ? resolve(url) : .failure(.notPlainGET)
+    private func record(url: String, outcome: Result<String, Reason>, walk: inout Walk) {
         switch outcome {
         case .success(let target):
             guard !walk.plan.targets.contains(target) else { return }
@@ -264,20 +292,20 @@ public struct PrefetchPlanner: Sendable {
         }
     }
 
-    /// The `route.url` of a navigation action with `route.shouldPrefetch == true`, and the route's members; nil
-    /// for anything else. Only the URL becomes a `String`: names are compared where they lie in the document.
+    /// The `route.url` of a navigation action with `route.shouldPrefetch == true`, where it lies in the document,
+    /// and the route's members; nil for anything else. Names are compared where they lie in the document.
     private static func prefetchableURL(
         _ action: Range<Int>,
         in scan: JSONParser.Scan,
         bytes: UnsafeRawBufferPointer
-    ) -> (url: String, route: Range<Int>)? {
+    ) -> (url: JSONParser.StringSpan, route: Range<Int>)? {
         guard case .string(let name)? = scan.value(of: Key.action.rawValue, in: action),
             navigationActionSpellings.contains(where: { JSONParser.spells(name, in: bytes, ignoringCase: $0) }),
             case .object(let route)? = scan.value(of: Key.route.rawValue, in: action),
             case .bool(true)? = scan.value(of: Key.shouldPrefetch.rawValue, in: route),
             case .string(let url)? = scan.value(of: Key.url.rawValue, in: route)
         else { return nil }
-        return (JSONParser.text(of: url, in: bytes), route)
+        return (url, route)
     }
 
     /// Whether the route's `httpAdditionalData` (if it is an object) leaves the request a GET without a body.
