@@ -81,5 +81,12 @@ struct ResolvedPrefetchURLsTests {
         _ = try Self.plan(Self.screen(more), by: planner, resolved: &resolved)
         #expect(!kept("/screens/cart", by: planner))
         #expect(more.allSatisfy { kept($0.url, by: planner) })
+        // A URL longer than the bound is resolved, not kept; one of the bound is kept.
+        for length in [ResolvedPrefetchURLs.maximumURLBytes, ResolvedPrefetchURLs.maximumURLBytes + 1] {
+            let long = "/" + String(repeating: "s", count: length - 1)
+            let plan = try Self.plan(Self.screen([(long, true)]), by: planner, resolved: &resolved)
+            #expect(plan.targets == [long])
+            #expect(kept(long, by: planner) == (length <= ResolvedPrefetchURLs.maximumURLBytes))
+        }
     }
 }

@@ -12,6 +12,9 @@
 struct ResolvedPrefetchURLs {
     /// How many URLs are kept; the oldest makes room for the next.
     static let capacity = 8
+    /// The longest URL kept, in bytes: a thread holds at most ``capacity`` of them (and what they resolved to), a
+    /// component declaring longer ones resolves them every time.
+    static let maximumURLBytes = 1_024
 
     struct Entry {
         /// The planner that resolved it: another configuration's resolves differently.
@@ -45,6 +48,7 @@ struct ResolvedPrefetchURLs {
         outcome: Result<String, PrefetchPlanner.Reason>,
         by planner: PrefetchPlanner.Identity
     ) {
+        guard bytes.count <= Self.maximumURLBytes else { return }
         let entry = Entry(planner: planner, bytes: Array(bytes), url: url, outcome: outcome)
         if entries.count < Self.capacity {
             entries.append(entry)
