@@ -300,11 +300,6 @@ public final class ProxyMetrics: Sendable {
         upstreamDurations.record(nanoseconds: elapsed.nanoseconds)
     }
 
-    /// ``upstreamCompleted(after:)`` for a time measured as a `Duration`.
-    public func upstreamCompleted(duration: Duration) {
-        upstreamCompleted(after: .nanoseconds(duration.nanosecondsValue))
-    }
-
     /// Counts a backend request that failed: `sdui_upstream_errors_total{kind}`, the kind of the error model
     /// (`network`, `timeout`, `decoding`, ...).
     public func upstreamFailed(kind: ProxyError.Kind) {
