@@ -108,8 +108,9 @@ public struct UpstreamRequestBuilder: Sendable {
         received: Received = .http1_1,
         reusing repeated: RepeatedUpstreamFields? = nil
     ) -> HTTPFieldLines {
-        guard let repeated else {
-            return build(
+        if let repeated,
+            let same = repeated.fields(
+                builtBy: identity,
                 from: clientHeaders,
                 noted: noted,
                 platform: platform,
@@ -119,18 +120,7 @@ public struct UpstreamRequestBuilder: Sendable {
                 hostIsKeyed: hostIsKeyed,
                 received: received
             )
-        }
-        if let same = repeated.fields(
-            builtBy: identity,
-            from: clientHeaders,
-            noted: noted,
-            platform: platform,
-            clientAddress: clientAddress,
-            purpose: purpose,
-            clientIsTrustedProxy: clientIsTrustedProxy,
-            hostIsKeyed: hostIsKeyed,
-            received: received
-        ) {
+        {
             return same
         }
         let fields = build(
@@ -143,7 +133,8 @@ public struct UpstreamRequestBuilder: Sendable {
             hostIsKeyed: hostIsKeyed,
             received: received
         )
-        repeated.keep(
+        // The inputs are made into one value only here, when there is somewhere to keep them.
+        repeated?.keep(
             fields,
             builtFrom: RepeatedUpstreamFields.Inputs(
                 builder: identity,
