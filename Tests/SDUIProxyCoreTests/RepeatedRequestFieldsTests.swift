@@ -120,6 +120,41 @@ struct RepeatedRequestFieldsTests {
         #expect(third == first && storage(of: third) != storage(of: first))
     }
 
+    @Test("copies of one parser share what it kept, and each still reads every head as it would alone")
+    func copiesShareTheKeptFieldsAndReadAsAlone() throws {
+        var random = SplitMix64(seed: 0xC0_11E5)
+        // The handler reads with a copy of its parser and writes it back: copies taken at different times, each
+        // reading in turn, must agree with a fresh parser whatever the other copies kept last.
+        var copies = [HTTPRequestParser(maximumHeadBytes: 16 << 10)]
+        copies.append(copies[0])
+        copies.append(copies[0])
+        for round in 0..<600 {
+            let (lines, body) = Self.fieldSets[Int(random.next() % UInt64(Self.fieldSets.count))]
+            let method = body.isEmpty ? "GET" : "POST"
+            let request = "\(method) /screens/\(round) HTTP/1.1\r\n\(lines)\r\n\(body)"
+            var alone = HTTPRequestParser(maximumHeadBytes: 16 << 10)
+            var aloneBuffer = ByteBuffer(string: request)
+            let expected = read(&aloneBuffer, with: &alone)
+            let which = Int(random.next() % UInt64(copies.count))
+            var buffer = ByteBuffer(string: request)
+            #expect(read(&buffer, with: &copies[which]) == expected, "round \(round) copy \(which)")
+        }
+
+        // What one copy kept, another takes: the same long value, one string.
+        let agent = "User-Agent: an app/1.0 (a phone; with a long description)\r\n"
+        var values: [String] = []
+        for index in [0, 1] {
+            var buffer = ByteBuffer(string: "GET /\(index) HTTP/1.1\r\nHost: p\r\n\(agent)\r\n")
+            guard case .head(let head)? = try copies[index].next(from: &buffer) else {
+                Issue.record("no head")
+                return
+            }
+            _ = try copies[index].next(from: &buffer)
+            values.append(try #require(head.headers.first(name: "user-agent")))
+        }
+        #expect(values[0] == values[1] && storage(of: values[0]) == storage(of: values[1]))
+    }
+
     @Test("field lines as long as the kept bound are kept; one byte longer, they are read every time")
     func longFieldLinesAreNotKept() throws {
         // The lines after the request line, without the blank line: `Host: p`, CRLF, then the cookie's line.

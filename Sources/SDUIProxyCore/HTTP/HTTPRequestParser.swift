@@ -11,7 +11,7 @@ import NIOHTTP1
 /// decimal number, `Content-Length` together with `Transfer-Encoding`, a transfer coding other than a final
 /// `chunked`, a malformed chunk. Sizes are bounded: a head longer than `maximumHeadBytes` is a 431 before it
 /// is parsed, and chunk-size and trailer lines have limits of their own.
-public struct HTTPRequestParser: Sendable {
+public struct HTTPRequestParser {
     /// Why the bytes on a connection are not a request this parser accepts.
     public typealias Failure = HTTPParseFailure
 
@@ -33,7 +33,7 @@ public struct HTTPRequestParser: Sendable {
     /// The longest request head (request line, header lines and the blank line) accepted.
     public let maximumHeadBytes: Int
     /// The last head's field lines and what they were read as, for a next head that repeats them.
-    private var repeatedFields = RepeatedRequestFields()
+    private let repeatedFields = RepeatedRequestFields()
 
     public init(maximumHeadBytes: Int) {
         self.maximumHeadBytes = maximumHeadBytes
@@ -93,7 +93,7 @@ public struct HTTPRequestParser: Sendable {
                 UnsafeRawBufferPointer(rebasing: bytes[0..<end]),
                 fieldLines: fieldLines,
                 maximumTrailerBytes: limit,
-                repeating: &repeatedFields
+                repeating: repeatedFields
             )
         }
         buffer.moveReaderIndex(forwardBy: end + 4)
@@ -112,7 +112,7 @@ public struct HTTPRequestParser: Sendable {
         _ bytes: UnsafeRawBufferPointer,
         fieldLines: Int?,
         maximumTrailerBytes: Int,
-        repeating repeated: inout RepeatedRequestFields
+        repeating repeated: RepeatedRequestFields
     ) throws(Failure) -> (head: HTTPRequestHead, framing: State, keepsConnectionOpen: Bool) {
         var lines = LineReader(bytes: bytes)
         guard let requestLine = lines.next() else { throw bad("an empty request line") }

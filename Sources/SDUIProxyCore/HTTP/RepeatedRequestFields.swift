@@ -12,7 +12,12 @@ import NIOHTTP1
 /// It holds at most ``maximumBytes`` of lines and the fields read from them while the connection is open (their
 /// values too, credentials and cookies among them, until the next head or the connection's end): a head with more
 /// is read as before and not kept.
-struct RepeatedRequestFields: Sendable {
+///
+/// A class, held by its parser: the connection's handler copies its parser out and back around every part it
+/// reads, and a copy of a parser holding these lines and fields by value retained and released each of their
+/// buffers, four copies a request. Copies of one parser share it; it is only a memo of what bytes read as, so
+/// whichever copy reads next finds the same answer either way. Not `Sendable`: it belongs to one connection.
+final class RepeatedRequestFields {
     /// The most bytes of field lines kept to be compared with the next head's.
     static let maximumBytes = 2_048
 
@@ -30,7 +35,7 @@ struct RepeatedRequestFields: Sendable {
     }
 
     /// Keeps `lines` and what they were read as, for the next head (replacing what was kept).
-    mutating func keep(
+    func keep(
         _ lines: UnsafeRawBufferPointer,
         section: HTTPMessageSyntax.FieldSection,
         headers: HTTPHeaders
@@ -40,9 +45,9 @@ struct RepeatedRequestFields: Sendable {
             read = nil
             return
         }
-        // A new array each time: the connection's handler parses with a copy of its parser, so the last lines'
-        // array is shared then, and emptying it in place would copy it first.
-        self.lines = Array(lines)
+        // In place: the array is this memo's alone, so its room is kept from one head to the next.
+        self.lines.removeAll(keepingCapacity: true)
+        self.lines.append(contentsOf: lines)
         read = (section, headers)
     }
 }
