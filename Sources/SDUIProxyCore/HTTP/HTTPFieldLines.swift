@@ -32,6 +32,10 @@ public struct HTTPFieldLines: Sendable {
     /// How many of `bytes` hold fields.
     private var used = 0
     private var fields: [Field] = []
+    /// How many of the first fields are known to have a token for a name and a value HTTP allows
+    /// (``checkForWire()``), so that writing them to the wire checks them no second time. Fields appended after
+    /// them are not known to be; a removal counts the ones that stay.
+    private(set) var wireCheckedCount = 0
 
     public init() {}
 
@@ -232,7 +236,29 @@ public struct HTTPFieldLines: Sendable {
         let held = bytes
         held.withUnsafeBytes { bytes in
             guard fields.contains(where: { isNamed(bytes, $0) }) else { return }
+            // The checked fields that stay are still the first ones, fewer by those removed among them.
+            wireCheckedCount -= fields[..<wireCheckedCount].count { isNamed(bytes, $0) }
             fields.removeAll { isNamed(bytes, $0) }
+        }
+    }
+
+    /// Checks the fields not checked yet, in order, as ``HTTPWireFormat`` checks a request's before writing them,
+    /// and counts those that pass up to the first that does not (``wireCheckedCount``).
+    ///
+    /// For fields written to the wire more than once: a connection's repeated upstream fields
+    /// (``RepeatedUpstreamFields``) are checked once, when they are kept, rather than on every request.
+    mutating func checkForWire() {
+        bytes.withUnsafeBytes { bytes in
+            while wireCheckedCount < fields.count {
+                let field = fields[wireCheckedCount]
+                guard
+                    HTTPWireFormat.isWireField(
+                        name: UnsafeRawBufferPointer(rebasing: bytes[field.nameRange]),
+                        value: UnsafeRawBufferPointer(rebasing: bytes[field.valueRange])
+                    )
+                else { return }
+                wireCheckedCount += 1
+            }
         }
     }
 

@@ -133,10 +133,13 @@ extension HTTPWireFormat {
                     copyLine(name.rawBytes, UnsafeRawBufferPointer(host), to: out, at: offset)
                 }
             }
+            // The first fields may have been checked already, when they were kept to be sent again.
+            let checked = fields.wireCheckedCount
+            var index = 0
             fields.forEachField { name, value in
+                defer { index &+= 1 }
                 guard refused == nil, !isSetByEncoder(name, replacingHost: host != nil) else { return }
-                guard !name.isEmpty, HTTPSyntax.isToken(bytes: name), HTTPSyntax.isFieldValue(bytes: value)
-                else {
+                guard index < checked || isWireField(name: name, value: value) else {
                     refused = String(decoding: name, as: UTF8.self)
                     return
                 }
@@ -159,6 +162,13 @@ extension HTTPWireFormat {
         }
         if let body { buffer.writeImmutableBuffer(body) }
         return buffer
+    }
+
+    /// Whether `name: value` may be written as a request's field line: a token for a name, and a value without
+    /// control characters (nothing that could end the line early).
+    @inline(__always)
+    static func isWireField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
+        !name.isEmpty && HTTPSyntax.isToken(bytes: name) && HTTPSyntax.isFieldValue(bytes: value)
     }
 
     /// Whether the field `name` is one the encoder writes itself: the framing, and `Host` when it is given.

@@ -74,18 +74,23 @@ public final class RepeatedUpstreamFields {
         return fields
     }
 
-    /// Keeps `fields`, built from `inputs`, for the connection's next request; forgets the last ones instead when
-    /// the client's fields are longer than ``maximumClientFieldBytes``.
-    func keep(_ fields: HTTPFieldLines, builtFrom inputs: Inputs) {
+    /// Keeps `fields`, built from `inputs`, for the connection's next request, checked for the wire once
+    /// (``HTTPFieldLines/checkForWire()``) so that the requests they are sent with again do not check them; forgets
+    /// the last ones instead when the client's fields are longer than ``maximumClientFieldBytes``. Returns the
+    /// fields, checked when kept.
+    func keep(_ fields: HTTPFieldLines, builtFrom inputs: Inputs) -> HTTPFieldLines {
         var clientFieldBytes = 0
         for (name, value) in inputs.clientHeaders { clientFieldBytes += name.utf8.count + value.utf8.count }
         guard clientFieldBytes <= Self.maximumClientFieldBytes else {
             self.inputs = nil
             self.fields = HTTPFieldLines()
-            return
+            return fields
         }
+        var fields = fields
+        fields.checkForWire()
         self.inputs = inputs
         self.fields = fields
+        return fields
     }
 
     /// Whether `a` and `b` are the same bytes (not merely equivalent characters).

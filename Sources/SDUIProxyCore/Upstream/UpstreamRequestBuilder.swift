@@ -133,8 +133,9 @@ public struct UpstreamRequestBuilder: Sendable {
             hostIsKeyed: hostIsKeyed,
             received: received
         )
+        guard let repeated else { return fields }
         // The inputs are made into one value only here, when there is somewhere to keep them.
-        repeated?.keep(
+        return repeated.keep(
             fields,
             builtFrom: RepeatedUpstreamFields.Inputs(
                 builder: identity,
@@ -148,7 +149,6 @@ public struct UpstreamRequestBuilder: Sendable {
                 received: received
             )
         )
-        return fields
     }
 
     private func build(
