@@ -63,6 +63,8 @@ final class HTTP2Stream: RequestExchangeDriver {
     /// Fires `limits.requestTimeout` after the stream opened, unless the request arrived whole.
     private var requestDeadline: Scheduled<Void>?
     var peer: ClientPeer?
+    /// None: a stream's head is decoded anew, so it never shares another's fields.
+    var routedFields: RepeatedRouteFields? { nil }
     let isSecure: Bool
     let loop: any EventLoop
 

@@ -56,6 +56,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// The peer, worked out on the connection's first request that needs it: formatting an address allocates,
     /// and a connection's peer does not change.
     var peer: ClientPeer?
+    /// What routing read of the last request head's fields (``RequestExchangeDriver/routedFields``).
+    let routedFields: RepeatedRouteFields? = RepeatedRouteFields()
     /// The single task that wakes the connection at its deadline; it moves only when the deadline comes earlier,
     /// so a request costs a clock read, not a timer allocation and cancellation.
     var wakeUpAt: NIODeadline?

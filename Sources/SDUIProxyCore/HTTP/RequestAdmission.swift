@@ -11,16 +11,56 @@ public enum RequestAdmission {
         public var closeConnection: Bool
     }
 
+    /// What admission reads of a head's fields, in one pass over them: their size and the framing fields. A
+    /// function of the fields alone, so a connection whose next head has the same fields reads them once
+    /// (``RepeatedRouteFields``).
+    public struct FieldFacts: Sendable {
+        /// The fields' bytes as admission counts them: each name and value, and four bytes a line.
+        var bytes = 0
+        var hostCount = 0
+        /// The last `Host` value.
+        var host: String?
+        var lengths: [String] = []
+        var transferEncodings: [String] = []
+
+        /// The facts of `headers`, in one pass, without allocating per lookup.
+        public init(of headers: HTTPHeaders) {
+            for (name, value) in headers {
+                let nameBytes = name.utf8.count
+                bytes += nameBytes + value.utf8.count + 4
+                // Told apart by length first: most names have none of these three lengths.
+                switch nameBytes {
+                case 4 where HTTPSyntax.equalsIgnoringCase(name, "host"):
+                    hostCount += 1
+                    host = value
+                case 14 where HTTPSyntax.equalsIgnoringCase(name, "content-length"):
+                    lengths.append(value)
+                case 17 where HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding"):
+                    transferEncodings.append(value)
+                default:
+                    break
+                }
+            }
+        }
+    }
+
     /// Checks `head` against `limits` and returns its normalised target.
-    ///
-    /// - Parameter maxBodyBytes: the body limit for this request, or nil when the caller enforces another.
     public static func admit(
         _ head: HTTPRequestHead,
         limits: ProxyConfiguration.Limits
     ) throws(Refusal) -> RequestTarget {
+        try admit(head, fields: FieldFacts(of: head.headers), limits: limits)
+    }
+
+    /// ``admit(_:limits:)`` with what the head's fields were read as already (`fields`, which must be
+    /// `FieldFacts(of: head.headers)`).
+    public static func admit(
+        _ head: HTTPRequestHead,
+        fields: FieldFacts,
+        limits: ProxyConfiguration.Limits
+    ) throws(Refusal) -> RequestTarget {
         // Each read once: every read of a head's part goes through its shared storage, retained and released.
         let uri = head.uri
-        let headers = head.headers
         let method = head.method
         let version = head.version
         guard uri.utf8.count <= limits.maxURLBytes else {
@@ -29,34 +69,17 @@ public enum RequestAdmission {
                 closeConnection: true
             )
         }
-        guard headers.count <= limits.maxHeaderCount else {
+        guard head.headers.count <= limits.maxHeaderCount else {
             throw Refusal(
                 error: ProxyError(.headersTooLarge, "more than \(limits.maxHeaderCount) header fields"),
                 closeConnection: true
             )
         }
-        // One pass over the headers: sizes, and the framing fields, without allocating per lookup.
-        var headerBytes = uri.utf8.count + method.rawValue.utf8.count + 12
-        var host: String?
-        var hostCount = 0
-        var lengths: [String] = []
-        var transferEncodings: [String] = []
-        for (name, value) in headers {
-            let nameBytes = name.utf8.count
-            headerBytes += nameBytes + value.utf8.count + 4
-            // Told apart by length first: most names have none of these three lengths.
-            switch nameBytes {
-            case 4 where HTTPSyntax.equalsIgnoringCase(name, "host"):
-                hostCount += 1
-                host = value
-            case 14 where HTTPSyntax.equalsIgnoringCase(name, "content-length"):
-                lengths.append(value)
-            case 17 where HTTPSyntax.equalsIgnoringCase(name, "transfer-encoding"):
-                transferEncodings.append(value)
-            default:
-                break
-            }
-        }
+        let headerBytes = uri.utf8.count + method.rawValue.utf8.count + 12 + fields.bytes
+        let hostCount = fields.hostCount
+        let host = fields.host
+        let lengths = fields.lengths
+        let transferEncodings = fields.transferEncodings
         guard headerBytes <= limits.maxHeaderBytes else {
             throw Refusal(
                 error: ProxyError(.headersTooLarge, "the header section exceeds \(limits.maxHeaderBytes) bytes"),

@@ -54,6 +54,8 @@ public struct RequestRouter: Sendable {
     /// a 202 names it.
     public static let queueStatusPrefix = "/.sdui/queue/"
 
+    /// This router's own, for what a connection keeps of what it read (``RepeatedRouteFields``).
+    let identity = Identity()
     private let limits: ProxyConfiguration.Limits
     private let cache: ProxyConfiguration.Cache
     /// The policy of every path when no route has one of its own: no lookup per request.
@@ -89,11 +91,29 @@ public struct RequestRouter: Sendable {
         usableAllowedPlatforms = configuration.platform.allowed.filter(PlatformValue.isValid)
     }
 
+    /// A router's identity, made with it: a configuration reloaded makes a router with another. Compared by
+    /// reference.
+    final class Identity: Sendable {}
+
+    /// What the platform walk read of a head's fields: the platform (or why there is none), the fields the cache
+    /// path asks about, the first `Accept-Encoding`.
+    struct PlatformReading {
+        var platform: Result<String, ProxyError>
+        var fields: RequestFieldPresence
+        var acceptEncoding: String?
+    }
+
     /// Where `head` goes.
-    public func route(_ head: HTTPRequestHead) -> Route {
+    ///
+    /// - Parameter repeated: the connection's record of what routing read of its last head's fields, taken when
+    ///   `head` has the same fields and kept for the next head otherwise (nil: every head's are read).
+    public func route(_ head: HTTPRequestHead, repeating repeated: RepeatedRouteFields? = nil) -> Route {
+        let headers = head.headers
+        let kept = repeated?.reading(of: headers, by: identity)
+        let admission = kept?.admission ?? RequestAdmission.FieldFacts(of: headers)
         let target: RequestTarget
         do {
-            target = try RequestAdmission.admit(head, limits: limits)
+            target = try RequestAdmission.admit(head, fields: admission, limits: limits)
         } catch {
             return .refuse(error.error, closeConnection: error.closeConnection)
         }
@@ -101,17 +121,18 @@ public struct RequestRouter: Sendable {
         if hasQueue, head.method.isGETOrHEAD, let id = Self.queueStatusID(in: target.path) {
             return .queueStatus(id: id)
         }
+        let reading = kept?.platform ?? platformReading(of: headers)
+        if kept == nil { repeated?.keep(.init(admission: admission, platform: reading), of: headers, by: identity) }
         let platform: String
-        var fields: RequestFieldPresence = []
-        var acceptEncoding: String?
-        do {
-            platform = try self.platform(of: head.headers, noting: &fields, acceptEncoding: &acceptEncoding)
-        } catch {
-            return .refuse(error, closeConnection: false)
+        let fields = reading.fields
+        let acceptEncoding = reading.acceptEncoding
+        switch reading.platform {
+        case .success(let value): platform = value
+        case .failure(let error): return .refuse(error, closeConnection: false)
         }
         guard head.method.isGETOrHEAD else {
             if let queue, let route = queue.route(method: head.method.rawValue, path: target.path) {
-                let declared = head.headers[canonicalForm: "content-length"].first.flatMap { Int($0) } ?? 0
+                let declared = headers[canonicalForm: "content-length"].first.flatMap { Int($0) } ?? 0
                 guard declared <= queue.maxBodyBytes else {
                     return .refuse(Self.queuedBodyTooLarge(limit: queue.maxBodyBytes), closeConnection: true)
                 }
@@ -129,7 +150,7 @@ public struct RequestRouter: Sendable {
                 target: target,
                 platform: platform,
                 policy: policy,
-                key: cacheKey(target: target, platform: platform, headers: head.headers, policy: policy),
+                key: cacheKey(target: target, platform: platform, headers: headers, policy: policy),
                 fields: fields,
                 acceptEncoding: acceptEncoding
             )
@@ -176,6 +197,19 @@ public struct RequestRouter: Sendable {
         var fields: RequestFieldPresence = []
         var acceptEncoding: String?
         return try platform(of: headers, noting: &fields, acceptEncoding: &acceptEncoding)
+    }
+
+    /// ``platform(of:noting:acceptEncoding:)`` as a value.
+    func platformReading(of headers: HTTPHeaders) -> PlatformReading {
+        var fields: RequestFieldPresence = []
+        var acceptEncoding: String?
+        let platform: Result<String, ProxyError>
+        do {
+            platform = .success(try self.platform(of: headers, noting: &fields, acceptEncoding: &acceptEncoding))
+        } catch {
+            platform = .failure(error)
+        }
+        return PlatformReading(platform: platform, fields: fields, acceptEncoding: acceptEncoding)
     }
 
     /// ``platform(of:)``, noting in `fields` the fields the cache path asks about and in `acceptEncoding` the
