@@ -19,7 +19,7 @@ protocol RequestExchangeDriver: ResponseSink {
     /// What routing read of the fields of the wire's last request head, taken again when the next head has the
     /// same (``RepeatedRouteFields``): an HTTP/1.1 connection's, whose parser hands out a repeated head's fields as
     /// it read them. Nil where heads never share their fields (HTTP/2's are decoded anew for every stream).
-    var routedFields: RepeatedRouteFields? { get }
+    var repeatedRouteFields: RepeatedRouteFields? { get }
 
     /// The body's taker can take no more: stop reading until it can.
     func bodyTakerFull()
@@ -37,7 +37,7 @@ extension RequestExchangeDriver {
     /// first.
     func exchangeReceivedHead(_ head: HTTPRequestHead) {
         let action = withProxy { proxy in
-            let route = proxy.router.route(head, repeating: routedFields)
+            let route = proxy.router.route(head, repeating: repeatedRouteFields)
             if let notes = accessNotes {
                 notes.platform = route.platform
                 if let routes = proxy.routeMetrics, let path = route.path, let platform = route.platform {

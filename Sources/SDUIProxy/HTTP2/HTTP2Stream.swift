@@ -64,7 +64,7 @@ final class HTTP2Stream: RequestExchangeDriver {
     private var requestDeadline: Scheduled<Void>?
     var peer: ClientPeer?
     /// None: a stream's head is decoded anew, so it never shares another's fields.
-    var routedFields: RepeatedRouteFields? { nil }
+    var repeatedRouteFields: RepeatedRouteFields? { nil }
     let isSecure: Bool
     let loop: any EventLoop
 

@@ -36,7 +36,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     var machine: ConnectionStateMachine
     /// Read into a local and written back around each call into it, never changed in place: no access to it then
     /// spans a call, and the compiler drops its run-time exclusivity checks (five a request, each as dear as a
-    /// small function). It holds no references, so a copy is a few words.
+    /// small function). A copy is a few words and one reference (its memo of the last head's fields), retained.
     private var parser: HTTPRequestParser
     /// The bytes after the last complete part of a read that ended inside one; the next read is appended.
     private var unparsed: ByteBuffer?
@@ -56,8 +56,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     /// The peer, worked out on the connection's first request that needs it: formatting an address allocates,
     /// and a connection's peer does not change.
     var peer: ClientPeer?
-    /// What routing read of the last request head's fields (``RequestExchangeDriver/routedFields``).
-    let routedFields: RepeatedRouteFields? = RepeatedRouteFields()
+    /// What routing read of the last request head's fields (``RequestExchangeDriver/repeatedRouteFields``).
+    let repeatedRouteFields: RepeatedRouteFields? = RepeatedRouteFields()
     /// The single task that wakes the connection at its deadline; it moves only when the deadline comes earlier,
     /// so a request costs a clock read, not a timer allocation and cancellation.
     var wakeUpAt: NIODeadline?

@@ -4,8 +4,9 @@ import NIOHTTP1
 /// forwarding fields, the request id, conditionals and ranges.
 ///
 /// Names and values are checked when the fields are written to the wire
-/// (``HTTPWireFormat/encodeRequest(method:target:host:fields:framing:body:)``), not here: one check, in the one
-/// place every request passes.
+/// (``HTTPWireFormat/encodeRequest(method:target:host:fields:framing:body:)``), not here: the one place every
+/// request passes. Fields sent again and again are checked once instead (``HTTPFieldLines/checkForWire()``), and
+/// the encoder checks only the rest.
 extension HTTPFieldLines {
     /// Adds `name: value` after the fields there are.
     public mutating func add(name: String, value: String) {

@@ -63,7 +63,8 @@ public struct HTTPFieldLines: Sendable {
     }
 
     /// Adds a field. Nothing is checked here: a request's fields are checked where they are written to the wire
-    /// (``HTTPWireFormat/encodeRequest(method:target:host:fields:framing:body:)``), a backend's as they are parsed.
+    /// (``HTTPWireFormat/encodeRequest(method:target:host:fields:framing:body:)``) or ahead of it
+    /// (``checkForWire()``), a backend's as they are parsed.
     ///
     /// The bytes are copied into room already there: two array appends a field (each a generic copy with its
     /// capacity and uniqueness checks) cost a forwarded request's fields about 600 instructions more.

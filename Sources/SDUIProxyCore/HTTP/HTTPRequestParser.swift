@@ -11,6 +11,9 @@ import NIOHTTP1
 /// decimal number, `Content-Length` together with `Transfer-Encoding`, a transfer coding other than a final
 /// `chunked`, a malformed chunk. Sizes are bounded: a head longer than `maximumHeadBytes` is a 431 before it
 /// is parsed, and chunk-size and trailer lines have limits of their own.
+///
+/// Not `Sendable`: its copies share one record of the last head's fields (``RepeatedRequestFields``), so a parser
+/// and its copies belong to one connection.
 public struct HTTPRequestParser {
     /// Why the bytes on a connection are not a request this parser accepts.
     public typealias Failure = HTTPParseFailure

@@ -115,8 +115,8 @@ extension HTTPWireFormat {
         case .chunked: headBytes += 28
         }
         var buffer = ByteBufferAllocator().buffer(capacity: headBytes + (body?.readableBytes ?? 0))
-        // Fields are checked as they are copied, from the same bytes; the first that HTTP does not allow ends the
-        // write with nothing written.
+        // Fields are checked as they are copied, from the same bytes, but for the first `wireCheckedCount`, checked
+        // on these bytes already; the first that HTTP does not allow ends the write with nothing written.
         var refused: String?
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: headBytes) { out in
             var offset = method.withContiguousUTF8 { method in

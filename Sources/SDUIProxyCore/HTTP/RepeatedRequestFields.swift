@@ -13,10 +13,10 @@ import NIOHTTP1
 /// values too, credentials and cookies among them, until the next head or the connection's end): a head with more
 /// is read as before and not kept.
 ///
-/// A class, held by its parser: the connection's handler copies its parser out and back around every part it
-/// reads, and a copy of a parser holding these lines and fields by value retained and released each of their
-/// buffers, four copies a request. Copies of one parser share it; it is only a memo of what bytes read as, so
-/// whichever copy reads next finds the same answer either way. Not `Sendable`: it belongs to one connection.
+/// A class, held by its parser, so that a copy of the parser (its connection's handler copies it out and back
+/// around every part it reads) retains one reference rather than each of the lines' and fields' buffers. Copies
+/// of one parser share it: it only records what bytes read as, so whichever copy reads next gets the answer it
+/// would get alone. Not `Sendable`: it belongs to one connection.
 final class RepeatedRequestFields {
     /// The most bytes of field lines kept to be compared with the next head's.
     static let maximumBytes = 2_048

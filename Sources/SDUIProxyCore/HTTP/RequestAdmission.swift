@@ -14,7 +14,7 @@ public enum RequestAdmission {
     /// What admission reads of a head's fields, in one pass over them: their size and the framing fields. A
     /// function of the fields alone, so a connection whose next head has the same fields reads them once
     /// (``RepeatedRouteFields``).
-    public struct FieldFacts: Sendable {
+    struct FieldFacts: Equatable, Sendable {
         /// The fields' bytes as admission counts them: each name and value, and four bytes a line.
         var bytes = 0
         var hostCount = 0
@@ -24,7 +24,7 @@ public enum RequestAdmission {
         var transferEncodings: [String] = []
 
         /// The facts of `headers`, in one pass, without allocating per lookup.
-        public init(of headers: HTTPHeaders) {
+        init(of headers: HTTPHeaders) {
             for (name, value) in headers {
                 let nameBytes = name.utf8.count
                 bytes += nameBytes + value.utf8.count + 4
@@ -53,12 +53,14 @@ public enum RequestAdmission {
     }
 
     /// ``admit(_:limits:)`` with what the head's fields were read as already (`fields`, which must be
-    /// `FieldFacts(of: head.headers)`).
-    public static func admit(
+    /// `FieldFacts(of: head.headers)`: the router's record of a repeated head's). Not public: facts of other
+    /// fields would skip the framing checks.
+    static func admit(
         _ head: HTTPRequestHead,
         fields: FieldFacts,
         limits: ProxyConfiguration.Limits
     ) throws(Refusal) -> RequestTarget {
+        assert(fields == FieldFacts(of: head.headers), "admission given the facts of other fields")
         // Each read once: every read of a head's part goes through its shared storage, retained and released.
         let uri = head.uri
         let method = head.method

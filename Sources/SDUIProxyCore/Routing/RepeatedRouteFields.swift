@@ -6,8 +6,8 @@ import NIOHTTP1
 /// platform header, the fields the cache path asks about): a function of the fields and the router alone. A
 /// keep-alive client sends the same fields with every request, and the request parser hands a head whose field
 /// lines repeat the last head's the very collection it read then (``RepeatedRequestFields``); such a head's
-/// fields are recognised by their bits (``RepeatedUpstreamFields/sameRepresentation(_:_:)``) and what routing read
-/// of them is taken again. Any other head's fields are read as before; nothing is compared field by field.
+/// fields are recognised by their bits (`HTTPHeaders.hasSameRepresentation(as:)`) and what routing read
+/// of them is taken again. Any other head's fields are read in full; nothing is compared field by field.
 ///
 /// It keeps the last head's fields while the connection is open, only when they are at most
 /// ``RepeatedRequestFields/maximumBytes`` (no larger head is handed out again), and what was read of them.
@@ -35,7 +35,7 @@ public final class RepeatedRouteFields {
     /// What `router` read of `headers` last, when they are the fields it kept.
     func reading(of headers: HTTPHeaders, by router: RequestRouter.Identity) -> Reading? {
         guard let kept = self.headers, self.router === router,
-            RepeatedUpstreamFields.sameRepresentation(kept, headers)
+            kept.hasSameRepresentation(as: headers)
         else { return nil }
         return reading
     }
@@ -43,8 +43,9 @@ public final class RepeatedRouteFields {
     /// Keeps `reading`, what `router` read of `headers`, for the connection's next head; forgets what it kept
     /// instead when the fields are larger than a repeated head's can be.
     func keep(_ reading: Reading, of headers: HTTPHeaders, by router: RequestRouter.Identity) {
-        // Admission counts four bytes a line for `: ` and CRLF; a line written `name:value` has one less.
-        guard reading.admission.bytes <= RepeatedRequestFields.maximumBytes + headers.count else {
+        // Admission counts four bytes a line for `: ` and CRLF. The parser's kept lines can be fewer: a line written
+        // `name:value` has one less, and the last line's CRLF is not among them.
+        guard reading.admission.bytes <= RepeatedRequestFields.maximumBytes + headers.count + 2 else {
             self.headers = nil
             self.router = nil
             self.reading = nil
