@@ -7,20 +7,11 @@ import Testing
 /// (``RepeatedRouteFields``): every head must still be routed as it would be alone.
 @Suite("Routing a connection's heads that repeat the last head's fields")
 struct RepeatedRouteFieldsTests {
+    /// ``RequestRouterTests``' configuration, with `header` as the platform header.
     private static func router(header: String) throws -> RequestRouter {
+        precondition(RequestRouterTests.yaml.contains("header: X-Platform"), "the platform header to replace")
         let configuration = try ConfigurationLoader().load(
-            yaml: """
-                upstream: { url: "http://127.0.0.1:9" }
-                platform: { header: \(header), default: WEB, allowed: [IOS, ANDROID, WEB] }
-                cache:
-                  routes:
-                    - { prefix: /api/session, bypass: true }
-                    - { prefix: /screens/, vary: [Accept-Language] }
-                queue:
-                  maxBodyBytes: 1KiB
-                  routes:
-                    - match: POST /api/orders
-                """
+            yaml: RequestRouterTests.yaml.replacing("header: X-Platform", with: "header: \(header)")
         )
         return RequestRouter(configuration: configuration, queue: configuration.queue)
     }

@@ -44,17 +44,9 @@ public enum RequestAdmission {
         }
     }
 
-    /// Checks `head` against `limits` and returns its normalised target.
-    public static func admit(
-        _ head: HTTPRequestHead,
-        limits: ProxyConfiguration.Limits
-    ) throws(Refusal) -> RequestTarget {
-        try admit(head, fields: FieldFacts(of: head.headers), limits: limits)
-    }
-
-    /// ``admit(_:limits:)`` with what the head's fields were read as already (`fields`, which must be
-    /// `FieldFacts(of: head.headers)`: the router's record of a repeated head's). Not public: facts of other
-    /// fields would skip the framing checks.
+    /// Checks `head` against `limits` and returns its normalised target, with what its fields were read as
+    /// (`fields`, which must be `FieldFacts(of: head.headers)`, or the router's record of a repeated head's). Not
+    /// public: facts of other fields would skip the framing checks.
     static func admit(
         _ head: HTTPRequestHead,
         fields: FieldFacts,
@@ -78,10 +70,6 @@ public enum RequestAdmission {
             )
         }
         let headerBytes = uri.utf8.count + method.rawValue.utf8.count + 12 + fields.bytes
-        let hostCount = fields.hostCount
-        let host = fields.host
-        let lengths = fields.lengths
-        let transferEncodings = fields.transferEncodings
         guard headerBytes <= limits.maxHeaderBytes else {
             throw Refusal(
                 error: ProxyError(.headersTooLarge, "the header section exceeds \(limits.maxHeaderBytes) bytes"),
@@ -90,13 +78,17 @@ public enum RequestAdmission {
         }
 
         // Framing: anything two parsers could read differently is refused and the connection closed.
-        guard hostCount <= 1 else { throw smuggling("more than one Host header") }
-        if version.major == 1, version.minor >= 1, hostCount == 0 {
+        guard fields.hostCount <= 1 else { throw smuggling("more than one Host header") }
+        if version.major == 1, version.minor >= 1, fields.hostCount == 0 {
             throw smuggling("HTTP/1.1 requires a Host header")
         }
-        if !lengths.isEmpty, !transferEncodings.isEmpty { throw smuggling("both Content-Length and Transfer-Encoding") }
-        if !lengths.isEmpty {
-            let distinctLengths = Set(lengths.flatMap { $0.split(separator: ",").map { $0.trimmingWhitespace() } })
+        if !fields.lengths.isEmpty, !fields.transferEncodings.isEmpty {
+            throw smuggling("both Content-Length and Transfer-Encoding")
+        }
+        if !fields.lengths.isEmpty {
+            let distinctLengths = Set(
+                fields.lengths.flatMap { $0.split(separator: ",").map { $0.trimmingWhitespace() } }
+            )
             guard distinctLengths.count == 1, let length = distinctLengths.first else {
                 throw smuggling("conflicting Content-Length values")
             }
@@ -111,8 +103,8 @@ public enum RequestAdmission {
                 )
             }
         }
-        if !transferEncodings.isEmpty {
-            let codings = transferEncodings.flatMap { $0.split(separator: ",") }.map {
+        if !fields.transferEncodings.isEmpty {
+            let codings = fields.transferEncodings.flatMap { $0.split(separator: ",") }.map {
                 $0.trimmingWhitespace().lowercased()
             }
             guard codings.last == "chunked" else { throw smuggling("a Transfer-Encoding that does not end in chunked") }
@@ -124,7 +116,7 @@ public enum RequestAdmission {
                 closeConnection: false
             )
         }
-        return try target(of: uri, host: host)
+        return try target(of: uri, host: fields.host)
     }
 
     /// The origin-form target of `uri`; an absolute-form target is accepted only for this proxy's own host.

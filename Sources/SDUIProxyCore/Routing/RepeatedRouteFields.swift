@@ -14,45 +14,44 @@ import NIOHTTP1
 ///
 /// Not `Sendable`: one HTTP/1.1 connection's, on the event loop it serves.
 public final class RepeatedRouteFields {
-    /// What the router read of the fields: a class, so that handing it out retains one reference, not each of
-    /// its strings and lists.
+    /// What a router read of one collection of fields: a class, so that handing it out retains one reference, not
+    /// each of its strings and lists.
     final class Reading {
+        let headers: HTTPHeaders
+        let router: RequestRouter.Identity
         let admission: RequestAdmission.FieldFacts
         let platform: RequestRouter.PlatformReading
 
-        init(admission: RequestAdmission.FieldFacts, platform: RequestRouter.PlatformReading) {
+        init(
+            of headers: HTTPHeaders,
+            by router: RequestRouter.Identity,
+            admission: RequestAdmission.FieldFacts,
+            platform: RequestRouter.PlatformReading
+        ) {
+            self.headers = headers
+            self.router = router
             self.admission = admission
             self.platform = platform
         }
     }
 
-    private var headers: HTTPHeaders?
-    private var router: RequestRouter.Identity?
-    private var reading: Reading?
+    private var last: Reading?
 
     public init() {}
 
     /// What `router` read of `headers` last, when they are the fields it kept.
     func reading(of headers: HTTPHeaders, by router: RequestRouter.Identity) -> Reading? {
-        guard let kept = self.headers, self.router === router,
-            kept.hasSameRepresentation(as: headers)
-        else { return nil }
-        return reading
+        guard let last, last.router === router, last.headers.hasSameRepresentation(as: headers) else { return nil }
+        return last
     }
 
-    /// Keeps `reading`, what `router` read of `headers`, for the connection's next head; forgets what it kept
-    /// instead when the fields are larger than a repeated head's can be.
-    func keep(_ reading: Reading, of headers: HTTPHeaders, by router: RequestRouter.Identity) {
+    /// Keeps `reading` for the connection's next head; forgets what it kept instead when the fields are larger than
+    /// a repeated head's can be.
+    func keep(_ reading: Reading) {
         // Admission counts four bytes a line for `: ` and CRLF. The parser's kept lines can be fewer: a line written
         // `name:value` has one less, and the last line's CRLF is not among them.
-        guard reading.admission.bytes <= RepeatedRequestFields.maximumBytes + headers.count + 2 else {
-            self.headers = nil
-            self.router = nil
-            self.reading = nil
-            return
-        }
-        self.headers = headers
-        self.router = router
-        self.reading = reading
+        let fitsRepeatedHead =
+            reading.admission.bytes <= RepeatedRequestFields.maximumBytes + reading.headers.count + 2
+        last = fitsRepeatedHead ? reading : nil
     }
 }

@@ -122,7 +122,9 @@ public struct RequestRouter: Sendable {
             return .queueStatus(id: id)
         }
         let reading = kept?.platform ?? platformReading(of: headers)
-        if kept == nil { repeated?.keep(.init(admission: admission, platform: reading), of: headers, by: identity) }
+        if kept == nil {
+            repeated?.keep(.init(of: headers, by: identity, admission: admission, platform: reading))
+        }
         let platform: String
         let fields = reading.fields
         let acceptEncoding = reading.acceptEncoding
