@@ -1,4 +1,5 @@
 import NIOCore
+import NIOEmbedded
 import NIOPosix
 import SDUIProxyCore
 import Testing
@@ -45,40 +46,72 @@ struct BusyLoopYieldingTests {
         #expect(yields)
     }
 
-    @Test("on a real event loop, a loop kept busy offers its core and one that mostly sleeps does not")
+    @Test("on a real event loop, a loop kept busy offers its core where reads end, and one that mostly sleeps does not")
     func realLoop() async throws {
-        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1), loops: 1)
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: yielding)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let yielding = BusyLoopYielding(group: group, yieldAfter: .milliseconds(1))
         let loop = group.next()
+        let yielder = try #require(yielding.yielder(for: loop))
+        #expect(yielding.yielder(for: EmbeddedEventLoop()) == nil)
 
-        // Short tasks 2 ms apart: each window is mostly sleep.
+        // Short reads 2 ms apart: each window is mostly sleep.
         for _ in 0..<20 {
-            try await loop.scheduleTask(in: .milliseconds(2)) { Self.spin(for: .microseconds(20)) }.futureResult.get()
+            try await loop.scheduleTask(in: .milliseconds(2)) {
+                Self.spin(for: .microseconds(20))
+                yielder.readsEnded()
+            }.futureResult.get()
         }
+        // The offer is a task of its own, which runs before this one.
+        try await loop.submit {}.get()
         #expect(yielding.yieldCallCount == 0)
 
-        let offered = try await Self.keepBusy([loop]) { yielding.yieldCallCount > 0 }
+        let offered = try await Self.keepBusy([loop], yielding: yielding) { yielding.yieldCallCount > 0 }
         #expect(offered)
+        try await group.shutdownGracefully()
+    }
+
+    @Test("a window ends in one offer, however many connections' reads end in the turn that closes it")
+    func oneOfferAWindow() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let yielding = BusyLoopYielding(group: group, yieldAfter: .milliseconds(1))
+        let loop = group.next()
+        let yielder = try #require(yielding.yielder(for: loop))
+        // Each turn is 2 ms of work, then a hundred connections' reads ending: whether the turns yield depends on
+        // how much of the core the machine gives the loop, but never more than once a turn.
+        let turns = 20
+        for _ in 0..<turns {
+            try await loop.scheduleTask(in: .microseconds(50)) {
+                Self.spin(for: .milliseconds(2))
+                for _ in 0..<100 { yielder.readsEnded() }
+            }.futureResult.get()
+        }
+        try await loop.submit {}.get()
+        #expect(yielding.yieldCallCount <= turns)
         try await group.shutdownGracefully()
     }
 
     @Test("two busy loops on one core let each other run, and those yields are counted")
     func sharedCore() async throws {
-        let yielding = BusyLoopYielding(yieldAfter: .milliseconds(1), loops: 2)
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2, metricsDelegate: yielding)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let yielding = BusyLoopYielding(group: group, yieldAfter: .milliseconds(1))
         let loops = Array(group.makeIterator())
         // Alone on its core, a loop that offers it is not counted.
-        _ = try await Self.keepBusy([loops[0]]) { yielding.yieldCallCount > 0 }
+        _ = try await Self.keepBusy([loops[0]], yielding: yielding) { yielding.yieldCallCount > 0 }
         let alone = yielding.yieldCount
         for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
 
-        let gaveWay = try await Self.keepBusy(loops) { yielding.yieldCount > alone }
+        let gaveWay = try await Self.keepBusy(loops, yielding: yielding) { yielding.yieldCount > alone }
         #expect(gaveWay)
         try await group.shutdownGracefully()
     }
 
-    @Test("the proxy's own loops follow eventLoops.count, and their yields are counted in /metrics")
-    func proxyLoops() async throws {
+    // One protocol at a time: the two proxies' four loops on one core would each run too little to be busy.
+    @Test(
+        "the proxy's own loops follow eventLoops.count, their connections' reads offer the cores, and the yields are counted in /metrics",
+        .serialized,
+        arguments: [false, true]
+    )
+    func proxyLoops(http2: Bool) async throws {
         try await ProxyHarness.run(configure: {
             $0.eventLoops.count = 2
             $0.eventLoops.yieldAfter = .milliseconds(1)
@@ -86,7 +119,13 @@ struct BusyLoopYieldingTests {
             let loops = Array(proxy.server.eventLoopGroup.makeIterator())
             #expect(loops.count == 2)
             for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
-            let yielded = try await Self.keepBusy(loops) {
+            // Nothing but the connections tells the proxy's loops where reads end: the busy turns alone offer
+            // nothing, the requests sent meanwhile do.
+            let yielded = try await Self.keepBusy(
+                loops,
+                yielding: nil,
+                traffic: { try await Self.requests(to: proxy, http2: http2) }
+            ) {
                 let metrics = try await proxy.admin("/metrics").body
                 return Self.yields(in: metrics).map { $0 > 0 } ?? false
             }
@@ -103,24 +142,33 @@ struct BusyLoopYieldingTests {
             #expect(proxy.server.ownEventLoops?.yielding == nil)
             let loops = Array(proxy.server.eventLoopGroup.makeIterator())
             for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
-            async let first: Void = Self.busyTurns(on: loops[0], count: 10)
-            async let second: Void = Self.busyTurns(on: loops[1], count: 10)
-            _ = try await (first, second)
+            _ = try await Self.keepBusy(
+                loops,
+                yielding: nil,
+                traffic: { try await Self.requests(to: proxy, http2: false) }
+            ) { true }
             let metrics = try await proxy.admin("/metrics").body
             #expect(Self.yields(in: metrics) == 0)
         }
     }
 
-    /// Runs 2 ms of work at a time on `loop`, each in a turn of the loop of its own, until `condition` holds or
-    /// 10 s have passed (a machine busy with other tests may not give the loop three quarters of a window).
+    /// Runs 2 ms of work at a time on each of `loops`, each in a turn of the loop of its own that ends as a read
+    /// burst does (`yielding`'s yielder told of it), with `traffic` sent meanwhile, until `condition` holds or
+    /// 10 s have passed (a machine busy with other tests may not give a loop three quarters of a window).
     private static func keepBusy(
         _ loops: [any EventLoop],
+        yielding: BusyLoopYielding?,
+        traffic: @escaping @Sendable () async throws -> Void = {},
         until condition: () async throws -> Bool
     ) async throws -> Bool {
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                for loop in loops { group.addTask { try await busyTurns(on: loop, count: 5) } }
+                for loop in loops {
+                    let yielder = yielding?.yielder(for: loop)
+                    group.addTask { try await busyTurns(on: loop, count: 5, yielder: yielder) }
+                }
+                group.addTask { try await traffic() }
                 try await group.waitForAll()
             }
             if try await condition() { return true }
@@ -128,19 +176,57 @@ struct BusyLoopYieldingTests {
         return try await condition()
     }
 
-    private static func busyTurns(on loop: any EventLoop, count: Int) async throws {
+    private static func busyTurns(on loop: any EventLoop, count: Int, yielder: BusyLoopYielder?) async throws {
         let done = loop.makePromise(of: Void.self)
-        busyTurns(on: loop, count: count, then: done)
+        busyTurns(on: loop, count: count, yielder: yielder, then: done)
         try await done.futureResult.get()
     }
 
     /// Each turn is scheduled by the one before, 50 µs ahead, so the loop sleeps briefly between them: every
     /// turn ends a tick of the loop.
-    private static func busyTurns(on loop: any EventLoop, count: Int, then done: EventLoopPromise<Void>) {
+    private static func busyTurns(
+        on loop: any EventLoop,
+        count: Int,
+        yielder: BusyLoopYielder?,
+        then done: EventLoopPromise<Void>
+    ) {
         loop.scheduleTask(in: .microseconds(50)) {
             spin(for: .milliseconds(2))
-            if count > 1 { busyTurns(on: loop, count: count - 1, then: done) } else { done.succeed() }
+            yielder?.readsEnded()
+            if count > 1 { busyTurns(on: loop, count: count - 1, yielder: yielder, then: done) } else { done.succeed() }
         }
+    }
+
+    /// Requests from eight clients at once, each sending four in turn: enough that each loop reads one as soon as
+    /// a busy turn ends, which is where a window is judged.
+    private static func requests(to proxy: ProxyHarness, http2: Bool) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for client in 0..<8 {
+                group.addTask { for index in 0..<4 { try await request(client * 4 + index, to: proxy, http2: http2) } }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// A request for a screen on a connection of its own (which the proxy gives the next of its loops), answered
+    /// before it returns: over HTTP/1.1, or over HTTP/2 by prior knowledge.
+    private static func request(_ index: Int, to proxy: ProxyHarness, http2: Bool) async throws {
+        let client = try await RawConnection(port: proxy.server.publicPort)
+        if http2 {
+            var bytes = HTTP2Wire.connectionStart()
+            var headers = HTTP2Wire.request(stream: 1, path: "/screens/busy-\(index)")
+            bytes.writeBuffer(&headers)
+            try await client.send(bytes)
+            let received = try await client.received { bytes in
+                HTTP2Wire.frames(in: bytes).contains { $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0 }
+            }
+            #expect(HTTP2Wire.frames(in: received).contains { $0.stream == 1 })
+        } else {
+            try await client.send("GET /screens/busy-\(index) HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            let response = try await client.readResponse()
+            #expect(response?.head.hasPrefix("HTTP/1.1 200") == true)
+        }
+        await client.close()
     }
 
     /// Moves the calling thread onto one core, the first the process may use, so that two loops share it.

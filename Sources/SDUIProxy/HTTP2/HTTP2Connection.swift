@@ -32,6 +32,8 @@ final class HTTP2Connection: ChannelDuplexHandler {
     private let isSecure: Bool
     /// How long a drain may take, from its start, before the connection is closed with streams still open.
     private let drainGrace: TimeAmount
+    /// The loop's ``BusyLoopYielder``, told where each read burst ends; nil when the loops never yield.
+    private let yielder: BusyLoopYielder?
     private var streams: [HTTP2StreamID: HTTP2Stream] = [:]
     private var window = HTTP2InboundWindow()
     private var lifecycle: HTTP2ConnectionLifecycle
@@ -51,9 +53,11 @@ final class HTTP2Connection: ChannelDuplexHandler {
         eventLoop: any EventLoop,
         requests: RequestTally,
         isSecure: Bool,
-        drainGrace: TimeAmount
+        drainGrace: TimeAmount,
+        yielder: BusyLoopYielder? = nil
     ) {
         self.eventLoop = eventLoop
+        self.yielder = yielder
         self.runtime = runtime
         self.requests = requests
         self.isSecure = isSecure
@@ -143,6 +147,7 @@ final class HTTP2Connection: ChannelDuplexHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         context.flush()
+        yielder?.readsEnded()
         context.fireChannelReadComplete()
     }
 

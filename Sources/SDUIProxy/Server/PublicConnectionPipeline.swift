@@ -17,6 +17,9 @@ import SDUIProxyCore
 struct PublicConnectionPipeline: Sendable {
     let runtime: ProxyRuntime
     let responseBuffers: PerEventLoop<ResponseBufferRecycler>
+    /// The loops' yielders (``BusyLoopYielding``), which the connections tell where their read bursts end; nil when
+    /// the loops never yield, or are the caller's.
+    let yielding: BusyLoopYielding?
     let tls: ListenerTLS?
     let protocols: ListenerProtocols
     /// The longest a drain waits for open streams before the connection is closed.
@@ -93,7 +96,8 @@ struct PublicConnectionPipeline: Sendable {
             eventLoop: channel.eventLoop,
             buffers: responseBuffers.value(on: channel.eventLoop),
             requests: runtime.context.metrics.requestTally(for: channel.eventLoop),
-            isSecure: isSecure
+            isSecure: isSecure,
+            yielder: yielding?.yielder(for: channel.eventLoop)
         )
         try channel.pipeline.syncOperations.addHandler(handler, position: after.map { .after($0) } ?? .last)
     }
@@ -112,7 +116,8 @@ struct PublicConnectionPipeline: Sendable {
             eventLoop: channel.eventLoop,
             requests: runtime.context.metrics.requestTally(for: channel.eventLoop),
             isSecure: isSecure,
-            drainGrace: drainTimeout
+            drainGrace: drainTimeout,
+            yielder: yielding?.yielder(for: channel.eventLoop)
         )
         let coalescer = HTTP2FlushCoalescer()
         try sync.addHandler(coalescer, position: after.map { .after($0) } ?? .last)

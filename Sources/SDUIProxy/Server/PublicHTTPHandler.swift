@@ -68,6 +68,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     var context: ChannelHandlerContext?
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
     var loop: (any EventLoop)?
+    /// The loop's ``BusyLoopYielder``, told where each read burst ends; nil when the loops never yield.
+    let yielder: BusyLoopYielder?
 
     /// Made on the connection's event loop: `buffers` and `requests` are that loop's. `clock` is the wall clock
     /// but in tests, which give their loop's.
@@ -77,9 +79,11 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
         buffers: ResponseBufferRecycler,
         requests: RequestTally,
         isSecure: Bool = false,
+        yielder: BusyLoopYielder? = nil,
         clock: ConnectionClock = .wall
     ) {
         self.isSecure = isSecure
+        self.yielder = yielder
         self.clock = clock
         self.runtime = runtime
         // The generation first, then the context, read once: a reload in between leaves an older generation,
@@ -196,6 +200,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
 
     func channelReadComplete(context: ChannelHandlerContext) {
         flushIfNeeded(context: context)
+        yielder?.readsEnded()
         context.fireChannelReadComplete()
     }
 

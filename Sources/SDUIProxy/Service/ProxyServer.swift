@@ -251,6 +251,7 @@ public final class ProxyServer: Sendable {
         let connections = PublicConnectionPipeline(
             runtime: runtime,
             responseBuffers: PerEventLoop(group: group) { ResponseBufferRecycler() },
+            yielding: ownEventLoops?.yielding,
             tls: listenerTLS,
             protocols: configuration.listenProtocols,
             drainTimeout: .seconds(10)
