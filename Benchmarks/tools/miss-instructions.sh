@@ -164,7 +164,7 @@ C
     # Under callgrind the proxy runs about fifty times slower, so a busy loop's yield window (eventLoops.yieldAfter,
     # 250us of wall time) would end after nearly every request instead of every fifty or so: the window's own work
     # would be counted fifty times over. 100ms (the most the config takes) makes it rarer than natively instead.
-    echo "eventLoops: { count: 0, yieldAfter: $YIELD_AFTER }" >>"$proxy_dir/sdui-proxy.yaml"
+    echo "eventLoops: { yieldAfter: $YIELD_AFTER }" >>"$proxy_dir/sdui-proxy.yaml"
     if [[ $KIND == pass ]]; then
         sed -i 's|^cache: { maxBytes: 256MiB }$|cache: { maxBytes: 256MiB, routes: [{ prefix: /pass, bypass: true }] }|' \
             "$proxy_dir/sdui-proxy.yaml"

@@ -17,7 +17,9 @@ private func getAffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeMutableRawPoin
 @_silgen_name("sched_setaffinity")
 private func setAffinity(_ pid: Int32, _ size: Int, _ mask: UnsafeRawPointer) -> Int32
 
-@Suite("Busy event loops let the threads waiting for their core run (eventLoops)")
+// One test at a time: each pins spinning loops to the same core, and four loops sharing it would each run too
+// little of a window to be busy.
+@Suite("Busy event loops let the threads waiting for their core run (eventLoops)", .serialized)
 struct BusyLoopYieldingTests {
     private static let millisecond: Int64 = 1_000_000
 
@@ -46,7 +48,9 @@ struct BusyLoopYieldingTests {
         #expect(yields)
     }
 
-    @Test("on a real event loop, a loop kept busy offers its core where reads end, and one that mostly sleeps does not")
+    @Test(
+        "on a real event loop, a loop kept busy offers its core where answers are flushed, and one that mostly sleeps does not"
+    )
     func realLoop() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let yielding = BusyLoopYielding(group: group, yieldAfter: .milliseconds(1))
@@ -54,14 +58,14 @@ struct BusyLoopYieldingTests {
         let yielder = try #require(yielding.yielder(for: loop))
         #expect(yielding.yielder(for: EmbeddedEventLoop()) == nil)
 
-        // Short reads 2 ms apart: each window is mostly sleep.
+        // Short answers 2 ms apart: each window is mostly sleep.
         for _ in 0..<20 {
             try await loop.scheduleTask(in: .milliseconds(2)) {
                 Self.spin(for: .microseconds(20))
-                yielder.readsEnded()
+                yielder.answersFlushed()
             }.futureResult.get()
         }
-        // The offer is a task of its own, which runs before this one.
+        // The window's end is a task of its own, which runs before this one.
         try await loop.submit {}.get()
         #expect(yielding.yieldCallCount == 0)
 
@@ -70,23 +74,24 @@ struct BusyLoopYieldingTests {
         try await group.shutdownGracefully()
     }
 
-    @Test("a window ends in one offer, however many connections' reads end in the turn that closes it")
+    @Test("a window ends in at most one yield, however many connections flush in the turn that closes it")
     func oneOfferAWindow() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let yielding = BusyLoopYielding(group: group, yieldAfter: .milliseconds(1))
         let loop = group.next()
         let yielder = try #require(yielding.yielder(for: loop))
-        // Each turn is 2 ms of work, then a hundred connections' reads ending: whether the turns yield depends on
-        // how much of the core the machine gives the loop, but never more than once a turn.
+        // Each turn is 2 ms of work, then a hundred connections flushing: whether the turns yield depends on how
+        // much of the core the machine gives the loop, but never more than once a turn, and never in the first,
+        // whose window runs from the loop's start.
         let turns = 20
         for _ in 0..<turns {
             try await loop.scheduleTask(in: .microseconds(50)) {
                 Self.spin(for: .milliseconds(2))
-                for _ in 0..<100 { yielder.readsEnded() }
+                for _ in 0..<100 { yielder.answersFlushed() }
             }.futureResult.get()
         }
         try await loop.submit {}.get()
-        #expect(yielding.yieldCallCount <= turns)
+        #expect(yielding.yieldCallCount < turns)
         try await group.shutdownGracefully()
     }
 
@@ -105,10 +110,8 @@ struct BusyLoopYieldingTests {
         try await group.shutdownGracefully()
     }
 
-    // One protocol at a time: the two proxies' four loops on one core would each run too little to be busy.
     @Test(
-        "the proxy's own loops follow eventLoops.count, their connections' reads offer the cores, and the yields are counted in /metrics",
-        .serialized,
+        "the proxy's own loops follow eventLoops.count, their connections' answers offer the cores, and the yields are counted in /metrics",
         arguments: [false, true]
     )
     func proxyLoops(http2: Bool) async throws {
@@ -119,8 +122,8 @@ struct BusyLoopYieldingTests {
             let loops = Array(proxy.server.eventLoopGroup.makeIterator())
             #expect(loops.count == 2)
             for loop in loops { #expect(try await loop.submit { Self.pinToOneCPU() }.get()) }
-            // Nothing but the connections tells the proxy's loops where reads end: the busy turns alone offer
-            // nothing, the requests sent meanwhile do.
+            // Nothing but the connections tells the proxy's loops when answers are flushed: the busy turns alone
+            // offer nothing, the requests sent meanwhile do.
             let yielded = try await Self.keepBusy(
                 loops,
                 yielding: nil,
@@ -152,8 +155,8 @@ struct BusyLoopYieldingTests {
         }
     }
 
-    /// Runs 2 ms of work at a time on each of `loops`, each in a turn of the loop of its own that ends as a read
-    /// burst does (`yielding`'s yielder told of it), with `traffic` sent meanwhile, until `condition` holds or
+    /// Runs 2 ms of work at a time on each of `loops`, each in a turn of the loop of its own that ends as a
+    /// connection's flushed answers do (`yielding`'s yielder told of it), with `traffic` sent meanwhile, until `condition` holds or
     /// 10 s have passed (a machine busy with other tests may not give a loop three quarters of a window).
     private static func keepBusy(
         _ loops: [any EventLoop],
@@ -192,13 +195,13 @@ struct BusyLoopYieldingTests {
     ) {
         loop.scheduleTask(in: .microseconds(50)) {
             spin(for: .milliseconds(2))
-            yielder?.readsEnded()
+            yielder?.answersFlushed()
             if count > 1 { busyTurns(on: loop, count: count - 1, yielder: yielder, then: done) } else { done.succeed() }
         }
     }
 
-    /// Requests from eight clients at once, each sending four in turn: enough that each loop reads one as soon as
-    /// a busy turn ends, which is where a window is judged.
+    /// Requests from eight clients at once, each sending four in turn: enough that each loop answers one as soon
+    /// as a busy turn ends, which is where a window is judged.
     private static func requests(to proxy: ProxyHarness, http2: Bool) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for client in 0..<8 {

@@ -32,8 +32,6 @@ final class HTTP2Connection: ChannelDuplexHandler {
     private let isSecure: Bool
     /// How long a drain may take, from its start, before the connection is closed with streams still open.
     private let drainGrace: TimeAmount
-    /// The loop's ``BusyLoopYielder``, told where each read burst ends; nil when the loops never yield.
-    private let yielder: BusyLoopYielder?
     private var streams: [HTTP2StreamID: HTTP2Stream] = [:]
     private var window = HTTP2InboundWindow()
     private var lifecycle: HTTP2ConnectionLifecycle
@@ -53,11 +51,9 @@ final class HTTP2Connection: ChannelDuplexHandler {
         eventLoop: any EventLoop,
         requests: RequestTally,
         isSecure: Bool,
-        drainGrace: TimeAmount,
-        yielder: BusyLoopYielder? = nil
+        drainGrace: TimeAmount
     ) {
         self.eventLoop = eventLoop
-        self.yielder = yielder
         self.runtime = runtime
         self.requests = requests
         self.isSecure = isSecure
@@ -147,7 +143,6 @@ final class HTTP2Connection: ChannelDuplexHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         context.flush()
-        yielder?.readsEnded()
         context.fireChannelReadComplete()
     }
 

@@ -8,11 +8,20 @@ import NIOCore
 /// what a read's requests produced at once. Here the first flush of a turn is held in a task queued behind the
 /// streams' tasks already waiting, and that task flushes once for all of them. A close flushes what is held first,
 /// so that an answer written before it is not lost.
+///
+/// Passing the held flush down is where the connection has flushed what a turn read from it produced, so that is
+/// where it tells its loop's ``BusyLoopYielder``.
 final class HTTP2FlushCoalescer: ChannelOutboundHandler {
     typealias OutboundIn = Any
 
     /// A flush is held, and a task on the loop will pass it down.
     private var flushHeld = false
+    /// The loop's yielder; nil when the loops never yield.
+    private let yielder: BusyLoopYielder?
+
+    init(yielder: BusyLoopYielder? = nil) {
+        self.yielder = yielder
+    }
 
     func flush(context: ChannelHandlerContext) {
         guard !flushHeld else { return }
@@ -33,5 +42,6 @@ final class HTTP2FlushCoalescer: ChannelOutboundHandler {
         guard flushHeld else { return }
         flushHeld = false
         context.flush()
+        yielder?.answersFlushed()
     }
 }

@@ -17,8 +17,8 @@ import SDUIProxyCore
 struct PublicConnectionPipeline: Sendable {
     let runtime: ProxyRuntime
     let responseBuffers: PerEventLoop<ResponseBufferRecycler>
-    /// The loops' yielders (``BusyLoopYielding``), which the connections tell where their read bursts end; nil when
-    /// the loops never yield, or are the caller's.
+    /// The loops' yielders (``BusyLoopYielding``), which the connections tell when they have flushed a read's
+    /// answers; nil when the loops never yield, or are the caller's.
     let yielding: BusyLoopYielding?
     let tls: ListenerTLS?
     let protocols: ListenerProtocols
@@ -116,10 +116,9 @@ struct PublicConnectionPipeline: Sendable {
             eventLoop: channel.eventLoop,
             requests: runtime.context.metrics.requestTally(for: channel.eventLoop),
             isSecure: isSecure,
-            drainGrace: drainTimeout,
-            yielder: yielding?.yielder(for: channel.eventLoop)
+            drainGrace: drainTimeout
         )
-        let coalescer = HTTP2FlushCoalescer()
+        let coalescer = HTTP2FlushCoalescer(yielder: yielding?.yielder(for: channel.eventLoop))
         try sync.addHandler(coalescer, position: after.map { .after($0) } ?? .last)
         try sync.addHandler(handler, position: .after(coalescer))
         try sync.addHandler(streams, position: .after(handler))

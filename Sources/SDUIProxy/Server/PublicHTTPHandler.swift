@@ -68,8 +68,8 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
     var context: ChannelHandlerContext?
     /// The connection's loop, kept after the handler is removed for the responders still holding it.
     var loop: (any EventLoop)?
-    /// The loop's ``BusyLoopYielder``, told where each read burst ends; nil when the loops never yield.
-    let yielder: BusyLoopYielder?
+    /// The loop's ``BusyLoopYielder``, told when a read's answers are flushed; nil when the loops never yield.
+    private let yielder: BusyLoopYielder?
 
     /// Made on the connection's event loop: `buffers` and `requests` are that loop's. `clock` is the wall clock
     /// but in tests, which give their loop's.
@@ -200,7 +200,7 @@ final class PublicHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, Re
 
     func channelReadComplete(context: ChannelHandlerContext) {
         flushIfNeeded(context: context)
-        yielder?.readsEnded()
+        yielder?.answersFlushed()
         context.fireChannelReadComplete()
     }
 

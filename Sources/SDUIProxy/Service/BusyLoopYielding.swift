@@ -10,9 +10,12 @@ import Synchronization
 /// (the other loop, a client on the same machine, a sidecar) waits out the tick; every connection on a waiting
 /// loop waits with it. That wait was most of the proxy's p99 on a 2-core machine whose clients shared the cores.
 ///
-/// The loops are asked where a client connection's reads of a turn end, not after every turn of the loop as a
-/// `NIOEventLoopMetricsDelegate` would be: with a delegate set, swift-nio reads the clock and copies the delegate's
-/// state through unspecialised code on every turn, about 1,000 instructions each, which a hit paid in full.
+/// A loop judges its windows where its client connections flush what a turn read from them (HTTP/1.1 and HTTP/2
+/// alike), not after every turn as a `NIOEventLoopMetricsDelegate` would: with a delegate set, swift-nio reads the
+/// clock and copies the delegate's state through unspecialised code on every turn, about 1,000 instructions each
+/// (about 600 a hit on one connection). So a loop busy with no client connection's reads (a warm-up's or the
+/// prefetcher's fills alone, a long pass-through download, TLS handshakes) does not yield; one that serves clients
+/// judges its windows with every answer it flushes.
 final class BusyLoopYielding: Sendable {
     private let yielders: EventLoopTable<BusyLoopYielder>
     private let counts: Counts
@@ -32,7 +35,7 @@ final class BusyLoopYielding: Sendable {
     }
 
     /// How often a loop has offered its core: on a core of its own, nothing takes it.
-    var yieldCallCount: Int { counts.offered.load(ordering: .relaxed) }
+    var yieldCallCount: Int { counts.yielded.load(ordering: .relaxed) }
 
     /// How often another thread did run when a loop offered its core (`sdui_event_loop_yields_total`): a count
     /// that climbs says the loops share their cores with other busy threads.
@@ -40,7 +43,9 @@ final class BusyLoopYielding: Sendable {
 
     /// What the group's yielders count, each loop adding to the same totals (rarely: at most once a window).
     final class Counts: Sendable {
-        let offered = Atomic<Int>(0)
+        /// `sched_yield` calls.
+        let yielded = Atomic<Int>(0)
+        /// Those after which the loop had been off its core (``BusyLoopYielder/gaveWayThreshold``).
         let gaveWay = Atomic<Int>(0)
     }
 }

@@ -302,7 +302,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
         /// A loop that has kept its core for this long, without pausing, lets the threads waiting for that core
         /// run before it goes on; zero never does. Linux takes the core from a thread that never pauses only at
         /// its scheduler tick (every 4 ms at the common 250 Hz), so on a machine with more busy threads than cores
-        /// (another loop, the clients, a sidecar) every connection of the waiting loop would wait that long.
+        /// (another loop, the clients, a sidecar) every connection of the waiting loop would wait that long. A loop
+        /// judges this where it has flushed a client connection's answers, so one busy with no client's requests
+        /// (fills for a warm-up or the prefetcher alone, TLS handshakes) does not yield.
         public var yieldAfter: Duration = .microseconds(250)
 
         public init() {}
