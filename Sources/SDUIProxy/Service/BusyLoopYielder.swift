@@ -19,7 +19,7 @@ import Darwin
 /// so the yield comes after every flush of the turn. Yielding there and then instead, in the middle of the turn,
 /// made the connections the turn had still to reach wait for the core with their requests already in: measured
 /// alternately, twice, five rounds each, the median p99 of HTTP/1.1 hits at 256 connections was 5.8 and 5.5 ms
-/// that way, 4.4 and 5.0 ms with the task. Requests pipelined behind others are handled in tasks too, and may
+/// that way, 3.7 and 5.0 ms with the task. Requests pipelined behind others are handled in tasks too, and may
 /// follow the yield.
 ///
 /// `@unchecked Sendable`: it is made off its loop, for a table every loop reads, but its state is only read and
