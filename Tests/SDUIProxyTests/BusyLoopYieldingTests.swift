@@ -156,8 +156,9 @@ struct BusyLoopYieldingTests {
     }
 
     /// Runs 2 ms of work at a time on each of `loops`, each in a turn of the loop of its own that ends as a
-    /// connection's flushed answers do (`yielding`'s yielder told of it), with `traffic` sent meanwhile, until `condition` holds or
-    /// 10 s have passed (a machine busy with other tests may not give a loop three quarters of a window).
+    /// connection's flushed answers do (`yielding`'s yielder told of it), with `traffic` sent meanwhile, until
+    /// `condition` holds or 10 s have passed (a machine busy with other tests may not give a loop three quarters
+    /// of a window).
     private static func keepBusy(
         _ loops: [any EventLoop],
         yielding: BusyLoopYielding?,
@@ -216,13 +217,7 @@ struct BusyLoopYieldingTests {
     private static func request(_ index: Int, to proxy: ProxyHarness, http2: Bool) async throws {
         let client = try await RawConnection(port: proxy.server.publicPort)
         if http2 {
-            var bytes = HTTP2Wire.connectionStart()
-            var headers = HTTP2Wire.request(stream: 1, path: "/screens/busy-\(index)")
-            bytes.writeBuffer(&headers)
-            try await client.send(bytes)
-            let received = try await client.received { bytes in
-                HTTP2Wire.frames(in: bytes).contains { $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0 }
-            }
+            let received = try await client.http2Get("/screens/busy-\(index)")
             #expect(HTTP2Wire.frames(in: received).contains { $0.stream == 1 })
         } else {
             try await client.send("GET /screens/busy-\(index) HTTP/1.1\r\nHost: localhost\r\n\r\n")

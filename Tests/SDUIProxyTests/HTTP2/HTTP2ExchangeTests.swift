@@ -25,13 +25,7 @@ struct HTTP2ExchangeTests {
         }
         try await ProxyHarness.run(behind: hinting) { proxy, _ async throws in
             let client = try await RawConnection(port: proxy.server.publicPort)
-            var bytes = HTTP2Wire.connectionStart()
-            var headers = HTTP2Wire.request(stream: 1, path: "/screens/hinted")
-            bytes.writeBuffer(&headers)
-            try await client.send(bytes)
-            let received = try await client.received { bytes in
-                HTTP2Wire.frames(in: bytes).contains { $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0 }
-            }
+            let received = try await client.http2Get("/screens/hinted")
             let blocks = try HTTP2Wire.headerBlocks(in: HTTP2Wire.frames(in: received)).filter { $0.stream == 1 }
             #expect(blocks.map { $0.headers.first(name: ":status") } == ["103", "200"])
             #expect(blocks.first?.headers.first(name: "link") == "</app.css>; rel=preload")

@@ -182,3 +182,18 @@ enum HTTP2Wire {
         }
     }
 }
+
+extension RawConnection {
+    /// Opens HTTP/2 by prior knowledge on this new connection, asks for `path` on stream 1, and waits until that
+    /// stream has ended (or the server closed the connection); returns every byte received, frames to read with
+    /// ``HTTP2Wire/frames(in:)``.
+    func http2Get(_ path: String) async throws -> ByteBuffer {
+        var bytes = HTTP2Wire.connectionStart()
+        var headers = HTTP2Wire.request(stream: 1, path: path)
+        bytes.writeBuffer(&headers)
+        try await send(bytes)
+        return try await received { bytes in
+            HTTP2Wire.frames(in: bytes).contains { $0.stream == 1 && $0.flags & HTTP2Wire.endStream != 0 }
+        }
+    }
+}
